@@ -1,0 +1,230 @@
+import * as pb from '../proto/etcd.js';
+import { Connection, type CallOptions, type ConnectionOptions } from './connection.js';
+import { TokenSource, type AuthOptions } from './auth.js';
+import { EtcdError, InvalidArgumentError, isServiceError } from './errors.js';
+import { KeepAliveHub } from './lease.js';
+import { WatchHub, type Watch, type WatchOptions } from './watch.js';
+import {
+  header,
+  prefixEnd,
+  rangeResult,
+  toBuffer,
+  type Bytes,
+  type KeyValue,
+  type RangeResult,
+  type ResponseHeader,
+  type TxnResult,
+} from './kv.js';
+
+export interface ClientOptions extends ConnectionOptions {
+  /** etcd user and password; the token is fetched on first use and refreshed when it expires. */
+  auth?: AuthOptions;
+}
+
+export interface GetOptions extends CallOptions {
+  /** Every key starting with `key`. */
+  prefix?: boolean;
+  /** Read at this past revision. */
+  revision?: bigint;
+  limit?: number;
+}
+
+export interface LeaseTimeToLive {
+  /** Seconds left; -1 when the lease does not exist. */
+  ttl: number;
+  grantedTtl: number;
+  keys: Buffer[];
+}
+
+export interface MemberStatus {
+  header: ResponseHeader;
+  version: string;
+  leader: bigint;
+  raftTerm: bigint;
+  dbSize: bigint;
+}
+
+/**
+ * A thin etcd v3 client: key-value reads and writes, transactions, leases and watches over one
+ * gRPC connection per endpoint, with one shared Watch stream and one shared LeaseKeepAlive stream.
+ * Reads carry `hasleader` by default, so a member cut off from quorum is skipped rather than trusted.
+ */
+export class Client implements AsyncDisposable {
+  /** @internal */ readonly conn: Connection;
+  /** @internal */ readonly watches: WatchHub;
+  /** @internal */ readonly keepAlives: KeepAliveHub;
+  private closing?: Promise<void>;
+
+  constructor(options: ClientOptions = {}) {
+    this.conn = new Connection(options);
+    if (options.auth) {
+      if (!options.auth.username) throw new InvalidArgumentError('auth: the user name is empty; pass user:password');
+      this.conn.tokens = new TokenSource(this.conn, options.auth);
+    }
+    this.watches = new WatchHub(this.conn);
+    this.keepAlives = new KeepAliveHub(this.conn);
+  }
+
+  /** The endpoints as parsed (host:port). */
+  get endpoints(): string[] {
+    return this.conn.endpoints.map((e) => e.target);
+  }
+
+  /** The endpoint calls currently go to. */
+  get activeEndpoint(): string {
+    return this.conn.activeTarget;
+  }
+
+  /** Raw Range: full control over sorting, limits and revision bounds. */
+  async range(request: pb.RangeRequest, options?: CallOptions): Promise<RangeResult> {
+    return rangeResult(await this.conn.unary(pb.KVService.range, request, 'idempotent', options));
+  }
+
+  /** The value of one key, or undefined. */
+  async get(key: Bytes, options?: CallOptions & { revision?: bigint }): Promise<KeyValue | undefined> {
+    const r = await this.range({ key: toBuffer(key), revision: options?.revision ?? 0n }, options);
+    return r.kvs[0];
+  }
+
+  /** Every key with the prefix, in key order. */
+  async getPrefix(prefix: Bytes, options?: GetOptions): Promise<RangeResult> {
+    const key = toBuffer(prefix);
+    return this.range(
+      { key, rangeEnd: prefixEnd(key), revision: options?.revision ?? 0n, limit: BigInt(options?.limit ?? 0) },
+      options,
+    );
+  }
+
+  /**
+   * Writes a key. Not retried when its outcome is unknown: you get WriteOutcomeUnknownError.
+   * Make it a Txn guarded on the key's revision when you need a retry-safe write.
+   */
+  async put(key: Bytes, value: Bytes, options?: CallOptions & { lease?: bigint }): Promise<ResponseHeader> {
+    const r = await this.conn.unary(
+      pb.KVService.put,
+      { key: toBuffer(key), value: toBuffer(value), lease: options?.lease ?? 0n },
+      'at-most-once',
+      options,
+    );
+    return header(r.header);
+  }
+
+  /** Deletes a key (or a prefix) and returns how many were deleted. */
+  async delete(key: Bytes, options?: CallOptions & { prefix?: boolean }): Promise<bigint> {
+    const k = toBuffer(key);
+    const r = await this.conn.unary(
+      pb.KVService.deleteRange,
+      { key: k, rangeEnd: options?.prefix ? prefixEnd(k) : undefined },
+      'at-most-once',
+      options,
+    );
+    return r.deleted ?? 0n;
+  }
+
+  /**
+   * A transaction. Pass `idempotent: true` only when repeating it is harmless (for example it is
+   * guarded on a key's CreateRevision); then an ambiguous failure is retried on another endpoint.
+   */
+  async txn(request: pb.TxnRequest, options?: CallOptions & { idempotent?: boolean }): Promise<TxnResult> {
+    const r = await this.conn.unary(pb.KVService.txn, request, options?.idempotent ? 'idempotent' : 'at-most-once', options);
+    return { header: header(r.header), succeeded: r.succeeded ?? false, responses: r.responses ?? [] };
+  }
+
+  /** Discards history up to `revision` (tests and operators). */
+  async compact(revision: bigint, options?: CallOptions & { physical?: boolean }): Promise<void> {
+    await this.conn.unary(pb.KVService.compact, { revision, physical: options?.physical ?? false }, 'idempotent', options);
+  }
+
+  /**
+   * Grants a lease. With `id` the grant is safe to retry: a retry that finds the lease already
+   * granted returns it instead of creating a second one.
+   */
+  async leaseGrant(ttlSeconds: number, options?: CallOptions & { id?: bigint }): Promise<{ id: bigint; ttl: number }> {
+    const id = options?.id ?? 0n;
+    try {
+      const r = await this.conn.unary(
+        pb.LeaseService.leaseGrant,
+        { TTL: BigInt(ttlSeconds), ID: id },
+        id === 0n ? 'at-most-once' : 'idempotent',
+        options,
+      );
+      if (r.error) throw new EtcdError(`LeaseGrant: ${r.error}`);
+      return { id: r.ID ?? 0n, ttl: Number(r.TTL ?? 0n) };
+    } catch (err) {
+      if (id !== 0n && isAlreadyExists(err)) {
+        const t = await this.leaseTimeToLive(id, options);
+        return { id, ttl: t.grantedTtl };
+      }
+      throw err;
+    }
+  }
+
+  /** Revokes a lease and deletes its keys. Revoking a lease that is already gone is not an error. */
+  async leaseRevoke(id: bigint, options?: CallOptions): Promise<void> {
+    try {
+      await this.conn.unary(pb.LeaseService.leaseRevoke, { ID: id }, 'idempotent', options);
+    } catch (err) {
+      if (isLeaseNotFound(err)) return;
+      throw err;
+    }
+  }
+
+  async leaseTimeToLive(id: bigint, options?: CallOptions & { keys?: boolean }): Promise<LeaseTimeToLive> {
+    const r = await this.conn.unary(pb.LeaseService.leaseTimeToLive, { ID: id, keys: options?.keys ?? false }, 'idempotent', options);
+    return { ttl: Number(r.TTL ?? -1n), grantedTtl: Number(r.grantedTTL ?? 0n), keys: r.keys ?? [] };
+  }
+
+  /** Every lease the cluster knows (tests use it to prove nothing leaked). */
+  async leaseLeases(options?: CallOptions): Promise<bigint[]> {
+    const r = await this.conn.unary(pb.LeaseService.leaseLeases, {}, 'idempotent', options);
+    return (r.leases ?? []).map((l) => l.ID ?? 0n);
+  }
+
+  /** Watches a key or prefix on the shared Watch stream. */
+  watch(key: Bytes, options?: WatchOptions): Watch {
+    return this.watches.watch(key, options);
+  }
+
+  /** Status of the member at the current endpoint. */
+  async status(options?: CallOptions): Promise<MemberStatus> {
+    const r = await this.conn.unary(pb.MaintenanceService.status, {}, 'idempotent', options);
+    return {
+      header: header(r.header),
+      version: r.version ?? '',
+      leader: r.leader ?? 0n,
+      raftTerm: r.raftTerm ?? 0n,
+      dbSize: r.dbSize ?? 0n,
+    };
+  }
+
+  /**
+   * Ends every stream, timer and socket. Sessions on this client report loss at once. Their leases
+   * are not revoked here (close the sessions first for that); they expire after their TTL.
+   */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      this.keepAlives.close();
+      this.watches.close();
+      this.conn.close();
+    })();
+    return this.closing;
+  }
+
+  get closed(): boolean {
+    return this.conn.isClosed;
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}
+
+function isLeaseNotFound(err: unknown): boolean {
+  return err instanceof Error && (err.name === 'LeaseNotFoundError' || /lease not found/.test(err.message));
+}
+
+function isAlreadyExists(err: unknown): boolean {
+  const cause = err instanceof EtcdError ? err.cause : err;
+  return isServiceError(cause) && (cause.details ?? '').includes('lease already exists');
+}
+

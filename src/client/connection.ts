@@ -1,0 +1,294 @@
+import * as grpc from '@grpc/grpc-js';
+import { parseEndpoints, type Endpoint } from './endpoints.js';
+import {
+  ClientClosedError,
+  InvalidArgumentError,
+  UnavailableError,
+  WriteOutcomeUnknownError,
+  fromGrpcError,
+  isEndpointFailure,
+  isServiceError,
+  provablyNotApplied,
+} from './errors.js';
+import { Backoff, sleep } from './backoff.js';
+
+/** PEM material for TLS. Pass file contents (Buffer or string), not paths. */
+export interface TlsOptions {
+  /** CA certificate(s) that signed the servers' certificates; system roots when omitted. */
+  ca?: Buffer | string;
+  /** Client certificate, for servers started with --client-cert-auth. */
+  cert?: Buffer | string;
+  /** Client private key, with `cert`. */
+  key?: Buffer | string;
+}
+
+export interface ConnectionOptions {
+  /** `host:port` or `http(s)://host:port`, one or many; default `127.0.0.1:2379` as etcdctl. */
+  endpoints?: string | readonly string[];
+  tls?: TlsOptions;
+  /** How long to wait for a TCP/TLS connection to an endpoint before trying the next. Default 2000. */
+  dialTimeoutMs?: number;
+  /** Default deadline of one call, including failover retries. Default 10000. */
+  callTimeoutMs?: number;
+  /**
+   * Send etcd's `hasleader` metadata so that a member cut off from the Raft leader refuses the call
+   * instead of serving stale state, and we move on to another member. Default true.
+   */
+  requireLeader?: boolean;
+}
+
+/** How a call may be retried on another endpoint after an ambiguous failure. */
+export type RetryPolicy =
+  /** Reads and writes that are safe to repeat (guarded Txns, keepalives): always retry. */
+  | 'idempotent'
+  /** Writes that must not be repeated blindly: retry only when the failure proves nothing applied. */
+  | 'at-most-once';
+
+export interface CallOptions {
+  signal?: AbortSignal | undefined;
+  /** Deadline of this call in ms from now (monotonic); default the client's callTimeoutMs. */
+  timeoutMs?: number | undefined;
+  /** @internal send no auth token (the Authenticate call itself). */
+  anonymous?: boolean;
+}
+
+/** A method descriptor as ts-proto generates it for grpc-js. */
+export interface UnaryMethod<Req, Res> {
+  path: string;
+  requestSerialize: (value: Req) => Buffer;
+  responseDeserialize: (value: Buffer) => Res;
+}
+
+/** Supplies the auth token; the connection asks again after the server calls it invalid. */
+export interface TokenProvider {
+  token(signal?: AbortSignal): Promise<string | undefined> | string | undefined;
+  /** Forget `token` (or whatever token is held, when omitted) so the next call authenticates again. */
+  invalidate(token?: string): void;
+}
+
+const CHANNEL_OPTIONS: grpc.ChannelOptions = {
+  // etcd can send watch responses larger than gRPC's 4 MiB default.
+  'grpc.max_receive_message_length': -1,
+  'grpc.max_send_message_length': 2 * 1024 * 1024,
+  // Reconnect quickly after a member restarts; the default backoff grows to two minutes.
+  'grpc.initial_reconnect_backoff_ms': 100,
+  'grpc.max_reconnect_backoff_ms': 1000,
+  // Notice a dead TCP peer (paused member, black-holed link) on idle streams.
+  'grpc.keepalive_time_ms': 10_000,
+  'grpc.keepalive_timeout_ms': 5_000,
+  'grpc.keepalive_permit_without_calls': 0,
+};
+
+/** One endpoint's lazily created gRPC channel. */
+class Peer {
+  private client?: grpc.Client;
+  constructor(
+    readonly endpoint: Endpoint,
+    private readonly credentials: grpc.ChannelCredentials,
+  ) {}
+
+  get grpc(): grpc.Client {
+    this.client ??= new grpc.Client(this.endpoint.target, this.credentials, CHANNEL_OPTIONS);
+    return this.client;
+  }
+
+  close(): void {
+    this.client?.close();
+    this.client = undefined;
+  }
+}
+
+/**
+ * Owns the channels to every endpoint and the choice of the current one, and runs unary calls
+ * with deadlines, cancellation, auth metadata and failover. It knows nothing of keys or locks.
+ */
+export class Connection {
+  readonly endpoints: readonly Endpoint[];
+  readonly dialTimeoutMs: number;
+  readonly callTimeoutMs: number;
+  readonly requireLeader: boolean;
+  private readonly peers: Peer[];
+  private current = 0;
+  private closed = false;
+  tokens?: TokenProvider;
+
+  constructor(options: ConnectionOptions = {}) {
+    this.endpoints = parseEndpoints(options.endpoints ?? '127.0.0.1:2379');
+    this.dialTimeoutMs = positive(options.dialTimeoutMs ?? 2000, 'dialTimeoutMs');
+    this.callTimeoutMs = positive(options.callTimeoutMs ?? 10_000, 'callTimeoutMs');
+    this.requireLeader = options.requireLeader ?? true;
+    const secure = this.endpoints[0]!.secure || options.tls !== undefined;
+    const credentials = secure ? makeTlsCredentials(options.tls) : grpc.credentials.createInsecure();
+    this.peers = this.endpoints.map((e) => new Peer(e, credentials));
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** The endpoint calls go to now. */
+  get activeTarget(): string {
+    return this.peers[this.current]!.endpoint.target;
+  }
+
+  /** The gRPC client of the current endpoint, for opening streams. */
+  active(): { peer: number; client: grpc.Client } {
+    if (this.closed) throw new ClientClosedError();
+    return { peer: this.current, client: this.peers[this.current]!.grpc };
+  }
+
+  /** Moves to the next endpoint, unless someone already moved away from `peer`. */
+  failover(peer: number): void {
+    if (this.current === peer) this.current = (peer + 1) % this.peers.length;
+  }
+
+  /** Metadata every call carries: the auth token and, unless disabled, `hasleader`. */
+  async metadata(signal?: AbortSignal, anonymous = false): Promise<grpc.Metadata> {
+    const md = new grpc.Metadata();
+    if (this.requireLeader) md.set('hasleader', 'true');
+    const token = this.tokens && !anonymous ? await this.tokens.token(signal) : undefined;
+    if (token !== undefined) md.set('token', token);
+    return md;
+  }
+
+  /** Waits until the current endpoint's channel is connected, or fails within the dial timeout. */
+  ready(client: grpc.Client, deadline: number): Promise<void> {
+    const channel = client.getChannel();
+    let state = channel.getConnectivityState(true);
+    if (state === grpc.connectivityState.READY) return Promise.resolve();
+    const until = Math.min(deadline, performance.now() + this.dialTimeoutMs);
+    return new Promise((resolve, reject) => {
+      let attempted = state === grpc.connectivityState.CONNECTING;
+      const step = (): void => {
+        const left = until - performance.now();
+        if (left <= 0) return reject(new Error('connect timeout'));
+        channel.watchConnectivityState(state, Date.now() + left, (err) => {
+          if (err) return reject(new Error('connect timeout'));
+          state = channel.getConnectivityState(true);
+          if (state === grpc.connectivityState.READY) return resolve();
+          if (state === grpc.connectivityState.CONNECTING) attempted = true;
+          if (state === grpc.connectivityState.TRANSIENT_FAILURE && attempted) return reject(new Error('connect failed'));
+          if (state === grpc.connectivityState.SHUTDOWN) return reject(new ClientClosedError());
+          step();
+        });
+      };
+      step();
+    });
+  }
+
+  /**
+   * Runs one unary call with a deadline, cancellation and failover across endpoints. A failure that
+   * leaves a write's outcome unknown is retried only under the 'idempotent' policy.
+   */
+  async unary<Req, Res>(
+    method: UnaryMethod<Req, Res>,
+    request: Req,
+    policy: RetryPolicy,
+    options: CallOptions = {},
+  ): Promise<Res> {
+    const what = method.path.slice(method.path.lastIndexOf('/') + 1);
+    const deadline = performance.now() + (options.timeoutMs ?? this.callTimeoutMs);
+    const signal = options.signal;
+    const backoff = new Backoff(25, 500);
+    let unreachable = 0;
+    for (;;) {
+      if (this.closed) throw new ClientClosedError();
+      signal?.throwIfAborted();
+      const { peer, client } = this.active();
+      try {
+        await this.ready(client, deadline);
+      } catch (err) {
+        if (err instanceof ClientClosedError) throw err;
+        this.failover(peer);
+        // Two full rounds over the endpoints without one connecting: report, do not hang.
+        if (++unreachable >= 2 * this.peers.length || performance.now() >= deadline) {
+          throw new UnavailableError(
+            `${what}: could not connect to etcd at ${this.endpoints.map((e) => e.target).join(', ')} ` +
+              `within ${this.dialTimeoutMs} ms; check that etcd runs there (for a local one: ` +
+              '`etcd-concurrency dev`) or pass the right endpoints',
+            { cause: err },
+          );
+        }
+        continue;
+      }
+      const md = await this.metadata(signal, options.anonymous);
+      try {
+        return await callUnary(client, method, request, md, deadline, signal);
+      } catch (err) {
+        if (signal?.aborted) throw signal.reason;
+        if (!isServiceError(err)) throw err;
+        const details = err.details ?? '';
+        if (details.includes('invalid auth token') && this.tokens) {
+          const stale = md.get('token')[0];
+          if (typeof stale === 'string') this.tokens.invalidate(stale);
+          continue;
+        }
+        if (!isEndpointFailure(err) && !details.includes('too many requests')) throw fromGrpcError(err, what);
+        const notApplied = provablyNotApplied(err);
+        if (!notApplied && policy === 'at-most-once') {
+          throw new WriteOutcomeUnknownError(
+            `${what}: the request may or may not have been applied (${details || err.message}); ` +
+              'read the state before deciding to retry',
+            { cause: err, code: err.code },
+          );
+        }
+        if (performance.now() >= deadline) throw fromGrpcError(err, what);
+        this.failover(peer);
+        await sleep(Math.min(backoff.next(), Math.max(0, deadline - performance.now())), signal);
+        unreachable = 0;
+      }
+    }
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const p of this.peers) p.close();
+  }
+}
+
+function callUnary<Req, Res>(
+  client: grpc.Client,
+  method: UnaryMethod<Req, Res>,
+  request: Req,
+  md: grpc.Metadata,
+  deadline: number,
+  signal: AbortSignal | undefined,
+): Promise<Res> {
+  return new Promise((resolve, reject) => {
+    // gRPC takes an epoch deadline; we derive it from our monotonic one at the last moment.
+    const options: grpc.CallOptions = { deadline: Date.now() + Math.max(1, deadline - performance.now()) };
+    const call = client.makeUnaryRequest(
+      method.path,
+      method.requestSerialize,
+      method.responseDeserialize,
+      request,
+      md,
+      options,
+      (err, res) => {
+        signal?.removeEventListener('abort', onAbort);
+        if (err) reject(err);
+        else resolve(res as Res);
+      },
+    );
+    const onAbort = (): void => call.cancel();
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+function makeTlsCredentials(tls: TlsOptions | undefined): grpc.ChannelCredentials {
+  const buf = (v: Buffer | string | undefined): Buffer | null => (v === undefined ? null : Buffer.from(v));
+  if ((tls?.cert === undefined) !== (tls?.key === undefined)) {
+    throw new InvalidArgumentError('TLS: give both a client certificate and its key, or neither');
+  }
+  try {
+    return grpc.credentials.createSsl(buf(tls?.ca), buf(tls?.key), buf(tls?.cert));
+  } catch (err) {
+    throw new InvalidArgumentError(`TLS: could not load the certificates (${(err as Error).message}); pass PEM contents`, { cause: err });
+  }
+}
+
+function positive(n: number, name: string): number {
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${name} must be a positive number of milliseconds, got ${n}`);
+  return n;
+}

@@ -1,0 +1,112 @@
+import { status as GrpcStatus, type ServiceError } from '@grpc/grpc-js';
+
+/** Base class of every error this library throws, so callers can catch ours apart from theirs. */
+export class EtcdError extends Error {
+  /** gRPC status code of the underlying failure, when there was one. */
+  readonly code?: number;
+  constructor(message: string, options?: { cause?: unknown; code?: number }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    if (options?.code !== undefined) this.code = options.code;
+  }
+}
+
+/** Bad input, detected before anything was sent. The message says what to change. */
+export class InvalidArgumentError extends EtcdError {}
+
+/** No endpoint answered (down, unreachable, or cut off from the cluster's leader). */
+export class UnavailableError extends EtcdError {}
+
+/**
+ * A write was sent but its outcome is unknown (deadline, reset stream, leader change).
+ * It may or may not have been applied; we never retry such a write blindly.
+ */
+export class WriteOutcomeUnknownError extends EtcdError {}
+
+/** A read or watch asked for a revision that compaction has already discarded. */
+export class CompactedError extends EtcdError {
+  constructor(
+    readonly compactRevision: bigint,
+    options?: { cause?: unknown; code?: number },
+  ) {
+    super(
+      `etcd compacted the revision asked for${compactRevision > 0n ? ` (history starts at ${compactRevision})` : ''}; ` +
+        'read the current state again and watch from there',
+      options,
+    );
+  }
+}
+
+/** The lease does not exist (expired, revoked, or never granted). */
+export class LeaseNotFoundError extends EtcdError {}
+
+/** The authenticated user lacks permission for this key or operation. */
+export class PermissionDeniedError extends EtcdError {}
+
+/** Authentication failed: wrong user or password, or auth misconfigured. Never carries secrets. */
+export class AuthenticationError extends EtcdError {}
+
+/** The request did not complete within its deadline (reads only; writes get WriteOutcomeUnknownError). */
+export class DeadlineExceededError extends EtcdError {}
+
+/** The client was closed; create a new one. */
+export class ClientClosedError extends EtcdError {
+  constructor() {
+    super('the etcd client is closed; create a new Client');
+  }
+}
+
+/** etcd's error strings (rpctypes) that prove a request was rejected before it was applied. */
+const NOT_APPLIED = [
+  'etcdserver: no leader',
+  'etcdserver: not capable',
+  'etcdserver: too many requests',
+  'etcdserver: invalid auth token',
+  'No connection established',
+  'ECONNREFUSED',
+  'Name resolution failed',
+];
+
+export function isServiceError(err: unknown): err is ServiceError {
+  return err instanceof Error && typeof (err as ServiceError).code === 'number' && 'details' in err;
+}
+
+/** True when the failure proves the request never took effect, so even a write may be retried. */
+export function provablyNotApplied(err: ServiceError): boolean {
+  const d = err.details ?? '';
+  return NOT_APPLIED.some((s) => d.includes(s));
+}
+
+/** True when the failure is about the endpoint (so another endpoint may do better). */
+export function isEndpointFailure(err: ServiceError): boolean {
+  return (
+    err.code === GrpcStatus.UNAVAILABLE ||
+    err.code === GrpcStatus.DEADLINE_EXCEEDED ||
+    (err.code === GrpcStatus.CANCELLED && !(err.details ?? '').includes('Cancelled on client')) ||
+    err.code === GrpcStatus.INTERNAL ||
+    err.code === GrpcStatus.UNKNOWN
+  );
+}
+
+/** Converts a gRPC failure into our typed errors; the original stays attached as `cause`. */
+export function fromGrpcError(err: ServiceError, what: string): EtcdError {
+  const d = err.details ?? err.message;
+  const opts = { cause: err, code: err.code };
+  if (d.includes('required revision has been compacted')) return new CompactedError(0n, opts);
+  if (d.includes('requested lease not found')) return new LeaseNotFoundError(`${what}: lease not found (expired or revoked)`, opts);
+  switch (err.code) {
+    case GrpcStatus.PERMISSION_DENIED:
+      return new PermissionDeniedError(`${what}: permission denied; grant the user's role access to this key range`, opts);
+    case GrpcStatus.UNAUTHENTICATED:
+      return new AuthenticationError(`${what}: not authenticated (${d}); check the user and password`, opts);
+    case GrpcStatus.INVALID_ARGUMENT:
+      if (d.includes('authentication failed')) return new AuthenticationError(`${what}: authentication failed: wrong user name or password`, opts);
+      return new InvalidArgumentError(`${what}: ${d}`, opts);
+    case GrpcStatus.DEADLINE_EXCEEDED:
+      return new DeadlineExceededError(`${what}: no answer before the deadline`, opts);
+    case GrpcStatus.UNAVAILABLE:
+      return new UnavailableError(`${what}: etcd unavailable (${d})`, opts);
+    default:
+      return new EtcdError(`${what}: ${d}`, opts);
+  }
+}

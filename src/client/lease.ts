@@ -1,0 +1,164 @@
+import type * as grpc from '@grpc/grpc-js';
+import * as pb from '../proto/etcd.js';
+import type { Connection } from './connection.js';
+import { Backoff } from './backoff.js';
+
+/** What a lease's owner hears from the shared keepalive stream. */
+export interface KeepAliveListener {
+  /**
+   * A renewal answered. `sentAt` is the monotonic time (performance.now()) the request was sent:
+   * the lease is proven alive until at least sentAt + ttl seconds. `ttl <= 0n` means it is gone.
+   */
+  onRenewed(ttl: bigint, sentAt: number): void;
+  /** The client is closing; no more renewals will be sent. */
+  onClosed(): void;
+}
+
+/**
+ * One LeaseKeepAlive stream shared by every lease of a client. Each request's send time is kept so
+ * that owners can compute a deadline from when the renewal left, not when its answer came back.
+ */
+export class KeepAliveHub {
+  private stream?: grpc.ClientDuplexStream<pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse>;
+  private generation = 0;
+  private peer = 0;
+  private opening = false;
+  private readonly listeners = new Map<bigint, KeepAliveListener>();
+  private readonly sent = new Map<bigint, number[]>();
+  /** Leases to renew as soon as a stream is open. */
+  private readonly queued = new Set<bigint>();
+  private readonly backoff = new Backoff(50, 1000);
+  private retryTimer?: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(private readonly conn: Connection) {}
+
+  register(id: bigint, listener: KeepAliveListener): void {
+    this.listeners.set(id, listener);
+  }
+
+  unregister(id: bigint): void {
+    this.listeners.delete(id);
+    this.sent.delete(id);
+    this.queued.delete(id);
+    if (this.listeners.size === 0) this.endStream();
+  }
+
+  /** Number of leases being kept alive (all on one stream). */
+  get size(): number {
+    return this.listeners.size;
+  }
+
+  /** Sends one renewal for `id`; returns the stream generation it went on (for `stalled`). */
+  renew(id: bigint): number {
+    if (this.closed || !this.listeners.has(id)) return this.generation;
+    if (!this.stream) {
+      this.queued.add(id);
+      void this.open();
+      return this.generation;
+    }
+    this.write(id);
+    return this.generation;
+  }
+
+  /**
+   * An owner saw no answer to a renewal sent on stream `generation` in time: the member may be
+   * paused or partitioned without the TCP connection noticing. Move to the next endpoint.
+   */
+  stalled(generation: number): void {
+    if (generation !== this.generation || !this.stream) return;
+    this.broken(this.stream);
+  }
+
+  private write(id: bigint): void {
+    let times = this.sent.get(id);
+    if (!times) this.sent.set(id, (times = []));
+    times.push(performance.now());
+    this.stream!.write({ ID: id });
+  }
+
+  private async open(): Promise<void> {
+    if (this.opening || this.stream || this.retryTimer || this.closed) return;
+    this.opening = true;
+    try {
+      const md = await this.conn.metadata();
+      if (this.closed || this.listeners.size === 0) return;
+      const { peer, client } = this.conn.active();
+      this.peer = peer;
+      const s = client.makeBidiStreamRequest(
+        pb.LeaseService.leaseKeepAlive.path,
+        pb.LeaseService.leaseKeepAlive.requestSerialize,
+        pb.LeaseService.leaseKeepAlive.responseDeserialize,
+        md,
+        {},
+      );
+      this.stream = s;
+      this.generation++;
+      s.on('data', (r: pb.LeaseKeepAliveResponse) => this.onResponse(s, r));
+      s.on('error', () => this.broken(s));
+      s.on('end', () => this.broken(s));
+    } catch {
+      this.scheduleReopen();
+      return;
+    } finally {
+      this.opening = false;
+    }
+    const ids = [...this.queued];
+    this.queued.clear();
+    for (const id of ids) if (this.listeners.has(id)) this.write(id);
+  }
+
+  private onResponse(s: unknown, r: pb.LeaseKeepAliveResponse): void {
+    if (s !== this.stream) return;
+    this.backoff.reset();
+    const id = r.ID ?? 0n;
+    const sentAt = this.sent.get(id)?.shift();
+    const listener = this.listeners.get(id);
+    if (sentAt === undefined || !listener) return;
+    listener.onRenewed(r.TTL ?? 0n, sentAt);
+  }
+
+  /** The stream failed or stalled: forget in-flight renewals, fail over, renew everything again. */
+  private broken(s: unknown): void {
+    if (s !== this.stream || !this.stream) return;
+    this.dropStream();
+    this.conn.failover(this.peer);
+    for (const id of this.listeners.keys()) this.queued.add(id);
+    this.scheduleReopen();
+  }
+
+  private scheduleReopen(): void {
+    if (this.closed || this.retryTimer || this.listeners.size === 0) return;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      void this.open();
+    }, this.backoff.next());
+  }
+
+  private dropStream(): void {
+    const s = this.stream;
+    this.stream = undefined;
+    this.generation++;
+    this.sent.clear();
+    if (!s) return;
+    s.removeAllListeners();
+    s.on('error', () => {});
+    s.cancel();
+  }
+
+  private endStream(): void {
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+    this.queued.clear();
+    this.dropStream();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.endStream();
+    const ls = [...this.listeners.values()];
+    this.listeners.clear();
+    for (const l of ls) l.onClosed();
+  }
+}

@@ -1,0 +1,80 @@
+/**
+ * The one bridge from push-style sources (a watch, an election observer) to an AsyncIterable that
+ * users consume with `for await`. Values queue until pulled; `end()` finishes the iteration, with
+ * an error if given; when the consumer stops early (`break`, `return`), `onClose` releases the
+ * source. Modelled on nats.js's QueuedIterator.
+ */
+export class QueuedIterator<T> implements AsyncIterableIterator<T> {
+  private readonly queue: T[] = [];
+  private waiter?: { resolve: (r: IteratorResult<T>) => void; reject: (e: unknown) => void };
+  private done = false;
+  private error: unknown;
+  private closed = false;
+
+  constructor(private readonly onClose?: () => void) {}
+
+  /** Queued values not yet pulled: a growing number means a slow consumer. */
+  get pending(): number {
+    return this.queue.length;
+  }
+
+  get ended(): boolean {
+    return this.done;
+  }
+
+  push(value: T): void {
+    if (this.done) return;
+    if (this.waiter) {
+      const w = this.waiter;
+      this.waiter = undefined;
+      w.resolve({ value, done: false });
+    } else {
+      this.queue.push(value);
+    }
+  }
+
+  /** Ends the iteration once the queue drains; with `err`, the consumer's next pull rejects. */
+  end(err?: unknown): void {
+    if (this.done) return;
+    this.done = true;
+    this.error = err;
+    if (this.waiter) {
+      const w = this.waiter;
+      this.waiter = undefined;
+      if (err !== undefined) w.reject(err);
+      else w.resolve({ value: undefined, done: true });
+    }
+    this.close();
+  }
+
+  next(): Promise<IteratorResult<T>> {
+    if (this.queue.length > 0) return Promise.resolve({ value: this.queue.shift()!, done: false });
+    if (this.done) {
+      if (this.error !== undefined) {
+        const e = this.error;
+        this.error = undefined;
+        return Promise.reject(e);
+      }
+      return Promise.resolve({ value: undefined, done: true });
+    }
+    return new Promise((resolve, reject) => {
+      this.waiter = { resolve, reject };
+    });
+  }
+
+  return(): Promise<IteratorResult<T>> {
+    this.queue.length = 0;
+    this.end();
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  private close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.onClose?.();
+  }
+}

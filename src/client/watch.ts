@@ -1,0 +1,350 @@
+import type * as grpc from '@grpc/grpc-js';
+import * as pb from '../proto/etcd.js';
+import type { Connection } from './connection.js';
+import { Backoff } from './backoff.js';
+import { ClientClosedError, CompactedError, EtcdError, PermissionDeniedError } from './errors.js';
+import { prefixEnd, toBuffer, type Bytes, type KeyValue } from './kv.js';
+import { QueuedIterator } from './queued-iterator.js';
+
+export interface WatchOptions {
+  /** Watch every key that starts with `key`. */
+  prefix?: boolean;
+  /**
+   * First revision to deliver. Omit to watch from "now": etcd serves such a watch at once, while a
+   * start at or below its current revision waits for a catch-up loop that runs every 100 ms.
+   */
+  startRevision?: bigint;
+  /** Do not deliver PUT events. */
+  noPut?: boolean;
+  /** Do not deliver DELETE events. */
+  noDelete?: boolean;
+  /** Attach each key's previous value to its events. */
+  prevKv?: boolean;
+  /** Cancels the watch; iteration then ends without error. */
+  signal?: AbortSignal;
+}
+
+export interface WatchEvent {
+  type: 'put' | 'delete';
+  kv: KeyValue;
+  prevKv?: KeyValue;
+}
+
+/** The events of one watch response: all events of a revision arrive in the same batch. */
+export interface WatchBatch {
+  /** The store revision when etcd sent this batch. */
+  revision: bigint;
+  events: WatchEvent[];
+}
+
+/**
+ * A watch on the client's shared Watch stream. Iterate it for event batches. It survives stream
+ * drops and endpoint failover by resuming from the revision after the last delivered event, so no
+ * event is lost or repeated; it ends with a CompactedError if that revision was compacted away.
+ */
+export class Watch implements AsyncIterable<WatchBatch> {
+  /**
+   * Resolves with the store revision at which etcd confirmed the watch; events after it are
+   * delivered. Rejects if the watch cannot be created.
+   */
+  readonly created: Promise<bigint>;
+  /** @internal */ id?: bigint;
+  /** @internal next revision to ask for when (re)creating; 0n means "from now". */
+  nextRevision: bigint;
+  private resolveCreated!: (rev: bigint) => void;
+  private rejectCreated!: (err: unknown) => void;
+  private readonly queue: QueuedIterator<WatchBatch>;
+  private readonly onAbort?: () => void;
+  private stopped = false;
+
+  /** @internal */
+  constructor(
+    private readonly hub: WatchHub,
+    readonly key: Buffer,
+    readonly rangeEnd: Buffer | undefined,
+    private readonly options: WatchOptions,
+  ) {
+    this.nextRevision = options.startRevision ?? 0n;
+    this.created = new Promise((resolve, reject) => {
+      this.resolveCreated = resolve;
+      this.rejectCreated = reject;
+    });
+    // A watch nobody awaits must not crash the process with an unhandled rejection.
+    this.created.catch(() => {});
+    this.queue = new QueuedIterator<WatchBatch>(() => this.cancel());
+    const signal = options.signal;
+    if (signal) {
+      this.onAbort = () => this.cancel();
+      signal.addEventListener('abort', this.onAbort, { once: true });
+    }
+  }
+
+  /** True once cancelled or failed. */
+  get ended(): boolean {
+    return this.stopped;
+  }
+
+  /** @internal */
+  createRequest(): pb.WatchRequest {
+    const filters: pb.WatchCreateRequest_FilterType[] = [];
+    if (this.options.noPut) filters.push(pb.WatchCreateRequest_FilterType.NOPUT);
+    if (this.options.noDelete) filters.push(pb.WatchCreateRequest_FilterType.NODELETE);
+    return {
+      createRequest: {
+        key: this.key,
+        rangeEnd: this.rangeEnd,
+        startRevision: this.nextRevision,
+        filters,
+        prevKv: this.options.prevKv ?? false,
+      },
+    };
+  }
+
+  /** @internal */
+  onCreated(revision: bigint): void {
+    if (this.nextRevision === 0n) this.nextRevision = revision + 1n;
+    this.resolveCreated(revision);
+  }
+
+  /** @internal */
+  deliver(revision: bigint, events: pb.Event[]): void {
+    const out: WatchEvent[] = events.map((e) => {
+      const ev: WatchEvent = { type: e.type === pb.Event_EventType.DELETE ? 'delete' : 'put', kv: e.kv as KeyValue };
+      if (e.prevKv) ev.prevKv = e.prevKv as KeyValue;
+      return ev;
+    });
+    if (out.length > 0) this.nextRevision = out[out.length - 1]!.kv.modRevision + 1n;
+    this.queue.push({ revision, events: out });
+  }
+
+  /** @internal ends the watch with an error (compaction, permission). */
+  fail(err: unknown): void {
+    if (this.stopped) return;
+    this.rejectCreated(err);
+    this.finish(err);
+  }
+
+  /** Stops the watch; pending iteration ends without error. Idempotent. */
+  cancel(): void {
+    if (this.stopped) return;
+    this.rejectCreated(new EtcdError('watch cancelled before it was created'));
+    this.finish(undefined);
+    this.hub.cancel(this);
+  }
+
+  private finish(err: unknown): void {
+    this.stopped = true;
+    if (this.onAbort) this.options.signal?.removeEventListener('abort', this.onAbort);
+    this.queue.end(err);
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<WatchBatch> {
+    return this.queue;
+  }
+}
+
+/**
+ * Multiplexes every watch of a client onto one gRPC Watch stream. Create requests are pipelined:
+ * etcd answers them in order, so the n-th "created" response belongs to the n-th pending watch.
+ */
+export class WatchHub {
+  private stream?: grpc.ClientDuplexStream<pb.WatchRequest, pb.WatchResponse>;
+  private peer = 0;
+  private readonly active = new Map<bigint, Watch>();
+  private pending: Watch[] = [];
+  /** Watches waiting for a stream (before it opens, or after it dropped). */
+  private waiting: Watch[] = [];
+  private opening = false;
+  private readonly backoff = new Backoff(50, 1000);
+  private retryTimer?: NodeJS.Timeout;
+  private idleTimer?: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(private readonly conn: Connection) {}
+
+  watch(key: Bytes, options: WatchOptions = {}): Watch {
+    if (this.closed) throw new ClientClosedError();
+    const k = toBuffer(key);
+    const w = new Watch(this, k, options.prefix ? prefixEnd(k) : undefined, options);
+    if (options.signal?.aborted) {
+      w.cancel();
+      return w;
+    }
+    this.waiting.push(w);
+    this.flush();
+    return w;
+  }
+
+  /** Number of watches on the stream or queued for it. */
+  get size(): number {
+    return this.active.size + this.pending.length + this.waiting.length;
+  }
+
+  /** @internal */
+  cancel(w: Watch): void {
+    if (w.id !== undefined && this.active.get(w.id) === w) {
+      this.active.delete(w.id);
+      this.stream?.write({ cancelRequest: { watchId: w.id } });
+    } else {
+      const i = this.waiting.indexOf(w);
+      if (i >= 0) this.waiting.splice(i, 1);
+      // A pending one is cancelled when its "created" answer arrives (it is marked ended).
+    }
+    this.maybeIdle();
+  }
+
+  /** Writes queued create requests, opening the stream first if needed. */
+  private flush(): void {
+    if (this.closed) return;
+    if (this.idleTimer) {
+      clearTimeout(this.idleTimer);
+      this.idleTimer = undefined;
+    }
+    if (!this.stream) {
+      void this.open();
+      return;
+    }
+    const batch = this.waiting;
+    this.waiting = [];
+    for (const w of batch) {
+      if (w.ended) continue;
+      this.pending.push(w);
+      this.stream.write(w.createRequest());
+    }
+  }
+
+  private async open(): Promise<void> {
+    if (this.opening || this.stream || this.retryTimer || this.closed) return;
+    this.opening = true;
+    try {
+      const md = await this.conn.metadata();
+      if (this.closed) return;
+      const { peer, client } = this.conn.active();
+      this.peer = peer;
+      const s = client.makeBidiStreamRequest(
+        pb.WatchService.watch.path,
+        pb.WatchService.watch.requestSerialize,
+        pb.WatchService.watch.responseDeserialize,
+        md,
+        {},
+      );
+      this.stream = s;
+      s.on('data', (r: pb.WatchResponse) => this.onResponse(s, r));
+      s.on('error', (err: Error) => this.onBroken(s, err));
+      s.on('end', () => this.onBroken(s, new Error('watch stream ended')));
+    } catch (err) {
+      this.scheduleReopen(err);
+      return;
+    } finally {
+      this.opening = false;
+    }
+    this.flush();
+  }
+
+  private onResponse(s: grpc.ClientDuplexStream<pb.WatchRequest, pb.WatchResponse>, r: pb.WatchResponse): void {
+    if (s !== this.stream) return;
+    const id = r.watchId ?? 0n;
+    const revision = r.header?.revision ?? 0n;
+    if (r.created) {
+      const w = this.pending.shift();
+      if (!w) return;
+      if (r.canceled || id === -1n) return this.onCreateRefused(w, r);
+      this.backoff.reset();
+      if (w.ended) {
+        s.write({ cancelRequest: { watchId: id } });
+        return;
+      }
+      w.id = id;
+      this.active.set(id, w);
+      w.onCreated(revision);
+      return;
+    }
+    const w = this.active.get(id);
+    if (!w) return;
+    if (r.canceled) {
+      this.active.delete(id);
+      const compact = r.compactRevision ?? 0n;
+      w.fail(compact > 0n ? new CompactedError(compact) : new EtcdError(`etcd cancelled the watch: ${r.cancelReason || 'no reason given'}`));
+      this.maybeIdle();
+      return;
+    }
+    if (r.events && r.events.length > 0) w.deliver(revision, r.events);
+  }
+
+  private onCreateRefused(w: Watch, r: pb.WatchResponse): void {
+    const reason = r.cancelReason ?? '';
+    const compact = r.compactRevision ?? 0n;
+    if (reason.includes('auth token') && this.conn.tokens) {
+      // The stream's token expired (etcd 17623): reopen the stream with a fresh one and retry.
+      this.waiting.unshift(w);
+      this.onBroken(this.stream, new Error(reason), true);
+      return;
+    }
+    if (compact > 0n) w.fail(new CompactedError(compact));
+    else if (reason.includes('permission denied')) w.fail(new PermissionDeniedError(`watch on ${w.key.toString()}: permission denied; grant the user read access`));
+    else w.fail(new EtcdError(`etcd refused the watch on ${w.key.toString()}: ${reason || 'no reason given'}`));
+    this.maybeIdle();
+  }
+
+  /** The stream failed: requeue every watch (they resume from their next revision) and reopen. */
+  private onBroken(s: unknown, err: unknown, tokenExpired = false): void {
+    if (s !== this.stream || !this.stream) return;
+    const old = this.stream;
+    this.stream = undefined;
+    old.removeAllListeners('data');
+    old.on('error', () => {});
+    old.cancel();
+    if (tokenExpired && this.conn.tokens) this.conn.tokens.invalidate();
+    const live = [...this.active.values(), ...this.pending].filter((w) => !w.ended);
+    this.active.clear();
+    this.pending = [];
+    for (const w of live) w.id = undefined;
+    this.waiting = [...live, ...this.waiting];
+    if (this.closed) return;
+    if (!tokenExpired) this.conn.failover(this.peer);
+    if (this.waiting.length === 0) return;
+    this.scheduleReopen(err);
+  }
+
+  private scheduleReopen(_err: unknown): void {
+    if (this.closed || this.retryTimer) return;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      if (this.waiting.length > 0) void this.open();
+    }, this.backoff.next());
+  }
+
+  /** Ends the stream once no watch needs it, so an idle client lets the process exit. */
+  private maybeIdle(): void {
+    if (this.size > 0 || !this.stream || this.idleTimer) return;
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = undefined;
+      if (this.size > 0 || !this.stream) return;
+      const s = this.stream;
+      this.stream = undefined;
+      s.removeAllListeners();
+      s.on('error', () => {});
+      s.cancel();
+    }, 1000);
+    this.idleTimer.unref();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    clearTimeout(this.retryTimer);
+    clearTimeout(this.idleTimer);
+    const all = [...this.active.values(), ...this.pending, ...this.waiting];
+    this.active.clear();
+    this.pending = [];
+    this.waiting = [];
+    const s = this.stream;
+    this.stream = undefined;
+    if (s) {
+      s.removeAllListeners();
+      s.on('error', () => {});
+      s.cancel();
+    }
+    for (const w of all) w.fail(new ClientClosedError());
+  }
+}

@@ -1,0 +1,63 @@
+import { EtcdError } from './client/errors.js';
+
+/** Why a session ended. */
+export type SessionEndReason =
+  /** No renewal succeeded in time: the lease may expire on the server soon, so we stop first. */
+  | 'deadline'
+  /** etcd says the lease no longer exists (expired or revoked). */
+  | 'lease-gone'
+  /** `close()` was called. */
+  | 'closed'
+  /** The session's client was closed. */
+  | 'client-closed';
+
+/**
+ * The session's lease is gone or can no longer be trusted to live: everything held through it
+ * (locks, leadership) must be treated as lost. A session never recovers; create a new one.
+ */
+export class SessionExpiredError extends EtcdError {
+  constructor(
+    readonly reason: SessionEndReason,
+    readonly leaseId: bigint,
+    options?: { cause?: unknown },
+  ) {
+    super(sessionMessage(reason, leaseId), options);
+  }
+}
+
+function sessionMessage(reason: SessionEndReason, leaseId: bigint): string {
+  const id = leaseId.toString(16);
+  switch (reason) {
+    case 'deadline':
+      return `session lost: lease ${id} was not renewed in time and may expire on the server; stop work that needs it and create a new session`;
+    case 'lease-gone':
+      return `session lost: etcd says lease ${id} no longer exists (expired or revoked); create a new session`;
+    case 'closed':
+      return `session closed: lease ${id} was revoked by close()`;
+    case 'client-closed':
+      return `session ended: the client of lease ${id} was closed`;
+  }
+}
+
+/** Ownership of a lock or of leadership ended while the holder may still be working. */
+export class OwnershipLostError extends EtcdError {
+  constructor(
+    message: string,
+    readonly key: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** The lock is no longer held: its session was lost, or its key was deleted or replaced. */
+export class LockLostError extends OwnershipLostError {}
+
+/** Leadership ended: the session was lost, or the leader key was deleted or replaced. */
+export class LeadershipLostError extends OwnershipLostError {}
+
+/** An operation that needs leadership (proclaim) found that this candidate does not lead. */
+export class NotLeaderError extends LeadershipLostError {}
+
+/** The election has no leader (no candidate key under its prefix). */
+export class NoLeaderError extends EtcdError {}

@@ -1,0 +1,31 @@
+// The public surface of etcd-concurrency. Only re-exports live here.
+export { Client, type ClientOptions, type GetOptions, type LeaseTimeToLive, type MemberStatus } from './client/client.js';
+export type { TlsOptions, CallOptions } from './client/connection.js';
+export type { AuthOptions } from './client/auth.js';
+export { Watch, type WatchOptions, type WatchEvent, type WatchBatch } from './client/watch.js';
+export { QueuedIterator } from './client/queued-iterator.js';
+export { compare, op, prefixEnd, type Bytes, type KeyValue, type ResponseHeader, type RangeResult, type TxnResult } from './client/kv.js';
+export {
+  EtcdError,
+  InvalidArgumentError,
+  UnavailableError,
+  WriteOutcomeUnknownError,
+  CompactedError,
+  LeaseNotFoundError,
+  PermissionDeniedError,
+  AuthenticationError,
+  DeadlineExceededError,
+  ClientClosedError,
+} from './client/errors.js';
+export {
+  SessionExpiredError,
+  OwnershipLostError,
+  LockLostError,
+  LeadershipLostError,
+  NotLeaderError,
+  NoLeaderError,
+  type SessionEndReason,
+} from './errors.js';
+export { Session, MAX_TTL, type SessionOptions } from './session.js';
+export { Mutex, LockHandle, withLock, type LockOptions } from './mutex.js';
+export { validateName, participantKey } from './keys.js';

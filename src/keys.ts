@@ -1,0 +1,44 @@
+import { InvalidArgumentError } from './client/errors.js';
+import type { KeyValue } from './client/kv.js';
+
+/** etcd accepts keys up to its request size limit; a name this long is a bug, not a lock name. */
+export const MAX_NAME_BYTES = 4096;
+
+/**
+ * Checks a lock or election name. The name is used exactly as Go's concurrency package and etcdctl
+ * use it, so the same name interoperates: participants are `<name>/<lease id in hex>`.
+ */
+export function validateName(name: unknown, what = 'name'): string {
+  if (typeof name !== 'string') throw new InvalidArgumentError(`${what} must be a string, got ${typeof name}`);
+  if (name.length === 0) throw new InvalidArgumentError(`${what} is empty; give a name such as "locks/orders"`);
+  if (name.endsWith('/')) {
+    throw new InvalidArgumentError(`${what} "${name}" ends with "/"; drop the trailing slash (keys are "<name>/<lease id>")`);
+  }
+  if (name.includes('\0')) throw new InvalidArgumentError(`${what} contains a NUL character`);
+  if (Buffer.byteLength(name) > MAX_NAME_BYTES) {
+    throw new InvalidArgumentError(`${what} is ${Buffer.byteLength(name)} bytes long; keep it under ${MAX_NAME_BYTES} bytes`);
+  }
+  return name;
+}
+
+/** The prefix every participant key of `name` starts with. */
+export function prefixOf(name: string): string {
+  return `${name}/`;
+}
+
+/** `<name>/<lease id in lowercase hex>`: Go's `fmt.Sprintf("%s%x", pfx, leaseID)`. */
+export function participantKey(name: string, leaseId: bigint): string {
+  return `${prefixOf(name)}${leaseId.toString(16)}`;
+}
+
+const HEX = /^[0-9a-f]+$/;
+
+/**
+ * Whether `kv` is a participant of the lock or election whose prefix is `prefix`. Keys of nested
+ * names (`a/b/...` under lock `a`, etcd issue 6278) and keys without a lease (stray data that
+ * would block the queue forever, etcd issue 6631) are not participants and are skipped.
+ */
+export function isParticipant(prefix: Buffer, kv: KeyValue): boolean {
+  if (kv.lease === 0n || kv.key.length <= prefix.length) return false;
+  return HEX.test(kv.key.toString('latin1', prefix.length));
+}

@@ -1,0 +1,132 @@
+import type { Compare } from './client/kv.js';
+import { LockLostError } from './errors.js';
+import { validateName, participantKey } from './keys.js';
+import { Ownership } from './ownership.js';
+import type { Session } from './session.js';
+import { dropTicket, enqueue, findPredecessor, waitForTurn } from './wait.js';
+
+export interface LockOptions {
+  /** Stop waiting (for a timeout: `AbortSignal.timeout(ms)`). Our queued key is then removed. */
+  signal?: AbortSignal;
+}
+
+const lockLost = (key: string) => (message: string, cause?: unknown) =>
+  new LockLostError(message, key, cause === undefined ? undefined : { cause });
+
+/**
+ * A fair distributed lock: waiters are served in the order of their keys' CreateRevision, each
+ * watching only the key just before its own. Interoperates with Go's `concurrency.Mutex` and
+ * `etcdctl lock` on the same name.
+ *
+ * Reentrancy follows Go: the key is per session and name, so two Mutex objects on one session and
+ * one name share a single key. Both "hold" the lock at once, and unlocking either releases it.
+ */
+export class Mutex {
+  readonly name: string;
+  /** This session's key for the lock: `<name>/<lease id in hex>`. */
+  readonly key: string;
+
+  constructor(
+    readonly session: Session,
+    name: string,
+  ) {
+    this.name = validateName(name, 'lock name');
+    this.key = participantKey(this.name, session.leaseId);
+  }
+
+  /**
+   * Waits for the lock. Resolves only once our key is confirmed to be the oldest and still on our
+   * lease. Fails at once with SessionExpiredError if the session is lost while waiting; on abort or
+   * any error our key is deleted, so nothing is left in the queue.
+   */
+  async lock(options: LockOptions = {}): Promise<LockHandle> {
+    this.session.assertAlive();
+    options.signal?.throwIfAborted();
+    const ticket = await enqueue(this.session, this.name, Buffer.alloc(0), options.signal);
+    try {
+      const at = await waitForTurn(this.session, this.name, ticket, lockLost(ticket.key), options.signal);
+      return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, at, lockLost(ticket.key)));
+    } catch (err) {
+      await dropTicket(this.session, ticket);
+      throw err;
+    }
+  }
+
+  /** Takes the lock if it is free right now; otherwise returns null and leaves no key behind. */
+  async tryLock(): Promise<LockHandle | null> {
+    this.session.assertAlive();
+    const ticket = await enqueue(this.session, this.name, Buffer.alloc(0));
+    let { pred, readAt } = ticket;
+    // Keys of nested names or stray data can hide the answer from the one-Txn read: look properly.
+    if (pred === undefined) ({ pred, readAt } = await findPredecessor(this.session, this.name, ticket, lockLost(ticket.key)));
+    if (pred === null) return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, readAt, lockLost(ticket.key)));
+    if (ticket.created) await dropTicket(this.session, ticket);
+    return null;
+  }
+}
+
+/**
+ * Proof of holding a lock, with what a careful holder needs: the fencing token to hand to protected
+ * resources, a signal that fires when the lock is lost, and a guarded unlock.
+ */
+export class LockHandle implements AsyncDisposable {
+  /** @internal */
+  constructor(private readonly own: Ownership) {}
+
+  /** Our key, `<name>/<lease id in hex>`. */
+  get key(): string {
+    return this.own.key;
+  }
+
+  /**
+   * The key's CreateRevision: every later holder of this lock gets a larger one. Pass it to the
+   * resource you protect and have it reject writes with a token lower than the highest it has seen.
+   */
+  get fencingToken(): bigint {
+    return this.own.fencingToken;
+  }
+
+  /** The session the lock lives on. */
+  get session(): Session {
+    return this.own.session;
+  }
+
+  /** Aborts with a LockLostError when the lock is lost: session lost, or our key deleted or replaced. */
+  get signal(): AbortSignal {
+    return this.own.signal;
+  }
+
+  /** Throws LockLostError unless the lock is still held, checking the session's deadline against the clock now. */
+  assertHeld(): void {
+    this.own.assert();
+  }
+
+  /** A Txn compare that succeeds only while we hold the lock: make your own etcd writes conditional on it. */
+  ownerCompare(): Compare {
+    return this.own.ownerCompare();
+  }
+
+  /** Releases the lock. Idempotent, and guarded on our CreateRevision so it never deletes a later holder's key. */
+  unlock(): Promise<void> {
+    return this.own.release();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.unlock();
+  }
+}
+
+/** Runs `fn` while holding the lock `name`, and always unlocks afterwards. */
+export async function withLock<T>(
+  session: Session,
+  name: string,
+  fn: (lock: LockHandle) => Promise<T> | T,
+  options: LockOptions = {},
+): Promise<T> {
+  const handle = await new Mutex(session, name).lock(options);
+  try {
+    return await fn(handle);
+  } finally {
+    await handle.unlock();
+  }
+}

@@ -1,0 +1,232 @@
+import { randomBytes } from 'node:crypto';
+import type { Client } from './client/client.js';
+import { InvalidArgumentError, LeaseNotFoundError } from './client/errors.js';
+import type { KeepAliveListener } from './client/lease.js';
+import { SessionExpiredError, type SessionEndReason } from './errors.js';
+
+/** etcd's upper bound on a lease TTL, in seconds. */
+export const MAX_TTL = 9_000_000_000;
+
+export interface SessionOptions {
+  /** Lease TTL in seconds (whole number, 1 to 9e9). Default 30: long enough to ride out a leader election. */
+  ttl?: number;
+  /** Adopt this existing lease instead of granting a new one. */
+  leaseId?: bigint;
+  /** Cancels creation (not the session once created). */
+  signal?: AbortSignal;
+  /**
+   * How long before the proven lease deadline the session declares itself lost, so that work can
+   * stop before the server could expire the lease. Default: a sixth of the TTL, at most 5 s.
+   */
+  safetyMarginMs?: number;
+}
+
+/**
+ * A lease kept alive on the client's shared keepalive stream, and the holder's view of whether it
+ * still lives. Keys attached to it vanish when the process stops renewing: locks free themselves.
+ *
+ * The deadline is conservative: a renewal sent at monotonic time t and answered with TTL proves the
+ * lease lives until at least t + TTL on the server, whatever the answer's delay. `signal` aborts a
+ * safety margin before that, so a paused or partitioned holder learns of the loss before anyone else
+ * can take over.
+ */
+export class Session implements AsyncDisposable, KeepAliveListener {
+  /** The lease id (int64; above 2^53, so a bigint). */
+  readonly leaseId: bigint;
+  /** Aborts with a SessionExpiredError when the session is lost or closed. */
+  readonly signal: AbortSignal;
+  /** Settles (resolves with the reason) when the session is lost or closed. Never rejects. */
+  readonly done: Promise<SessionExpiredError>;
+  private grantedTtl: number;
+  private readonly margin?: number;
+  private readonly controller = new AbortController();
+  private resolveDone!: (e: SessionExpiredError) => void;
+  /** Monotonic time until which the lease is proven alive on the server. */
+  private provenUntil: number;
+  private renewTimer?: NodeJS.Timeout;
+  private expiryTimer?: NodeJS.Timeout;
+  private awaiting = false;
+  private renewing = true;
+  private closing?: Promise<void>;
+
+  private constructor(
+    readonly client: Client,
+    leaseId: bigint,
+    ttl: number,
+    provenUntil: number,
+    safetyMarginMs: number | undefined,
+  ) {
+    this.leaseId = leaseId;
+    this.grantedTtl = ttl;
+    this.provenUntil = provenUntil;
+    if (safetyMarginMs !== undefined) this.margin = safetyMarginMs;
+    this.signal = this.controller.signal;
+    this.done = new Promise((resolve) => (this.resolveDone = resolve));
+    client.keepAlives.register(leaseId, this);
+    this.armExpiry();
+    this.scheduleRenewal(this.renewIntervalMs());
+  }
+
+  /** Grants (or adopts) a lease and starts renewing it every TTL/3. */
+  static async create(client: Client, options: SessionOptions = {}): Promise<Session> {
+    const ttl = options.ttl ?? 30;
+    if (!Number.isInteger(ttl) || ttl < 1 || ttl > MAX_TTL) {
+      throw new InvalidArgumentError(`ttl must be a whole number of seconds from 1 to ${MAX_TTL}, got ${ttl}; 30 is a good default`);
+    }
+    const margin = options.safetyMarginMs;
+    if (margin !== undefined && (!Number.isFinite(margin) || margin < 0 || margin >= ttl * 1000)) {
+      throw new InvalidArgumentError(`safetyMarginMs must be from 0 to below the TTL (${ttl * 1000} ms), got ${margin}`);
+    }
+    const signal = options.signal;
+    const sentAt = performance.now();
+    if (options.leaseId !== undefined) {
+      const t = await client.leaseTimeToLive(options.leaseId, { signal });
+      if (t.ttl <= 0) throw new LeaseNotFoundError(`lease ${options.leaseId.toString(16)} does not exist (expired or revoked)`);
+      return new Session(client, options.leaseId, t.grantedTtl, sentAt + t.ttl * 1000, margin);
+    }
+    // We pick the id ourselves, so a grant whose answer was lost can be retried without leaking a lease.
+    const id = randomLeaseId();
+    const granted = await client.leaseGrant(ttl, { id, signal });
+    if (signal?.aborted) {
+      await client.leaseRevoke(granted.id).catch(() => {});
+      throw signal.reason;
+    }
+    return new Session(client, granted.id, granted.ttl, sentAt + granted.ttl * 1000, margin);
+  }
+
+  /** The TTL the server granted, in seconds. */
+  get ttl(): number {
+    return this.grantedTtl;
+  }
+
+  /** Milliseconds before this session declares itself lost if no renewal succeeds meanwhile. */
+  remainingMs(): number {
+    if (this.signal.aborted) return 0;
+    return Math.max(0, this.lossAt() - performance.now());
+  }
+
+  /**
+   * Throws the SessionExpiredError if the session is lost, checking the clock itself: a process that
+   * just woke from a long pause learns the truth before any timer had a chance to run.
+   */
+  assertAlive(): void {
+    if (!this.signal.aborted && performance.now() >= this.lossAt()) this.end('deadline');
+    if (this.signal.aborted) throw this.signal.reason;
+  }
+
+  /** Revokes the lease (deleting its keys) and ends the session. Idempotent. */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      const wasAlive = !this.signal.aborted;
+      this.end('closed');
+      if (wasAlive && !this.client.closed) await this.client.leaseRevoke(this.leaseId);
+    })();
+    return this.closing;
+  }
+
+  /**
+   * Stops renewing without revoking: the lease, and every key on it, lives on until its TTL runs out
+   * (a process handing its lease to another). The signal still fires at the local deadline.
+   */
+  orphan(): void {
+    this.stopRenewing();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  /** @internal KeepAliveListener */
+  onRenewed(ttl: bigint, sentAt: number): void {
+    if (this.signal.aborted || !this.renewing) return;
+    if (ttl <= 0n) return this.end('lease-gone');
+    this.awaiting = false;
+    this.grantedTtl = Number(ttl);
+    const until = sentAt + this.grantedTtl * 1000;
+    if (until > this.provenUntil) {
+      this.provenUntil = until;
+      this.armExpiry();
+    }
+    this.scheduleRenewal(Math.max(0, sentAt + this.renewIntervalMs() - performance.now()));
+  }
+
+  /** @internal KeepAliveListener */
+  onClosed(): void {
+    this.end('client-closed');
+  }
+
+  private marginMs(): number {
+    return this.margin ?? Math.min(5000, (this.grantedTtl * 1000) / 6);
+  }
+
+  private lossAt(): number {
+    return this.provenUntil - this.marginMs();
+  }
+
+  private renewIntervalMs(): number {
+    return (this.grantedTtl * 1000) / 3;
+  }
+
+  /** How long to wait for a renewal's answer before trying another endpoint. */
+  private retryMs(): number {
+    return Math.max(250, Math.min(2000, (this.grantedTtl * 1000) / 10));
+  }
+
+  private scheduleRenewal(ms: number): void {
+    clearTimeout(this.renewTimer);
+    this.renewTimer = setTimeout(() => this.renew(), Math.min(ms, 2 ** 31 - 1));
+  }
+
+  private renew(): void {
+    if (this.signal.aborted || !this.renewing) return;
+    const generation = this.client.keepAlives.renew(this.leaseId);
+    this.awaiting = true;
+    clearTimeout(this.renewTimer);
+    this.renewTimer = setTimeout(() => {
+      if (!this.awaiting) return;
+      // No answer in time: the stream may be stuck on a paused or cut-off member.
+      this.client.keepAlives.stalled(generation);
+      this.renew();
+    }, this.retryMs());
+  }
+
+  private armExpiry(): void {
+    clearTimeout(this.expiryTimer);
+    const ms = this.lossAt() - performance.now();
+    if (ms <= 0) return this.end('deadline');
+    this.expiryTimer = setTimeout(() => this.assertAliveQuietly(), Math.min(ms, 2 ** 31 - 1));
+    // The keepalive stream keeps a live session's process running; this timer alone should not.
+    this.expiryTimer.unref();
+  }
+
+  private assertAliveQuietly(): void {
+    if (this.signal.aborted) return;
+    if (performance.now() >= this.lossAt()) this.end('deadline');
+    else this.armExpiry();
+  }
+
+  private stopRenewing(): void {
+    if (!this.renewing) return;
+    this.renewing = false;
+    this.awaiting = false;
+    clearTimeout(this.renewTimer);
+    this.renewTimer = undefined;
+    this.client.keepAlives.unregister(this.leaseId);
+  }
+
+  private end(reason: SessionEndReason, cause?: unknown): void {
+    if (this.signal.aborted) return;
+    this.stopRenewing();
+    clearTimeout(this.expiryTimer);
+    this.expiryTimer = undefined;
+    const err = new SessionExpiredError(reason, this.leaseId, cause === undefined ? undefined : { cause });
+    this.controller.abort(err);
+    this.resolveDone(err);
+  }
+}
+
+/** A random positive int64: etcd accepts client-chosen lease ids, which makes Grant retry-safe. */
+function randomLeaseId(): bigint {
+  const id = randomBytes(8).readBigUInt64BE() & 0x7fff_ffff_ffff_ffffn;
+  return id === 0n ? 1n : id;
+}

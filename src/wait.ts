@@ -1,0 +1,173 @@
+import { CompactedError } from './client/errors.js';
+import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type KeyValue } from './client/kv.js';
+import type { OwnershipLostError } from './errors.js';
+import { isParticipant, participantKey, prefixOf } from './keys.js';
+import type { Session } from './session.js';
+
+/** Our place in a lock's or election's queue: our key and its CreateRevision (the ticket). */
+export interface Ticket {
+  key: string;
+  /** CreateRevision of our key: the queue ticket and, once we lead, the fencing token. */
+  rev: bigint;
+  /** False when the key already existed (same session, same name): we joined it, keeping its place. */
+  created: boolean;
+  /** The key's value before this call (for election's "update the value if it differs"). */
+  value: Buffer;
+  /** The store revision at which this ticket was read. */
+  readAt: bigint;
+  /** Our predecessor: null when we are first, undefined when it must be looked up. */
+  pred: KeyValue | null | undefined;
+}
+
+/** Raised when our own key vanished (or changed lease) while we queued. */
+export type LostErrorFactory = (message: string, cause?: unknown) => OwnershipLostError;
+
+/**
+ * Takes a ticket in one Txn: create our key if absent, and in the same round trip read the owner
+ * and the key just before ours. An uncontended caller learns it is first without a second request.
+ */
+export async function enqueue(session: Session, name: string, value: Buffer, signal?: AbortSignal): Promise<Ticket> {
+  const key = participantKey(name, session.leaseId);
+  const prefix = Buffer.from(prefixOf(name));
+  const end = prefixEnd(prefix);
+  const oldest = op.range({ key: prefix, rangeEnd: end, sortOrder: SortOrder.ASCEND, sortTarget: SortTarget.CREATE, limit: 1n });
+  const t = await session.client.txn(
+    {
+      compare: [compare.createRevision(key, '=', 0n)],
+      success: [
+        op.put(key, value, session.leaseId),
+        oldest,
+        op.range({ key: prefix, rangeEnd: end, sortOrder: SortOrder.DESCEND, sortTarget: SortTarget.CREATE, limit: 2n }),
+      ],
+      failure: [op.get(key), oldest],
+    },
+    // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second key.
+    { idempotent: true, signal },
+  );
+  const first = txnRange(t, 1).kvs[0];
+  if (t.succeeded) {
+    const rev = t.header.revision;
+    if (first && first.key.toString() === key) return { key, rev, created: true, value: Buffer.alloc(0), readAt: rev, pred: null };
+    const before = txnRange(t, 2).kvs[1];
+    const pred = before && isParticipant(prefix, before) ? before : undefined;
+    return { key, rev, created: true, value: Buffer.alloc(0), readAt: rev, pred };
+  }
+  const mine = txnRange(t, 0).kvs[0]!;
+  const pred = first && first.key.toString() === key ? null : undefined;
+  return { key, rev: mine.createRevision, created: false, value: mine.value, readAt: t.header.revision, pred };
+}
+
+/**
+ * Waits until `ticket` is the oldest participant, watching only the DELETE of the key just before
+ * it, so one release wakes one waiter. Returns the revision at which our key was last confirmed to
+ * exist on our lease with no predecessor: success means "first now", not "was first once".
+ *
+ * etcd serves a watch whose start revision is at or below its current revision only from a loop
+ * that runs every 100 ms. So the predecessor's watch starts from "now", and once etcd confirms it
+ * we read again: a delete that slipped in before the watch is seen by that read.
+ */
+export async function waitForTurn(
+  session: Session,
+  name: string,
+  ticket: Ticket,
+  lostError: LostErrorFactory,
+  signal?: AbortSignal,
+): Promise<bigint> {
+  const client = session.client;
+  const look = (s: AbortSignal): Promise<Lookup> => findPredecessor(session, name, ticket, lostError, s);
+  // One signal for "stop waiting": the caller's, or the session's loss (fail at once, not after the queue).
+  const stop = new AbortController();
+  const onAbort = (): void => stop.abort(signal?.aborted ? signal.reason : session.signal.reason);
+  if (signal?.aborted || session.signal.aborted) onAbort();
+  signal?.addEventListener('abort', onAbort, { once: true });
+  session.signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    let pred = ticket.pred;
+    let readAt = ticket.readAt;
+    for (;;) {
+      if (pred === undefined) ({ pred, readAt } = await look(stop.signal));
+      if (pred === null) return readAt;
+      const w = client.watch(pred.key, { noPut: true, signal: stop.signal });
+      try {
+        await w.created;
+        const now = await look(stop.signal);
+        if (!now.pred || !now.pred.key.equals(pred.key) || now.pred.createRevision !== pred.createRevision) {
+          ({ pred, readAt } = now);
+          continue;
+        }
+        for await (const batch of w) if (batch.events.length > 0) break;
+        pred = undefined;
+      } catch (err) {
+        if (!(err instanceof CompactedError)) throw err;
+        pred = undefined;
+      } finally {
+        w.cancel();
+      }
+      stop.signal.throwIfAborted();
+    }
+  } catch (err) {
+    throw stop.signal.aborted ? stop.signal.reason : err;
+  } finally {
+    signal?.removeEventListener('abort', onAbort);
+    session.signal.removeEventListener('abort', onAbort);
+  }
+}
+
+export interface Lookup {
+  pred: KeyValue | null;
+  readAt: bigint;
+}
+
+/** One Txn: our key still exists on our lease, and which participant is just before it. */
+export async function findPredecessor(
+  session: Session,
+  name: string,
+  ticket: Ticket,
+  lostError: LostErrorFactory,
+  signal?: AbortSignal,
+): Promise<Lookup> {
+  const client = session.client;
+  const prefix = Buffer.from(prefixOf(name));
+  const end = prefixEnd(prefix);
+  const before = (maxCreate: bigint, limit: bigint) => ({
+    key: prefix,
+    rangeEnd: end,
+    sortOrder: SortOrder.DESCEND,
+    sortTarget: SortTarget.CREATE,
+    maxCreateRevision: maxCreate,
+    limit,
+  });
+  const t = await client.txn(
+    {
+      compare: [compare.createRevision(ticket.key, '=', ticket.rev), compare.lease(ticket.key, '=', session.leaseId)],
+      success: [op.range(before(ticket.rev - 1n, 8n))],
+      failure: [],
+    },
+    { idempotent: true, signal },
+  );
+  if (!t.succeeded) {
+    session.assertAlive();
+    throw lostError(`${ticket.key} was deleted or moved to another lease while waiting`);
+  }
+  let page = txnRange(t, 0);
+  for (;;) {
+    const found = page.kvs.find((kv) => isParticipant(prefix, kv));
+    if (found) return { pred: found, readAt: t.header.revision };
+    const last = page.kvs[page.kvs.length - 1];
+    if (!page.more || !last) return { pred: null, readAt: t.header.revision };
+    // Only keys of nested names or stray data so far: look further back.
+    page = await client.range(before(last.createRevision - 1n, 64n), { signal });
+  }
+}
+
+/** Deletes our key if it is still the incarnation we created; errors are reported, not thrown. */
+export async function dropTicket(session: Session, ticket: Ticket): Promise<void> {
+  await session.client
+    .txn(
+      { compare: [compare.createRevision(ticket.key, '=', ticket.rev)], success: [op.delete(ticket.key)], failure: [] },
+      { idempotent: true, timeoutMs: 5000 },
+    )
+    .catch(() => {
+      // Unreachable cluster: the key goes when the lease expires.
+    });
+}
