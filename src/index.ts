@@ -29,3 +29,14 @@ export {
 export { Session, MAX_TTL, type SessionOptions } from './session.js';
 export { Mutex, LockHandle, withLock, type LockOptions } from './mutex.js';
 export { validateName, participantKey } from './keys.js';
+export {
+  Election,
+  LeaderHandle,
+  currentLeader,
+  observeLeader,
+  runAsLeader,
+  type LeaderInfo,
+  type LeaderEvent,
+  type RunAsLeaderOptions,
+} from './election.js';
+export { listParticipants, oldestParticipant } from './wait.js';

@@ -14,7 +14,8 @@ import type { OwnershipLostError } from './errors.js';
 export class Ownership {
   private controller?: AbortController;
   private watch?: Watch;
-  private lost?: OwnershipLostError;
+  /** Why ownership ended, once it has. */
+  private lost?: { reason: unknown };
   private released = false;
   private readonly onSessionLost = (): void => this.lose(this.session.signal.reason, 'its session was lost');
 
@@ -36,7 +37,7 @@ export class Ownership {
   get signal(): AbortSignal {
     if (!this.controller) {
       this.controller = new AbortController();
-      if (this.lost) this.controller.abort(this.lost);
+      if (this.lost) this.controller.abort(this.lost.reason);
       else if (!this.released) this.startWatching();
     }
     return this.controller.signal;
@@ -44,14 +45,15 @@ export class Ownership {
 
   /** Throws unless ownership still holds, checking the session's deadline against the clock now. */
   assert(): void {
-    if (this.lost) throw this.lost;
-    if (this.released) throw this.makeLostError(`${this.key} was released`);
-    try {
-      this.session.assertAlive();
-    } catch (err) {
-      this.lose(err, 'its session was lost');
-      throw this.lost;
+    if (!this.lost && !this.released) {
+      try {
+        this.session.assertAlive();
+      } catch (err) {
+        this.lose(err, 'its session was lost');
+      }
     }
+    if (this.lost) throw this.lost.reason;
+    if (this.released) throw this.makeLostError(`${this.key} was released`);
   }
 
   /** A Txn compare that holds only while this owner's key is the one it created. */
@@ -68,6 +70,14 @@ export class Ownership {
     );
     this.released = true;
     this.stopWatching();
+  }
+
+  /** Ends ownership locally with `reason` (the key is left to `release()`). */
+  revoke(reason: unknown): void {
+    if (this.lost || this.released) return;
+    this.lost = { reason };
+    this.stopWatching();
+    this.controller?.abort(reason);
   }
 
   get isReleased(): boolean {
@@ -108,9 +118,7 @@ export class Ownership {
 
   private lose(cause: unknown, why: string): void {
     if (this.lost || this.released) return;
-    this.lost = this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${why}`, cause);
-    this.stopWatching();
-    this.controller?.abort(this.lost);
+    this.revoke(this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${why}`, cause));
   }
 
   private stopWatching(): void {

@@ -1,0 +1,341 @@
+import type { Client } from './client/client.js';
+import { CompactedError } from './client/errors.js';
+import { compare, op, toBuffer, type Bytes, type Compare, type KeyValue } from './client/kv.js';
+import { QueuedIterator } from './client/queued-iterator.js';
+import { LeadershipLostError, NotLeaderError } from './errors.js';
+import { participantKey, validateName } from './keys.js';
+import { Ownership } from './ownership.js';
+import { Session } from './session.js';
+import { dropTicket, enqueue, oldestParticipant, waitForTurn } from './wait.js';
+
+/** Who leads an election. */
+export interface LeaderInfo {
+  /** The leader's key, `<name>/<lease id in hex>`. */
+  key: string;
+  /** The proclaimed value, as UTF-8 text. */
+  value: string;
+  /** The proclaimed value as bytes. */
+  valueBytes: Buffer;
+  /** The key's CreateRevision: the leadership term, strictly increasing across leaders. */
+  fencingToken: bigint;
+  leaseId: bigint;
+}
+
+/** A change seen by `observe()`: a leader (new, or a new value), or no leader at all. */
+export type LeaderEvent =
+  | { type: 'leader'; leader: LeaderInfo; revision: bigint }
+  | { type: 'none'; revision: bigint };
+
+const leadershipLost = (key: string) => (message: string, cause?: unknown) =>
+  new LeadershipLostError(message, key, cause === undefined ? undefined : { cause });
+
+function leaderInfo(kv: KeyValue): LeaderInfo {
+  return {
+    key: kv.key.toString(),
+    value: kv.value.toString('utf8'),
+    valueBytes: kv.value,
+    fencingToken: kv.createRevision,
+    leaseId: kv.lease,
+  };
+}
+
+/**
+ * Leader election on etcd: candidates queue by CreateRevision and the oldest leads. Interoperates
+ * with Go's `concurrency.Election` and `etcdctl elect` on the same name.
+ */
+export class Election {
+  readonly name: string;
+  /** This session's candidate key, `<name>/<lease id in hex>`. */
+  readonly key: string;
+
+  constructor(
+    readonly session: Session,
+    name: string,
+  ) {
+    this.name = validateName(name, 'election name');
+    this.key = participantKey(this.name, session.leaseId);
+  }
+
+  /**
+   * Becomes a candidate with `value` and resolves once this candidate leads, confirmed against our
+   * key on our lease. If this session is already a candidate it keeps its place and updates its
+   * value. On abort or any error our key is deleted (Go leaves it behind: etcd issue 21128).
+   */
+  async campaign(value: Bytes, options: { signal?: AbortSignal } = {}): Promise<LeaderHandle> {
+    this.session.assertAlive();
+    options.signal?.throwIfAborted();
+    const bytes = toBuffer(value);
+    const ticket = await enqueue(this.session, this.name, bytes, options.signal);
+    const lost = leadershipLost(ticket.key);
+    try {
+      if (!ticket.created && !ticket.value.equals(bytes)) {
+        const t = await this.session.client.txn(
+          {
+            compare: [compare.createRevision(ticket.key, '=', ticket.rev)],
+            success: [op.put(ticket.key, bytes, this.session.leaseId)],
+            failure: [],
+          },
+          { idempotent: true, signal: options.signal },
+        );
+        if (!t.succeeded) throw lost(`${ticket.key} vanished while updating its value`);
+      }
+      const at = await waitForTurn(this.session, this.name, ticket, lost, options.signal);
+      return new LeaderHandle(new Ownership(this.session, ticket.key, ticket.rev, at, lost), bytes);
+    } catch (err) {
+      await dropTicket(this.session, ticket);
+      throw err;
+    }
+  }
+
+  /** The current leader, or undefined when there is none. */
+  leader(options: { signal?: AbortSignal } = {}): Promise<LeaderInfo | undefined> {
+    return currentLeader(this.session.client, this.name, options);
+  }
+
+  /** Leadership changes as they happen; see {@link observeLeader}. */
+  observe(options: { signal?: AbortSignal } = {}): AsyncIterableIterator<LeaderEvent> {
+    return observeLeader(this.session.client, this.name, options);
+  }
+}
+
+/** The current leader of election `name`, or undefined. Needs no session. */
+export async function currentLeader(
+  client: Client,
+  name: string,
+  options: { signal?: AbortSignal } = {},
+): Promise<LeaderInfo | undefined> {
+  const { owner } = await oldestParticipant(client, validateName(name, 'election name'), options);
+  return owner && leaderInfo(owner);
+}
+
+/**
+ * Leadership changes of election `name`: the current leader (or "none") first, then every new
+ * leader, every proclaimed value, and "none" when the leader goes with no successor. Each event is
+ * computed from a read at the revision of the change, so a candidate that never led is never
+ * reported (etcd issue 18163). Survives stream drops and compaction; ends only when `signal` aborts.
+ */
+export function observeLeader(
+  client: Client,
+  name: string,
+  options: { signal?: AbortSignal } = {},
+): AsyncIterableIterator<LeaderEvent> {
+  validateName(name, 'election name');
+  const stop = new AbortController();
+  const onAbort = (): void => stop.abort();
+  const out = new QueuedIterator<LeaderEvent>(() => {
+    options.signal?.removeEventListener('abort', onAbort);
+    stop.abort();
+  });
+  if (options.signal?.aborted) {
+    out.end();
+    return out;
+  }
+  options.signal?.addEventListener('abort', onAbort, { once: true });
+  void runObserver(client, name, stop.signal, out).then(
+    () => out.end(),
+    (err: unknown) => out.end(stop.signal.aborted ? undefined : err),
+  );
+  return out;
+}
+
+async function runObserver(client: Client, name: string, signal: AbortSignal, out: QueuedIterator<LeaderEvent>): Promise<void> {
+  // The leader key as last reported; null until the first report.
+  const seen: { last: KeyValue | undefined | null } = { last: null };
+  const emit = (kv: KeyValue | undefined, revision: bigint): void => {
+    const last = seen.last;
+    if (last !== null) {
+      if (!kv && !last) return;
+      if (kv && last && kv.key.equals(last.key) && kv.createRevision === last.createRevision && kv.modRevision === last.modRevision) return;
+    }
+    seen.last = kv;
+    out.push(kv ? { type: 'leader', leader: leaderInfo(kv), revision } : { type: 'none', revision });
+  };
+  const readAt = async (revision?: bigint): Promise<bigint> => {
+    try {
+      const r = await oldestParticipant(client, name, { revision, signal });
+      emit(r.owner, r.revision);
+      return r.revision;
+    } catch (err) {
+      if (!(err instanceof CompactedError) || revision === undefined) throw err;
+      const r = await oldestParticipant(client, name, { signal });
+      emit(r.owner, r.revision);
+      return r.revision;
+    }
+  };
+  let start = (await readAt()) + 1n;
+  while (!signal.aborted) {
+    const w = client.watch(`${name}/`, { prefix: true, startRevision: start, signal });
+    try {
+      for await (const batch of w) {
+        for (const e of batch.events) {
+          const cur = seen.last;
+          if (cur && e.kv.key.equals(cur.key)) {
+            if (e.type === 'put' && e.kv.createRevision === cur.createRevision) emit(e.kv, e.kv.modRevision);
+            else await readAt(e.kv.modRevision);
+          } else if (!cur && e.type === 'put') {
+            await readAt(e.kv.modRevision);
+          }
+        }
+      }
+      return; // signal aborted
+    } catch (err) {
+      if (!(err instanceof CompactedError)) throw err;
+      start = (await readAt()) + 1n;
+    } finally {
+      w.cancel();
+    }
+  }
+}
+
+/** Proof of leadership: the term's fencing token, a loss signal, proclaim and a guarded resign. */
+export class LeaderHandle implements AsyncDisposable {
+  private current: Buffer;
+
+  /** @internal */
+  constructor(
+    private readonly own: Ownership,
+    value: Buffer,
+  ) {
+    this.current = value;
+  }
+
+  get key(): string {
+    return this.own.key;
+  }
+
+  /** The value last proclaimed, as UTF-8 text. */
+  get value(): string {
+    return this.current.toString('utf8');
+  }
+
+  get valueBytes(): Buffer {
+    return this.current;
+  }
+
+  /** The leader key's CreateRevision: the term number, larger for every later leader. */
+  get fencingToken(): bigint {
+    return this.own.fencingToken;
+  }
+
+  get session(): Session {
+    return this.own.session;
+  }
+
+  /** Aborts with a LeadershipLostError when leadership ends: session lost, or our key deleted or replaced. */
+  get signal(): AbortSignal {
+    return this.own.signal;
+  }
+
+  /** Throws LeadershipLostError unless still leading, checking the session's deadline against the clock now. */
+  assertLeader(): void {
+    this.own.assert();
+  }
+
+  /** A Txn compare that succeeds only while this term lasts. */
+  ownerCompare(): Compare {
+    return this.own.ownerCompare();
+  }
+
+  /** Publishes a new value, only while leading; otherwise throws NotLeaderError and the handle is dead. */
+  async proclaim(value: Bytes): Promise<void> {
+    this.own.assert();
+    const bytes = toBuffer(value);
+    const t = await this.own.session.client.txn(
+      { compare: [this.own.ownerCompare()], success: [op.put(this.key, bytes, this.own.session.leaseId)], failure: [] },
+      { idempotent: true },
+    );
+    if (!t.succeeded) {
+      const err = new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key);
+      this.own.revoke(err);
+      throw err;
+    }
+    this.current = bytes;
+  }
+
+  /** Steps down so the next candidate leads at once. Idempotent and safe to retry after a failed call. */
+  resign(): Promise<void> {
+    return this.own.release();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.resign();
+  }
+
+  /** @internal Ends the term locally (runAsLeader's shutdown): the signal aborts with `reason`. */
+  revoke(reason: unknown): void {
+    this.own.revoke(reason);
+  }
+}
+
+export interface RunAsLeaderOptions {
+  /** The value to campaign with (and proclaim). */
+  value: Bytes;
+  /** Shutdown: stops the task, then resigns so a successor takes over at once. */
+  signal?: AbortSignal;
+  /** Run the task for one term only; do not campaign again after losing leadership. */
+  once?: boolean;
+  /** Lease TTL when given a Client (a new session per term after a loss). Default 30. */
+  ttl?: number;
+  /** Told when this instance starts and stops leading. */
+  onLeaderChange?: (leading: boolean, leader: LeaderHandle) => void;
+}
+
+/**
+ * Runs `task` only while leading election `name`. The task gets the LeaderHandle: it must stop when
+ * `leader.signal` aborts, which happens before the lease can expire on the server, so a task that
+ * outlives its term (a pause, a partition) is told to stop before anyone else can lead.
+ * When leadership is lost the task's settling is awaited and, unless `once`, we campaign again.
+ * Resolves with the task's result (after resigning), or undefined when `signal` stopped it.
+ * With a Session, a lost session ends the loop with SessionExpiredError; with a Client, a fresh
+ * session is created for the next term.
+ */
+export async function runAsLeader<T>(
+  target: Session | Client,
+  name: string,
+  options: RunAsLeaderOptions,
+  task: (leader: LeaderHandle) => Promise<T> | T,
+): Promise<T | undefined> {
+  const owned = !(target instanceof Session);
+  let session: Session | undefined = owned ? undefined : target;
+  const shutdown = options.signal;
+  try {
+    for (;;) {
+      if (shutdown?.aborted) return undefined;
+      if (!session || (owned && session.signal.aborted)) {
+        session = await Session.create(target as Client, { ttl: options.ttl ?? 30, signal: shutdown });
+      }
+      let leader: LeaderHandle;
+      try {
+        leader = await new Election(session, name).campaign(options.value, { signal: shutdown });
+      } catch (err) {
+        if (shutdown?.aborted) return undefined;
+        if (owned && session.signal.aborted) continue;
+        throw err;
+      }
+      const onShutdown = (): void => leader.revoke(shutdown!.reason);
+      shutdown?.addEventListener('abort', onShutdown, { once: true });
+      options.onLeaderChange?.(true, leader);
+      let result: { value: T } | { error: unknown };
+      try {
+        result = { value: await task(leader) };
+      } catch (error) {
+        result = { error };
+      } finally {
+        shutdown?.removeEventListener('abort', onShutdown);
+        options.onLeaderChange?.(false, leader);
+      }
+      const lostTerm = leader.signal.aborted && !shutdown?.aborted;
+      // Stop leading only after the task settled, so no two tasks ever overlap by our doing.
+      await leader.resign().catch(() => {});
+      if (shutdown?.aborted) return undefined;
+      if (lostTerm && !options.once) {
+        if (!owned) session.assertAlive();
+        continue;
+      }
+      if ('error' in result) throw result.error;
+      return lostTerm ? undefined : result.value;
+    }
+  } finally {
+    if (owned) await session?.close().catch(() => {});
+  }
+}
