@@ -31,29 +31,30 @@ export async function enqueue(session: Session, name: string, value: Buffer, sig
   const key = participantKey(name, session.leaseId);
   const prefix = Buffer.from(prefixOf(name));
   const end = prefixEnd(prefix);
-  const oldest = op.range({ key: prefix, rangeEnd: end, sortOrder: SortOrder.ASCEND, sortTarget: SortTarget.CREATE, limit: 1n });
+  // etcd reads every key of the range from disk for a sorted or revision-filtered Range, but a
+  // count comes from its in-memory index: "am I alone?" is cheap, "who is before me?" is not.
+  const sorted = (order: SortOrder, limit: bigint) =>
+    op.range({ key: prefix, rangeEnd: end, sortOrder: order, sortTarget: SortTarget.CREATE, limit, keysOnly: true });
   const t = await session.client.txn(
     {
       compare: [compare.createRevision(key, '=', 0n)],
-      success: [
-        op.put(key, value, session.leaseId),
-        oldest,
-        op.range({ key: prefix, rangeEnd: end, sortOrder: SortOrder.DESCEND, sortTarget: SortTarget.CREATE, limit: 2n }),
-      ],
-      failure: [op.get(key), oldest],
+      success: [op.put(key, value, session.leaseId), op.range({ key: prefix, rangeEnd: end, countOnly: true }), sorted(SortOrder.DESCEND, 2n)],
+      failure: [op.get(key), sorted(SortOrder.ASCEND, 1n)],
     },
     // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second key.
     { idempotent: true, signal },
   );
-  const first = txnRange(t, 1).kvs[0];
   if (t.succeeded) {
     const rev = t.header.revision;
-    if (first && first.key.toString() === key) return { key, rev, created: true, value: Buffer.alloc(0), readAt: rev, pred: null };
+    const empty = Buffer.alloc(0);
+    if (txnRange(t, 1).count === 1n) return { key, rev, created: true, value: empty, readAt: rev, pred: null };
+    // Our key is the newest; the one before it is our predecessor, unless it is not a participant.
     const before = txnRange(t, 2).kvs[1];
     const pred = before && isParticipant(prefix, before) ? before : undefined;
-    return { key, rev, created: true, value: Buffer.alloc(0), readAt: rev, pred };
+    return { key, rev, created: true, value: empty, readAt: rev, pred };
   }
   const mine = txnRange(t, 0).kvs[0]!;
+  const first = txnRange(t, 1).kvs[0];
   const pred = first && first.key.toString() === key ? null : undefined;
   return { key, rev: mine.createRevision, created: false, value: mine.value, readAt: t.header.revision, pred };
 }
@@ -137,6 +138,7 @@ export async function findPredecessor(
     sortTarget: SortTarget.CREATE,
     maxCreateRevision: maxCreate,
     limit,
+    keysOnly: true,
   });
   const t = await client.txn(
     {

@@ -1,3 +1,5 @@
+import * as net from 'node:net';
+import * as tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import { parseEndpoints, type Endpoint } from './endpoints.js';
 import {
@@ -74,8 +76,9 @@ const CHANNEL_OPTIONS: grpc.ChannelOptions = {
   'grpc.initial_reconnect_backoff_ms': 100,
   'grpc.max_reconnect_backoff_ms': 1000,
   // Notice a dead TCP peer (paused member, black-holed link) on idle streams.
-  'grpc.keepalive_time_ms': 10_000,
-  'grpc.keepalive_timeout_ms': 5_000,
+  // etcd refuses pings more often than every 5 s (--grpc-keepalive-min-time).
+  'grpc.keepalive_time_ms': 6_000,
+  'grpc.keepalive_timeout_ms': 3_000,
   'grpc.keepalive_permit_without_calls': 0,
 };
 
@@ -110,6 +113,8 @@ export class Connection {
   private readonly peers: Peer[];
   private current = 0;
   private closed = false;
+  /** TLS material when TLS is on, null for plaintext (kept for the unreachable-endpoint diagnosis). */
+  private readonly tls: TlsOptions | undefined | null;
   tokens?: TokenProvider;
 
   constructor(options: ConnectionOptions = {}) {
@@ -118,6 +123,7 @@ export class Connection {
     this.callTimeoutMs = positive(options.callTimeoutMs ?? 10_000, 'callTimeoutMs');
     this.requireLeader = options.requireLeader ?? true;
     const secure = this.endpoints[0]!.secure || options.tls !== undefined;
+    this.tls = secure ? options.tls : null;
     const credentials = secure ? makeTlsCredentials(options.tls) : grpc.credentials.createInsecure();
     this.peers = this.endpoints.map((e) => new Peer(e, credentials));
   }
@@ -200,11 +206,12 @@ export class Connection {
       } catch (err) {
         if (err instanceof ClientClosedError) throw err;
         this.failover(peer);
-        // Two full rounds over the endpoints without one connecting: report, do not hang.
-        if (++unreachable >= 2 * this.peers.length || performance.now() >= deadline) {
+        // A full round over the endpoints without one connecting: report, do not hang.
+        if (++unreachable >= this.peers.length || performance.now() >= deadline) {
+          const why = await diagnose(this.peers[peer]!.endpoint, this.dialTimeoutMs, this.tls);
           throw new UnavailableError(
             `${what}: could not connect to etcd at ${this.endpoints.map((e) => e.target).join(', ')} ` +
-              `within ${this.dialTimeoutMs} ms; check that etcd runs there (for a local one: ` +
+              `within ${this.dialTimeoutMs} ms (${why}); check that etcd runs there (for a local one: ` +
               '`etcd-concurrency dev`) or pass the right endpoints',
             { cause: err },
           );
@@ -212,13 +219,20 @@ export class Connection {
         continue;
       }
       const md = await this.metadata(signal, options.anonymous);
+      // A member that stopped answering (paused, cut off) must not eat the whole budget: give each
+      // attempt of a retryable call a share of it, then move on to the next endpoint.
+      const attemptDeadline =
+        policy === 'idempotent' && this.peers.length > 1
+          ? Math.min(deadline, performance.now() + Math.max(this.dialTimeoutMs, this.callTimeoutMs / 3))
+          : deadline;
       try {
-        return await callUnary(client, method, request, md, deadline, signal);
+        return await callUnary(client, method, request, md, attemptDeadline, signal);
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
         if (!isServiceError(err)) throw err;
         const details = err.details ?? '';
-        if (details.includes('invalid auth token') && this.tokens) {
+        if (details.includes('invalid auth token') && this.tokens && performance.now() < deadline) {
+          // The token expired (etcd 17623): the request was refused, so fetch a new one and retry.
           const stale = md.get('token')[0];
           if (typeof stale === 'string') this.tokens.invalidate(stale);
           continue;
@@ -273,6 +287,50 @@ function callUnary<Req, Res>(
     );
     const onAbort = (): void => call.cancel();
     signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/**
+ * Finds out why an endpoint could not be reached, for the error message: gRPC only says the
+ * channel failed, while a plain TCP or TLS handshake names the cause (refused, timeout, wrong CA).
+ */
+function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsOptions | undefined | null): Promise<string> {
+  const i = endpoint.target.lastIndexOf(':');
+  const host = endpoint.target.slice(0, i).replace(/^\[|\]$/g, '');
+  const port = Number(endpoint.target.slice(i + 1));
+  return new Promise((resolve) => {
+    const socket =
+      tlsOptions === null
+        ? net.connect({ host, port })
+        : tls.connect({
+            host,
+            port,
+            servername: net.isIP(host) ? '' : host, // SNI takes names, not addresses
+            ALPNProtocols: ['h2'],
+            ...(tlsOptions?.ca !== undefined && { ca: tlsOptions.ca }),
+            ...(tlsOptions?.cert !== undefined && { cert: tlsOptions.cert }),
+            ...(tlsOptions?.key !== undefined && { key: tlsOptions.key }),
+          });
+    const done = (why: string): void => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(why);
+    };
+    const timer = setTimeout(() => done('no answer: the host may be down or a firewall drops packets'), timeoutMs);
+    socket.once('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'ECONNREFUSED') return done('connection refused: nothing listens on that port');
+      if (tlsOptions !== null) {
+        return done(`TLS handshake failed: ${err.message}; check the CA certificate (--cacert), the client certificate and key, and that the server certificate names this host`);
+      }
+      done(err.message);
+    });
+    socket.once(tlsOptions === null ? 'connect' : 'secureConnect', () =>
+      done(
+        tlsOptions === null
+          ? 'the port answers but gRPC failed: if the server uses TLS, use https:// endpoints and pass its CA certificate'
+          : 'TLS works but gRPC failed: is this an etcd client port?',
+      ),
+    );
   });
 }
 

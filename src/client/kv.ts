@@ -19,6 +19,7 @@ export type TxnRequest = pb.TxnRequest;
 export type RequestOp = pb.RequestOp;
 export type Compare = pb.Compare;
 export const SortOrder = pb.RangeRequest_SortOrder;
+export type SortOrder = pb.RangeRequest_SortOrder;
 export const SortTarget = pb.RangeRequest_SortTarget;
 
 export interface RangeResult {
