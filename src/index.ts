@@ -4,7 +4,23 @@ export type { TlsOptions, CallOptions } from './client/connection.js';
 export type { AuthOptions } from './client/auth.js';
 export { Watch, type WatchOptions, type WatchEvent, type WatchBatch } from './client/watch.js';
 export { QueuedIterator } from './client/queued-iterator.js';
-export { compare, op, prefixEnd, type Bytes, type KeyValue, type ResponseHeader, type RangeResult, type TxnResult } from './client/kv.js';
+export {
+  compare,
+  op,
+  prefixEnd,
+  prefixRange,
+  SortOrder,
+  SortTarget,
+  type Bytes,
+  type KeyValue,
+  type ResponseHeader,
+  type RangeResult,
+  type TxnResult,
+  type RangeRequest,
+  type TxnRequest,
+  type RequestOp,
+  type Compare,
+} from './client/kv.js';
 export {
   EtcdError,
   InvalidArgumentError,

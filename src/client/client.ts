@@ -6,7 +6,7 @@ import { KeepAliveHub } from './lease.js';
 import { WatchHub, type Watch, type WatchOptions } from './watch.js';
 import {
   header,
-  prefixEnd,
+  prefixRange,
   rangeResult,
   toBuffer,
   type Bytes,
@@ -88,9 +88,8 @@ export class Client implements AsyncDisposable {
 
   /** Every key with the prefix, in key order. */
   async getPrefix(prefix: Bytes, options?: GetOptions): Promise<RangeResult> {
-    const key = toBuffer(prefix);
     return this.range(
-      { key, rangeEnd: prefixEnd(key), revision: options?.revision ?? 0n, limit: BigInt(options?.limit ?? 0) },
+      { ...prefixRange(prefix), revision: options?.revision ?? 0n, limit: BigInt(options?.limit ?? 0) },
       options,
     );
   }
@@ -111,10 +110,9 @@ export class Client implements AsyncDisposable {
 
   /** Deletes a key (or a prefix) and returns how many were deleted. */
   async delete(key: Bytes, options?: CallOptions & { prefix?: boolean }): Promise<bigint> {
-    const k = toBuffer(key);
     const r = await this.conn.unary(
       pb.KVService.deleteRange,
-      { key: k, rangeEnd: options?.prefix ? prefixEnd(k) : undefined },
+      options?.prefix ? prefixRange(key) : { key: toBuffer(key) },
       'at-most-once',
       options,
     );

@@ -52,6 +52,13 @@ export function prefixEnd(prefix: Bytes): Buffer {
   return Buffer.from([0]); // all keys
 }
 
+/** The key and range end covering every key that starts with `prefix`; the empty prefix means all keys. */
+export function prefixRange(prefix: Bytes): { key: Buffer; rangeEnd: Buffer } {
+  const key = toBuffer(prefix);
+  if (key.length === 0) return { key: Buffer.from([0]), rangeEnd: Buffer.from([0]) };
+  return { key, rangeEnd: prefixEnd(key) };
+}
+
 /** Decoded responses always carry every field; this only narrows the optional types. */
 export function header(h: pb.ResponseHeader | undefined): ResponseHeader {
   return (h ?? { clusterId: 0n, memberId: 0n, revision: 0n, raftTerm: 0n }) as ResponseHeader;

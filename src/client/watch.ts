@@ -3,7 +3,7 @@ import * as pb from '../proto/etcd.js';
 import type { Connection } from './connection.js';
 import { Backoff } from './backoff.js';
 import { ClientClosedError, CompactedError, EtcdError, PermissionDeniedError } from './errors.js';
-import { prefixEnd, toBuffer, type Bytes, type KeyValue } from './kv.js';
+import { prefixRange, toBuffer, type Bytes, type KeyValue } from './kv.js';
 import { QueuedIterator } from './queued-iterator.js';
 
 export interface WatchOptions {
@@ -164,8 +164,8 @@ export class WatchHub {
 
   watch(key: Bytes, options: WatchOptions = {}): Watch {
     if (this.closed) throw new ClientClosedError();
-    const k = toBuffer(key);
-    const w = new Watch(this, k, options.prefix ? prefixEnd(k) : undefined, options);
+    const r = options.prefix ? prefixRange(key) : { key: toBuffer(key), rangeEnd: undefined };
+    const w = new Watch(this, r.key, r.rangeEnd, options);
     if (options.signal?.aborted) {
       w.cancel();
       return w;
