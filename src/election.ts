@@ -65,9 +65,11 @@ export class Election {
     this.session.assertAlive();
     options.signal?.throwIfAborted();
     const bytes = toBuffer(value);
-    const ticket = await enqueue(this.session, this.name, bytes, options.signal);
+    // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
+    const ticket = await enqueue(this.session, this.name, bytes);
     const lost = leadershipLost(ticket.key);
     try {
+      options.signal?.throwIfAborted();
       if (!ticket.created && !ticket.value.equals(bytes)) {
         const t = await this.session.client.txn(
           {
@@ -238,7 +240,11 @@ export class LeaderHandle implements AsyncDisposable {
 
   /** Publishes a new value, only while leading; otherwise throws NotLeaderError and the handle is dead. */
   async proclaim(value: Bytes): Promise<void> {
-    this.own.assert();
+    try {
+      this.own.assert();
+    } catch (cause) {
+      throw new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key, { cause });
+    }
     const bytes = toBuffer(value);
     const t = await this.own.session.client.txn(
       { compare: [this.own.ownerCompare()], success: [op.put(this.key, bytes, this.own.session.leaseId)], failure: [] },
@@ -246,7 +252,7 @@ export class LeaderHandle implements AsyncDisposable {
     );
     if (!t.succeeded) {
       const err = new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key);
-      this.own.revoke(err);
+      this.own.end(err);
       throw err;
     }
     this.current = bytes;
@@ -263,7 +269,12 @@ export class LeaderHandle implements AsyncDisposable {
 
   /** @internal Ends the term locally (runAsLeader's shutdown): the signal aborts with `reason`. */
   revoke(reason: unknown): void {
-    this.own.revoke(reason);
+    this.own.end(reason);
+  }
+
+  /** @internal True once the term ended (lost, resigned or revoked). */
+  get ended(): boolean {
+    return this.own.isEnded;
   }
 }
 
@@ -324,12 +335,17 @@ export async function runAsLeader<T>(
         shutdown?.removeEventListener('abort', onShutdown);
         options.onLeaderChange?.(false, leader);
       }
-      const lostTerm = leader.signal.aborted && !shutdown?.aborted;
+      const lostTerm = leader.ended && !shutdown?.aborted;
       // Stop leading only after the task settled, so no two tasks ever overlap by our doing.
       await leader.resign().catch(() => {});
       if (shutdown?.aborted) return undefined;
       if (lostTerm && !options.once) {
         if (!owned) session.assertAlive();
+        else {
+          // The lease may be what was lost (revoked, expired): start the next term on a fresh one.
+          await session.close().catch(() => {});
+          session = undefined;
+        }
         continue;
       }
       if ('error' in result) throw result.error;

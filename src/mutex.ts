@@ -42,8 +42,10 @@ export class Mutex {
   async lock(options: LockOptions = {}): Promise<LockHandle> {
     this.session.assertAlive();
     options.signal?.throwIfAborted();
-    const ticket = await enqueue(this.session, this.name, Buffer.alloc(0), options.signal);
+    // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
+    const ticket = await enqueue(this.session, this.name, Buffer.alloc(0));
     try {
+      options.signal?.throwIfAborted();
       const at = await waitForTurn(this.session, this.name, ticket, lockLost(ticket.key), options.signal);
       return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, at, lockLost(ticket.key)));
     } catch (err) {

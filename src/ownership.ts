@@ -14,8 +14,8 @@ import type { OwnershipLostError } from './errors.js';
 export class Ownership {
   private controller?: AbortController;
   private watch?: Watch;
-  /** Why ownership ended, once it has. */
-  private lost?: { reason: unknown };
+  /** Why ownership ended (lost, released or revoked), once it has. */
+  private ended?: { reason: unknown };
   private released = false;
   private readonly onSessionLost = (): void => this.lose(this.session.signal.reason, 'its session was lost');
 
@@ -31,29 +31,28 @@ export class Ownership {
   ) {}
 
   /**
-   * Aborts with the lost-ownership error as soon as ownership ends: session lost, or the key deleted
-   * or replaced by anyone. Created on first use, so code that never looks pays nothing.
+   * Aborts as soon as ownership ends: session lost, the key deleted or replaced by anyone, or
+   * released by us. Created on first use, so code that never looks pays nothing.
    */
   get signal(): AbortSignal {
     if (!this.controller) {
       this.controller = new AbortController();
-      if (this.lost) this.controller.abort(this.lost.reason);
-      else if (!this.released) this.startWatching();
+      if (this.ended) this.controller.abort(this.ended.reason);
+      else this.startWatching();
     }
     return this.controller.signal;
   }
 
   /** Throws unless ownership still holds, checking the session's deadline against the clock now. */
   assert(): void {
-    if (!this.lost && !this.released) {
+    if (!this.ended) {
       try {
         this.session.assertAlive();
       } catch (err) {
         this.lose(err, 'its session was lost');
       }
     }
-    if (this.lost) throw this.lost.reason;
-    if (this.released) throw this.makeLostError(`${this.key} was released`);
+    if (this.ended) throw this.ended.reason;
   }
 
   /** A Txn compare that holds only while this owner's key is the one it created. */
@@ -61,27 +60,43 @@ export class Ownership {
     return compare.createRevision(this.key, '=', this.fencingToken);
   }
 
-  /** Deletes the key if it is still ours. Safe to retry: a retry never deletes a later owner's key. */
+  /**
+   * Deletes the key if it is still ours, then ends ownership (the signal aborts: work still running
+   * under it now runs unprotected). Safe to retry: a retry never deletes a later owner's key.
+   */
   async release(): Promise<void> {
     if (this.released) return;
-    await this.session.client.txn(
-      { compare: [this.ownerCompare()], success: [op.delete(this.key)], failure: [] },
-      { idempotent: true },
-    );
+    // Stop watching first, or our own delete could be reported as a loss.
+    const watching = this.watch !== undefined;
+    this.watch?.cancel();
+    this.watch = undefined;
+    try {
+      await this.session.client.txn(
+        { compare: [this.ownerCompare()], success: [op.delete(this.key)], failure: [] },
+        { idempotent: true },
+      );
+    } catch (err) {
+      // Still ours as far as we know: watch again from the start, so a delete meanwhile is not missed.
+      if (watching && !this.ended) void this.watchFrom(this.confirmedAt + 1n);
+      throw err;
+    }
     this.released = true;
-    this.stopWatching();
+    this.end(this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`));
   }
 
-  /** Ends ownership locally with `reason` (the key is left to `release()`). */
-  revoke(reason: unknown): void {
-    if (this.lost || this.released) return;
-    this.lost = { reason };
-    this.stopWatching();
+  /** Ends ownership locally with `reason`; the key is left for `release()`. */
+  end(reason: unknown): void {
+    if (this.ended) return;
+    this.ended = { reason };
+    this.session.signal.removeEventListener('abort', this.onSessionLost);
+    this.watch?.cancel();
+    this.watch = undefined;
     this.controller?.abort(reason);
   }
 
-  get isReleased(): boolean {
-    return this.released;
+  /** True once ownership ended, for whatever reason. */
+  get isEnded(): boolean {
+    return this.ended !== undefined;
   }
 
   private startWatching(): void {
@@ -93,19 +108,22 @@ export class Ownership {
   private async watchFrom(start: bigint): Promise<void> {
     const client = this.session.client;
     for (;;) {
-      if (this.lost || this.released) return;
+      if (this.ended) return;
       const w = client.watch(this.key, { startRevision: start, noPut: true });
       this.watch = w;
       try {
         for await (const batch of w) {
+          if (this.watch !== w) return; // cancelled by release(): our own delete is no loss
           if (batch.events.length > 0) return this.lose(undefined, 'its key was deleted');
         }
-        return; // cancelled by release()
+        return; // cancelled: ownership ended or being released
       } catch (err) {
+        if (this.watch !== w) return;
         if (!(err instanceof CompactedError)) return this.lose(err, 'its watch failed');
         // History was compacted under us: look at the key itself and watch on from there.
         try {
           const r = await client.range({ key: Buffer.from(this.key) });
+          if (this.watch !== w) return;
           const kv = r.kvs[0];
           if (!kv || kv.createRevision !== this.fencingToken) return this.lose(undefined, 'its key was deleted');
           start = r.header.revision + 1n;
@@ -117,13 +135,7 @@ export class Ownership {
   }
 
   private lose(cause: unknown, why: string): void {
-    if (this.lost || this.released) return;
-    this.revoke(this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${why}`, cause));
-  }
-
-  private stopWatching(): void {
-    this.session.signal.removeEventListener('abort', this.onSessionLost);
-    this.watch?.cancel();
-    this.watch = undefined;
+    if (this.ended) return;
+    this.end(this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${why}`, cause));
   }
 }

@@ -114,12 +114,18 @@ export class Session implements AsyncDisposable, KeepAliveListener {
     if (this.signal.aborted) throw this.signal.reason;
   }
 
-  /** Revokes the lease (deleting its keys) and ends the session. Idempotent. */
+  /**
+   * Revokes the lease (deleting its keys) and ends the session. Idempotent. A session already lost
+   * to its deadline still tries to revoke (the server may not have expired the lease yet, and its
+   * keys would block others until it does), but then ignores failures.
+   */
   close(): Promise<void> {
     this.closing ??= (async () => {
-      const wasAlive = !this.signal.aborted;
+      const before = this.signal.aborted ? (this.signal.reason as SessionExpiredError).reason : undefined;
       this.end('closed');
-      if (wasAlive && !this.client.closed) await this.client.leaseRevoke(this.leaseId);
+      if (this.client.closed || before === 'lease-gone' || before === 'client-closed' || before === 'closed') return;
+      const revoke = this.client.leaseRevoke(this.leaseId);
+      await (before === undefined ? revoke : revoke.catch(() => {}));
     })();
     return this.closing;
   }
@@ -148,6 +154,11 @@ export class Session implements AsyncDisposable, KeepAliveListener {
       this.armExpiry();
     }
     this.scheduleRenewal(Math.max(0, sentAt + this.renewIntervalMs() - performance.now()));
+  }
+
+  /** @internal Someone learned from etcd that the lease is gone (a write or compare failed on it). */
+  leaseGone(): void {
+    this.end('lease-gone');
   }
 
   /** @internal KeepAliveListener */

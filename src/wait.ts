@@ -1,5 +1,6 @@
 import type { Client } from './client/client.js';
-import { CompactedError } from './client/errors.js';
+import { Backoff, sleep } from './client/backoff.js';
+import { CompactedError, DeadlineExceededError, LeaseNotFoundError, UnavailableError } from './client/errors.js';
 import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type KeyValue } from './client/kv.js';
 import type { OwnershipLostError } from './errors.js';
 import { isParticipant, participantKey, prefixOf } from './keys.js';
@@ -43,7 +44,13 @@ export async function enqueue(session: Session, name: string, value: Buffer, sig
     },
     // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second key.
     { idempotent: true, signal },
-  );
+  ).catch((err: unknown) => {
+    if (err instanceof LeaseNotFoundError) {
+      session.leaseGone();
+      throw session.signal.reason;
+    }
+    throw err;
+  });
   if (t.succeeded) {
     const rev = t.header.revision;
     const empty = Buffer.alloc(0);
@@ -76,7 +83,19 @@ export async function waitForTurn(
   signal?: AbortSignal,
 ): Promise<bigint> {
   const client = session.client;
-  const look = (s: AbortSignal): Promise<Lookup> => findPredecessor(session, name, ticket, lostError, s);
+  // A waiter keeps its place through an outage: reads are retried while the session lives (its
+  // loss, or the caller's signal, ends the wait).
+  const look = async (s: AbortSignal): Promise<Lookup> => {
+    const backoff = new Backoff(100, 2000);
+    for (;;) {
+      try {
+        return await findPredecessor(session, name, ticket, lostError, s);
+      } catch (err) {
+        if (!(err instanceof UnavailableError || err instanceof DeadlineExceededError) || s.aborted) throw err;
+        await sleep(backoff.next(), s);
+      }
+    }
+  };
   // One signal for "stop waiting": the caller's, or the session's loss (fail at once, not after the queue).
   const stop = new AbortController();
   const onAbort = (): void => stop.abort(signal?.aborted ? signal.reason : session.signal.reason);
@@ -149,6 +168,9 @@ export async function findPredecessor(
     { idempotent: true, signal },
   );
   if (!t.succeeded) {
+    // Our key is gone. If its lease went with it, say so: the session is over, not just this wait.
+    const lease = await client.leaseTimeToLive(session.leaseId, { signal }).catch(() => undefined);
+    if (lease && lease.ttl <= 0) session.leaseGone();
     session.assertAlive();
     throw lostError(`${ticket.key} was deleted or moved to another lease while waiting`);
   }
