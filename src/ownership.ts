@@ -81,6 +81,7 @@ export class Ownership {
       throw err;
     }
     this.released = true;
+    this.session.keys.delete(this.key);
     this.end(this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`));
   }
 

@@ -48,6 +48,8 @@ export class Session implements AsyncDisposable, KeepAliveListener {
   private awaiting = false;
   private renewing = true;
   private closing?: Promise<void>;
+  /** @internal Participant keys this process holds or queues with this session (reentrancy). */
+  readonly keys = new Set<string>();
 
   private constructor(
     readonly client: Client,
@@ -86,10 +88,14 @@ export class Session implements AsyncDisposable, KeepAliveListener {
     }
     // We pick the id ourselves, so a grant whose answer was lost can be retried without leaking a lease.
     const id = randomLeaseId();
-    const granted = await client.leaseGrant(ttl, { id, signal });
-    if (signal?.aborted) {
-      await client.leaseRevoke(granted.id).catch(() => {});
-      throw signal.reason;
+    let granted: { id: bigint; ttl: number };
+    try {
+      granted = await client.leaseGrant(ttl, { id, signal });
+      signal?.throwIfAborted();
+    } catch (err) {
+      // The grant may have been applied before the abort or failure: we know its id, so revoke it.
+      if (!client.closed) await client.leaseRevoke(id).catch(() => {});
+      throw err;
     }
     return new Session(client, granted.id, granted.ttl, sentAt + granted.ttl * 1000, margin);
   }

@@ -51,6 +51,10 @@ export async function enqueue(session: Session, name: string, value: Buffer, sig
     }
     throw err;
   });
+  // A key that exists without this process having queued it was created by our own first attempt,
+  // whose answer was lost and retried: it is ours to drop, not a sibling's to share.
+  const joined = !t.succeeded && session.keys.has(key);
+  session.keys.add(key);
   if (t.succeeded) {
     const rev = t.header.revision;
     const empty = Buffer.alloc(0);
@@ -63,7 +67,7 @@ export async function enqueue(session: Session, name: string, value: Buffer, sig
   const mine = txnRange(t, 0).kvs[0]!;
   const first = txnRange(t, 1).kvs[0];
   const pred = first && first.key.toString() === key ? null : undefined;
-  return { key, rev: mine.createRevision, created: false, value: mine.value, readAt: t.header.revision, pred };
+  return { key, rev: mine.createRevision, created: !joined, value: mine.value, readAt: t.header.revision, pred };
 }
 
 /**
@@ -185,16 +189,27 @@ export async function findPredecessor(
   }
 }
 
-/** Deletes our key if it is still the incarnation we created; errors are reported, not thrown. */
+/**
+ * Deletes our key if it is still the incarnation we created. A queued key left behind would block
+ * everyone behind it for as long as the session lives, so this retries until it succeeds, the
+ * session ends (its lease takes the key along) or the client closes. Never throws.
+ */
 export async function dropTicket(session: Session, ticket: Ticket): Promise<void> {
-  await session.client
-    .txn(
-      { compare: [compare.createRevision(ticket.key, '=', ticket.rev)], success: [op.delete(ticket.key)], failure: [] },
-      { idempotent: true, timeoutMs: 5000 },
-    )
-    .catch(() => {
-      // Unreachable cluster: the key goes when the lease expires.
-    });
+  session.keys.delete(ticket.key);
+  const backoff = new Backoff(100, 2000);
+  for (;;) {
+    try {
+      // No signal: even a session lost to its local deadline may still have the key on the server.
+      await session.client.txn(
+        { compare: [compare.createRevision(ticket.key, '=', ticket.rev)], success: [op.delete(ticket.key)], failure: [] },
+        { idempotent: true },
+      );
+      return;
+    } catch {
+      if (session.signal.aborted || session.client.closed) return;
+      await sleep(backoff.next(), session.signal).catch(() => {});
+    }
+  }
 }
 
 /** Every participant of a lock or election, oldest first: the holder, then the queue in order. */

@@ -95,9 +95,14 @@ class Peer {
     return this.client;
   }
 
-  close(): void {
+  /** Drops the channel: gRPC backs off reconnecting to a failed endpoint, a fresh channel does not. */
+  reset(): void {
     this.client?.close();
     this.client = undefined;
+  }
+
+  close(): void {
+    this.reset();
   }
 }
 
@@ -137,12 +142,6 @@ export class Connection {
     return this.peers[this.current]!.endpoint.target;
   }
 
-  /** The gRPC client of the current endpoint, for opening streams. */
-  active(): { peer: number; client: grpc.Client } {
-    if (this.closed) throw new ClientClosedError();
-    return { peer: this.current, client: this.peers[this.current]!.grpc };
-  }
-
   /** Moves to the next endpoint, unless someone already moved away from `peer`. */
   failover(peer: number): void {
     if (this.current === peer) this.current = (peer + 1) % this.peers.length;
@@ -157,29 +156,50 @@ export class Connection {
     return md;
   }
 
-  /** Waits until the current endpoint's channel is connected, or fails within the dial timeout. */
-  ready(client: grpc.Client, deadline: number): Promise<void> {
+  /**
+   * Connects endpoint `peer` and returns its gRPC client, or fails within the dial timeout. A channel
+   * already in TRANSIENT_FAILURE is replaced, so every call makes a real attempt instead of waiting
+   * out gRPC's reconnect backoff (a restarted member is used at once, a dead one fails at once).
+   */
+  ready(peer: number, deadline: number): Promise<grpc.Client> {
+    const p = this.peers[peer]!;
+    let client = p.grpc;
+    let state = client.getChannel().getConnectivityState(true);
+    if (state === grpc.connectivityState.READY) return Promise.resolve(client);
+    if (state === grpc.connectivityState.TRANSIENT_FAILURE) {
+      p.reset();
+      client = p.grpc;
+      state = client.getChannel().getConnectivityState(true);
+    }
     const channel = client.getChannel();
-    let state = channel.getConnectivityState(true);
-    if (state === grpc.connectivityState.READY) return Promise.resolve();
     const until = Math.min(deadline, performance.now() + this.dialTimeoutMs);
     return new Promise((resolve, reject) => {
-      let attempted = state === grpc.connectivityState.CONNECTING;
       const step = (): void => {
         const left = until - performance.now();
         if (left <= 0) return reject(new Error('connect timeout'));
         channel.watchConnectivityState(state, Date.now() + left, (err) => {
           if (err) return reject(new Error('connect timeout'));
           state = channel.getConnectivityState(true);
-          if (state === grpc.connectivityState.READY) return resolve();
-          if (state === grpc.connectivityState.CONNECTING) attempted = true;
-          if (state === grpc.connectivityState.TRANSIENT_FAILURE && attempted) return reject(new Error('connect failed'));
-          if (state === grpc.connectivityState.SHUTDOWN) return reject(new ClientClosedError());
+          if (state === grpc.connectivityState.READY) return resolve(client);
+          if (state === grpc.connectivityState.TRANSIENT_FAILURE) return reject(new Error('connect failed'));
+          if (state === grpc.connectivityState.SHUTDOWN) return reject(this.closed ? new ClientClosedError() : new Error('channel replaced'));
           step();
         });
       };
       step();
     });
+  }
+
+  /** The current endpoint, connected, for opening a stream; on failure moves to the next and throws. */
+  async streamClient(): Promise<{ peer: number; client: grpc.Client }> {
+    if (this.closed) throw new ClientClosedError();
+    const peer = this.current;
+    try {
+      return { peer, client: await this.ready(peer, performance.now() + this.dialTimeoutMs) };
+    } catch (err) {
+      this.failover(peer);
+      throw err;
+    }
   }
 
   /**
@@ -197,12 +217,16 @@ export class Connection {
     const signal = options.signal;
     const backoff = new Backoff(25, 500);
     let unreachable = 0;
+    // When the first member said it has no Raft leader: an election takes about a second; a cluster
+    // that has lost quorum never gets one, and we say so rather than time out.
+    let noLeaderSince: number | undefined;
     for (;;) {
       if (this.closed) throw new ClientClosedError();
       signal?.throwIfAborted();
-      const { peer, client } = this.active();
+      const peer = this.current;
+      let client: grpc.Client;
       try {
-        await this.ready(client, deadline);
+        client = await this.ready(peer, deadline);
       } catch (err) {
         if (err instanceof ClientClosedError) throw err;
         this.failover(peer);
@@ -246,6 +270,15 @@ export class Connection {
             { cause: err, code: err.code },
           );
         }
+        if (details.includes('no leader')) {
+          noLeaderSince ??= performance.now();
+          if (performance.now() - noLeaderSince > Math.max(2000, this.dialTimeoutMs) || performance.now() >= deadline) {
+            throw new UnavailableError(
+              `${what}: etcd has no Raft leader (the cluster may have lost quorum: are a majority of its members up?)`,
+              { cause: err, code: err.code },
+            );
+          }
+        }
         if (performance.now() >= deadline) throw fromGrpcError(err, what);
         this.failover(peer);
         await sleep(Math.min(backoff.next(), Math.max(0, deadline - performance.now())), signal);
@@ -270,6 +303,7 @@ function callUnary<Req, Res>(
   signal: AbortSignal | undefined,
 ): Promise<Res> {
   return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
     // gRPC takes an epoch deadline; we derive it from our monotonic one at the last moment.
     const options: grpc.CallOptions = { deadline: Date.now() + Math.max(1, deadline - performance.now()) };
     const call = client.makeUnaryRequest(

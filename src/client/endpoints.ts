@@ -54,7 +54,7 @@ export function parseEndpoint(raw: string): Endpoint {
     port = i >= 0 ? rest.slice(i + 1) : undefined;
   }
   if (host === '' || host === '[]') throw new InvalidArgumentError(`endpoint "${raw}" has no host; use host:port`);
-  const n = port === undefined || port === '' ? DEFAULT_PORT : Number(port);
+  const n = port === undefined || port === '' ? DEFAULT_PORT : /^\d{1,5}$/.test(port) ? Number(port) : NaN;
   if (!Number.isInteger(n) || n < 1 || n > 65535) {
     throw new InvalidArgumentError(`endpoint "${raw}" has an invalid port; use a number from 1 to 65535`);
   }

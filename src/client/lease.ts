@@ -83,7 +83,8 @@ export class KeepAliveHub {
     try {
       const md = await this.conn.metadata();
       if (this.closed || this.listeners.size === 0) return;
-      const { peer, client } = this.conn.active();
+      const { peer, client } = await this.conn.streamClient();
+      if (this.closed) return;
       this.peer = peer;
       const s = client.makeBidiStreamRequest(
         pb.LeaseService.leaseKeepAlive.path,

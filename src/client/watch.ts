@@ -226,7 +226,8 @@ export class WatchHub {
     try {
       const md = await this.conn.metadata();
       if (this.closed) return;
-      const { peer, client } = this.conn.active();
+      const { peer, client } = await this.conn.streamClient();
+      if (this.closed) return;
       this.peer = peer;
       const s = client.makeBidiStreamRequest(
         pb.WatchService.watch.path,
