@@ -28,7 +28,7 @@ export type LostErrorFactory = (message: string, cause?: unknown) => OwnershipLo
  * Takes a ticket in one Txn: create our key if absent, and in the same round trip read the owner
  * and the key just before ours. An uncontended caller learns it is first without a second request.
  */
-export async function enqueue(session: Session, name: string, value: Buffer, signal?: AbortSignal): Promise<Ticket> {
+export async function enqueue(session: Session, name: string, value: Buffer): Promise<Ticket> {
   const key = participantKey(name, session.leaseId);
   const prefix = Buffer.from(prefixOf(name));
   const end = prefixEnd(prefix);
@@ -43,7 +43,8 @@ export async function enqueue(session: Session, name: string, value: Buffer, sig
       failure: [op.get(key), sorted(SortOrder.ASCEND, 1n)],
     },
     // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second key.
-    { idempotent: true, signal },
+    // No signal: cancelled after etcd applied it, it would leave a key nobody knows to delete.
+    { idempotent: true },
   ).catch((err: unknown) => {
     if (err instanceof LeaseNotFoundError) {
       session.leaseGone();
