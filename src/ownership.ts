@@ -110,12 +110,19 @@ export class Ownership {
     const client = this.session.client;
     for (;;) {
       if (this.ended) return;
-      const w = client.watch(this.key, { startRevision: start, noPut: true });
+      // Puts too: a put by someone else can move our key to another lease (or none), which makes it
+      // a stray key that waiters skip; proclaim's own puts keep the lease and the CreateRevision.
+      const w = client.watch(this.key, { startRevision: start });
       this.watch = w;
       try {
         for await (const batch of w) {
           if (this.watch !== w) return; // cancelled by release(): our own delete is no loss
-          if (batch.events.length > 0) return this.lose(undefined, 'its key was deleted');
+          for (const e of batch.events) {
+            if (e.type === 'delete') return this.lose(undefined, 'its key was deleted');
+            if (e.kv.lease !== this.session.leaseId || e.kv.createRevision !== this.fencingToken) {
+              return this.lose(undefined, 'its key was overwritten onto another lease');
+            }
+          }
         }
         return; // cancelled: ownership ended or being released
       } catch (err) {
@@ -126,7 +133,9 @@ export class Ownership {
           const r = await client.range({ key: Buffer.from(this.key) });
           if (this.watch !== w) return;
           const kv = r.kvs[0];
-          if (!kv || kv.createRevision !== this.fencingToken) return this.lose(undefined, 'its key was deleted');
+          if (!kv || kv.createRevision !== this.fencingToken || kv.lease !== this.session.leaseId) {
+            return this.lose(undefined, 'its key was deleted or overwritten');
+          }
           start = r.header.revision + 1n;
         } catch (readErr) {
           return this.lose(readErr, 'its key could not be read');

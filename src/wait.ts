@@ -72,7 +72,7 @@ export async function enqueue(session: Session, name: string, value: Buffer): Pr
 }
 
 /**
- * Waits until `ticket` is the oldest participant, watching only the DELETE of the key just before
+ * Waits until `ticket` is the oldest participant, watching only the key just before
  * it, so one release wakes one waiter. Returns the revision at which our key was last confirmed to
  * exist on our lease with no predecessor: success means "first now", not "was first once".
  *
@@ -113,15 +113,19 @@ export async function waitForTurn(
     for (;;) {
       if (pred === undefined) ({ pred, readAt } = await look(stop.signal));
       if (pred === null) return readAt;
-      const w = client.watch(pred.key, { noPut: true, signal: stop.signal });
+      // Puts wake us too: one that moves the predecessor's key off its lease makes it stray (skipped).
+      const w = client.watch(pred.key, { signal: stop.signal });
       try {
         await w.created;
         const now = await look(stop.signal);
-        if (!now.pred || !now.pred.key.equals(pred.key) || now.pred.createRevision !== pred.createRevision) {
+        if (!now.pred || !now.pred.key.equals(pred.key) || now.pred.createRevision !== pred.createRevision || now.pred.lease !== pred.lease) {
           ({ pred, readAt } = now);
           continue;
         }
-        for await (const batch of w) if (batch.events.length > 0) break;
+        for await (const batch of w) {
+          // A put that keeps the key on its lease (an election's proclaim) changes nothing.
+          if (batch.events.some((e) => e.type === 'delete' || e.kv.lease !== pred!.lease)) break;
+        }
         pred = undefined;
       } catch (err) {
         if (!(err instanceof CompactedError)) throw err;

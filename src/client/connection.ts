@@ -235,7 +235,7 @@ export class Connection {
           const why = await diagnose(this.peers[peer]!.endpoint, this.dialTimeoutMs, this.tls);
           throw new UnavailableError(
             `${what}: could not connect to etcd at ${this.endpoints.map((e) => e.target).join(', ')} ` +
-              `within ${this.dialTimeoutMs} ms (${why}); check that etcd runs there (for a local one: ` +
+              `(${why}); check that etcd runs there (for a local one: ` +
               '`etcd-concurrency dev`) or pass the right endpoints',
             { cause: err },
           );
@@ -350,7 +350,7 @@ function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsOptions 
       socket.destroy();
       resolve(why);
     };
-    const timer = setTimeout(() => done('no answer: the host may be down or a firewall drops packets'), timeoutMs);
+    const timer = setTimeout(() => done(`no answer within ${timeoutMs} ms: the host may be down or a firewall drops packets`), timeoutMs);
     socket.once('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'ECONNREFUSED') return done('connection refused: nothing listens on that port');
       if (tlsOptions !== null) {
@@ -362,7 +362,7 @@ function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsOptions 
       done(
         tlsOptions === null
           ? 'the port answers but gRPC failed: if the server uses TLS, use https:// endpoints and pass its CA certificate'
-          : 'TLS works but gRPC failed: is this an etcd client port?',
+          : 'the TLS handshake went through but the server then refused: it may require a client certificate (--cert and --key) signed by its CA, or this is not an etcd client port',
       ),
     );
   });

@@ -1,0 +1,96 @@
+// Exit codes, error reporting and printing, shared by every command.
+import { constants } from 'node:os';
+import { InvalidArgumentError, OwnershipLostError, SessionExpiredError, UnavailableError } from '../index.js';
+
+/** Exit codes (documented in docs/cli.md). A command's own code is passed through as is. */
+export const EXIT = {
+  ok: 0,
+  error: 1,
+  usage: 2,
+  /** The lock or leadership (or the session holding it) was lost. */
+  lost: 3,
+  /** `lock --timeout` expired before the lock was ours. */
+  timeout: 4,
+  /** The command could not be executed (found but not runnable), as shells do. */
+  cannotExecute: 126,
+  /** The command was not found, as shells do. */
+  notFound: 127,
+} as const;
+
+/** Bad command line: exit 2 with the message (and a pointer to --help). */
+export class UsageError extends Error {}
+
+/** A failure whose message is already phrased for the user, with its exit code. */
+export class CliError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: number,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** The shell's exit code for a death by `signal`: 128 + its number (130 for SIGINT, 143 for SIGTERM). */
+export function signalExitCode(signal: NodeJS.Signals): number {
+  return 128 + (constants.signals[signal] ?? 0);
+}
+
+export let debug = false;
+export function setDebug(on: boolean): void {
+  debug = on;
+}
+
+/** One line on stdout. */
+export function print(line: string): void {
+  process.stdout.write(`${line}\n`);
+}
+
+/** One JSON document on one line; bigints become strings, as in etcd's own JSON (proto3 mapping of int64). */
+export function printJson(value: unknown): void {
+  print(JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v)));
+}
+
+/** One line on stderr, prefixed with the program name: `etcd-concurrency: <message>`. */
+export function warn(message: string): void {
+  process.stderr.write(`etcd-concurrency: ${message}\n`);
+}
+
+/** A value as one token on a line: bare when it is plain, JSON-quoted when it has spaces, quotes or control characters. */
+export function token(value: string): string {
+  return /^[^\s"'\\\x00-\x1f\x7f]+$/.test(value) ? value : JSON.stringify(value);
+}
+
+/** Reports `err` on one line of stderr (with the stack under --debug) and returns the exit code for it. */
+export function report(err: unknown): number {
+  const code = exitCodeOf(err);
+  let message = err instanceof Error ? err.message : String(err);
+  message = message.replace(/\s*\n\s*/g, ' ');
+  if (err instanceof UsageError) message += ' (see --help)';
+  if (err instanceof UnavailableError && !message.includes('--endpoints')) {
+    // Name the flag: the library's message cannot know it is running under this CLI.
+    message += message.includes('etcd-concurrency dev')
+      ? ' (--endpoints or ETCDCTL_ENDPOINTS)'
+      : '; start a local etcd with `etcd-concurrency dev` or pass --endpoints (or set ETCDCTL_ENDPOINTS)';
+  }
+  warn(message);
+  if (debug) {
+    for (let e: unknown = err, first = true; e !== undefined; e = e instanceof Error ? e.cause : undefined, first = false) {
+      process.stderr.write(`${first ? '' : 'caused by: '}${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    }
+  }
+  return code;
+}
+
+function exitCodeOf(err: unknown): number {
+  if (err instanceof CliError) return err.exitCode;
+  if (err instanceof UsageError || err instanceof InvalidArgumentError) return EXIT.usage;
+  if (err instanceof OwnershipLostError || err instanceof SessionExpiredError) return EXIT.lost;
+  return EXIT.error;
+}
+
+/** Rows aligned in columns (the last column is not padded). */
+export function table(rows: string[][]): string[] {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
+  return rows.map((r) => r.map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  '));
+}
