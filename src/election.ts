@@ -1,10 +1,10 @@
 import type { Client } from './client/client.js';
 import { CompactedError } from './client/errors.js';
-import { compare, op, toBuffer, type Bytes, type Compare, type KeyValue } from './client/kv.js';
+import { compare, op, toBuffer, type Bytes, type KeyValue } from './client/kv.js';
 import { QueuedIterator } from './client/queued-iterator.js';
 import { LeadershipLostError, NotLeaderError } from './errors.js';
 import { participantKey, validateName } from './keys.js';
-import { Ownership } from './ownership.js';
+import { OwnerHandle, Ownership } from './ownership.js';
 import { Session } from './session.js';
 import { dropTicket, enqueue, oldestParticipant, waitForTurn } from './wait.js';
 
@@ -190,19 +190,13 @@ async function runObserver(client: Client, name: string, signal: AbortSignal, ou
 }
 
 /** Proof of leadership: the term's fencing token, a loss signal, proclaim and a guarded resign. */
-export class LeaderHandle implements AsyncDisposable {
+export class LeaderHandle extends OwnerHandle {
   private current: Buffer;
 
   /** @internal */
-  constructor(
-    private readonly own: Ownership,
-    value: Buffer,
-  ) {
+  constructor(own: Ownership, value: Buffer) {
+    super(own);
     this.current = value;
-  }
-
-  get key(): string {
-    return this.own.key;
   }
 
   /** The value last proclaimed, as UTF-8 text. */
@@ -214,28 +208,9 @@ export class LeaderHandle implements AsyncDisposable {
     return this.current;
   }
 
-  /** The leader key's CreateRevision: the term number, larger for every later leader. */
-  get fencingToken(): bigint {
-    return this.own.fencingToken;
-  }
-
-  get session(): Session {
-    return this.own.session;
-  }
-
-  /** Aborts with a LeadershipLostError when leadership ends: session lost, or our key deleted or replaced. */
-  get signal(): AbortSignal {
-    return this.own.signal;
-  }
-
   /** Throws LeadershipLostError unless still leading, checking the session's deadline against the clock now. */
   assertLeader(): void {
     this.own.assert();
-  }
-
-  /** A Txn compare that succeeds only while this term lasts. */
-  ownerCompare(): Compare {
-    return this.own.ownerCompare();
   }
 
   /** Publishes a new value, only while leading; otherwise throws NotLeaderError and the handle is dead. */
@@ -263,7 +238,7 @@ export class LeaderHandle implements AsyncDisposable {
     return this.own.release();
   }
 
-  [Symbol.asyncDispose](): Promise<void> {
+  override [Symbol.asyncDispose](): Promise<void> {
     return this.resign();
   }
 

@@ -1,7 +1,6 @@
-import type { Compare } from './client/kv.js';
 import { LockLostError } from './errors.js';
 import { validateName, participantKey } from './keys.js';
-import { Ownership } from './ownership.js';
+import { OwnerHandle, Ownership } from './ownership.js';
 import type { Session } from './session.js';
 import { dropTicket, enqueue, findPredecessor, waitForTurn } from './wait.js';
 
@@ -71,41 +70,10 @@ export class Mutex {
  * Proof of holding a lock, with what a careful holder needs: the fencing token to hand to protected
  * resources, a signal that fires when the lock is lost, and a guarded unlock.
  */
-export class LockHandle implements AsyncDisposable {
-  /** @internal */
-  constructor(private readonly own: Ownership) {}
-
-  /** Our key, `<name>/<lease id in hex>`. */
-  get key(): string {
-    return this.own.key;
-  }
-
-  /**
-   * The key's CreateRevision: every later holder of this lock gets a larger one. Pass it to the
-   * resource you protect and have it reject writes with a token lower than the highest it has seen.
-   */
-  get fencingToken(): bigint {
-    return this.own.fencingToken;
-  }
-
-  /** The session the lock lives on. */
-  get session(): Session {
-    return this.own.session;
-  }
-
-  /** Aborts with a LockLostError when the lock is lost: session lost, or our key deleted or replaced. */
-  get signal(): AbortSignal {
-    return this.own.signal;
-  }
-
+export class LockHandle extends OwnerHandle {
   /** Throws LockLostError unless the lock is still held, checking the session's deadline against the clock now. */
   assertHeld(): void {
     this.own.assert();
-  }
-
-  /** A Txn compare that succeeds only while we hold the lock: make your own etcd writes conditional on it. */
-  ownerCompare(): Compare {
-    return this.own.ownerCompare();
   }
 
   /** Releases the lock. Idempotent, and guarded on our CreateRevision so it never deletes a later holder's key. */
@@ -113,7 +81,7 @@ export class LockHandle implements AsyncDisposable {
     return this.own.release();
   }
 
-  [Symbol.asyncDispose](): Promise<void> {
+  override [Symbol.asyncDispose](): Promise<void> {
     return this.unlock();
   }
 }

@@ -149,3 +149,45 @@ export class Ownership {
     this.end(this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${why}`, cause));
   }
 }
+
+/**
+ * What a lock holder and a leader hold in their hands: the key, the fencing token, the loss signal
+ * and the owner compare. LockHandle and LeaderHandle add their own verbs.
+ */
+export abstract class OwnerHandle implements AsyncDisposable {
+  /** @internal */
+  constructor(protected readonly own: Ownership) {}
+
+  /** Our key, `<name>/<lease id in hex>`. */
+  get key(): string {
+    return this.own.key;
+  }
+
+  /**
+   * The key's CreateRevision: every later owner gets a larger one. Pass it to the resource you
+   * protect and have it reject writes with a token lower than the highest it has seen.
+   */
+  get fencingToken(): bigint {
+    return this.own.fencingToken;
+  }
+
+  /** The session the key lives on. */
+  get session(): Session {
+    return this.own.session;
+  }
+
+  /**
+   * Aborts when ownership ends: session lost, our key deleted or moved off our lease by anyone, or
+   * released by us. It fires before the server can expire the lease; stop protected work then.
+   */
+  get signal(): AbortSignal {
+    return this.own.signal;
+  }
+
+  /** A Txn compare that succeeds only while we own the key: make your own etcd writes conditional on it. */
+  ownerCompare(): Compare {
+    return this.own.ownerCompare();
+  }
+
+  abstract [Symbol.asyncDispose](): Promise<void>;
+}

@@ -61,6 +61,13 @@ export interface UnaryMethod<Req, Res> {
   responseDeserialize: (value: Buffer) => Res;
 }
 
+/** A streaming method descriptor as ts-proto generates it for grpc-js. */
+export interface StreamMethod<Req, Res> {
+  path: string;
+  requestSerialize: (value: Req) => Buffer;
+  responseDeserialize: (value: Buffer) => Res;
+}
+
 /** Supplies the auth token; the connection asks again after the server calls it invalid. */
 export interface TokenProvider {
   token(signal?: AbortSignal): Promise<string | undefined> | string | undefined;
@@ -190,16 +197,24 @@ export class Connection {
     });
   }
 
-  /** The current endpoint, connected, for opening a stream; on failure moves to the next and throws. */
-  async streamClient(): Promise<{ peer: number; client: grpc.Client }> {
+  /**
+   * Opens a bidirectional stream on the current endpoint, connected and with auth metadata. On
+   * failure moves to the next endpoint and throws; the caller retries after a backoff.
+   */
+  async openStream<Req, Res>(method: StreamMethod<Req, Res>): Promise<{ peer: number; stream: grpc.ClientDuplexStream<Req, Res> }> {
+    const md = await this.metadata();
     if (this.closed) throw new ClientClosedError();
     const peer = this.current;
+    let client: grpc.Client;
     try {
-      return { peer, client: await this.ready(peer, performance.now() + this.dialTimeoutMs) };
+      client = await this.ready(peer, performance.now() + this.dialTimeoutMs);
     } catch (err) {
       this.failover(peer);
       throw err;
     }
+    if (this.closed) throw new ClientClosedError();
+    const stream = client.makeBidiStreamRequest(method.path, method.requestSerialize, method.responseDeserialize, md, {});
+    return { peer, stream };
   }
 
   /**

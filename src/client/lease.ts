@@ -81,18 +81,13 @@ export class KeepAliveHub {
     if (this.opening || this.stream || this.retryTimer || this.closed) return;
     this.opening = true;
     try {
-      const md = await this.conn.metadata();
-      if (this.closed || this.listeners.size === 0) return;
-      const { peer, client } = await this.conn.streamClient();
-      if (this.closed) return;
+      const { peer, stream: s } = await this.conn.openStream(pb.LeaseService.leaseKeepAlive);
+      if (this.closed || this.listeners.size === 0) {
+        s.on('error', () => {});
+        s.cancel();
+        return;
+      }
       this.peer = peer;
-      const s = client.makeBidiStreamRequest(
-        pb.LeaseService.leaseKeepAlive.path,
-        pb.LeaseService.leaseKeepAlive.requestSerialize,
-        pb.LeaseService.leaseKeepAlive.responseDeserialize,
-        md,
-        {},
-      );
       this.stream = s;
       this.generation++;
       s.on('data', (r: pb.LeaseKeepAliveResponse) => this.onResponse(s, r));

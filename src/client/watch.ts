@@ -224,18 +224,13 @@ export class WatchHub {
     if (this.opening || this.stream || this.retryTimer || this.closed) return;
     this.opening = true;
     try {
-      const md = await this.conn.metadata();
-      if (this.closed) return;
-      const { peer, client } = await this.conn.streamClient();
-      if (this.closed) return;
+      const { peer, stream: s } = await this.conn.openStream(pb.WatchService.watch);
+      if (this.closed) {
+        s.on('error', () => {});
+        s.cancel();
+        return;
+      }
       this.peer = peer;
-      const s = client.makeBidiStreamRequest(
-        pb.WatchService.watch.path,
-        pb.WatchService.watch.requestSerialize,
-        pb.WatchService.watch.responseDeserialize,
-        md,
-        {},
-      );
       this.stream = s;
       s.on('data', (r: pb.WatchResponse) => this.onResponse(s, r));
       s.on('error', (err: Error) => this.onBroken(s, err));
