@@ -84,7 +84,8 @@ export class Election {
       const at = await waitForTurn(this.session, this.name, ticket, lost, options.signal);
       return new LeaderHandle(new Ownership(this.session, ticket.key, ticket.rev, at, lost), bytes);
     } catch (err) {
-      await dropTicket(this.session, ticket);
+      // A key this call created leaves with it; one it joined belongs to a sibling in this process.
+      if (ticket.created) await dropTicket(this.session, ticket);
       throw err;
     }
   }

@@ -19,6 +19,7 @@ const lockLost = (key: string) => (message: string, cause?: unknown) =>
  *
  * Reentrancy follows Go: the key is per session and name, so two Mutex objects on one session and
  * one name share a single key. Both "hold" the lock at once, and unlocking either releases it.
+ * Aborting a lock() that joined a sibling's key leaves the key to the sibling.
  */
 export class Mutex {
   readonly name: string;
@@ -48,7 +49,8 @@ export class Mutex {
       const at = await waitForTurn(this.session, this.name, ticket, lockLost(ticket.key), options.signal);
       return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, at, lockLost(ticket.key)));
     } catch (err) {
-      await dropTicket(this.session, ticket);
+      // A key this call created leaves with it; one it joined belongs to a sibling in this process.
+      if (ticket.created) await dropTicket(this.session, ticket);
       throw err;
     }
   }

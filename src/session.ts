@@ -138,7 +138,8 @@ export class Session implements AsyncDisposable, KeepAliveListener {
 
   /**
    * Stops renewing without revoking: the lease, and every key on it, lives on until its TTL runs out
-   * (a process handing its lease to another). The signal still fires at the local deadline.
+   * (a process handing its lease to another). The signal still fires at the local deadline, but its
+   * timer does not keep the process alive on its own.
    */
   orphan(): void {
     this.stopRenewing();

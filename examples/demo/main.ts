@@ -477,7 +477,6 @@ class Demo {
       'hands charge #6 to w2.',
     ]);
     const w6 = this.proc('w6');
-    const w2 = this.proc('w2');
     this.expectedLoss.add('w6');
     const ghostDone = this.lockJob('w6', job(6), { holdMs: s.ghostHoldMs, ttl, ghost: true });
     await this.cond.until('w6 to start working', () => w6.events('working').length > 0);

@@ -1,0 +1,690 @@
+// The etcd client against a real single-member etcd: key-value, transactions, leases, watches,
+// failure classification. Each test works under its own prefix and removes what it wrote.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { createServer } from 'node:net';
+import {
+  Client,
+  ClientClosedError,
+  CompactedError,
+  DeadlineExceededError,
+  UnavailableError,
+  WriteOutcomeUnknownError,
+  compare,
+  op,
+  type WatchBatch,
+} from '../src/index.js';
+import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
+import { EventLog, assertNoKeys, assertNoLeases, grpcStarted, settle, uniquePrefix } from './helpers.js';
+
+const ROOT = 'test/client/';
+let etcd: EtcdCluster;
+let client: Client;
+
+before(async () => {
+  etcd = await startEtcd();
+  client = new Client({ endpoints: etcd.endpoints });
+});
+
+after(async () => {
+  try {
+    await assertNoKeys(client, ROOT);
+    await assertNoLeases(client);
+  } finally {
+    await client?.close();
+    await etcd?.stop();
+  }
+});
+
+/** A fresh prefix under ROOT, cleaned up by `cleanup(prefix)`. */
+const fresh = (name: string): string => `${ROOT}${uniquePrefix(name).slice('test/'.length)}`;
+const cleanup = (prefix: string): Promise<bigint> => client.delete(prefix, { prefix: true });
+
+/** A TCP port that nothing listens on (bound, then released). */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** Puts `n` keys `<prefix><i>` concurrently, each in its own revision; returns the revisions. */
+async function putMany(prefix: string, n: number, from = 0): Promise<bigint[]> {
+  const revs: bigint[] = [];
+  const width = 64;
+  for (let i = from; i < from + n; i += width) {
+    const batch = await Promise.all(
+      Array.from({ length: Math.min(width, from + n - i) }, (_, j) => client.put(`${prefix}${String(i + j).padStart(6, '0')}`, `v${i + j}`)),
+    );
+    revs.push(...batch.map((h) => h.revision));
+  }
+  return revs.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
+describe('key-value', () => {
+  it('put then get round-trips bytes and reports int64 revisions as bigint', async () => {
+    const p = fresh('put-get');
+    const h = await client.put(`${p}k`, 'v1');
+    assert.equal(typeof h.revision, 'bigint');
+    assert.ok(h.revision > 0n);
+    const kv = await client.get(`${p}k`);
+    assert.ok(kv);
+    assert.equal(kv.key.toString(), `${p}k`);
+    assert.equal(kv.value.toString(), 'v1');
+    assert.equal(kv.createRevision, h.revision);
+    assert.equal(kv.modRevision, h.revision);
+    assert.equal(kv.version, 1n);
+    assert.equal(kv.lease, 0n);
+    await cleanup(p);
+  });
+
+  it('a second put keeps CreateRevision and bumps ModRevision and Version', async () => {
+    const p = fresh('put-twice');
+    const h1 = await client.put(`${p}k`, 'a');
+    const h2 = await client.put(`${p}k`, 'b');
+    assert.ok(h2.revision > h1.revision);
+    const kv = await client.get(`${p}k`);
+    assert.equal(kv?.createRevision, h1.revision);
+    assert.equal(kv?.modRevision, h2.revision);
+    assert.equal(kv?.version, 2n);
+    await cleanup(p);
+  });
+
+  it('accepts Buffer and Uint8Array keys and values, including non-UTF-8 bytes', async () => {
+    const p = fresh('bytes');
+    const key = Buffer.concat([Buffer.from(p), Buffer.from([0xff, 0x00, 0x01])]);
+    const value = new Uint8Array([0, 0xfe, 0xff]);
+    await client.put(key, value);
+    const kv = await client.get(new Uint8Array(key));
+    assert.deepEqual(kv?.key, key);
+    assert.deepEqual([...kv!.value], [0, 0xfe, 0xff]);
+    await cleanup(p);
+  });
+
+  it('get of a missing key resolves undefined', async () => {
+    assert.equal(await client.get(`${fresh('missing')}nothing`), undefined);
+  });
+
+  it('get at a past revision returns the value as it was then', async () => {
+    const p = fresh('past');
+    const h1 = await client.put(`${p}k`, 'old');
+    await client.put(`${p}k`, 'new');
+    assert.equal((await client.get(`${p}k`, { revision: h1.revision }))?.value.toString(), 'old');
+    assert.equal((await client.get(`${p}k`))?.value.toString(), 'new');
+    await cleanup(p);
+  });
+
+  it('getPrefix returns exactly the keys under the prefix, in key order', async () => {
+    const p = fresh('prefix');
+    await client.put(`${p}a/2`, '');
+    await client.put(`${p}a/1`, '');
+    await client.put(`${p}a`, ''); // the prefix itself without its slash: not under "a/"
+    await client.put(`${p}a0`, ''); // the byte after "/"
+    await client.put(`${p}b/1`, '');
+    const r = await client.getPrefix(`${p}a/`);
+    assert.deepEqual(
+      r.kvs.map((kv) => kv.key.toString()),
+      [`${p}a/1`, `${p}a/2`],
+    );
+    assert.equal(r.count, 2n);
+    assert.equal(r.more, false);
+    await cleanup(p);
+  });
+
+  it('getPrefix with a limit reports more and the full count', async () => {
+    const p = fresh('limit');
+    for (const k of ['1', '2', '3']) await client.put(`${p}${k}`, '');
+    const r = await client.getPrefix(p, { limit: 2 });
+    assert.deepEqual(
+      r.kvs.map((kv) => kv.key.toString().slice(p.length)),
+      ['1', '2'],
+    );
+    assert.equal(r.more, true);
+    assert.equal(r.count, 3n);
+    await cleanup(p);
+  });
+
+  it('delete returns how many keys went; with prefix, every key under it', async () => {
+    const p = fresh('delete');
+    for (const k of ['a', 'b', 'c']) await client.put(`${p}${k}`, '');
+    assert.equal(await client.delete(`${p}a`), 1n);
+    assert.equal(await client.delete(`${p}a`), 0n);
+    assert.equal(await client.delete(p, { prefix: true }), 2n);
+    await assertNoKeys(client, p);
+  });
+});
+
+describe('txn and compare builders', () => {
+  it('createRevision = 0 creates only if absent: success then failure branch', async () => {
+    const p = fresh('txn-create');
+    const key = `${p}k`;
+    const req = {
+      compare: [compare.createRevision(key, '=', 0n)],
+      success: [op.put(key, 'first')],
+      failure: [op.get(key)],
+    };
+    const t1 = await client.txn(req);
+    assert.equal(t1.succeeded, true);
+    assert.ok(t1.responses[0]?.responsePut);
+    const t2 = await client.txn(req);
+    assert.equal(t2.succeeded, false);
+    const kv = t2.responses[0]?.responseRange?.kvs?.[0];
+    assert.equal(kv?.value?.toString(), 'first');
+    assert.equal(kv?.createRevision, t1.header.revision);
+    await cleanup(p);
+  });
+
+  it('createRevision = rev guards on the incarnation, not the name', async () => {
+    const p = fresh('txn-incarnation');
+    const key = `${p}k`;
+    const rev = (await client.put(key, '')).revision;
+    const guard = { compare: [compare.createRevision(key, '=', rev)], success: [op.delete(key)], failure: [] };
+    await client.delete(key);
+    await client.put(key, 'reborn');
+    assert.equal((await client.txn(guard)).succeeded, false, 'a recreated key must not match the old CreateRevision');
+    assert.equal((await client.get(key))?.value.toString(), 'reborn');
+    await cleanup(p);
+  });
+
+  it('modRevision, value, version and lease compares', async () => {
+    const p = fresh('txn-compares');
+    const key = `${p}k`;
+    const h = await client.put(key, 'x');
+    const ok = (c: ReturnType<typeof compare.value>) => client.txn({ compare: [c], success: [], failure: [] }).then((t) => t.succeeded);
+    assert.equal(await ok(compare.modRevision(key, '=', h.revision)), true);
+    assert.equal(await ok(compare.modRevision(key, '<', h.revision)), false);
+    assert.equal(await ok(compare.modRevision(key, '>', h.revision - 1n)), true);
+    assert.equal(await ok(compare.modRevision(key, '!=', h.revision)), false);
+    assert.equal(await ok(compare.value(key, '=', 'x')), true);
+    assert.equal(await ok(compare.value(key, '=', Buffer.from('y'))), false);
+    assert.equal(await ok(compare.value(key, '<', 'y')), true);
+    assert.equal(await ok(compare.version(key, '=', 1n)), true);
+    assert.equal(await ok(compare.version(key, '>', 1n)), false);
+    assert.equal(await ok(compare.lease(key, '=', 0n)), true);
+    assert.equal(await ok(compare.lease(key, '=', 5n)), false);
+    await cleanup(p);
+  });
+
+  it('all compares must hold; the success branch runs every op in one revision', async () => {
+    const p = fresh('txn-multi');
+    await client.put(`${p}a`, '1');
+    const t = await client.txn({
+      compare: [compare.value(`${p}a`, '=', '1'), compare.createRevision(`${p}b`, '=', 0n)],
+      success: [op.put(`${p}b`, '2'), op.put(`${p}c`, '3'), op.delete(`${p}a`), op.range({ key: Buffer.from(`${p}b`) })],
+      failure: [],
+    });
+    assert.equal(t.succeeded, true);
+    assert.equal(t.responses[2]?.responseDeleteRange?.deleted, 1n);
+    const b = await client.get(`${p}b`);
+    const c = await client.get(`${p}c`);
+    assert.equal(b?.modRevision, t.header.revision);
+    assert.equal(c?.modRevision, t.header.revision);
+    assert.equal((await client.txn({ compare: [compare.value(`${p}b`, '=', '2'), compare.value(`${p}c`, '=', 'nope')], success: [op.delete(`${p}b`)], failure: [] })).succeeded, false);
+    assert.ok(await client.get(`${p}b`));
+    await cleanup(p);
+  });
+});
+
+describe('leases', () => {
+  it('lease ids etcd picks are bigint and keep full int64 precision', async () => {
+    const { id, ttl } = await client.leaseGrant(60);
+    try {
+      assert.equal(typeof id, 'bigint');
+      assert.ok(id > 0n);
+      assert.equal(ttl, 60);
+      assert.ok((await client.leaseLeases()).includes(id));
+      const t = await client.leaseTimeToLive(id);
+      assert.equal(t.grantedTtl, 60);
+      assert.ok(t.ttl > 0 && t.ttl <= 60);
+    } finally {
+      await client.leaseRevoke(id);
+    }
+  });
+
+  it('a client-chosen id above 2^53 survives the round trip, also as etcdctl sees it', async () => {
+    const id = 0x7fff_ffff_ffff_fff1n; // not representable as a double
+    assert.notEqual(BigInt(Number(id)), id);
+    const p = fresh('lease-precision');
+    const granted = await client.leaseGrant(60, { id });
+    try {
+      assert.equal(granted.id, id);
+      await client.put(`${p}k`, '', { lease: id });
+      assert.equal((await client.get(`${p}k`))?.lease, id);
+      assert.ok((await client.leaseLeases()).includes(id));
+      const t = await client.leaseTimeToLive(id, { keys: true });
+      assert.deepEqual(
+        t.keys.map((k) => k.toString()),
+        [`${p}k`],
+      );
+      // etcdctl sees the same id: it lists lease ids as 16 lowercase hex digits.
+      const ls = spawnSync('etcdctl', [`--endpoints=${etcd.endpoints[0]}`, 'lease', 'list'], { env: { ...process.env, ETCDCTL_API: '3' }, encoding: 'utf8' });
+      assert.equal(ls.status, 0, ls.stderr);
+      assert.ok(ls.stdout.split('\n').includes(id.toString(16).padStart(16, '0')), `etcdctl lease list: ${ls.stdout}`);
+    } finally {
+      await client.leaseRevoke(id);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('granting a chosen id again returns the existing lease (grant is retry-safe)', async () => {
+    const id = 0x4000_0000_0000_0abcn;
+    try {
+      const a = await client.leaseGrant(30, { id });
+      const b = await client.leaseGrant(30, { id });
+      assert.equal(a.id, id);
+      assert.equal(b.id, id);
+      assert.equal(b.ttl, 30);
+    } finally {
+      await client.leaseRevoke(id);
+    }
+  });
+
+  it('revoke deletes the lease and its keys; revoking it again is not an error', async () => {
+    const p = fresh('revoke');
+    const { id } = await client.leaseGrant(60);
+    await client.put(`${p}a`, '', { lease: id });
+    await client.put(`${p}b`, '', { lease: id });
+    await client.leaseRevoke(id);
+    await assertNoKeys(client, p);
+    await client.leaseRevoke(id);
+    assert.equal((await client.leaseTimeToLive(id)).ttl, -1);
+    assert.ok(!(await client.leaseLeases()).includes(id));
+  });
+});
+
+describe('connection failures', () => {
+  it('an endpoint where nothing listens fails with UnavailableError naming it and the fix', { timeout: 20_000 }, async () => {
+    const port = await closedPort();
+    // A dial timeout far above the test's timeout: passing proves the refusal itself ended the call.
+    const dead = new Client({ endpoints: `127.0.0.1:${port}`, dialTimeoutMs: 60_000 });
+    try {
+      await assert.rejects(dead.get('k'), (err: unknown) => {
+        assert.ok(err instanceof UnavailableError, String(err));
+        assert.match(err.message, new RegExp(`127\\.0\\.0\\.1:${port}`));
+        assert.match(err.message, /refused/);
+        assert.match(err.message, /check that etcd runs there|pass the right endpoints/);
+        return true;
+      });
+    } finally {
+      await dead.close();
+    }
+  });
+
+  it(
+    'a second call to an endpoint known to refuse also fails on the refusal, not the dial timeout',
+    { timeout: 5_000 }, // far below the dial timeout: only the refusal can end these calls in time
+    async () => {
+      const port = await closedPort();
+      const dead = new Client({ endpoints: `127.0.0.1:${port}`, dialTimeoutMs: 30_000 });
+      try {
+        await assert.rejects(dead.get('k'), UnavailableError);
+        await assert.rejects(dead.get('k'), UnavailableError);
+      } finally {
+        await dead.close();
+      }
+    },
+  );
+
+  it('fails over from a dead endpoint to a live one', { timeout: 20_000 }, async () => {
+    const port = await closedPort();
+    const p = fresh('failover');
+    const c = new Client({ endpoints: [`127.0.0.1:${port}`, etcd.endpoints[0]!], dialTimeoutMs: 60_000 });
+    try {
+      await c.put(`${p}k`, 'v');
+      assert.equal((await c.get(`${p}k`))?.value.toString(), 'v');
+      assert.equal(c.activeEndpoint, etcd.endpoints[0]);
+    } finally {
+      await c.close();
+      await cleanup(p);
+    }
+  });
+
+  it('a write whose answer never comes is WriteOutcomeUnknownError, a read DeadlineExceededError', async () => {
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const c = new Client({ endpoints: proxy.endpoint });
+    const p = fresh('outcome');
+    try {
+      await c.get(`${p}warm-up`); // connect first, so the failure is the lost answer, not the dial
+      proxy.blackhole(true);
+      await assert.rejects(c.put(`${p}k`, 'v', { timeoutMs: 300 }), (err: unknown) => {
+        assert.ok(err instanceof WriteOutcomeUnknownError, String(err));
+        assert.match(err.message, /may or may not have been applied/);
+        return true;
+      });
+      await assert.rejects(c.get(`${p}k`, { timeoutMs: 300 }), DeadlineExceededError);
+    } finally {
+      // Closed while still black-holed: the buffered request is dropped and never reaches etcd.
+      await c.close();
+      await proxy.close();
+      await cleanup(p);
+    }
+  });
+
+  it('a put whose connection drops after it committed is WriteOutcomeUnknownError, not retried', async () => {
+    const p = fresh('outcome-committed');
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const c = new Client({ endpoints: proxy.endpoint });
+    const log = new EventLog(client, p);
+    try {
+      await log.ready;
+      await c.get('warm-up');
+      proxy.delay(1000); // each direction: the answer comes a second after the commit
+      const put = c.put(`${p}k`, 'v');
+      put.catch(() => {});
+      await log.put(`${p}k`); // committed
+      proxy.delay(0);
+      proxy.cut(); // the answer is lost
+      await assert.rejects(put, WriteOutcomeUnknownError);
+      assert.equal((await client.get(`${p}k`))?.version, 1n, 'applied exactly once: it was not repeated');
+    } finally {
+      await log.close();
+      await c.close();
+      await proxy.close();
+      await cleanup(p);
+    }
+  });
+
+  it('an idempotent txn whose connection drops after it committed is retried', async () => {
+    const p = fresh('outcome-retried');
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const c = new Client({ endpoints: proxy.endpoint });
+    const log = new EventLog(client, p);
+    const key = `${p}k`;
+    try {
+      await log.ready;
+      await c.get('warm-up');
+      proxy.delay(1000);
+      const txn = c.txn(
+        { compare: [compare.createRevision(key, '=', 0n)], success: [op.put(key, 'v')], failure: [op.get(key)] },
+        { idempotent: true },
+      );
+      const committed = await log.put(key);
+      proxy.delay(0);
+      proxy.cut();
+      const t = await txn;
+      // The retry ran after the first attempt had created the key: it took the failure branch.
+      assert.equal(t.succeeded, false);
+      assert.equal(t.responses[0]?.responseRange?.kvs?.[0]?.createRevision, committed.createRevision);
+    } finally {
+      await log.close();
+      await c.close();
+      await proxy.close();
+      await cleanup(p);
+    }
+  });
+
+  it('an already-aborted signal rejects the call with its reason', async () => {
+    const reason = new Error('not wanted');
+    await assert.rejects(client.get('k', { signal: AbortSignal.abort(reason) }), (e) => e === reason);
+  });
+
+  it('aborting a call in flight rejects it with the reason', async () => {
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const c = new Client({ endpoints: proxy.endpoint });
+    try {
+      await c.get('warm-up');
+      proxy.blackhole(true); // the answer can never come: only the abort can end the call
+      const ac = new AbortController();
+      const call = c.get('k', { signal: ac.signal, timeoutMs: 600_000 });
+      call.catch(() => {});
+      await settle(); // the request is on its way (the channel was ready: no I/O before sending)
+      const reason = new Error('user gave up');
+      ac.abort(reason);
+      await assert.rejects(call, (e) => e === reason);
+    } finally {
+      await c.close();
+      await proxy.close();
+    }
+  });
+
+  it(
+    'a signal aborted right after the call started still cancels it',
+    async () => {
+      const p = fresh('abort-early');
+      const ac = new AbortController();
+      const call = client.put(`${p}k`, 'v', { signal: ac.signal });
+      call.catch(() => {});
+      const reason = new Error('changed my mind');
+      ac.abort(reason); // before the request went out (it waits for ready() and metadata())
+      try {
+        await assert.rejects(call, (e) => e === reason);
+      } finally {
+        await call.catch(() => {});
+        await cleanup(p);
+      }
+    },
+  );
+
+  it('calls on a closed client fail with ClientClosedError', async () => {
+    const c = new Client({ endpoints: etcd.endpoints });
+    await c.get('k');
+    await c.close();
+    await c.close(); // idempotent
+    assert.equal(c.closed, true);
+    await assert.rejects(c.get('k'), ClientClosedError);
+    assert.throws(() => c.watch('k'), ClientClosedError);
+  });
+});
+
+/** Collects watch batches into a flat list of events until `until` returns true. */
+async function collect(w: AsyncIterable<WatchBatch>, until: (events: { type: string; key: string; rev: bigint }[]) => boolean) {
+  const events: { type: string; key: string; rev: bigint }[] = [];
+  for await (const batch of w) {
+    for (const e of batch.events) events.push({ type: e.type, key: e.kv.key.toString(), rev: e.kv.modRevision });
+    if (until(events)) break;
+  }
+  return events;
+}
+
+describe('watch', () => {
+  it('delivers puts and deletes in order after created resolves', async () => {
+    const p = fresh('watch-order');
+    const w = client.watch(p, { prefix: true });
+    const createdAt = await w.created;
+    assert.equal(typeof createdAt, 'bigint');
+    const h1 = await client.put(`${p}a`, '1');
+    const h2 = await client.put(`${p}b`, '2');
+    await client.delete(`${p}a`);
+    const events = await collect(w, (ev) => ev.length >= 3);
+    assert.deepEqual(events, [
+      { type: 'put', key: `${p}a`, rev: h1.revision },
+      { type: 'put', key: `${p}b`, rev: h2.revision },
+      { type: 'delete', key: `${p}a`, rev: h2.revision + 1n },
+    ]);
+    assert.equal(w.ended, true, 'breaking out of the loop cancels the watch');
+    await cleanup(p);
+  });
+
+  it('a watch from "now" sees only events after its created revision', async () => {
+    const p = fresh('watch-now');
+    await client.put(`${p}before`, '');
+    const w = client.watch(p, { prefix: true });
+    const createdAt = await w.created;
+    await client.put(`${p}after`, '');
+    const events = await collect(w, (ev) => ev.length >= 1);
+    assert.deepEqual(
+      events.map((e) => e.key),
+      [`${p}after`],
+    );
+    assert.ok(events[0]!.rev > createdAt);
+    await cleanup(p);
+  });
+
+  it('a watch from a past revision replays history first', async () => {
+    const p = fresh('watch-replay');
+    const h1 = await client.put(`${p}a`, '1');
+    await client.put(`${p}a`, '2');
+    const w = client.watch(`${p}a`, { startRevision: h1.revision, prevKv: true });
+    const values: string[] = [];
+    const prev: (string | undefined)[] = [];
+    for await (const b of w) {
+      for (const e of b.events) {
+        values.push(e.kv.value.toString());
+        prev.push(e.prevKv?.value.toString());
+      }
+      if (values.length >= 2) break;
+    }
+    assert.deepEqual(values, ['1', '2']);
+    assert.deepEqual(prev, [undefined, '1']);
+    await cleanup(p);
+  });
+
+  it('noPut delivers only deletes, noDelete only puts', async () => {
+    const p = fresh('watch-filters');
+    const deletes = client.watch(p, { prefix: true, noPut: true });
+    const puts = client.watch(p, { prefix: true, noDelete: true });
+    await Promise.all([deletes.created, puts.created]);
+    await client.put(`${p}a`, '');
+    await client.delete(`${p}a`);
+    await client.put(`${p}b`, '');
+    await client.delete(`${p}b`);
+    assert.deepEqual(
+      (await collect(deletes, (ev) => ev.length >= 2)).map((e) => `${e.type} ${e.key.slice(p.length)}`),
+      ['delete a', 'delete b'],
+    );
+    assert.deepEqual(
+      (await collect(puts, (ev) => ev.length >= 2)).map((e) => `${e.type} ${e.key.slice(p.length)}`),
+      ['put a', 'put b'],
+    );
+  });
+
+  it('an aborted signal ends the iteration without error', async () => {
+    const ac = new AbortController();
+    const w = client.watch(`${fresh('watch-abort')}k`, { signal: ac.signal });
+    await w.created;
+    const done = collect(w, () => false);
+    ac.abort();
+    assert.deepEqual(await done, []);
+    assert.equal(w.ended, true);
+  });
+
+  it('client.close() ends its watches with ClientClosedError', async () => {
+    const c = new Client({ endpoints: etcd.endpoints });
+    const w = c.watch(`${fresh('watch-close')}k`);
+    await w.created;
+    const done = collect(w, () => false);
+    await c.close();
+    await assert.rejects(done, ClientClosedError);
+  });
+
+  it('a watch from a compacted revision ends with CompactedError carrying the compact revision', async () => {
+    const p = fresh('watch-compacted');
+    const h1 = await client.put(`${p}k`, '1');
+    const h2 = await client.put(`${p}k`, '2');
+    await client.compact(h2.revision);
+    const w = client.watch(`${p}k`, { startRevision: h1.revision });
+    await assert.rejects(
+      collect(w, () => false),
+      (err: unknown) => {
+        assert.ok(err instanceof CompactedError, String(err));
+        assert.equal(err.compactRevision, h2.revision);
+        return true;
+      },
+    );
+    assert.equal(w.ended, true);
+    await cleanup(p);
+  });
+
+  it('a watch starting exactly at a compacted delete never skips it silently (etcd 18089)', async () => {
+    const p = fresh('watch-compacted-delete');
+    await client.put(`${p}k`, '1');
+    await client.delete(`${p}k`);
+    const del = (await client.put(`${p}other`, '')).revision - 1n; // the delete's revision
+    // Physical: returns once the compaction is done. etcd then serves a watch from `del` without
+    // the delete at `del` (its tombstone is gone), going straight on to later events.
+    await client.compact(del, { physical: true });
+    const w = client.watch(`${p}k`, { startRevision: del });
+    const later = await client.put(`${p}k`, '2');
+    try {
+      const first = await w[Symbol.asyncIterator]()
+        .next()
+        .then(
+          (r) => ({ r }),
+          (err: unknown) => ({ err }),
+        );
+      if ('err' in first) {
+        // A CompactedError tells the caller to read the state again: acceptable.
+        assert.ok(first.err instanceof CompactedError, String(first.err));
+      } else {
+        const e = first.r.value?.events[0];
+        assert.deepEqual([e?.type, e?.kv.modRevision], ['delete', del], `skipped the delete, went on to the put at ${later.revision}`);
+      }
+    } finally {
+      w.cancel();
+      await cleanup(p);
+    }
+  });
+
+  it('etcd counts each Watch stream opened (the resume test relies on it to see a reopened stream)', async () => {
+    const before = await grpcStarted(etcd.clientUrls[0]!, 'Watch');
+    const c = new Client({ endpoints: etcd.endpoints });
+    try {
+      await c.watch('k').created;
+      assert.equal(await grpcStarted(etcd.clientUrls[0]!, 'Watch'), before + 1);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('resumes after a dropped stream without losing or repeating any revision', { timeout: 120_000 }, async () => {
+    const p = fresh('watch-resume');
+    const total = 5000;
+    const revs = await putMany(p, total);
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const c = new Client({ endpoints: proxy.endpoint });
+    try {
+      const streamsBefore = await grpcStarted(etcd.clientUrls[0]!, 'Watch');
+      // From the first revision: etcd sends the catch-up in pieces (1000 revisions per 100 ms sync).
+      const w = c.watch(p, { prefix: true, startRevision: revs[0]! });
+      const seen: bigint[] = [];
+      let cutAfter = -1;
+      for await (const batch of w) {
+        for (const e of batch.events) seen.push(e.kv.modRevision);
+        if (cutAfter < 0) {
+          cutAfter = seen.length;
+          proxy.cut(); // in the middle of the catch-up: some events arrived, most did not
+        }
+        if (seen.length >= total) break;
+      }
+      assert.ok(cutAfter > 0 && cutAfter < total, `the cut must fall inside the catch-up (after ${cutAfter} of ${total})`);
+      assert.ok((await grpcStarted(etcd.clientUrls[0]!, 'Watch')) > streamsBefore + 1, 'the watch stream was reopened after the cut');
+      assert.equal(seen.length, total);
+      assert.deepEqual(seen, revs, 'every revision exactly once, in order');
+    } finally {
+      await c.close();
+      await proxy.close();
+      await cleanup(p);
+    }
+  });
+
+  it('resumes live events after a dropped stream', async () => {
+    const p = fresh('watch-resume-live');
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const c = new Client({ endpoints: proxy.endpoint });
+    try {
+      const w = c.watch(p, { prefix: true });
+      await w.created;
+      const h1 = await client.put(`${p}1`, '');
+      const it = w[Symbol.asyncIterator]();
+      assert.equal((await it.next()).value?.events[0]?.kv.modRevision, h1.revision);
+      proxy.cut();
+      // Written while the stream is (probably) down: the resumed watch must still deliver them.
+      const h2 = await client.put(`${p}2`, '');
+      const h3 = await client.put(`${p}3`, '');
+      const got: bigint[] = [];
+      while (got.length < 2) {
+        const r = await it.next();
+        assert.equal(r.done, false);
+        got.push(...r.value.events.map((e) => e.kv.modRevision));
+      }
+      assert.deepEqual(got, [h2.revision, h3.revision]);
+      await it.return?.();
+    } finally {
+      await c.close();
+      await proxy.close();
+      await cleanup(p);
+    }
+  });
+});

@@ -1,0 +1,266 @@
+// Small helpers shared by the test files. Nothing here mocks etcd: every helper reads real state.
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { setTimeout as delay } from 'node:timers/promises';
+import type { Client } from '../src/index.js';
+
+/** A key prefix no other test uses: `test/<scope>/<random>/`. Names passed to locks live under it. */
+export function uniquePrefix(scope: string): string {
+  return `test/${scope.replace(/[^A-Za-z0-9_.-]+/g, '-')}/${randomBytes(4).toString('hex')}/`;
+}
+
+/**
+ * Polls `predicate` until it returns a truthy value, which is returned. For etcd state that no event
+ * announces. The `limitMs` is a hang guard that fails the test with `what`, not a timing assertion.
+ */
+export async function waitFor<T>(
+  predicate: () => T | Promise<T>,
+  what: string,
+  { intervalMs = 20, limitMs = 30_000 }: { intervalMs?: number; limitMs?: number } = {},
+): Promise<NonNullable<T>> {
+  const start = performance.now();
+  for (;;) {
+    const v = await predicate();
+    if (v) return v as NonNullable<T>;
+    if (performance.now() - start > limitMs) throw new Error(`waitFor: gave up waiting for ${what}`);
+    await delay(intervalMs);
+  }
+}
+
+/** Asserts that nothing is stored under `prefix`. */
+export async function assertNoKeys(client: Client, prefix: string): Promise<void> {
+  const r = await client.getPrefix(prefix);
+  assert.deepEqual(
+    r.kvs.map((kv) => kv.key.toString()),
+    [],
+    `keys left under ${prefix}`,
+  );
+}
+
+/** Asserts that etcd holds no lease at all (each test file owns its etcd). */
+export async function assertNoLeases(client: Client): Promise<void> {
+  const leases = await client.leaseLeases();
+  assert.deepEqual(
+    leases.map((l) => l.toString(16)),
+    [],
+    'leases left behind',
+  );
+}
+
+/**
+ * Resolves with the signal's reason once it aborts. Keeps the process alive meanwhile: the library
+ * deliberately unrefs its deadline timers (an orphaned session must not hold a process open), so
+ * a test awaiting only such a timer would otherwise end with "Promise resolution is still pending".
+ */
+export function aborted(signal: AbortSignal): Promise<unknown> {
+  if (signal.aborted) return Promise.resolve(signal.reason);
+  const keepAlive = setInterval(() => {}, 1 << 30);
+  return new Promise((resolve) =>
+    signal.addEventListener(
+      'abort',
+      () => {
+        clearInterval(keepAlive);
+        resolve(signal.reason);
+      },
+      { once: true },
+    ),
+  );
+}
+
+/** Tracks whether a promise has settled, without changing it. */
+export function track<T>(p: Promise<T>): { promise: Promise<T>; settled: () => boolean; value: () => T | undefined } {
+  let done = false;
+  let value: T | undefined;
+  p.then(
+    (v) => {
+      done = true;
+      value = v;
+    },
+    () => {
+      done = true;
+    },
+  );
+  return { promise: p, settled: () => done, value: () => value };
+}
+
+/** Lets every already-queued microtask and I/O callback run (used before asserting "still pending"). */
+export async function settle(): Promise<void> {
+  await new Promise((r) => setImmediate(r));
+}
+
+/** An `etcdctl` child (v3 API) whose output is collected and can be awaited line by line. */
+export interface Etcdctl {
+  readonly child: ChildProcess;
+  /** Everything printed on stdout so far. */
+  stdout(): string;
+  stderr(): string;
+  /** Resolves with the first stdout line matching `re` (immediately if already printed). */
+  line(re: RegExp): Promise<string>;
+  /** Resolves with the exit code (or the signal name). */
+  readonly exited: Promise<number | string>;
+  /** Kills the child (SIGTERM) if still running and waits for it to exit. */
+  kill(): Promise<void>;
+}
+
+const children = new Set<Etcdctl>();
+
+export function spawnEtcdctl(endpoint: string, args: string[]): Etcdctl {
+  const child = spawn('etcdctl', [`--endpoints=${endpoint}`, ...args], {
+    env: { ...process.env, ETCDCTL_API: '3' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let err = '';
+  const waiters: { re: RegExp; resolve: (l: string) => void }[] = [];
+  const check = (final = false): void => {
+    const lines = out.split('\n');
+    if (!final) lines.pop(); // only complete lines, unless the child has exited
+    for (const w of [...waiters]) {
+      const hit = lines.find((l) => w.re.test(l));
+      if (hit !== undefined) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(hit);
+      }
+    }
+  };
+  child.stdout!.setEncoding('utf8').on('data', (d: string) => {
+    out += d;
+    check();
+  });
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
+  const exited = once(child, 'close').then(([code, signal]) => (code ?? signal) as number | string);
+  const ctl: Etcdctl = {
+    child,
+    stdout: () => out,
+    stderr: () => err,
+    line(re) {
+      return new Promise((resolve, reject) => {
+        waiters.push({ re, resolve });
+        check();
+        void exited.then(() => {
+          check(true);
+          const i = waiters.findIndex((w) => w.re === re);
+          if (i >= 0) {
+            waiters.splice(i, 1);
+            reject(new Error(`etcdctl exited before printing ${re}; stdout: ${out}; stderr: ${err}`));
+          }
+        });
+      });
+    },
+    exited,
+    async kill() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      await exited;
+      children.delete(ctl);
+    },
+  };
+  children.add(ctl);
+  void exited.then(() => children.delete(ctl));
+  return ctl;
+}
+
+/** Kills every etcdctl child still running (for `after`). */
+export async function killEtcdctls(): Promise<void> {
+  await Promise.all([...children].map((c) => c.kill()));
+}
+
+/**
+ * The value of one of etcd's Prometheus counters (`<clientUrl>/metrics`), summed over the lines whose
+ * labels contain every `labels` pair; 0 when etcd has not exported it yet.
+ */
+export async function metric(clientUrl: string, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const text = await (await fetch(`${clientUrl}/metrics`)).text();
+  const want = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (!(line.startsWith(`${name}{`) || line.startsWith(`${name} `))) continue;
+    if (!want.every((w) => line.includes(w))) continue;
+    sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return sum;
+}
+
+/** How many calls (or streams) of a gRPC method etcd has started: `grpc_server_started_total`. */
+export function grpcStarted(clientUrl: string, method: string): Promise<number> {
+  return metric(clientUrl, 'grpc_server_started_total', { grpc_method: method, grpc_type: method === 'Watch' || method === 'LeaseKeepAlive' ? 'bidi_stream' : 'unary' });
+}
+
+/** How many messages etcd has received on a gRPC method's streams (e.g. keepalive renewals). */
+export function grpcReceived(clientUrl: string, method: string): Promise<number> {
+  return metric(clientUrl, 'grpc_server_msg_received_total', { grpc_method: method });
+}
+
+/** One event as the log records it. */
+export interface LoggedEvent {
+  type: 'put' | 'delete';
+  key: string;
+  /** ModRevision of the event (for a put: its CreateRevision when version is 1). */
+  rev: bigint;
+  createRevision: bigint;
+  lease: bigint;
+}
+
+/**
+ * Records every event under a prefix, from the revision after `created`, and lets a test await the
+ * first event matching a predicate: the event-driven way to know "that key now exists".
+ */
+export class EventLog {
+  readonly events: LoggedEvent[] = [];
+  private readonly ac = new AbortController();
+  private waiters: { pred: (e: LoggedEvent) => boolean; from: number; resolve: (e: LoggedEvent) => void }[] = [];
+  readonly ready: Promise<bigint>;
+  private readonly loop: Promise<void>;
+
+  constructor(client: Client, prefix: string) {
+    const w = client.watch(prefix, { prefix: true, signal: this.ac.signal });
+    this.ready = w.created;
+    this.loop = (async () => {
+      for await (const batch of w) {
+        for (const e of batch.events) {
+          const ev: LoggedEvent = {
+            type: e.type,
+            key: e.kv.key.toString(),
+            rev: e.kv.modRevision,
+            createRevision: e.kv.createRevision,
+            lease: e.kv.lease,
+          };
+          this.events.push(ev);
+          for (const wt of [...this.waiters]) {
+            if (this.events.length - 1 >= wt.from && wt.pred(ev)) {
+              this.waiters.splice(this.waiters.indexOf(wt), 1);
+              wt.resolve(ev);
+            }
+          }
+        }
+      }
+    })();
+    this.loop.catch(() => {});
+  }
+
+  /** Resolves with the first event at index >= `from` that matches. */
+  next(pred: (e: LoggedEvent) => boolean, from = 0): Promise<LoggedEvent> {
+    const hit = this.events.slice(from).find(pred);
+    if (hit) return Promise.resolve(hit);
+    return new Promise((resolve) => this.waiters.push({ pred, from, resolve }));
+  }
+
+  put(key: string, from = 0): Promise<LoggedEvent> {
+    return this.next((e) => e.type === 'put' && e.key === key, from);
+  }
+
+  deleted(key: string, from = 0): Promise<LoggedEvent> {
+    return this.next((e) => e.type === 'delete' && e.key === key, from);
+  }
+
+  async close(): Promise<void> {
+    this.ac.abort();
+    await this.loop.catch(() => {});
+  }
+}
+
+/** How many calls of a unary gRPC method etcd has answered: `grpc_server_handled_total`. */
+export function grpcHandled(clientUrl: string, method: string): Promise<number> {
+  return metric(clientUrl, 'grpc_server_handled_total', { grpc_method: method, grpc_type: 'unary' });
+}

@@ -1,0 +1,174 @@
+// Mutex on a real 3-member etcd cluster while members die: holders keep their locks, waiters keep
+// their places, and the queue still hands over in order.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Client, Mutex, Session, type LockHandle } from '../src/index.js';
+import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
+import { EventLog, assertNoKeys, assertNoLeases, uniquePrefix, waitFor } from './helpers.js';
+
+const ROOT = 'test/mutex-cluster/';
+let etcd: EtcdCluster;
+/** One client per member, each listing all three endpoints starting at a different member. */
+let clients: Client[];
+
+before(async () => {
+  etcd = await startEtcd({ members: 3 });
+  const eps = etcd.endpoints;
+  clients = eps.map((_, i) => new Client({ endpoints: [...eps.slice(i), ...eps.slice(0, i)] }));
+});
+
+after(async () => {
+  try {
+    await etcd.waitHealthy();
+    await assertNoKeys(clients[0]!, ROOT);
+    await assertNoLeases(clients[0]!);
+  } finally {
+    await Promise.all((clients ?? []).map((c) => c.close()));
+    await etcd?.stop();
+  }
+});
+
+const fresh = (name: string): string => `${ROOT}${uniquePrefix(name).slice('test/'.length)}`;
+
+/** The members each client currently talks to (for the test's own diagnostics). */
+const activeMembers = (): number[] => clients.map((c) => etcd.endpoints.indexOf(c.activeEndpoint));
+
+/**
+ * Holds a lock on one session and queues `waiters` more behind it, spread over the three clients,
+ * each enqueued only after the previous one's key is in etcd (so the expected order is known).
+ */
+async function queue(name: string, waiters: number) {
+  const ss = await Promise.all(Array.from({ length: waiters + 1 }, (_, i) => Session.create(clients[i % 3]!, { ttl: 10 })));
+  const log = new EventLog(clients[1]!, `${name}/`);
+  await log.ready;
+  const holder = await new Mutex(ss[0]!, name).lock();
+  const holderSignal = holder.signal; // start watching the key, so a spurious loss would show
+  const order: number[] = [];
+  const tokens: bigint[] = [];
+  const created: bigint[] = [];
+  const handles: Promise<LockHandle>[] = [];
+  let inside = 0;
+  for (let i = 1; i <= waiters; i++) {
+    const m = new Mutex(ss[i]!, name);
+    const from = log.events.length;
+    const acquired = m.lock().then(async (h) => {
+        assert.equal(inside, 0, `waiter ${i} acquired while another held the lock`);
+        inside++;
+        order.push(i);
+        tokens.push(h.fencingToken);
+        h.assertHeld();
+        inside--;
+        await h.unlock();
+        return h;
+      });
+    acquired.catch(() => {}); // awaited by the test; this only keeps an early failure from being "unhandled"
+    handles.push(acquired);
+    created.push((await log.put(m.key, from)).createRevision);
+  }
+  return { ss, log, holder, holderSignal, order, tokens, created, handles };
+}
+
+/** Resolves once `s` has renewed its lease after this call (its local deadline moved forward). */
+async function renewedAfterNow(s: Session): Promise<void> {
+  const start = s.remainingMs();
+  await waitFor(() => s.signal.aborted || s.remainingMs() > start, `a renewal of lease ${s.leaseId.toString(16)}`);
+  assert.equal(s.signal.aborted, false, `session ${s.leaseId.toString(16)} was lost: ${String(s.signal.reason)}`);
+}
+
+async function killDuringLock(victim: () => Promise<number>, label: string): Promise<void> {
+  const p = fresh(label);
+  const name = `${p}lock`;
+  const waiters = 6;
+  const q = await queue(name, waiters);
+  let killed = -1;
+  try {
+    killed = await victim();
+    await etcd.kill(killed);
+    await etcd.leaderIndex(); // the survivors agree on a leader (a new one if the leader died)
+
+    // Every session renews through a surviving member: the holder's and every waiter's.
+    await Promise.all(q.ss.map(renewedAfterNow));
+    assert.notEqual(clients[killed]!.activeEndpoint, etcd.endpoints[killed], 'the victim’s client failed over');
+    assert.equal(q.holderSignal.aborted, false, `holder lost its lock: ${String(q.holderSignal.reason)}`);
+    q.holder.assertHeld();
+    assert.equal((await clients[(killed + 1) % 3]!.get(q.holder.key))?.createRevision, q.holder.fencingToken);
+    assert.deepEqual(q.order, [], 'nobody acquired while the holder held the lock');
+
+    // The queue still hands over in order.
+    await q.holder.unlock();
+    await Promise.all(q.handles);
+    assert.deepEqual(
+      q.order,
+      Array.from({ length: waiters }, (_, i) => i + 1),
+      `acquired in enqueue order (clients on members ${activeMembers().join(',')})`,
+    );
+    assert.deepEqual(q.tokens, q.created);
+  } finally {
+    await q.log.close();
+    await Promise.all(q.ss.map((s) => s.close()));
+    if (killed >= 0) await etcd.restart(killed);
+  }
+  await assertNoKeys(clients[0]!, p);
+}
+
+describe('Mutex on a 3-member cluster', () => {
+  it('killing the Raft leader: holders keep their locks, waiters get them in order', { timeout: 120_000 }, async () => {
+    await killDuringLock(() => etcd.leaderIndex(), 'kill-leader');
+  });
+
+  it('killing a follower that clients talk to: holders keep their locks, waiters get them in order', { timeout: 120_000 }, async () => {
+    await killDuringLock(async () => {
+      const leader = await etcd.leaderIndex();
+      return (leader + 1) % 3;
+    }, 'kill-follower');
+  });
+
+  it('pausing the Raft leader (a hung member): holders keep their locks, waiters get them in order', { timeout: 120_000 }, async () => {
+    const p = fresh('pause-leader');
+    const name = `${p}lock`;
+    const q = await queue(name, 4);
+    let paused = -1;
+    try {
+      paused = await etcd.leaderIndex();
+      etcd.pause(paused);
+      await etcd.leaderIndex();
+      await Promise.all(q.ss.map(renewedAfterNow));
+      assert.equal(q.holderSignal.aborted, false, `holder lost its lock: ${String(q.holderSignal.reason)}`);
+      q.holder.assertHeld();
+      await q.holder.unlock();
+      await Promise.all(q.handles);
+      assert.deepEqual(q.order, [1, 2, 3, 4]);
+      assert.deepEqual(q.tokens, q.created);
+    } finally {
+      if (paused >= 0) etcd.resume(paused);
+      await q.log.close();
+      await Promise.all(q.ss.map((s) => s.close()));
+    }
+    await etcd.waitHealthy();
+    await assertNoKeys(clients[0]!, p);
+  });
+
+  it('a member killed and restarted twice in a row: the queue survives both', { timeout: 120_000 }, async () => {
+    const p = fresh('kill-twice');
+    const name = `${p}lock`;
+    const q = await queue(name, 4);
+    try {
+      for (let round = 0; round < 2; round++) {
+        const victim = await etcd.leaderIndex();
+        await etcd.kill(victim);
+        await etcd.leaderIndex();
+        await Promise.all(q.ss.map(renewedAfterNow));
+        await etcd.restart(victim);
+      }
+      q.holder.assertHeld();
+      await q.holder.unlock();
+      await Promise.all(q.handles);
+      assert.deepEqual(q.order, [1, 2, 3, 4]);
+      assert.deepEqual(q.tokens, q.created);
+    } finally {
+      await q.log.close();
+      await Promise.all(q.ss.map((s) => s.close()));
+    }
+    await assertNoKeys(clients[0]!, p);
+  });
+});
