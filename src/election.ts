@@ -1,5 +1,6 @@
 import type { Client } from './client/client.js';
-import { CompactedError } from './client/errors.js';
+import { retryWhile } from './client/backoff.js';
+import { CompactedError, isTransient } from './client/errors.js';
 import { compare, op, toBuffer, type Bytes, type KeyValue } from './client/kv.js';
 import { QueuedIterator } from './client/queued-iterator.js';
 import { LeadershipLostError, NotLeaderError } from './errors.js';
@@ -81,8 +82,8 @@ export class Election {
         );
         if (!t.succeeded) throw lost(`${ticket.key} vanished while updating its value`);
       }
-      const at = await waitForTurn(this.session, this.name, ticket, lost, options.signal);
-      return new LeaderHandle(new Ownership(this.session, ticket.key, ticket.rev, at, lost), bytes);
+      await waitForTurn(this.session, this.name, ticket, lost, options.signal);
+      return new LeaderHandle(new Ownership(this.session, ticket.key, ticket.rev, lost), bytes);
     } catch (err) {
       // A key this call created leaves with it; one it joined belongs to a sibling in this process.
       if (ticket.created) await dropTicket(this.session, ticket);
@@ -153,27 +154,35 @@ async function runObserver(client: Client, name: string, signal: AbortSignal, ou
     seen.last = kv;
     out.push(kv ? { type: 'leader', leader: leaderInfo(kv), revision } : { type: 'none', revision });
   };
+  // Reads are retried through an outage: an observer ends only when its signal aborts.
+  const read = (revision?: bigint) => retryWhile(() => oldestParticipant(client, name, { revision, signal }), isTransient, signal);
+  /** Reports the leader as of `revision` (now when omitted, or when that revision was compacted). */
   const readAt = async (revision?: bigint): Promise<bigint> => {
+    let r: { owner: KeyValue | undefined; revision: bigint };
     try {
-      const r = await oldestParticipant(client, name, { revision, signal });
-      emit(r.owner, r.revision);
-      return r.revision;
+      r = await read(revision);
     } catch (err) {
       if (!(err instanceof CompactedError) || revision === undefined) throw err;
-      const r = await oldestParticipant(client, name, { signal });
-      emit(r.owner, r.revision);
-      return r.revision;
+      r = await read();
     }
+    emit(r.owner, r.revision);
+    return r.revision;
   };
-  let start = (await readAt()) + 1n;
   while (!signal.aborted) {
-    const w = client.watch(`${name}/`, { prefix: true, startRevision: start, signal });
+    // From "now" (served at once), then the read: changes up to the read's revision are in the read,
+    // later ones arrive on the watch. Only changes of the leader key, or a first key when there is
+    // no leader, can change who leads: a new key is never older than the ones it queues behind.
+    const w = client.watch(`${name}/`, { prefix: true, signal });
     try {
+      await w.created;
+      const readRevision = await readAt();
       for await (const batch of w) {
         for (const e of batch.events) {
+          if (e.kv.modRevision <= readRevision) continue;
           const cur = seen.last;
           if (cur && e.kv.key.equals(cur.key)) {
-            if (e.type === 'put' && e.kv.createRevision === cur.createRevision) emit(e.kv, e.kv.modRevision);
+            const sameTerm = e.type === 'put' && e.kv.createRevision === cur.createRevision && e.kv.lease === cur.lease;
+            if (sameTerm) emit(e.kv, e.kv.modRevision);
             else await readAt(e.kv.modRevision);
           } else if (!cur && e.type === 'put') {
             await readAt(e.kv.modRevision);
@@ -182,8 +191,8 @@ async function runObserver(client: Client, name: string, signal: AbortSignal, ou
       }
       return; // signal aborted
     } catch (err) {
+      if (signal.aborted) return;
       if (!(err instanceof CompactedError)) throw err;
-      start = (await readAt()) + 1n;
     } finally {
       w.cancel();
     }

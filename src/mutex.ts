@@ -46,8 +46,8 @@ export class Mutex {
     const ticket = await enqueue(this.session, this.name, Buffer.alloc(0));
     try {
       options.signal?.throwIfAborted();
-      const at = await waitForTurn(this.session, this.name, ticket, lockLost(ticket.key), options.signal);
-      return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, at, lockLost(ticket.key)));
+      await waitForTurn(this.session, this.name, ticket, lockLost(ticket.key), options.signal);
+      return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, lockLost(ticket.key)));
     } catch (err) {
       // A key this call created leaves with it; one it joined belongs to a sibling in this process.
       if (ticket.created) await dropTicket(this.session, ticket);
@@ -59,10 +59,9 @@ export class Mutex {
   async tryLock(): Promise<LockHandle | null> {
     this.session.assertAlive();
     const ticket = await enqueue(this.session, this.name, Buffer.alloc(0));
-    let { pred, readAt } = ticket;
-    // Keys of nested names or stray data can hide the answer from the one-Txn read: look properly.
-    if (pred === undefined) ({ pred, readAt } = await findPredecessor(this.session, this.name, ticket, lockLost(ticket.key)));
-    if (pred === null) return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, readAt, lockLost(ticket.key)));
+    // Not alone under the prefix: someone may be before us (or only keys of nested names, stray data).
+    const pred = ticket.pred === undefined ? await findPredecessor(this.session, this.name, ticket, lockLost(ticket.key)) : ticket.pred;
+    if (pred === null) return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, lockLost(ticket.key)));
     if (ticket.created) await dropTicket(this.session, ticket);
     return null;
   }

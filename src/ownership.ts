@@ -1,6 +1,6 @@
-import type { Compare } from './client/kv.js';
-import { compare, op } from './client/kv.js';
-import { CompactedError } from './client/errors.js';
+import { retryWhile } from './client/backoff.js';
+import { CompactedError, isTransient } from './client/errors.js';
+import { compare, op, type Compare, type KeyValue } from './client/kv.js';
 import type { Watch } from './client/watch.js';
 import type { Session } from './session.js';
 import type { OwnershipLostError } from './errors.js';
@@ -14,8 +14,8 @@ import type { OwnershipLostError } from './errors.js';
 export class Ownership {
   private controller?: AbortController;
   private watch?: Watch;
-  /** Why ownership ended (lost, released or revoked), once it has. */
-  private ended?: { reason: unknown };
+  /** Why ownership ended (lost, released or revoked), once it has; made on demand (see release). */
+  private ended?: { reason?: unknown; make?: () => unknown };
   private released = false;
   private readonly onSessionLost = (): void => this.lose(this.session.signal.reason, 'its session was lost');
 
@@ -25,8 +25,6 @@ export class Ownership {
     readonly key: string,
     /** The key's CreateRevision: strictly increasing across owners, so protected resources can fence. */
     readonly fencingToken: bigint,
-    /** Revision at which ownership was confirmed; watching starts after it so nothing is missed. */
-    private readonly confirmedAt: bigint,
     private readonly makeLostError: (message: string, cause?: unknown) => OwnershipLostError,
   ) {}
 
@@ -37,7 +35,7 @@ export class Ownership {
   get signal(): AbortSignal {
     if (!this.controller) {
       this.controller = new AbortController();
-      if (this.ended) this.controller.abort(this.ended.reason);
+      if (this.ended) this.controller.abort(this.endReason());
       else this.startWatching();
     }
     return this.controller.signal;
@@ -52,7 +50,7 @@ export class Ownership {
         this.lose(err, 'its session was lost');
       }
     }
-    if (this.ended) throw this.ended.reason;
+    if (this.ended) throw this.endReason();
   }
 
   /** A Txn compare that holds only while this owner's key is the one it created. */
@@ -76,23 +74,33 @@ export class Ownership {
         { idempotent: true },
       );
     } catch (err) {
-      // Still ours as far as we know: watch again from the start, so a delete meanwhile is not missed.
-      if (watching && !this.ended) void this.watchFrom(this.confirmedAt + 1n);
+      // Still ours as far as we know: watch again (from now, then a read: nothing meanwhile is missed).
+      if (watching && !this.ended) void this.watchKey();
       throw err;
     }
     this.released = true;
     this.session.keys.delete(this.key);
-    this.end(this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`));
+    // The error (and its stack) is built only if someone looks: on the unlock hot path nobody does.
+    this.end(undefined, () => this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`));
   }
 
-  /** Ends ownership locally with `reason`; the key is left for `release()`. */
-  end(reason: unknown): void {
+  /** Ends ownership locally with `reason` (or one `make` builds when asked); the key is left for `release()`. */
+  end(reason: unknown, make?: () => unknown): void {
     if (this.ended) return;
-    this.ended = { reason };
+    this.ended = make ? { make } : { reason };
     this.session.signal.removeEventListener('abort', this.onSessionLost);
     this.watch?.cancel();
     this.watch = undefined;
-    this.controller?.abort(reason);
+    this.controller?.abort(this.endReason());
+  }
+
+  private endReason(): unknown {
+    const e = this.ended!;
+    if (e.make) {
+      e.reason = e.make();
+      e.make = undefined;
+    }
+    return e.reason;
   }
 
   /** True once ownership ended, for whatever reason. */
@@ -103,43 +111,44 @@ export class Ownership {
   private startWatching(): void {
     if (this.session.signal.aborted) return this.onSessionLost();
     this.session.signal.addEventListener('abort', this.onSessionLost, { once: true });
-    void this.watchFrom(this.confirmedAt + 1n);
+    void this.watchKey();
   }
 
-  private async watchFrom(start: bigint): Promise<void> {
+  /** Still the incarnation we own: same CreateRevision, on our lease. */
+  private isOurs(kv: KeyValue | undefined): boolean {
+    return kv !== undefined && kv.createRevision === this.fencingToken && kv.lease === this.session.leaseId;
+  }
+
+  /**
+   * Watches our key from "now" (served at once, unlike a watch from a past revision, which waits for
+   * etcd's 100 ms catch-up loop) and, once the watch is confirmed, reads the key: a change between
+   * the confirmation of ownership and the watch is seen by that read. Puts are watched too: one by
+   * someone else can move our key to another lease (or none), which makes it a stray key that
+   * waiters skip; proclaim's own puts keep the lease and the CreateRevision.
+   */
+  private async watchKey(): Promise<void> {
     const client = this.session.client;
-    for (;;) {
-      if (this.ended) return;
-      // Puts too: a put by someone else can move our key to another lease (or none), which makes it
-      // a stray key that waiters skip; proclaim's own puts keep the lease and the CreateRevision.
-      const w = client.watch(this.key, { startRevision: start });
+    while (!this.ended) {
+      const w = client.watch(this.key);
       this.watch = w;
       try {
+        await w.created;
+        const r = await retryWhile(() => client.range({ key: Buffer.from(this.key) }), isTransient, this.session.signal);
+        if (this.watch !== w) return; // released or ended meanwhile
+        if (!this.isOurs(r.kvs[0])) return this.lose(undefined, 'its key was deleted or moved off its lease');
         for await (const batch of w) {
           if (this.watch !== w) return; // cancelled by release(): our own delete is no loss
           for (const e of batch.events) {
-            if (e.type === 'delete') return this.lose(undefined, 'its key was deleted');
-            if (e.kv.lease !== this.session.leaseId || e.kv.createRevision !== this.fencingToken) {
-              return this.lose(undefined, 'its key was overwritten onto another lease');
-            }
+            if (e.type === 'delete' || !this.isOurs(e.kv)) return this.lose(undefined, `its key was ${e.type === 'delete' ? 'deleted' : 'moved off its lease'}`);
           }
         }
         return; // cancelled: ownership ended or being released
       } catch (err) {
         if (this.watch !== w) return;
+        // A compacted resume: watch from now again and read. Anything else: we cannot vouch any more.
         if (!(err instanceof CompactedError)) return this.lose(err, 'its watch failed');
-        // History was compacted under us: look at the key itself and watch on from there.
-        try {
-          const r = await client.range({ key: Buffer.from(this.key) });
-          if (this.watch !== w) return;
-          const kv = r.kvs[0];
-          if (!kv || kv.createRevision !== this.fencingToken || kv.lease !== this.session.leaseId) {
-            return this.lose(undefined, 'its key was deleted or overwritten');
-          }
-          start = r.header.revision + 1n;
-        } catch (readErr) {
-          return this.lose(readErr, 'its key could not be read');
-        }
+      } finally {
+        w.cancel();
       }
     }
   }

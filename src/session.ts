@@ -197,14 +197,19 @@ export class Session implements AsyncDisposable, KeepAliveListener {
 
   private renew(): void {
     if (this.signal.aborted || !this.renewing) return;
-    const generation = this.client.keepAlives.renew(this.leaseId);
+    this.client.keepAlives.renew(this.leaseId);
     this.awaiting = true;
+    this.checkAnswered();
+  }
+
+  /** While our renewal is unanswered, ask the hub every retryMs whether its stream is stuck. */
+  private checkAnswered(): void {
     clearTimeout(this.renewTimer);
     this.renewTimer = setTimeout(() => {
-      if (!this.awaiting) return;
-      // No answer in time: the stream may be stuck on a paused or cut-off member.
-      this.client.keepAlives.stalled(generation);
-      this.renew();
+      if (!this.awaiting || this.signal.aborted || !this.renewing) return;
+      // A stuck stream is replaced on the next endpoint, where every lease is renewed again.
+      this.client.keepAlives.stalled(this.retryMs());
+      this.checkAnswered();
     }, this.retryMs());
   }
 

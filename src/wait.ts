@@ -1,10 +1,18 @@
 import type { Client } from './client/client.js';
-import { Backoff, sleep } from './client/backoff.js';
-import { CompactedError, DeadlineExceededError, LeaseNotFoundError, UnavailableError } from './client/errors.js';
+import { Backoff, retryWhile, sleep } from './client/backoff.js';
+import { CompactedError, isTransient, LeaseNotFoundError } from './client/errors.js';
 import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type KeyValue } from './client/kv.js';
 import type { OwnershipLostError } from './errors.js';
 import { isParticipant, participantKey, prefixOf } from './keys.js';
 import type { Session } from './session.js';
+
+/** The participant just before us in the queue: all a waiter keeps of it while it waits. */
+export interface Predecessor {
+  /** A copy: the decoded key would pin the whole response buffer for the length of the wait. */
+  key: Buffer;
+  createRevision: bigint;
+  lease: bigint;
+}
 
 /** Our place in a lock's or election's queue: our key and its CreateRevision (the ticket). */
 export interface Ticket {
@@ -15,70 +23,63 @@ export interface Ticket {
   created: boolean;
   /** The key's value before this call (for election's "update the value if it differs"). */
   value: Buffer;
-  /** The store revision at which this ticket was read. */
-  readAt: bigint;
   /** Our predecessor: null when we are first, undefined when it must be looked up. */
-  pred: KeyValue | null | undefined;
+  pred: Predecessor | null | undefined;
 }
 
 /** Raised when our own key vanished (or changed lease) while we queued. */
 export type LostErrorFactory = (message: string, cause?: unknown) => OwnershipLostError;
 
 /**
- * Takes a ticket in one Txn: create our key if absent, and in the same round trip read the owner
- * and the key just before ours. An uncontended caller learns it is first without a second request.
+ * Takes a ticket in one Txn: create our key if absent, and count the keys under the prefix. A count
+ * of one means we are alone: an uncontended caller holds the lock after this single round trip.
+ *
+ * Only O(1) work goes into this write: etcd runs a write Txn's reads in its single apply loop, which
+ * every write of the cluster waits for, and it answers a sorted Range by reading every key of the
+ * range, while a count comes from its in-memory index. Finding the predecessor (a sorted read) is a
+ * separate read-only request, served off the apply loop, paid only under contention.
  */
 export async function enqueue(session: Session, name: string, value: Buffer): Promise<Ticket> {
   const key = participantKey(name, session.leaseId);
   const prefix = Buffer.from(prefixOf(name));
-  const end = prefixEnd(prefix);
-  // etcd reads every key of the range from disk for a sorted or revision-filtered Range, but a
-  // count comes from its in-memory index: "am I alone?" is cheap, "who is before me?" is not.
-  const sorted = (order: SortOrder, limit: bigint) =>
-    op.range({ key: prefix, rangeEnd: end, sortOrder: order, sortTarget: SortTarget.CREATE, limit, keysOnly: true });
-  const t = await session.client.txn(
-    {
-      compare: [compare.createRevision(key, '=', 0n)],
-      success: [op.put(key, value, session.leaseId), op.range({ key: prefix, rangeEnd: end, countOnly: true }), sorted(SortOrder.DESCEND, 2n)],
-      failure: [op.get(key), sorted(SortOrder.ASCEND, 1n)],
-    },
-    // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second key.
-    // No signal: cancelled after etcd applied it, it would leave a key nobody knows to delete.
-    { idempotent: true },
-  ).catch((err: unknown) => {
-    if (err instanceof LeaseNotFoundError) {
-      session.leaseGone();
-      throw session.signal.reason;
-    }
-    throw err;
-  });
+  const count = op.range({ key: prefix, rangeEnd: prefixEnd(prefix), countOnly: true });
+  const t = await session.client
+    .txn(
+      {
+        compare: [compare.createRevision(key, '=', 0n)],
+        success: [op.put(key, value, session.leaseId), count],
+        failure: [op.get(key), count],
+      },
+      // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second
+      // key. No signal: cancelled after etcd applied it, it would leave a key nobody knows to delete.
+      { idempotent: true },
+    )
+    .catch((err: unknown) => {
+      if (err instanceof LeaseNotFoundError) {
+        session.leaseGone();
+        throw session.signal.reason;
+      }
+      throw err;
+    });
   // A key that exists without this process having queued it was created by our own first attempt,
   // whose answer was lost and retried: it is ours to drop, not a sibling's to share.
   const joined = !t.succeeded && session.keys.has(key);
   session.keys.add(key);
-  if (t.succeeded) {
-    const rev = t.header.revision;
-    const empty = Buffer.alloc(0);
-    if (txnRange(t, 1).count === 1n) return { key, rev, created: true, value: empty, readAt: rev, pred: null };
-    // Our key is the newest; the one before it is our predecessor, unless it is not a participant.
-    const before = txnRange(t, 2).kvs[1];
-    const pred = before && isParticipant(prefix, before) ? before : undefined;
-    return { key, rev, created: true, value: empty, readAt: rev, pred };
-  }
+  const pred = txnRange(t, 1).count === 1n ? null : undefined;
+  if (t.succeeded) return { key, rev: t.header.revision, created: true, value: Buffer.alloc(0), pred };
   const mine = txnRange(t, 0).kvs[0]!;
-  const first = txnRange(t, 1).kvs[0];
-  const pred = first && first.key.toString() === key ? null : undefined;
-  return { key, rev: mine.createRevision, created: !joined, value: mine.value, readAt: t.header.revision, pred };
+  return { key, rev: mine.createRevision, created: !joined, value: mine.value, pred };
 }
 
 /**
- * Waits until `ticket` is the oldest participant, watching only the key just before
- * it, so one release wakes one waiter. Returns the revision at which our key was last confirmed to
- * exist on our lease with no predecessor: success means "first now", not "was first once".
+ * Waits until `ticket` is the oldest participant, watching only the key just before it, so one
+ * release wakes one waiter. Success means our key was confirmed to exist on our lease with nobody
+ * before it, after the wait: "first now", not "was first once".
  *
  * etcd serves a watch whose start revision is at or below its current revision only from a loop
- * that runs every 100 ms. So the predecessor's watch starts from "now", and once etcd confirms it
- * we read again: a delete that slipped in before the watch is seen by that read.
+ * that runs every 100 ms. So the predecessor's watch starts from "now", and once etcd confirms it we
+ * check again that the predecessor is still there: a delete that slipped in before is seen then.
+ * A waiter keeps its place through an outage: reads are retried while the session lives.
  */
 export async function waitForTurn(
   session: Session,
@@ -86,54 +87,38 @@ export async function waitForTurn(
   ticket: Ticket,
   lostError: LostErrorFactory,
   signal?: AbortSignal,
-): Promise<bigint> {
+): Promise<void> {
   const client = session.client;
-  // A waiter keeps its place through an outage: reads are retried while the session lives (its
-  // loss, or the caller's signal, ends the wait).
-  const look = async (s: AbortSignal): Promise<Lookup> => {
-    const backoff = new Backoff(100, 2000);
-    for (;;) {
-      try {
-        return await findPredecessor(session, name, ticket, lostError, s);
-      } catch (err) {
-        if (!(err instanceof UnavailableError || err instanceof DeadlineExceededError) || s.aborted) throw err;
-        await sleep(backoff.next(), s);
-      }
-    }
-  };
   // One signal for "stop waiting": the caller's, or the session's loss (fail at once, not after the queue).
   const stop = new AbortController();
   const onAbort = (): void => stop.abort(signal?.aborted ? signal.reason : session.signal.reason);
   if (signal?.aborted || session.signal.aborted) onAbort();
   signal?.addEventListener('abort', onAbort, { once: true });
   session.signal.addEventListener('abort', onAbort, { once: true });
+  const retrying = <T>(fn: () => Promise<T>): Promise<T> => retryWhile(fn, isTransient, stop.signal);
   try {
     let pred = ticket.pred;
-    let readAt = ticket.readAt;
     for (;;) {
-      if (pred === undefined) ({ pred, readAt } = await look(stop.signal));
-      if (pred === null) return readAt;
+      if (pred === undefined) pred = await retrying(() => findPredecessor(session, name, ticket, lostError, stop.signal));
+      if (pred === null) return;
+      const p = pred;
       // Puts wake us too: one that moves the predecessor's key off its lease makes it stray (skipped).
-      const w = client.watch(pred.key, { signal: stop.signal });
+      const w = client.watch(p.key, { signal: stop.signal });
       try {
         await w.created;
-        const now = await look(stop.signal);
-        if (!now.pred || !now.pred.key.equals(pred.key) || now.pred.createRevision !== pred.createRevision || now.pred.lease !== pred.lease) {
-          ({ pred, readAt } = now);
-          continue;
+        if (await retrying(() => stillQueued(session, ticket, p, stop.signal))) {
+          for await (const batch of w) {
+            // A put that keeps the key on its lease (an election's proclaim) changes nothing.
+            if (batch.events.some((e) => e.type === 'delete' || e.kv.lease !== p.lease)) break;
+          }
         }
-        for await (const batch of w) {
-          // A put that keeps the key on its lease (an election's proclaim) changes nothing.
-          if (batch.events.some((e) => e.type === 'delete' || e.kv.lease !== pred!.lease)) break;
-        }
-        pred = undefined;
       } catch (err) {
         if (!(err instanceof CompactedError)) throw err;
-        pred = undefined;
       } finally {
         w.cancel();
       }
       stop.signal.throwIfAborted();
+      pred = undefined; // gone, or changed: look again (it may have been a waiter that gave up)
     }
   } catch (err) {
     throw stop.signal.aborted ? stop.signal.reason : err;
@@ -143,19 +128,39 @@ export async function waitForTurn(
   }
 }
 
-export interface Lookup {
-  pred: KeyValue | null;
-  readAt: bigint;
+/**
+ * One read-only Txn of O(1) compares: our key and our predecessor's are both still the ones we
+ * know. False sends the caller back to a full look-up (which also tells a lost key from a gone
+ * predecessor).
+ */
+async function stillQueued(session: Session, ticket: Ticket, pred: Predecessor, signal: AbortSignal): Promise<boolean> {
+  const t = await session.client.txn(
+    {
+      compare: [
+        compare.createRevision(ticket.key, '=', ticket.rev),
+        compare.lease(ticket.key, '=', session.leaseId),
+        compare.createRevision(pred.key, '=', pred.createRevision),
+        compare.lease(pred.key, '=', pred.lease),
+      ],
+      success: [],
+      failure: [],
+    },
+    { idempotent: true, signal },
+  );
+  return t.succeeded;
 }
 
-/** One Txn: our key still exists on our lease, and which participant is just before it. */
+/**
+ * One read-only Txn: our key still exists on our lease, and which participant is just before it
+ * (null: nobody, we are first).
+ */
 export async function findPredecessor(
   session: Session,
   name: string,
   ticket: Ticket,
   lostError: LostErrorFactory,
   signal?: AbortSignal,
-): Promise<Lookup> {
+): Promise<Predecessor | null> {
   const client = session.client;
   const prefix = Buffer.from(prefixOf(name));
   const end = prefixEnd(prefix);
@@ -186,9 +191,9 @@ export async function findPredecessor(
   let page = txnRange(t, 0);
   for (;;) {
     const found = page.kvs.find((kv) => isParticipant(prefix, kv));
-    if (found) return { pred: found, readAt: t.header.revision };
+    if (found) return { key: Buffer.from(found.key), createRevision: found.createRevision, lease: found.lease };
     const last = page.kvs[page.kvs.length - 1];
-    if (!page.more || !last) return { pred: null, readAt: t.header.revision };
+    if (!page.more || !last) return null;
     // Only keys of nested names or stray data so far: look further back.
     page = await client.range(before(last.createRevision - 1n, 64n), { signal });
   }

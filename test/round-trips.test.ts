@@ -61,15 +61,16 @@ test('a contended handoff costs the waiter one read after the wake-up, and the h
   waiter.calls.length = 0;
   const before = waiter.answered();
   const pending = track(new Mutex(ws, name).lock());
-  // Queued: its enqueue Txn and the re-read after the predecessor's watch was confirmed, both answered.
-  await waitFor(() => waiter.answered() - before >= 2, 'the waiter to be queued and watching');
+  // Queued: the enqueue Txn (O(1) in etcd's apply loop), the read-only look-up of the predecessor,
+  // and the O(1) check once the predecessor's watch is confirmed, all answered.
+  await waitFor(() => waiter.answered() - before >= 3, 'the waiter to be queued and watching');
   const queuedWith = [...waiter.calls];
   holder.calls.length = 0;
   waiter.calls.length = 0;
   await held.unlock();
   const h2 = await pending.promise;
   t.diagnostic(`queueing: ${queuedWith.join(' ')}; handoff: holder ${holder.calls.join(' ')}, waiter ${waiter.calls.join(' ')}`);
-  assert.deepEqual(queuedWith, ['Txn', 'Txn'], 'enqueue + one confirming read');
+  assert.deepEqual(queuedWith, ['Txn', 'Txn', 'Txn'], 'enqueue, find the predecessor, confirm it once its watch is up');
   assert.deepEqual(holder.calls, ['Txn'], 'the release is one guarded delete');
   assert.deepEqual(waiter.calls, ['Txn'], 'after the delete event, one read confirms our key and that nobody is before us');
   await h2.unlock();

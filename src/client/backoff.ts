@@ -37,3 +37,23 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     signal?.addEventListener('abort', onAbort, { once: true });
   });
 }
+
+/**
+ * Runs `fn` until it succeeds, retrying with backoff while it fails for want of a reachable
+ * cluster (`isTransient`); any other error, or `signal` aborting, ends the retries.
+ */
+export async function retryWhile<T>(
+  fn: () => Promise<T>,
+  isTransient: (err: unknown) => boolean,
+  signal: AbortSignal,
+  backoff = new Backoff(100, 2000),
+): Promise<T> {
+  for (;;) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (!isTransient(err) || signal.aborted) throw err;
+      await sleep(backoff.next(), signal);
+    }
+  }
+}

@@ -77,7 +77,9 @@ export class Client implements AsyncDisposable {
 
   /** Raw Range: full control over sorting, limits and revision bounds. */
   async range(request: pb.RangeRequest, options?: CallOptions): Promise<RangeResult> {
-    return rangeResult(await this.conn.unary(pb.KVService.range, request, 'idempotent', options));
+    const r = rangeResult(await this.conn.unary(pb.KVService.range, request, 'idempotent', options));
+    this.saw(r.header);
+    return r;
   }
 
   /** The value of one key, or undefined. */
@@ -105,7 +107,7 @@ export class Client implements AsyncDisposable {
       'at-most-once',
       options,
     );
-    return header(r.header);
+    return this.saw(header(r.header));
   }
 
   /** Deletes a key (or a prefix) and returns how many were deleted. */
@@ -125,7 +127,7 @@ export class Client implements AsyncDisposable {
    */
   async txn(request: pb.TxnRequest, options?: CallOptions & { idempotent?: boolean }): Promise<TxnResult> {
     const r = await this.conn.unary(pb.KVService.txn, request, options?.idempotent ? 'idempotent' : 'at-most-once', options);
-    return { header: header(r.header), succeeded: r.succeeded ?? false, responses: r.responses ?? [] };
+    return { header: this.saw(header(r.header)), succeeded: r.succeeded ?? false, responses: r.responses ?? [] };
   }
 
   /** Discards history up to `revision` (tests and operators). */
@@ -206,6 +208,11 @@ export class Client implements AsyncDisposable {
       this.conn.close();
     })();
     return this.closing;
+  }
+
+  private saw(h: ResponseHeader): ResponseHeader {
+    if (h.revision > this.conn.seenRevision) this.conn.seenRevision = h.revision;
+    return h;
   }
 
   get closed(): boolean {

@@ -128,6 +128,8 @@ export class Connection {
   /** TLS material when TLS is on, null for plaintext (kept for the unreachable-endpoint diagnosis). */
   private readonly tls: TlsOptions | undefined | null;
   tokens?: TokenProvider;
+  /** The newest store revision any answer has shown us (a watch uses it to tell past from future). */
+  seenRevision = 0n;
 
   constructor(options: ConnectionOptions = {}) {
     this.endpoints = parseEndpoints(options.endpoints ?? '127.0.0.1:2379');

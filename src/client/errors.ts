@@ -56,6 +56,11 @@ export class ClientClosedError extends EtcdError {
   }
 }
 
+/** True for failures that say "no reachable cluster right now", not "no" (worth retrying later). */
+export function isTransient(err: unknown): boolean {
+  return err instanceof UnavailableError || err instanceof DeadlineExceededError;
+}
+
 /** etcd's error strings (rpctypes) that prove a request was rejected before it was applied. */
 const NOT_APPLIED = [
   'etcdserver: no leader',

@@ -20,7 +20,8 @@ export interface KeepAliveListener {
  */
 export class KeepAliveHub {
   private stream?: grpc.ClientDuplexStream<pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse>;
-  private generation = 0;
+  /** When the current stream last answered (or opened): its progress, for `stalled`. */
+  private lastAnswerAt = 0;
   private peer = 0;
   private opening = false;
   private readonly listeners = new Map<bigint, KeepAliveListener>();
@@ -49,24 +50,27 @@ export class KeepAliveHub {
     return this.listeners.size;
   }
 
-  /** Sends one renewal for `id`; returns the stream generation it went on (for `stalled`). */
-  renew(id: bigint): number {
-    if (this.closed || !this.listeners.has(id)) return this.generation;
+  /** Sends one renewal for `id` (once a stream is open, if none is). */
+  renew(id: bigint): void {
+    if (this.closed || !this.listeners.has(id)) return;
     if (!this.stream) {
       this.queued.add(id);
       void this.open();
-      return this.generation;
+      return;
     }
     this.write(id);
-    return this.generation;
   }
 
   /**
-   * An owner saw no answer to a renewal sent on stream `generation` in time: the member may be
-   * paused or partitioned without the TCP connection noticing. Move to the next endpoint.
+   * An owner saw no answer to its renewal in `quietMs`. If the stream has answered nothing at all
+   * for that long while renewals are outstanding, the member may be paused or partitioned without
+   * TCP noticing: move to the next endpoint (every lease is renewed again there). A stream that is
+   * merely slow but answering (a busy leader) is left alone: tearing it down would throw away the
+   * renewals queued on it and start over at the back of the same queue.
    */
-  stalled(generation: number): void {
-    if (generation !== this.generation || !this.stream) return;
+  stalled(quietMs: number): void {
+    if (!this.stream || this.sent.size === 0) return;
+    if (performance.now() - this.lastAnswerAt < quietMs) return;
     this.broken(this.stream);
   }
 
@@ -89,7 +93,7 @@ export class KeepAliveHub {
       }
       this.peer = peer;
       this.stream = s;
-      this.generation++;
+      this.lastAnswerAt = performance.now();
       s.on('data', (r: pb.LeaseKeepAliveResponse) => this.onResponse(s, r));
       s.on('error', () => this.broken(s));
       s.on('end', () => this.broken(s));
@@ -107,8 +111,11 @@ export class KeepAliveHub {
   private onResponse(s: unknown, r: pb.LeaseKeepAliveResponse): void {
     if (s !== this.stream) return;
     this.backoff.reset();
+    this.lastAnswerAt = performance.now();
     const id = r.ID ?? 0n;
-    const sentAt = this.sent.get(id)?.shift();
+    const times = this.sent.get(id);
+    const sentAt = times?.shift();
+    if (times?.length === 0) this.sent.delete(id); // `sent` holds only leases with renewals in flight
     const listener = this.listeners.get(id);
     if (sentAt === undefined || !listener) return;
     listener.onRenewed(r.TTL ?? 0n, sentAt);
@@ -134,7 +141,6 @@ export class KeepAliveHub {
   private dropStream(): void {
     const s = this.stream;
     this.stream = undefined;
-    this.generation++;
     this.sent.clear();
     if (!s) return;
     s.removeAllListeners();

@@ -51,6 +51,8 @@ export class Watch implements AsyncIterable<WatchBatch> {
   /** @internal */ id?: bigint;
   /** @internal next revision to ask for when (re)creating; 0n means "from now". */
   nextRevision: bigint;
+  /** @internal set once the watch must be re-created after its stream broke. */
+  resuming = false;
   private resolveCreated!: (rev: bigint) => void;
   private rejectCreated!: (err: unknown) => void;
   private readonly queue: QueuedIterator<WatchBatch>;
@@ -86,10 +88,13 @@ export class Watch implements AsyncIterable<WatchBatch> {
 
   /** @internal */
   createRequest(): pb.WatchRequest {
-    // Ask for one revision earlier than needed and drop what comes before `nextRevision`: if etcd
-    // compacted exactly at `nextRevision`, it would silently skip a delete recorded there (etcd
-    // 18089, present in 3.4); one revision earlier turns that into a CompactedError instead.
-    const start = this.nextRevision > 1n ? this.nextRevision - 1n : this.nextRevision;
+    // For a start in the past, ask for one revision earlier than needed and drop what comes before
+    // it: if etcd compacted exactly at the start, it would silently skip a delete recorded there
+    // (etcd 18089, present in 3.4); one revision earlier turns that into a CompactedError. Not for
+    // a start just above the newest revision we have seen (a read's revision + 1): etcd serves that
+    // at once, while any start at or below its current revision waits for its 100 ms catch-up loop.
+    const past = this.resuming || this.nextRevision <= this.hub.seenRevision;
+    const start = past && this.nextRevision > 1n ? this.nextRevision - 1n : this.nextRevision;
     const filters: pb.WatchCreateRequest_FilterType[] = [];
     if (this.options.noPut) filters.push(pb.WatchCreateRequest_FilterType.NOPUT);
     if (this.options.noDelete) filters.push(pb.WatchCreateRequest_FilterType.NODELETE);
@@ -182,6 +187,11 @@ export class WatchHub {
     return w;
   }
 
+  /** @internal the newest store revision the client has seen. */
+  get seenRevision(): bigint {
+    return this.conn.seenRevision;
+  }
+
   /** Number of watches on the stream or queued for it. */
   get size(): number {
     return this.active.size + this.pending.length + this.waiting.length;
@@ -248,6 +258,7 @@ export class WatchHub {
     if (s !== this.stream) return;
     const id = r.watchId ?? 0n;
     const revision = r.header?.revision ?? 0n;
+    if (revision > this.conn.seenRevision) this.conn.seenRevision = revision;
     if (r.created) {
       const w = this.pending.shift();
       if (!w) return;
@@ -301,7 +312,10 @@ export class WatchHub {
     const live = [...this.active.values(), ...this.pending].filter((w) => !w.ended);
     this.active.clear();
     this.pending = [];
-    for (const w of live) w.id = undefined;
+    for (const w of live) {
+      w.id = undefined;
+      w.resuming = true;
+    }
     this.waiting = [...live, ...this.waiting];
     if (this.closed) return;
     if (!tokenExpired) this.conn.failover(this.peer);
