@@ -7,7 +7,7 @@ import { LeadershipLostError, NotLeaderError } from './errors.js';
 import { participantKey, validateName } from './keys.js';
 import { OwnerHandle, Ownership } from './ownership.js';
 import { Session } from './session.js';
-import { dropTicket, enqueue, oldestParticipant, waitForTurn } from './wait.js';
+import { dropTicket, enqueueOrClean, oldestParticipant, waitForTurn } from './wait.js';
 
 /** Who leads an election. */
 export interface LeaderInfo {
@@ -67,7 +67,7 @@ export class Election {
     options.signal?.throwIfAborted();
     const bytes = toBuffer(value);
     // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
-    const ticket = await enqueue(this.session, this.name, bytes);
+    const ticket = await enqueueOrClean(this.session, this.name, bytes);
     const lost = leadershipLost(ticket.key);
     try {
       options.signal?.throwIfAborted();
@@ -154,8 +154,13 @@ async function runObserver(client: Client, name: string, signal: AbortSignal, ou
     seen.last = kv;
     out.push(kv ? { type: 'leader', leader: leaderInfo(kv), revision } : { type: 'none', revision });
   };
-  // Reads are retried through an outage: an observer ends only when its signal aborts.
-  const read = (revision?: bigint) => retryWhile(() => oldestParticipant(client, name, { revision, signal }), isTransient, signal);
+  // Once running, reads are retried through an outage (an observer ends only when its signal
+  // aborts); the very first read is not, so a wrong endpoint fails at once with a clear error.
+  let started = false;
+  const read = (revision?: bigint) => {
+    const once = () => oldestParticipant(client, name, { revision, signal });
+    return started ? retryWhile(once, isTransient, signal) : once();
+  };
   /** Reports the leader as of `revision` (now when omitted, or when that revision was compacted). */
   const readAt = async (revision?: bigint): Promise<bigint> => {
     let r: { owner: KeyValue | undefined; revision: bigint };
@@ -165,9 +170,13 @@ async function runObserver(client: Client, name: string, signal: AbortSignal, ou
       if (!(err instanceof CompactedError) || revision === undefined) throw err;
       r = await read();
     }
+    started = true;
     emit(r.owner, r.revision);
     return r.revision;
   };
+  // A first read before any watch: it reports the current leader at once, and a wrong endpoint
+  // fails here with a clear error instead of a watch waiting for a stream that never opens.
+  await readAt();
   while (!signal.aborted) {
     // From "now" (served at once), then the read: changes up to the read's revision are in the read,
     // later ones arrive on the watch. Only changes of the leader key, or a first key when there is

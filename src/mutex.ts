@@ -2,7 +2,7 @@ import { LockLostError } from './errors.js';
 import { validateName, participantKey } from './keys.js';
 import { OwnerHandle, Ownership } from './ownership.js';
 import type { Session } from './session.js';
-import { dropTicket, enqueue, findPredecessor, waitForTurn } from './wait.js';
+import { dropTicket, enqueueOrClean, findPredecessor, waitForTurn } from './wait.js';
 
 export interface LockOptions {
   /** Stop waiting (for a timeout: `AbortSignal.timeout(ms)`). Our queued key is then removed. */
@@ -43,7 +43,7 @@ export class Mutex {
     this.session.assertAlive();
     options.signal?.throwIfAborted();
     // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
-    const ticket = await enqueue(this.session, this.name, Buffer.alloc(0));
+    const ticket = await enqueueOrClean(this.session, this.name, Buffer.alloc(0));
     try {
       options.signal?.throwIfAborted();
       await waitForTurn(this.session, this.name, ticket, lockLost(ticket.key), options.signal);
@@ -58,7 +58,7 @@ export class Mutex {
   /** Takes the lock if it is free right now; otherwise returns null and leaves no key behind. */
   async tryLock(): Promise<LockHandle | null> {
     this.session.assertAlive();
-    const ticket = await enqueue(this.session, this.name, Buffer.alloc(0));
+    const ticket = await enqueueOrClean(this.session, this.name, Buffer.alloc(0));
     // Not alone under the prefix: someone may be before us (or only keys of nested names, stray data).
     const pred = ticket.pred === undefined ? await findPredecessor(this.session, this.name, ticket, lockLost(ticket.key)) : ticket.pred;
     if (pred === null) return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, lockLost(ticket.key)));

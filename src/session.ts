@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import type { Client } from './client/client.js';
 import { InvalidArgumentError, LeaseNotFoundError } from './client/errors.js';
 import type { KeepAliveListener } from './client/lease.js';
@@ -63,6 +64,8 @@ export class Session implements AsyncDisposable, KeepAliveListener {
     this.provenUntil = provenUntil;
     if (safetyMarginMs !== undefined) this.margin = safetyMarginMs;
     this.signal = this.controller.signal;
+    // Every waiter and every held lock listens here: many is normal, not a leak.
+    setMaxListeners(0, this.signal);
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
     client.keepAlives.register(leaseId, this);
     this.armExpiry();

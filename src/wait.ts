@@ -2,6 +2,7 @@ import type { Client } from './client/client.js';
 import { Backoff, retryWhile, sleep } from './client/backoff.js';
 import { CompactedError, isTransient, LeaseNotFoundError } from './client/errors.js';
 import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type KeyValue } from './client/kv.js';
+import type { WatchEvent } from './client/watch.js';
 import type { OwnershipLostError } from './errors.js';
 import { isParticipant, participantKey, prefixOf } from './keys.js';
 import type { Session } from './session.js';
@@ -72,6 +73,21 @@ export async function enqueue(session: Session, name: string, value: Buffer): Pr
 }
 
 /**
+ * enqueue, and if it fails in a way that leaves its outcome unknown (its answer lost, the retry
+ * refused), take the key back: it may have been created, and nobody else knows to delete it.
+ */
+export async function enqueueOrClean(session: Session, name: string, value: Buffer): Promise<Ticket> {
+  const key = participantKey(name, session.leaseId);
+  const sibling = session.keys.has(key);
+  try {
+    return await enqueue(session, name, value);
+  } catch (err) {
+    if (!sibling && !session.signal.aborted && isTransient(err)) void dropTicket(session, { key });
+    throw err;
+  }
+}
+
+/**
  * Waits until `ticket` is the oldest participant, watching only the key just before it, so one
  * release wakes one waiter. Success means our key was confirmed to exist on our lease with nobody
  * before it, after the wait: "first now", not "was first once".
@@ -106,11 +122,25 @@ export async function waitForTurn(
       const w = client.watch(p.key, { signal: stop.signal });
       try {
         await w.created;
-        if (await retrying(() => stillQueued(session, ticket, p, stop.signal))) {
-          for await (const batch of w) {
-            // A put that keeps the key on its lease (an election's proclaim) changes nothing.
-            if (batch.events.some((e) => e.type === 'delete' || e.kv.lease !== p.lease)) break;
+        // Re-checked now, and then now and then while waiting: a safety net should an event ever be
+        // missed (an O(1) read-only Txn; a queue must never wait forever on a ghost).
+        const recheck = Math.max(10_000, session.ttl * 1000);
+        let timer: NodeJS.Timeout | undefined;
+        const events = w[Symbol.asyncIterator]();
+        try {
+          while (await retrying(() => stillQueued(session, ticket, p, stop.signal))) {
+            const tick = new Promise<'recheck'>((resolve) => (timer = setTimeout(() => resolve('recheck'), recheck)));
+            const next = await Promise.race([events.next(), tick]);
+            clearTimeout(timer);
+            if (next === 'recheck') continue;
+            if (next.done) break;
+            // Changed: deleted, moved off its lease, or a new incarnation of the same key (a delete
+            // we did not see). A put that keeps lease and CreateRevision (proclaim) changes nothing.
+            const changed = (e: WatchEvent) => e.type === 'delete' || e.kv.lease !== p.lease || e.kv.createRevision !== p.createRevision;
+            if (next.value.events.some(changed)) break;
           }
+        } finally {
+          clearTimeout(timer);
         }
       } catch (err) {
         if (!(err instanceof CompactedError)) throw err;
@@ -191,7 +221,7 @@ export async function findPredecessor(
   let page = txnRange(t, 0);
   for (;;) {
     const found = page.kvs.find((kv) => isParticipant(prefix, kv));
-    if (found) return { key: Buffer.from(found.key), createRevision: found.createRevision, lease: found.lease };
+    if (found) return { key: unpooledCopy(found.key), createRevision: found.createRevision, lease: found.lease };
     const last = page.kvs[page.kvs.length - 1];
     if (!page.more || !last) return null;
     // Only keys of nested names or stray data so far: look further back.
@@ -199,27 +229,45 @@ export async function findPredecessor(
   }
 }
 
+/** A copy outside Node's shared 8 KB Buffer pool, which one long-lived small copy would pin whole. */
+function unpooledCopy(b: Buffer): Buffer {
+  const copy = Buffer.allocUnsafeSlow(b.length);
+  b.copy(copy);
+  return copy;
+}
+
 /**
- * Deletes our key if it is still the incarnation we created. A queued key left behind would block
- * everyone behind it for as long as the session lives, so this retries until it succeeds, the
- * session ends (its lease takes the key along) or the client closes. Never throws.
+ * Deletes our key if it is still the incarnation we created (or, when `rev` is unknown because the
+ * enqueue's answer was lost, if it is on our lease and no sibling of this process uses it). A key
+ * left behind would block everyone behind it for as long as the session lives, so this keeps trying
+ * in the background until it succeeds, the session ends (its lease takes the key along) or the
+ * client closes. It waits for the first attempt only briefly: an abort must not hang on an outage.
  */
-export async function dropTicket(session: Session, ticket: Ticket): Promise<void> {
+export async function dropTicket(session: Session, ticket: { key: string; rev?: bigint }): Promise<void> {
   session.keys.delete(ticket.key);
-  const backoff = new Backoff(100, 2000);
-  for (;;) {
-    try {
-      // No signal: even a session lost to its local deadline may still have the key on the server.
-      await session.client.txn(
-        { compare: [compare.createRevision(ticket.key, '=', ticket.rev)], success: [op.delete(ticket.key)], failure: [] },
-        { idempotent: true },
-      );
-      return;
-    } catch {
-      if (session.signal.aborted || session.client.closed) return;
-      await sleep(backoff.next(), session.signal).catch(() => {});
+  const guard = ticket.rev !== undefined ? compare.createRevision(ticket.key, '=', ticket.rev) : compare.lease(ticket.key, '=', session.leaseId);
+  const attempt = () =>
+    // No signal: even a session lost to its local deadline may still have the key on the server.
+    session.client.txn({ compare: [guard], success: [op.delete(ticket.key)], failure: [] }, { idempotent: true });
+  const first = attempt();
+  void (async () => {
+    const backoff = new Backoff(100, 2000);
+    for (let next = first; ; next = attempt()) {
+      try {
+        await next;
+        return;
+      } catch {
+        if (session.signal.aborted || session.client.closed) return;
+        if (session.keys.has(ticket.key)) return; // this process queued the key again meanwhile
+        await sleep(backoff.next(), session.signal).catch(() => {});
+      }
     }
-  }
+  })();
+  // Wait for the first attempt (so a plain abort returns with its key gone), but not for long.
+  let timer: NodeJS.Timeout | undefined;
+  const settled = first.then(() => {}, () => {});
+  await Promise.race([settled, new Promise((resolve) => (timer = setTimeout(resolve, session.client.conn.dialTimeoutMs)))]);
+  clearTimeout(timer);
 }
 
 /** Every participant of a lock or election, oldest first: the holder, then the queue in order. */

@@ -157,10 +157,17 @@ export class Connection {
   }
 
   /** Metadata every call carries: the auth token and, unless disabled, `hasleader`. */
-  async metadata(signal?: AbortSignal, anonymous = false): Promise<grpc.Metadata> {
+  metadata(signal?: AbortSignal, anonymous = false): grpc.Metadata | Promise<grpc.Metadata> {
     const md = new grpc.Metadata();
     if (this.requireLeader) md.set('hasleader', 'true');
-    const token = this.tokens && !anonymous ? await this.tokens.token(signal) : undefined;
+    const token = this.tokens && !anonymous ? this.tokens.token(signal) : undefined;
+    // Synchronous unless a token must be fetched: the hot path pays no extra await.
+    if (token instanceof Promise) {
+      return token.then((t) => {
+        if (t !== undefined) md.set('token', t);
+        return md;
+      });
+    }
     if (token !== undefined) md.set('token', token);
     return md;
   }
@@ -259,7 +266,8 @@ export class Connection {
         }
         continue;
       }
-      const md = await this.metadata(signal, options.anonymous);
+      const pending = this.metadata(signal, options.anonymous);
+      const md = pending instanceof Promise ? await pending : pending;
       // A member that stopped answering (paused, cut off) must not eat the whole budget: give each
       // attempt of a retryable call a share of it, then move on to the next endpoint.
       const attemptDeadline =
@@ -367,7 +375,7 @@ function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsOptions 
       socket.destroy();
       resolve(why);
     };
-    const timer = setTimeout(() => done(`no answer within ${timeoutMs} ms: the host may be down or a firewall drops packets`), timeoutMs);
+    const timer = setTimeout(() => done(`nothing answered within ${timeoutMs} ms: the server may be hung or paused, the host down, or packets dropped`), timeoutMs);
     socket.once('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'ECONNREFUSED') return done('connection refused: nothing listens on that port');
       if (tlsOptions !== null) {
@@ -375,13 +383,22 @@ function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsOptions 
       }
       done(err.message);
     });
-    socket.once(tlsOptions === null ? 'connect' : 'secureConnect', () =>
-      done(
-        tlsOptions === null
-          ? 'the port answers but gRPC failed: if the server uses TLS, use https:// endpoints and pass its CA certificate'
-          : 'the TLS handshake went through but the server then refused: it may require a client certificate (--cert and --key) signed by its CA, or this is not an etcd client port',
-      ),
-    );
+    if (tlsOptions !== null) {
+      socket.once('secureConnect', () =>
+        done('the TLS handshake went through but the server then refused: it may require a client certificate (--cert and --key) signed by its CA, or this is not an etcd client port'),
+      );
+    } else {
+      // Speak first, as an HTTP/2 client does: the answer (or silence) tells what is listening.
+      socket.once('connect', () => socket.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0])])));
+      socket.once('data', (chunk: Buffer) =>
+        done(
+          chunk[0] === 0x15 || chunk[0] === 0x16
+            ? 'the server speaks TLS: use https:// endpoints and pass its CA certificate (--cacert)'
+            : 'the server answers HTTP/2 but gRPC failed: is this an etcd client port?',
+        ),
+      );
+      socket.once('end', () => done('the server closed the connection without answering: if it uses TLS, use https:// endpoints and pass its CA certificate'));
+    }
   });
 }
 

@@ -106,6 +106,9 @@ export function fromGrpcError(err: ServiceError, what: string): EtcdError {
       return new AuthenticationError(`${what}: not authenticated (${d}); check the user and password`, opts);
     case GrpcStatus.INVALID_ARGUMENT:
       if (d.includes('authentication failed')) return new AuthenticationError(`${what}: authentication failed: wrong user name or password`, opts);
+      if (d.includes('user name is empty')) {
+        return new AuthenticationError(`${what}: etcd has authentication enabled; pass a user and password (auth option, or --user)`, opts);
+      }
       return new InvalidArgumentError(`${what}: ${d}`, opts);
     case GrpcStatus.DEADLINE_EXCEEDED:
       return new DeadlineExceededError(`${what}: no answer before the deadline`, opts);
