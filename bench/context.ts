@@ -1,0 +1,28 @@
+// What every phase is given by bench/main.ts.
+
+export interface BenchContext {
+  /** Every member's endpoint. */
+  endpoints: string[];
+  members: 1 | 3;
+  /** CI mode: short phases, sanity only. */
+  quick: boolean;
+  /** Contenders in the contended phase. */
+  contenders: number;
+  /** A key prefix unique to this run; every phase works under it. */
+  prefix: string;
+  log(message: string): void;
+}
+
+/**
+ * The endpoints for the i-th independent client, rotated so that on a cluster the clients spread
+ * over the members as separate processes would (each client talks to its first endpoint).
+ */
+export function endpointsFor(ctx: BenchContext, i: number): string[] {
+  const n = ctx.endpoints.length;
+  return ctx.endpoints.map((_, k) => ctx.endpoints[(k + i) % n]!);
+}
+
+/** Host list in the form the `etcd3` package wants. */
+export function etcd3Hosts(endpoints: string[]): string[] {
+  return endpoints.map((e) => (e.includes('://') ? e : `http://${e}`));
+}

@@ -1,0 +1,146 @@
+// Shared by the chaos parent (main.ts) and its workers (worker.ts): the common clock, the seeded
+// PRNG and the JSON-lines protocol spoken on the workers' stdio.
+
+/**
+ * The common clock, in ms. Every process reports `performance.timeOrigin + performance.now()`: a
+ * monotonic reading shifted by the process's start on the wall clock, so readings of different
+ * processes on one machine compare (to well under a millisecond) and never jump backwards.
+ */
+export function now(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+/**
+ * now() minus the system-wide monotonic clock. Constant within a process; the difference between
+ * two processes' offsets maps one's readings onto the other's, whatever their start times.
+ */
+export function clockOffset(): number {
+  const a = now();
+  const hr = Number(process.hrtime.bigint()) / 1e6;
+  const b = now();
+  return (a + b) / 2 - hr;
+}
+
+/** mulberry32: small, fast and good enough to make fault schedules reproducible from a seed. */
+export class Prng {
+  private state: number;
+  constructor(readonly seed: number) {
+    this.state = seed >>> 0;
+  }
+
+  /** Uniform in [0, 1). */
+  next(): number {
+    let t = (this.state = (this.state + 0x6d2b79f5) >>> 0);
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  }
+
+  /** Uniform integer in [min, max]. */
+  int(min: number, max: number): number {
+    return min + Math.floor(this.next() * (max - min + 1));
+  }
+
+  /** Uniform float in [min, max). */
+  between(min: number, max: number): number {
+    return min + this.next() * (max - min);
+  }
+
+  chance(p: number): boolean {
+    return this.next() < p;
+  }
+
+  pick<T>(items: readonly T[]): T {
+    if (items.length === 0) throw new Error('pick from an empty list');
+    return items[Math.floor(this.next() * items.length)]!;
+  }
+
+  /** Picks a key with probability proportional to its weight (weights <= 0 never). */
+  weighted<K extends string>(weights: Partial<Record<K, number>>): K {
+    const entries = (Object.entries(weights) as [K, number][]).filter(([, w]) => w > 0);
+    const total = entries.reduce((s, [, w]) => s + w, 0);
+    let r = this.next() * total;
+    for (const [k, w] of entries) {
+      r -= w;
+      if (r < 0) return k;
+    }
+    return entries[entries.length - 1]![0];
+  }
+
+  /** A child generator, so one worker's draws do not shift another's. */
+  fork(salt: number): Prng {
+    return new Prng((Math.imul(this.seed ^ 0x9e3779b9, 0x85ebca6b) + salt * 0xc2b2ae35) >>> 0);
+  }
+}
+
+export type Role = 'fenced' | 'unfenced' | 'election';
+
+/** What a worker is told at start (JSON in the CHAOS_WORKER environment variable). */
+export interface WorkerConfig {
+  /** Stable id, e.g. `fenced-1`; a respawned worker keeps it and gets a new `incarnation`. */
+  id: string;
+  incarnation: number;
+  role: Role;
+  endpoints: string[];
+  /** Session TTL in seconds. */
+  ttl: number;
+  /** Lock or election name. */
+  name: string;
+  /** Where the etcd-side counter and its per-operation ledger live. */
+  dataPrefix: string;
+  seed: number;
+  /** Pause between cycles, ms. */
+  thinkMs: [number, number];
+  /** Time spent holding the lock (or per leader step), ms. */
+  holdMs: [number, number];
+  dialTimeoutMs: number;
+  callTimeoutMs: number;
+}
+
+/** Worker → parent, one JSON object per stdout line. bigints travel as decimal strings. */
+export type WorkerEvent =
+  /** `offset` is now() minus the system-wide monotonic clock (process.hrtime), for mapping to the parent's clock. */
+  | { t: 'ready'; pid: number; at: number; offset: number }
+  | { t: 'session'; lease: string; at: number }
+  | { t: 'session-lost'; lease: string; reason: string; at: number }
+  | { t: 'acquired'; token: string; at: number }
+  /** Sent before unlock() is called: the interval the handle said "held" has ended. */
+  | { t: 'releasing'; token: string; from: number; to: number; lost: boolean; lostReason?: string }
+  | { t: 'released'; token: string }
+  | { t: 'store'; id: number; op: 'read' | 'write'; register: string; token: string; value?: number; opId?: string; careful?: boolean }
+  | { t: 'etcd-inc'; token: string; opKey: string; value: number; outcome: 'accepted' | 'rejected' | 'unknown'; error?: string; at: number }
+  | { t: 'careful-skip'; token: string; at: number }
+  | { t: 'term-start'; token: string; lease: string; at: number }
+  | { t: 'term-end'; token: string; from: number; to: number; lost: boolean; lostReason?: string }
+  | { t: 'error'; op: string; name: string; message: string; at: number }
+  /** A lock wait longer than the stall limit: the queue as etcd has it, for diagnosis. */
+  | { t: 'stuck'; at: number; waitedMs: number; key: string; queue: { key: string; createRevision: string; lease: string; leaseTtl: number }[] }
+  | { t: 'bye'; at: number; cycles: number; errors: number };
+
+/** Parent → worker, one JSON object per stdin line. */
+export type ParentMessage =
+  /** `careful` (reads only) overrides the worker's own coin: check assertHeld() before writing. */
+  | { t: 'store-reply'; id: number; ok: boolean; value: number; highest: string; careful?: boolean }
+  | { t: 'stop' };
+
+/** The etcd key that holds the etcd-side counter, and the ledger entry of one guarded increment. */
+export function counterKey(dataPrefix: string): string {
+  return `${dataPrefix}counter`;
+}
+export function opKey(dataPrefix: string, token: bigint): string {
+  return `${dataPrefix}ops/${token.toString().padStart(20, '0')}`;
+}
+
+/** Splits a stream of text into lines, calling `onLine` for each complete one. */
+export function lineSplitter(onLine: (line: string) => void): (chunk: string) => void {
+  let buf = '';
+  return (chunk) => {
+    buf += chunk;
+    let i: number;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      if (line.trim() !== '') onLine(line);
+    }
+  };
+}

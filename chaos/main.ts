@@ -1,0 +1,459 @@
+// The fault-injection suite: proves mutual exclusion (with fencing), the ownerCompare guard and
+// single leadership under crashes, pauses and partitions of a real 3-member etcd cluster.
+//
+//   npm run chaos -- --quick                 about a minute (CI)
+//   npm run chaos -- --minutes 10 [--seed N] [--json out.json] [--no-netns] [--ttl 3] [--keep]
+//
+// Phase "loopback": startEtcd's cluster on 127.0.0.1, faults: SIGKILL/restart and SIGSTOP/SIGCONT of
+// members (the Raft leader included), SIGSTOP of workers past their TTL (the GC-pause ghost), worker
+// SIGKILL, and the network between each worker and etcd (startProxy: cut, delay, black-hole).
+// Phase "netns": a cluster whose members live in their own network namespaces, so a minority can be
+// cut off for real (see netns.ts); skipped, and said so, where namespaces cannot be created.
+//
+// Exit status: 0 when the safety checks hold and cleanup is complete; 1 on any fenced, ownerCompare
+// or election violation, or on anything left behind (keys, leases, a worker that would not exit).
+import { execFileSync } from 'node:child_process';
+import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
+import { createWriteStream } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+import { Client } from '../src/index.js';
+import { startEtcd } from '../src/testing/index.js';
+import {
+  checkElection,
+  checkEtcdCounter,
+  checkFencedLedger,
+  findOverlaps,
+  longestGap,
+  percentile,
+  round,
+  type EtcdCounterReport,
+  type ElectionReport,
+  type FencedReport,
+  type OverlapReport,
+  type Violation,
+} from './checker.js';
+import { Prng, counterKey, now, type Role } from './common.js';
+import { FencedStore } from './fenced-store.js';
+import { Nemesis, type ChaosCluster, type FaultKind } from './nemesis.js';
+import { netnsAvailable, removeStaleNamespaces, startNetnsCluster } from './netns.js';
+import { History, WorkerPool, type WorkerSpec } from './workers.js';
+
+const { values: args } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    minutes: { type: 'string' },
+    seed: { type: 'string' },
+    json: { type: 'string' },
+    'no-netns': { type: 'boolean', default: false },
+    ttl: { type: 'string' },
+    keep: { type: 'boolean', default: false },
+    verbose: { type: 'boolean', default: false },
+  },
+});
+
+const quick = args.quick || args.minutes === undefined;
+const chaosSeconds = args.minutes !== undefined ? Number(args.minutes) * 60 : 45;
+if (!Number.isFinite(chaosSeconds) || chaosSeconds <= 0) throw new Error(`--minutes must be a positive number, got ${args.minutes}`);
+const seed = args.seed !== undefined ? Number(args.seed) >>> 0 : (Math.random() * 2 ** 32) >>> 0;
+const ttl = args.ttl !== undefined ? Number(args.ttl) : 3;
+const jsonFile = args.json ?? join(tmpdir(), 'chaos-result.json');
+const runId = `${Date.now().toString(36)}-${seed.toString(16)}`;
+const runDir = await mkdtemp(join(tmpdir(), 'etcd-chaos-'));
+const logStream = createWriteStream(join(runDir, 'chaos.log'));
+const t0 = now();
+const startedAt = new Date().toISOString();
+const stamp = (): string => `[${((now() - t0) / 1000).toFixed(1).padStart(6)}s]`;
+const log = (msg: string): void => {
+  logStream.write(`${stamp()} ${msg}\n`);
+  if (args.verbose) console.log(`${stamp()} ${msg}`);
+};
+const say = (msg: string): void => {
+  logStream.write(`${stamp()} ${msg}\n`);
+  console.log(msg);
+};
+
+const workerCounts: Record<Role, number> = quick ? { fenced: 3, unfenced: 2, election: 2 } : { fenced: 3, unfenced: 3, election: 3 };
+
+interface PhasePlan {
+  name: 'loopback' | 'netns';
+  chaosMs: number;
+  weights: Partial<Record<FaultKind, number>>;
+}
+
+const netns = args['no-netns'] ? { ok: false, why: '--no-netns' } : await netnsAvailable();
+const LOOPBACK_WEIGHTS: Partial<Record<FaultKind, number>> = {
+  'member-kill': 3,
+  'member-pause': 3,
+  'worker-pause': 3,
+  'ghost-pause': 3,
+  'worker-crash': 2,
+  'proxy-cut': 2,
+  'proxy-delay': 2,
+  'proxy-blackhole': 3,
+  'proxy-blackhole-member': 2,
+};
+const NETNS_WEIGHTS: Partial<Record<FaultKind, number>> = {
+  partition: 6,
+  'member-kill': 1,
+  'member-pause': 1,
+  'worker-pause': 1,
+  'ghost-pause': 1,
+  'worker-crash': 1,
+  'proxy-cut': 1,
+};
+const plans: PhasePlan[] = netns.ok
+  ? [
+      { name: 'loopback', chaosMs: chaosSeconds * 650, weights: LOOPBACK_WEIGHTS },
+      { name: 'netns', chaosMs: chaosSeconds * 350, weights: NETNS_WEIGHTS },
+    ]
+  : [{ name: 'loopback', chaosMs: chaosSeconds * 1000, weights: LOOPBACK_WEIGHTS }];
+
+say(`etcd-concurrency chaos: seed ${seed} (--seed ${seed} to replay the fault schedule), ${quick ? 'quick' : `${chaosSeconds / 60} min`}, TTL ${ttl} s`);
+say(`  logs: ${runDir}`);
+if (!netns.ok) say(`  network namespaces unavailable (${netns.why}): partitions are client-side only (proxies black-holed)`);
+
+interface PhaseResult {
+  name: string;
+  chaosMs: number;
+  workers: Record<Role, number>;
+  operations: {
+    cycles: number;
+    fencedAcquisitions: number;
+    ledgerWritesAccepted: number;
+    ledgerWritesRefused: number;
+    etcdIncrementsAccepted: number;
+    unfencedHolds: number;
+    electionTerms: number;
+  };
+  faults: Record<string, number>;
+  faultLog: { kind: string; target: string; startS: number; ms: number; note?: string }[];
+  fenced: FencedReport;
+  carefulSkips: number;
+  etcdCounter: EtcdCounterReport;
+  unfenced: OverlapReport;
+  fencedHolds: OverlapReport;
+  election: ElectionReport;
+  failover: { kind: string; atS: number; raftMs?: number; firstAcquireMs?: number; newLeaderMs?: number }[];
+  /** The longest stretch without an acquisition, and when it began (s into the phase). */
+  liveness: Record<Role, { ms: number; atS: number }>;
+  sessionsLost: Record<string, number>;
+  errors: Record<string, number>;
+  unexpectedErrors: string[];
+  /** Lock waits longer than 12 s, each with the queue at that moment (a stuck queue shows here). */
+  stuckWaits: string[];
+  violations: Violation[];
+  cleanup: {
+    ok: boolean;
+    workersNotExited: string[];
+    leasesAtExit: number;
+    leasesUnaccounted: string[];
+    leasesLeft: string[];
+    keysLeft: string[];
+    leaseDrainMs: number;
+  };
+  problems: string[];
+}
+
+const results: PhaseResult[] = [];
+let fatal: string | undefined;
+let current: { pool?: WorkerPool; stop?: () => Promise<void> } = {};
+
+process.once('SIGINT', () => {
+  say('interrupted: stopping workers and etcd');
+  void (async () => {
+    await current.pool?.killAll().catch(() => {});
+    await current.stop?.().catch(() => {});
+    process.exit(130);
+  })();
+});
+
+await removeStaleNamespaces();
+for (const plan of plans) {
+  try {
+    results.push(await runPhase(plan));
+  } catch (err) {
+    fatal = `${plan.name}: ${(err as Error).stack ?? err}`;
+    say(`phase ${plan.name} failed: ${fatal}`);
+    await current.pool?.killAll().catch(() => {});
+    await current.stop?.().catch(() => {});
+    break;
+  }
+}
+
+const summary = summarize();
+await writeFile(jsonFile, `${JSON.stringify(summary, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2)}\n`);
+printTable();
+say(`JSON: ${jsonFile}`);
+say(summary.ok ? 'RESULT: ok' : `RESULT: FAILED (${summary.failures.join('; ')})`);
+await new Promise<void>((resolve) => logStream.end(resolve));
+if (!args.keep && summary.ok) await rm(runDir, { recursive: true, force: true });
+process.exitCode = summary.ok ? 0 : 1;
+
+// ------------------------------------------------------------------------------------------------
+
+async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
+  const phaseDir = join(runDir, plan.name);
+  await mkdir(phaseDir, { recursive: true });
+  say(`phase ${plan.name}: starting a 3-member cluster`);
+  let cluster: ChaosCluster & { stop(): Promise<void> };
+  if (plan.name === 'loopback') cluster = await startEtcd({ members: 3, dataDir: join(phaseDir, 'etcd'), logDir: phaseDir });
+  else cluster = await startNetnsCluster(join(phaseDir, 'etcd'));
+  current = { stop: () => cluster.stop() };
+  const admin = new Client({ endpoints: cluster.endpoints, callTimeoutMs: 5000 });
+  const prefix = `chaos/${runId}/${plan.name}/`;
+  const names = { fenced: `${prefix}fenced`, unfenced: `${prefix}unfenced`, election: `${prefix}election` };
+  const dataPrefix = `${prefix}data/`;
+  const store = new FencedStore();
+  const history = new History();
+  const rng = new Prng(seed).fork(plan.name === 'loopback' ? 1 : 2);
+  const specs: WorkerSpec[] = [];
+  for (const role of ['fenced', 'unfenced', 'election'] as const) {
+    for (let k = 0; k < workerCounts[role]; k++) specs.push({ id: `${role}-${k}`, role, name: names[role] });
+  }
+  const pool = new WorkerPool(specs, {
+    endpoints: cluster.endpoints,
+    ttl,
+    dataPrefix,
+    seed: rng.int(0, 2 ** 31),
+    logDir: phaseDir,
+    thinkMs: [0, 20],
+    holdMs: [2, 25],
+    electionHoldMs: [50, 250],
+    store,
+    history,
+    log,
+    stamp: (at) => `[${((at - t0) / 1000).toFixed(3)}s]`,
+  });
+  current.pool = pool;
+  await pool.start();
+  say(`phase ${plan.name}: ${specs.length} workers running, injecting faults for ${Math.round(plan.chaosMs / 1000)} s`);
+
+  const nemesis = new Nemesis({ cluster, pool, rng, ttl, weights: plan.weights, gapMs: quick ? [200, 700] : [500, 2500], everyKindFirst: true, log });
+  const start = now();
+  const progress = setInterval(() => {
+    const f = nemesis.faults.length;
+    log(`progress: ${history.cycles} cycles, ${f} faults`);
+    if (!quick) console.log(`${stamp()} ${plan.name}: ${history.cycles} cycles, ${f} faults, ledger ${store.register('ledger').value}`);
+  }, 30_000);
+  try {
+    await nemesis.run(start + plan.chaosMs);
+  } finally {
+    clearInterval(progress);
+  }
+  const end = now();
+  try {
+    await cluster.waitHealthy(30_000);
+  } catch (err) {
+    nemesis.problems.push(`cluster unhealthy after the run: ${(err as Error).message}`);
+  }
+  await sleep(1000); // let the workers make progress on a healthy cluster before stopping them
+
+  // ---- cleanup: every worker stops and exits on its own; then nothing may be left in etcd.
+  say(`phase ${plan.name}: stopping workers`);
+  const notExited = await pool.stopAll(15_000);
+  const leasesAtExit = (await admin.leaseLeases()).map((l) => l.toString(16));
+  const unaccounted: string[] = [];
+  for (const l of leasesAtExit.filter((x) => !history.abandonedLeases.has(x))) {
+    const t = await admin.leaseTimeToLive(BigInt(`0x${l}`), { keys: true }).catch(() => undefined);
+    unaccounted.push(`${l} owner=${history.leaseOwner.get(l) ?? 'unknown'} ttl=${t?.ttl} keys=[${t?.keys.map((k) => k.toString()).join(',') ?? ''}]`);
+  }
+  const drainStart = now();
+  let leasesLeft = leasesAtExit;
+  while (leasesLeft.length > 0 && now() - drainStart < 3 * ttl * 1000 + 15_000) {
+    await sleep(250);
+    leasesLeft = (await admin.leaseLeases()).map((l) => l.toString(16));
+  }
+  const leaseDrainMs = Math.round(now() - drainStart);
+  const keysLeft: string[] = [];
+  for (const n of Object.values(names)) {
+    const r = await admin.getPrefix(`${n}/`);
+    keysLeft.push(...r.kvs.map((kv) => kv.key.toString()));
+  }
+
+  // ---- the etcd-side counter and its ledger
+  const counterKv = await admin.get(counterKey(dataPrefix));
+  const ledger = await admin.getPrefix(`${dataPrefix}ops/`);
+  const etcdCounter = checkEtcdCounter(
+    counterKv ? Number(counterKv.value.toString()) : 0,
+    ledger.kvs.map((kv) => ({ key: kv.key.toString(), value: kv.value.toString(), version: kv.version })),
+    history.etcdIncrements,
+  );
+  await admin.delete(prefix, { prefix: true });
+  await admin.close();
+  await cluster.stop();
+  current = {};
+
+  const faults = nemesis.faults;
+  const fenced = checkFencedLedger(store.register('ledger'));
+  const election = checkElection(history.terms, store.register('election'), faults);
+  const unfenced = findOverlaps(history.held.unfenced, faults).report;
+  const fencedHolds = findOverlaps(history.held.fenced, faults).report;
+
+  const failover = nemesis.failovers.map((f) => {
+    const out: PhaseResult['failover'][number] = { kind: f.kind, atS: round((f.at - start) / 1000) };
+    if (f.raftMs !== undefined) out.raftMs = f.raftMs;
+    const all = [...history.acquisitions.fenced, ...history.acquisitions.unfenced, ...history.acquisitions.election].filter((t) => t > f.at);
+    if (all.length > 0) out.firstAcquireMs = Math.round(Math.min(...all) - f.at);
+    if (f.kind === 'leader-worker-crash') {
+      const next = history.termStarts.filter((t) => t.at > f.at).sort((a, b) => a.at - b.at)[0];
+      if (next) out.newLeaderMs = Math.round(next.at - f.at);
+    }
+    return out;
+  });
+
+  const byKind: Record<string, number> = {};
+  for (const f of faults) byKind[f.kind] = (byKind[f.kind] ?? 0) + 1;
+  const violations = [...fenced.violations, ...etcdCounter.violations, ...election.violations];
+  const cleanupOk = notExited.length === 0 && leasesLeft.length === 0 && keysLeft.length === 0;
+  const result: PhaseResult = {
+    name: plan.name,
+    chaosMs: Math.round(end - start),
+    workers: workerCounts,
+    operations: {
+      cycles: history.cycles,
+      fencedAcquisitions: history.acquisitions.fenced.length,
+      ledgerWritesAccepted: fenced.writesAccepted,
+      ledgerWritesRefused: fenced.writesRefused,
+      etcdIncrementsAccepted: etcdCounter.ledgerEntries,
+      unfencedHolds: history.held.unfenced.length,
+      electionTerms: history.terms.length,
+    },
+    faults: byKind,
+    faultLog: faults.map((f) => ({ kind: f.kind, target: f.target, startS: round((f.start - start) / 1000), ms: Math.round(f.end - f.start), note: f.note })),
+    fenced,
+    carefulSkips: history.carefulSkips.length,
+    etcdCounter,
+    unfenced,
+    fencedHolds,
+    election,
+    failover,
+    liveness: Object.fromEntries(
+      (['fenced', 'unfenced', 'election'] as const).map((role) => {
+        const g = longestGap(history.acquisitions[role], start, end);
+        return [role, { ms: g.ms, atS: round((g.at - start) / 1000) }];
+      }),
+    ) as PhaseResult['liveness'],
+    sessionsLost: Object.fromEntries(history.sessionsLost),
+    errors: Object.fromEntries([...history.errors].sort((a, b) => b[1] - a[1])),
+    unexpectedErrors: history.unexpectedErrors,
+    stuckWaits: history.stuck,
+    violations,
+    cleanup: { ok: cleanupOk, workersNotExited: notExited, leasesAtExit: leasesAtExit.length, leasesUnaccounted: unaccounted, leasesLeft, keysLeft, leaseDrainMs },
+    problems: nemesis.problems,
+  };
+  say(
+    `phase ${plan.name}: ${history.cycles} cycles, ${faults.length} faults, ${violations.length} violations, ` +
+      `longest unfenced overlap ${unfenced.longestMs} ms, cleanup ${cleanupOk ? 'ok' : 'FAILED'}`,
+  );
+  return result;
+}
+
+function summarize() {
+  const failures: string[] = [];
+  if (fatal) failures.push(`harness error: ${fatal.split('\n')[0]}`);
+  const fencedViolations = results.reduce((n, r) => n + r.fenced.violations.length, 0);
+  const etcdViolations = results.reduce((n, r) => n + r.etcdCounter.violations.length, 0);
+  const electionViolations = results.reduce((n, r) => n + r.election.violations.length, 0);
+  if (fencedViolations > 0) failures.push(`${fencedViolations} fenced violation(s)`);
+  if (etcdViolations > 0) failures.push(`${etcdViolations} ownerCompare counter violation(s)`);
+  if (electionViolations > 0) failures.push(`${electionViolations} election violation(s)`);
+  const cleanupOk = results.length > 0 && results.every((r) => r.cleanup.ok);
+  if (!cleanupOk) failures.push('cleanup failed');
+  const sum = (f: (r: PhaseResult) => number): number => results.reduce((n, r) => n + f(r), 0);
+  const faults: Record<string, number> = {};
+  for (const r of results) for (const [k, v] of Object.entries(r.faults)) faults[k] = (faults[k] ?? 0) + v;
+  return {
+    ok: failures.length === 0,
+    failures,
+    seed,
+    mode: quick ? 'quick' : `${chaosSeconds / 60} minutes`,
+    ttlSeconds: ttl,
+    command: `npm run chaos -- ${quick ? '--quick' : `--minutes ${chaosSeconds / 60}`} --seed ${seed}`,
+    startedAt,
+    durationS: round((now() - t0) / 1000),
+    node: process.version,
+    etcd: etcdVersion(),
+    netns: netns.ok ? 'used' : `unavailable (${netns.why})`,
+    totals: {
+      operations: sum((r) => r.operations.cycles),
+      faults: sum((r) => Object.values(r.faults).reduce((a, b) => a + b, 0)),
+      faultsByKind: faults,
+      fencedViolations,
+      etcdCounterViolations: etcdViolations,
+      electionViolations,
+      ledgerWritesRefused: sum((r) => r.fenced.writesRefused),
+      longestUnfencedOverlapMs: Math.max(0, ...results.map((r) => r.unfenced.longestMs)),
+      unexplainedUnfencedOverlaps: sum((r) => r.unfenced.unexplained),
+      longestLeaderTermOverlapMs: Math.max(0, ...results.map((r) => r.election.overlaps.longestMs)),
+      unexplainedLeaderTermOverlaps: sum((r) => r.election.overlaps.unexplained),
+      cleanupOk,
+      unexpectedErrors: sum((r) => r.unexpectedErrors.length),
+    },
+    phases: results,
+  };
+}
+
+function etcdVersion(): string {
+  try {
+    return execFileSync('etcd', ['--version'], { encoding: 'utf8' }).split('\n')[0] ?? '';
+  } catch {
+    return 'unknown';
+  }
+}
+
+function printTable(): void {
+  const rows: string[][] = [['', ...results.map((r) => r.name)]];
+  const row = (label: string, f: (r: PhaseResult) => unknown): void => {
+    rows.push([label, ...results.map((r) => String(f(r)))]);
+  };
+  row('chaos time (s)', (r) => round(r.chaosMs / 1000));
+  row('workers (fenced/unfenced/election)', (r) => `${r.workers.fenced}/${r.workers.unfenced}/${r.workers.election}`);
+  row('operations (lock cycles + terms)', (r) => r.operations.cycles);
+  row('  fenced ledger writes accepted', (r) => r.fenced.writesAccepted);
+  row('  fenced ledger writes refused (stale token)', (r) => `${r.fenced.writesRefused} (+${r.fenced.readsRefused} reads)`);
+  row('  careful writes refused / skipped', (r) => `${r.fenced.carefulRefused} / ${r.carefulSkips}`);
+  row('  etcd ownerCompare increments', (r) => `${r.etcdCounter.ledgerEntries} (refused ${r.etcdCounter.rejected}, unknown ${r.etcdCounter.unknownResolvedApplied + r.etcdCounter.unknownResolvedNotApplied})`);
+  row('  unfenced holds', (r) => r.operations.unfencedHolds);
+  row('  election terms (lost)', (r) => `${r.election.terms} (${r.election.termsLost})`);
+  const kinds = [...new Set(results.flatMap((r) => Object.keys(r.faults)))].sort();
+  row('faults', (r) => Object.values(r.faults).reduce((a, b) => a + b, 0));
+  for (const k of kinds) row(`  ${k}`, (r) => r.faults[k] ?? 0);
+  row('VIOLATIONS fenced / etcd / election', (r) => `${r.fenced.violations.length} / ${r.etcdCounter.violations.length} / ${r.election.violations.length}`);
+  row('unfenced stale holders (unexplained)', (r) => `${r.unfenced.overlaps} (${r.unfenced.unexplained})`);
+  row('longest unfenced overlap (ms)', (r) => `${r.unfenced.longestMs}${r.unfenced.worst[0] ? ` [${r.unfenced.worst[0].cause}]` : ''}`);
+  row('stale leaders (unexplained), longest ms', (r) => `${r.election.overlaps.overlaps} (${r.election.overlaps.unexplained}), ${r.election.overlaps.longestMs}`);
+  row('raft failover p50/max (ms)', (r) => {
+    const v = r.failover.filter((f) => f.raftMs !== undefined).map((f) => f.raftMs!);
+    return v.length ? `${percentile(v, 50)}/${Math.max(...v)} (n=${v.length})` : '-';
+  });
+  row('first lock/term after etcd leader loss p50/max', (r) => {
+    const v = r.failover.filter((f) => f.kind !== 'leader-worker-crash' && f.firstAcquireMs !== undefined).map((f) => f.firstAcquireMs!);
+    return v.length ? `${percentile(v, 50)}/${Math.max(...v)}` : '-';
+  });
+  row('new leader after leader crash p50/max (ms)', (r) => {
+    const v = r.failover.filter((f) => f.newLeaderMs !== undefined).map((f) => f.newLeaderMs!);
+    return v.length ? `${percentile(v, 50)}/${Math.max(...v)} (n=${v.length})` : '-';
+  });
+  row('longest stall fenced/unfenced/election (ms)', (r) => `${r.liveness.fenced.ms}/${r.liveness.unfenced.ms}/${r.liveness.election.ms}`);
+  row('sessions lost', (r) => Object.entries(r.sessionsLost).map(([k, v]) => `${k}:${v}`).join(' ') || '0');
+  row('unexpected errors', (r) => r.unexpectedErrors.length);
+  row('lock waits over 12 s', (r) => r.stuckWaits.length);
+  row('cleanup (keys/leases/exits)', (r) => (r.cleanup.ok ? `ok (leases drained in ${r.cleanup.leaseDrainMs} ms)` : `FAILED keys=${r.cleanup.keysLeft.length} leases=${r.cleanup.leasesLeft.length} stuck=${r.cleanup.workersNotExited.length}`));
+  const width = rows.map((r) => r[0]!.length).reduce((a, b) => Math.max(a, b), 0);
+  const colw = results.map((_, i) => Math.max(...rows.map((r) => r[i + 1]!.length)));
+  console.log('');
+  for (const r of rows) console.log(`${r[0]!.padEnd(width)}  ${r.slice(1).map((c, i) => c.padEnd(colw[i]!)).join('  ')}`);
+  console.log('');
+  for (const r of results) {
+    for (const v of r.violations) console.log(`VIOLATION [${r.name}] ${v.check}: ${v.detail}`);
+    for (const e of r.unexpectedErrors.slice(0, 10)) console.log(`unexpected [${r.name}]: ${e}`);
+    for (const p of r.problems) console.log(`harness [${r.name}]: ${p}`);
+    for (const w of r.stuckWaits.slice(0, 5)) console.log(`stuck [${r.name}]: ${w}`);
+    for (const w of r.unfenced.worst) console.log(`unfenced overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
+    for (const w of r.election.overlaps.worst) console.log(`leader-term overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
+    if (r.cleanup.leasesUnaccounted.length > 0) console.log(`note [${r.name}]: ${r.cleanup.leasesUnaccounted.length} lease(s) of cleanly stopped workers were still present right after exit`);
+  }
+}

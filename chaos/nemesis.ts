@@ -1,0 +1,316 @@
+// The nemesis: injects one fault at a time, at random moments drawn from the seeded PRNG, and
+// records each on the common clock. Every fault is healed before the next one starts.
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { FaultRecord } from './checker.js';
+import { now, type Prng } from './common.js';
+import type { WorkerPool, WorkerProc } from './workers.js';
+
+/** What the nemesis needs of a cluster: startEtcd's EtcdCluster, or the netns one (with partitions). */
+export interface ChaosCluster {
+  readonly endpoints: string[];
+  kill(i: number, signal?: NodeJS.Signals): Promise<void>;
+  restart(i: number): Promise<void>;
+  pause(i: number): void;
+  resume(i: number): void;
+  leaderIndex(timeoutMs?: number): Promise<number>;
+  waitHealthy(timeoutMs?: number): Promise<void>;
+  partition?(i: number): Promise<void>;
+  heal?(): Promise<void>;
+}
+
+export type FaultKind =
+  | 'member-kill'
+  | 'member-pause'
+  | 'partition'
+  | 'worker-pause'
+  | 'ghost-pause'
+  | 'worker-crash'
+  | 'proxy-cut'
+  | 'proxy-delay'
+  | 'proxy-blackhole'
+  | 'proxy-blackhole-member';
+
+/** Time from a crash to recovery. */
+export interface FailoverRecord {
+  kind: 'etcd-leader-kill' | 'etcd-leader-pause' | 'etcd-leader-partition' | 'leader-worker-crash';
+  at: number;
+  /** etcd faults: until the surviving members agreed on a new Raft leader. */
+  raftMs?: number;
+}
+
+export interface NemesisOptions {
+  cluster: ChaosCluster;
+  pool: WorkerPool;
+  rng: Prng;
+  ttl: number;
+  weights: Partial<Record<FaultKind, number>>;
+  /** Pause between faults, ms. */
+  gapMs: [number, number];
+  /** Inject each kind with a positive weight once (in a seeded order) before drawing at random. */
+  everyKindFirst?: boolean;
+  log: (msg: string) => void;
+}
+
+export class Nemesis {
+  readonly faults: FaultRecord[] = [];
+  readonly failovers: FailoverRecord[] = [];
+  readonly problems: string[] = [];
+  private readonly o: NemesisOptions;
+  private readonly size: number;
+  private ghosts = 0;
+
+  constructor(options: NemesisOptions) {
+    this.o = options;
+    this.size = options.cluster.endpoints.length;
+  }
+
+  /** Injects faults until `until` (common clock), then heals everything. */
+  async run(until: number): Promise<void> {
+    const { rng } = this.o;
+    const w = this.o.weights;
+    // Every kind once, in a seeded order, but the phase's main fault (the heaviest weight) first.
+    const first = this.o.everyKindFirst
+      ? shuffle(rng, (Object.keys(w) as FaultKind[]).filter((k) => (w[k] ?? 0) > 0)).sort((a, b) => (w[b] ?? 0) - (w[a] ?? 0) || 0)
+      : [];
+    while (now() < until) {
+      await sleep(rng.between(...this.o.gapMs));
+      if (now() >= until) break;
+      const kind = first.shift() ?? rng.weighted(this.o.weights);
+      const rec: FaultRecord = { kind, target: '', start: now(), end: 0 };
+      try {
+        await this.inject(kind, rec, until);
+      } catch (err) {
+        this.problems.push(`${kind} ${rec.target}: ${(err as Error).message}`);
+        await this.healAll();
+      }
+      if (rec.end === 0) rec.end = now();
+      this.faults.push(rec);
+      this.o.log(`fault ${kind} ${rec.target} ${Math.round(rec.end - rec.start)} ms${rec.note ? ` (${rec.note})` : ''}`);
+      if (kind.startsWith('member') || kind === 'partition') await this.recover();
+    }
+    await this.healAll();
+  }
+
+  private async recover(): Promise<void> {
+    try {
+      await this.o.cluster.waitHealthy(30_000);
+    } catch (err) {
+      this.problems.push(`cluster did not recover: ${(err as Error).message}`);
+    }
+  }
+
+  /** Undo whatever could still be in force. */
+  async healAll(): Promise<void> {
+    const { cluster, pool } = this.o;
+    for (let i = 0; i < this.size; i++) cluster.resume(i);
+    await cluster.heal?.();
+    pool.healProxies();
+    for (const w of pool.workers) w.resume();
+  }
+
+  private async pickMember(rec: FaultRecord): Promise<{ i: number; leader: boolean }> {
+    const { rng, cluster } = this.o;
+    let leader = -1;
+    try {
+      leader = await cluster.leaderIndex(3000);
+    } catch {
+      // no agreed leader right now: pick any
+    }
+    if (leader >= 0 && rng.chance(0.5)) {
+      rec.target = `m${leader} (leader)`;
+      return { i: leader, leader: true };
+    }
+    const i = rng.int(0, this.size - 1);
+    rec.target = `m${i}${i === leader ? ' (leader)' : ''}`;
+    return { i, leader: i === leader };
+  }
+
+  /** A worker: often one that holds a lock or leads right now (the interesting victim). */
+  private pickWorker(rec: FaultRecord, preferHolder: number): WorkerProc {
+    const { rng, pool } = this.o;
+    const holders = pool.holders();
+    const alive = pool.workers.filter((w) => w.alive);
+    const w = holders.length > 0 && rng.chance(preferHolder) ? rng.pick(holders) : rng.pick(alive.length > 0 ? alive : pool.workers);
+    rec.target = `${w.label}${w.holding ? ` (holding ${w.holding.token})` : ''}`;
+    rec.worker = w.label;
+    return w;
+  }
+
+  /** Time until the remaining members agree on a leader other than `old`. */
+  private async raftFailover(old: number, since: number): Promise<number | undefined> {
+    const deadline = now() + 15_000;
+    while (now() < deadline) {
+      try {
+        const l = await this.o.cluster.leaderIndex(2000);
+        if (l !== old) return Math.round(now() - since);
+      } catch {
+        // none yet
+      }
+      await sleep(25);
+    }
+    return undefined;
+  }
+
+  private async inject(kind: FaultKind, rec: FaultRecord, until: number): Promise<void> {
+    const { rng, cluster, pool, ttl } = this.o;
+    const ttlMs = ttl * 1000;
+    const bounded = (ms: number): number => Math.max(200, Math.min(ms, until - now() + 2000));
+    switch (kind) {
+      case 'member-kill': {
+        const { i, leader } = await this.pickMember(rec);
+        const down = bounded(rng.between(300, 3500));
+        rec.start = now();
+        await cluster.kill(i, 'SIGKILL');
+        let raftMs: number | undefined;
+        if (leader) {
+          raftMs = await this.raftFailover(i, rec.start);
+          this.failovers.push({ kind: 'etcd-leader-kill', at: rec.start, raftMs });
+        }
+        const left = down - (now() - rec.start);
+        if (left > 0) await sleep(left);
+        await cluster.restart(i);
+        rec.end = now();
+        rec.note = `down ${Math.round(down)} ms${raftMs !== undefined ? `, new raft leader after ${raftMs} ms` : ''}`;
+        return;
+      }
+      case 'member-pause': {
+        const { i, leader } = await this.pickMember(rec);
+        const ms = bounded(rng.between(300, ttlMs + 1500));
+        rec.start = now();
+        cluster.pause(i);
+        let raftMs: number | undefined;
+        if (leader) {
+          raftMs = await this.raftFailover(i, rec.start);
+          this.failovers.push({ kind: 'etcd-leader-pause', at: rec.start, raftMs });
+        }
+        const left = ms - (now() - rec.start);
+        if (left > 0) await sleep(left);
+        cluster.resume(i);
+        rec.end = now();
+        rec.note = `stopped ${Math.round(ms)} ms`;
+        return;
+      }
+      case 'partition': {
+        if (!cluster.partition || !cluster.heal) throw new Error('this cluster cannot partition');
+        const { i, leader } = await this.pickMember(rec);
+        const ms = bounded(rng.between(1000, ttlMs + 3000));
+        rec.start = now();
+        await cluster.partition(i);
+        let raftMs: number | undefined;
+        if (leader) {
+          raftMs = await this.raftFailover(i, rec.start);
+          this.failovers.push({ kind: 'etcd-leader-partition', at: rec.start, raftMs });
+        }
+        const left = ms - (now() - rec.start);
+        if (left > 0) await sleep(left);
+        await cluster.heal();
+        rec.end = now();
+        rec.note = `minority {m${i}} cut off ${Math.round(ms)} ms`;
+        return;
+      }
+      case 'worker-pause': {
+        // Longer than the TTL: the lease expires on the server while the holder is frozen.
+        const w = this.pickWorker(rec, 0.7);
+        const ms = rng.between(ttlMs + 300, ttlMs + 2500);
+        rec.start = now();
+        w.pause();
+        await sleep(ms);
+        w.resume();
+        rec.end = now();
+        rec.note = `SIGSTOP ${Math.round(ms)} ms`;
+        return;
+      }
+      case 'ghost-pause': {
+        // A fenced holder frozen between its read and its write, for longer than the TTL: when it
+        // wakes, someone else holds the lock and has read the ledger; its write must be refused.
+        const candidates = pool.byRole('fenced').filter((w) => w.alive);
+        const w = rng.pick(candidates);
+        rec.target = w.label;
+        rec.worker = w.label;
+        // Alternate: a plain holder (its write must be refused by the fence) and a careful one
+        // (assertHeld() must stop it before it writes).
+        const careful = this.ghosts++ % 2 === 1;
+        if (!(await w.trapNextRead(3000, careful))) {
+          rec.note = 'no read to trap within 3 s';
+          return;
+        }
+        rec.start = now();
+        const ms = rng.between(ttlMs + 300, ttlMs + 2000);
+        await sleep(ms);
+        w.resume();
+        rec.end = now();
+        rec.note = `${careful ? 'careful' : 'plain'} holder SIGSTOPped inside the critical section for ${Math.round(ms)} ms`;
+        return;
+      }
+      case 'worker-crash': {
+        const leaders = pool.byRole('election').filter((w) => w.alive && w.holding);
+        const w = leaders.length > 0 && rng.chance(0.6) ? rng.pick(leaders) : this.pickWorker(rec, 0.5);
+        rec.target = `${w.label}${w.holding ? ` (holding ${w.holding.token})` : ''}`;
+        rec.worker = w.label;
+        const wasLeader = w.spec.role === 'election' && w.holding !== undefined;
+        rec.start = now();
+        await w.kill();
+        if (wasLeader) this.failovers.push({ kind: 'leader-worker-crash', at: rec.start });
+        await sleep(rng.between(200, 1500));
+        await w.spawn();
+        await w.ready;
+        rec.end = now();
+        rec.note = 'SIGKILL, respawned';
+        return;
+      }
+      case 'proxy-cut': {
+        const w = this.pickWorker(rec, 0.5);
+        const times = rng.int(1, 3);
+        for (let k = 0; k < times; k++) {
+          for (const p of w.proxies) p.cut();
+          if (k < times - 1) await sleep(rng.between(50, 400));
+        }
+        rec.end = now();
+        rec.note = `${times} cut(s) of every connection`;
+        return;
+      }
+      case 'proxy-delay': {
+        const w = this.pickWorker(rec, 0.5);
+        const d = Math.round(rng.between(50, 600));
+        const ms = bounded(rng.between(1000, 4000));
+        for (const p of w.proxies) p.delay(d);
+        await sleep(ms);
+        for (const p of w.proxies) p.delay(0);
+        rec.end = now();
+        rec.note = `+${d} ms each way for ${Math.round(ms)} ms`;
+        return;
+      }
+      case 'proxy-blackhole': {
+        // The worker is cut off from every member (a client-side partition): sometimes past its TTL.
+        const w = this.pickWorker(rec, 0.6);
+        const ms = bounded(rng.between(500, ttlMs + 2500));
+        for (const p of w.proxies) p.blackhole(true);
+        await sleep(ms);
+        for (const p of w.proxies) p.blackhole(false);
+        rec.end = now();
+        rec.note = `black-holed ${Math.round(ms)} ms`;
+        return;
+      }
+      case 'proxy-blackhole-member': {
+        // One member unreachable from every client (the client-to-member links): clients must fail over.
+        const { i } = await this.pickMember(rec);
+        const ms = bounded(rng.between(1000, ttlMs + 2000));
+        rec.start = now();
+        for (const w of pool.workers) w.proxies[i]?.blackhole(true);
+        await sleep(ms);
+        for (const w of pool.workers) w.proxies[i]?.blackhole(false);
+        rec.end = now();
+        rec.note = `clients cut from m${i} for ${Math.round(ms)} ms`;
+        return;
+      }
+    }
+  }
+}
+
+function shuffle<T>(rng: Prng, items: T[]): T[] {
+  for (let i = items.length - 1; i > 0; i--) {
+    const j = rng.int(0, i);
+    [items[i], items[j]] = [items[j]!, items[i]!];
+  }
+  return items;
+}

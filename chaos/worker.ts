@@ -1,0 +1,307 @@
+// One chaos worker: its own Client and Session, one workload, reporting to the parent (main.ts) by
+// JSON lines on stdout and reaching the fenced store through the parent on stdin.
+//
+//   CHAOS_WORKER='<WorkerConfig JSON>' node --import tsx chaos/worker.ts
+//
+// Roles:
+//   fenced    lock, read-modify-write the fenced ledger in the parent (token checked there), then the
+//             same increment on a counter in etcd, in a Txn guarded by handle.ownerCompare(); unlock.
+//   unfenced  lock, hold for a while, unlock; report the interval the handle said "held".
+//   election  runAsLeader (one term per call); each term writes to a fenced register with its token.
+//
+// After {"t":"stop"} the worker stops, resigns/unlocks, closes its session and client, and exits
+// on its own: a worker that does not is reported as a leak.
+import {
+  Client,
+  EtcdError,
+  Mutex,
+  Session,
+  compare,
+  op,
+  runAsLeader,
+  type LockHandle,
+} from '../src/index.js';
+import {
+  Prng,
+  clockOffset,
+  counterKey,
+  lineSplitter,
+  now,
+  opKey,
+  type ParentMessage,
+  type WorkerConfig,
+  type WorkerEvent,
+} from './common.js';
+
+const cfg = JSON.parse(process.env.CHAOS_WORKER ?? '') as WorkerConfig;
+const rng = new Prng(cfg.seed);
+const stop = new AbortController();
+const LOCK_WAIT_LIMIT_MS = 60_000;
+const STUCK_REPORT_MS = 12_000;
+
+function emit(e: WorkerEvent): void {
+  process.stdout.write(`${JSON.stringify(e)}\n`);
+}
+
+let errors = 0;
+function reportError(opName: string, err: unknown): void {
+  errors++;
+  const e = err as Error;
+  let message = String(e?.message ?? err).slice(0, 300);
+  // "Lease not found" while our session still counts its lease as proven alive would mean the server
+  // expired it earlier than the client's conservative deadline: say how much time the session had left.
+  if (e?.name === 'LeaseNotFoundError' && session) {
+    message += ` [session ${session.leaseId.toString(16)}: ${session.signal.aborted ? 'already lost' : `${Math.round(session.remainingMs())} ms left`}]`;
+  }
+  emit({ t: 'error', op: opName, name: e?.name ?? typeof err, message, at: now() });
+}
+
+// ---- the fenced store, reached through the parent ----
+interface StoreReply {
+  ok: boolean;
+  value: number;
+  careful?: boolean;
+}
+let nextStoreId = 1;
+const pendingStore = new Map<number, (r: StoreReply) => void>();
+function store(
+  opName: 'read' | 'write',
+  register: string,
+  token: bigint,
+  extra: { value?: number; opId?: string; careful?: boolean } = {},
+): Promise<StoreReply> {
+  const id = nextStoreId++;
+  return new Promise((resolve) => {
+    pendingStore.set(id, resolve);
+    emit({ t: 'store', id, op: opName, register, token: token.toString(), ...extra });
+  });
+}
+
+process.stdin.setEncoding('utf8');
+process.stdin.on(
+  'data',
+  lineSplitter((line) => {
+    const m = JSON.parse(line) as ParentMessage;
+    if (m.t === 'stop') stop.abort(new Error('worker stopping'));
+    else if (m.t === 'store-reply') {
+      const r = pendingStore.get(m.id);
+      pendingStore.delete(m.id);
+      r?.({ ok: m.ok, value: m.value, careful: m.careful });
+    }
+  }),
+);
+// The parent is gone: stop as if told to.
+process.stdin.on('end', () => stop.abort(new Error('parent gone')));
+
+/** Resolves after `ms`, or early (without throwing) when `signal` aborts. */
+function pause(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
+const between = ([a, b]: [number, number]): number => rng.between(a, b);
+
+const client = new Client({ endpoints: cfg.endpoints, dialTimeoutMs: cfg.dialTimeoutMs, callTimeoutMs: cfg.callTimeoutMs });
+
+// ---- sessions (lock roles): one at a time, a new one after a loss ----
+let session: Session | undefined;
+async function currentSession(): Promise<Session> {
+  if (session && !session.signal.aborted) return session;
+  const s = await Session.create(client, { ttl: cfg.ttl, signal: stop.signal });
+  session = s;
+  emit({ t: 'session', lease: s.leaseId.toString(16), at: now() });
+  void s.done.then((e) => {
+    if (e.reason === 'closed' || e.reason === 'client-closed') return;
+    emit({ t: 'session-lost', lease: s.leaseId.toString(16), reason: e.reason, at: now() });
+    // The lease may still live on the server until its TTL runs out; its keys would block the queue.
+    if (!client.closed) client.leaseRevoke(s.leaseId, { timeoutMs: 2000 }).catch(() => {});
+  });
+  return s;
+}
+
+let cycles = 0;
+
+async function lockOnce(s: Session): Promise<LockHandle> {
+  const m = new Mutex(s, cfg.name);
+  const started = now();
+  // A wait this long on a small queue means something is stuck: report the queue as etcd has it.
+  const watchdog = setTimeout(() => void reportStuck(m.key, started), STUCK_REPORT_MS);
+  try {
+    return await m.lock({ signal: AbortSignal.any([stop.signal, AbortSignal.timeout(LOCK_WAIT_LIMIT_MS)]) });
+  } finally {
+    clearTimeout(watchdog);
+  }
+}
+
+async function reportStuck(key: string, started: number): Promise<void> {
+  try {
+    const r = await client.getPrefix(`${cfg.name}/`);
+    const queue = await Promise.all(
+      [...r.kvs]
+        .sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1))
+        .map(async (kv) => ({
+          key: kv.key.toString(),
+          createRevision: kv.createRevision.toString(),
+          lease: kv.lease.toString(16),
+          leaseTtl: kv.lease === 0n ? -2 : (await client.leaseTimeToLive(kv.lease).catch(() => ({ ttl: -3 }))).ttl,
+        })),
+    );
+    emit({ t: 'stuck', at: now(), waitedMs: Math.round(now() - started), key, queue });
+  } catch (err) {
+    reportError('stuck-report', err);
+  }
+}
+
+/** Watches the handle: the first moment it said "not held any more". */
+function lossClock(handle: { signal: AbortSignal }): { lostAt: () => number | undefined; reason: () => string | undefined } {
+  let at: number | undefined;
+  const sig = handle.signal;
+  if (sig.aborted) at = now();
+  else sig.addEventListener('abort', () => (at ??= now()), { once: true });
+  return { lostAt: () => at, reason: () => (sig.aborted ? String((sig.reason as Error)?.message ?? sig.reason).slice(0, 200) : undefined) };
+}
+
+async function fencedCycle(): Promise<void> {
+  const s = await currentSession();
+  const handle = await lockOnce(s);
+  const token = handle.fencingToken;
+  const from = now();
+  emit({ t: 'acquired', token: token.toString(), at: from });
+  const loss = lossClock(handle);
+  try {
+    // 1. The fenced ledger: read and write carry the token; the store refuses older tokens.
+    const coin = rng.chance(0.5);
+    const r = await store('read', 'ledger', token);
+    const careful = r.careful ?? coin;
+    if (r.ok) {
+      await pause(between(cfg.holdMs));
+      let skip = false;
+      if (careful) {
+        // A careful holder checks the handle (and the session's deadline, against the clock) first.
+        try {
+          handle.assertHeld();
+        } catch {
+          skip = true;
+        }
+      }
+      if (skip) emit({ t: 'careful-skip', token: token.toString(), at: now() });
+      else await store('write', 'ledger', token, { value: r.value + 1, opId: `${cfg.id}#${cfg.incarnation}/${cycles}`, careful });
+    }
+    // 2. The same increment in etcd, guarded by ownerCompare (no fencing help from anyone else).
+    await etcdIncrement(handle, token);
+  } finally {
+    const to = loss.lostAt() ?? now();
+    // Reported before unlocking: if we are killed during unlock(), the parent still knows when our
+    // belief ended (a later holder may legitimately start as soon as the delete commits).
+    emit({ t: 'releasing', token: token.toString(), from, to, lost: loss.lostAt() !== undefined, lostReason: loss.reason() });
+    try {
+      await handle.unlock();
+    } catch (err) {
+      reportError('unlock', err);
+    }
+    emit({ t: 'released', token: token.toString() });
+  }
+}
+
+async function etcdIncrement(handle: LockHandle, token: bigint): Promise<void> {
+  const ck = counterKey(cfg.dataPrefix);
+  const ok = opKey(cfg.dataPrefix, token);
+  let value = -1;
+  let outcome: 'accepted' | 'rejected' | 'unknown' = 'unknown';
+  let error: string | undefined;
+  try {
+    const cur = await client.get(ck);
+    value = (cur ? Number(cur.value.toString()) : 0) + 1;
+    const t = await client.txn(
+      {
+        // Guarded by ownership alone: if two processes could both pass ownerCompare, increments are lost.
+        // The ledger key's absence makes the Txn safe to retry after an ambiguous failure.
+        compare: [handle.ownerCompare(), compare.createRevision(ok, '=', 0n)],
+        success: [op.put(ck, String(value)), op.put(ok, `${cfg.id}#${cfg.incarnation}:${value}`)],
+        failure: [],
+      },
+      { idempotent: true },
+    );
+    if (t.succeeded) outcome = 'accepted';
+    else outcome = (await client.get(ok)) ? 'accepted' : 'rejected';
+  } catch (err) {
+    error = `${(err as Error).name}: ${(err as Error).message}`.slice(0, 200);
+  }
+  emit({ t: 'etcd-inc', token: token.toString(), opKey: ok, value, outcome, error, at: now() });
+}
+
+async function unfencedCycle(): Promise<void> {
+  const s = await currentSession();
+  const handle = await lockOnce(s);
+  const token = handle.fencingToken;
+  const from = now();
+  emit({ t: 'acquired', token: token.toString(), at: from });
+  const loss = lossClock(handle);
+  try {
+    await pause(between(cfg.holdMs), handle.signal);
+  } finally {
+    const to = loss.lostAt() ?? now();
+    // Reported before unlocking: if we are killed during unlock(), the parent still knows when our
+    // belief ended (a later holder may legitimately start as soon as the delete commits).
+    emit({ t: 'releasing', token: token.toString(), from, to, lost: loss.lostAt() !== undefined, lostReason: loss.reason() });
+    try {
+      await handle.unlock();
+    } catch (err) {
+      reportError('unlock', err);
+    }
+    emit({ t: 'released', token: token.toString() });
+  }
+}
+
+async function electionCycle(): Promise<void> {
+  await runAsLeader(client, cfg.name, { value: cfg.id, ttl: cfg.ttl, signal: stop.signal, once: true }, async (leader) => {
+    const token = leader.fencingToken;
+    const from = now();
+    emit({ t: 'term-start', token: token.toString(), lease: leader.session.leaseId.toString(16), at: from });
+    const loss = lossClock(leader);
+    const steps = rng.int(2, 6);
+    for (let i = 0; i < steps && !leader.signal.aborted; i++) {
+      await store('write', 'election', token, { value: i, opId: `${cfg.id}#${cfg.incarnation}/${cycles}/${i}` });
+      await pause(between(cfg.holdMs), leader.signal);
+    }
+    emit({ t: 'term-end', token: token.toString(), from, to: loss.lostAt() ?? now(), lost: loss.lostAt() !== undefined, lostReason: loss.reason() });
+  });
+}
+
+const cycle = cfg.role === 'fenced' ? fencedCycle : cfg.role === 'unfenced' ? unfencedCycle : electionCycle;
+
+emit({ t: 'ready', pid: process.pid, at: now(), offset: clockOffset() });
+let backoff = 50;
+while (!stop.signal.aborted) {
+  try {
+    await cycle();
+    cycles++;
+    backoff = 50;
+  } catch (err) {
+    if (stop.signal.aborted) break;
+    reportError(cfg.role, err);
+    // Expected under faults: unavailable, session lost, lock lost, outcome unknown. Back off a little.
+    await pause(backoff + rng.between(0, backoff), stop.signal);
+    backoff = Math.min(1000, backoff * 2);
+    if (!(err instanceof EtcdError) && !(err instanceof DOMException)) backoff = 1000;
+  }
+  await pause(between(cfg.thinkMs), stop.signal);
+}
+
+// Shutdown: revoke our lease (deleting any key left on it), close the client, and let the process end.
+try {
+  await session?.close();
+} catch (err) {
+  reportError('session-close', err);
+}
+await client.close();
+emit({ t: 'bye', at: now(), cycles, errors });
+process.stdin.destroy();

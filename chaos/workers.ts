@@ -1,0 +1,393 @@
+// The chaos parent's side of the workers: spawning (`node --import tsx chaos/worker.ts`), one
+// startProxy per worker and etcd member (so the network between a worker and etcd can be cut,
+// delayed or black-holed), the fenced store's request handling, and the history of what every
+// worker reported, mapped onto the parent's clock.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createWriteStream, type WriteStream } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startProxy, type TcpProxy } from '../src/testing/index.js';
+import type { EtcdIncrementReport, HeldInterval, Term } from './checker.js';
+import { clockOffset, lineSplitter, now, type ParentMessage, type Role, type WorkerConfig, type WorkerEvent } from './common.js';
+import type { FencedStore } from './fenced-store.js';
+
+const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
+const PARENT_OFFSET = clockOffset();
+
+/** Everything the workers told us, on the parent's clock. */
+export class History {
+  readonly held: Record<'fenced' | 'unfenced', HeldInterval[]> = { fenced: [], unfenced: [] };
+  readonly terms: Term[] = [];
+  readonly termStarts: { worker: string; token: bigint; at: number }[] = [];
+  readonly acquisitions: Record<Role, number[]> = { fenced: [], unfenced: [], election: [] };
+  readonly etcdIncrements: EtcdIncrementReport[] = [];
+  readonly errors = new Map<string, number>();
+  /** Errors that are not this library's (EtcdError family) nor an abort: possible bugs. */
+  readonly unexpectedErrors: string[] = [];
+  readonly sessionsLost = new Map<string, number>();
+  readonly carefulSkips: number[] = [];
+  /** Lock waits that went on for longer than the stall limit, with the queue at that moment. */
+  readonly stuck: string[] = [];
+  /** Lease ids (hex) that ended without a revoke we know of: killed workers, lost sessions. */
+  readonly abandonedLeases = new Set<string>();
+  readonly leaseOwner = new Map<string, string>();
+  cycles = 0;
+}
+
+const OUR_ERRORS = new Set([
+  'EtcdError', 'InvalidArgumentError', 'UnavailableError', 'WriteOutcomeUnknownError', 'CompactedError', 'LeaseNotFoundError',
+  'PermissionDeniedError', 'AuthenticationError', 'DeadlineExceededError', 'ClientClosedError', 'SessionExpiredError',
+  'OwnershipLostError', 'LockLostError', 'LeadershipLostError', 'NotLeaderError', 'NoLeaderError',
+  // our own lock-wait limit (AbortSignal.timeout) and shutdown
+  'TimeoutError', 'AbortError',
+]);
+
+export interface WorkerSpec {
+  id: string;
+  role: Role;
+  name: string;
+}
+
+export interface PoolOptions {
+  endpoints: string[];
+  ttl: number;
+  dataPrefix: string;
+  seed: number;
+  logDir: string;
+  thinkMs: [number, number];
+  holdMs: [number, number];
+  electionHoldMs: [number, number];
+  store: FencedStore;
+  history: History;
+  log: (msg: string) => void;
+  /** Formats a common-clock time for logs (seconds since the run started). */
+  stamp: (at: number) => string;
+}
+
+/** One worker process (one incarnation at a time) and the proxies in front of it. */
+export class WorkerProc {
+  incarnation = 0;
+  child?: ChildProcess;
+  proxies: TcpProxy[] = [];
+  alive = false;
+  paused = false;
+  /** What it holds (lock roles) or leads (election) right now, per its reports. */
+  holding?: { token: bigint; from: number };
+  private correction = 0;
+  private stdin?: NodeJS.WritableStream;
+  exited: Promise<void> = Promise.resolve();
+  private readyResolve?: () => void;
+  ready: Promise<void> = Promise.resolve();
+  byeSeen = false;
+  killedByUs = false;
+  /** Armed by the nemesis: SIGSTOP this worker the moment its next fenced read is answered. */
+  private trap?: { fire: () => void; careful: boolean };
+  private logStream?: WriteStream;
+  private leases = new Set<string>();
+
+  constructor(
+    readonly spec: WorkerSpec,
+    private readonly pool: WorkerPool,
+  ) {}
+
+  get label(): string {
+    return `${this.spec.id}#${this.incarnation}`;
+  }
+
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+
+  async spawn(): Promise<void> {
+    const o = this.pool.options;
+    this.incarnation++;
+    await Promise.all(this.proxies.map((p) => p.close()));
+    this.proxies = await Promise.all(o.endpoints.map((e) => startProxy(e)));
+    const cfg: WorkerConfig = {
+      id: this.spec.id,
+      incarnation: this.incarnation,
+      role: this.spec.role,
+      endpoints: this.proxies.map((p) => p.endpoint),
+      ttl: o.ttl,
+      name: this.spec.name,
+      dataPrefix: o.dataPrefix,
+      seed: (o.seed + hash(this.label)) >>> 0,
+      thinkMs: o.thinkMs,
+      holdMs: this.spec.role === 'election' ? o.electionHoldMs : o.holdMs,
+      dialTimeoutMs: 1000,
+      callTimeoutMs: 3000,
+    };
+    this.logStream = createWriteStream(join(o.logDir, `${this.spec.id}.log`), { flags: 'a' });
+    this.logStream.write(`--- ${this.label} ${new Date().toISOString()}\n`);
+    const child = spawn(process.execPath, ['--import', 'tsx', WORKER], {
+      env: { ...process.env, CHAOS_WORKER: JSON.stringify(cfg) },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    this.child = child;
+    this.stdin = child.stdin!;
+    child.stdin!.on('error', () => {});
+    this.alive = true;
+    this.paused = false;
+    this.byeSeen = false;
+    this.killedByUs = false;
+    this.holding = undefined;
+    this.leases = new Set();
+    this.ready = new Promise((resolve) => (this.readyResolve = resolve));
+    const label = this.label;
+    child.stdout!.setEncoding('utf8').on(
+      'data',
+      lineSplitter((line) => {
+        let e: WorkerEvent;
+        try {
+          e = JSON.parse(line) as WorkerEvent;
+        } catch {
+          this.logStream?.write(`stdout: ${line}\n`);
+          return;
+        }
+        this.onEvent(e, label);
+      }),
+    );
+    child.stderr!.setEncoding('utf8').on('data', (d: string) => this.logStream?.write(d));
+    // 'close', not 'exit': it comes after the last stdout line was read, so a report the worker sent
+    // just before it died is never mistaken for something it did not say.
+    this.exited = new Promise((resolve) => {
+      child.once('close', (code, signal) => {
+        this.onExit(label, code, signal);
+        resolve();
+      });
+    });
+  }
+
+  send(m: ParentMessage): void {
+    if (this.alive) this.stdin?.write(`${JSON.stringify(m)}\n`);
+  }
+
+  private t(at: number): number {
+    return at + this.correction;
+  }
+
+  /** The last thing this worker reported, for stall diagnosis. */
+  lastEvent?: string;
+
+  private onEvent(e: WorkerEvent, label: string): void {
+    const h = this.pool.options.history;
+    if (e.t !== 'store' && e.t !== 'stuck') {
+      this.lastEvent = `${e.t}${'token' in e ? ` ${e.token}` : ''}@${this.pool.options.stamp(this.t('at' in e ? e.at : 'to' in e ? e.to : now()))}`;
+      // The timeline of every worker, kept with the logs (--keep) for diagnosis.
+      if (e.t !== 'error') this.logStream?.write(`${this.lastEvent}${'lease' in e ? ` lease ${e.lease}` : ''}\n`);
+    }
+    switch (e.t) {
+      case 'ready':
+        this.correction = PARENT_OFFSET - e.offset;
+        this.readyResolve?.();
+        break;
+      case 'session':
+        this.leases.add(e.lease);
+        h.leaseOwner.set(e.lease, label);
+        break;
+      case 'session-lost':
+        h.sessionsLost.set(e.reason, (h.sessionsLost.get(e.reason) ?? 0) + 1);
+        h.abandonedLeases.add(e.lease);
+        break;
+      case 'acquired':
+        this.holding = { token: BigInt(e.token), from: this.t(e.at) };
+        h.acquisitions[this.spec.role].push(this.t(e.at));
+        break;
+      case 'releasing': {
+        const role = this.spec.role === 'unfenced' ? 'unfenced' : 'fenced';
+        h.held[role].push({ worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost });
+        this.holding = undefined;
+        h.cycles++;
+        break;
+      }
+      case 'released':
+        break;
+      case 'store': {
+        const reg = this.pool.options.store.register(e.register);
+        const token = BigInt(e.token);
+        const entry =
+          e.op === 'read' ? reg.read(label, token, now()) : reg.write(label, token, e.value ?? 0, now(), e.opId, e.careful);
+        let careful: boolean | undefined;
+        if (e.op === 'read' && this.trap) {
+          // Freeze it before the answer is written: it wakes up inside its critical section, with a
+          // value read under a token that may have been superseded meanwhile (the GC-pause ghost).
+          this.pause();
+          careful = this.trap.careful;
+          this.trap.fire();
+          this.trap = undefined;
+        }
+        this.send({ t: 'store-reply', id: e.id, ok: entry.ok, value: entry.value, highest: reg.highest.toString(), careful });
+        break;
+      }
+      case 'etcd-inc':
+        h.etcdIncrements.push({ worker: label, token: BigInt(e.token), opKey: e.opKey, value: e.value, outcome: e.outcome });
+        if (e.error) this.countError('etcd-inc', e.error.split(':')[0]!);
+        break;
+      case 'careful-skip':
+        h.carefulSkips.push(this.t(e.at));
+        break;
+      case 'term-start':
+        this.holding = { token: BigInt(e.token), from: this.t(e.at) };
+        h.termStarts.push({ worker: label, token: BigInt(e.token), at: this.t(e.at) });
+        h.acquisitions.election.push(this.t(e.at));
+        this.leases.add(e.lease);
+        h.leaseOwner.set(e.lease, label);
+        break;
+      case 'term-end':
+        h.terms.push({ worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost });
+        this.holding = undefined;
+        h.cycles++;
+        break;
+      case 'error':
+        this.countError(e.op, e.name);
+        if (!OUR_ERRORS.has(e.name)) h.unexpectedErrors.push(`${label} ${e.op}: ${e.name}: ${e.message}`);
+        this.logStream?.write(`${this.pool.options.stamp(this.t(e.at))} error ${e.op}: ${e.name}: ${e.message}\n`);
+        break;
+      case 'stuck': {
+        const owners = e.queue.map((q) => `${q.key.slice(q.key.lastIndexOf('/') + 1)}@${q.createRevision}(${h.leaseOwner.get(q.lease) ?? '?'}, ttl ${q.leaseTtl})`);
+        const what = this.pool.workers.map((w) => `${w.label}:${w.lastEvent ?? '-'}`).join(' ');
+        const line = `${label} waited ${e.waitedMs} ms for ${e.key}; queue: ${owners.join(' < ')}; workers: ${what}`;
+        h.stuck.push(line);
+        this.pool.options.log(`STUCK ${line}`);
+        this.logStream?.write(`${this.pool.options.stamp(this.t(e.at))} STUCK ${line}\n`);
+        break;
+      }
+      case 'bye':
+        this.byeSeen = true;
+        break;
+    }
+  }
+
+  private countError(op: string, name: string): void {
+    const h = this.pool.options.history;
+    const k = `${op}:${name}`;
+    h.errors.set(k, (h.errors.get(k) ?? 0) + 1);
+  }
+
+  private onExit(label: string, code: number | null, signal: NodeJS.Signals | null): void {
+    const h = this.pool.options.history;
+    const at = now();
+    this.alive = false;
+    this.paused = false;
+    // Died holding: its belief ends with it (its lease lives on until the TTL runs out).
+    if (this.holding) {
+      const iv = { worker: label, token: this.holding.token, from: this.holding.from, to: at, lost: false, died: true };
+      if (this.spec.role === 'election') h.terms.push(iv);
+      else h.held[this.spec.role === 'unfenced' ? 'unfenced' : 'fenced'].push(iv);
+      this.holding = undefined;
+    }
+    if (!this.byeSeen) for (const l of this.leases) h.abandonedLeases.add(l);
+    if (!this.killedByUs && !this.byeSeen) {
+      h.unexpectedErrors.push(`${label} exited unexpectedly (code ${code}, signal ${signal}); see ${this.spec.id}.log`);
+    }
+    this.logStream?.end(`--- ${label} exited code=${code} signal=${signal}\n`);
+  }
+
+  /** Resolves true once the worker was frozen right after a fenced read, false after `limitMs`. */
+  trapNextRead(limitMs: number, careful: boolean): Promise<boolean> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.trap = undefined;
+        resolve(false);
+      }, limitMs);
+      this.trap = {
+        careful,
+        fire: () => {
+          clearTimeout(timer);
+          resolve(true);
+        },
+      };
+    });
+  }
+
+  pause(): void {
+    if (!this.alive || this.paused) return;
+    this.child!.kill('SIGSTOP');
+    this.paused = true;
+  }
+
+  resume(): void {
+    if (!this.alive || !this.paused) return;
+    this.child!.kill('SIGCONT');
+    this.paused = false;
+  }
+
+  async kill(): Promise<void> {
+    if (!this.alive) return;
+    this.killedByUs = true;
+    this.child!.kill('SIGKILL');
+    await this.exited;
+  }
+
+  /** Asks the worker to stop and waits for it to exit on its own; true if it did within `limitMs`. */
+  async stop(limitMs: number): Promise<boolean> {
+    if (!this.alive) return true;
+    this.resume();
+    this.send({ t: 'stop' });
+    const timer = new Promise<'late'>((resolve) => setTimeout(() => resolve('late'), limitMs).unref());
+    const r = await Promise.race([this.exited.then(() => 'ok' as const), timer]);
+    if (r === 'ok') return true;
+    this.pool.options.log(`worker ${this.label} did not exit within ${limitMs} ms of stop; killing it`);
+    await this.kill();
+    return false;
+  }
+
+  async closeProxies(): Promise<void> {
+    await Promise.all(this.proxies.map((p) => p.close()));
+    this.proxies = [];
+  }
+}
+
+export class WorkerPool {
+  readonly workers: WorkerProc[];
+
+  constructor(
+    specs: WorkerSpec[],
+    readonly options: PoolOptions,
+  ) {
+    this.workers = specs.map((s) => new WorkerProc(s, this));
+  }
+
+  async start(): Promise<void> {
+    for (const w of this.workers) await w.spawn();
+    await Promise.all(this.workers.map((w) => w.ready));
+  }
+
+  byRole(role: Role): WorkerProc[] {
+    return this.workers.filter((w) => w.spec.role === role);
+  }
+
+  /** Workers holding a lock or leading, per their last report. */
+  holders(): WorkerProc[] {
+    return this.workers.filter((w) => w.alive && w.holding);
+  }
+
+  /** Undo every network fault on every worker's proxies. */
+  healProxies(): void {
+    for (const w of this.workers) {
+      for (const p of w.proxies) {
+        p.blackhole(false);
+        p.delay(0);
+      }
+    }
+  }
+
+  /** Stops every worker; returns the labels of those that did not exit on their own. */
+  async stopAll(limitMs: number): Promise<string[]> {
+    this.healProxies();
+    const results = await Promise.all(this.workers.map(async (w) => ({ w, ok: await w.stop(limitMs) })));
+    await Promise.all(this.workers.map((w) => w.closeProxies()));
+    return results.filter((r) => !r.ok).map((r) => r.w.label);
+  }
+
+  async killAll(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.kill()));
+    await Promise.all(this.workers.map((w) => w.closeProxies()));
+  }
+}
+
+function hash(s: string): number {
+  let h = 2166136261;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 16777619);
+  return h >>> 0;
+}

@@ -1,0 +1,334 @@
+// TLS and authentication against real etcd: certificates made here with openssl (a CA, a server
+// certificate for 127.0.0.1, a client certificate, and a second CA that signed nothing of ours),
+// etcd's role-based access control set up with etcdctl, and a simple token that expires during a
+// long wait (etcd 17623). No error message may carry a password or a token.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
+import { inspect, promisify } from 'node:util';
+import {
+  AuthenticationError,
+  Client,
+  Election,
+  InvalidArgumentError,
+  Mutex,
+  PermissionDeniedError,
+  Session,
+  UnavailableError,
+  type TlsOptions,
+} from '../src/index.js';
+import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
+import { EventLog, assertNoKeys, assertNoLeases, grpcHandled, track, uniquePrefix } from './helpers.js';
+
+const run = promisify(execFile);
+
+// ------------------------------------------------------------------------------------------ TLS
+
+interface Pki {
+  dir: string;
+  file: (name: string) => string;
+  pem: (name: string) => Promise<Buffer>;
+}
+
+/** A throwaway PKI: CA `ca` (server and client certificates), CA `other` (signs only `stranger`). */
+async function makePki(): Promise<Pki> {
+  const dir = await mkdtemp(join(tmpdir(), 'etcd-concurrency-pki-'));
+  const file = (name: string): string => join(dir, name);
+  const ossl = (...args: string[]) => run('openssl', args, { cwd: dir });
+  const ca = async (name: string) => {
+    await ossl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-sha256', '-days', '2', '-subj', `/CN=${name}`, '-keyout', `${name}.key`, '-out', `${name}.crt`);
+  };
+  const leaf = async (name: string, signer: string, ext: string) => {
+    await writeFile(file(`${name}.ext`), ext);
+    await ossl('req', '-newkey', 'rsa:2048', '-nodes', '-sha256', '-subj', `/CN=${name}`, '-keyout', `${name}.key`, '-out', `${name}.csr`);
+    await ossl('x509', '-req', '-sha256', '-days', '2', '-in', `${name}.csr`, '-CA', `${signer}.crt`, '-CAkey', `${signer}.key`, '-CAcreateserial', '-extfile', `${name}.ext`, '-out', `${name}.crt`);
+  };
+  await ca('ca');
+  await ca('other');
+  // The harness's health checks present the server certificate as a client one: allow both uses.
+  await leaf('server', 'ca', 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n');
+  await leaf('client', 'ca', 'extendedKeyUsage=clientAuth\n');
+  await leaf('stranger', 'other', 'extendedKeyUsage=clientAuth\n');
+  return { dir, file, pem: (name) => readFile(file(name)) };
+}
+
+describe('TLS with client-certificate authentication', () => {
+  let pki: Pki;
+  let etcd: EtcdCluster;
+  let endpoint: string;
+  let good: TlsOptions;
+  let admin: Client;
+  const ROOT = 'test/security/tls/';
+
+  before(async () => {
+    pki = await makePki();
+    etcd = await startEtcd({
+      tls: { certFile: pki.file('server.crt'), keyFile: pki.file('server.key'), trustedCaFile: pki.file('ca.crt'), clientCertAuth: true },
+    });
+    endpoint = `https://${etcd.endpoints[0]}`;
+    good = { ca: await pki.pem('ca.crt'), cert: await pki.pem('client.crt'), key: await pki.pem('client.key') };
+    admin = new Client({ endpoints: endpoint, tls: good });
+  });
+
+  after(async () => {
+    try {
+      await assertNoKeys(admin, ROOT);
+      await assertNoLeases(admin);
+    } finally {
+      await admin?.close();
+      await etcd?.stop();
+      if (pki) await rm(pki.dir, { recursive: true, force: true });
+    }
+  });
+
+  /** The call's rejection, checked to be a quick, clear UnavailableError. */
+  async function refused(tls: TlsOptions | undefined, ep = endpoint): Promise<UnavailableError> {
+    const c = new Client({ endpoints: ep, dialTimeoutMs: 1000, ...(tls ? { tls } : {}) });
+    const start = performance.now();
+    try {
+      await c.get(`${ROOT}k`);
+    } catch (err) {
+      const ms = performance.now() - start;
+      assert.ok(err instanceof UnavailableError, `expected UnavailableError, got ${inspect(err)}`);
+      assert.ok(ms < 2 * 1000 + 1500, `took ${ms} ms`);
+      return err;
+    } finally {
+      await c.close();
+    }
+    assert.fail('the call succeeded');
+  }
+
+  it('with the right CA and a client certificate: locks, campaigns, and cleans up', async () => {
+    const p = `${ROOT}${uniquePrefix('ok').slice('test/'.length)}`;
+    const c = new Client({ endpoints: endpoint, tls: good });
+    const s = await Session.create(c, { ttl: 10 });
+    try {
+      const h = await new Mutex(s, `${p}lock`).lock();
+      assert.equal((await c.get(h.key))?.createRevision, h.fencingToken);
+      await h.unlock();
+      const l = await new Election(s, `${p}election`).campaign('tls');
+      await l.resign();
+    } finally {
+      await s.close();
+      await c.close();
+    }
+    await assertNoKeys(admin, p);
+  });
+
+  it('without the CA (system roots): a TLS error that says to pass the CA certificate', async () => {
+    const err = await refused({ cert: good.cert!, key: good.key! });
+    assert.match(err.message, /TLS/);
+    assert.match(err.message, /CA certificate/);
+    assert.match(err.message, /unable to verify|self.signed|certificate/);
+  });
+
+  it('with a CA that did not sign the server certificate: the same clear TLS error', async () => {
+    const err = await refused({ ca: await pki.pem('other.crt'), cert: good.cert!, key: good.key! });
+    assert.match(err.message, /TLS handshake failed/);
+    assert.match(err.message, /CA certificate/);
+  });
+
+  it('plain http:// to a TLS port: the error says to use https:// and the CA', async () => {
+    const err = await refused(undefined, etcd.endpoints[0]!);
+    assert.match(err.message, /https:\/\//);
+    assert.match(err.message, /CA/);
+  });
+
+  it('a client certificate without its key (or the reverse) is refused before dialling', () => {
+    assert.throws(() => new Client({ endpoints: endpoint, tls: { ca: good.ca!, cert: good.cert! } }), InvalidArgumentError);
+    assert.throws(() => new Client({ endpoints: endpoint, tls: { ca: good.ca!, key: good.key! } }), InvalidArgumentError);
+  });
+
+  it(
+    'without a client certificate: the error says the server requires one (tls.cert and tls.key)',
+    async () => {
+      const err = await refused({ ca: good.ca! });
+      assert.match(err.message, /client certificate/i);
+    },
+  );
+
+  it(
+    'with a client certificate from another CA: the error says the server rejected the client certificate',
+    async () => {
+      const err = await refused({ ca: good.ca!, cert: await pki.pem('stranger.crt'), key: await pki.pem('stranger.key') });
+      assert.match(err.message, /client certificate/i);
+    },
+  );
+});
+
+// ------------------------------------------------------------------------------------------ auth
+
+const ROOT_PASSWORD = 'r00t-Pw-1b9e64';
+const ALICE_PASSWORD = 'al1ce-Pw-73c2d0';
+const TOKEN_TTL_S = 2;
+
+/** Everything an error shows: message, stack, and every cause, deeply. */
+function everythingShown(err: unknown): string {
+  return `${String(err)}\n${inspect(err, { depth: 8, showHidden: true })}`;
+}
+
+describe('authentication and role-based access', () => {
+  let etcd: EtcdCluster;
+  let url: string;
+  let root: Client;
+  let alice: Client;
+  const errors: unknown[] = [];
+  const tokens = new Set<string>();
+  /** Keeps an error for the final secrets check, with the tokens the clients hold right now. */
+  const keep = (e: unknown): void => {
+    errors.push(e);
+    for (const c of [alice, root]) {
+      const t = (c?.conn.tokens as unknown as { current?: string } | undefined)?.current;
+      if (t) tokens.add(t);
+    }
+  };
+
+  before(async () => {
+    etcd = await startEtcd({ extraArgs: ['--auth-token', 'simple', '--auth-token-ttl', String(TOKEN_TTL_S)] });
+    url = etcd.clientUrls[0]!;
+    const ctl = (...args: string[]) => run('etcdctl', [`--endpoints=${etcd.endpoints[0]}`, ...args], { env: { ...process.env, ETCDCTL_API: '3' } });
+    await ctl('user', 'add', `root:${ROOT_PASSWORD}`, '--interactive=false');
+    await ctl('user', 'add', `alice:${ALICE_PASSWORD}`, '--interactive=false');
+    await ctl('role', 'add', 'locker');
+    await ctl('role', 'grant-permission', 'locker', '--prefix=true', 'readwrite', 'locks/');
+    await ctl('user', 'grant-role', 'alice', 'locker');
+    await ctl('auth', 'enable');
+    root = new Client({ endpoints: etcd.endpoints, auth: { username: 'root', password: ROOT_PASSWORD } });
+    alice = new Client({ endpoints: etcd.endpoints, auth: { username: 'alice', password: ALICE_PASSWORD } });
+  });
+
+  after(async () => {
+    try {
+      await assertNoKeys(root, 'locks/');
+      await assertNoKeys(root, 'other/');
+      await assertNoLeases(root);
+      // The whole point: nothing we showed the user carries a secret.
+      keep(undefined);
+      assert.ok(tokens.size > 0, 'the clients held tokens');
+      assert.ok(errors.length >= 6, `collected ${errors.length} errors`);
+      for (const err of errors) {
+        const shown = everythingShown(err);
+        assert.ok(!shown.includes(ALICE_PASSWORD) && !shown.includes(ROOT_PASSWORD), `a password leaked: ${shown}`);
+        for (const token of tokens) assert.ok(!shown.includes(token), `a token leaked: ${shown}`);
+        assert.doesNotMatch(shown, /wrong-pass-\d+/, `a wrong password leaked: ${shown}`);
+      }
+    } finally {
+      await alice?.close();
+      await root?.close();
+      await etcd?.stop();
+    }
+  });
+
+  it('a user whose role grants readwrite on "locks/" can lock and campaign there', async () => {
+    const p = `locks/${uniquePrefix('alice').slice('test/'.length)}`;
+    const s = await Session.create(alice, { ttl: 10 });
+    try {
+      const h = await new Mutex(s, `${p}lock`).lock();
+      await h.unlock();
+      const l = await new Election(s, `${p}election`).campaign('alice');
+      await l.resign();
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('elsewhere: a clear PermissionDeniedError, nothing left behind, and no secret in the message', async () => {
+    const s = await Session.create(alice, { ttl: 10 });
+    try {
+      const locking = new Mutex(s, 'other/lock').lock();
+      await assert.rejects(locking, (e: unknown) => {
+        keep(e);
+        return e instanceof PermissionDeniedError && /permission denied/.test(e.message) && /grant/.test(e.message);
+      });
+      await assert.rejects(alice.get('other/x'), (e: unknown) => {
+        keep(e);
+        return e instanceof PermissionDeniedError;
+      });
+      await assert.rejects(new Election(s, 'other/election').campaign('x'), (e: unknown) => {
+        keep(e);
+        return e instanceof PermissionDeniedError;
+      });
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('a wrong password: AuthenticationError that names neither password', async () => {
+    const c = new Client({ endpoints: etcd.endpoints, auth: { username: 'alice', password: `wrong-pass-${process.pid}` } });
+    try {
+      await assert.rejects(c.get('locks/x'), (e: unknown) => {
+        keep(e);
+        return e instanceof AuthenticationError && /wrong user name or password/.test(e.message);
+      });
+      await assert.rejects(Session.create(c, { ttl: 5 }), (e: unknown) => {
+        keep(e);
+        return e instanceof AuthenticationError;
+      });
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('an empty user name is refused before anything is sent', () => {
+    assert.throws(() => new Client({ endpoints: etcd.endpoints, auth: { username: '', password: ALICE_PASSWORD } }), (e: unknown) => {
+      keep(e);
+      return e instanceof InvalidArgumentError;
+    });
+  });
+
+  it(
+    'no credentials against an auth-enabled etcd: AuthenticationError saying to pass a user and password',
+    async () => {
+      const c = new Client({ endpoints: etcd.endpoints });
+      try {
+        await assert.rejects(c.get('locks/x'), (e: unknown) => {
+          keep(e);
+          assert.ok(e instanceof AuthenticationError, `got ${String(e)}`);
+          assert.match(e.message, /auth/);
+          return true;
+        });
+      } finally {
+        await c.close();
+      }
+    },
+  );
+
+  it('a token that expires during a long wait is fetched again, and the waiter gets the lock (etcd 17623)', { timeout: 60_000 }, async () => {
+    const p = `locks/${uniquePrefix('token').slice('test/'.length)}`;
+    const name = `${p}lock`;
+    const [r1, r2] = [await Session.create(root, { ttl: 30 }), await Session.create(root, { ttl: 30 })];
+    const s = await Session.create(alice, { ttl: 30 }); // next renewal in 10 s: nothing touches the token meanwhile
+    const log = new EventLog(root, `${name}/`);
+    try {
+      await log.ready;
+      const first = await new Mutex(r1, name).lock();
+      // Queue in this order: root's second waiter, then alice's.
+      const m2 = new Mutex(r2, name);
+      const second = track(m2.lock());
+      await log.put(m2.key);
+      const m3 = new Mutex(s, name);
+      const mine = track(m3.lock());
+      await log.put(m3.key);
+      const authBefore = await grpcHandled(url, 'Authenticate');
+      // Both clients sit idle in their waits for longer than the token TTL, so their tokens expire.
+      await delay(TOKEN_TTL_S * 1000 * 2 + 1000);
+      // The next holder's turn: its lookup and new watch go out with an expired token.
+      await first.unlock();
+      const h2 = await second.promise;
+      // And ours: one more lookup and a watch created on a stream opened with the expired token.
+      await h2.unlock();
+      const h3 = await mine.promise;
+      h3.assertHeld();
+      await h3.unlock();
+      assert.ok((await grpcHandled(url, 'Authenticate')) > authBefore, 'the expired token was replaced');
+      assert.equal(s.signal.aborted, false);
+    } finally {
+      await log.close();
+      await Promise.all([r1.close(), r2.close(), s.close()]);
+    }
+  });
+});
