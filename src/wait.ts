@@ -124,20 +124,27 @@ export async function waitForTurn(
         await w.created;
         // Re-checked now, and then now and then while waiting: a safety net should an event ever be
         // missed (an O(1) read-only Txn; a queue must never wait forever on a ghost).
-        const recheck = Math.max(10_000, session.ttl * 1000);
-        let timer: NodeJS.Timeout | undefined;
+        const recheckMs = Math.max(10_000, session.ttl * 1000);
+        // Changed: deleted, moved off its lease, or a new incarnation of the same key (a delete we
+        // did not see). A put that keeps lease and CreateRevision (an election's proclaim) is none.
+        const changed = (e: WatchEvent) => e.type === 'delete' || e.kv.lease !== p.lease || e.kv.createRevision !== p.createRevision;
         const events = w[Symbol.asyncIterator]();
+        let timer: NodeJS.Timeout | undefined;
         try {
-          while (await retrying(() => stillQueued(session, ticket, p, stop.signal))) {
-            const tick = new Promise<'recheck'>((resolve) => (timer = setTimeout(() => resolve('recheck'), recheck)));
-            const next = await Promise.race([events.next(), tick]);
-            clearTimeout(timer);
-            if (next === 'recheck') continue;
-            if (next.done) break;
-            // Changed: deleted, moved off its lease, or a new incarnation of the same key (a delete
-            // we did not see). A put that keeps lease and CreateRevision (proclaim) changes nothing.
-            const changed = (e: WatchEvent) => e.type === 'delete' || e.kv.lease !== p.lease || e.kv.createRevision !== p.createRevision;
-            if (next.value.events.some(changed)) break;
+          if (await retrying(() => stillQueued(session, ticket, p, stop.signal))) {
+            // One pending pull at a time: a pull abandoned to a re-check would swallow an event.
+            let pull = events.next();
+            for (;;) {
+              const tick = new Promise<'recheck'>((resolve) => (timer = setTimeout(() => resolve('recheck'), recheckMs)));
+              const next = await Promise.race([pull, tick]);
+              clearTimeout(timer);
+              if (next === 'recheck') {
+                if (!(await retrying(() => stillQueued(session, ticket, p, stop.signal)))) break;
+                continue;
+              }
+              if (next.done || next.value.events.some(changed)) break;
+              pull = events.next();
+            }
           }
         } finally {
           clearTimeout(timer);
