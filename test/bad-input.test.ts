@@ -23,28 +23,13 @@ import {
   type LeaderEvent,
 } from '../src/index.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, assertNoLeases, grpcHandled, track, uniquePrefix, waitFor } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, grpcHandled, track, waitFor, etcdForFile } from './helpers.js';
 
 const ROOT = 'test/bad-input/';
 let etcd: EtcdCluster;
 let client: Client;
+const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
-before(async () => {
-  etcd = await startEtcd();
-  client = new Client({ endpoints: etcd.endpoints });
-});
-
-after(async () => {
-  try {
-    await assertNoKeys(client, ROOT);
-    await assertNoLeases(client);
-  } finally {
-    await client?.close();
-    await etcd?.stop();
-  }
-});
-
-const fresh = (scope: string): string => `${ROOT}${uniquePrefix(scope).slice('test/'.length)}`;
 
 async function sessions(n: number, ttl = 30, on: Client = client): Promise<Session[]> {
   return Promise.all(Array.from({ length: n }, () => Session.create(on, { ttl })));

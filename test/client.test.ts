@@ -1,6 +1,6 @@
 // The etcd client against a real single-member etcd: key-value, transactions, leases, watches,
 // failure classification. Each test works under its own prefix and removes what it wrote.
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { createServer } from 'node:net';
@@ -15,30 +15,14 @@ import {
   op,
   type WatchBatch,
 } from '../src/index.js';
-import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, assertNoKeys, assertNoLeases, grpcStarted, settle, uniquePrefix } from './helpers.js';
+import { startProxy, type EtcdCluster } from '../src/testing/index.js';
+import { EventLog, assertNoKeys, grpcStarted, settle, etcdForFile } from './helpers.js';
 
 const ROOT = 'test/client/';
 let etcd: EtcdCluster;
 let client: Client;
+const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
-before(async () => {
-  etcd = await startEtcd();
-  client = new Client({ endpoints: etcd.endpoints });
-});
-
-after(async () => {
-  try {
-    await assertNoKeys(client, ROOT);
-    await assertNoLeases(client);
-  } finally {
-    await client?.close();
-    await etcd?.stop();
-  }
-});
-
-/** A fresh prefix under ROOT, cleaned up by `cleanup(prefix)`. */
-const fresh = (name: string): string => `${ROOT}${uniquePrefix(name).slice('test/'.length)}`;
 const cleanup = (prefix: string): Promise<bigint> => client.delete(prefix, { prefix: true });
 
 /** A TCP port that nothing listens on (bound, then released). */

@@ -4,7 +4,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
-import type { Client } from '../src/index.js';
+import { after, before } from 'node:test';
+import { Client } from '../src/index.js';
+import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 
 /** A key prefix no other test uses: `test/<scope>/<random>/`. Names passed to locks live under it. */
 export function uniquePrefix(scope: string): string {
@@ -27,6 +29,37 @@ export async function waitFor<T>(
     if (performance.now() - start > limitMs) throw new Error(`waitFor: gave up waiting for ${what}`);
     await delay(intervalMs);
   }
+}
+
+/**
+ * One single-member etcd for a test file and a client on it, handed to `ready` before the tests run.
+ * After them: `beforeChecks` (for example killing child processes), then the checks every file
+ * makes (no key left under `root`, no lease left), then everything is stopped. Returns `fresh`,
+ * which gives each test its own prefix under `root`.
+ */
+export function etcdForFile(
+  root: string,
+  ready: (etcd: EtcdCluster, client: Client) => void,
+  options: { beforeChecks?: () => Promise<void> } = {},
+): (scope: string) => string {
+  let etcd: EtcdCluster | undefined;
+  let client: Client | undefined;
+  before(async () => {
+    etcd = await startEtcd();
+    client = new Client({ endpoints: etcd.endpoints });
+    ready(etcd, client);
+  });
+  after(async () => {
+    try {
+      await options.beforeChecks?.();
+      await assertNoKeys(client!, root);
+      await assertNoLeases(client!);
+    } finally {
+      await client?.close();
+      await etcd?.stop();
+    }
+  });
+  return (scope) => `${root}${uniquePrefix(scope).slice('test/'.length)}`;
 }
 
 /** Asserts that nothing is stored under `prefix`. */

@@ -1,6 +1,6 @@
 // Mutex against a real single-member etcd: acquisition, fairness, fencing, loss, cleanup, names,
 // and interoperation with `etcdctl lock`. Each test uses its own lock names and leaves nothing.
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   Client,
@@ -13,12 +13,11 @@ import {
   op,
   withLock,
 } from '../src/index.js';
-import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
+import { startProxy, type EtcdCluster } from '../src/testing/index.js';
 import {
   EventLog,
   aborted,
   assertNoKeys,
-  assertNoLeases,
   grpcHandled,
   grpcStarted,
   killEtcdctls,
@@ -26,32 +25,15 @@ import {
   settle,
   spawnEtcdctl,
   track,
-  uniquePrefix,
   waitFor,
+  etcdForFile,
 } from './helpers.js';
 
 const ROOT = 'test/mutex/';
 let etcd: EtcdCluster;
 let client: Client;
+const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
 
-before(async () => {
-  etcd = await startEtcd();
-  client = new Client({ endpoints: etcd.endpoints });
-});
-
-after(async () => {
-  try {
-    await killEtcdctls();
-    await assertNoKeys(client, ROOT);
-    await assertNoLeases(client);
-  } finally {
-    await client?.close();
-    await etcd?.stop();
-  }
-});
-
-/** A fresh prefix for one test; lock names go under it (`${p}lock`). */
-const fresh = (name: string): string => `${ROOT}${uniquePrefix(name).slice('test/'.length)}`;
 
 /** Sessions on `client` that the test closes at its end (closing revokes: no lease is left). */
 async function sessions(n: number, ttl = 30, on: Client = client): Promise<Session[]> {

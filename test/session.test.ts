@@ -1,6 +1,6 @@
 // Session against a real single-member etcd: lease grant and renewal, the conservative local
 // deadline, and every way a session ends.
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   Client,
@@ -11,29 +11,14 @@ import {
   SessionExpiredError,
   type SessionEndReason,
 } from '../src/index.js';
-import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { aborted, assertNoKeys, assertNoLeases, grpcReceived, uniquePrefix, waitFor } from './helpers.js';
+import { startProxy, type EtcdCluster } from '../src/testing/index.js';
+import { aborted, assertNoKeys, assertNoLeases, grpcReceived, waitFor, etcdForFile } from './helpers.js';
 
 const ROOT = 'test/session/';
 let etcd: EtcdCluster;
 let client: Client;
+const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
-before(async () => {
-  etcd = await startEtcd();
-  client = new Client({ endpoints: etcd.endpoints });
-});
-
-after(async () => {
-  try {
-    await assertNoKeys(client, ROOT);
-    await assertNoLeases(client);
-  } finally {
-    await client?.close();
-    await etcd?.stop();
-  }
-});
-
-const fresh = (name: string): string => `${ROOT}${uniquePrefix(name).slice('test/'.length)}`;
 
 /** Asserts that `value` is a SessionExpiredError for `session` with `reason`. */
 function assertExpired(value: unknown, session: Session, reason: SessionEndReason): asserts value is SessionExpiredError {
