@@ -198,17 +198,22 @@ async function fencedCycle(): Promise<void> {
     // 2. The same increment in etcd, guarded by ownerCompare (no fencing help from anyone else).
     await etcdIncrement(handle, token);
   } finally {
-    const to = loss.lostAt() ?? now();
-    // Reported before unlocking: if we are killed during unlock(), the parent still knows when our
-    // belief ended (a later holder may legitimately start as soon as the delete commits).
-    emit({ t: 'releasing', token: token.toString(), from, to, lost: loss.lostAt() !== undefined, lostReason: loss.reason() });
-    try {
-      await handle.unlock();
-    } catch (err) {
-      reportError('unlock', err);
-    }
-    emit({ t: 'released', token: token.toString() });
+    await release(handle, from, loss);
   }
+}
+
+/** Ends a hold: reports how long we believed we held it, then unlocks. */
+async function release(handle: LockHandle, from: number, loss: ReturnType<typeof lossClock>): Promise<void> {
+  const token = handle.fencingToken.toString();
+  // Reported before unlocking: if we are killed during unlock(), the parent still knows when our
+  // belief ended (a later holder may legitimately start as soon as the delete commits).
+  emit({ t: 'releasing', token, from, to: loss.lostAt() ?? now(), lost: loss.lostAt() !== undefined, lostReason: loss.reason() });
+  try {
+    await handle.unlock();
+  } catch (err) {
+    reportError('unlock', err);
+  }
+  emit({ t: 'released', token });
 }
 
 async function etcdIncrement(handle: LockHandle, token: bigint): Promise<void> {
@@ -248,16 +253,7 @@ async function unfencedCycle(): Promise<void> {
   try {
     await pause(between(cfg.holdMs), handle.signal);
   } finally {
-    const to = loss.lostAt() ?? now();
-    // Reported before unlocking: if we are killed during unlock(), the parent still knows when our
-    // belief ended (a later holder may legitimately start as soon as the delete commits).
-    emit({ t: 'releasing', token: token.toString(), from, to, lost: loss.lostAt() !== undefined, lostReason: loss.reason() });
-    try {
-      await handle.unlock();
-    } catch (err) {
-      reportError('unlock', err);
-    }
-    emit({ t: 'released', token: token.toString() });
+    await release(handle, from, loss);
   }
 }
 

@@ -4,7 +4,6 @@
 // `after` proves nothing is left (no key, no lease).
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import {
   Client,
@@ -23,7 +22,7 @@ import {
   type LeaderEvent,
 } from '../src/index.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, grpcHandled, track, waitFor, etcdForFile } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, grpcHandled, track, waitFor, etcdForFile, closedPort } from './helpers.js';
 
 const ROOT = 'test/bad-input/';
 let etcd: EtcdCluster;
@@ -36,14 +35,6 @@ async function sessions(n: number, ttl = 30, on: Client = client): Promise<Sessi
 }
 const closeAll = (ss: (Session | undefined)[]): Promise<unknown> => Promise.all(ss.map((s) => s?.close()));
 
-/** A loopback port nothing listens on. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 /** Rejects, and how long it took (ms). */
 async function timedRejection(p: Promise<unknown>): Promise<{ err: unknown; ms: number }> {

@@ -7,14 +7,13 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { once } from 'node:events';
-import { createServer } from 'node:net';
 import { constants, tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { Client } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, assertNoLeases, killEtcdctls, spawnEtcdctl, uniquePrefix, waitFor } from './helpers.js';
+import { assertNoKeys, assertNoLeases, killEtcdctls, spawnEtcdctl, uniquePrefix, waitFor, closedPort } from './helpers.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const MAIN = path.join(root, 'dist/cli/main.js');
@@ -144,14 +143,6 @@ function assertOneErrorLine(stderr: string, re: RegExp): void {
   assert.match(lines[0]!, re);
 }
 
-/** A TCP port that nothing listens on (bound, then released). */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 /** `node -e <script>` as a command for `lock -- ...`. */
 const nodeCmd = (script: string): string[] => [process.execPath, '-e', script];

@@ -3,7 +3,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { createServer } from 'node:net';
 import {
   Client,
   ClientClosedError,
@@ -16,7 +15,7 @@ import {
   type WatchBatch,
 } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, assertNoKeys, grpcStarted, settle, etcdForFile } from './helpers.js';
+import { EventLog, assertNoKeys, grpcStarted, settle, etcdForFile, closedPort } from './helpers.js';
 
 const ROOT = 'test/client/';
 let etcd: EtcdCluster;
@@ -25,14 +24,6 @@ const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
 const cleanup = (prefix: string): Promise<bigint> => client.delete(prefix, { prefix: true });
 
-/** A TCP port that nothing listens on (bound, then released). */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 /** Puts `n` keys `<prefix><i>` concurrently, each in its own revision; returns the revisions. */
 async function putMany(prefix: string, n: number, from = 0): Promise<bigint[]> {

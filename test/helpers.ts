@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
+import { createServer } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { after, before } from 'node:test';
 import { Client } from '../src/index.js';
@@ -60,6 +61,15 @@ export function etcdForFile(
     }
   });
   return (scope) => `${root}${uniquePrefix(scope).slice('test/'.length)}`;
+}
+
+/** A loopback TCP port that nothing listens on (bound, then released). */
+export async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
 }
 
 /** Asserts that nothing is stored under `prefix`. */
