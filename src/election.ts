@@ -59,8 +59,11 @@ export class Election {
 
   /**
    * Becomes a candidate with `value` and resolves once this candidate leads, confirmed against our
-   * key on our lease. If this session is already a candidate it keeps its place and updates its
-   * value. On abort or any error our key is deleted (Go leaves it behind: etcd issue 21128).
+   * key on our lease. If this session is already a candidate (another Election object on it, or a
+   * key an earlier process left on a lease this session adopted) it keeps its place and etcd gets
+   * the new value, as with Go. On abort or any error our key is deleted, an adopted one included
+   * (Go leaves it behind on errors: etcd issue 21128), unless another campaign of this process
+   * shares it.
    */
   async campaign(value: Bytes, options: { signal?: AbortSignal } = {}): Promise<LeaderHandle> {
     this.session.assertAlive();
@@ -71,7 +74,9 @@ export class Election {
     const lost = leadershipLost(ticket.key);
     try {
       options.signal?.throwIfAborted();
-      if (!ticket.created && !ticket.value.equals(bytes)) {
+      // Already a candidate (a sibling's key, or one an earlier process left on an adopted lease):
+      // keep its place and take the new value, as Go does, so etcd and the handle agree.
+      if (!ticket.value.equals(bytes)) {
         const t = await this.session.client.txn(
           {
             compare: [compare.createRevision(ticket.key, '=', ticket.rev)],
@@ -85,8 +90,8 @@ export class Election {
       await waitForTurn(this.session, this.name, ticket, lost, options.signal);
       return new LeaderHandle(new Ownership(this.session, ticket.key, ticket.rev, lost), bytes);
     } catch (err) {
-      // A key this call created leaves with it; one it joined belongs to a sibling in this process.
-      if (ticket.created) await dropTicket(this.session, ticket);
+      // Our key leaves with us, unless a sibling in this process shares it.
+      if (!ticket.joined) await dropTicket(this.session, ticket);
       throw err;
     }
   }

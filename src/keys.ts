@@ -39,6 +39,13 @@ const HEX = /^[0-9a-f]+$/;
  * would block the queue forever, etcd issue 6631) are not participants and are skipped.
  */
 export function isParticipant(prefix: Buffer, kv: KeyValue): boolean {
-  if (kv.lease === 0n || kv.key.length <= prefix.length) return false;
-  return HEX.test(kv.key.toString('latin1', prefix.length));
+  return kv.lease !== 0n && isParticipantKey(prefix, kv.key);
+}
+
+/**
+ * Whether `key` has a participant's form, `<prefix><hex>`: no nested name. For keys-only reads, whose
+ * `lease` etcd 3.7 leaves at 0, so that only a full read or a compare can tell stray data apart.
+ */
+export function isParticipantKey(prefix: Buffer, key: Buffer): boolean {
+  return key.length > prefix.length && HEX.test(key.toString('latin1', prefix.length));
 }

@@ -2,7 +2,7 @@ import { LockLostError } from './errors.js';
 import { validateName, participantKey } from './keys.js';
 import { OwnerHandle, Ownership } from './ownership.js';
 import type { Session } from './session.js';
-import { dropTicket, enqueueOrClean, findPredecessor, waitForTurn } from './wait.js';
+import { dropTicket, enqueueOrClean, predecessorNow, waitForTurn } from './wait.js';
 
 export interface LockOptions {
   /** Stop waiting (for a timeout: `AbortSignal.timeout(ms)`). Our queued key is then removed. */
@@ -38,6 +38,9 @@ export class Mutex {
    * Waits for the lock. Resolves only once our key is confirmed to be the oldest and still on our
    * lease. Fails at once with SessionExpiredError if the session is lost while waiting; on abort or
    * any error our key is deleted, so nothing is left in the queue.
+   *
+   * On a session that adopted an earlier process's lease (`Session.create({ leaseId })`), a key that
+   * process left keeps its place in the queue, and this call owns it: an abort or error deletes it.
    */
   async lock(options: LockOptions = {}): Promise<LockHandle> {
     this.session.assertAlive();
@@ -49,8 +52,8 @@ export class Mutex {
       await waitForTurn(this.session, this.name, ticket, lockLost(ticket.key), options.signal);
       return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, lockLost(ticket.key)));
     } catch (err) {
-      // A key this call created leaves with it; one it joined belongs to a sibling in this process.
-      if (ticket.created) await dropTicket(this.session, ticket);
+      // Our key leaves with us, unless a sibling in this process shares it.
+      if (!ticket.joined) await dropTicket(this.session, ticket);
       throw err;
     }
   }
@@ -59,10 +62,15 @@ export class Mutex {
   async tryLock(): Promise<LockHandle | null> {
     this.session.assertAlive();
     const ticket = await enqueueOrClean(this.session, this.name, Buffer.alloc(0));
-    // Not alone under the prefix: someone may be before us (or only keys of nested names, stray data).
-    const pred = ticket.pred === undefined ? await findPredecessor(this.session, this.name, ticket, lockLost(ticket.key)) : ticket.pred;
-    if (pred === null) return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, lockLost(ticket.key)));
-    if (ticket.created) await dropTicket(this.session, ticket);
+    try {
+      // Not alone under the prefix: someone may be before us (or only keys of nested names, stray data).
+      const pred = await predecessorNow(this.session, this.name, ticket, lockLost(ticket.key));
+      if (pred === null) return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, lockLost(ticket.key)));
+    } catch (err) {
+      if (!ticket.joined) await dropTicket(this.session, ticket);
+      throw err;
+    }
+    if (!ticket.joined) await dropTicket(this.session, ticket);
     return null;
   }
 }

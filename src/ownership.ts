@@ -4,6 +4,7 @@ import { compare, op, type Compare, type KeyValue } from './client/kv.js';
 import type { Watch } from './client/watch.js';
 import type { Session } from './session.js';
 import type { OwnershipLostError } from './errors.js';
+import { forgetKey } from './wait.js';
 
 /**
  * What a lock holder and an election leader have in common: a key on the session's lease, created at
@@ -79,7 +80,7 @@ export class Ownership {
       throw err;
     }
     this.released = true;
-    this.session.keys.delete(this.key);
+    forgetKey(this.session, this.key);
     // The error (and its stack) is built only if someone looks: on the unlock hot path nobody does.
     this.end(undefined, () => this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`));
   }

@@ -49,8 +49,6 @@ export class Session implements AsyncDisposable, KeepAliveListener {
   private awaiting = false;
   private renewing = true;
   private closing?: Promise<void>;
-  /** @internal Participant keys this process holds or queues with this session (reentrancy). */
-  readonly keys = new Set<string>();
 
   private constructor(
     readonly client: Client,

@@ -4,15 +4,17 @@ import { CompactedError, isTransient, LeaseNotFoundError } from './client/errors
 import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type KeyValue } from './client/kv.js';
 import type { WatchEvent } from './client/watch.js';
 import type { OwnershipLostError } from './errors.js';
-import { isParticipant, participantKey, prefixOf } from './keys.js';
+import { isParticipant, isParticipantKey, participantKey, prefixOf } from './keys.js';
 import type { Session } from './session.js';
 
-/** The participant just before us in the queue: all a waiter keeps of it while it waits. */
+/**
+ * The participant just before us in the queue: all a waiter keeps of it while it waits. No lease:
+ * it comes from a keys-only read, whose KeyValues carry `lease = 0` from etcd 3.7 on.
+ */
 export interface Predecessor {
   /** A copy: the decoded key would pin the whole response buffer for the length of the wait. */
   key: Buffer;
   createRevision: bigint;
-  lease: bigint;
 }
 
 /** Our place in a lock's or election's queue: our key and its CreateRevision (the ticket). */
@@ -20,9 +22,13 @@ export interface Ticket {
   key: string;
   /** CreateRevision of our key: the queue ticket and, once we lead, the fencing token. */
   rev: bigint;
-  /** False when the key already existed (same session, same name): we joined it, keeping its place. */
-  created: boolean;
-  /** The key's value before this call (for election's "update the value if it differs"). */
+  /**
+   * True when a sibling in this process (same session, same name) already uses the key: we share it,
+   * and leave it to the sibling on failure. Any other key on our lease is this call's to delete on
+   * failure, including one an earlier process left on a lease this session adopted.
+   */
+  joined: boolean;
+  /** The key's value as etcd holds it (for election's "update the value if it differs"). */
   value: Buffer;
   /** Our predecessor: null when we are first, undefined when it must be looked up. */
   pred: Predecessor | null | undefined;
@@ -30,6 +36,20 @@ export interface Ticket {
 
 /** Raised when our own key vanished (or changed lease) while we queued. */
 export type LostErrorFactory = (message: string, cause?: unknown) => OwnershipLostError;
+
+/** Participant keys this process holds or queues, per session: a second lock() or campaign() joins. */
+const inUse = new WeakMap<Session, Set<string>>();
+
+function keysInUse(session: Session): Set<string> {
+  let keys = inUse.get(session);
+  if (!keys) inUse.set(session, (keys = new Set()));
+  return keys;
+}
+
+/** Forgets `key` once its owner released it: the next lock() or campaign() on it creates, not joins. */
+export function forgetKey(session: Session, key: string): void {
+  inUse.get(session)?.delete(key);
+}
 
 /**
  * Takes a ticket in one Txn: create our key if absent, and count the keys under the prefix. A count
@@ -62,14 +82,17 @@ export async function enqueue(session: Session, name: string, value: Buffer): Pr
       }
       throw err;
     });
-  // A key that exists without this process having queued it was created by our own first attempt,
-  // whose answer was lost and retried: it is ours to drop, not a sibling's to share.
-  const joined = !t.succeeded && session.keys.has(key);
-  session.keys.add(key);
+  // An existing key that no sibling in this process uses was created either by our own first attempt
+  // (its answer lost, the Txn retried) or by an earlier process on a lease this session adopted. Either
+  // way it keeps its place and is ours to drop: a key nobody waits for would block the queue as long
+  // as the lease is renewed (Go likewise resigns a cancelled Campaign).
+  const keys = keysInUse(session);
+  const joined = !t.succeeded && keys.has(key);
+  keys.add(key);
   const pred = txnRange(t, 1).count === 1n ? null : undefined;
-  if (t.succeeded) return { key, rev: t.header.revision, created: true, value: Buffer.alloc(0), pred };
+  if (t.succeeded) return { key, rev: t.header.revision, joined: false, value, pred };
   const mine = txnRange(t, 0).kvs[0]!;
-  return { key, rev: mine.createRevision, created: !joined, value: mine.value, pred };
+  return { key, rev: mine.createRevision, joined, value: mine.value, pred };
 }
 
 /**
@@ -78,7 +101,7 @@ export async function enqueue(session: Session, name: string, value: Buffer): Pr
  */
 export async function enqueueOrClean(session: Session, name: string, value: Buffer): Promise<Ticket> {
   const key = participantKey(name, session.leaseId);
-  const sibling = session.keys.has(key);
+  const sibling = keysInUse(session).has(key);
   try {
     return await enqueue(session, name, value);
   } catch (err) {
@@ -112,10 +135,11 @@ export async function waitForTurn(
   signal?.addEventListener('abort', onAbort, { once: true });
   session.signal.addEventListener('abort', onAbort, { once: true });
   const retrying = <T>(fn: () => Promise<T>): Promise<T> => retryWhile(fn, isTransient, stop.signal);
+  const strays = new Set<string>();
   try {
     let pred = ticket.pred;
     for (;;) {
-      if (pred === undefined) pred = await retrying(() => findPredecessor(session, name, ticket, lostError, stop.signal));
+      if (pred === undefined) pred = await retrying(() => findPredecessor(session, name, ticket, lostError, stop.signal, strays));
       if (pred === null) return;
       const p = pred;
       // Puts wake us too: one that moves the predecessor's key off its lease makes it stray (skipped).
@@ -125,13 +149,13 @@ export async function waitForTurn(
         // Re-checked now, and then now and then while waiting: a safety net should an event ever be
         // missed (an O(1) read-only Txn; a queue must never wait forever on a ghost).
         const recheckMs = Math.max(10_000, session.ttl * 1000);
-        // Changed: deleted, moved off its lease, or a new incarnation of the same key (a delete we
-        // did not see). A put that keeps lease and CreateRevision (an election's proclaim) is none.
-        const changed = (e: WatchEvent) => e.type === 'delete' || e.kv.lease !== p.lease || e.kv.createRevision !== p.createRevision;
+        // Changed: deleted, moved off any lease (stray now), or a new incarnation of the same key (a
+        // delete we did not see). A put that keeps a lease and the CreateRevision (a proclaim) is none.
+        const changed = (e: WatchEvent) => e.type === 'delete' || e.kv.lease === 0n || e.kv.createRevision !== p.createRevision;
         const events = w[Symbol.asyncIterator]();
         let timer: NodeJS.Timeout | undefined;
         try {
-          if (await retrying(() => stillQueued(session, ticket, p, stop.signal))) {
+          if (await retrying(() => stillQueued(session, ticket, p, strays, stop.signal))) {
             // One pending pull at a time: a pull abandoned to a re-check would swallow an event.
             let pull = events.next();
             for (;;) {
@@ -139,7 +163,7 @@ export async function waitForTurn(
               const next = await Promise.race([pull, tick]);
               clearTimeout(timer);
               if (next === 'recheck') {
-                if (!(await retrying(() => stillQueued(session, ticket, p, stop.signal)))) break;
+                if (!(await retrying(() => stillQueued(session, ticket, p, strays, stop.signal)))) break;
                 continue;
               }
               if (next.done || next.value.events.some(changed)) break;
@@ -166,37 +190,77 @@ export async function waitForTurn(
 }
 
 /**
- * One read-only Txn of O(1) compares: our key and our predecessor's are both still the ones we
- * know. False sends the caller back to a full look-up (which also tells a lost key from a gone
- * predecessor).
+ * One read-only Txn of O(1) compares: our key is still ours, and our predecessor is still the same
+ * incarnation on some lease. This is also where a predecessor found by a keys-only read gets its
+ * lease checked: from etcd 3.7 such a read reports every lease as 0. False sends the caller back to a
+ * full look-up (which also tells a lost key from a gone predecessor); a predecessor found to have no
+ * lease is stray data (etcd issue 6631) and goes into `strays`, which that look-up skips.
  */
-async function stillQueued(session: Session, ticket: Ticket, pred: Predecessor, signal: AbortSignal): Promise<boolean> {
+async function stillQueued(
+  session: Session,
+  ticket: Ticket,
+  pred: Predecessor,
+  strays: Set<string>,
+  signal?: AbortSignal,
+): Promise<boolean> {
   const t = await session.client.txn(
     {
       compare: [
         compare.createRevision(ticket.key, '=', ticket.rev),
         compare.lease(ticket.key, '=', session.leaseId),
         compare.createRevision(pred.key, '=', pred.createRevision),
-        compare.lease(pred.key, '=', pred.lease),
+        compare.lease(pred.key, '!=', 0n),
       ],
       success: [],
-      failure: [],
+      // Only when a compare failed: the predecessor in full (not keys-only), to see its real lease.
+      failure: [op.get(pred.key)],
     },
     { idempotent: true, signal },
   );
-  return t.succeeded;
+  if (t.succeeded) return true;
+  const kv = txnRange(t, 0).kvs[0];
+  if (kv && kv.createRevision === pred.createRevision && kv.lease === 0n) strays.add(strayId(kv));
+  return false;
+}
+
+/** Identifies one incarnation of a key: its CreateRevision and the key itself. */
+function strayId(kv: { key: Buffer; createRevision: bigint }): string {
+  return `${kv.createRevision}/${kv.key.toString('latin1')}`;
 }
 
 /**
- * One read-only Txn: our key still exists on our lease, and which participant is just before it
- * (null: nobody, we are first).
+ * The participant just before `ticket` right now, its lease checked (for a caller that will not wait
+ * and so never runs stillQueued): null when there is none.
  */
-export async function findPredecessor(
+export async function predecessorNow(
   session: Session,
   name: string,
   ticket: Ticket,
   lostError: LostErrorFactory,
   signal?: AbortSignal,
+): Promise<Predecessor | null> {
+  if (ticket.pred === null) return null;
+  const strays = new Set<string>();
+  for (;;) {
+    const pred = await findPredecessor(session, name, ticket, lostError, signal, strays);
+    if (pred === null || (await stillQueued(session, ticket, pred, strays, signal))) return pred;
+  }
+}
+
+/**
+ * One read-only Txn: our key still exists on our lease, and which key is just before it (null:
+ * nobody, we are first). The read is keys-only: from etcd 3.7 it is then served from the in-memory
+ * index, which keeps a hand-over cheap however long the queue, but its KeyValues carry `lease = 0`.
+ * So a candidate is any key of participant form not known to be stray, and the caller checks its
+ * lease (stillQueued) before trusting it.
+ */
+async function findPredecessor(
+  session: Session,
+  name: string,
+  ticket: Ticket,
+  lostError: LostErrorFactory,
+  signal: AbortSignal | undefined,
+  strays: Set<string>,
 ): Promise<Predecessor | null> {
   const client = session.client;
   const prefix = Buffer.from(prefixOf(name));
@@ -227,8 +291,8 @@ export async function findPredecessor(
   }
   let page = txnRange(t, 0);
   for (;;) {
-    const found = page.kvs.find((kv) => isParticipant(prefix, kv));
-    if (found) return { key: unpooledCopy(found.key), createRevision: found.createRevision, lease: found.lease };
+    const found = page.kvs.find((kv) => isParticipantKey(prefix, kv.key) && !strays.has(strayId(kv)));
+    if (found) return { key: unpooledCopy(found.key), createRevision: found.createRevision };
     const last = page.kvs[page.kvs.length - 1];
     if (!page.more || !last) return null;
     // Only keys of nested names or stray data so far: look further back.
@@ -251,7 +315,7 @@ function unpooledCopy(b: Buffer): Buffer {
  * client closes. It waits for the first attempt only briefly: an abort must not hang on an outage.
  */
 export async function dropTicket(session: Session, ticket: { key: string; rev?: bigint }): Promise<void> {
-  session.keys.delete(ticket.key);
+  forgetKey(session, ticket.key);
   const guard = ticket.rev !== undefined ? compare.createRevision(ticket.key, '=', ticket.rev) : compare.lease(ticket.key, '=', session.leaseId);
   const attempt = () =>
     // No signal: even a session lost to its local deadline may still have the key on the server.
@@ -265,7 +329,7 @@ export async function dropTicket(session: Session, ticket: { key: string; rev?: 
         return;
       } catch {
         if (session.signal.aborted || session.client.closed) return;
-        if (session.keys.has(ticket.key)) return; // this process queued the key again meanwhile
+        if (keysInUse(session).has(ticket.key)) return; // this process queued the key again meanwhile
         await sleep(backoff.next(), session.signal).catch(() => {});
       }
     }
