@@ -5,7 +5,7 @@ import { compare, op, toBuffer, type Bytes, type KeyValue } from './client/kv.js
 import { QueuedIterator } from './client/queued-iterator.js';
 import { LeadershipLostError, NotLeaderError } from './errors.js';
 import { participantKey, validateName } from './keys.js';
-import { OwnerHandle, Ownership } from './ownership.js';
+import { OwnerHandleBase, Ownership, type OwnerHandle } from './ownership.js';
 import { Session } from './session.js';
 import { dropTicket, enqueueOrClean, oldestParticipant, waitForTurn } from './wait.js';
 
@@ -22,7 +22,12 @@ export interface LeaderInfo {
   leaseId: bigint;
 }
 
-/** A change seen by `observe()`: a leader (new, or a new value), or no leader at all. */
+/**
+ * A change seen by `observe()`: a leader (new, or a new value), or no leader at all. The value is
+ * at `event.leader.value` once `event.type === 'leader'` narrowed it:
+ * `for await (const ev of election.observe()) if (ev.type === 'leader') console.log(ev.leader.value)`.
+ * `revision` is the etcd revision the event was read at.
+ */
 export type LeaderEvent =
   | { type: 'leader'; leader: LeaderInfo; revision: bigint }
   | { type: 'none'; revision: bigint };
@@ -65,35 +70,8 @@ export class Election {
    * (Go leaves it behind on errors: etcd issue 21128), unless another campaign of this process
    * shares it.
    */
-  async campaign(value: Bytes, options: { signal?: AbortSignal } = {}): Promise<LeaderHandle> {
-    this.session.assertAlive();
-    options.signal?.throwIfAborted();
-    const bytes = toBuffer(value);
-    // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
-    const ticket = await enqueueOrClean(this.session, this.name, bytes);
-    const lost = leadershipLost(ticket.key);
-    try {
-      options.signal?.throwIfAborted();
-      // Already a candidate (a sibling's key, or one an earlier process left on an adopted lease):
-      // keep its place and take the new value, as Go does, so etcd and the handle agree.
-      if (!ticket.value.equals(bytes)) {
-        const t = await this.session.client.txn(
-          {
-            compare: [compare.createRevision(ticket.key, '=', ticket.rev)],
-            success: [op.put(ticket.key, bytes, this.session.leaseId)],
-            failure: [],
-          },
-          { idempotent: true, signal: options.signal },
-        );
-        if (!t.succeeded) throw lost(`${ticket.key} vanished while updating its value`);
-      }
-      await waitForTurn(this.session, this.name, ticket, lost, options.signal);
-      return new LeaderHandle(new Ownership(this.session, ticket.key, ticket.rev, lost), bytes);
-    } catch (err) {
-      // Our key leaves with us, unless a sibling in this process shares it.
-      if (!ticket.joined) await dropTicket(this.session, ticket);
-      throw err;
-    }
+  campaign(value: Bytes, options: { signal?: AbortSignal } = {}): Promise<LeaderHandle> {
+    return campaignTerm(this, value, options.signal);
   }
 
   /** The current leader, or undefined when there is none. */
@@ -104,6 +82,38 @@ export class Election {
   /** Leadership changes as they happen; see {@link observeLeader}. */
   observe(options: { signal?: AbortSignal } = {}): AsyncIterableIterator<LeaderEvent> {
     return observeLeader(this.session.client, this.name, options);
+  }
+}
+
+/** campaign(), returning the implementation so runAsLeader can end a term locally. */
+async function campaignTerm(e: Election, value: Bytes, signal: AbortSignal | undefined): Promise<Leadership> {
+  e.session.assertAlive();
+  signal?.throwIfAborted();
+  const bytes = toBuffer(value);
+  // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
+  const ticket = await enqueueOrClean(e.session, e.name, bytes);
+  const lost = leadershipLost(ticket.key);
+  try {
+    signal?.throwIfAborted();
+    // Already a candidate (a sibling's key, or one an earlier process left on an adopted lease):
+    // keep its place and take the new value, as Go does, so etcd and the handle agree.
+    if (!ticket.value.equals(bytes)) {
+      const t = await e.session.client.txn(
+        {
+          compare: [compare.createRevision(ticket.key, '=', ticket.rev)],
+          success: [op.put(ticket.key, bytes, e.session.leaseId)],
+          failure: [],
+        },
+        { idempotent: true, signal },
+      );
+      if (!t.succeeded) throw lost(`${ticket.key} vanished while updating its value`);
+    }
+    await waitForTurn(e.session, e.name, ticket, lost, signal);
+    return new Leadership(new Ownership(e.session, ticket.key, ticket.rev, lost), bytes);
+  } catch (err) {
+    // Our key leaves with us, unless a sibling in this process shares it.
+    if (!ticket.joined) await dropTicket(e.session, ticket);
+    throw err;
   }
 }
 
@@ -214,16 +224,27 @@ async function runObserver(client: Client, name: string, signal: AbortSignal, ou
 }
 
 /** Proof of leadership: the term's fencing token, a loss signal, proclaim and a guarded resign. */
-export class LeaderHandle extends OwnerHandle {
-  private current: Buffer;
+export interface LeaderHandle extends OwnerHandle {
+  /** The value last proclaimed, as UTF-8 text. */
+  readonly value: string;
+  /** The value last proclaimed, as bytes. */
+  readonly valueBytes: Buffer;
+  /** Throws LeadershipLostError unless still leading, checking the session's deadline against the clock now. */
+  assertLeader(): void;
+  /** Publishes a new value, only while leading; otherwise throws NotLeaderError and the handle is dead. */
+  proclaim(value: Bytes): Promise<void>;
+  /** Steps down so the next candidate leads at once. Idempotent and safe to retry after a failed call. */
+  resign(): Promise<void>;
+}
 
-  /** @internal */
-  constructor(own: Ownership, value: Buffer) {
+class Leadership extends OwnerHandleBase implements LeaderHandle {
+  constructor(
+    own: Ownership,
+    private current: Buffer,
+  ) {
     super(own);
-    this.current = value;
   }
 
-  /** The value last proclaimed, as UTF-8 text. */
   get value(): string {
     return this.current.toString('utf8');
   }
@@ -232,12 +253,10 @@ export class LeaderHandle extends OwnerHandle {
     return this.current;
   }
 
-  /** Throws LeadershipLostError unless still leading, checking the session's deadline against the clock now. */
   assertLeader(): void {
     this.own.assert();
   }
 
-  /** Publishes a new value, only while leading; otherwise throws NotLeaderError and the handle is dead. */
   async proclaim(value: Bytes): Promise<void> {
     try {
       this.own.assert();
@@ -257,7 +276,6 @@ export class LeaderHandle extends OwnerHandle {
     this.current = bytes;
   }
 
-  /** Steps down so the next candidate leads at once. Idempotent and safe to retry after a failed call. */
   resign(): Promise<void> {
     return this.own.release();
   }
@@ -266,12 +284,12 @@ export class LeaderHandle extends OwnerHandle {
     return this.resign();
   }
 
-  /** @internal Ends the term locally (runAsLeader's shutdown): the signal aborts with `reason`. */
+  /** Ends the term locally (runAsLeader's shutdown): the signal aborts with `reason`. */
   revoke(reason: unknown): void {
     this.own.end(reason);
   }
 
-  /** @internal True once the term ended (lost, resigned or revoked). */
+  /** True once the term ended (lost, resigned or revoked). */
   get ended(): boolean {
     return this.own.isEnded;
   }
@@ -314,9 +332,9 @@ export async function runAsLeader<T>(
       if (!session || (owned && session.signal.aborted)) {
         session = await Session.create(target as Client, { ttl: options.ttl ?? 30, signal: shutdown });
       }
-      let leader: LeaderHandle;
+      let leader: Leadership;
       try {
-        leader = await new Election(session, name).campaign(options.value, { signal: shutdown });
+        leader = await campaignTerm(new Election(session, name), options.value, shutdown);
       } catch (err) {
         if (shutdown?.aborted) return undefined;
         if (owned && session.signal.aborted) continue;

@@ -2,8 +2,7 @@
 export { Client, type ClientOptions, type GetOptions, type LeaseTimeToLive, type MemberStatus } from './client/client.js';
 export type { TlsOptions, CallOptions } from './client/connection.js';
 export type { AuthOptions } from './client/auth.js';
-export { Watch, type WatchOptions, type WatchEvent, type WatchBatch } from './client/watch.js';
-export { QueuedIterator } from './client/queued-iterator.js';
+export type { Watch, WatchOptions, WatchEvent, WatchBatch } from './client/watch.js';
 export {
   compare,
   op,
@@ -43,11 +42,12 @@ export {
   type SessionEndReason,
 } from './errors.js';
 export { Session, MAX_TTL, type SessionOptions } from './session.js';
-export { Mutex, LockHandle, withLock, type LockOptions } from './mutex.js';
+export { Mutex, withLock, type LockHandle, type LockOptions } from './mutex.js';
+export type { OwnerHandle } from './ownership.js';
 export { validateName, participantKey } from './keys.js';
 export {
   Election,
-  LeaderHandle,
+  type LeaderHandle,
   currentLeader,
   observeLeader,
   runAsLeader,

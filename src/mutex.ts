@@ -1,6 +1,6 @@
 import { LockLostError } from './errors.js';
 import { validateName, participantKey } from './keys.js';
-import { OwnerHandle, Ownership } from './ownership.js';
+import { OwnerHandleBase, Ownership, type OwnerHandle } from './ownership.js';
 import type { Session } from './session.js';
 import { dropTicket, enqueueOrClean, predecessorNow, waitForTurn } from './wait.js';
 
@@ -50,7 +50,7 @@ export class Mutex {
     try {
       options.signal?.throwIfAborted();
       await waitForTurn(this.session, this.name, ticket, lockLost(ticket.key), options.signal);
-      return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, lockLost(ticket.key)));
+      return new HeldLock(new Ownership(this.session, ticket.key, ticket.rev, lockLost(ticket.key)));
     } catch (err) {
       // Our key leaves with us, unless a sibling in this process shares it.
       if (!ticket.joined) await dropTicket(this.session, ticket);
@@ -65,7 +65,7 @@ export class Mutex {
     try {
       // Not alone under the prefix: someone may be before us (or only keys of nested names, stray data).
       const pred = await predecessorNow(this.session, this.name, ticket, lockLost(ticket.key));
-      if (pred === null) return new LockHandle(new Ownership(this.session, ticket.key, ticket.rev, lockLost(ticket.key)));
+      if (pred === null) return new HeldLock(new Ownership(this.session, ticket.key, ticket.rev, lockLost(ticket.key)));
     } catch (err) {
       if (!ticket.joined) await dropTicket(this.session, ticket);
       throw err;
@@ -77,15 +77,20 @@ export class Mutex {
 
 /**
  * Proof of holding a lock, with what a careful holder needs: the fencing token to hand to protected
- * resources, a signal that fires when the lock is lost, and a guarded unlock.
+ * resources, a signal that fires when the lock is lost, and a guarded unlock. `await using` unlocks.
  */
-export class LockHandle extends OwnerHandle {
+export interface LockHandle extends OwnerHandle {
   /** Throws LockLostError unless the lock is still held, checking the session's deadline against the clock now. */
+  assertHeld(): void;
+  /** Releases the lock. Idempotent, and guarded on our CreateRevision so it never deletes a later holder's key. */
+  unlock(): Promise<void>;
+}
+
+class HeldLock extends OwnerHandleBase implements LockHandle {
   assertHeld(): void {
     this.own.assert();
   }
 
-  /** Releases the lock. Idempotent, and guarded on our CreateRevision so it never deletes a later holder's key. */
   unlock(): Promise<void> {
     return this.own.release();
   }

@@ -162,39 +162,48 @@ export class Ownership {
 
 /**
  * What a lock holder and a leader hold in their hands: the key, the fencing token, the loss signal
- * and the owner compare. LockHandle and LeaderHandle add their own verbs.
+ * and the owner compare. {@link LockHandle} and {@link LeaderHandle} add their own verbs.
  */
-export abstract class OwnerHandle implements AsyncDisposable {
-  /** @internal */
-  constructor(protected readonly own: Ownership) {}
-
+export interface OwnerHandle extends AsyncDisposable {
   /** Our key, `<name>/<lease id in hex>`. */
-  get key(): string {
-    return this.own.key;
-  }
-
+  readonly key: string;
   /**
    * The key's CreateRevision: every later owner gets a larger one. Pass it to the resource you
-   * protect and have it reject writes with a token lower than the highest it has seen.
+   * protect and have it reject writes with a token lower than the highest it has seen. A bigint:
+   * `JSON.stringify` refuses bigints, so send `String(token)` (and compare as BigInt on the other end).
    */
-  get fencingToken(): bigint {
-    return this.own.fencingToken;
-  }
-
+  readonly fencingToken: bigint;
   /** The session the key lives on. */
-  get session(): Session {
-    return this.own.session;
-  }
-
+  readonly session: Session;
   /**
    * Aborts when ownership ends: session lost, our key deleted or moved off our lease by anyone, or
    * released by us. It fires before the server can expire the lease; stop protected work then.
    */
+  readonly signal: AbortSignal;
+  /** A Txn compare that succeeds only while we own the key: make your own etcd writes conditional on it. */
+  ownerCompare(): Compare;
+}
+
+/** The shared implementation of the handles; not exported from the package. */
+export abstract class OwnerHandleBase implements OwnerHandle {
+  constructor(protected readonly own: Ownership) {}
+
+  get key(): string {
+    return this.own.key;
+  }
+
+  get fencingToken(): bigint {
+    return this.own.fencingToken;
+  }
+
+  get session(): Session {
+    return this.own.session;
+  }
+
   get signal(): AbortSignal {
     return this.own.signal;
   }
 
-  /** A Txn compare that succeeds only while we own the key: make your own etcd writes conditional on it. */
   ownerCompare(): Compare {
     return this.own.ownerCompare();
   }

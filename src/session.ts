@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import type { Client } from './client/client.js';
 import { InvalidArgumentError, LeaseNotFoundError } from './client/errors.js';
-import type { KeepAliveListener } from './client/lease.js';
 import { SessionExpiredError, type SessionEndReason } from './errors.js';
 
 /** etcd's upper bound on a lease TTL, in seconds. */
@@ -22,6 +21,14 @@ export interface SessionOptions {
   safetyMarginMs?: number;
 }
 
+/** How the primitives end a session when etcd tells them its lease is gone; not part of the public API. */
+const leaseGoneHooks = new WeakMap<Session, () => void>();
+
+/** Ends `session` as 'lease-gone': a write or compare on its lease found the lease gone. */
+export function markLeaseGone(session: Session): void {
+  leaseGoneHooks.get(session)?.();
+}
+
 /**
  * A lease kept alive on the client's shared keepalive stream, and the holder's view of whether it
  * still lives. Keys attached to it vanish when the process stops renewing: locks free themselves.
@@ -31,7 +38,7 @@ export interface SessionOptions {
  * safety margin before that, so a paused or partitioned holder learns of the loss before anyone else
  * can take over.
  */
-export class Session implements AsyncDisposable, KeepAliveListener {
+export class Session implements AsyncDisposable {
   /** The lease id (int64; above 2^53, so a bigint). */
   readonly leaseId: bigint;
   /** Aborts with a SessionExpiredError when the session is lost or closed. */
@@ -65,7 +72,8 @@ export class Session implements AsyncDisposable, KeepAliveListener {
     // Every waiter and every held lock listens here: many is normal, not a leak.
     setMaxListeners(0, this.signal);
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
-    client.keepAlives.register(leaseId, this);
+    client.keepAlives.register(leaseId, { onRenewed: (ttl, sentAt) => this.renewed(ttl, sentAt), onClosed: () => this.end('client-closed') });
+    leaseGoneHooks.set(this, () => this.end('lease-gone'));
     this.armExpiry();
     this.scheduleRenewal(this.renewIntervalMs());
   }
@@ -150,8 +158,8 @@ export class Session implements AsyncDisposable, KeepAliveListener {
     return this.close();
   }
 
-  /** @internal KeepAliveListener */
-  onRenewed(ttl: bigint, sentAt: number): void {
+  /** A renewal sent at monotonic `sentAt` was answered with `ttl`: the lease lives until sentAt + ttl. */
+  private renewed(ttl: bigint, sentAt: number): void {
     if (this.signal.aborted || !this.renewing) return;
     if (ttl <= 0n) return this.end('lease-gone');
     this.awaiting = false;
@@ -162,16 +170,6 @@ export class Session implements AsyncDisposable, KeepAliveListener {
       this.armExpiry();
     }
     this.scheduleRenewal(Math.max(0, sentAt + this.renewIntervalMs() - performance.now()));
-  }
-
-  /** @internal Someone learned from etcd that the lease is gone (a write or compare failed on it). */
-  leaseGone(): void {
-    this.end('lease-gone');
-  }
-
-  /** @internal KeepAliveListener */
-  onClosed(): void {
-    this.end('client-closed');
   }
 
   private marginMs(): number {

@@ -5,7 +5,7 @@ import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type KeyValue 
 import type { WatchEvent } from './client/watch.js';
 import type { OwnershipLostError } from './errors.js';
 import { isParticipant, isParticipantKey, participantKey, prefixOf } from './keys.js';
-import type { Session } from './session.js';
+import { markLeaseGone, type Session } from './session.js';
 
 /**
  * The participant just before us in the queue: all a waiter keeps of it while it waits. No lease:
@@ -77,7 +77,7 @@ export async function enqueue(session: Session, name: string, value: Buffer): Pr
     )
     .catch((err: unknown) => {
       if (err instanceof LeaseNotFoundError) {
-        session.leaseGone();
+        markLeaseGone(session);
         throw session.signal.reason;
       }
       throw err;
@@ -285,7 +285,7 @@ async function findPredecessor(
   if (!t.succeeded) {
     // Our key is gone. If its lease went with it, say so: the session is over, not just this wait.
     const lease = await client.leaseTimeToLive(session.leaseId, { signal }).catch(() => undefined);
-    if (lease && lease.ttl <= 0) session.leaseGone();
+    if (lease && lease.ttl <= 0) markLeaseGone(session);
     session.assertAlive();
     throw lostError(`${ticket.key} was deleted or moved to another lease while waiting`);
   }
