@@ -10,7 +10,7 @@ export const MAX_NAME_BYTES = 4096;
  */
 export function validateName(name: unknown, what = 'name'): string {
   if (typeof name !== 'string') throw new InvalidArgumentError(`${what} must be a string, got ${typeof name}`);
-  if (name.length === 0) throw new InvalidArgumentError(`${what} is empty; give a name such as "locks/orders"`);
+  if (name.length === 0) throw new InvalidArgumentError(`${what} is empty; give a name such as "${exampleName(what)}"`);
   if (name.endsWith('/')) {
     throw new InvalidArgumentError(`${what} "${name}" ends with "/"; drop the trailing slash (keys are "<name>/<lease id>")`);
   }
@@ -19,6 +19,11 @@ export function validateName(name: unknown, what = 'name'): string {
     throw new InvalidArgumentError(`${what} is ${Buffer.byteLength(name)} bytes long; keep it under ${MAX_NAME_BYTES} bytes`);
   }
   return name;
+}
+
+/** An example name that fits what is being named: an election is not a lock. */
+function exampleName(what: string): string {
+  return /elect/i.test(what) ? 'elections/scheduler' : 'locks/orders';
 }
 
 /** The prefix every participant key of `name` starts with. */
