@@ -6,20 +6,22 @@
  */
 
 /**
- * Start a throwaway 1- or 3-member etcd cluster on free loopback ports and resolve once it is
- * healthy and has a leader. Needs the `etcd` binary (Debian: `etcd-server`).
+ * Start a throwaway 1- or 3-member etcd cluster on free loopback ports (or from `basePort`) and
+ * resolve once it is healthy and has a leader. `version` (or the `ETCD_VERSION` variable) picks an
+ * etcd from the cache that `npm run etcd -- install 3.7` fills; by default the newest cached one,
+ * else `etcd` on PATH. `cluster.version` is the server's version.
  *
  * @example
  * ```ts
  * import { startEtcd } from 'etcd-concurrency/testing';
  *
- * await using etcd = await startEtcd({ members: 3 });
+ * await using etcd = await startEtcd({ members: 3 }); // or { members: 3, version: '3.6' }
  * // give etcd.endpoints (e.g. ['127.0.0.1:40123', ...]) to the client under test, then:
  * await etcd.kill(await etcd.leaderIndex()); // force a leader change mid-test
  * await etcd.leaderIndex(); // resolves once the survivors have elected a new leader
  * ```
  */
-export { startEtcd } from './etcd.js';
+export { startEtcd } from '../launcher/index.js';
 
 /**
  * Put a loopback TCP proxy in front of one etcd endpoint so a test can cut, stall, slow down or
@@ -34,14 +36,32 @@ export { startEtcd } from './etcd.js';
  */
 export { startProxy } from './proxy.js';
 
+/**
+ * Which etcd {@link startEtcd} would run, and its version, without starting it; plus version
+ * comparison for tests that depend on the server version.
+ *
+ * @example
+ * ```ts
+ * const version = await etcdVersion(); // '3.7.3': ETCD_VERSION, else the newest cached, else PATH
+ * if (etcdVersionAtLeast(version, '3.6')) { ... }
+ * ```
+ */
+export { etcdVersion, etcdVersionAtLeast, compareEtcdVersions, resolveEtcd, etcdCacheDir, SUPPORTED_ETCD_LINES } from '../launcher/index.js';
+
+/** Errors from {@link startEtcd}: a missing version (with what to install), a version mismatch, a removed flag, a taken port. */
+export { EtcdNotFoundError, EtcdVersionError, EtcdFlagError, EtcdPortError } from '../launcher/index.js';
+
+/** An etcd found by {@link resolveEtcd}: version and binary paths. */
+export type { EtcdInstall, ResolveEtcdOptions } from '../launcher/index.js';
+
 /** A running cluster returned by {@link startEtcd}: endpoints plus kill/restart/pause controls. */
-export type { EtcdCluster } from './etcd.js';
+export type { EtcdCluster } from '../launcher/index.js';
 /** One member of an {@link EtcdCluster}; its `running`/`paused`/`pid` fields are kept current. */
-export type { EtcdMember } from './etcd.js';
-/** Options for {@link startEtcd}: size, TLS, Raft timing, binary and directories. */
-export type { StartEtcdOptions } from './etcd.js';
+export type { EtcdMember } from '../launcher/index.js';
+/** Options for {@link startEtcd}: size, version, ports, TLS, Raft timing, binary and directories. */
+export type { StartEtcdOptions } from '../launcher/index.js';
 /** Client-side TLS settings for {@link startEtcd}; certificates must cover 127.0.0.1. */
-export type { EtcdTlsOptions } from './etcd.js';
+export type { EtcdTlsOptions } from '../launcher/index.js';
 /** A running proxy returned by {@link startProxy}. */
 export type { TcpProxy } from './proxy.js';
 /** Options for {@link startProxy}. */
