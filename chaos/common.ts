@@ -102,7 +102,11 @@ export type WorkerEvent =
   /** `offset` is now() minus the system-wide monotonic clock (process.hrtime), for mapping to the parent's clock. */
   | { t: 'ready'; pid: number; at: number; offset: number }
   | { t: 'session'; lease: string; at: number }
-  | { t: 'session-lost'; lease: string; reason: string; at: number }
+  /**
+   * `leftMs` (reason 'lease-gone' only): the session's own loss deadline minus the moment etcd said
+   * the lease was gone. Positive means the server expired it before the client's deadline predicted.
+   */
+  | { t: 'session-lost'; lease: string; reason: string; at: number; leftMs?: number }
   | { t: 'acquired'; token: string; at: number }
   /** Sent before unlock() is called: the interval the handle said "held" has ended. */
   | { t: 'releasing'; token: string; from: number; to: number; lost: boolean; lostReason?: string }
@@ -112,7 +116,8 @@ export type WorkerEvent =
   | { t: 'careful-skip'; token: string; at: number }
   | { t: 'term-start'; token: string; lease: string; at: number }
   | { t: 'term-end'; token: string; from: number; to: number; lost: boolean; lostReason?: string }
-  | { t: 'error'; op: string; name: string; message: string; at: number }
+  /** `leftMs` (LeaseNotFoundError only): as in session-lost, for the session the failed call used; absent if unknown. */
+  | { t: 'error'; op: string; name: string; message: string; at: number; leftMs?: number }
   /** A lock wait longer than the stall limit: the queue as etcd has it, for diagnosis. */
   | { t: 'stuck'; at: number; waitedMs: number; key: string; queue: { key: string; createRevision: string; lease: string; leaseTtl: number }[] }
   | { t: 'bye'; at: number; cycles: number; errors: number };

@@ -10,8 +10,11 @@
 // Phase "netns": a cluster whose members live in their own network namespaces, so a minority can be
 // cut off for real (see netns.ts); skipped, and said so, where namespaces cannot be created.
 //
-// Exit status: 0 when the safety checks hold and cleanup is complete; 1 on any fenced, ownerCompare
-// or election violation, or on anything left behind (keys, leases, a worker that would not exit).
+// Exit status: 0 when every check holds; 1 on any violation (fenced, ownerCompare, election, an
+// overlap of holders or leaders that no freeze of the earlier one explains, a lease that etcd
+// expired before the client's deadline, a careful write refused), an unexpected error, a lock wait
+// past 12 s, a fault the harness could not inject or heal, or anything left behind (keys, leases,
+// a worker that would not exit). checker.ts's verdict() is the list.
 import { execFileSync } from 'node:child_process';
 import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
 import { createWriteStream } from 'node:fs';
@@ -25,13 +28,17 @@ import {
   checkElection,
   checkEtcdCounter,
   checkFencedLedger,
+  checkLeaseExpiries,
   findOverlaps,
+  overlapViolations,
+  verdict,
   longestGap,
   percentile,
   round,
   type EtcdCounterReport,
   type ElectionReport,
   type FencedReport,
+  type LeaseExpiryReport,
   type OverlapReport,
   type Violation,
 } from './checker.js';
@@ -140,6 +147,8 @@ interface PhaseResult {
   /** The longest stretch without an acquisition, and when it began (s into the phase). */
   liveness: Record<Role, { ms: number; atS: number }>;
   sessionsLost: Record<string, number>;
+  /** Sessions (and calls) that etcd told their lease was gone; `early`: while the client's deadline still lay ahead. */
+  leaseGone: LeaseExpiryReport & { list: { worker: string; lease: string; leftMs: number; atS: number }[] };
   errors: Record<string, number>;
   unexpectedErrors: string[];
   /** Lock waits longer than 12 s, each with the queue at that moment (a stuck queue shows here). */
@@ -289,8 +298,12 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   const faults = nemesis.faults;
   const fenced = checkFencedLedger(store.register('ledger'));
   const election = checkElection(history.terms, store.register('election'), faults);
-  const unfenced = findOverlaps(history.held.unfenced, faults).report;
-  const fencedHolds = findOverlaps(history.held.fenced, faults).report;
+  const unfencedFound = findOverlaps(history.held.unfenced, faults);
+  const fencedFound = findOverlaps(history.held.fenced, faults);
+  const unfenced = unfencedFound.report;
+  const fencedHolds = fencedFound.report;
+  const leaseExpiries = checkLeaseExpiries(history.leaseGone, faults);
+  const leaseViolations = leaseExpiries.violations;
 
   const failover = nemesis.failovers.map((f) => {
     const out: PhaseResult['failover'][number] = { kind: f.kind, atS: round((f.at - start) / 1000) };
@@ -306,7 +319,14 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
 
   const byKind: Record<string, number> = {};
   for (const f of faults) byKind[f.kind] = (byKind[f.kind] ?? 0) + 1;
-  const violations = [...fenced.violations, ...etcdCounter.violations, ...election.violations];
+  const violations = [
+    ...fenced.violations,
+    ...etcdCounter.violations,
+    ...election.violations,
+    ...overlapViolations(unfencedFound.overlaps, 'unfenced-overlap'),
+    ...overlapViolations(fencedFound.overlaps, 'fenced-hold-overlap'),
+    ...leaseViolations,
+  ];
   const cleanupOk = notExited.length === 0 && leasesLeft.length === 0 && keysLeft.length === 0;
   const result: PhaseResult = {
     name: plan.name,
@@ -337,6 +357,10 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
       }),
     ) as PhaseResult['liveness'],
     sessionsLost: Object.fromEntries(history.sessionsLost),
+    leaseGone: {
+      ...leaseExpiries,
+      list: history.leaseGone.map((r) => ({ worker: r.worker, lease: r.lease, leftMs: round(r.leftMs), atS: round((r.at - start) / 1000) })),
+    },
     errors: Object.fromEntries([...history.errors].sort((a, b) => b[1] - a[1])),
     unexpectedErrors: history.unexpectedErrors,
     stuckWaits: history.stuck,
@@ -352,16 +376,14 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
 }
 
 function summarize() {
-  const failures: string[] = [];
-  if (fatal) failures.push(`harness error: ${fatal.split('\n')[0]}`);
+  const failures = verdict(
+    results.map((r) => ({ name: r.name, violations: r.violations, unexpectedErrors: r.unexpectedErrors, stuckWaits: r.stuckWaits, problems: r.problems, cleanupOk: r.cleanup.ok })),
+    fatal,
+  );
   const fencedViolations = results.reduce((n, r) => n + r.fenced.violations.length, 0);
   const etcdViolations = results.reduce((n, r) => n + r.etcdCounter.violations.length, 0);
   const electionViolations = results.reduce((n, r) => n + r.election.violations.length, 0);
-  if (fencedViolations > 0) failures.push(`${fencedViolations} fenced violation(s)`);
-  if (etcdViolations > 0) failures.push(`${etcdViolations} ownerCompare counter violation(s)`);
-  if (electionViolations > 0) failures.push(`${electionViolations} election violation(s)`);
   const cleanupOk = results.length > 0 && results.every((r) => r.cleanup.ok);
-  if (!cleanupOk) failures.push('cleanup failed');
   const sum = (f: (r: PhaseResult) => number): number => results.reduce((n, r) => n + f(r), 0);
   const faults: Record<string, number> = {};
   for (const r of results) for (const [k, v] of Object.entries(r.faults)) faults[k] = (faults[k] ?? 0) + v;
@@ -389,8 +411,15 @@ function summarize() {
       unexplainedUnfencedOverlaps: sum((r) => r.unfenced.unexplained),
       longestLeaderTermOverlapMs: Math.max(0, ...results.map((r) => r.election.overlaps.longestMs)),
       unexplainedLeaderTermOverlaps: sum((r) => r.election.overlaps.unexplained),
+      violations: sum((r) => r.violations.length),
+      unexplainedFencedHoldOverlaps: sum((r) => r.fencedHolds.unexplained),
+      leaseExpiredEarly: sum((r) => r.leaseGone.violations.length),
+      leaseRevokedByDeposedLeader: sum((r) => r.leaseGone.byDeposedLeader),
+      carefulWritesRefused: sum((r) => r.fenced.carefulRefused),
       cleanupOk,
       unexpectedErrors: sum((r) => r.unexpectedErrors.length),
+      stuckWaits: sum((r) => r.stuckWaits.length),
+      harnessProblems: sum((r) => r.problems.length),
     },
     phases: results,
   };
@@ -421,8 +450,12 @@ function printTable(): void {
   const kinds = [...new Set(results.flatMap((r) => Object.keys(r.faults)))].sort();
   row('faults', (r) => Object.values(r.faults).reduce((a, b) => a + b, 0));
   for (const k of kinds) row(`  ${k}`, (r) => r.faults[k] ?? 0);
-  row('VIOLATIONS fenced / etcd / election', (r) => `${r.fenced.violations.length} / ${r.etcdCounter.violations.length} / ${r.election.violations.length}`);
+  row('VIOLATIONS (all checks)', (r) => r.violations.length);
+  row('  fenced / etcd / election', (r) => `${r.fenced.violations.length} / ${r.etcdCounter.violations.length} / ${r.election.violations.length}`);
+  row('  lease gone before client deadline', (r) => `${r.leaseGone.violations.length} (of ${r.leaseGone.reports} lease-gone)`);
+  row('lease revoked by a deposed leader (etcd 15247)', (r) => `${r.leaseGone.byDeposedLeader}${r.leaseGone.latestMs !== undefined && r.leaseGone.latestMs > 0 ? `, up to ${r.leaseGone.latestMs} ms early` : ''}`);
   row('unfenced stale holders (unexplained)', (r) => `${r.unfenced.overlaps} (${r.unfenced.unexplained})`);
+  row('fenced stale holders (unexplained)', (r) => `${r.fencedHolds.overlaps} (${r.fencedHolds.unexplained})`);
   row('longest unfenced overlap (ms)', (r) => `${r.unfenced.longestMs}${r.unfenced.worst[0] ? ` [${r.unfenced.worst[0].cause}]` : ''}`);
   row('stale leaders (unexplained), longest ms', (r) => `${r.election.overlaps.overlaps} (${r.election.overlaps.unexplained}), ${r.election.overlaps.longestMs}`);
   row('raft failover p50/max (ms)', (r) => {
@@ -441,6 +474,7 @@ function printTable(): void {
   row('sessions lost', (r) => Object.entries(r.sessionsLost).map(([k, v]) => `${k}:${v}`).join(' ') || '0');
   row('unexpected errors', (r) => r.unexpectedErrors.length);
   row('lock waits over 12 s', (r) => r.stuckWaits.length);
+  row('harness problems', (r) => r.problems.length);
   row('cleanup (keys/leases/exits)', (r) => (r.cleanup.ok ? `ok (leases drained in ${r.cleanup.leaseDrainMs} ms)` : `FAILED keys=${r.cleanup.keysLeft.length} leases=${r.cleanup.leasesLeft.length} stuck=${r.cleanup.workersNotExited.length}`));
   const width = rows.map((r) => r[0]!.length).reduce((a, b) => Math.max(a, b), 0);
   const colw = results.map((_, i) => Math.max(...rows.map((r) => r[i + 1]!.length)));
@@ -448,11 +482,13 @@ function printTable(): void {
   for (const r of rows) console.log(`${r[0]!.padEnd(width)}  ${r.slice(1).map((c, i) => c.padEnd(colw[i]!)).join('  ')}`);
   console.log('');
   for (const r of results) {
-    for (const v of r.violations) console.log(`VIOLATION [${r.name}] ${v.check}: ${v.detail}`);
+    for (const v of r.violations.slice(0, 30)) console.log(`VIOLATION [${r.name}] ${v.check}: ${v.detail}`);
+    if (r.violations.length > 30) console.log(`VIOLATION [${r.name}] ... and ${r.violations.length - 30} more (see the JSON)`);
     for (const e of r.unexpectedErrors.slice(0, 10)) console.log(`unexpected [${r.name}]: ${e}`);
     for (const p of r.problems) console.log(`harness [${r.name}]: ${p}`);
     for (const w of r.stuckWaits.slice(0, 5)) console.log(`stuck [${r.name}]: ${w}`);
     for (const w of r.unfenced.worst) console.log(`unfenced overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
+    for (const w of r.fencedHolds.worst) console.log(`fenced-hold overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
     for (const w of r.election.overlaps.worst) console.log(`leader-term overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
     if (r.cleanup.leasesUnaccounted.length > 0) console.log(`note [${r.name}]: ${r.cleanup.leasesUnaccounted.length} lease(s) of cleanly stopped workers were still present right after exit`);
   }

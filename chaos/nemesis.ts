@@ -231,6 +231,8 @@ export class Nemesis {
         // (assertHeld() must stop it before it writes).
         const careful = this.ghosts++ % 2 === 1;
         if (!(await w.trapNextRead(3000, careful))) {
+          // Nothing was frozen: an empty interval, so that it explains no overlap.
+          rec.start = rec.end = now();
           rec.note = 'no read to trap within 3 s';
           return;
         }

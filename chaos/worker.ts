@@ -44,16 +44,35 @@ function emit(e: WorkerEvent): void {
 }
 
 let errors = 0;
-function reportError(opName: string, err: unknown): void {
+function reportError(opName: string, err: unknown, used?: Session): void {
   errors++;
   const e = err as Error;
-  let message = String(e?.message ?? err).slice(0, 300);
-  // "Lease not found" while our session still counts its lease as proven alive would mean the server
-  // expired it earlier than the client's conservative deadline: say how much time the session had left.
-  if (e?.name === 'LeaseNotFoundError' && session) {
-    message += ` [session ${session.leaseId.toString(16)}: ${session.signal.aborted ? 'already lost' : `${Math.round(session.remainingMs())} ms left`}]`;
-  }
-  emit({ t: 'error', op: opName, name: e?.name ?? typeof err, message, at: now() });
+  const message = String(e?.message ?? err).slice(0, 300);
+  const ev: WorkerEvent = { t: 'error', op: opName, name: e?.name ?? typeof err, message, at: now() };
+  // "Lease not found" while the session that made the call still counted its lease as proven alive
+  // would mean the server expired it earlier than the client's conservative deadline: the parent
+  // fails the run on it (leftMs > 0).
+  if (e?.name === 'LeaseNotFoundError' && used) ev.leftMs = leftMs(used);
+  emit(ev);
+}
+
+/**
+ * The session's loss deadline minus now: how long it would still have counted its lease as alive.
+ * Read from the session's private deadline (a test harness may look inside): remainingMs() says 0
+ * once the session ended, and this is asked exactly then.
+ */
+function leftMs(s: Session): number {
+  return (s as unknown as { lossAt(): number }).lossAt() - performance.now();
+}
+
+/** Reports a session's end other than our own close, with its deadline when etcd said the lease was gone. */
+function watchSession(s: Session): void {
+  void s.done.then((e) => {
+    if (e.reason === 'closed' || e.reason === 'client-closed') return;
+    const ev: WorkerEvent = { t: 'session-lost', lease: s.leaseId.toString(16), reason: e.reason, at: now() };
+    if (e.reason === 'lease-gone') ev.leftMs = leftMs(s);
+    emit(ev);
+  });
 }
 
 // ---- the fenced store, reached through the parent ----
@@ -118,9 +137,9 @@ async function currentSession(): Promise<Session> {
   const s = await Session.create(client, { ttl: cfg.ttl, signal: stop.signal });
   session = s;
   emit({ t: 'session', lease: s.leaseId.toString(16), at: now() });
+  watchSession(s);
   void s.done.then((e) => {
     if (e.reason === 'closed' || e.reason === 'client-closed') return;
-    emit({ t: 'session-lost', lease: s.leaseId.toString(16), reason: e.reason, at: now() });
     // The lease may still live on the server until its TTL runs out; its keys would block the queue.
     if (!client.closed) client.leaseRevoke(s.leaseId, { timeoutMs: 2000 }).catch(() => {});
   });
@@ -257,10 +276,16 @@ async function unfencedCycle(): Promise<void> {
   }
 }
 
+/** The session of the current election term (runAsLeader makes one per term), for error reports. */
+let termSession: Session | undefined;
+
 async function electionCycle(): Promise<void> {
+  termSession = undefined;
   await runAsLeader(client, cfg.name, { value: cfg.id, ttl: cfg.ttl, signal: stop.signal, once: true }, async (leader) => {
     const token = leader.fencingToken;
     const from = now();
+    termSession = leader.session;
+    watchSession(leader.session);
     emit({ t: 'term-start', token: token.toString(), lease: leader.session.leaseId.toString(16), at: from });
     const loss = lossClock(leader);
     const steps = rng.int(2, 6);
@@ -283,7 +308,7 @@ while (!stop.signal.aborted) {
     backoff = 50;
   } catch (err) {
     if (stop.signal.aborted) break;
-    reportError(cfg.role, err);
+    reportError(cfg.role, err, cfg.role === 'election' ? termSession : session);
     // Expected under faults: unavailable, session lost, lock lost, outcome unknown. Back off a little.
     await pause(backoff + rng.between(0, backoff), stop.signal);
     backoff = Math.min(1000, backoff * 2);
@@ -296,7 +321,7 @@ while (!stop.signal.aborted) {
 try {
   await session?.close();
 } catch (err) {
-  reportError('session-close', err);
+  reportError('session-close', err, session);
 }
 await client.close();
 emit({ t: 'bye', at: now(), cycles, errors });

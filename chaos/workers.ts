@@ -7,7 +7,7 @@ import { createWriteStream, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startProxy, type TcpProxy } from '../src/testing/index.js';
-import type { EtcdIncrementReport, HeldInterval, Term } from './checker.js';
+import type { EtcdIncrementReport, HeldInterval, LeaseGoneReport, Term } from './checker.js';
 import { clockOffset, lineSplitter, now, type ParentMessage, type Role, type WorkerConfig, type WorkerEvent } from './common.js';
 import type { FencedStore } from './fenced-store.js';
 
@@ -25,6 +25,8 @@ export class History {
   /** Errors that are not this library's (EtcdError family) nor an abort: possible bugs. */
   readonly unexpectedErrors: string[] = [];
   readonly sessionsLost = new Map<string, number>();
+  /** Every time etcd said a session's lease was gone, with what the session's own deadline said. */
+  readonly leaseGone: LeaseGoneReport[] = [];
   readonly carefulSkips: number[] = [];
   /** Lock waits that went on for longer than the stall limit, with the queue at that moment. */
   readonly stuck: string[] = [];
@@ -34,10 +36,12 @@ export class History {
   cycles = 0;
 }
 
+// LeaseNotFoundError is not on this list: it is judged by the session's deadline at that moment
+// (History.leaseGone), and is unexpected when the worker could not say which session made the call.
 const OUR_ERRORS = new Set([
-  'EtcdError', 'InvalidArgumentError', 'UnavailableError', 'WriteOutcomeUnknownError', 'CompactedError', 'LeaseNotFoundError',
+  'EtcdError', 'InvalidArgumentError', 'UnavailableError', 'WriteOutcomeUnknownError', 'CompactedError',
   'PermissionDeniedError', 'AuthenticationError', 'DeadlineExceededError', 'ClientClosedError', 'SessionExpiredError',
-  'OwnershipLostError', 'LockLostError', 'LeadershipLostError', 'NotLeaderError', 'NoLeaderError',
+  'OwnershipLostError', 'LockLostError', 'LeadershipLostError', 'NotLeaderError',
   // our own lock-wait limit (AbortSignal.timeout) and shutdown
   'TimeoutError', 'AbortError',
 ]);
@@ -188,6 +192,7 @@ export class WorkerProc {
       case 'session-lost':
         h.sessionsLost.set(e.reason, (h.sessionsLost.get(e.reason) ?? 0) + 1);
         h.abandonedLeases.add(e.lease);
+        if (e.leftMs !== undefined) h.leaseGone.push({ worker: label, lease: e.lease, leftMs: e.leftMs, at: this.t(e.at) });
         break;
       case 'acquired':
         this.holding = { token: BigInt(e.token), from: this.t(e.at) };
@@ -240,7 +245,9 @@ export class WorkerProc {
         break;
       case 'error':
         this.countError(e.op, e.name);
-        if (!OUR_ERRORS.has(e.name)) h.unexpectedErrors.push(`${label} ${e.op}: ${e.name}: ${e.message}`);
+        if (e.name === 'LeaseNotFoundError' && e.leftMs !== undefined) {
+          h.leaseGone.push({ worker: label, lease: `(${e.op})`, leftMs: e.leftMs, at: this.t(e.at) });
+        } else if (!OUR_ERRORS.has(e.name)) h.unexpectedErrors.push(`${label} ${e.op}: ${e.name}: ${e.message}`);
         this.logStream?.write(`${this.pool.options.stamp(this.t(e.at))} error ${e.op}: ${e.name}: ${e.message}\n`);
         break;
       case 'stuck': {

@@ -59,5 +59,3 @@ export class LeadershipLostError extends OwnershipLostError {}
 /** An operation that needs leadership (proclaim) found that this candidate does not lead. */
 export class NotLeaderError extends LeadershipLostError {}
 
-/** The election has no leader (no candidate key under its prefix). */
-export class NoLeaderError extends EtcdError {}

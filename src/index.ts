@@ -38,7 +38,6 @@ export {
   LockLostError,
   LeadershipLostError,
   NotLeaderError,
-  NoLeaderError,
   type SessionEndReason,
 } from './errors.js';
 export { Session, MAX_TTL, type SessionOptions } from './session.js';

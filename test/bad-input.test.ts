@@ -84,10 +84,21 @@ describe('names', () => {
         names.map((n, i) => `${n}/${ss[i]!.leaseId.toString(16)}`),
       );
       // A waiter on the middle name waits for that name's holder only.
+      const log = new EventLog(client, `${p}n`);
+      await log.ready;
+      const txns = await grpcHandled(etcd.clientUrls[0]!, 'Txn');
       const waiter = track(new Mutex(ss[3]!, names[1]!).lock());
+      // Its enqueue and predecessor look-up answered: it is blocked on its watch.
+      await waitFor(async () => (await grpcHandled(etcd.clientUrls[0]!, 'Txn')) >= txns + 2, 'the waiter to block on its predecessor');
       await held[0]!.unlock();
       await held[2]!.unlock();
-      assert.equal(waiter.settled(), false);
+      // Both deletes delivered to a watcher of the names, and one more round trip: a waiter woken by
+      // either (watching a range that covers "n" or "n/a/b") would have acted on it by now.
+      await log.deleted(held[0]!.key);
+      await log.deleted(held[2]!.key);
+      await client.get(held[1]!.key);
+      await log.close();
+      assert.equal(waiter.settled, false);
       await held[1]!.unlock();
       const h = await waiter.promise;
       assert.equal(h.key, `${names[1]}/${ss[3]!.leaseId.toString(16)}`);
@@ -314,9 +325,12 @@ describe('a member that answers but has no leader', () => {
     assert.ok(ms < 3000 + 1500, `took ${ms} ms`);
   });
 
-  it('refuses to grant a session or take a lock, within the call timeout', { timeout: 30_000 }, async () => {
+  it('refuses to grant a session (so no lock can be taken there), within two call budgets, saying there is no leader', { timeout: 30_000 }, async () => {
     const { err, ms } = await timedRejection(Session.create(onlySurvivor, { ttl: 5 }));
-    assert.ok(err instanceof Error);
+    assert.ok(err instanceof UnavailableError, `expected UnavailableError, got ${String(err)}`);
+    assert.match((err as Error).message, /no (Raft )?leader/);
+    // Nothing was granted: the survivor still knows of no lease (read without hasleader).
+    assert.deepEqual(await noLeaderCheck.leaseLeases(), []);
     // The grant, then one check whether it was applied after all (retry-safe grant): two call budgets at most.
     assert.ok(ms < 2 * 3000 + 1500, `took ${ms} ms`);
   });
@@ -503,6 +517,16 @@ describe('an operator at the keyboard', () => {
   });
 });
 
+/** `p`, or a failure naming `what` after `limitMs` (a hang guard, not a timing assertion). */
+async function within<T>(p: Promise<T>, limitMs: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`gave up waiting for ${what}`)), limitMs)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 describe('giving up while etcd cannot be reached', () => {
   /** A holder on the direct client, a waiter `b` behind a proxy, a third session `c`, and a log of the lock's keys. */
   async function outageSetup(scope: string) {
@@ -578,6 +602,11 @@ describe('giving up while etcd cannot be reached', () => {
         const settledInTime = await Promise.race([wb.promise.then(() => true, () => true), delay(2000).then(() => false)]);
         t.proxy.refuse(false);
         await wb.promise.catch(() => {});
+        // Taken back in the background once etcd answers again: its key is deleted while the holder
+        // still holds (so not by the queue moving on).
+        await within(t.log.deleted(mb.key), 20_000, "b's key to be taken back");
+        assert.equal(await client.get(mb.key), undefined);
+        assert.ok(await client.get(t.held.key), 'the holder still holds');
         await t.held.unlock();
         await t.cGetsTheLock();
         assert.ok(settledInTime, 'lock() was still pending 2 s after its signal aborted');
@@ -608,6 +637,11 @@ describe('giving up while etcd cannot be reached', () => {
         t.proxy.refuse(false);
         t.proxy.delay(0);
         if (!(err instanceof Error)) await (err as LockHandle).unlock();
+        // No key queued: b's committed key is deleted (by its unlock, or taken back after the error)
+        // while the holder still holds.
+        await within(t.log.deleted(mb.key), 20_000, "b's committed key to be deleted");
+        assert.equal(await client.get(mb.key), undefined);
+        assert.ok(await client.get(t.held.key), 'the holder still holds');
         await t.held.unlock();
         await t.cGetsTheLock();
       } finally {

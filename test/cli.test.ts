@@ -398,19 +398,29 @@ describe('lock', () => {
     await assertNoKeys(client, `${name}/`);
   });
 
-  test('waiters are served in order, each command running alone', async () => {
+  test('waiters are served in order (ETCD_LOCK_REV increasing), each command running alone', async () => {
     const name = fresh('lock-fifo');
     const holder = start(['lock', name, '--endpoints', endpoint]);
     await holder.next(/^key=/);
     const waiters: Proc[] = [];
+    // Each command reports its fencing token and when it ran (the common clock of this machine),
+    // and runs for a while, so that two commands running at once would overlap.
+    const report = (i: number): string =>
+      `const from = performance.timeOrigin + performance.now(); setTimeout(() => console.log(JSON.stringify(` +
+      `{ i: ${i}, rev: process.env.ETCD_LOCK_REV, from, to: performance.timeOrigin + performance.now() })), 50)`;
     for (let i = 0; i < 3; i++) {
-      waiters.push(start(['lock', name, '--endpoints', endpoint, '--', ...nodeCmd(`console.log('ran ${i}')`)]));
+      waiters.push(start(['lock', name, '--endpoints', endpoint, '--', ...nodeCmd(report(i))]));
       await waitFor(async () => (await keysOf(name)).length === i + 2, `waiter ${i} to queue`);
     }
     holder.signal('SIGINT');
     const codes = await Promise.all(waiters.map((w) => w.exited));
     assert.deepEqual(codes, [0, 0, 0]);
-    waiters.forEach((w, i) => assert.equal(w.stdout(), `ran ${i}\n`));
+    const runs = waiters.map((w) => JSON.parse(w.stdout()) as { i: number; rev: string; from: number; to: number });
+    assert.deepEqual(runs.map((r) => r.i), [0, 1, 2]);
+    for (let i = 1; i < runs.length; i++) {
+      assert.ok(BigInt(runs[i]!.rev) > BigInt(runs[i - 1]!.rev), `served in queue order: ETCD_LOCK_REV ${runs.map((r) => r.rev).join(', ')}`);
+      assert.ok(runs[i]!.from >= runs[i - 1]!.to, `command ${i} started only after command ${i - 1} ended: ${JSON.stringify(runs)}`);
+    }
     await holder.exited;
     await assertNoKeys(client, `${name}/`);
   });

@@ -179,11 +179,9 @@ describe('3-member cluster', () => {
 
       const reason = await lost;
       const tSignal = performance.now();
-      // The lease is proven alive until (send time of the last answered renewal) + TTL; the signal
-      // must fire before that instant, which is the earliest the server could expire the lease.
-      const provenUntil = (leaderSession as unknown as { provenUntil: number }).provenUntil;
-      assert.ok(Number.isFinite(provenUntil), 'Session keeps its proven deadline');
-      assert.ok(tSignal < provenUntil, 'the leader is told to stop before its lease could expire on the server');
+      // Judged on the server, not against the session's own deadline: the old lease must still
+      // exist once etcd can answer again (below). test/claims.test.ts checks the same with the
+      // renewal's answer delayed and the server answering throughout.
       assert.ok(reason instanceof LeadershipLostError, `got ${String(reason)}`);
       assert.ok(reason.cause instanceof SessionExpiredError, `cause: ${String(reason.cause)}`);
       assert.equal(reason.cause.reason, 'deadline');
@@ -195,7 +193,7 @@ describe('3-member cluster', () => {
       const tQuorum = performance.now();
       quorumBack();
       const ttlLeft = await followerClient.leaseTimeToLive(leaderSession.leaseId);
-      assert.ok(ttlLeft.ttl > 0, 'right after quorum returned the old lease still existed on the server');
+      assert.ok(ttlLeft.ttl > 0, 'right after quorum returned the old lease still existed on the server: the signal came before any expiry');
       assert.equal((await followerClient.get(hl.key))?.createRevision, hl.fencingToken, 'and so did the old leader key');
 
       // The old leader does nothing more; its lease expires on the server and the follower leads.
@@ -215,7 +213,7 @@ describe('3-member cluster', () => {
       report(
         t,
         `minority partition (TTL ${ttl} s): signal fired ${ms(tSignal - tKill)} after the majority died, ` +
-          `${ms(provenUntil - tSignal)} before the proven lease deadline; quorum back after ${ms(tQuorum - tKill)} ` +
+          `quorum back after ${ms(tQuorum - tKill)} ` +
           `(old lease then had ${ttlLeft.ttl} s left); follower led ${ms(tf.at! - tQuorum)} after quorum returned` +
           (retries > 0 ? ` (its first campaign failed with UnavailableError during the outage: campaigned again)` : ''),
       );

@@ -1,5 +1,6 @@
 // Helpers shared by the election test files (election*.test.ts). Everything here waits on events
-// (watch events, promises, child output, process exit); `waitFor` polls etcd only where no event exists.
+// (watch events, promises, child output, process exit); `waitFor` (helpers.ts) polls etcd only where no
+// event exists.
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -13,50 +14,8 @@ export function uniqueName(tag: string): string {
   return `test-election/${tag}-${randomBytes(4).toString('hex')}`;
 }
 
-/** Polls `fn` until it returns something other than undefined/false. Only for state with no event. */
-export async function waitFor<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, limitMs = 30_000): Promise<T> {
-  const until = performance.now() + limitMs;
-  let delay = 5;
-  let lastError: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined && v !== false) return v;
-    } catch (err) {
-      lastError = err;
-    }
-    if (performance.now() > until) {
-      throw new Error(`gave up waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`, { cause: lastError });
-    }
-    await new Promise((r) => setTimeout(r, delay));
-    delay = Math.min(delay * 2, 100);
-  }
-}
-
-/** A promise's state, readable synchronously. */
-export interface Tracked<T> {
-  promise: Promise<T>;
-  settled: boolean;
-  value?: T;
-  error?: unknown;
-  /** performance.now() when it settled. */
-  at?: number;
-}
-
-export function track<T>(p: Promise<T>): Tracked<T> {
-  const t: Tracked<T> = { promise: p, settled: false };
-  p.then(
-    (v) => Object.assign(t, { settled: true, value: v, at: performance.now() }),
-    (e: unknown) => Object.assign(t, { settled: true, error: e, at: performance.now() }),
-  );
-  return t;
-}
-
-/** Resolves with the abort reason once `signal` aborts. */
-export function aborted(signal: AbortSignal): Promise<unknown> {
-  if (signal.aborted) return Promise.resolve(signal.reason);
-  return new Promise((resolve) => signal.addEventListener('abort', () => resolve(signal.reason), { once: true }));
-}
+// One name, one contract: the suite's waitFor, track and aborted live in helpers.ts.
+export { aborted, track, waitFor, type Tracked } from './helpers.js';
 
 /** Pulls the next value of an iterator, failing if it ended. */
 export async function next<T>(it: AsyncIterator<T>): Promise<T> {

@@ -21,6 +21,7 @@ import {
   type Session,
 } from '../src/index.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
+import { metric } from './helpers.js';
 import { Recorder, Scope, aborted, awaitKey, ms, next, storeRevision, track, waitFor, withScope } from './election-helpers.js';
 
 let etcd: EtcdCluster;
@@ -107,11 +108,15 @@ describe('campaign', () => {
       assert.equal((await currentLeader(admin, name))?.key, ha.key);
       assert.equal(tb.settled, false, 'the second candidate waits while the first leads');
 
+      // Events etcd sent to watchers: during the handover, one to our recorder and one to B.
+      const eventsBefore = await metric(etcd.clientUrls[0]!, 'etcd_debugging_mvcc_events_total');
       const t0 = performance.now();
       await ha.resign();
       const hb = await tb.promise;
       const handover = performance.now() - t0;
       const del = await rec.deleted(ha.key);
+      const eventsSent = (await metric(etcd.clientUrls[0]!, 'etcd_debugging_mvcc_events_total')) - eventsBefore;
+      assert.equal(eventsSent, 2, 'one watch event woke B (the other went to this test\'s recorder)');
 
       // Nothing but the resign's single delete was written between B queueing and B leading.
       assert.equal(await storeRevision(admin), del.modRevision, 'no write after the resign');
@@ -611,7 +616,7 @@ describe('losing the campaign or the term', () => {
       // Abort while waiting for our turn (the in-flight enqueue case has its own test below). B's
       // client has no other watch, so its first watch is the wait on its predecessor. Internal
       // state, polled because no event announces it.
-      await waitFor('B to wait on its predecessor', () => b.client.watches.size > 0);
+      await waitFor(() => b.client.watches.size > 0, 'B to wait on its predecessor');
       const reason = new Error('stop campaigning');
       ac.abort(reason);
       await assert.rejects(tb.promise, (err) => err === reason);
@@ -684,7 +689,7 @@ describe('losing the campaign or the term', () => {
       const ha = await a.election.campaign('a');
       const tb = track(b.election.campaign('b'));
       await rec.keyCreated(b.election.key);
-      await waitFor('B to wait on its predecessor', () => b.client.watches.size > 0);
+      await waitFor(() => b.client.watches.size > 0, 'B to wait on its predecessor');
       const t0 = performance.now();
       await admin.leaseRevoke(b.session.leaseId);
       // Whichever the candidate notices first: its key gone (LeadershipLostError, when it was between
@@ -754,7 +759,7 @@ describe('losing the campaign or the term', () => {
         const sig = h.signal;
         // Todo test only: there is no event to wait on when the library misses the delete, so this
         // bounded poll is what turns the hang into a failure.
-        await waitFor('the signal to abort', () => sig.aborted, 2000).catch(() => {});
+        await waitFor(() => sig.aborted, 'the signal to abort', { limitMs: 2000 }).catch(() => {});
         const aborted_ = sig.aborted;
         await h.resign();
         assert.equal(aborted_, true, 'a handle whose key is gone must not look like a leader');
@@ -845,21 +850,29 @@ describe('runAsLeader', () => {
       const terms: bigint[] = [];
       const changes: boolean[] = [];
       let firstSettled = false;
+      // runAsLeader discards a lost term's result (and its error): record what the task saw and
+      // assert after it returns.
+      let firstReason: unknown;
+      const leadersWhileOldTaskRan: unknown[] = [];
+      let secondSawFirstSettled: boolean | undefined;
       const result = await runAsLeader(session, name, { value: 'me', onLeaderChange: (l) => changes.push(l) }, async (leader) => {
         terms.push(leader.fencingToken);
         if (terms.length === 1) {
           await admin.delete(leader.key);
-          const reason = await aborted(leader.signal);
-          assert.ok(reason instanceof LeadershipLostError);
+          firstReason = await aborted(leader.signal);
           // Still running after the loss: nobody campaigns again yet.
-          assert.equal(await currentLeader(admin, name), undefined, 'no new term while the old task runs');
-          assert.equal(await currentLeader(admin, name), undefined);
+          leadersWhileOldTaskRan.push(await currentLeader(admin, name));
+          await new Promise((r) => setImmediate(r));
+          leadersWhileOldTaskRan.push(await currentLeader(admin, name));
           firstSettled = true;
           return 'first';
         }
-        assert.equal(firstSettled, true, 'the second term starts only after the first task settled');
+        secondSawFirstSettled = firstSettled;
         return 'second';
       });
+      assert.ok(firstReason instanceof LeadershipLostError, `the first task was told why: ${String(firstReason)}`);
+      assert.deepEqual(leadersWhileOldTaskRan, [undefined, undefined], 'no new term while the old task runs');
+      assert.equal(secondSawFirstSettled, true, 'the second term starts only after the first task settled');
       assert.equal(result, 'second');
       assert.equal(terms.length, 2);
       assert.ok(terms[1]! > terms[0]!, 'the second term has a higher fencing token');
@@ -897,13 +910,15 @@ describe('runAsLeader', () => {
       let started!: () => void;
       const running = new Promise<void>((r) => (started = r));
       const taskSaw: unknown[] = [];
+      // runAsLeader discards the task's result (and error) on shutdown: record, assert after.
+      let keyWhileWindingDown: { rev?: bigint; token: bigint } | undefined;
       const run = track(
         runAsLeader(a.session, name, { value: 'a', signal: shutdown.signal }, async (leader) => {
           leaderKey = leader.key;
           started();
           taskSaw.push(await aborted(leader.signal));
           // The key is still ours while the task winds down: resign comes after.
-          assert.equal((await admin.get(leader.key))?.createRevision, leader.fencingToken);
+          keyWhileWindingDown = { rev: (await admin.get(leader.key))?.createRevision, token: leader.fencingToken };
           return 'unused';
         }),
       );
@@ -914,10 +929,17 @@ describe('runAsLeader', () => {
       shutdown.abort(reason);
       assert.equal(await run.promise, undefined);
       assert.deepEqual(taskSaw, [reason]);
+      assert.ok(keyWhileWindingDown, 'the task wound down');
+      assert.equal(keyWhileWindingDown.rev, keyWhileWindingDown.token, 'our key still existed while the task wound down: resign came after it');
       const del = await rec.deleted(leaderKey);
       assert.equal(a.session.signal.aborted, false, 'the key was deleted by resign, not by losing the lease');
       const hb = await tb.promise;
       assert.ok(hb.fencingToken > del.createRevision);
+      // "At once": b leads while a's lease still lives on the server, so it was the resign (not an
+      // expiry) that handed over; and nothing else happened under the name in between.
+      assert.ok((await admin.leaseTimeToLive(a.session.leaseId)).ttl > 0, "a's lease still lives: the successor did not wait for it");
+      const after = rec.events.slice(rec.events.findIndex((e) => e.type === 'delete' && e.key === leaderKey) + 1);
+      assert.deepEqual(after.filter((e) => e.key !== b.election.key), [], 'no other event between the resign and the successor leading');
       console.log(`runAsLeader shutdown to successor leading: ${ms(tb.at! - t0)}`);
       await hb.resign();
 
@@ -929,7 +951,7 @@ describe('runAsLeader', () => {
       const run2 = track(runAsLeader(a.session, name, { value: 'a', signal: shutdown2.signal }, () => (ran = true)));
       await rec.until((e) => e.key === a.election.key && e.type === 'put', from);
       // Past the enqueue Txn (see the in-flight enqueue test): waiting on its predecessor's watch.
-      await waitFor('A to wait on its predecessor', () => a.client.watches.size > 0);
+      await waitFor(() => a.client.watches.size > 0, 'A to wait on its predecessor');
       shutdown2.abort();
       assert.equal(await run2.promise, undefined);
       assert.equal(ran, false);
@@ -942,17 +964,22 @@ describe('runAsLeader', () => {
       const admin = s.client();
       const client = s.client();
       const leases: bigint[] = [];
+      const ttls: number[] = [];
+      let lossReason: unknown;
       const result = await runAsLeader(client, name, { value: 'c', ttl: 5 }, async (leader) => {
         leases.push(leader.session.leaseId);
-        assert.equal(leader.session.ttl, 5);
+        ttls.push(leader.session.ttl);
         if (leases.length === 1) {
           await leader.session.close();
-          assert.ok((await aborted(leader.signal)) instanceof LeadershipLostError);
+          // The first term's result (and any error) is discarded: record, assert after.
+          lossReason = await aborted(leader.signal);
           return 'first';
         }
         return 'second';
       });
       assert.equal(result, 'second');
+      assert.ok(lossReason instanceof LeadershipLostError, `the first task was told it lost: ${String(lossReason)}`);
+      assert.deepEqual(ttls, [5, 5]);
       assert.equal(leases.length, 2);
       assert.notEqual(leases[0], leases[1], 'a new session (lease) for the second term');
       assert.deepEqual(await admin.leaseLeases(), [], 'the session runAsLeader made is closed');
@@ -963,6 +990,7 @@ describe('runAsLeader', () => {
       const admin = s.client();
       const client = s.client();
       const leases: bigint[] = [];
+      const secondSessionAlive: boolean[] = [];
       const result = await runAsLeader(client, name, { value: 'c', ttl: 30 }, async (leader) => {
         leases.push(leader.session.leaseId);
         if (leases.length === 1) {
@@ -970,10 +998,16 @@ describe('runAsLeader', () => {
           await aborted(leader.signal);
           return 'first';
         }
+        // A fresh session: a new lease that etcd knows and renews, and a handle that leads on it.
+        secondSessionAlive.push(!leader.session.signal.aborted, (await admin.leaseTimeToLive(leader.session.leaseId)).ttl > 0);
+        leader.assertLeader();
         return 'second';
       });
       assert.equal(result, 'second');
       assert.equal(leases.length, 2);
+      assert.notEqual(leases[0], leases[1], 'the second term runs on a new lease');
+      assert.deepEqual(secondSessionAlive, [true, true], 'the new session was alive, on a lease etcd had');
+      assert.deepEqual(await admin.leaseLeases(), [], 'both sessions are gone afterwards');
     }));
 
   it('with a Session: its lease revoked by hand ends the loop with SessionExpiredError', T, () =>

@@ -17,6 +17,8 @@ export function uniquePrefix(scope: string): string {
 /**
  * Polls `predicate` until it returns a truthy value, which is returned. For etcd state that no event
  * announces. The `limitMs` is a hang guard that fails the test with `what`, not a timing assertion.
+ * A predicate that throws fails the wait at once. The one `waitFor` of the test suite
+ * (election-helpers.ts re-exports it).
  */
 export async function waitFor<T>(
   predicate: () => T | Promise<T>,
@@ -112,20 +114,28 @@ export function aborted(signal: AbortSignal): Promise<unknown> {
   );
 }
 
-/** Tracks whether a promise has settled, without changing it. */
-export function track<T>(p: Promise<T>): { promise: Promise<T>; settled: () => boolean; value: () => T | undefined } {
-  let done = false;
-  let value: T | undefined;
+/** A promise's state, readable synchronously (see track). */
+export interface Tracked<T> {
+  promise: Promise<T>;
+  settled: boolean;
+  value?: T;
+  error?: unknown;
+  /** performance.now() when it settled. */
+  at?: number;
+}
+
+/**
+ * Tracks whether a promise has settled, without changing it: `settled`, `value`, `error` and `at`
+ * are plain properties, updated when it settles. The one `track` of the test suite
+ * (election-helpers.ts re-exports it).
+ */
+export function track<T>(p: Promise<T>): Tracked<T> {
+  const t: Tracked<T> = { promise: p, settled: false };
   p.then(
-    (v) => {
-      done = true;
-      value = v;
-    },
-    () => {
-      done = true;
-    },
+    (v) => Object.assign(t, { settled: true, value: v, at: performance.now() }),
+    (e: unknown) => Object.assign(t, { settled: true, error: e, at: performance.now() }),
   );
-  return { promise: p, settled: () => done, value: () => value };
+  return t;
 }
 
 /** Lets every already-queued microtask and I/O callback run (used before asserting "still pending"). */

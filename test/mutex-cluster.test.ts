@@ -47,16 +47,20 @@ async function queue(name: string, waiters: number) {
   const tokens: bigint[] = [];
   const created: bigint[] = [];
   const handles: Promise<LockHandle>[] = [];
-  let inside = 0;
+  // Holders inside the critical section right now, the first holder included; each waiter holds
+  // across a round trip, so that a second holder granted meanwhile is counted.
+  let inside = 1;
+  let maxInside = 1;
   for (let i = 1; i <= waiters; i++) {
     const m = new Mutex(ss[i]!, name);
     const from = log.events.length;
     const acquired = m.lock().then(async (h) => {
-        assert.equal(inside, 0, `waiter ${i} acquired while another held the lock`);
         inside++;
+        maxInside = Math.max(maxInside, inside);
         order.push(i);
         tokens.push(h.fencingToken);
         h.assertHeld();
+        await clients[i % 3]!.get(h.key);
         inside--;
         await h.unlock();
         return h;
@@ -65,7 +69,12 @@ async function queue(name: string, waiters: number) {
     handles.push(acquired);
     created.push((await log.put(m.key, from)).createRevision);
   }
-  return { ss, log, holder, holderSignal, order, tokens, created, handles };
+  /** The first holder leaves the critical section and unlocks. */
+  const releaseHolder = async (): Promise<void> => {
+    inside--;
+    await holder.unlock();
+  };
+  return { ss, log, holder, holderSignal, order, tokens, created, handles, releaseHolder, maxInside: () => maxInside };
 }
 
 /** Resolves once `s` has renewed its lease after this call (its local deadline moved forward). */
@@ -95,8 +104,9 @@ async function killDuringLock(victim: () => Promise<number>, label: string): Pro
     assert.deepEqual(q.order, [], 'nobody acquired while the holder held the lock');
 
     // The queue still hands over in order.
-    await q.holder.unlock();
+    await q.releaseHolder();
     await Promise.all(q.handles);
+    assert.equal(q.maxInside(), 1, 'one holder at a time, the first holder included');
     assert.deepEqual(
       q.order,
       Array.from({ length: waiters }, (_, i) => i + 1),
@@ -135,8 +145,9 @@ describe('Mutex on a 3-member cluster', () => {
       await Promise.all(q.ss.map(renewedAfterNow));
       assert.equal(q.holderSignal.aborted, false, `holder lost its lock: ${String(q.holderSignal.reason)}`);
       q.holder.assertHeld();
-      await q.holder.unlock();
+      await q.releaseHolder();
       await Promise.all(q.handles);
+      assert.equal(q.maxInside(), 1, 'one holder at a time, the first holder included');
       assert.deepEqual(q.order, [1, 2, 3, 4]);
       assert.deepEqual(q.tokens, q.created);
     } finally {
@@ -161,8 +172,9 @@ describe('Mutex on a 3-member cluster', () => {
         await etcd.restart(victim);
       }
       q.holder.assertHeld();
-      await q.holder.unlock();
+      await q.releaseHolder();
       await Promise.all(q.handles);
+      assert.equal(q.maxInside(), 1, 'one holder at a time, the first holder included');
       assert.deepEqual(q.order, [1, 2, 3, 4]);
       assert.deepEqual(q.tokens, q.created);
     } finally {

@@ -5,7 +5,6 @@ import assert from 'node:assert/strict';
 import {
   Client,
   InvalidArgumentError,
-  LockHandle,
   LockLostError,
   Mutex,
   Session,
@@ -22,7 +21,6 @@ import {
   grpcStarted,
   killEtcdctls,
   metric,
-  settle,
   spawnEtcdctl,
   track,
   waitFor,
@@ -291,17 +289,21 @@ describe('Mutex: fairness', () => {
       const tokens: bigint[] = [];
       const created: bigint[] = [];
       let inside = 1; // the first holder
+      let maxInside = 1;
       const pending: ReturnType<typeof track<void>>[] = [];
+      const txnBase = await txnsNow();
       for (let i = 1; i <= n; i++) {
         const m = new Mutex(ss[i]!, name);
         const from = log.events.length;
         pending.push(
           track(
             m.lock().then(async (h) => {
-              assert.equal(inside, 0, `waiter ${i} acquired while another held the lock`);
               inside++;
+              maxInside = Math.max(maxInside, inside);
               order.push(i);
               tokens.push(h.fencingToken);
+              // Hold across a round trip, so that a second holder granted meanwhile is counted.
+              await client.get(h.key);
               inside--;
               await h.unlock();
             }),
@@ -309,9 +311,10 @@ describe('Mutex: fairness', () => {
         );
         created.push((await log.put(m.key, from)).createRevision);
       }
-      await settle();
+      // Every waiter's enqueue and predecessor look-up answered: each is blocked on its watch.
+      await txnsAnswered(txnBase, 2 * n);
       assert.ok(
-        pending.every((t) => !t.settled()),
+        pending.every((t) => !t.settled),
         'no waiter acquires while the first holder holds',
       );
       const handoffStart = log.events.length;
@@ -321,6 +324,7 @@ describe('Mutex: fairness', () => {
       inside--;
       await holder.unlock();
       await Promise.all(pending.map((t) => t.promise));
+      assert.equal(maxInside, 1, 'one holder at a time, the first holder included');
       const txns = (await grpcStarted(etcd.clientUrls[0]!, 'Txn')) - txnsBefore;
       const ranges = (await grpcStarted(etcd.clientUrls[0]!, 'Range')) - rangesBefore;
 
@@ -370,8 +374,10 @@ describe('Mutex: fairness', () => {
       // c was watching b's key; it must look again, find the holder, and keep waiting.
       await log.deleted(mb.key);
       assert.ok(await client.get(held.key));
-      await settle();
-      assert.equal(cWait.settled(), false);
+      // Since c's 2 queueing Txns: b's guarded delete, then c's look-again (a predecessor look-up),
+      // answered: c is waiting again, now on the holder.
+      await txnsAnswered(base, 4);
+      assert.equal(cWait.settled, false);
       await held.unlock();
       const h = await cWait.promise;
       assert.ok(h);
@@ -437,7 +443,7 @@ describe('Mutex: tryLock', () => {
     const [s] = await sessions(1);
     try {
       const h = await new Mutex(s!, `${p}lock`).tryLock();
-      assert.ok(h instanceof LockHandle);
+      assert.ok(h, "tryLock returns a handle when the lock is free");
       assert.equal((await client.get(h.key))?.createRevision, h.fencingToken);
       await h.unlock();
     } finally {
@@ -749,10 +755,11 @@ describe('Mutex: interoperation with etcdctl lock', () => {
       assert.ok(ctlKv, 'etcdctl’s key exists');
       assert.equal(ctlKey, `${name}/${ctlKv.lease.toString(16)}`, 'etcdctl uses the same key layout');
       const m = new Mutex(s!, name);
+      const base = await txnsNow();
       const waiting = track(m.lock());
       await log.put(m.key);
-      await settle();
-      assert.equal(waiting.settled(), false, 'we wait behind etcdctl');
+      await txnsAnswered(base, 2); // our enqueue and predecessor look-up answered: we are waiting
+      assert.equal(waiting.settled, false, 'we wait behind etcdctl');
       await ctl.kill();
       const h = await waiting.promise;
       assert.equal(await client.get(ctlKey), undefined, 'we got it only after etcdctl’s key went');

@@ -191,8 +191,15 @@ describe('Backoff', () => {
 });
 
 describe('sleep', () => {
-  it('resolves', async () => {
-    await sleep(1);
+  it('resolves with undefined, after a timer due earlier (it really waits on a timer)', async () => {
+    const order: string[] = [];
+    const slept = sleep(20).then((v) => {
+      order.push('sleep');
+      return v;
+    });
+    setTimeout(() => order.push('timer due at 0 ms'), 0);
+    assert.equal(await slept, undefined);
+    assert.deepEqual(order, ['timer due at 0 ms', 'sleep']);
   });
 
   it('rejects at once with the reason of an already-aborted signal', async () => {
@@ -201,13 +208,15 @@ describe('sleep', () => {
   });
 
   it('rejects with the reason when aborted during the sleep and leaves no timer', async () => {
+    const timers = (): number => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+    const before = timers();
     const c = new AbortController();
     const p = sleep(60_000, c.signal);
+    assert.equal(timers(), before + 1, 'the sleep runs on one timer');
     const reason = new Error('later');
     c.abort(reason);
     await assert.rejects(p, (e) => e === reason);
-    // A timer left behind would keep this test file's process alive for a minute; node --test would
-    // then report the file as cancelled. Reaching the end of the file without that is the check.
+    assert.equal(timers(), before, 'its timer is cleared on abort');
   });
 });
 
