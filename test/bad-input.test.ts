@@ -51,8 +51,8 @@ describe('names', () => {
   it('an empty name is refused before anything is sent, saying what to give', async () => {
     const [s] = await sessions(1);
     try {
-      for (const make of [() => new Mutex(s!, ''), () => new Election(s!, '')]) {
-        assert.throws(make, (e: unknown) => e instanceof InvalidArgumentError && /empty/.test(e.message) && /locks\/orders/.test(e.message));
+      for (const [make, example] of [[() => new Mutex(s!, ''), /locks\/orders/], [() => new Election(s!, ''), /elections\/scheduler/]] as const) {
+        assert.throws(make, (e: unknown) => e instanceof InvalidArgumentError && /empty/.test(e.message) && example.test(e.message));
       }
       await assert.rejects(currentLeader(client, ''), InvalidArgumentError);
       assert.throws(() => observeLeader(client, ''), InvalidArgumentError);
