@@ -19,6 +19,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
+import { etcdFreeEnv } from '../src/launcher/index.js';
 
 const execFileAsync = promisify(execFile);
 const SUBNET = '169.254.77';
@@ -209,7 +210,7 @@ export async function startNetnsCluster(dir: string, options: { electionMs?: num
     const log = await open(s.logFile, 'a');
     try {
       // `ip netns exec` execs etcd in place: the child's pid is etcd's, so signals reach it.
-      s.etcd = spawn('ip', s.args, { stdio: ['ignore', log.fd, log.fd] });
+      s.etcd = spawn('ip', s.args, { stdio: ['ignore', log.fd, log.fd], env: etcdFreeEnv() });
     } finally {
       await log.close();
     }

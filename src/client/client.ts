@@ -1,7 +1,7 @@
 import * as pb from '../proto/etcd.js';
 import { Connection, type CallOptions, type ConnectionOptions } from './connection.js';
 import { TokenSource, type AuthOptions } from './auth.js';
-import { EtcdError, InvalidArgumentError, isServiceError } from './errors.js';
+import { EtcdError, InvalidArgumentError, etcdSays, isServiceError } from './errors.js';
 import { KeepAliveHub } from './lease.js';
 import { WatchHub, type Watch, type WatchOptions } from './watch.js';
 import {
@@ -54,6 +54,8 @@ export class Client implements AsyncDisposable {
   /** @internal */ readonly watches: WatchHub;
   /** @internal */ readonly keepAlives: KeepAliveHub;
   private closing?: Promise<void>;
+  /** Ids of grants that failed before their request was sent: no such lease exists. */
+  private readonly unsentGrants = new Set<bigint>();
 
   constructor(options: ClientOptions = {}) {
     this.conn = new Connection(options);
@@ -141,26 +143,33 @@ export class Client implements AsyncDisposable {
    */
   async leaseGrant(ttlSeconds: number, options?: CallOptions & { id?: bigint }): Promise<{ id: bigint; ttl: number }> {
     const id = options?.id ?? 0n;
+    this.unsentGrants.delete(id);
+    const progress = { sent: false };
     try {
       const r = await this.conn.unary(
         pb.LeaseService.leaseGrant,
         { TTL: BigInt(ttlSeconds), ID: id },
         id === 0n ? 'at-most-once' : 'idempotent',
         options,
+        progress,
       );
-      if (r.error) throw new EtcdError(`LeaseGrant: ${r.error}`);
+      if (r.error) throw new EtcdError(`granting a lease: ${r.error}`);
       return { id: r.ID ?? 0n, ttl: Number(r.TTL ?? 0n) };
     } catch (err) {
       if (id !== 0n && isAlreadyExists(err)) {
         const t = await this.leaseTimeToLive(id, options);
         return { id, ttl: t.grantedTtl };
       }
+      // Never sent (no endpoint connected, or aborted first): no lease can exist, so the revoke that
+      // cleans up after a failed grant has nothing to do and must not dial the same dead endpoints.
+      if (id !== 0n && !progress.sent) this.rememberUnsent(id);
       throw err;
     }
   }
 
   /** Revokes a lease and deletes its keys. Revoking a lease that is already gone is not an error. */
   async leaseRevoke(id: bigint, options?: CallOptions): Promise<void> {
+    if (this.unsentGrants.delete(id)) return;
     try {
       await this.conn.unary(pb.LeaseService.leaseRevoke, { ID: id }, 'idempotent', options);
     } catch (err) {
@@ -210,6 +219,12 @@ export class Client implements AsyncDisposable {
     return this.closing;
   }
 
+  private rememberUnsent(id: bigint): void {
+    // Bounded: callers revoke right after a failed grant, which forgets the id again.
+    if (this.unsentGrants.size >= 1024) this.unsentGrants.delete(this.unsentGrants.values().next().value!);
+    this.unsentGrants.add(id);
+  }
+
   private saw(h: ResponseHeader): ResponseHeader {
     if (h.revision > this.conn.seenRevision) this.conn.seenRevision = h.revision;
     return h;
@@ -230,6 +245,6 @@ function isLeaseNotFound(err: unknown): boolean {
 
 function isAlreadyExists(err: unknown): boolean {
   const cause = err instanceof EtcdError ? err.cause : err;
-  return isServiceError(cause) && (cause.details ?? '').includes('lease already exists');
+  return isServiceError(cause) && etcdSays(cause.details, 'leaseExists');
 }
 

@@ -4,11 +4,15 @@ import * as grpc from '@grpc/grpc-js';
 import { parseEndpoints, type Endpoint } from './endpoints.js';
 import {
   ClientClosedError,
+  DeadlineExceededError,
+  type EtcdError,
   InvalidArgumentError,
   UnavailableError,
   WriteOutcomeUnknownError,
+  etcdSays,
   fromGrpcError,
   isEndpointFailure,
+  isStaleToken,
   isServiceError,
   provablyNotApplied,
 } from './errors.js';
@@ -173,32 +177,52 @@ export class Connection {
   }
 
   /**
-   * Connects endpoint `peer` and returns its gRPC client, or fails within the dial timeout. A channel
-   * already in TRANSIENT_FAILURE is replaced, so every call makes a real attempt instead of waiting
-   * out gRPC's reconnect backoff (a restarted member is used at once, a dead one fails at once).
+   * Connects endpoint `peer` and returns its gRPC client, or fails within the dial timeout (or the
+   * caller's deadline, or when `signal` aborts, with its reason). A channel already in
+   * TRANSIENT_FAILURE is replaced, so every call makes a real attempt instead of waiting out gRPC's
+   * reconnect backoff (a restarted member is used at once, a dead one fails at once).
    */
-  ready(peer: number, deadline: number): Promise<grpc.Client> {
+  ready(peer: number, deadline: number, signal?: AbortSignal): Promise<grpc.Client> {
     const p = this.peers[peer]!;
     let client = p.grpc;
     let state = client.getChannel().getConnectivityState(true);
     if (state === grpc.connectivityState.READY) return Promise.resolve(client);
+    if (signal?.aborted) return Promise.reject(signal.reason);
     if (state === grpc.connectivityState.TRANSIENT_FAILURE) {
       p.reset();
       client = p.grpc;
       state = client.getChannel().getConnectivityState(true);
     }
     const channel = client.getChannel();
-    const until = Math.min(deadline, performance.now() + this.dialTimeoutMs);
+    const started = performance.now();
+    const until = Math.min(deadline, started + this.dialTimeoutMs);
     return new Promise((resolve, reject) => {
+      let settled = false;
+      const finish = (err: unknown, value?: grpc.Client): void => {
+        if (settled) return;
+        settled = true;
+        signal?.removeEventListener('abort', onAbort);
+        if (err === undefined) resolve(value!);
+        else reject(err);
+      };
+      // gRPC's watch cannot be cancelled: an abort settles now, and the watch ends by `until` at the latest.
+      const onAbort = (): void => finish(signal!.reason);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      // Reported as the time allowed, not the time measured (timers may fire a little late).
+      const timedOut = (): ConnectFailure => new ConnectFailure('timeout', Math.max(0, until - started));
       const step = (): void => {
+        if (settled) return;
         const left = until - performance.now();
-        if (left <= 0) return reject(new Error('connect timeout'));
+        if (left <= 0) return finish(timedOut());
         channel.watchConnectivityState(state, Date.now() + left, (err) => {
-          if (err) return reject(new Error('connect timeout'));
+          if (settled) return;
+          if (err) return finish(timedOut());
           state = channel.getConnectivityState(true);
-          if (state === grpc.connectivityState.READY) return resolve(client);
-          if (state === grpc.connectivityState.TRANSIENT_FAILURE) return reject(new Error('connect failed'));
-          if (state === grpc.connectivityState.SHUTDOWN) return reject(this.closed ? new ClientClosedError() : new Error('channel replaced'));
+          if (state === grpc.connectivityState.READY) return finish(undefined, client);
+          if (state === grpc.connectivityState.TRANSIENT_FAILURE) return finish(new ConnectFailure('failed', performance.now() - started));
+          if (state === grpc.connectivityState.SHUTDOWN) {
+            return finish(this.closed ? new ClientClosedError() : new ConnectFailure('failed', performance.now() - started));
+          }
           step();
         });
       };
@@ -210,7 +234,9 @@ export class Connection {
    * Opens a bidirectional stream on the current endpoint, connected and with auth metadata. On
    * failure moves to the next endpoint and throws; the caller retries after a backoff.
    */
-  async openStream<Req, Res>(method: StreamMethod<Req, Res>): Promise<{ peer: number; stream: grpc.ClientDuplexStream<Req, Res> }> {
+  async openStream<Req, Res>(
+    method: StreamMethod<Req, Res>,
+  ): Promise<{ peer: number; stream: grpc.ClientDuplexStream<Req, Res>; token?: string }> {
     const md = await this.metadata();
     if (this.closed) throw new ClientClosedError();
     const peer = this.current;
@@ -223,7 +249,8 @@ export class Connection {
     }
     if (this.closed) throw new ClientClosedError();
     const stream = client.makeBidiStreamRequest(method.path, method.requestSerialize, method.responseDeserialize, md, {});
-    return { peer, stream };
+    const token = md.get('token')[0];
+    return { peer, stream, ...(typeof token === 'string' ? { token } : {}) };
   }
 
   /**
@@ -235,39 +262,46 @@ export class Connection {
     request: Req,
     policy: RetryPolicy,
     options: CallOptions = {},
+    progress?: { sent: boolean },
   ): Promise<Res> {
-    const what = method.path.slice(method.path.lastIndexOf('/') + 1);
+    const what = doing(method.path);
     const deadline = performance.now() + (options.timeoutMs ?? this.callTimeoutMs);
     const signal = options.signal;
     const backoff = new Backoff(25, 500);
-    let unreachable = 0;
+    // Why each endpoint of the current round failed to connect, for the error when all of them did.
+    const unreachable = new Map<number, ConnectFailure>();
     // When the first member said it has no Raft leader: an election takes about a second; a cluster
     // that has lost quorum never gets one, and we say so rather than time out.
     let noLeaderSince: number | undefined;
+    // The last attempt's failure: when the budget runs out between attempts, that is what to report.
+    let lastFailure: EtcdError | undefined;
     for (;;) {
       if (this.closed) throw new ClientClosedError();
       signal?.throwIfAborted();
+      if (lastFailure && deadline - performance.now() < 1) {
+        throw new DeadlineExceededError(`${lastFailure.message}; no time left to retry before the deadline`, { cause: lastFailure });
+      }
       const peer = this.current;
       let client: grpc.Client;
       try {
-        client = await this.ready(peer, deadline);
+        // Bounded by the dial timeout, the call's deadline and its signal: a hung endpoint costs at
+        // most the dial timeout before the next one is tried, and never more than the caller allowed.
+        client = await this.ready(peer, deadline, signal);
       } catch (err) {
         if (err instanceof ClientClosedError) throw err;
+        if (signal?.aborted) throw signal.reason;
+        if (!(err instanceof ConnectFailure)) throw err;
         this.failover(peer);
-        // A full round over the endpoints without one connecting: report, do not hang.
-        if (++unreachable >= this.peers.length || performance.now() >= deadline) {
-          const why = await diagnose(this.peers[peer]!.endpoint, this.dialTimeoutMs, this.tls);
-          throw new UnavailableError(
-            `${what}: could not connect to etcd at ${this.endpoints.map((e) => e.target).join(', ')} ` +
-              `(${why}); check that etcd runs there (for a local one: ` +
-              '`etcd-concurrency dev`) or pass the right endpoints',
-            { cause: err },
-          );
+        unreachable.set(peer, err);
+        // A full round over the endpoints without one connecting, or no time left: report, do not hang.
+        if (unreachable.size >= this.peers.length || performance.now() >= deadline) {
+          throw await this.unreachableError(what, unreachable, deadline, signal);
         }
         continue;
       }
       const pending = this.metadata(signal, options.anonymous);
-      const md = pending instanceof Promise ? await pending : pending;
+      // Fetching an auth token is a call of its own: it too must end by our deadline.
+      const md = pending instanceof Promise ? await within(pending, deadline, signal, what) : pending;
       // A member that stopped answering (paused, cut off) must not eat the whole budget: give each
       // attempt of a retryable call a share of it, then move on to the next endpoint.
       const attemptDeadline =
@@ -275,18 +309,20 @@ export class Connection {
           ? Math.min(deadline, performance.now() + Math.max(this.dialTimeoutMs, this.callTimeoutMs / 3))
           : deadline;
       try {
+        if (progress) progress.sent = true;
         return await callUnary(client, method, request, md, attemptDeadline, signal);
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
         if (!isServiceError(err)) throw err;
         const details = err.details ?? '';
-        if (details.includes('invalid auth token') && this.tokens && performance.now() < deadline) {
-          // The token expired (etcd 17623): the request was refused, so fetch a new one and retry.
+        if (isStaleToken(details) && this.tokens && md.get('token').length > 0 && performance.now() < deadline) {
+          // The token expired or the member forgot it (etcd 17623): the request was refused, so
+          // fetch a new one and retry.
           const stale = md.get('token')[0];
           if (typeof stale === 'string') this.tokens.invalidate(stale);
           continue;
         }
-        if (!isEndpointFailure(err) && !details.includes('too many requests')) throw fromGrpcError(err, what);
+        if (!isEndpointFailure(err) && !etcdSays(details, 'tooManyRequests')) throw fromGrpcError(err, what);
         const notApplied = provablyNotApplied(err);
         if (!notApplied && policy === 'at-most-once') {
           throw new WriteOutcomeUnknownError(
@@ -295,7 +331,7 @@ export class Connection {
             { cause: err, code: err.code },
           );
         }
-        if (details.includes('no leader')) {
+        if (etcdSays(details, 'noLeader')) {
           noLeaderSince ??= performance.now();
           if (performance.now() - noLeaderSince > Math.max(2000, this.dialTimeoutMs) || performance.now() >= deadline) {
             throw new UnavailableError(
@@ -305,11 +341,39 @@ export class Connection {
           }
         }
         if (performance.now() >= deadline) throw fromGrpcError(err, what);
+        lastFailure = fromGrpcError(err, what);
         this.failover(peer);
         await sleep(Math.min(backoff.next(), Math.max(0, deadline - performance.now())), signal);
-        unreachable = 0;
+        unreachable.clear();
       }
     }
+  }
+
+  /**
+   * The UnavailableError for a round in which no endpoint connected. A refused or failed connection
+   * is probed once more (a plain TCP or TLS handshake names the cause); a silent one is not, since
+   * the dial already waited: the diagnosis never outlasts the call's deadline or its signal.
+   */
+  private async unreachableError(what: string, failures: Map<number, ConnectFailure>, deadline: number, signal?: AbortSignal): Promise<Error> {
+    const reasons = await Promise.all(
+      [...failures].map(async ([peer, f]) => {
+        if (f.kind === 'timeout') return silence(Math.round(f.waitedMs));
+        const budget = Math.min(this.dialTimeoutMs, deadline - performance.now());
+        if (budget < 50) return 'the connection failed';
+        return diagnose(this.peers[peer]!.endpoint, budget, this.tls, signal);
+      }),
+    );
+    if (signal?.aborted) return signal.reason as Error;
+    const targets = [...failures.keys()].map((peer) => this.peers[peer]!.endpoint.target);
+    const why =
+      new Set(reasons).size === 1 ? reasons[0]! : reasons.map((r, i) => `${targets[i]}: ${r}`).join('; ');
+    const first = failures.values().next().value;
+    return new UnavailableError(
+      `${what}: could not connect to etcd at ${this.endpoints.map((e) => e.target).join(', ')} ` +
+        `(${why}); check that etcd runs there (for a local one: ` +
+        '`etcd-concurrency dev`) or pass the right endpoints',
+      { cause: first },
+    );
   }
 
   close(): void {
@@ -317,6 +381,76 @@ export class Connection {
     this.closed = true;
     for (const p of this.peers) p.close();
   }
+}
+
+/** Why `ready` gave up on an endpoint: nothing answered in time, or the connection failed. */
+class ConnectFailure extends Error {
+  constructor(
+    readonly kind: 'timeout' | 'failed',
+    readonly waitedMs: number,
+  ) {
+    super(kind === 'timeout' ? `no connection within ${Math.round(waitedMs)} ms` : 'the connection failed');
+    this.name = 'ConnectFailure';
+  }
+}
+
+/** What the library was doing, by gRPC method, for error messages (users know no RPC names). */
+const DOING: Record<string, string> = {
+  Range: 'reading from etcd',
+  Put: 'writing a key',
+  DeleteRange: 'deleting keys',
+  Txn: 'running a transaction',
+  Compact: 'compacting history',
+  LeaseGrant: 'granting a lease',
+  LeaseRevoke: 'revoking a lease',
+  LeaseTimeToLive: "reading a lease's time to live",
+  LeaseLeases: 'listing leases',
+  LeaseKeepAlive: 'renewing leases',
+  Watch: 'watching keys',
+  Status: "reading the member's status",
+  Authenticate: 'authenticating',
+};
+
+function doing(path: string): string {
+  const name = path.slice(path.lastIndexOf('/') + 1);
+  return DOING[name] ?? `calling ${name}`;
+}
+
+function silence(ms: number): string {
+  return `nothing answered within ${ms} ms: the server may be hung or paused, the host down, or packets dropped`;
+}
+
+/** `p`, unless the deadline passes first (UnavailableError) or `signal` aborts (its reason). */
+function within<T>(p: Promise<T>, deadline: number, signal: AbortSignal | undefined, what: string): Promise<T> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+    };
+    const onAbort = (): void => {
+      done();
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(
+      () => {
+        done();
+        reject(new UnavailableError(`${what}: no auth token before the deadline (authenticating took too long)`));
+      },
+      Math.max(0, deadline - performance.now()),
+    );
+    signal?.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        done();
+        resolve(v);
+      },
+      (err: unknown) => {
+        done();
+        reject(err);
+      },
+    );
+  });
 }
 
 function callUnary<Req, Res>(
@@ -353,7 +487,7 @@ function callUnary<Req, Res>(
  * Finds out why an endpoint could not be reached, for the error message: gRPC only says the
  * channel failed, while a plain TCP or TLS handshake names the cause (refused, timeout, wrong CA).
  */
-function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsOptions | undefined | null): Promise<string> {
+function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsOptions | undefined | null, signal?: AbortSignal): Promise<string> {
   const i = endpoint.target.lastIndexOf(':');
   const host = endpoint.target.slice(0, i).replace(/^\[|\]$/g, '');
   const port = Number(endpoint.target.slice(i + 1));
@@ -372,10 +506,13 @@ function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsOptions 
           });
     const done = (why: string): void => {
       clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
       socket.destroy();
       resolve(why);
     };
-    const timer = setTimeout(() => done(`nothing answered within ${timeoutMs} ms: the server may be hung or paused, the host down, or packets dropped`), timeoutMs);
+    const onAbort = (): void => done('the call was aborted');
+    signal?.addEventListener('abort', onAbort, { once: true });
+    const timer = setTimeout(() => done(silence(Math.round(timeoutMs))), timeoutMs);
     socket.once('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'ECONNREFUSED') return done('connection refused: nothing listens on that port');
       if (tlsOptions !== null) {

@@ -61,16 +61,43 @@ export function isTransient(err: unknown): boolean {
   return err instanceof UnavailableError || err instanceof DeadlineExceededError;
 }
 
-/** etcd's error strings (rpctypes) that prove a request was rejected before it was applied. */
-const NOT_APPLIED = [
-  'etcdserver: no leader',
-  'etcdserver: not capable',
-  'etcdserver: too many requests',
-  'etcdserver: invalid auth token',
-  'No connection established',
-  'ECONNREFUSED',
-  'Name resolution failed',
-];
+/**
+ * etcd's error strings (api/v3rpc/rpctypes), matched here and nowhere else: etcd reports these only
+ * as text, so a new wording in a release is one line to change.
+ */
+const ETCD_SAYS = {
+  noLeader: 'etcdserver: no leader',
+  notCapable: 'etcdserver: not capable',
+  tooManyRequests: 'etcdserver: too many requests',
+  invalidAuthToken: 'etcdserver: invalid auth token',
+  authOldRevision: 'etcdserver: revision of auth store is old',
+  userEmpty: 'etcdserver: user name is empty',
+  authFailed: 'etcdserver: authentication failed',
+  compacted: 'etcdserver: mvcc: required revision has been compacted',
+  leaseNotFound: 'etcdserver: requested lease not found',
+  leaseExists: 'etcdserver: lease already exists',
+  permissionDenied: 'etcdserver: permission denied',
+} as const;
+
+/** True when etcd's message `text` (a gRPC status' details, a watch's cancel reason) says `what`. */
+export function etcdSays(text: string | undefined, what: keyof typeof ETCD_SAYS): boolean {
+  // Without the `etcdserver: ` prefix: some paths (watch cancel reasons, old versions) omit it.
+  return (text ?? '').includes(ETCD_SAYS[what].replace(/^etcdserver: (mvcc: )?/, ''));
+}
+
+/**
+ * True when etcd refused a request because of the auth token it carried, not the user's rights:
+ * the token expired (JWT, or a simple token's TTL), the member restarted and forgot its simple
+ * tokens, or the auth store changed since the token was issued. Fetch a new token and retry, as
+ * Go's client does (shouldRefreshToken); `user name is empty` counts only when we send a token.
+ */
+export function isStaleToken(text: string | undefined): boolean {
+  return etcdSays(text, 'invalidAuthToken') || etcdSays(text, 'authOldRevision') || etcdSays(text, 'userEmpty');
+}
+
+/** The failures that prove a request was rejected before it was applied. */
+const NOT_APPLIED = [ETCD_SAYS.noLeader, ETCD_SAYS.notCapable, ETCD_SAYS.tooManyRequests, ETCD_SAYS.invalidAuthToken];
+const NOT_SENT = ['No connection established', 'ECONNREFUSED', 'Name resolution failed'];
 
 export function isServiceError(err: unknown): err is ServiceError {
   return err instanceof Error && typeof (err as ServiceError).code === 'number' && 'details' in err;
@@ -79,7 +106,7 @@ export function isServiceError(err: unknown): err is ServiceError {
 /** True when the failure proves the request never took effect, so even a write may be retried. */
 export function provablyNotApplied(err: ServiceError): boolean {
   const d = err.details ?? '';
-  return NOT_APPLIED.some((s) => d.includes(s));
+  return NOT_APPLIED.some((s) => d.includes(s)) || NOT_SENT.some((s) => d.includes(s));
 }
 
 /** True when the failure is about the endpoint (so another endpoint may do better). */
@@ -97,16 +124,16 @@ export function isEndpointFailure(err: ServiceError): boolean {
 export function fromGrpcError(err: ServiceError, what: string): EtcdError {
   const d = err.details ?? err.message;
   const opts = { cause: err, code: err.code };
-  if (d.includes('required revision has been compacted')) return new CompactedError(0n, opts);
-  if (d.includes('requested lease not found')) return new LeaseNotFoundError(`${what}: lease not found (expired or revoked)`, opts);
+  if (etcdSays(d, 'compacted')) return new CompactedError(0n, opts);
+  if (etcdSays(d, 'leaseNotFound')) return new LeaseNotFoundError(`${what}: lease not found (expired or revoked)`, opts);
   switch (err.code) {
     case GrpcStatus.PERMISSION_DENIED:
       return new PermissionDeniedError(`${what}: permission denied; grant the user's role access to this key range`, opts);
     case GrpcStatus.UNAUTHENTICATED:
       return new AuthenticationError(`${what}: not authenticated (${d}); check the user and password`, opts);
     case GrpcStatus.INVALID_ARGUMENT:
-      if (d.includes('authentication failed')) return new AuthenticationError(`${what}: authentication failed: wrong user name or password`, opts);
-      if (d.includes('user name is empty')) {
+      if (etcdSays(d, 'authFailed')) return new AuthenticationError(`${what}: authentication failed: wrong user name or password`, opts);
+      if (etcdSays(d, 'userEmpty')) {
         return new AuthenticationError(`${what}: etcd has authentication enabled; pass a user and password (auth option, or --user)`, opts);
       }
       return new InvalidArgumentError(`${what}: ${d}`, opts);

@@ -2,6 +2,7 @@ import type * as grpc from '@grpc/grpc-js';
 import * as pb from '../proto/etcd.js';
 import type { Connection } from './connection.js';
 import { Backoff } from './backoff.js';
+import { isServiceError, isStaleToken } from './errors.js';
 
 /** What a lease's owner hears from the shared keepalive stream. */
 export interface KeepAliveListener {
@@ -85,7 +86,7 @@ export class KeepAliveHub {
     if (this.opening || this.stream || this.retryTimer || this.closed) return;
     this.opening = true;
     try {
-      const { peer, stream: s } = await this.conn.openStream(pb.LeaseService.leaseKeepAlive);
+      const { peer, stream: s, token } = await this.conn.openStream(pb.LeaseService.leaseKeepAlive);
       if (this.closed || this.listeners.size === 0) {
         s.on('error', () => {});
         s.cancel();
@@ -95,7 +96,14 @@ export class KeepAliveHub {
       this.stream = s;
       this.lastAnswerAt = performance.now();
       s.on('data', (r: pb.LeaseKeepAliveResponse) => this.onResponse(s, r));
-      s.on('error', () => this.broken(s));
+      s.on('error', (err: Error) => {
+        // etcd (3.4.42+, 3.5.28+, 3.6.9+, 3.7) checks the token on every renewal: one that expired
+        // or that a restarted member forgot must be replaced, or every reopen fails the same way
+        // until the leases expire. The member itself is fine: stay on it.
+        const stale = token !== undefined && isServiceError(err) && isStaleToken(err.details);
+        if (stale) this.conn.tokens?.invalidate(token);
+        this.broken(s, !stale);
+      });
       s.on('end', () => this.broken(s));
     } catch {
       this.scheduleReopen();
@@ -122,10 +130,10 @@ export class KeepAliveHub {
   }
 
   /** The stream failed or stalled: forget in-flight renewals, fail over, renew everything again. */
-  private broken(s: unknown): void {
+  private broken(s: unknown, failover = true): void {
     if (s !== this.stream || !this.stream) return;
     this.dropStream();
-    this.conn.failover(this.peer);
+    if (failover) this.conn.failover(this.peer);
     for (const id of this.listeners.keys()) this.queued.add(id);
     this.scheduleReopen();
   }

@@ -2,7 +2,7 @@ import type * as grpc from '@grpc/grpc-js';
 import * as pb from '../proto/etcd.js';
 import type { Connection } from './connection.js';
 import { Backoff } from './backoff.js';
-import { ClientClosedError, CompactedError, EtcdError, PermissionDeniedError } from './errors.js';
+import { ClientClosedError, CompactedError, EtcdError, PermissionDeniedError, etcdSays, isServiceError, isStaleToken } from './errors.js';
 import { prefixRange, toBuffer, type Bytes, type KeyValue } from './kv.js';
 import { QueuedIterator } from './queued-iterator.js';
 
@@ -243,7 +243,8 @@ export class WatchHub {
       this.peer = peer;
       this.stream = s;
       s.on('data', (r: pb.WatchResponse) => this.onResponse(s, r));
-      s.on('error', (err: Error) => this.onBroken(s, err));
+      // A stream etcd ended over its token must reopen with a new one, not the same one elsewhere.
+      s.on('error', (err: Error) => this.onBroken(s, err, isServiceError(err) && isStaleToken(err.details) && !!this.conn.tokens));
       s.on('end', () => this.onBroken(s, new Error('watch stream ended')));
     } catch (err) {
       this.scheduleReopen(err);
@@ -288,14 +289,14 @@ export class WatchHub {
   private onCreateRefused(w: Watch, r: pb.WatchResponse): void {
     const reason = r.cancelReason ?? '';
     const compact = r.compactRevision ?? 0n;
-    if (reason.includes('auth token') && this.conn.tokens) {
-      // The stream's token expired (etcd 17623): reopen the stream with a fresh one and retry.
+    if (isStaleToken(reason) && this.conn.tokens) {
+      // The stream's token expired or was forgotten (etcd 17623): reopen it with a fresh one and retry.
       this.waiting.unshift(w);
       this.onBroken(this.stream, new Error(reason), true);
       return;
     }
     if (compact > 0n) w.fail(new CompactedError(compact));
-    else if (reason.includes('permission denied')) w.fail(new PermissionDeniedError(`watch on ${w.key.toString()}: permission denied; grant the user read access`));
+    else if (etcdSays(reason, 'permissionDenied')) w.fail(new PermissionDeniedError(`watch on ${w.key.toString()}: permission denied; grant the user read access`));
     else w.fail(new EtcdError(`etcd refused the watch on ${w.key.toString()}: ${reason || 'no reason given'}`));
     this.maybeIdle();
   }

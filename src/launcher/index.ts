@@ -1,6 +1,7 @@
 // The etcd launcher: shared by the test helpers (`etcd-concurrency/testing`) and `etcd-concurrency dev`.
 export { startEtcd, type StartEtcdOptions, type EtcdCluster, type EtcdTlsOptions } from './cluster.js';
 export type { EtcdMember } from './member.js';
+export { etcdFreeEnv } from './member.js';
 export {
   resolveEtcd,
   etcdVersion,

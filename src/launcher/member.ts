@@ -75,7 +75,7 @@ export function disownDataDir(dir: string): void {
 }
 
 /** ETCD_* variables in the caller's environment would silently reconfigure our members. */
-function etcdFreeEnv(): NodeJS.ProcessEnv {
+export function etcdFreeEnv(): NodeJS.ProcessEnv {
   return Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ETCD_')));
 }
 

@@ -105,12 +105,12 @@ export async function startProxy(target: string, options: StartProxyOptions = {}
   };
 
   /**
-   * Abort a socket with RST, like a broken network path. Safe to call twice; a socket still
-   * connecting is destroyed outright (resetAndDestroy would wait for the connection first).
+   * Abort a socket with RST, like a broken network path. Safe to call twice.
    */
   const reset = (socket: Socket) => {
     if (socket.destroyed) return;
-    if (socket.connecting) socket.destroy();
+    // resetAndDestroy waits for a connecting socket, and spins on one already ended: destroy both outright.
+    if (socket.connecting || socket.writableEnded) socket.destroy();
     else socket.resetAndDestroy();
   };
 
