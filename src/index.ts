@@ -41,8 +41,9 @@ export {
   type SessionEndReason,
 } from './errors.js';
 export { Session, MAX_TTL, type SessionOptions } from './session.js';
-export { Mutex, withLock, type LockHandle, type LockOptions } from './mutex.js';
-export type { OwnerHandle } from './ownership.js';
+export { Mutex, withLock, type LockHandle, type LockOptions } from './primitives/mutex.js';
+export type { AcquireOptions } from './queue/acquire.js';
+export type { OwnerHandle } from './queue/ownership.js';
 export { validateName, participantKey } from './keys.js';
 export {
   Election,
@@ -53,5 +54,5 @@ export {
   type LeaderInfo,
   type LeaderEvent,
   type RunAsLeaderOptions,
-} from './election.js';
-export { listParticipants, oldestParticipant } from './wait.js';
+} from './primitives/election.js';
+export { listParticipants, oldestParticipant } from './queue/participants.js';

@@ -77,6 +77,11 @@ export class Client implements AsyncDisposable {
     return this.conn.activeTarget;
   }
 
+  /** How long a connect attempt waits for one endpoint (ClientOptions.dialTimeoutMs). */
+  get dialTimeoutMs(): number {
+    return this.conn.dialTimeoutMs;
+  }
+
   /** Raw Range: full control over sorting, limits and revision bounds. */
   async range(request: pb.RangeRequest, options?: CallOptions): Promise<RangeResult> {
     const r = rangeResult(await this.conn.unary(pb.KVService.range, request, 'idempotent', options));

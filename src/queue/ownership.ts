@@ -1,10 +1,10 @@
-import { retryWhile } from './client/backoff.js';
-import { CompactedError, isTransient } from './client/errors.js';
-import { compare, op, type Compare, type KeyValue } from './client/kv.js';
-import type { Watch } from './client/watch.js';
-import type { Session } from './session.js';
-import type { OwnershipLostError } from './errors.js';
-import { forgetKey } from './wait.js';
+import { retryWhile } from '../client/backoff.js';
+import { CompactedError, isTransient } from '../client/errors.js';
+import { compare, op, type Compare, type KeyValue } from '../client/kv.js';
+import type { Watch } from '../client/watch.js';
+import type { Session } from '../session.js';
+import type { OwnershipLostError } from '../errors.js';
+import { forgetKey } from './ticket.js';
 
 /**
  * What a lock holder and an election leader have in common: a key on the session's lease, created at

@@ -1,13 +1,12 @@
-import { LockLostError } from './errors.js';
-import { validateName, participantKey } from './keys.js';
-import { OwnerHandleBase, Ownership, type OwnerHandle } from './ownership.js';
-import type { Session } from './session.js';
-import { dropTicket, enqueueOrClean, predecessorNow, waitForTurn } from './wait.js';
+import { LockLostError } from '../errors.js';
+import { validateName, participantKey } from '../keys.js';
+import type { Session } from '../session.js';
+import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
+import { OwnerHandleBase, type OwnerHandle } from '../queue/ownership.js';
+import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
 
-export interface LockOptions {
-  /** Stop waiting (for a timeout: `AbortSignal.timeout(ms)`). Our queued key is then removed. */
-  signal?: AbortSignal;
-}
+/** Options of `lock()`: the options of every acquire call. */
+export type LockOptions = AcquireOptions;
 
 const lockLost = (key: string) => (message: string, cause?: unknown) =>
   new LockLostError(message, key, cause === undefined ? undefined : { cause });
@@ -42,36 +41,25 @@ export class Mutex {
    * On a session that adopted an earlier process's lease (`Session.create({ leaseId })`), a key that
    * process left keeps its place in the queue, and this call owns it: an abort or error deletes it.
    */
-  async lock(options: LockOptions = {}): Promise<LockHandle> {
-    this.session.assertAlive();
-    options.signal?.throwIfAborted();
-    // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
-    const ticket = await enqueueOrClean(this.session, this.name, Buffer.alloc(0));
-    try {
-      options.signal?.throwIfAborted();
-      await waitForTurn(this.session, this.name, ticket, lockLost(ticket.key), options.signal);
-      return new HeldLock(new Ownership(this.session, ticket.key, ticket.rev, lockLost(ticket.key)));
-    } catch (err) {
-      // Our key leaves with us, unless a sibling in this process shares it.
-      if (!ticket.joined) await dropTicket(this.session, ticket);
-      throw err;
-    }
+  lock(options: LockOptions = {}): Promise<LockHandle> {
+    return acquire(this.queue(), options);
   }
 
   /** Takes the lock if it is free right now; otherwise returns null and leaves no key behind. */
-  async tryLock(): Promise<LockHandle | null> {
-    this.session.assertAlive();
-    const ticket = await enqueueOrClean(this.session, this.name, Buffer.alloc(0));
-    try {
-      // Not alone under the prefix: someone may be before us (or only keys of nested names, stray data).
-      const pred = await predecessorNow(this.session, this.name, ticket, lockLost(ticket.key));
-      if (pred === null) return new HeldLock(new Ownership(this.session, ticket.key, ticket.rev, lockLost(ticket.key)));
-    } catch (err) {
-      if (!ticket.joined) await dropTicket(this.session, ticket);
-      throw err;
-    }
-    if (!ticket.joined) await dropTicket(this.session, ticket);
-    return null;
+  tryLock(): Promise<LockHandle | null> {
+    return tryAcquire(this.queue());
+  }
+
+  /** The oldest of all holds: Go's Mutex, on `<name>/<lease hex>`. */
+  private queue(): QueueSpec<LockHandle> {
+    const { session, name } = this;
+    return {
+      session,
+      ticket: participantTicket(session, name, Buffer.alloc(0)),
+      rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost),
+      lostError: lockLost,
+      hold: (own) => new HeldLock(own),
+    };
   }
 }
 

@@ -1,13 +1,15 @@
-import type { Client } from './client/client.js';
-import { retryWhile } from './client/backoff.js';
-import { CompactedError, isTransient } from './client/errors.js';
-import { compare, op, toBuffer, type Bytes, type KeyValue } from './client/kv.js';
-import { QueuedIterator } from './client/queued-iterator.js';
-import { LeadershipLostError, NotLeaderError } from './errors.js';
-import { participantKey, validateName } from './keys.js';
-import { OwnerHandleBase, Ownership, type OwnerHandle } from './ownership.js';
-import { Session } from './session.js';
-import { dropTicket, enqueueOrClean, oldestParticipant, waitForTurn } from './wait.js';
+import type { Client } from '../client/client.js';
+import { retryWhile } from '../client/backoff.js';
+import { CompactedError, isTransient } from '../client/errors.js';
+import { compare, op, toBuffer, type Bytes, type KeyValue } from '../client/kv.js';
+import { QueuedIterator } from '../client/queued-iterator.js';
+import { LeadershipLostError, NotLeaderError } from '../errors.js';
+import { participantKey, validateName } from '../keys.js';
+import { Session } from '../session.js';
+import { acquire, type AcquireOptions } from '../queue/acquire.js';
+import { OwnerHandleBase, type Ownership, type OwnerHandle } from '../queue/ownership.js';
+import { oldestParticipant } from '../queue/participants.js';
+import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
 
 /** Who leads an election. */
 export interface LeaderInfo {
@@ -70,8 +72,8 @@ export class Election {
    * (Go leaves it behind on errors: etcd issue 21128), unless another campaign of this process
    * shares it.
    */
-  campaign(value: Bytes, options: { signal?: AbortSignal } = {}): Promise<LeaderHandle> {
-    return campaignTerm(this, value, options.signal);
+  campaign(value: Bytes, options: AcquireOptions = {}): Promise<LeaderHandle> {
+    return campaignTerm(this, value, options);
   }
 
   /** The current leader, or undefined when there is none. */
@@ -86,35 +88,33 @@ export class Election {
 }
 
 /** campaign(), returning the implementation so runAsLeader can end a term locally. */
-async function campaignTerm(e: Election, value: Bytes, signal: AbortSignal | undefined): Promise<Leadership> {
-  e.session.assertAlive();
-  signal?.throwIfAborted();
+function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promise<Leadership> {
+  const { session, name } = e;
   const bytes = toBuffer(value);
-  // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
-  const ticket = await enqueueOrClean(e.session, e.name, bytes);
-  const lost = leadershipLost(ticket.key);
-  try {
-    signal?.throwIfAborted();
-    // Already a candidate (a sibling's key, or one an earlier process left on an adopted lease):
-    // keep its place and take the new value, as Go does, so etcd and the handle agree.
-    if (!ticket.value.equals(bytes)) {
-      const t = await e.session.client.txn(
-        {
-          compare: [compare.createRevision(ticket.key, '=', ticket.rev)],
-          success: [op.put(ticket.key, bytes, e.session.leaseId)],
-          failure: [],
-        },
-        { idempotent: true, signal },
-      );
-      if (!t.succeeded) throw lost(`${ticket.key} vanished while updating its value`);
-    }
-    await waitForTurn(e.session, e.name, ticket, lost, signal);
-    return new Leadership(new Ownership(e.session, ticket.key, ticket.rev, lost), bytes);
-  } catch (err) {
-    // Our key leaves with us, unless a sibling in this process shares it.
-    if (!ticket.joined) await dropTicket(e.session, ticket);
-    throw err;
-  }
+  return acquire(
+    {
+      session,
+      ticket: participantTicket(session, name, bytes),
+      rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost),
+      lostError: leadershipLost,
+      // Already a candidate (a sibling's key, or one an earlier process left on an adopted lease):
+      // keep its place and take the new value, as Go does, so etcd and the handle agree.
+      async prepare(ticket, signal) {
+        if (ticket.value.equals(bytes)) return;
+        const t = await session.client.txn(
+          {
+            compare: [compare.createRevision(ticket.key, '=', ticket.rev)],
+            success: [op.put(ticket.key, bytes, session.leaseId)],
+            failure: [],
+          },
+          { idempotent: true, signal },
+        );
+        if (!t.succeeded) throw leadershipLost(ticket.key)(`${ticket.key} vanished while updating its value`);
+      },
+      hold: (own) => new Leadership(own, bytes),
+    },
+    options,
+  );
 }
 
 /** The current leader of election `name`, or undefined. Needs no session. */
@@ -334,7 +334,7 @@ export async function runAsLeader<T>(
       }
       let leader: Leadership;
       try {
-        leader = await campaignTerm(new Election(session, name), options.value, shutdown);
+        leader = await campaignTerm(new Election(session, name), options.value, { signal: shutdown });
       } catch (err) {
         if (shutdown?.aborted) return undefined;
         if (owned && session.signal.aborted) continue;

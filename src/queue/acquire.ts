@@ -1,0 +1,63 @@
+import type { Session } from '../session.js';
+import { Ownership } from './ownership.js';
+import { dropTicket, enqueueOrClean, type Ticket, type TicketSpec } from './ticket.js';
+import { blockedNow, waitForTurn, type LostErrorFactory, type TurnRule } from './turn.js';
+
+/** Options of every acquire call: lock(), campaign(), acquire(), rLock(), lockAll(). */
+export interface AcquireOptions {
+  /** Stop waiting (for a timeout: `AbortSignal.timeout(ms)`). Our queued key is then removed. */
+  signal?: AbortSignal;
+}
+
+/** What a primitive tells the engine: its key, its rule for "my turn", and the handle it gives out. */
+export interface QueueSpec<H> {
+  session: Session;
+  ticket: TicketSpec;
+  /** The primitive's rule for this ticket; `lost` makes the error for our key vanishing meanwhile. */
+  rule(ticket: Ticket, lost: LostErrorFactory): TurnRule;
+  lostError(key: string): LostErrorFactory;
+  /** After the ticket is taken and before waiting (election: give an existing key the new value). */
+  prepare?(ticket: Ticket, signal: AbortSignal | undefined): Promise<void>;
+  hold(own: Ownership, ticket: Ticket): H;
+}
+
+/**
+ * The one acquire path: check the session, take a ticket, wait for our turn under the primitive's
+ * rule, and hand out ownership; on abort or any error our key is deleted (unless a sibling in this
+ * process shares it), so nothing is left in the queue. Fails at once if the session is lost.
+ */
+export async function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promise<H> {
+  const { session } = q;
+  session.assertAlive();
+  options.signal?.throwIfAborted();
+  // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
+  const ticket = await enqueueOrClean(session, q.ticket);
+  const lost = q.lostError(ticket.key);
+  try {
+    options.signal?.throwIfAborted();
+    await q.prepare?.(ticket, options.signal);
+    await waitForTurn(session, ticket, q.rule(ticket, lost), options.signal);
+    return q.hold(new Ownership(session, ticket.key, ticket.rev, lost), ticket);
+  } catch (err) {
+    // Our key leaves with us, unless a sibling in this process shares it.
+    if (!ticket.joined) await dropTicket(session, ticket);
+    throw err;
+  }
+}
+
+/** Acquires only if it is our turn right now; otherwise returns null and leaves no key behind. */
+export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
+  const { session } = q;
+  session.assertAlive();
+  const ticket = await enqueueOrClean(session, q.ticket);
+  const lost = q.lostError(ticket.key);
+  try {
+    await q.prepare?.(ticket, undefined);
+    if (!(await blockedNow(ticket, q.rule(ticket, lost)))) return q.hold(new Ownership(session, ticket.key, ticket.rev, lost), ticket);
+  } catch (err) {
+    if (!ticket.joined) await dropTicket(session, ticket);
+    throw err;
+  }
+  if (!ticket.joined) await dropTicket(session, ticket);
+  return null;
+}

@@ -1,0 +1,158 @@
+import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type Compare, type RangeRequest } from '../client/kv.js';
+import type { WatchEvent } from '../client/watch.js';
+import { isParticipantKey, participantKey, prefixOf } from '../keys.js';
+import { markLeaseGone, type Session } from '../session.js';
+import type { Ticket, TicketSpec } from './ticket.js';
+import type { Blocker, LostErrorFactory, TurnRule } from './turn.js';
+
+/**
+ * The queue of a lock or election, Go's layout: one key `<name>/<lease hex>` per session, served in
+ * CreateRevision order. Our ticket, counted against everything under `<name>/`: alone means first.
+ */
+export function participantTicket(session: Session, name: string, value: Buffer): TicketSpec {
+  const prefix = Buffer.from(prefixOf(name));
+  return { key: participantKey(name, session.leaseId), value, count: { key: prefix, rangeEnd: prefixEnd(prefix) }, first: (n) => n === 1n };
+}
+
+/** Where a waiter looks for what is older than it: a key range, and which keys in it count. */
+export interface Scope {
+  prefix: Buffer;
+  /** True for a participant's key (not a nested name's, not unrelated data under the prefix). */
+  isCandidate(key: Buffer): boolean;
+}
+
+/** The participants of a lock or election: `<name>/<hex>` keys. */
+export function participantScope(name: string): Scope {
+  const prefix = Buffer.from(prefixOf(name));
+  return { prefix, isCandidate: (key) => isParticipantKey(prefix, key) };
+}
+
+/** The participant just before us: all a waiter keeps of it while it waits. */
+interface Predecessor {
+  /** A copy: the decoded key would pin the whole response buffer for the length of the wait. */
+  key: Buffer;
+  createRevision: bigint;
+}
+
+/**
+ * "The oldest in `scope`": our turn when no participant in it is older. Each waiter watches only the
+ * key just before its own, so one release wakes one waiter. Stray keys (no lease: etcd issue 6631)
+ * and keys that are not candidates (nested names under the prefix) are skipped.
+ */
+export function oldestRule(session: Session, scope: Scope, ticket: Ticket, lostError: LostErrorFactory): TurnRule {
+  // Incarnations found to have no lease: skipped by every later look-up of this wait.
+  const strays = new Set<string>();
+  return {
+    async blocker(signal: AbortSignal): Promise<Blocker | null> {
+      const p = await findPredecessor(session, scope, ticket, lostError, signal, strays);
+      if (p === null) return null;
+      return {
+        key: p.key,
+        // Changed: deleted, moved off any lease (stray now), or a new incarnation of the same key (a
+        // delete we did not see). A put that keeps a lease and the CreateRevision (a proclaim) is none.
+        changed: (e: WatchEvent) => e.type === 'delete' || e.kv.lease === 0n || e.kv.createRevision !== p.createRevision,
+        stillBlocked: (s: AbortSignal) => stillQueued(session, ticket, p, strays, s),
+      };
+    },
+  };
+}
+
+/**
+ * One read-only Txn of O(1) compares: our key is still ours, and our predecessor is still the same
+ * incarnation on some lease. This is also where a predecessor found by a keys-only read gets its
+ * lease checked: from etcd 3.7 such a read reports every lease as 0. False sends the caller back to a
+ * full look-up (which also tells a lost key from a gone predecessor); a predecessor found to have no
+ * lease is stray data (etcd issue 6631) and goes into `strays`, which that look-up skips.
+ */
+async function stillQueued(session: Session, ticket: Ticket, pred: Predecessor, strays: Set<string>, signal: AbortSignal): Promise<boolean> {
+  const t = await session.client.txn(
+    {
+      compare: [
+        compare.createRevision(ticket.key, '=', ticket.rev),
+        compare.lease(ticket.key, '=', session.leaseId),
+        compare.createRevision(pred.key, '=', pred.createRevision),
+        compare.lease(pred.key, '!=', 0n),
+      ],
+      success: [],
+      // Only when a compare failed: the predecessor in full (not keys-only), to see its real lease.
+      failure: [op.get(pred.key)],
+    },
+    { idempotent: true, signal },
+  );
+  if (t.succeeded) return true;
+  const kv = txnRange(t, 0).kvs[0];
+  if (kv && kv.createRevision === pred.createRevision && kv.lease === 0n) strays.add(strayId(kv));
+  return false;
+}
+
+/** Identifies one incarnation of a key: its CreateRevision and the key itself. */
+function strayId(kv: { key: Buffer; createRevision: bigint }): string {
+  return `${kv.createRevision}/${kv.key.toString('latin1')}`;
+}
+
+/**
+ * One read-only Txn: our key still exists on our lease, and which key is just before it (null:
+ * nobody, we are first). The read is keys-only: from etcd 3.7 it is then served from the in-memory
+ * index, which keeps a hand-over cheap however long the queue, but its KeyValues carry `lease = 0`.
+ * So a candidate is any key of participant form not known to be stray, and the caller checks its
+ * lease (stillQueued) before trusting it.
+ */
+async function findPredecessor(
+  session: Session,
+  scope: Scope,
+  ticket: Ticket,
+  lostError: LostErrorFactory,
+  signal: AbortSignal,
+  strays: Set<string>,
+): Promise<Predecessor | null> {
+  const client = session.client;
+  const prefix = scope.prefix;
+  const end = prefixEnd(prefix);
+  const before = (maxCreate: bigint, limit: bigint): RangeRequest => ({
+    key: prefix,
+    rangeEnd: end,
+    sortOrder: SortOrder.DESCEND,
+    sortTarget: SortTarget.CREATE,
+    maxCreateRevision: maxCreate,
+    limit,
+    keysOnly: true,
+  });
+  const t = await client.txn(
+    {
+      compare: ourKeyStands(session, ticket),
+      success: [op.range(before(ticket.rev - 1n, 8n))],
+      failure: [],
+    },
+    { idempotent: true, signal },
+  );
+  if (!t.succeeded) return ticketLost(session, ticket, lostError, signal);
+  let page = txnRange(t, 0);
+  for (;;) {
+    const found = page.kvs.find((kv) => scope.isCandidate(kv.key) && !strays.has(strayId(kv)));
+    if (found) return { key: unpooledCopy(found.key), createRevision: found.createRevision };
+    const last = page.kvs[page.kvs.length - 1];
+    if (!page.more || !last) return null;
+    // Only keys of nested names or stray data so far: look further back.
+    page = await client.range(before(last.createRevision - 1n, 64n), { signal });
+  }
+}
+
+/** The compares of "our key is still the one we queued with, on our lease". */
+export function ourKeyStands(session: Session, ticket: Ticket): Compare[] {
+  return [compare.createRevision(ticket.key, '=', ticket.rev), compare.lease(ticket.key, '=', session.leaseId)];
+}
+
+/** Our key is gone. If its lease went with it, say so: the session is over, not just this wait. */
+export async function ticketLost(session: Session, ticket: Ticket, lostError: LostErrorFactory, signal: AbortSignal): Promise<never> {
+  const lease = await session.client.leaseTimeToLive(session.leaseId, { signal }).catch(() => undefined);
+  if (lease && lease.ttl <= 0) markLeaseGone(session);
+  session.assertAlive();
+  throw lostError(`${ticket.key} was deleted or moved to another lease while waiting`);
+}
+
+/** A copy outside Node's shared 8 KB Buffer pool, which one long-lived small copy would pin whole. */
+export function unpooledCopy(b: Buffer): Buffer {
+  const copy = Buffer.allocUnsafeSlow(b.length);
+  b.copy(copy);
+  return copy;
+}

@@ -1,0 +1,142 @@
+import { Backoff, sleep } from '../client/backoff.js';
+import { isTransient, LeaseNotFoundError } from '../client/errors.js';
+import { compare, op, txnRange, type KeyValue, type RangeRequest } from '../client/kv.js';
+import { markLeaseGone, type Session } from '../session.js';
+
+/** Our place in a queue: our key and its CreateRevision (the ticket, and once we hold, the fencing token). */
+export interface Ticket {
+  key: string;
+  /** CreateRevision of our key: the queue ticket and, once we hold, the fencing token. */
+  rev: bigint;
+  /**
+   * True when a sibling in this process (same session, same key) already uses the key: we share it,
+   * and leave it to the sibling on failure. Any other key on our lease is this call's to delete on
+   * failure, including one an earlier process left on a lease this session adopted.
+   */
+  joined: boolean;
+  /** The key's value as etcd holds it (for election's "update the value if it differs"). */
+  value: Buffer;
+  /** Our turn already: the enqueue's count proved nobody we could wait for was there. */
+  first: boolean;
+  /** What the spec's `peek` read in the same Txn (a semaphore checks its peers' permit count). */
+  peeked: KeyValue[];
+}
+
+/** What to enqueue: our key and value, and the range whose count, read in the same Txn, may prove we go first. */
+export interface TicketSpec {
+  key: string;
+  value: Buffer;
+  /** The keys counted in the enqueue Txn (ours among them when `key` falls inside). */
+  count: { key: Buffer; rangeEnd: Buffer };
+  /** True when that count proves it is our turn at once (a mutex: only our key under the prefix). */
+  first(count: bigint): boolean;
+  /** An O(1) read to make in the same Txn (a limit, unsorted), for checks on the participants. */
+  peek?: RangeRequest;
+}
+
+/** Keys this process holds or queues, per session: a second lock() or campaign() on the same key joins. */
+const inUse = new WeakMap<Session, Set<string>>();
+
+function keysInUse(session: Session): Set<string> {
+  let keys = inUse.get(session);
+  if (!keys) inUse.set(session, (keys = new Set()));
+  return keys;
+}
+
+/** Forgets `key` once its owner released it: the next acquire on it creates, not joins. */
+export function forgetKey(session: Session, key: string): void {
+  inUse.get(session)?.delete(key);
+}
+
+/**
+ * Takes a ticket in one Txn: create our key if absent, and count a range. An uncontended caller
+ * whose count proves it goes first holds after this single round trip.
+ *
+ * Only O(1) work goes into this write: etcd runs a write Txn's reads in its single apply loop, which
+ * every write of the cluster waits for, and it answers a sorted Range by reading every key of the
+ * range, while a count comes from its in-memory index. Finding what we wait for (a sorted read) is a
+ * separate read-only request, served off the apply loop, paid only under contention.
+ */
+export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticket> {
+  const { key, value } = spec;
+  const count = op.range({ ...spec.count, countOnly: true });
+  const reads = spec.peek ? [count, op.range(spec.peek)] : [count];
+  const t = await session.client
+    .txn(
+      {
+        compare: [compare.createRevision(key, '=', 0n)],
+        success: [op.put(key, value, session.leaseId), ...reads],
+        failure: [op.get(key), ...reads],
+      },
+      // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second
+      // key. No signal: cancelled after etcd applied it, it would leave a key nobody knows to delete.
+      { idempotent: true },
+    )
+    .catch((err: unknown) => {
+      if (err instanceof LeaseNotFoundError) {
+        markLeaseGone(session);
+        throw session.signal.reason;
+      }
+      throw err;
+    });
+  // An existing key that no sibling in this process uses was created either by our own first attempt
+  // (its answer lost, the Txn retried) or by an earlier process on a lease this session adopted. Either
+  // way it keeps its place and is ours to drop: a key nobody waits for would block the queue as long
+  // as the lease is renewed (Go likewise resigns a cancelled Campaign).
+  const keys = keysInUse(session);
+  const joined = !t.succeeded && keys.has(key);
+  keys.add(key);
+  const first = spec.first(txnRange(t, 1).count);
+  const peeked = spec.peek ? txnRange(t, 2).kvs : [];
+  if (t.succeeded) return { key, rev: t.header.revision, joined: false, value, first, peeked };
+  const mine = txnRange(t, 0).kvs[0]!;
+  return { key, rev: mine.createRevision, joined, value: mine.value, first, peeked };
+}
+
+/**
+ * enqueue, and if it fails in a way that leaves its outcome unknown (its answer lost, the retry
+ * refused), take the key back: it may have been created, and nobody else knows to delete it.
+ */
+export async function enqueueOrClean(session: Session, spec: TicketSpec): Promise<Ticket> {
+  const sibling = keysInUse(session).has(spec.key);
+  try {
+    return await enqueue(session, spec);
+  } catch (err) {
+    if (!sibling && !session.signal.aborted && isTransient(err)) void dropTicket(session, { key: spec.key });
+    throw err;
+  }
+}
+
+/**
+ * Deletes our key if it is still the incarnation we created (or, when `rev` is unknown because the
+ * enqueue's answer was lost, if it is on our lease and no sibling of this process uses it). A key
+ * left behind would block everyone behind it for as long as the session lives, so this keeps trying
+ * in the background until it succeeds, the session ends (its lease takes the key along) or the
+ * client closes. It waits for the first attempt only briefly: an abort must not hang on an outage.
+ */
+export async function dropTicket(session: Session, ticket: { key: string; rev?: bigint }): Promise<void> {
+  forgetKey(session, ticket.key);
+  const guard = ticket.rev !== undefined ? compare.createRevision(ticket.key, '=', ticket.rev) : compare.lease(ticket.key, '=', session.leaseId);
+  const attempt = () =>
+    // No signal: even a session lost to its local deadline may still have the key on the server.
+    session.client.txn({ compare: [guard], success: [op.delete(ticket.key)], failure: [] }, { idempotent: true });
+  const first = attempt();
+  void (async () => {
+    const backoff = new Backoff(100, 2000);
+    for (let next = first; ; next = attempt()) {
+      try {
+        await next;
+        return;
+      } catch {
+        if (session.signal.aborted || session.client.closed) return;
+        if (keysInUse(session).has(ticket.key)) return; // this process queued the key again meanwhile
+        await sleep(backoff.next(), session.signal).catch(() => {});
+      }
+    }
+  })();
+  // Wait for the first attempt (so a plain abort returns with its key gone), but not for long.
+  let timer: NodeJS.Timeout | undefined;
+  const settled = first.then(() => {}, () => {});
+  await Promise.race([settled, new Promise((resolve) => (timer = setTimeout(resolve, session.client.dialTimeoutMs)))]);
+  clearTimeout(timer);
+}
