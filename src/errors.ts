@@ -59,3 +59,26 @@ export class LeadershipLostError extends OwnershipLostError {}
 /** An operation that needs leadership (proclaim) found that this candidate does not lead. */
 export class NotLeaderError extends LeadershipLostError {}
 
+
+/** A semaphore's participants disagree on its permit count: every one of them must use the same. */
+export class PermitCountConflictError extends EtcdError {
+  constructor(
+    readonly semaphore: string,
+    readonly permits: number,
+    /** The key of a participant with another count, and the value it holds. */
+    readonly otherKey: string,
+    readonly otherValue: string,
+  ) {
+    super(
+      `semaphore "${semaphore}" asked for with ${permits} permits, but ${otherKey} uses it with ` +
+        `${/^[1-9][0-9]*$/.test(otherValue) ? `${otherValue} permits` : `value "${otherValue.slice(0, 40)}" (not a semaphore of this library)`}; ` +
+        'every participant must pass the same permit count (or use another name)',
+    );
+  }
+}
+
+/** The permit is no longer held: its session was lost, or its key was deleted or replaced. */
+export class PermitLostError extends OwnershipLostError {}
+
+/** A read or write lock of an RWMutex is no longer held: its session was lost, or its key was deleted or replaced. */
+export class RWLockLostError extends LockLostError {}

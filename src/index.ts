@@ -38,10 +38,15 @@ export {
   LockLostError,
   LeadershipLostError,
   NotLeaderError,
+  PermitLostError,
+  RWLockLostError,
+  PermitCountConflictError,
   type SessionEndReason,
 } from './errors.js';
 export { Session, MAX_TTL, type SessionOptions } from './session.js';
 export { Mutex, withLock, type LockHandle, type LockOptions } from './primitives/mutex.js';
+export { Semaphore, withPermit, MAX_PERMITS, type PermitHandle } from './primitives/semaphore.js';
+export { RWMutex, type RWLockHandle } from './primitives/rwmutex.js';
 export type { AcquireOptions } from './queue/acquire.js';
 export type { OwnerHandle } from './queue/ownership.js';
 export { validateName, participantKey } from './keys.js';

@@ -6,6 +6,7 @@ import { once } from 'node:events';
 import { createServer } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { after, before } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { Client } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 
@@ -141,6 +142,22 @@ export function track<T>(p: Promise<T>): Tracked<T> {
 /** Lets every already-queued microtask and I/O callback run (used before asserting "still pending"). */
 export async function settle(): Promise<void> {
   await new Promise((r) => setImmediate(r));
+}
+
+/** The built `etcd-concurrency` CLI: `npm run build` first. */
+export const CLI_MAIN = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
+
+/**
+ * Starts the built CLI with `args`, stdout and stderr piped (stdin too with `stdin: true`). The
+ * caller's ETCDCTL_* variables are left out, so that they never leak into a test: each test says
+ * what it means, in `args` or in `env`.
+ */
+export function spawnCli(args: string[], options: { env?: NodeJS.ProcessEnv; stdin?: boolean } = {}): ChildProcess {
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ETCDCTL_')));
+  return spawn(process.execPath, [CLI_MAIN, ...args], {
+    env: { ...env, ...options.env },
+    stdio: [options.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+  });
 }
 
 /** An `etcdctl` child (v3 API) whose output is collected and can be awaited line by line. */

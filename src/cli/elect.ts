@@ -17,7 +17,7 @@ With --listen, prints the current leader and then every change, one line each:
 (values with spaces or quotes are JSON-quoted).
 
 Options:
-  --ttl <seconds>         lease TTL: how long leadership outlives a crashed leader (default 30)
+  --ttl <seconds>         lease TTL: how long leadership outlives a crashed leader (default 30, min 2)
   -l, --listen            observe instead of campaigning
   --json                  one JSON object per line instead
 
@@ -46,6 +46,7 @@ export async function electCommand(args: string[]): Promise<number> {
   const expected = values.listen ? 1 : 2;
   if (positionals.length < expected) throw new UsageError('missing the proposal (the value to campaign with)');
   if (positionals.length > expected) throw new UsageError(`unexpected argument "${positionals[expected]}"`);
+  if (values.listen && values.ttl !== undefined) throw new UsageError('--ttl only applies when campaigning, not with --listen');
   const ttl = ttlArg(values.ttl, 30);
 
   const interrupts = new Interrupts();
@@ -62,6 +63,7 @@ export async function electCommand(args: string[]): Promise<number> {
 async function campaign(client: Client, name: string, proposal: string, ttl: number, interrupts: Interrupts, json: boolean): Promise<number> {
   const session = await Session.create(client, { ttl, signal: interrupts.signal });
   try {
+    if (session.ttl > ttl) warn(`etcd raised the lease TTL from ${ttl}s to ${session.ttl}s (its minimum for this cluster)`);
     const leader = await new Election(session, name).campaign(proposal, { signal: interrupts.signal });
     const lease = session.leaseId.toString(16);
     if (json) printJson({ key: leader.key, term: leader.fencingToken, lease, value: leader.value });

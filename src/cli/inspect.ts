@@ -1,5 +1,6 @@
-// `etcd-concurrency inspect <name>`: who holds a lock (or leads an election) and who waits, in order.
-import { listParticipants, type Client } from '../index.js';
+// `etcd-concurrency inspect <name>`: who holds a lock, semaphore or readers-writer lock (or leads an
+// election) and who waits, in order.
+import { prefixEnd, SortOrder, SortTarget, type Client } from '../index.js';
 import { COMMON, COMMON_HELP, connect, nameArg, parse } from './options.js';
 import { EXIT, print, printJson, table, token } from './output.js';
 import { Interrupts } from './signals.js';
@@ -7,7 +8,8 @@ import { Interrupts } from './signals.js';
 export const INSPECT_HELP = `Usage: etcd-concurrency inspect <name> [options]
 
 Shows the owner of lock or election <name> (the participant with the oldest key) and the queue
-behind it in order, each with its key, lease id (hex), the lease's remaining and granted TTL, its
+behind it in order: for a semaphore (\`lock --limit\`) its permit holders, for a readers-writer
+lock (\`lock --read/--write\`, Go's recipe.RWMutex) its readers or writer. For each participant: each with its key, lease id (hex), the lease's remaining and granted TTL, its
 fencing token (the key's CreateRevision) and its age in revisions.
 
 etcd stores no timestamps, so how long a participant has waited is unknown. AGE is the number of
@@ -16,7 +18,8 @@ grows with traffic, but it is not a duration. TTL is the time left before the le
 without renewal (live holders renew every TTL/3), also unrelated to waiting time.
 
 Options:
-  --json                  print {"name","revision","owner","waiting":[...]} as one JSON line
+  --json                  print {"name","kind","revision","owner","holders":[...],"waiting":[...]}
+                          as one JSON line (kind: lock, semaphore with "permits", or rwlock)
   -w, --watch             print again on every change under <name>/ until interrupted
 
 ${COMMON_HELP}
@@ -72,6 +75,8 @@ export async function inspectCommand(args: string[]): Promise<number> {
 
 interface Participant {
   key: string;
+  /** For a readers-writer lock: which side. */
+  mode?: 'read' | 'write';
   /** Lease id, lowercase hex as in the key. */
   lease: string;
   /** Seconds left on the lease; -1 if it is gone (the key is about to vanish). */
@@ -86,17 +91,43 @@ interface Participant {
 
 interface Snapshot {
   name: string;
+  /** A lock or election; a semaphore (every participant's value is the same permit count); a readers-writer lock. */
+  kind: 'lock' | 'semaphore' | 'rwlock';
+  permits?: number;
   revision: bigint;
+  /** The oldest holder (lock owner, leader): kept for scripts written before `holders`. */
   owner: Participant | null;
+  holders: Participant[];
   waiting: Participant[];
 }
 
+const HEX = /^[0-9a-f]+$/;
+
+/** `<name>/<hex>`: a lock's, election's or semaphore's participant; `<name>/read|write/<id>`: a readers-writer lock's. */
+function classify(name: string, key: string): { mode?: 'read' | 'write' } | undefined {
+  const rest = key.slice(name.length + 1);
+  if (HEX.test(rest)) return {};
+  const m = /^(read|write)\/([0-9a-f]+)$/.exec(rest);
+  return m ? { mode: m[1] as 'read' | 'write' } : undefined;
+}
+
 async function snapshot(client: Client, name: string, signal: AbortSignal): Promise<Snapshot> {
-  const { participants, revision } = await listParticipants(client, name, { signal });
-  const leases = await Promise.all(participants.map((kv) => client.leaseTimeToLive(kv.lease, { signal })));
-  const all = participants.map(
-    (kv, i): Participant => ({
+  const prefix = Buffer.from(`${name}/`);
+  const r = await client.range({ key: prefix, rangeEnd: prefixEnd(prefix), sortOrder: SortOrder.ASCEND, sortTarget: SortTarget.CREATE }, { signal });
+  const revision = r.header.revision;
+  // Keys without a lease are stray data, and keys of nested names are not ours: neither is shown.
+  const found = r.kvs.flatMap((kv) => {
+    const c = kv.lease === 0n ? undefined : classify(name, kv.key.toString());
+    return c ? [{ kv, mode: c.mode }] : [];
+  });
+  const rw = found.filter((f) => f.mode !== undefined);
+  const queue = rw.length > 0 && rw.length === found.length ? rw : found.filter((f) => f.mode === undefined);
+  // One TimeToLive per lease: a lease that vanished meanwhile shows as expired, not as an error.
+  const leases = await Promise.all(queue.map(({ kv }) => client.leaseTimeToLive(kv.lease, { signal }).catch(() => ({ ttl: -1, grantedTtl: 0 }))));
+  const all = queue.map(
+    ({ kv, mode }, i): Participant => ({
       key: kv.key.toString(),
+      ...(mode ? { mode } : {}),
       lease: kv.lease.toString(16),
       ttl: leases[i]!.ttl,
       grantedTtl: leases[i]!.grantedTtl,
@@ -105,13 +136,36 @@ async function snapshot(client: Client, name: string, signal: AbortSignal): Prom
       value: kv.value.toString('utf8'),
     }),
   );
-  return { name, revision, owner: all[0] ?? null, waiting: all.slice(1) };
+  let held = all.length > 0 ? 1 : 0;
+  let kind: Snapshot['kind'] = 'lock';
+  let permits: number | undefined;
+  if (all.length > 0 && all[0]!.mode !== undefined) {
+    kind = 'rwlock';
+    // The oldest writer holds alone; otherwise every reader older than the first writer holds.
+    const firstWriter = all.findIndex((p) => p.mode === 'write');
+    held = firstWriter === 0 ? 1 : firstWriter < 0 ? all.length : firstWriter;
+  } else if (all.length > 0 && all.every((p) => /^[1-9][0-9]*$/.test(p.value) && p.value === all[0]!.value)) {
+    kind = 'semaphore';
+    permits = Number(all[0]!.value);
+    held = Math.min(permits, all.length);
+  }
+  return { name, kind, ...(permits ? { permits } : {}), revision, owner: all[0] ?? null, holders: all.slice(0, held), waiting: all.slice(held) };
 }
 
 function render(s: Snapshot): string[] {
   if (!s.owner) return [`${s.name}: free, nobody waiting (at revision ${s.revision})`];
-  const head = `${s.name}: owned by ${s.owner.key}, ${s.waiting.length} waiting (at revision ${s.revision})`;
-  const withValues = [s.owner, ...s.waiting].some((p) => p.value !== '');
+  const what =
+    s.kind === 'semaphore'
+      ? `semaphore, ${s.holders.length} of ${s.permits} permits held`
+      : s.kind === 'rwlock'
+        ? s.holders[0]!.mode === 'write'
+          ? `write-locked by ${s.owner.key}`
+          : `read-locked by ${s.holders.length} reader${s.holders.length === 1 ? '' : 's'}`
+        : `owned by ${s.owner.key}`;
+  const head = `${s.name}: ${what}, ${s.waiting.length} waiting (at revision ${s.revision})`;
+  // A semaphore's values are its permit count, already in the heading.
+  const withValues = s.kind !== 'semaphore' && [...s.holders, ...s.waiting].some((p) => p.value !== '');
+  const holderRole = (p: Participant): string => (s.kind === 'semaphore' ? 'permit' : p.mode === 'write' ? 'writer' : p.mode === 'read' ? 'reader' : 'owner');
   const row = (role: string, p: Participant): string[] => [
     role,
     p.key,
@@ -123,8 +177,8 @@ function render(s: Snapshot): string[] {
   ];
   const rows = [
     ['ROLE', 'KEY', 'LEASE', 'TTL', 'TOKEN', 'AGE', ...(withValues ? ['VALUE'] : [])],
-    row('owner', s.owner),
-    ...s.waiting.map((p, i) => row(`#${i + 1}`, p)),
+    ...s.holders.map((p) => row(holderRole(p), p)),
+    ...s.waiting.map((p, i) => row(`#${i + 1}${p.mode ? ` ${p.mode}` : ''}`, p)),
   ];
   return [head, ...table(rows)];
 }

@@ -38,20 +38,52 @@ export const COMMON_HELP = `Connection options (as etcdctl; each also read from 
 type Spec = Record<string, { type: 'string' | 'boolean'; short?: string }>;
 type Values<O extends Spec> = { [K in keyof O]?: O[K]['type'] extends 'string' ? string : boolean };
 
-/** parseArgs, with its errors turned into usage errors (exit 2). */
+/** parseArgs, with its errors turned into usage errors (exit 2) in our own words. */
 export function parse<O extends Spec>(args: string[], options: O): { values: Values<O>; positionals: string[] } {
   try {
-    const { values, positionals } = parseArgs({ args, options, allowPositionals: true, strict: true });
+    const { values, positionals } = parseArgs({ args: attachDashValues(args, options), options, allowPositionals: true, strict: true });
     return { values: values as Values<O>, positionals };
   } catch (err) {
     const e = err as Error & { code?: string };
-    if (e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') {
-      const opt = /'([^']+)'/.exec(e.message)?.[1] ?? e.message;
-      throw new UsageError(`unknown option ${opt}`);
+    // The option as parseArgs quotes it: '--ttl <value>', or '-l, --listen' for one with a short
+    // form, whose long name is the one to show.
+    const opt = /'(?:-[^-' ], )?(-[^' ]*)/.exec(e.message)?.[1] ?? e.message;
+    if (e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') throw new UsageError(`unknown option ${opt}`);
+    if (e.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
+      if (/argument missing/.test(e.message)) throw new UsageError(`${opt} needs a value`);
+      if (/does not take an argument/.test(e.message)) throw new UsageError(`${opt} takes no value`);
     }
-    if (e.code?.startsWith('ERR_PARSE_ARGS')) throw new UsageError(e.message.split('. ')[0]!);
+    if (e.code?.startsWith('ERR_PARSE_ARGS')) throw new UsageError(e.message.split(/\.\s/)[0]!);
     throw err;
   }
+}
+
+/**
+ * parseArgs refuses `--ttl -1` as ambiguous (is -1 a value or an option?). A value that starts with
+ * one dash and is not one of our short options is a value: `--ttl -1` reads as `--ttl=-1`, so the
+ * option's own check explains what is wrong with it. An option in its place (`--endpoints --debug`)
+ * means the value was forgotten.
+ */
+function attachDashValues(args: string[], options: Spec): string[] {
+  const shorts = new Set(Object.values(options).flatMap((o) => (o.short === undefined ? [] : [`-${o.short}`])));
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    if (arg === '--') {
+      out.push(...args.slice(i));
+      break;
+    }
+    const name = arg.startsWith('--') && !arg.includes('=') ? arg.slice(2) : undefined;
+    const next = args[i + 1];
+    if (name === undefined || !Object.hasOwn(options, name) || options[name]!.type !== 'string' || next === undefined || !next.startsWith('-') || next === '-') {
+      out.push(arg);
+      continue;
+    }
+    if (next.startsWith('--') || shorts.has(next)) throw new UsageError(`--${name} needs a value, but ${next} follows it`);
+    out.push(`--${name}=${next}`);
+    i++;
+  }
+  return out;
 }
 
 /** Splits `args` at the first `--`: our arguments before it, the command to run after it. */
@@ -70,12 +102,19 @@ export function nameArg(name: string | undefined, what: string): string {
   }
 }
 
+/** etcd's smallest lease TTL with its default election timeout (1 s): 1.5 election timeouts, rounded up. */
+export const MIN_TTL = 2;
+
 /** A lease TTL in whole seconds (etcdctl's --ttl). */
 export function ttlArg(raw: string | undefined, fallback: number): number {
   if (raw === undefined) return fallback;
   const n = /^\d+$/.test(raw) ? Number(raw) : NaN;
   if (!Number.isSafeInteger(n) || n < 1 || n > MAX_TTL) {
-    throw new UsageError(`--ttl must be a whole number of seconds from 1 to ${MAX_TTL}, got "${raw}"`);
+    throw new UsageError(`--ttl must be a whole number of seconds from ${MIN_TTL} to ${MAX_TTL}, got "${raw}"`);
+  }
+  if (n < MIN_TTL) {
+    // etcd grants at least its minimum TTL (1.5 election timeouts, rounded up: 2 s by default).
+    throw new UsageError(`--ttl ${raw} is below etcd's minimum lease TTL, which etcd would silently use instead; use --ttl ${MIN_TTL} or more`);
   }
   return n;
 }

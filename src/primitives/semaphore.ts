@@ -1,0 +1,228 @@
+import { InvalidArgumentError } from '../client/errors.js';
+import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type RangeRequest } from '../client/kv.js';
+import { PermitCountConflictError, PermitLostError } from '../errors.js';
+import { isParticipantKey, participantKey, prefixOf, validateName } from '../keys.js';
+import type { Session } from '../session.js';
+import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
+import { OwnerHandleBase, type OwnerHandle } from '../queue/ownership.js';
+import { ourKeyStands, ticketLost, unpooledCopy } from '../queue/predecessor.js';
+import type { Ticket, TicketSpec } from '../queue/ticket.js';
+import type { Blocker, LostErrorFactory, TurnRule } from '../queue/turn.js';
+
+/**
+ * The most permits a semaphore may have: a waiter at the head of the queue checks every holder in
+ * one Txn, and etcd allows 128 compares per Txn (`--max-txn-ops`), two per holder.
+ */
+export const MAX_PERMITS = 60;
+
+const permitLost = (key: string) => (message: string, cause?: unknown) =>
+  new PermitLostError(message, key, cause === undefined ? undefined : { cause });
+
+/**
+ * A fair counting semaphore: at most `permits` sessions hold a permit at once, and permits go in
+ * the order of the keys' CreateRevision. One key per session, `<name>/<lease hex>`, whose value is
+ * the permit count, so that a participant using another count is refused with a clear error.
+ *
+ * One release wakes at most one waiter: the first waiter (the head) watches the prefix for deletes;
+ * every other waiter watches only the waiter just before it, which writes its key once when it
+ * takes a permit. So a release costs O(1) requests and events however long the queue.
+ */
+export class Semaphore {
+  readonly name: string;
+  /** This session's key: `<name>/<lease id in hex>`. */
+  readonly key: string;
+  readonly permits: number;
+
+  constructor(
+    readonly session: Session,
+    name: string,
+    options: { permits: number },
+  ) {
+    this.name = validateName(name, 'semaphore name');
+    const permits = options?.permits;
+    if (!Number.isInteger(permits) || permits < 1 || permits > MAX_PERMITS) {
+      throw new InvalidArgumentError(`permits must be an integer from 1 to ${MAX_PERMITS}, got ${String(permits)}`);
+    }
+    this.permits = permits;
+    this.key = participantKey(this.name, session.leaseId);
+  }
+
+  /**
+   * Waits for a permit. Resolves once our key is confirmed to be among the `permits` oldest and
+   * still on our lease. Fails at once with SessionExpiredError if the session is lost while
+   * waiting, and with PermitCountConflictError if another participant uses another count; on
+   * abort or any error our key is deleted.
+   */
+  acquire(options: AcquireOptions = {}): Promise<PermitHandle> {
+    return acquire(this.queue(), options);
+  }
+
+  /** Takes a permit if one is free right now; otherwise returns null and leaves no key behind. */
+  tryAcquire(): Promise<PermitHandle | null> {
+    return tryAcquire(this.queue());
+  }
+
+  private queue(): QueueSpec<PermitHandle> {
+    const { session, name, permits } = this;
+    const prefix = Buffer.from(prefixOf(name));
+    const range = { key: prefix, rangeEnd: prefixEnd(prefix) };
+    const ticket: TicketSpec = {
+      key: this.key,
+      value: Buffer.from(String(permits)),
+      count: range,
+      // Fewer than `permits` others under the prefix: a permit is ours at once.
+      first: (n) => n <= BigInt(permits),
+      // Two keys in key order (unsorted: O(1)), to check that a peer uses the same count.
+      peek: { ...range, limit: 2n },
+    };
+    return {
+      session,
+      ticket,
+      rule: (t, lost) => permitRule(session, name, permits, t, lost),
+      lostError: permitLost,
+      prepare: async (t) => {
+        for (const kv of t.peeked) {
+          if (kv.key.toString() === t.key || !isParticipantKey(prefix, kv.key) || kv.value.toString() === String(permits)) continue;
+          throw new PermitCountConflictError(name, permits, kv.key.toString(), kv.value.toString());
+        }
+      },
+      hold: (own) => new HeldPermit(own),
+    };
+  }
+}
+
+/** A participant older than us, as a keys-only read reports it (no lease from etcd 3.7 on). */
+interface Older {
+  key: Buffer;
+  createRevision: bigint;
+  modRevision: bigint;
+}
+
+/**
+ * "Among the `permits` oldest". The head (exactly `permits` older) waits for any delete under the
+ * prefix; a waiter further back waits for the waiter just before it to change: leave, or take a
+ * permit, which it marks by writing its key once. A waiter whose turn came writes that mark.
+ */
+function permitRule(session: Session, name: string, permits: number, ticket: Ticket, lost: LostErrorFactory): TurnRule {
+  const prefix = Buffer.from(prefixOf(name));
+  const end = prefixEnd(prefix);
+  // Incarnations found to have no lease (stray data): never counted again in this wait.
+  const strays = new Set<string>();
+  const id = (k: { key: Buffer; createRevision: bigint }) => `${k.createRevision}/${k.key.toString('latin1')}`;
+  const olderPage = (maxCreate: bigint): RangeRequest => ({
+    key: prefix,
+    rangeEnd: end,
+    sortOrder: SortOrder.DESCEND,
+    sortTarget: SortTarget.CREATE,
+    maxCreateRevision: maxCreate,
+    limit: BigInt(permits + 2),
+    keysOnly: true,
+  });
+  /** Up to `permits + 1` participants older than us, newest first; our key checked in the same Txn. */
+  const older = async (signal: AbortSignal): Promise<Older[]> => {
+    const t = await session.client.txn(
+      { compare: ourKeyStands(session, ticket), success: [op.range(olderPage(ticket.rev - 1n))], failure: [] },
+      { idempotent: true, signal },
+    );
+    if (!t.succeeded) return ticketLost(session, ticket, lost, signal);
+    const found: Older[] = [];
+    let page = txnRange(t, 0);
+    for (;;) {
+      for (const kv of page.kvs) {
+        if (isParticipantKey(prefix, kv.key) && !strays.has(id(kv))) {
+          found.push({ key: unpooledCopy(kv.key), createRevision: kv.createRevision, modRevision: kv.modRevision });
+        }
+      }
+      const last = page.kvs[page.kvs.length - 1];
+      if (found.length > permits || !page.more || !last) return found.slice(0, permits + 1);
+      page = await session.client.range(olderPage(last.createRevision - 1n), { signal });
+    }
+  };
+  /** One Txn: our key stands, and each of `keys` is the same incarnation on some lease (and, with `unchanged`, not written since). */
+  const still = async (keys: Older[], unchanged: boolean, signal: AbortSignal): Promise<boolean> => {
+    const t = await session.client.txn(
+      {
+        compare: [
+          ...ourKeyStands(session, ticket),
+          ...keys.flatMap((k) => [
+            compare.createRevision(k.key, '=', k.createRevision),
+            compare.lease(k.key, '!=', 0n),
+            ...(unchanged ? [compare.modRevision(k.key, '=', k.modRevision)] : []),
+          ]),
+        ],
+        success: [],
+        failure: keys.map((k) => op.get(k.key)),
+      },
+      { idempotent: true, signal },
+    );
+    if (t.succeeded) return true;
+    keys.forEach((k, i) => {
+      const kv = txnRange(t, i).kvs[0];
+      if (kv && kv.createRevision === k.createRevision && kv.lease === 0n) strays.add(id(kv));
+    });
+    return false;
+  };
+  return {
+    async blocker(signal: AbortSignal): Promise<Blocker | null> {
+      const ahead = await older(signal);
+      if (ahead.length < permits) {
+        // Our turn. Mark it on our key: the waiter behind us watches it to learn it may be next.
+        const t = await session.client.txn(
+          {
+            compare: ourKeyStands(session, ticket),
+            success: [op.put(ticket.key, Buffer.from(String(permits)), session.leaseId)],
+            failure: [],
+          },
+          { idempotent: true, signal },
+        );
+        if (!t.succeeded) return ticketLost(session, ticket, lost, signal);
+        return null;
+      }
+      if (ahead.length === permits) {
+        // The head: only a holder leaving (a delete) can give us a permit; newcomers' puts cannot.
+        return { key: prefix, prefix: true, noPut: true, changed: (e) => e.type === 'delete', stillBlocked: (s) => still(ahead, false, s) };
+      }
+      // Further back: wake when the waiter before us leaves or takes a permit (and we may be head).
+      const pred = ahead[0]!;
+      return { key: pred.key, changed: () => true, stillBlocked: (s) => still([pred], true, s) };
+    },
+  };
+}
+
+/** Proof of holding a permit: the same guarantees as a lock's handle. `await using` releases it. */
+export interface PermitHandle extends OwnerHandle {
+  /** Throws PermitLostError unless the permit is still held, checking the session's deadline against the clock now. */
+  assertHeld(): void;
+  /** Releases the permit. Idempotent, and guarded on our CreateRevision. */
+  release(): Promise<void>;
+}
+
+class HeldPermit extends OwnerHandleBase implements PermitHandle {
+  assertHeld(): void {
+    this.own.assert();
+  }
+
+  release(): Promise<void> {
+    return this.own.release();
+  }
+
+  override [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
+  }
+}
+
+/** Runs `fn` while holding a permit of semaphore `name`, and always releases it afterwards. */
+export async function withPermit<T>(
+  session: Session,
+  name: string,
+  permits: number,
+  fn: (permit: PermitHandle) => Promise<T> | T,
+  options: AcquireOptions = {},
+): Promise<T> {
+  const handle = await new Semaphore(session, name, { permits }).acquire(options);
+  try {
+    return await fn(handle);
+  } finally {
+    await handle.release();
+  }
+}
