@@ -1,9 +1,29 @@
 // Hand-rolled SVG bar charts of the contended and election figures (no dependency).
+import { implLabel } from './report.js';
 import type { Results } from './results.js';
 import { ms, num } from './stats.js';
 
-const COLORS: Record<string, string> = { ours: '#2b6cb0', reference: '#a0aec0', etcd3: '#dd6b20' };
-const LABELS: Record<string, string> = { ours: 'ours', reference: 'reference (Go algorithm)', etcd3: 'etcd3 1.1.2' };
+const COLORS: Record<string, string> = { ours: '#2b6cb0', go: '#4a5568', reference: '#a0aec0', etcd3: '#dd6b20' };
+/** The lightest shade of each, for the last of several etcd versions. */
+const LIGHT: Record<string, string> = { ours: '#90cdf4', go: '#a0aec0', reference: '#e2e8f0', etcd3: '#fbd38d' };
+
+/**
+ * The bar colour of `impl` in run `k` of `n` (one run per etcd version): the first run has the
+ * implementation's colour, the last its light shade, and any between them shades evenly spaced
+ * from one to the other, so that every version's bars differ however many there are.
+ */
+function color(impl: string, k: number, n: number): string {
+  const from = COLORS[impl] ?? '#718096';
+  const to = LIGHT[impl] ?? '#cbd5e0';
+  const t = n > 1 ? k / (n - 1) : 0;
+  const channel = (i: number): string => {
+    const [a, b] = [from, to].map((c) => parseInt(c.slice(1 + 2 * i, 3 + 2 * i), 16)) as [number, number];
+    return Math.round(a + (b - a) * t)
+      .toString(16)
+      .padStart(2, '0');
+  };
+  return `#${channel(0)}${channel(1)}${channel(2)}`;
+}
 
 interface Bar {
   label: string;
@@ -24,8 +44,9 @@ interface Panel {
 const esc = (s: string): string => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 function renderPanels(title: string, subtitle: string, panels: Panel[]): string {
-  const width = 760;
-  const labelW = 200;
+  const longest = Math.max(0, ...panels.flatMap((p) => p.bars.map((b) => b.label.length)));
+  const labelW = Math.max(200, Math.ceil(longest * 6.4) + 16);
+  const width = labelW + 560;
   const plotW = 400;
   const barH = 22;
   const gap = 8;
@@ -73,57 +94,65 @@ function renderPanels(title: string, subtitle: string, panels: Panel[]): string 
   ].join('\n');
 }
 
-function caption(r: Results): string {
-  const m = r.meta;
-  return `etcd ${m.etcd}, ${m.members} member${m.members > 1 ? 's' : ''}, fsync on; node ${m.node}; ${m.nproc} cores (${m.cpu}); ${m.date.slice(0, 10)}`;
+function caption(rs: Results[]): string {
+  const m = rs[0]!.meta;
+  const etcd = rs.map((r) => r.meta.etcd).join(' and ');
+  return `etcd ${etcd}, ${m.members} member${m.members > 1 ? 's' : ''}, fsync on; node ${m.node}; ${m.nproc} cores (${m.cpu}); ${m.date.slice(0, 10)}`;
 }
 
-export function contendedSvg(r: Results): string | undefined {
-  const c = r.contended;
-  if (!c || c.length === 0) return undefined;
-  return renderPanels(`Contended lock: ${r.meta.contenders} contenders, empty critical section`, caption(r), [
+/** Bars for each implementation, then (with several runs) each etcd version under it. */
+function bars<T extends { impl: string; client?: string }>(rs: Results[], pick: (r: Results) => T[] | undefined, bar: (x: T) => Omit<Bar, 'label' | 'color'>): Bar[] {
+  const impls = [...new Set(rs.flatMap((r) => (pick(r) ?? []).map((x) => x.impl)))];
+  const out: Bar[] = [];
+  for (const impl of impls) {
+    for (const [k, r] of rs.entries()) {
+      const x = pick(r)?.find((y) => y.impl === impl);
+      if (!x) continue;
+      out.push({ label: rs.length > 1 ? `${implLabel(x)}, etcd ${r.meta.etcd}` : implLabel(x), color: color(impl, k, rs.length), ...bar(x) });
+    }
+  }
+  return out;
+}
+
+export function contendedSvg(runs: Results | Results[]): string | undefined {
+  const rs = (Array.isArray(runs) ? runs : [runs]).filter((r) => r.contended && r.contended.length > 0);
+  if (rs.length === 0) return undefined;
+  return renderPanels(`Contended lock: ${rs[0]!.meta.contenders} contenders, empty critical section`, caption(rs), [
     {
       title: 'Acquisitions per second (higher is better)',
-      bars: c.map((x) => ({ label: LABELS[x.impl]!, value: x.acquisitionsPerSec, color: COLORS[x.impl]!, text: `${num(x.acquisitionsPerSec)}/s` })),
+      bars: bars(rs, (r) => r.contended, (x) => ({ value: x.acquisitionsPerSec, text: `${num(x.acquisitionsPerSec)}/s` })),
     },
     {
       title: 'Wait for the lock, ms: bar p50, whisker p99 (lower is better)',
-      bars: c.map((x) => ({
-        label: LABELS[x.impl]!,
-        value: x.wait.p50,
-        whisker: x.wait.p99,
-        color: COLORS[x.impl]!,
-        text: `p50 ${ms(x.wait.p50)}, p99 ${ms(x.wait.p99)}`,
-      })),
+      bars: bars(rs, (r) => r.contended, (x) => ({ value: x.wait.p50, whisker: x.wait.p99, text: `p50 ${ms(x.wait.p50)}, p99 ${ms(x.wait.p99)}` })),
     },
   ]);
 }
 
-export function electionSvg(r: Results): string | undefined {
-  const e = r.election;
-  if (!e || e.length === 0) return undefined;
+export function electionSvg(runs: Results | Results[]): string | undefined {
+  const rs = (Array.isArray(runs) ? runs : [runs]).filter((r) => r.election && r.election.length > 0);
+  if (rs.length === 0) return undefined;
   const boundOf = (f: Results['electionFloor']): number | undefined => (f ? f.put.p50 + f.watchNotify.p50 + f.get.p50 : undefined);
   const panel = (queued: 'long-before' | '5ms-before', title: string): Panel => {
-    const cold = queued === 'long-before' && r.electionColdFloor !== undefined;
-    const bound = boundOf(cold ? r.electionColdFloor : r.electionFloor);
     const p: Panel = {
       title,
-      bars: e
-        .filter((x) => x.queued === queued)
-        .map((x) => ({
-          label: LABELS[x.impl]!,
-          value: x.handover.p50,
-          whisker: x.handover.p99,
-          color: COLORS[x.impl]!,
-          text: `p50 ${ms(x.handover.p50)}, p99 ${ms(x.handover.p99)} ms`,
-        })),
+      bars: bars(
+        rs,
+        (r) => r.election?.filter((x) => x.queued === queued),
+        (x) => ({ value: x.handover.p50, whisker: x.handover.p99, text: `p50 ${ms(x.handover.p50)}, p99 ${ms(x.handover.p99)} ms` }),
+      ),
     };
+    // The goal's bound, from the first run (with several versions the caption names it).
+    const r = rs[0]!;
+    const cold = queued === 'long-before' && r.electionColdFloor !== undefined;
+    const bound = boundOf(cold ? r.electionColdFloor : r.electionFloor);
     if (bound !== undefined) {
-      p.bound = { value: bound, text: `goal: put + notification + read${cold ? ' (each after 250 ms idle)' : ''} = ${ms(bound)} ms` };
+      const on = rs.length > 1 ? ` on etcd ${r.meta.etcd}` : '';
+      p.bound = { value: bound, text: `goal: put + notification + read${cold ? ' (each after 250 ms idle)' : ''}${on} = ${ms(bound)} ms` };
     }
     return p;
   };
-  return renderPanels("Election handover: leader's resign() to the next campaign() resolving", caption(r), [
+  return renderPanels("Election handover: leader's resign() to the next campaign() resolving", caption(rs), [
     panel('long-before', 'Follower queued long before (250 ms), ms: bar p50, whisker p99'),
     panel('5ms-before', 'Follower queued 5 ms before the resign, ms: bar p50, whisker p99'),
   ]);

@@ -5,10 +5,12 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Etcd3, EtcdLockFailedError } from 'etcd3';
 import { Client, Mutex, Session } from '../src/index.js';
 import { endpointsFor, etcd3Hosts, type BenchContext } from './context.js';
+import { mergeSummaries, runGoBench, type GoContendedRound } from './go.js';
 import { GoStyleQueue } from './reference.js';
 import { sleep, summarize, within, type Summary } from './stats.js';
 
-export type LockImpl = 'ours' | 'reference' | 'etcd3';
+/** `go` is etcd's own Go package (interop/go), `reference` our re-implementation of its algorithm. */
+export type LockImpl = 'ours' | 'go' | 'reference' | 'etcd3';
 
 export interface ContendedResult {
   impl: LockImpl;
@@ -28,6 +30,10 @@ export interface ContendedResult {
   failedAttempts?: number;
   /** Keys left under the lock's prefix afterwards (must be 0). */
   keysLeft: number;
+  /** go only: the go.etcd.io/etcd/client/v3 module version. */
+  client?: string;
+  /** go only, over several rounds: wait p50/p99 are n-weighted means of the rounds' (see mergeSummaries). */
+  waitMerged?: boolean;
 }
 
 interface Contender {
@@ -40,30 +46,102 @@ interface Contender {
 export const ETCD3_BACKOFF_MS: [number, number] = [5, 15];
 
 /**
- * Runs every implementation in interleaved rounds (ours, reference, etcd3, ours, ...) so that they
- * share whatever background load the machine has. Contenders stay connected across rounds.
+ * Runs every implementation in interleaved rounds (ours, go, reference, etcd3, ours, ...) so that
+ * they share whatever background load the machine has; with several etcd versions (one context
+ * each, every server running), the versions take turns too, round by round. Our contenders stay
+ * connected across rounds; Go's are a fresh go-interop process per round. Returns one list per
+ * context.
  */
-export async function runContended(ctx: BenchContext, impls: LockImpl[]): Promise<ContendedResult[]> {
-  const rounds = ctx.quick ? 1 : 3;
+export async function runContended(ctxs: BenchContext[], impls: LockImpl[]): Promise<ContendedResult[][]> {
+  const quick = ctxs[0]!.quick;
+  const rounds = quick ? 1 : 3;
   const roundMs = 2000;
-  const runs = new Map<LockImpl, Run>();
+  const runs = ctxs.map(() => new Map<LockImpl, Round>());
   try {
-    for (const impl of impls) runs.set(impl, await Run.create(ctx, impl));
+    for (const [k, ctx] of ctxs.entries()) {
+      for (const impl of impls) runs[k]!.set(impl, impl === 'go' ? new GoRun(ctx) : await Run.create(ctx, impl));
+    }
     for (let r = 0; r < rounds; r++) {
-      for (const impl of impls) {
-        ctx.log(`contended: round ${r + 1}/${rounds}, ${impl}`);
-        await runs.get(impl)!.round(roundMs);
+      for (const [k, ctx] of ctxs.entries()) {
+        for (const impl of impls) {
+          ctx.log(`contended: round ${r + 1}/${rounds}, etcd ${ctx.etcd}, ${impl}`);
+          await runs[k]!.get(impl)!.round(roundMs);
+        }
       }
     }
   } finally {
-    for (const run of runs.values()) await run.close();
+    for (const m of runs) for (const run of m.values()) await run.close();
   }
-  const out: ContendedResult[] = [];
-  for (const impl of impls) out.push(await runs.get(impl)!.result(ctx));
+  const out: ContendedResult[][] = [];
+  for (const [k, ctx] of ctxs.entries()) {
+    const list: ContendedResult[] = [];
+    for (const impl of impls) list.push(await runs[k]!.get(impl)!.result(ctx));
+    out.push(list);
+  }
   return out;
 }
 
-class Run {
+interface Round {
+  round(durationMs: number): Promise<void>;
+  close(): Promise<void>;
+  result(ctx: BenchContext): Promise<ContendedResult>;
+}
+
+/** etcd's own Go package: one go-interop bench-contended process per round. */
+class GoRun implements Round {
+  private readonly rounds: GoContendedRound[] = [];
+  private readonly name: string;
+
+  constructor(private readonly ctx: BenchContext) {
+    this.name = `${ctx.prefix}contended/go`;
+  }
+
+  async round(durationMs: number): Promise<void> {
+    const args = ['bench-contended', `--name=${this.name}`, `--duration=${durationMs}ms`, `--contenders=${this.ctx.contenders}`];
+    this.rounds.push(await runGoBench<GoContendedRound>(this.ctx, args, durationMs + 60_000));
+  }
+
+  async close(): Promise<void> {}
+
+  async result(ctx: BenchContext): Promise<ContendedResult> {
+    const rs = this.rounds;
+    const check = new Client({ endpoints: ctx.endpoints });
+    let keysLeft: number;
+    try {
+      keysLeft = (await check.getPrefix(`${this.name}/`)).kvs.length;
+    } finally {
+      await check.close();
+    }
+    const C = ctx.contenders;
+    const perContender = Array.from({ length: C }, (_, i) => rs.reduce((a, r) => a + (r.perContender[i] ?? 0), 0));
+    const acquisitions = rs.reduce((a, r) => a + r.acquisitions, 0);
+    const elapsedMs = rs.reduce((a, r) => a + r.elapsedMs, 0);
+    const violations = rs.reduce((a, r) => a + r.violations, 0);
+    const mean = acquisitions / C;
+    const result: ContendedResult = {
+      impl: 'go',
+      contenders: C,
+      elapsedMs,
+      acquisitions,
+      acquisitionsPerSec: (acquisitions * 1000) / elapsedMs,
+      wait: mergeSummaries(rs.map((r) => r.wait)),
+      perContender,
+      spread: mean > 0 ? (Math.max(...perContender) - Math.min(...perContender)) / mean : NaN,
+      mutualExclusion: rs.length > 0 && rs.every((r) => r.mutualExclusion) && violations === 0,
+      violations,
+      // Every round used the same name, so each round's count and the final one look at the same
+      // keys: a key left by the first round is in all of them. The most seen at any one time, not
+      // their sum (which counted such a key once per look); a round's leftover whose lease expired
+      // before the final look still counts.
+      keysLeft: Math.max(keysLeft, ...rs.map((r) => r.keysLeft)),
+    };
+    if (rs[0]) result.client = rs[0].client;
+    if (rs.length > 1) result.waitMerged = true;
+    return result;
+  }
+}
+
+class Run implements Round {
   failedAttempts = 0;
   readonly waits: number[] = [];
   readonly perContender: number[];
@@ -75,14 +153,14 @@ class Run {
   private contenders: Contender[] = [];
 
   private constructor(
-    readonly impl: LockImpl,
+    readonly impl: Exclude<LockImpl, 'go'>,
     readonly name: string,
     readonly C: number,
   ) {
     this.perContender = new Array<number>(C).fill(0);
   }
 
-  static async create(ctx: BenchContext, impl: LockImpl): Promise<Run> {
+  static async create(ctx: BenchContext, impl: Exclude<LockImpl, 'go'>): Promise<Run> {
     const run = new Run(impl, `${ctx.prefix}contended/${impl}`, ctx.contenders);
     run.contenders = await Promise.all(Array.from({ length: run.C }, (_, i) => run.contender(ctx, i)));
     return run;

@@ -3,6 +3,8 @@
 export interface BenchContext {
   /** Every member's endpoint. */
   endpoints: string[];
+  /** The server's version (`3.7.3`). */
+  etcd: string;
   members: 1 | 3;
   /** CI mode: short phases, sanity only. */
   quick: boolean;
@@ -10,6 +12,8 @@ export interface BenchContext {
   contenders: number;
   /** A key prefix unique to this run; every phase works under it. */
   prefix: string;
+  /** The built interop/go binary (etcd's own Go concurrency package), when Go is available. */
+  go?: string;
   log(message: string): void;
 }
 

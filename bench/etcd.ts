@@ -3,15 +3,22 @@ import { startEtcd } from '../src/testing/index.js';
 
 export interface BenchEtcd {
   endpoints: string[];
+  /** The server's version as `etcd --version` reports it, e.g. `3.7.3`. */
+  version: string;
   /** etcd's member process ids, to read their CPU time. */
   pids(): number[];
   stop(): Promise<void>;
 }
 
-export async function startBenchEtcd(members: 1 | 3): Promise<BenchEtcd> {
-  const cluster = await startEtcd({ members });
+/**
+ * `version` is `3.4`, `3.7.3`, ...: a version from the cache (`npm run etcd -- install`); without
+ * it, `ETCD_VERSION`, else the newest cached, else `etcd` on PATH (as the tests pick).
+ */
+export async function startBenchEtcd(members: 1 | 3, version?: string): Promise<BenchEtcd> {
+  const cluster = await startEtcd({ members, ...(version ? { version } : {}) });
   return {
     endpoints: cluster.endpoints,
+    version: cluster.version,
     pids: () => cluster.members.map((m) => m.pid).filter((p): p is number => p !== undefined),
     stop: () => cluster.stop(),
   };

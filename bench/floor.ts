@@ -2,7 +2,7 @@
 // Every other figure is judged against these, measured in the same run.
 import { Client } from '../src/index.js';
 import type { BenchContext } from './context.js';
-import { summarize, timedLoop, within, type Summary } from './stats.js';
+import { sleep, summarize, timedLoop, within, type Summary } from './stats.js';
 
 export interface FloorResult {
   /** Sequential Put: one Raft write (fsync) and its round trip. */
@@ -23,7 +23,8 @@ export interface FloorResult {
   watchNotifyFromNextRevision: Summary;
   /**
    * The same, but the watch starts at the read's header revision, as Go's waits do: etcd parks it
-   * in the unsynced group, served by a loop every 100 ms (the trap).
+   * in the unsynced group, served by a loop every 100 ms (the trap). Sampled at random phases of
+   * that loop, so anywhere from 0 to 100 ms.
    */
   watchNotifyFromReadRevision: Summary;
 }
@@ -46,6 +47,9 @@ export async function runFloor(ctx: BenchContext): Promise<FloorResult> {
       notify.push(n.notify);
       after.push(n.afterResponse);
       next.push((await watchNotification(client, key, 'next')).notify);
+      // At a random phase of etcd's 100 ms loop: back to back, each sample would start just after
+      // the tick that ended the previous one and measure ~95 ms every time.
+      await sleep(Math.random() * 100);
       trap.push((await watchNotification(client, key, 'read')).notify);
     }
     await client.delete(`${ctx.prefix}floor/`, { prefix: true });

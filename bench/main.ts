@@ -1,22 +1,29 @@
-// `npm run bench`: starts its own etcd, then measures our library, the `etcd3` package and the
-// floor (raw etcd operations) side by side in one run, and judges the goals.
+// `npm run bench`: starts its own etcd, then measures our library, etcd's own Go package (interop/go),
+// the `etcd3` package and the floor (raw etcd operations) side by side in one run, and judges the
+// goals.
 //
-//   node --import tsx bench/main.ts [--quick] [--members 1|3] [--contenders 8]
+//   node --import tsx bench/main.ts [--quick] [--members 1|3] [--contenders 8] [--etcd 3.4,3.7]
 //        [--only floor,uncontended,contended,election,scale,sessions] [--json out.json]
-//        [--markdown out.md] [--charts docs]
+//        [--markdown out.md] [--charts docs] [--require-go]
+//
+// --etcd with several versions starts one server of each and lets them take turns round by round in
+// the contended and election phases (the other phases run one version after the other); the outputs
+// then hold one run per version and the side-by-side tables (bench/compare.ts renders the same from
+// separate --json files).
 import { randomBytes } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
-import { cpus, availableParallelism } from 'node:os';
+import { cpus, availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Client } from '../src/index.js';
 import { contendedSvg, electionSvg } from './charts.js';
-import { runContended } from './contended.js';
+import { runContended, type LockImpl } from './contended.js';
 import type { BenchContext } from './context.js';
-import { runElection } from './election.js';
-import { startBenchEtcd } from './etcd.js';
+import { runElection, type ElectionImpl } from './election.js';
+import { startBenchEtcd, type BenchEtcd } from './etcd.js';
 import { runFloor } from './floor.js';
-import { renderMarkdown, renderText } from './report.js';
+import { goBinary } from './go.js';
+import { renderMarkdown, renderText, renderVersionsMarkdown, renderVersionsText } from './report.js';
 import { collectChecks, judgeGoals, type Results } from './results.js';
 import { runScale } from './scale.js';
 import { runSessions } from './sessions.js';
@@ -27,8 +34,8 @@ type Phase = (typeof PHASES)[number];
 
 function usage(message: string): never {
   process.stderr.write(
-    `bench: ${message}\nusage: bench/main.ts [--quick] [--members 1|3] [--contenders N] [--only ${PHASES.join(',')}] ` +
-      '[--json FILE] [--markdown FILE] [--charts DIR]\n',
+    `bench: ${message}\nusage: bench/main.ts [--quick] [--members 1|3] [--contenders N] [--etcd VERSION[,VERSION]] ` +
+      `[--only ${PHASES.join(',')}] [--json FILE] [--markdown FILE] [--charts DIR] [--require-go]\n`,
   );
   process.exit(2);
 }
@@ -41,10 +48,12 @@ function options() {
         quick: { type: 'boolean', default: false },
         members: { type: 'string', default: '1' },
         contenders: { type: 'string', default: '8' },
+        etcd: { type: 'string' },
         only: { type: 'string' },
         json: { type: 'string' },
         markdown: { type: 'string' },
         charts: { type: 'string' },
+        'require-go': { type: 'boolean', default: false },
       },
       strict: true,
       allowPositionals: false,
@@ -58,7 +67,9 @@ function options() {
   if (!Number.isInteger(contenders) || contenders < 2 || contenders > 64) usage(`--contenders must be 2..64, got ${parsed.contenders}`);
   const only = parsed.only ? parsed.only.split(',').map((s) => s.trim()) : [...PHASES];
   for (const p of only) if (!(PHASES as readonly string[]).includes(p)) usage(`unknown phase "${p}"`);
-  return { ...parsed, members: members as 1 | 3, contenders, only: new Set(only as Phase[]) };
+  const versions = parsed.etcd ? parsed.etcd.split(',').map((v) => v.trim()) : [undefined];
+  for (const v of versions) if (v !== undefined && !/^\d+\.\d+(\.\d+)?$/.test(v)) usage(`--etcd wants versions like 3.4 or 3.7.3, got "${v}"`);
+  return { ...parsed, members: members as 1 | 3, contenders, only: new Set(only as Phase[]), versions, requireGo: parsed['require-go'] };
 }
 
 async function main(): Promise<number> {
@@ -67,87 +78,137 @@ async function main(): Promise<number> {
   const log = (m: string): void => {
     process.stderr.write(`[bench +${((performance.now() - started) / 1000).toFixed(1)}s] ${m}\n`);
   };
-  log(`starting etcd (${opts.members} member${opts.members > 1 ? 's' : ''})`);
-  const etcd = await startBenchEtcd(opts.members);
-  const results: Results = {
-    meta: {
-      date: new Date().toISOString(),
-      node: process.version,
-      etcd: '?',
-      nproc: availableParallelism(),
-      cpu: cpus()[0]?.model.trim() ?? '?',
-      members: opts.members,
-      contenders: opts.contenders,
-      quick: opts.quick,
-    },
-    goals: [],
-    checks: [],
-    errors: [],
-  };
-  try {
-    const probe = new Client({ endpoints: etcd.endpoints });
-    try {
-      results.meta.etcd = (await probe.status()).version;
-    } finally {
-      await probe.close();
+  const load = loadavg();
+  log(`load average ${load.map((v) => v.toFixed(2)).join(' ')}`);
+  // etcd's own Go package, for the contended and election phases.
+  let go: string | undefined;
+  let goSkipped: string | undefined;
+  if (opts.only.has('contended') || opts.only.has('election')) {
+    log('building interop/go (cached after the first time)');
+    const g = await goBinary();
+    if ('bin' in g) go = g.bin;
+    else {
+      goSkipped = g.error;
+      log(`no Go rows: ${g.error}`);
+      if (opts.requireGo) return 1;
     }
-    const ctx: BenchContext = {
-      endpoints: etcd.endpoints,
-      members: opts.members,
-      quick: opts.quick,
-      contenders: opts.contenders,
-      prefix: `bench/${randomBytes(3).toString('hex')}/`,
-      log,
-    };
-    const phase = async (name: string, fn: () => Promise<void>): Promise<void> => {
+  }
+  const etcds: BenchEtcd[] = [];
+  const runs: Results[] = [];
+  const ctxs: BenchContext[] = [];
+  try {
+    for (const version of opts.versions) {
+      log(`starting etcd${version ? ` ${version}` : ''} (${opts.members} member${opts.members > 1 ? 's' : ''})`);
+      const etcd = await startBenchEtcd(opts.members, version);
+      etcds.push(etcd);
+      const probe = new Client({ endpoints: etcd.endpoints });
+      let served: string;
+      try {
+        served = (await probe.status()).version;
+      } finally {
+        await probe.close();
+      }
+      if (served !== etcd.version) log(`etcd ${etcd.version} reports server version ${served}`);
+      runs.push({
+        meta: {
+          date: new Date().toISOString(),
+          node: process.version,
+          etcd: served,
+          nproc: availableParallelism(),
+          cpu: cpus()[0]?.model.trim() ?? '?',
+          members: opts.members,
+          contenders: opts.contenders,
+          quick: opts.quick,
+          load: { start: load },
+          ...(opts.versions.length > 1 ? { versions: [] } : {}),
+          ...(go || goSkipped ? { go: goSkipped ? { skipped: goSkipped } : {} } : {}),
+        },
+        goals: [],
+        checks: [],
+        errors: [],
+      });
+      ctxs.push({
+        endpoints: etcd.endpoints,
+        etcd: served,
+        members: opts.members,
+        quick: opts.quick,
+        contenders: opts.contenders,
+        prefix: `bench/${randomBytes(3).toString('hex')}/`,
+        ...(go ? { go } : {}),
+        log,
+      });
+    }
+    for (const r of runs) if (r.meta.versions) r.meta.versions = runs.map((x) => x.meta.etcd);
+    const phase = async (name: string, on: Results[], fn: () => Promise<void>): Promise<void> => {
       log(`${name}...`);
       try {
         await fn();
       } catch (err) {
         log(`${name} FAILED: ${(err as Error).stack ?? err}`);
-        results.errors.push({ phase: name, message: (err as Error).message ?? String(err) });
+        for (const r of on) r.errors.push({ phase: name, message: (err as Error).message ?? String(err) });
       }
     };
-    if (opts.only.has('floor')) await phase('floor', async () => void (results.floor = await runFloor(ctx)));
-    if (opts.only.has('uncontended')) await phase('uncontended', async () => void (results.uncontended = await runUncontended(ctx)));
+    const each = async (name: string, fn: (ctx: BenchContext, r: Results) => Promise<void>): Promise<void> => {
+      for (const [k, ctx] of ctxs.entries()) await phase(ctxs.length > 1 ? `${name} (etcd ${ctx.etcd})` : name, [runs[k]!], () => fn(ctx, runs[k]!));
+    };
+    if (opts.only.has('floor')) await each('floor', async (ctx, r) => void (r.floor = await runFloor(ctx)));
+    if (opts.only.has('uncontended')) await each('uncontended', async (ctx, r) => void (r.uncontended = await runUncontended(ctx)));
     if (opts.only.has('contended')) {
-      await phase('contended', async () => void (results.contended = await runContended(ctx, ['ours', 'reference', 'etcd3'])));
-    }
-    if (opts.only.has('election')) {
-      await phase('election', async () => {
-        const e = await runElection(ctx);
-        results.election = e.results;
-        results.electionFloor = e.floor;
-        results.electionColdFloor = e.coldFloor;
+      const impls: LockImpl[] = go ? ['ours', 'go', 'reference', 'etcd3'] : ['ours', 'reference', 'etcd3'];
+      await phase('contended', runs, async () => {
+        const out = await runContended(ctxs, impls);
+        out.forEach((c, k) => (runs[k]!.contended = c));
       });
     }
-    if (opts.only.has('scale')) {
-      results.scale = [];
-      for (const n of opts.quick ? [100, 1000] : [100, 1000, 10_000]) {
-        await phase(`scale/${n}`, async () => void results.scale!.push(await runScale(ctx, n)));
-      }
+    if (opts.only.has('election')) {
+      const impls: ElectionImpl[] = go ? ['ours', 'go', 'reference', 'etcd3'] : ['ours', 'reference', 'etcd3'];
+      await phase('election', runs, async () => {
+        const out = await runElection(ctxs, impls);
+        out.forEach((e, k) => {
+          const r = runs[k]!;
+          r.election = e.results;
+          r.electionFloor = e.floor;
+          r.electionColdFloor = e.coldFloor;
+        });
+      });
     }
-    if (opts.only.has('sessions')) await phase('sessions', async () => void (results.sessions = await runSessions(ctx)));
+    for (const r of runs) {
+      const client = r.contended?.find((x) => x.client)?.client ?? r.election?.find((x) => x.client)?.client;
+      if (client) r.meta.go = { client };
+    }
+    if (opts.only.has('scale')) {
+      await each('scale', async (ctx, r) => {
+        r.scale = [];
+        for (const n of opts.quick ? [100, 1000] : [100, 1000, 10_000]) {
+          await phase(`scale/${n}`, [r], async () => void r.scale!.push(await runScale(ctx, n)));
+        }
+      });
+    }
+    if (opts.only.has('sessions')) await each('sessions', async (ctx, r) => void (r.sessions = await runSessions(ctx)));
   } finally {
-    log('stopping etcd');
-    await etcd.stop();
+    log(`stopping etcd`);
+    for (const e of etcds) await e.stop().catch((err: unknown) => log(`stopping etcd: ${(err as Error).message}`));
   }
-  results.meta.wallMs = performance.now() - started;
-  results.goals = judgeGoals(results);
-  results.checks = collectChecks(results);
-
-  process.stdout.write(`${renderText(results)}\n`);
-  const json = JSON.stringify(results, (_, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2);
+  const end = loadavg();
+  for (const r of runs) {
+    r.meta.wallMs = performance.now() - started;
+    r.meta.load!.end = end;
+    r.goals = judgeGoals(r);
+    r.checks = collectChecks(r);
+  }
+  const several = runs.length > 1;
+  process.stdout.write(`${several ? renderVersionsText(runs) : renderText(runs[0]!)}\n`);
+  const json = JSON.stringify(several ? runs : runs[0], (_, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2);
   if (opts.json) await writeFile(opts.json, `${json}\n`);
-  if (opts.markdown) await writeFile(opts.markdown, renderMarkdown(results));
+  if (opts.markdown) await writeFile(opts.markdown, several ? renderVersionsMarkdown(runs) : renderMarkdown(runs[0]!));
   if (opts.charts) {
-    const c = contendedSvg(results);
-    const e = electionSvg(results);
+    const c = contendedSvg(runs);
+    const e = electionSvg(runs);
     if (c) await writeFile(join(opts.charts, 'bench-contended.svg'), c);
     if (e) await writeFile(join(opts.charts, 'bench-election.svg'), e);
   }
-  log(`done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
-  const failed = results.checks.filter((c) => !c.ok);
+  log(`done in ${((performance.now() - started) / 1000).toFixed(1)} s; load average ${end.map((v) => v.toFixed(2)).join(' ')}`);
+  const failed = runs.flatMap((r) => r.checks.filter((c) => !c.ok));
   if (failed.length > 0) log(`${failed.length} check(s) FAILED`);
   return failed.length > 0 ? 1 : 0;
 }

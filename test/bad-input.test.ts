@@ -36,13 +36,12 @@ async function sessions(n: number, ttl = 30, on: Client = client): Promise<Sessi
 const closeAll = (ss: (Session | undefined)[]): Promise<unknown> => Promise.all(ss.map((s) => s?.close()));
 
 
-/** Rejects, and how long it took (ms). */
-async function timedRejection(p: Promise<unknown>): Promise<{ err: unknown; ms: number }> {
-  const start = performance.now();
+/** The rejection of a promise that must reject. */
+async function rejection(p: Promise<unknown>): Promise<{ err: unknown }> {
   try {
     await p;
   } catch (err) {
-    return { err, ms: performance.now() - start };
+    return { err };
   }
   throw new Error('expected a rejection');
 }
@@ -208,15 +207,15 @@ describe('TTL', () => {
 });
 
 describe('unreachable endpoints', () => {
-  it('nothing listening: UnavailableError naming the endpoint and the cause, within the dial timeout', { timeout: 20_000 }, async () => {
+  // The dial timeout is far above the test's own: only the refusal can end these calls in time.
+  it('nothing listening: UnavailableError on the refusal, naming the endpoint and the cause', { timeout: 20_000 }, async () => {
     const port = await closedPort();
-    const c = new Client({ endpoints: `127.0.0.1:${port}`, dialTimeoutMs: 500 });
+    const c = new Client({ endpoints: `127.0.0.1:${port}`, dialTimeoutMs: 60_000 });
     try {
-      const { err, ms } = await timedRejection(c.get('k'));
+      const { err } = await rejection(c.get('k'));
       assert.ok(err instanceof UnavailableError, String(err));
       assert.match(err.message, new RegExp(`127\\.0\\.0\\.1:${port}`));
       assert.match(err.message, /refused/);
-      assert.ok(ms < 2 * 500 + 1000, `took ${ms} ms`);
       // Sessions and locks fail the same way, without hanging.
       await assert.rejects(Session.create(c, { ttl: 5 }), UnavailableError);
     } finally {
@@ -224,16 +223,17 @@ describe('unreachable endpoints', () => {
     }
   });
 
-  it('a black hole (TCP accepted, nothing ever answers): UnavailableError within the dial timeout, no hang', { timeout: 20_000 }, async () => {
+  it('a black hole (TCP accepted, nothing ever answers): UnavailableError once the dial timeout passes, no hang', { timeout: 20_000 }, async () => {
     const proxy = await startProxy(etcd.endpoints[0]!);
     proxy.blackhole(true);
     const c = new Client({ endpoints: proxy.endpoint, dialTimeoutMs: 500 });
     try {
-      const { err, ms } = await timedRejection(c.get('k'));
+      const { err } = await rejection(c.get('k'));
       assert.ok(err instanceof UnavailableError, String(err));
       assert.match(err.message, new RegExp(proxy.endpoint.replaceAll('.', '\\.')));
-      // One dial timeout to fail, one more for the diagnosis probe; generous slack for a busy CI box.
-      assert.ok(ms < 2 * 500 + 1500, `took ${ms} ms`);
+      // The cause is the dial timeout, and the message says so (not a refusal, not the call's deadline).
+      assert.match(err.message, /nothing answered within 500 ms/);
+      assert.doesNotMatch(err.message, /refused/);
     } finally {
       await c.close();
       await proxy.close();
@@ -250,7 +250,7 @@ describe('unreachable endpoints', () => {
       proxy.blackhole(true);
       const c = new Client({ endpoints: proxy.endpoint, dialTimeoutMs: 500 });
       try {
-        const { err } = await timedRejection(c.get('k'));
+        const { err } = await rejection(c.get('k'));
         assert.match((err as Error).message, /no answer|not answer|timed? ?out|hung/i);
         assert.doesNotMatch((err as Error).message, /TLS|https/);
       } finally {
@@ -262,12 +262,13 @@ describe('unreachable endpoints', () => {
 
   it('several endpoints, none reachable: one error that names them all', { timeout: 20_000 }, async () => {
     const ports = [await closedPort(), await closedPort(), await closedPort()];
-    const c = new Client({ endpoints: ports.map((p) => `127.0.0.1:${p}`), dialTimeoutMs: 500 });
+    // Far above the test's timeout: each endpoint's refusal, not a dial timeout, ends the round.
+    const c = new Client({ endpoints: ports.map((p) => `127.0.0.1:${p}`), dialTimeoutMs: 60_000 });
     try {
-      const { err, ms } = await timedRejection(c.get('k'));
+      const { err } = await rejection(c.get('k'));
       assert.ok(err instanceof UnavailableError, String(err));
       for (const p of ports) assert.match(err.message, new RegExp(`:${p}\\b`));
-      assert.ok(ms < 3 * 500 + 1500, `took ${ms} ms`);
+      assert.match(err.message, /refused/);
     } finally {
       await c.close();
     }
@@ -319,24 +320,23 @@ describe('a member that answers but has no leader', () => {
   });
 
   it('refuses reads instead of serving its stale copy (hasleader)', { timeout: 30_000 }, async () => {
-    const { err, ms } = await timedRejection(onlySurvivor.get('nl/k'));
-    assert.ok(err instanceof Error);
+    const { err } = await rejection(onlySurvivor.get('nl/k'));
+    assert.ok(err instanceof UnavailableError, String(err));
     assert.doesNotMatch(String(err), /v1/);
-    assert.ok(ms < 3000 + 1500, `took ${ms} ms`);
+    // Ended by the member's refusal (no leader), not by the call's deadline.
+    assert.match(err.message, /no (Raft )?leader/);
   });
 
-  it('refuses to grant a session (so no lock can be taken there), within two call budgets, saying there is no leader', { timeout: 30_000 }, async () => {
-    const { err, ms } = await timedRejection(Session.create(onlySurvivor, { ttl: 5 }));
+  it('refuses to grant a session (so no lock can be taken there), saying there is no leader', { timeout: 30_000 }, async () => {
+    const { err } = await rejection(Session.create(onlySurvivor, { ttl: 5 }));
     assert.ok(err instanceof UnavailableError, `expected UnavailableError, got ${String(err)}`);
     assert.match((err as Error).message, /no (Raft )?leader/);
     // Nothing was granted: the survivor still knows of no lease (read without hasleader).
     assert.deepEqual(await noLeaderCheck.leaseLeases(), []);
-    // The grant, then one check whether it was applied after all (retry-safe grant): two call budgets at most.
-    assert.ok(ms < 2 * 3000 + 1500, `took ${ms} ms`);
   });
 
   it('the error says there is no leader and what to check (not just "deadline")', { timeout: 30_000 }, async () => {
-    const { err } = await timedRejection(onlySurvivor.get('nl/k'));
+    const { err } = await rejection(onlySurvivor.get('nl/k'));
     assert.ok(err instanceof UnavailableError, `expected UnavailableError, got ${String(err)}`);
     assert.match((err as Error).message, /no (Raft )?leader/);
     assert.match((err as Error).message, /quorum|majority/);

@@ -1,24 +1,59 @@
 // `npm run bench -- --quick`: the benchmark runs as a child process against its own etcd, exits 0 on
 // its own, and every phase ran with its correctness checks held (mutual exclusion, one leader at a
-// time, FIFO handover, nothing left behind, one keepalive stream). Speeds are not asserted: CI
-// machines vary, and the goals are reported by the bench itself.
+// time, FIFO handover, nothing left behind, one keepalive stream), etcd's own Go package (interop/go)
+// included. Speeds are not asserted: CI machines vary, and the goals are reported by the bench
+// itself. A second run takes two etcd servers in turns (--etcd V,V) and bench/compare.ts renders
+// its JSON side by side.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { buildGoInterop } from '../interop/go-build.js';
+import { etcdVersion } from '../src/testing/index.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
+// The bench builds interop/go itself, but a first build (module downloads) may take minutes: do it
+// here, outside the bench's hang guard. Go >= 1.26 is required (CI installs it).
+before(() => buildGoInterop().then(() => {}), { timeout: 15 * 60_000 });
+
+/**
+ * Runs `node --import tsx <script> ...args` in the repository and returns its exit and output (after
+ * 'close', so the output is complete). `guardMs` is a hang guard, not a timing assertion: the script
+ * must end by itself.
+ */
+async function runScript(script: string, args: string[], guardMs: number): Promise<{ code: number | null; output: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+  child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+  const guard = setTimeout(() => child.kill('SIGKILL'), guardMs);
+  try {
+    const [code, signal] = (await once(child, 'close')) as [number | null, NodeJS.Signals | null];
+    return { code, output: `${script} exit ${code ?? signal}\n--- stdout ---\n${stdout}\n--- stderr ---\n${stderr}` };
+  } finally {
+    clearTimeout(guard);
+  }
+}
+
+/** Runs bench/main.ts with `args`; fails with its output unless it exits 0. */
+async function bench(args: string[], guardMs: number): Promise<string> {
+  const { code, output } = await runScript('bench/main.ts', args, guardMs);
+  assert.equal(code, 0, output);
+  return output;
+}
+
 interface BenchJson {
-  meta: { quick: boolean; etcd: string };
+  meta: { quick: boolean; etcd: string; go?: { client?: string; skipped?: string }; load?: { start: number[]; end?: number[] } };
   floor?: { put: { n: number }; get: { n: number }; watchNotify: { n: number } };
   uncontended?: { ours: { cycles: number; rpcsPerCycle: number }; etcd3: { cycles: number } };
-  contended?: { impl: string; acquisitions: number; mutualExclusion: boolean; violations: number; keysLeft: number; perContender: number[] }[];
-  election?: { impl: string; queued: string; violations: number; keysLeft: number; handover: { n: number } }[];
+  contended?: { impl: string; client?: string; acquisitions: number; mutualExclusion: boolean; violations: number; keysLeft: number; perContender: number[] }[];
+  election?: { impl: string; client?: string; queued: string; violations: number; keysLeft: number; handover: { n: number } }[];
   scale?: { waiters: number; violations: number; keysLeft: number; incomplete?: unknown; rpcsPerRelease: number }[];
   sessions?: { sessions: number; lost: number; keepAliveStreamsOpened: number; hubLeases: number };
   goals: { id: string; met: boolean }[];
@@ -30,24 +65,14 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
   const dir = await mkdtemp(join(tmpdir(), 'bench-test-'));
   const out = join(dir, 'bench.json');
   try {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'bench/main.ts', '--quick', '--json', out], {
-      cwd: root,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    // A hang guard, not a timing assertion: the bench must end by itself.
-    const guard = setTimeout(() => child.kill('SIGKILL'), 230_000);
-    const [code, signal] = (await once(child, 'exit')) as [number | null, NodeJS.Signals | null];
-    clearTimeout(guard);
-    const output = `exit ${code ?? signal}\n--- stdout ---\n${stdout}\n--- stderr ---\n${stderr}`;
-    assert.equal(code, 0, output);
+    const output = await bench(['--quick', '--require-go', '--json', out], 230_000);
 
     const r = JSON.parse(await readFile(out, 'utf8')) as BenchJson;
     assert.equal(r.meta.quick, true);
     assert.match(r.meta.etcd, /^3\./, 'the etcd version was read from the server');
+    assert.equal(r.meta.etcd, await etcdVersion(), 'the etcd the tests pick (ETCD_VERSION, else the newest cached)');
+    assert.match(r.meta.go?.client ?? '', /^v3\./, "etcd's Go package ran, and its version is recorded");
+    assert.equal(r.meta.load?.start.length, 3, 'the load average is recorded');
     assert.deepEqual(r.errors, [], output);
     assert.deepEqual(
       r.checks.filter((c) => !c.ok),
@@ -60,8 +85,10 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
     // uncontended: ours and etcd3 both cycled; ours is lock Txn + unlock Txn
     assert.ok(r.uncontended && r.uncontended.ours.cycles > 0 && r.uncontended.etcd3.cycles > 0, 'uncontended measured');
     assert.equal(r.uncontended.ours.rpcsPerCycle, 2, 'uncontended lock + unlock is two RPCs');
-    // contended: all three implementations, mutual exclusion held in each, nothing left behind
-    assert.deepEqual(r.contended?.map((c) => c.impl).sort(), ['etcd3', 'ours', 'reference']);
+    // contended: all four implementations (the Go package's real one too), mutual exclusion held in
+    // each, nothing left behind
+    assert.deepEqual(r.contended?.map((c) => c.impl).sort(), ['etcd3', 'go', 'ours', 'reference']);
+    assert.match(r.contended.find((c) => c.impl === 'go')!.client ?? '', /^v3\./);
     for (const c of r.contended!) {
       assert.ok(c.acquisitions > 0, `${c.impl}: acquired at least once`);
       assert.equal(c.mutualExclusion, true, `${c.impl}: mutual exclusion`);
@@ -73,8 +100,9 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
         `${c.impl}: total equals acquisitions`,
       );
     }
-    // election: both scenarios for all three, one leader at a time
-    assert.equal(r.election?.length, 6);
+    // election: both scenarios for all four, one leader at a time
+    assert.deepEqual([...new Set(r.election?.map((e) => e.impl))].sort(), ['etcd3', 'go', 'ours', 'reference']);
+    assert.equal(r.election?.length, 8);
     for (const e of r.election!) {
       assert.ok(e.handover.n > 0, `${e.impl}/${e.queued}: measured`);
       assert.equal(e.violations, 0, `${e.impl}/${e.queued}: no follower led before the resign`);
@@ -94,6 +122,31 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
     assert.equal(r.sessions.hubLeases, r.sessions.sessions);
     // every goal is judged (MET or MISSED), none silently skipped
     assert.ok(r.goals.length >= 10, `goals judged: ${r.goals.map((g) => g.id).join(', ')}`);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('--etcd V,V: two servers take turns; the JSON lists both runs; bench/compare.ts renders them side by side', { timeout: 180_000 }, async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'bench-test-'));
+  const out = join(dir, 'bench.json');
+  const md = join(dir, 'bench.md');
+  try {
+    const v = await etcdVersion();
+    const output = await bench(['--quick', '--require-go', '--only', 'contended', '--contenders', '3', '--etcd', `${v},${v}`, '--json', out], 170_000);
+    const runs = JSON.parse(await readFile(out, 'utf8')) as BenchJson[];
+    assert.equal(runs.length, 2, output);
+    for (const r of runs) {
+      assert.equal(r.meta.etcd, v);
+      assert.deepEqual(r.errors, [], output);
+      assert.deepEqual(r.contended?.map((c) => c.impl), ['ours', 'go', 'reference', 'etcd3']);
+      for (const c of r.contended!) assert.equal(c.mutualExclusion, true, `${c.impl}: mutual exclusion`);
+    }
+    const compare = await runScript('bench/compare.ts', [out, '--markdown', md], 60_000);
+    assert.equal(compare.code, 0, compare.output);
+    const text = await readFile(md, 'utf8');
+    assert.match(text, new RegExp(`acq/s ${v.replace(/\./g, '\\.')} \\| acq/s ${v.replace(/\./g, '\\.')}`));
+    assert.match(text, /\| ours ÷ Go \|/);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

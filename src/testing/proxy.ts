@@ -15,6 +15,12 @@ export interface TcpProxy extends AsyncDisposable {
   readonly endpoint: string;
   /** Open client connections. */
   readonly connections: number;
+  /**
+   * Client connections accepted and forwarded since the proxy started, closed ones included: whether
+   * a client tried this endpoint at all, even if it has since given up on it. Connections reset while
+   * {@link TcpProxy.refuse} is on are not counted.
+   */
+  readonly accepted: number;
   /** Reset every open connection (both sides) now; new connections are still accepted. */
   cut(): void;
   /**
@@ -53,6 +59,7 @@ export async function startProxy(target: string, options: StartProxyOptions = {}
   let blackholed = false;
   let refusing = false;
   let closing: Promise<void> | undefined;
+  let accepted = 0;
   const conns = new Set<{ client: Socket; upstream: Socket; pumps: Pump[] }>();
 
   const pump = (from: Socket, to: Socket): Pump => {
@@ -121,6 +128,7 @@ export async function startProxy(target: string, options: StartProxyOptions = {}
       reset(client);
       return;
     }
+    accepted++;
     const upstream = connect({ host, port, allowHalfOpen: true, noDelay: true });
     const conn = { client, upstream, pumps: [pump(client, upstream), pump(upstream, client)] };
     conns.add(conn);
@@ -167,6 +175,9 @@ export async function startProxy(target: string, options: StartProxyOptions = {}
     endpoint: `127.0.0.1:${listenPort}`,
     get connections() {
       return conns.size;
+    },
+    get accepted() {
+      return accepted;
     },
     cut: destroyAll,
     blackhole(on) {

@@ -1,0 +1,229 @@
+// The package as a user gets it (issue 14, items 2 and 4): `npm pack` on a clean copy of the
+// project (its prepack script builds dist from scratch), the tarball's contents checked, then
+// installed into a fresh project (from the tarball; its dependencies from the npm cache or registry)
+// where a README-like program runs against a real etcd as ESM, as CommonJS (`require`, which needs
+// Node >= 20.19), and as TypeScript compiled with --strict under `nodenext`, both module kinds.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { cp, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { type Client } from '../src/index.js';
+import { type EtcdCluster } from '../src/testing/index.js';
+import { etcdForFile } from './helpers.js';
+
+const run = promisify(execFile);
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const TSC = path.join(root, 'node_modules/typescript/bin/tsc');
+const ROOT = 'test/package/';
+let etcd: EtcdCluster;
+let client: Client;
+const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
+
+let work: string;
+let consumer: string;
+let files: string[];
+let pkg: { license?: string; engines?: { node?: string }; exports: Record<string, unknown> };
+
+const [major, minor] = process.versions.node.split('.').map(Number) as [number, number];
+const canRequireEsm = major > 22 || (major === 22 && minor >= 12) || (major === 20 && minor >= 19);
+
+/** npm with a quiet, offline-first configuration (the dependencies are in the cache after `npm ci`). */
+function npm(args: string[], cwd: string): Promise<{ stdout: string; stderr: string }> {
+  return run('npm', [...args, '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], {
+    cwd,
+    maxBuffer: 64 << 20,
+    env: { ...process.env, npm_config_update_notifier: 'false' },
+  });
+}
+
+before(async () => {
+  work = await mkdtemp(path.join(tmpdir(), 'etcd-concurrency-package-'));
+  // Pack a copy holding what a clean checkout holds for the package, so that files lying around in
+  // this working tree (an old dist, scratch files) cannot hide or add anything.
+  const stage = path.join(work, 'stage');
+  const manifest = JSON.parse(await readFile(path.join(root, 'package.json'), 'utf8')) as { files: string[] };
+  await mkdir(stage);
+  for (const f of ['package.json', 'tsconfig.json', 'README.md', 'LICENSE', 'src', 'docs']) {
+    await cp(path.join(root, f), path.join(stage, f), { recursive: true });
+  }
+  assert.ok(manifest.files.includes('dist'), 'files lists dist');
+  await symlink(path.join(root, 'node_modules'), path.join(stage, 'node_modules'), 'dir');
+  const packs = path.join(work, 'packs');
+  await mkdir(packs);
+  const { stdout } = await npm(['pack', '--json', '--pack-destination', packs], stage);
+  // npm prints the prepack script's output before the JSON.
+  const report = JSON.parse(stdout.slice(stdout.indexOf('\n[') + 1)) as { filename: string; files: { path: string }[] }[];
+  files = report[0]!.files.map((f) => f.path);
+  const tarball = path.join(packs, report[0]!.filename);
+
+  consumer = path.join(work, 'consumer');
+  await mkdir(consumer);
+  await writeFile(path.join(consumer, 'package.json'), JSON.stringify({ name: 'consumer', private: true, version: '1.0.0' }));
+  await npm(['install', tarball], consumer);
+  pkg = JSON.parse(await readFile(path.join(consumer, 'node_modules/etcd-concurrency/package.json'), 'utf8')) as typeof pkg;
+});
+
+after(async () => {
+  if (work) await rm(work, { recursive: true, force: true });
+});
+
+/** The README's programs in one: a lock with its fencing token, withLock guarding a Txn, an election. */
+function program(kind: 'esm' | 'cjs' | 'ts'): string {
+  const typed = kind === 'ts';
+  const imports =
+    kind === 'cjs'
+      ? `const { Client, Session, Mutex, withLock, op, Election } = require('etcd-concurrency');\n` +
+        `const testing = require('etcd-concurrency/testing');\n`
+      : `import { Client, Session, Mutex, withLock, op, Election${typed ? ', type LockHandle' : ''} } from 'etcd-concurrency';\n` +
+        `import * as testing from 'etcd-concurrency/testing';\n`;
+  return `${imports}
+async function main()${typed ? ': Promise<void>' : ''} {
+  if (typeof testing.startEtcd !== 'function' || typeof testing.startProxy !== 'function') throw new Error('etcd-concurrency/testing');
+  const prefix = process.env.PREFIX${typed ? '!' : ''};
+  const client = new Client({ endpoints: process.env.ENDPOINTS${typed ? '!' : ''}.split(',') });
+  const session = await Session.create(client, { ttl: 30 });
+
+  const lock${typed ? ': LockHandle' : ''} = await new Mutex(session, prefix + 'locks/card-8801').lock({ signal: AbortSignal.timeout(10_000) });
+  try {
+    lock.assertHeld();
+    // Fencing tokens are bigints: JSON.stringify needs String(token).
+    console.log(JSON.stringify({ token: String(lock.fencingToken) }));
+  } finally {
+    await lock.unlock();
+  }
+
+  const total = await withLock(session, prefix + 'locks/ledger', async (held) => {
+    const r = await client.txn({ compare: [held.ownerCompare()], success: [op.put(prefix + 'ledger/total', '42')], failure: [] });
+    return r.succeeded ? 42 : undefined;
+  });
+  console.log('total', total);
+  await client.delete(prefix + 'ledger/total');
+
+  const election = new Election(session, prefix + 'app/scheduler');
+  const leader = await election.campaign('instance-01');
+  const current = await election.leader();
+  console.log('leader', current?.value);
+  await leader.resign();
+
+  await session.close();
+  await client.close();
+}
+main().then(() => console.log('done'), (err) => { console.error(err); process.exitCode = 1; });
+`;
+}
+
+/** Runs `file` in the consumer project against the test's etcd and checks the program's output. */
+async function runProgram(file: string, scope: string): Promise<void> {
+  const { stdout, stderr } = await run(process.execPath, [file], {
+    cwd: consumer,
+    env: { ...process.env, ENDPOINTS: etcd.endpoints.join(','), PREFIX: fresh(scope) },
+  });
+  const lines = stdout.trimEnd().split('\n');
+  assert.match(lines[0]!, /^\{"token":"\d+"\}$/, stdout + stderr);
+  assert.deepEqual(lines.slice(1), ['total 42', 'leader instance-01', 'done'], stdout + stderr);
+  assert.doesNotMatch(stderr, /Error/, stderr);
+  assert.ok((await client.leaseLeases()).length === 0, 'the program left a lease');
+}
+
+/** A TypeScript project in the consumer: `type` module or commonjs, --strict, nodenext. */
+async function typescriptProject(dir: string, type: 'module' | 'commonjs'): Promise<string> {
+  const projectDir = path.join(consumer, dir);
+  await mkdir(projectDir, { recursive: true });
+  await writeFile(path.join(projectDir, 'package.json'), JSON.stringify({ type }));
+  await writeFile(
+    path.join(projectDir, 'tsconfig.json'),
+    JSON.stringify({
+      compilerOptions: {
+        target: 'ES2022',
+        module: 'nodenext',
+        moduleResolution: 'nodenext',
+        strict: true,
+        outDir: 'out',
+        skipLibCheck: false,
+        types: ['node'],
+        typeRoots: [path.join(root, 'node_modules/@types')],
+      },
+      files: ['main.ts'],
+    }),
+  );
+  await writeFile(path.join(projectDir, 'main.ts'), program('ts'));
+  try {
+    await run(process.execPath, [TSC, '-p', projectDir], { cwd: projectDir });
+  } catch (err) {
+    const e = err as { stdout?: string; stderr?: string };
+    assert.fail(`tsc failed in the ${type} project:\n${e.stdout ?? ''}${e.stderr ?? ''}`);
+  }
+  return path.join(projectDir, 'out/main.js');
+}
+
+describe('npm pack', () => {
+  test('the tarball holds what a user needs and nothing else', () => {
+    for (const f of [
+      'package.json',
+      'README.md',
+      'LICENSE',
+      'dist/index.js',
+      'dist/index.d.ts',
+      'dist/index.d.ts.map',
+      'dist/index.js.map',
+      'dist/testing/index.js',
+      'dist/testing/index.d.ts',
+      'dist/cli/main.js',
+      'src/index.ts',
+    ]) {
+      assert.ok(files.includes(f), `${f} is missing from the package`);
+    }
+    const outside = files.filter((f) => /^(test|bench|chaos|examples|scripts|interop|etcd|scratch|\.ci)\//.test(f) || f.startsWith('.'));
+    assert.deepEqual(outside, [], 'development files in the package');
+    // dist holds the build of src and nothing stale: each compiled file has its source.
+    const stale = files.filter((f) => f.startsWith('dist/') && !files.includes(`src/${f.slice(5).replace(/\.(js|d\.ts)(\.map)?$/, '.ts')}`));
+    assert.deepEqual(stale, [], 'dist files without a source');
+    assert.equal(pkg.license, 'Apache-2.0');
+  });
+
+  test("the README's relative links point at files in the package", async () => {
+    const readme = await readFile(path.join(consumer, 'node_modules/etcd-concurrency/README.md'), 'utf8');
+    const links = [...readme.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)].map((m) => m[1]!).filter((l) => !/^[a-z]+:/i.test(l));
+    assert.ok(links.length > 0);
+    for (const l of links) assert.ok(files.includes(path.posix.normalize(l)), `README links ${l}, which the package does not contain`);
+  });
+
+  test('LICENSE is the Apache License 2.0 text', async () => {
+    const text = await readFile(path.join(consumer, 'node_modules/etcd-concurrency/LICENSE'), 'utf8');
+    assert.match(text, /Apache License\s+Version 2\.0, January 2004/);
+    assert.match(text, /END OF TERMS AND CONDITIONS/);
+  });
+
+  test('both entry points offer import and require', () => {
+    for (const entry of ['.', './testing']) {
+      const conditions = pkg.exports[entry] as Record<string, string>;
+      assert.ok(conditions.types && conditions.import && conditions.default, `${entry}: ${JSON.stringify(conditions)}`);
+    }
+  });
+});
+
+describe('the installed package runs a README program against a real etcd', () => {
+  test('as an ES module (import)', { timeout: 60_000 }, async () => {
+    await writeFile(path.join(consumer, 'esm.mjs'), program('esm'));
+    await runProgram('esm.mjs', 'esm');
+  });
+
+  test('as CommonJS (require), on Node >= 20.19', { timeout: 60_000, skip: !canRequireEsm && 'this Node cannot require() ES modules' }, async () => {
+    await writeFile(path.join(consumer, 'cjs.cjs'), program('cjs'));
+    await runProgram('cjs.cjs', 'cjs');
+  });
+
+  test('TypeScript --strict, nodenext, an ES module project: compiles and runs', { timeout: 120_000 }, async () => {
+    await runProgram(await typescriptProject('ts-esm', 'module'), 'ts-esm');
+  });
+
+  test('TypeScript --strict, nodenext, a CommonJS project: compiles to require() and runs', { timeout: 120_000, skip: !canRequireEsm && 'this Node cannot require() ES modules' }, async () => {
+    const out = await typescriptProject('ts-cjs', 'commonjs');
+    assert.match(await readFile(out, 'utf8'), /require\("etcd-concurrency"\)/);
+    await runProgram(out, 'ts-cjs');
+  });
+});
