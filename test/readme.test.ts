@@ -36,9 +36,9 @@ after(async () => {
   await etcd?.stop();
 });
 
-test('README has examples for Mutex, withLock, Election, runAsLeader and testing', () => {
+test('README has examples for Mutex, withLock, Election, runAsLeader, the recipes and testing', () => {
   const all = blocks.join('\n');
-  for (const api of ['new Mutex(', 'withLock(', 'new Election(', 'runAsLeader(', 'startEtcd(']) {
+  for (const api of ['new Mutex(', 'withLock(', 'new Election(', 'runAsLeader(', 'startEtcd(', 'new Semaphore(', 'new RWMutex(', 'lockAll(', 'withLocks(']) {
     assert.ok(all.includes(api), `README shows ${api}`);
   }
 });

@@ -1,0 +1,219 @@
+import { InvalidArgumentError } from '../client/errors.js';
+import { compare, op, txnRange, type Compare } from '../client/kv.js';
+import { LockLostError } from '../errors.js';
+import { validateName } from '../keys.js';
+import type { AcquireOptions } from '../queue/acquire.js';
+import type { Session } from '../session.js';
+import { Mutex, type LockHandle } from './mutex.js';
+
+/** Options of `lockAll()`: one signal bounds the whole acquisition, every lock included. */
+export type LockAllOptions = AcquireOptions;
+
+/**
+ * Proof of holding several locks at once, taken by {@link lockAll}. One signal, one check and one
+ * unlock for all of them; `await using` unlocks.
+ */
+export interface MultiLockHandle extends AsyncDisposable {
+  /** The lock names in canonical order (by the bytes of the name): the order they were taken in. */
+  readonly names: readonly string[];
+  /** The session every key lives on. */
+  readonly session: Session;
+  /** Each lock's own handle, by name, in canonical order. Unlocking one of them ends this handle's `signal`. */
+  readonly handles: ReadonlyMap<string, LockHandle>;
+  /** Each lock's fencing token (its key's CreateRevision), by name, in canonical order. */
+  readonly fencingTokens: ReadonlyMap<string, bigint>;
+  /**
+   * Aborts as soon as any of the locks is lost (with that lock's LockLostError), or on `unlock()`.
+   * Created on first use, which starts watching every key: until then only the session's deadline
+   * is checked (by `assertHeld()`), as for a single LockHandle.
+   */
+  readonly signal: AbortSignal;
+  /**
+   * Throws unless every lock is still held, checking the session's deadline against the clock now:
+   * the LockLostError of the first lock seen lost (the earliest while `signal` is watched, else the
+   * first in canonical order).
+   */
+  assertHeld(): void;
+  /** One Txn compare per lock: a Txn guarded by all of them applies only while every lock is held. */
+  ownerCompares(): Compare[];
+  /**
+   * Releases every lock, each guarded on its CreateRevision (never a later holder's key). Idempotent.
+   * Releases all of them even when some fail, then throws an AggregateError of the failures (in
+   * canonical order); calling `unlock()` again retries only the locks still held.
+   */
+  unlock(): Promise<void>;
+}
+
+/**
+ * Takes several locks without deadlock: every caller takes them in one canonical order (the bytes
+ * of the name, as etcd orders keys), whatever order it passed, one `Mutex.lock()` after another.
+ * Resolves once every key is confirmed to still be ours. Names are checked (InvalidArgumentError for
+ * an invalid name, a repeated name or an empty list) before anything is written. If any lock fails
+ * or `signal` aborts, the locks already taken are released and the original error is rethrown; only
+ * if a release then fails too (etcd unreachable), while the session lives, is it an AggregateError
+ * of the original error and the release failures, with the original as `cause`.
+ *
+ * Like Mutex, a lock already held by this session under the same name is shared, not taken twice:
+ * this handle's unlock releases it too.
+ */
+export async function lockAll(session: Session, names: readonly string[], options: LockAllOptions = {}): Promise<MultiLockHandle> {
+  const ordered = canonicalNames(names);
+  const mutexes = ordered.map((name) => new Mutex(session, name));
+  const held: LockHandle[] = [];
+  try {
+    for (const m of mutexes) held.push(await m.lock(options));
+    // A lock taken first may have been lost while we waited for the later ones: confirm them all now.
+    if (held.length > 1) await confirmAll(session, held, options.signal);
+  } catch (err) {
+    throw await releaseAfter(err, session, held);
+  }
+  return new MultiLock(session, ordered, held);
+}
+
+/** Runs `fn` while holding every lock in `names`, and always unlocks them all afterwards. */
+export async function withLocks<T>(
+  session: Session,
+  names: readonly string[],
+  fn: (locks: MultiLockHandle) => Promise<T> | T,
+  options: LockAllOptions = {},
+): Promise<T> {
+  const locks = await lockAll(session, names, options);
+  try {
+    return await fn(locks);
+  } finally {
+    await locks.unlock();
+  }
+}
+
+/** Validates the names and sorts them by bytes; throws on a repeat or an empty list. */
+function canonicalNames(names: readonly string[]): string[] {
+  if (!Array.isArray(names)) throw new InvalidArgumentError(`lock names must be an array of strings, got ${typeof names}`);
+  if (names.length === 0) throw new InvalidArgumentError('lockAll needs at least one lock name; got an empty list');
+  const seen = new Set<string>();
+  const entries = names.map((n: unknown) => {
+    const name = validateName(n, 'lock name');
+    if (seen.has(name)) throw new InvalidArgumentError(`lock name "${name}" is given twice; pass each name once`);
+    seen.add(name);
+    return { name, bytes: Buffer.from(name) };
+  });
+  // Bytes, not UTF-16 code units: the two orders differ past U+FFFF, and bytes are what any other client can agree on.
+  return entries.sort((a, b) => Buffer.compare(a.bytes, b.bytes)).map((e) => e.name);
+}
+
+/** One read-only Txn proving every key is still the incarnation we created, on our lease. */
+async function confirmAll(session: Session, held: readonly LockHandle[], signal: AbortSignal | undefined): Promise<void> {
+  const t = await session.client.txn(
+    {
+      compare: held.flatMap((h) => [h.ownerCompare(), compare.lease(h.key, '=', session.leaseId)]),
+      success: [],
+      failure: held.map((h) => op.get(h.key)),
+    },
+    { idempotent: true, signal },
+  );
+  if (t.succeeded) return;
+  const lost = held.find((h, i) => {
+    const kv = txnRange(t, i).kvs[0];
+    return kv === undefined || kv.createRevision !== h.fencingToken || kv.lease !== session.leaseId;
+  })!;
+  throw new LockLostError(
+    `${lost.key} (token ${lost.fencingToken}) is no longer owned: its key was deleted or moved off its lease while lockAll waited for the locks after it; nothing is held, call lockAll again`,
+    lost.key,
+  );
+}
+
+/** Releases what a failed lockAll took; the error to throw is `err`, unless a live session keeps a key we could not delete. */
+async function releaseAfter(err: unknown, session: Session, held: readonly LockHandle[]): Promise<unknown> {
+  const failed = (await Promise.allSettled(held.map((h) => h.unlock()))).flatMap((r, i) =>
+    r.status === 'rejected' ? [{ key: held[i]!.key, error: r.reason as unknown }] : [],
+  );
+  // A lost session's lease takes its keys along: nothing is left to report.
+  if (failed.length === 0 || session.signal.aborted) return err;
+  return new AggregateError(
+    [err, ...failed.map((f) => f.error)],
+    `lockAll failed (${String(err)}) and could not release ${failed.map((f) => f.key).join(', ')}: they stay held until the session ends; close the session to free them`,
+    { cause: err },
+  );
+}
+
+class MultiLock implements MultiLockHandle {
+  readonly handles: ReadonlyMap<string, LockHandle>;
+  readonly fencingTokens: ReadonlyMap<string, bigint>;
+  private controller?: AbortController;
+  /** Why the holding ended (the first loss seen, or unlock), once it has. */
+  private ended?: { reason: unknown };
+  private unlocking?: Promise<void>;
+  /** The lock signals we listen to, so that ending removes every listener. */
+  private readonly listening: AbortSignal[] = [];
+  private readonly onLost = (e: Event): void => this.end((e.target as AbortSignal).reason);
+
+  constructor(
+    readonly session: Session,
+    readonly names: readonly string[],
+    private readonly held: readonly LockHandle[],
+  ) {
+    this.handles = new Map(held.map((h, i) => [names[i]!, h]));
+    this.fencingTokens = new Map(held.map((h, i) => [names[i]!, h.fencingToken]));
+  }
+
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.ended) this.controller.abort(this.ended.reason);
+      for (const h of this.held) {
+        if (this.ended) break;
+        const s = h.signal; // starts watching that key
+        if (s.aborted) this.end(s.reason);
+        else {
+          s.addEventListener('abort', this.onLost, { once: true });
+          this.listening.push(s);
+        }
+      }
+    }
+    return this.controller.signal;
+  }
+
+  assertHeld(): void {
+    if (!this.ended) {
+      try {
+        for (const h of this.held) h.assertHeld();
+      } catch (err) {
+        this.end(err);
+      }
+    }
+    if (this.ended) throw this.ended.reason;
+  }
+
+  ownerCompares(): Compare[] {
+    return this.held.map((h) => h.ownerCompare());
+  }
+
+  unlock(): Promise<void> {
+    // Work under `signal` must stop before the first key goes.
+    if (!this.ended) this.end(new LockLostError(`locks ${this.names.join(', ')} were released by unlock()`, this.held[0]!.key));
+    return (this.unlocking ??= this.releaseAll());
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.unlock();
+  }
+
+  /** Releases every lock, all of them even when some fail; a failed attempt can be retried. */
+  private async releaseAll(): Promise<void> {
+    const results = await Promise.allSettled(this.held.map((h) => h.unlock()));
+    const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ name: this.names[i]!, error: r.reason as unknown }] : []));
+    if (failed.length === 0) return;
+    this.unlocking = undefined; // the next unlock() retries; released locks return at once
+    throw new AggregateError(
+      failed.map((f) => f.error),
+      `unlock released ${results.length - failed.length} of ${results.length} locks; ${failed.map((f) => `"${f.name}"`).join(', ')} could not be released (${String(failed[0]!.error)}): call unlock() again to retry (it never deletes a later holder's key), or close the session to free them`,
+    );
+  }
+
+  /** Ends the holding with `reason` and stops listening to every lock's signal. */
+  private end(reason: unknown): void {
+    if (this.ended) return;
+    this.ended = { reason };
+    for (const s of this.listening.splice(0)) s.removeEventListener('abort', this.onLost);
+    this.controller?.abort(reason);
+  }
+}
