@@ -82,3 +82,28 @@ export class PermitLostError extends OwnershipLostError {}
 
 /** A read or write lock of an RWMutex is no longer held: its session was lost, or its key was deleted or replaced. */
 export class RWLockLostError extends LockLostError {}
+
+/**
+ * The double barrier already has `count` members entering: Go's `ErrTooManyClients`. Nothing of
+ * the refused call is left in etcd.
+ */
+export class TooManyClientsError extends EtcdError {
+  constructor(
+    /** The double barrier's name. */
+    readonly barrier: string,
+    /** Its member count. */
+    readonly count: number,
+  ) {
+    super(
+      `double barrier ${barrier} already has its ${count} members: wait until they leave() and enter() again, ` +
+        'or give every member of the group the same larger count',
+    );
+  }
+}
+
+/** Our waiter key was deleted by someone else while enter() waited: the others no longer count us. */
+export class BarrierKeyLostError extends EtcdError {
+  constructor(readonly key: string) {
+    super(`${key} was deleted while waiting in enter(), so the other members no longer count this one; call enter() again`);
+  }
+}

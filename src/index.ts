@@ -41,12 +41,16 @@ export {
   PermitLostError,
   RWLockLostError,
   PermitCountConflictError,
+  TooManyClientsError,
+  BarrierKeyLostError,
   type SessionEndReason,
 } from './errors.js';
 export { Session, MAX_TTL, type SessionOptions } from './session.js';
 export { Mutex, withLock, type LockHandle, type LockOptions } from './primitives/mutex.js';
 export { Semaphore, withPermit, MAX_PERMITS, type PermitHandle } from './primitives/semaphore.js';
 export { RWMutex, type RWLockHandle } from './primitives/rwmutex.js';
+export { Barrier, type BarrierOptions, type BarrierWaitOptions } from './primitives/barrier.js';
+export { DoubleBarrier, type DoubleBarrierWaitOptions } from './primitives/double-barrier.js';
 export { lockAll, withLocks, type MultiLockHandle, type LockAllOptions } from './primitives/multilock.js';
 export type { AcquireOptions } from './queue/acquire.js';
 export type { OwnerHandle } from './queue/ownership.js';

@@ -38,7 +38,7 @@ after(async () => {
 
 test('README has examples for Mutex, withLock, Election, runAsLeader, the recipes and testing', () => {
   const all = blocks.join('\n');
-  for (const api of ['new Mutex(', 'withLock(', 'new Election(', 'runAsLeader(', 'startEtcd(', 'new Semaphore(', 'new RWMutex(', 'lockAll(', 'withLocks(']) {
+  for (const api of ['new Mutex(', 'withLock(', 'new Election(', 'runAsLeader(', 'startEtcd(', 'new Semaphore(', 'new RWMutex(', 'lockAll(', 'withLocks(', 'new Barrier(', 'new DoubleBarrier(']) {
     assert.ok(all.includes(api), `README shows ${api}`);
   }
 });

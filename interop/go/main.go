@@ -1,6 +1,7 @@
 // Command go-interop drives etcd's own Go package go.etcd.io/etcd/client/v3/concurrency (Session,
-// Mutex, Election), so that this project's tests can run Go and TypeScript contenders side by side
-// on one etcd, and so that `npm run bench` can measure the real Go package.
+// Mutex, Election) and its experimental/recipes (Barrier, DoubleBarrier, RWMutex), so that this
+// project's tests can run Go and TypeScript contenders side by side on one etcd, and so that
+// `npm run bench` can measure the real Go package.
 //
 //	go-interop [--endpoints=127.0.0.1:2379,...] [--ttl=60] [serve]
 //	go-interop [--endpoints=...] [--ttl=60] bench-contended [--name=N] [--duration=5s] [--contenders=8]
@@ -25,7 +26,29 @@
 //	{"id":"g1","op":"leader","name":"N"}               -> {"event":"leader","key":..,"value":..,"rev":..} or {"event":"no-leader"}
 //	{"id":"o1","op":"observe","name":"N"}              -> {"event":"observed","key":..,"value":..,"rev":<create>,"mod":<mod rev>} per change,
 //	                                                      {"event":"observe-ended"} when Observe's channel closes
-//	{"id":"g1","op":"cancel"}                          -> cancels the actor's blocking lock, campaign or observe ("cancelled")
+//
+// The recipes of go.etcd.io/etcd/client/v3/experimental/recipes (their calls take no context: a
+// "cancel" or shutdown stops waiting for one, which is then abandoned and runs on until it returns or
+// the process exits):
+//
+//	{"id":"g1","op":"barrier-hold","name":"N"}         -> {"event":"held","created":true}; created false when Hold found the key
+//	                                                      already there (Go's ErrKeyExists). recipe.Barrier: key N, no lease
+//	{"id":"g1","op":"barrier-release","name":"N"}      -> {"event":"released"} (Barrier.Release: deletes N)
+//	{"id":"g1","op":"barrier-wait","name":"N"}         -> {"event":"waited"} once N is absent (Barrier.Wait)
+//	{"id":"g1","op":"dbarrier-enter","name":"N","n":3} -> {"event":"entered","key":"N/waiters/<ns>","rev":<create rev>} once n members
+//	                                                      entered (recipe.DoubleBarrier on the actor's session, count n), or
+//	                                                      {"event":"too-many","error":"too many clients"} (ErrTooManyClients)
+//	{"id":"g1","op":"dbarrier-leave"}                  -> {"event":"left"} once every member left (DoubleBarrier.Leave)
+//	{"id":"g1","op":"rlock","name":"N"}                -> {"event":"rlocked","key":"N/read/<ns>","rev":<create rev>} (recipe.RWMutex.RLock)
+//	{"id":"g1","op":"wlock","name":"N"}                -> {"event":"wlocked","key":"N/write/<ns>","rev":<create rev>} (RWMutex.Lock)
+//	{"id":"g1","op":"rwunlock"}                        -> {"event":"rwunlocked","key":..,"rev":..} (RUnlock or Unlock, whichever the
+//	                                                      actor holds: it deletes the key)
+//
+// The recipes do not expose their keys: "entered", "rlocked" and "wlocked" report the one key under
+// the name's prefix on the actor's lease, read once the call returned. An actor has at most one
+// double barrier and one RWMutex at a time.
+//
+//	{"id":"g1","op":"cancel"}                          -> cancels the actor's blocking lock, campaign, observe or recipe call ("cancelled")
 //	{"id":"g1","op":"close"}                           -> closes (revokes) the actor's session: {"event":"closed"}
 //
 // Failures are {"id":..,"event":"error","op":..,"error":".."}. When stdin ends (or on SIGTERM or
@@ -52,8 +75,10 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 	"go.uber.org/zap"
 )
 
@@ -98,6 +123,11 @@ type actor struct {
 	session  *concurrency.Session
 	mutex    *concurrency.Mutex
 	election *concurrency.Election
+	dbarrier *recipe.DoubleBarrier
+	rwmutex  *recipe.RWMutex
+	rwKey    string // the RWMutex key we hold, and its create revision
+	rwRev    int64
+	rwRead   bool
 
 	mu      sync.Mutex
 	cancels map[*context.CancelFunc]struct{} // blocking operations in progress
@@ -492,12 +522,135 @@ func (a *actor) run(c command) {
 				a.emit("observe-ended")
 			}
 		}()
+	case "barrier-hold":
+		err := recipe.NewBarrier(a.srv.cli, c.Name).Hold()
+		if err != nil && !errors.Is(err, recipe.ErrKeyExists) {
+			a.fail(c.Op, err)
+			return
+		}
+		a.emit("held", "created", err == nil)
+	case "barrier-release":
+		if err := recipe.NewBarrier(a.srv.cli, c.Name).Release(); err != nil {
+			a.fail(c.Op, err)
+			return
+		}
+		a.emit("released")
+	case "barrier-wait":
+		if err := a.uncancellable(recipe.NewBarrier(a.srv.cli, c.Name).Wait); err != nil {
+			a.fail(c.Op, err)
+			return
+		}
+		a.emit("waited")
+	case "dbarrier-enter":
+		if a.dbarrier != nil {
+			a.fail(c.Op, errors.New("already in a double barrier: dbarrier-leave first"))
+			return
+		}
+		b := recipe.NewDoubleBarrier(a.session, c.Name, c.N)
+		err := a.uncancellable(b.Enter)
+		if errors.Is(err, recipe.ErrTooManyClients) {
+			a.emit("too-many", "error", err.Error())
+			return
+		}
+		if err != nil {
+			a.fail(c.Op, err)
+			return
+		}
+		a.dbarrier = b
+		key, rev, err := a.ownKey(c.Name + "/waiters/")
+		if err != nil {
+			a.fail(c.Op, err)
+			return
+		}
+		a.emit("entered", "key", key, "rev", rev)
+	case "dbarrier-leave":
+		if a.dbarrier == nil {
+			a.fail(c.Op, errors.New("not in a double barrier: dbarrier-enter first"))
+			return
+		}
+		b := a.dbarrier
+		a.dbarrier = nil
+		if err := a.uncancellable(b.Leave); err != nil {
+			a.fail(c.Op, err)
+			return
+		}
+		a.emit("left")
+	case "rlock", "wlock":
+		if a.rwmutex != nil {
+			a.fail(c.Op, errors.New("already holds an RWMutex: rwunlock first"))
+			return
+		}
+		m := recipe.NewRWMutex(a.session, c.Name)
+		lock, sub, event := m.Lock, "/write/", "wlocked"
+		if c.Op == "rlock" {
+			lock, sub, event = m.RLock, "/read/", "rlocked"
+		}
+		if err := a.uncancellable(lock); err != nil {
+			a.fail(c.Op, err)
+			return
+		}
+		key, rev, err := a.ownKey(c.Name + sub)
+		if err != nil {
+			a.fail(c.Op, err)
+			return
+		}
+		a.rwmutex, a.rwKey, a.rwRev, a.rwRead = m, key, rev, c.Op == "rlock"
+		a.emit(event, "key", key, "rev", rev)
+	case "rwunlock":
+		if a.rwmutex == nil {
+			a.fail(c.Op, errors.New("holds no RWMutex"))
+			return
+		}
+		m := a.rwmutex
+		a.rwmutex = nil
+		unlock := m.Unlock
+		if a.rwRead {
+			unlock = m.RUnlock
+		}
+		if err := unlock(); err != nil {
+			a.fail(c.Op, err)
+			return
+		}
+		a.emit("rwunlocked", "key", a.rwKey, "rev", a.rwRev)
 	case "close":
 		a.closeSession()
 		a.emit("closed")
 	default:
 		a.fail(c.Op, fmt.Errorf("unknown op %q", c.Op))
 	}
+}
+
+// uncancellable runs f, a recipe call that takes no context, in its own goroutine, so that "cancel"
+// and shutdown can stop waiting for it (it is abandoned, and runs on until it returns).
+func (a *actor) uncancellable(f func() error) error {
+	ctx, done := a.opContext()
+	defer done()
+	res := make(chan error, 1)
+	go func() { res <- f() }()
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ownKey finds the key a recipe created for this actor: the one key under prefix on its lease.
+func (a *actor) ownKey(prefix string) (string, int64, error) {
+	r, err := a.srv.cli.Get(a.srv.ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return "", 0, err
+	}
+	var found []*mvccpb.KeyValue
+	for _, kv := range r.Kvs {
+		if clientv3.LeaseID(kv.Lease) == a.session.Lease() {
+			found = append(found, kv)
+		}
+	}
+	if len(found) != 1 {
+		return "", 0, fmt.Errorf("found %d keys under %s on lease %x, want 1", len(found), prefix, int64(a.session.Lease()))
+	}
+	return string(found[0].Key), found[0].CreateRevision, nil
 }
 
 // increment is the fenced write: read the counter, then write counter+1 only while our lock key

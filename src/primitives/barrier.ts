@@ -1,0 +1,111 @@
+import type { Client } from '../client/client.js';
+import { retryWhile } from '../client/backoff.js';
+import { CompactedError, EtcdError, isTransient, LeaseNotFoundError } from '../client/errors.js';
+import { compare, op } from '../client/kv.js';
+import { validateName } from '../keys.js';
+import { markLeaseGone, type Session } from '../session.js';
+import type { AcquireOptions } from '../queue/acquire.js';
+
+/** Options of a {@link Barrier}. */
+export interface BarrierOptions {
+  /**
+   * Attach the barrier key to this session's lease, so that the barrier releases itself when the
+   * holder dies (fail open). Default: no lease, as Go's `recipe.Barrier`: the barrier stays held
+   * until someone calls `release()`, whoever dies (fail closed). Either way the key is the same, so
+   * Go processes wait on it and release it as usual.
+   */
+  session?: Session;
+}
+
+/** Options of a wait: `signal` stops waiting (the wait rejects with its reason and closes its watch). */
+export type BarrierWaitOptions = AcquireOptions;
+
+/**
+ * A barrier: one key, `name`, blocks every `wait()` while it exists; `release()` deletes it and
+ * lets every waiter through. The same key and semantics as Go's `recipe.Barrier`
+ * (go.etcd.io/etcd/client/v3/experimental/recipes), so Go and Node processes can hold, wait on
+ * and release one barrier.
+ */
+export class Barrier {
+  /** The barrier key, used exactly as given (Go's `NewBarrier(client, key)`). */
+  readonly name: string;
+  /** The session whose lease the key goes on, if any (see {@link BarrierOptions.session}). */
+  readonly session?: Session;
+
+  /**
+   * @param client - the client the barrier's calls go through.
+   * @param name - the barrier key; Go's `NewBarrier(client, name)` with the same key is the same barrier.
+   * @param options - `session` to put the key on that session's lease (default: no lease, as Go).
+   */
+  constructor(
+    readonly client: Client,
+    name: string,
+    options: BarrierOptions = {},
+  ) {
+    this.name = validateName(name, 'barrier name');
+    if (options.session) this.session = options.session;
+  }
+
+  /**
+   * Holds the barrier: creates its key if absent, with an empty value, as Go's `Hold`. Unlike Go's,
+   * holding a barrier that is already held is not an error: it resolves and leaves the key as it is
+   * (so a retry after a lost answer is safe). With a session whose lease is gone it rejects with
+   * the session's SessionExpiredError.
+   */
+  async hold(): Promise<void> {
+    const lease = this.session?.leaseId ?? 0n;
+    this.session?.assertAlive();
+    // Create only if absent: a held barrier keeps its key, lease and revision.
+    await this.client
+      .txn({ compare: [compare.version(this.name, '=', 0n)], success: [op.put(this.name, '', lease)], failure: [] }, { idempotent: true })
+      .catch((err: unknown) => {
+        if (this.session && err instanceof LeaseNotFoundError) {
+          markLeaseGone(this.session);
+          throw this.session.signal.reason;
+        }
+        throw err;
+      });
+  }
+
+  /**
+   * Releases the barrier: deletes its key (whoever holds it, as Go's `Release`), which lets every
+   * waiter through. Releasing a barrier that is not held does nothing. Not retried when its outcome
+   * is unknown (WriteOutcomeUnknownError): a blind retry could release a later hold.
+   */
+  async release(): Promise<void> {
+    await this.client.delete(this.name);
+  }
+
+  /**
+   * Waits until the barrier is not held: resolves at once if its key is absent, else when the key
+   * is deleted (released, or its lease gone). Go's `Wait`, with a signal. An abort rejects with the
+   * signal's reason and closes the watch; nothing is left in etcd (a wait creates nothing).
+   */
+  async wait(options: BarrierWaitOptions = {}): Promise<void> {
+    const signal = options.signal ?? new AbortController().signal;
+    signal.throwIfAborted();
+    for (;;) {
+      // Watch from "now" (served at once; a start in the past waits for etcd's 100 ms catch-up
+      // loop), then read: a release between the two is seen by the read.
+      const w = this.client.watch(this.name, { noPut: true, signal });
+      try {
+        await w.created;
+        const r = await retryWhile(() => this.client.range({ key: Buffer.from(this.name) }, { signal }), isTransient, signal);
+        if (r.kvs.length === 0) return;
+        for await (const batch of w) {
+          if (batch.events.some((e) => e.type === 'delete')) return;
+        }
+        // The watch ended without an error: only our signal cancels it.
+        signal.throwIfAborted();
+        throw new EtcdError(`barrier ${this.name}: the watch ended unexpectedly; wait again`);
+      } catch (err) {
+        if (signal.aborted) throw signal.reason;
+        // History compacted while the watch resumed after a stream drop: watch from now and read again.
+        // (Go's WaitEvents returns as if released when its watch closes; we never do.)
+        if (!(err instanceof CompactedError)) throw err;
+      } finally {
+        w.cancel();
+      }
+    }
+  }
+}

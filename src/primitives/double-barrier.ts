@@ -1,0 +1,364 @@
+import { Backoff, retryWhile, sleep } from '../client/backoff.js';
+import { CompactedError, EtcdError, InvalidArgumentError, isTransient, LeaseNotFoundError } from '../client/errors.js';
+import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type KeyValue } from '../client/kv.js';
+import { validateName } from '../keys.js';
+import { markLeaseGone, type Session } from '../session.js';
+import { BarrierKeyLostError, TooManyClientsError } from '../errors.js';
+import type { AcquireOptions } from '../queue/acquire.js';
+
+/** Options of enter() and leave(): `signal` stops waiting; the call then deletes our key and closes its watch. */
+export type DoubleBarrierWaitOptions = AcquireOptions;
+
+/** Our membership: our waiter key, its CreateRevision, and the revision at which the barrier opened. */
+interface Entry {
+  key: string;
+  rev: bigint;
+  /** ModRevision of the `<name>/ready` put that let us in: keys created before it are our round. */
+  ready: bigint;
+}
+
+/**
+ * A double barrier: `enter()` waits until `count` members have entered, `leave()` until every one of
+ * them has left. The keys and protocol of Go's `recipe.DoubleBarrier`
+ * (go.etcd.io/etcd/client/v3/experimental/recipes), so Go and Node processes can be members of one
+ * barrier: each member is a key `<name>/waiters/<unique>` on its session's lease, and the member
+ * that completes the count puts `<name>/ready` (no lease), which opens the barrier.
+ *
+ * A member that dies counts as gone once its lease expires (or at once if its session is closed):
+ * in enter() its place frees up for another process; in leave() it counts as having left.
+ *
+ * Differences from Go's recipe, each fixing a way it can hang or leave a key behind:
+ * - enter() and leave() take a signal; an abort or error deletes our key and closes the watch.
+ * - leave() waits only for its own round: the keys created before the barrier opened. Go's Leave
+ *   waits for every key under `waiters/`, including the next round's entrants; a member still in
+ *   Leave then waits for a round that may need that very member to enter: a deadlock.
+ * - The last member out deletes `ready` only if it is still its own round's (guarded on its
+ *   revision), and any member that finds its round empty removes it: Go leaves it behind for good
+ *   when the oldest member dies in Leave.
+ * - A watch that ends early (compaction, failover) is re-established and the state read again; Go's
+ *   WaitEvents returns as if the awaited event had happened.
+ *
+ * enter() counts members exactly as Go does, so that both languages agree on who opens the barrier
+ * and who is refused. That includes members of the previous round still leaving: a process that
+ * enters again before everyone has left may see the next round open with them counted.
+ */
+export class DoubleBarrier {
+  readonly name: string;
+  /** How many members the barrier waits for. */
+  readonly count: number;
+  private readonly readyKey: string;
+  private readonly waiters: string;
+  private entry?: Entry;
+  private busy = false;
+
+  /**
+   * @param session - the member's session: its waiter key lives on this lease, so it goes when the member dies.
+   * @param name - the barrier's name; Go's `NewDoubleBarrier(session, name, count)` with the same name joins it.
+   * @param count - how many members each round waits for; every member must pass the same count.
+   */
+  constructor(
+    readonly session: Session,
+    name: string,
+    count: number,
+  ) {
+    this.name = validateName(name, 'double barrier name');
+    if (!Number.isSafeInteger(count) || count < 1) {
+      throw new InvalidArgumentError(`count must be a whole number of members, 1 or more, got ${count}`);
+    }
+    this.count = count;
+    this.readyKey = `${this.name}/ready`;
+    this.waiters = `${this.name}/waiters/`;
+  }
+
+  /** Our waiter key, `<name>/waiters/<unique>`, from enter() until leave() (else undefined). */
+  get key(): string | undefined {
+    return this.entry?.key;
+  }
+
+  /**
+   * Enters the barrier and waits until `count` members have entered. Rejects with
+   * TooManyClientsError if `count` members are already in, and with the session's
+   * SessionExpiredError if the session is lost meanwhile. On abort or any error our key is deleted.
+   */
+  async enter(options: DoubleBarrierWaitOptions = {}): Promise<void> {
+    if (this.busy || this.entry) {
+      throw new InvalidArgumentError(`double barrier ${this.name}: enter() called twice; leave() before entering again`);
+    }
+    this.busy = true;
+    const stop = stopOn(this.session, options.signal);
+    try {
+      this.entry = await this.join(stop.signal);
+    } finally {
+      stop.dispose();
+      this.busy = false;
+    }
+  }
+
+  /**
+   * Leaves the barrier and waits until every member of this round has left (or died: its key gone
+   * with its lease). Rejects with the session's SessionExpiredError if the session is lost
+   * meanwhile. On abort or any error our key is deleted: to the others, we have left.
+   */
+  async leave(options: DoubleBarrierWaitOptions = {}): Promise<void> {
+    const entry = this.entry;
+    if (this.busy || !entry) {
+      throw new InvalidArgumentError(
+        this.busy
+          ? `double barrier ${this.name}: leave() while enter() or leave() still runs; await it first`
+          : `double barrier ${this.name}: leave() without enter(); enter() first`,
+      );
+    }
+    this.busy = true;
+    const stop = stopOn(this.session, options.signal);
+    try {
+      await this.depart(entry, stop.signal);
+    } catch (err) {
+      // Giving up: our key goes now, or the others would wait for it as long as our session lives.
+      await dropKey(this.session, entry.key, entry.rev);
+      throw stop.signal.aborted ? stop.signal.reason : err;
+    } finally {
+      this.entry = undefined;
+      stop.dispose();
+      this.busy = false;
+    }
+  }
+
+  private async join(stop: AbortSignal): Promise<Entry> {
+    const client = this.session.client;
+    stop.throwIfAborted();
+    // Refused before writing anything when the barrier is full, as Go checks first too.
+    const prefix = Buffer.from(this.waiters);
+    const now = await retryWhile(
+      () => client.range({ key: prefix, rangeEnd: prefixEnd(prefix), countOnly: true }, { signal: stop }),
+      isTransient,
+      stop,
+    );
+    if (now.count >= BigInt(this.count)) throw new TooManyClientsError(this.name, this.count);
+    const mine = await this.createKey();
+    try {
+      stop.throwIfAborted();
+      if (mine.first.length >= this.count) {
+        const last = mine.first[this.count - 1]!.createRevision;
+        if (mine.rev > last) throw new TooManyClientsError(this.name, this.count);
+        // We complete the count: open the barrier for everyone.
+        if (mine.rev === last) return { key: mine.key, rev: mine.rev, ready: await this.open() };
+      }
+      return { key: mine.key, rev: mine.rev, ready: await this.waitOpen(mine, stop) };
+    } catch (err) {
+      await dropKey(this.session, mine.key, mine.rev);
+      throw stop.aborted ? stop.reason : err;
+    }
+  }
+
+  /** The first `count` waiters by CreateRevision: Go's enteredClients, up to the one that opens. */
+  private firstWaiters() {
+    const prefix = Buffer.from(this.waiters);
+    return op.range({
+      key: prefix,
+      rangeEnd: prefixEnd(prefix),
+      sortOrder: SortOrder.ASCEND,
+      sortTarget: SortTarget.CREATE,
+      limit: BigInt(this.count),
+      keysOnly: true,
+    });
+  }
+
+  /**
+   * Creates our waiter key `<name>/waiters/<nanoseconds>` on the session's lease (Go's
+   * newUniqueEphemeralKey) and reads, in the same Txn, the first `count` waiters.
+   */
+  private async createKey(): Promise<{ key: string; rev: bigint; first: KeyValue[] }> {
+    const { client, leaseId } = this.session;
+    for (;;) {
+      const key = `${this.waiters}${uniqueSuffix()}`;
+      const t = await client
+        .txn(
+          {
+            compare: [compare.version(key, '=', 0n)],
+            success: [op.put(key, '', leaseId), this.firstWaiters()],
+            failure: [op.get(key), this.firstWaiters()],
+          },
+          // Guarded on the key's absence, so a retry cannot create a second key. No signal: cancelled
+          // after etcd applied it, it would leave a key nobody knows to delete.
+          { idempotent: true },
+        )
+        .catch((err: unknown) => {
+          if (err instanceof LeaseNotFoundError) {
+            markLeaseGone(this.session);
+            throw this.session.signal.reason;
+          }
+          throw err;
+        });
+      if (t.succeeded) return { key, rev: t.header.revision, first: txnRange(t, 1).kvs };
+      // On our lease: our own first attempt, its answer lost (names never repeat in this process).
+      // Anyone else's: a name clash with another process, so take the next name, as Go does.
+      const kv = txnRange(t, 0).kvs[0];
+      if (kv?.lease === leaseId) return { key, rev: kv.createRevision, first: txnRange(t, 1).kvs };
+    }
+  }
+
+  /** Puts `ready` (no lease, as Go), letting every member through; returns its revision. */
+  private async open(): Promise<bigint> {
+    // No caller signal: once applied the barrier is open for the others anyway. Repeating it is harmless.
+    const t = await retryWhile(
+      () => this.session.client.txn({ compare: [], success: [op.put(this.readyKey, '')], failure: [] }, { idempotent: true }),
+      isTransient,
+      this.session.signal,
+    );
+    return t.header.revision;
+  }
+
+  /** Waits for a put of `ready` after our key was created (an older one is a previous round's). */
+  private async waitOpen(mine: { key: string; rev: bigint }, stop: AbortSignal): Promise<bigint> {
+    const client = this.session.client;
+    for (;;) {
+      // From "now", then a read: a put in between is seen by the read.
+      const w = client.watch(this.readyKey, { noDelete: true, signal: stop });
+      try {
+        await w.created;
+        const t = await retryWhile(
+          () => client.txn({ compare: [], success: [op.get(this.readyKey), op.get(mine.key)], failure: [] }, { idempotent: true, signal: stop }),
+          isTransient,
+          stop,
+        );
+        const ready = txnRange(t, 0).kvs[0];
+        if (ready && ready.modRevision > mine.rev) return ready.modRevision;
+        if (txnRange(t, 1).kvs[0]?.createRevision !== mine.rev) await this.keyLost(mine.key, stop);
+        for await (const batch of w) {
+          const put = batch.events.find((e) => e.kv.modRevision > mine.rev);
+          if (put) return put.kv.modRevision;
+        }
+        stop.throwIfAborted();
+        throw new EtcdError(`double barrier ${this.name}: the watch on ${this.readyKey} ended unexpectedly; enter() again`);
+      } catch (err) {
+        // A compacted resume: watch from now and read again. Anything else ends the wait.
+        if (stop.aborted || !(err instanceof CompactedError)) throw err;
+      } finally {
+        w.cancel();
+      }
+    }
+  }
+
+  /** Our key is gone while we wait: the session's loss if its lease went too, else someone deleted it. */
+  private async keyLost(key: string, stop: AbortSignal): Promise<never> {
+    const lease = await this.session.client.leaseTimeToLive(this.session.leaseId, { signal: stop }).catch(() => undefined);
+    if (lease && lease.ttl <= 0) markLeaseGone(this.session);
+    this.session.assertAlive();
+    throw new BarrierKeyLostError(key);
+  }
+
+  /**
+   * Go's Leave, scoped to our round: the oldest member (lowest ModRevision, as Go picks it) keeps its
+   * key until it is alone, then deletes `ready` and its key; every other member deletes its key at
+   * once. Everyone returns when no key of the round is left.
+   */
+  private async depart(entry: Entry, stop: AbortSignal): Promise<void> {
+    const client = this.session.client;
+    const prefix = Buffer.from(this.waiters);
+    const own = Buffer.from(entry.key);
+    const retrying = <T>(fn: () => Promise<T>): Promise<T> => retryWhile(fn, isTransient, stop);
+    for (;;) {
+      // Every delete under the prefix wakes us: watched from now, then read, so none is missed.
+      const w = client.watch(prefix, { prefix: true, noPut: true, signal: stop });
+      try {
+        await w.created;
+        const events = w[Symbol.asyncIterator]();
+        for (;;) {
+          // Our round: keys created before the barrier opened. Later ones are the next round's
+          // entrants, which Go's Leave waits for too (and can deadlock on).
+          const r = await retrying(() =>
+            client.range({ key: prefix, rangeEnd: prefixEnd(prefix), maxCreateRevision: entry.ready - 1n }, { signal: stop }),
+          );
+          const mine = r.kvs.find((kv) => kv.key.equals(own) && kv.createRevision === entry.rev);
+          const others = r.kvs.filter((kv) => kv !== mine);
+          if (others.length === 0) {
+            // Last out: delete `ready` if it is still our round's (a later round may have put its
+            // own), and our key, in one Txn.
+            const ours = mine ? [op.delete(entry.key)] : [];
+            await retrying(() =>
+              client.txn(
+                { compare: [compare.modRevision(this.readyKey, '=', entry.ready)], success: [op.delete(this.readyKey), ...ours], failure: ours },
+                { idempotent: true },
+              ),
+            );
+            return;
+          }
+          // Not the oldest: leave now, and wait for the rest.
+          if (mine && oldest(r.kvs) !== mine) {
+            await retrying(() =>
+              client.txn({ compare: [compare.createRevision(entry.key, '=', entry.rev)], success: [op.delete(entry.key)], failure: [] }, { idempotent: true }),
+            );
+          }
+          const next = await events.next();
+          if (next.done) {
+            stop.throwIfAborted();
+            throw new EtcdError(`double barrier ${this.name}: the watch on ${this.waiters} ended unexpectedly`);
+          }
+        }
+      } catch (err) {
+        if (stop.aborted || !(err instanceof CompactedError)) throw err;
+      } finally {
+        w.cancel();
+      }
+    }
+  }
+}
+
+/** The key with the lowest ModRevision: the member Go's Leave makes wait for the others. */
+function oldest(kvs: KeyValue[]): KeyValue {
+  return kvs.reduce((a, b) => (b.modRevision < a.modRevision ? b : a));
+}
+
+let lastSuffix = 0n;
+
+/** Go's `time.Now().UnixNano()` in decimal, made strictly increasing within this process. */
+function uniqueSuffix(): bigint {
+  const now = BigInt(Date.now()) * 1_000_000n + (process.hrtime.bigint() % 1_000_000n);
+  lastSuffix = now > lastSuffix ? now : lastSuffix + 1n;
+  return lastSuffix;
+}
+
+/** One signal for "stop waiting": the caller's abort, or the session's loss. */
+function stopOn(session: Session, signal?: AbortSignal): { signal: AbortSignal; dispose(): void } {
+  const c = new AbortController();
+  const onAbort = (): void => c.abort(signal?.aborted ? signal.reason : session.signal.reason);
+  if (signal?.aborted || session.signal.aborted) onAbort();
+  signal?.addEventListener('abort', onAbort, { once: true });
+  session.signal.addEventListener('abort', onAbort, { once: true });
+  return {
+    signal: c.signal,
+    dispose: () => {
+      signal?.removeEventListener('abort', onAbort);
+      session.signal.removeEventListener('abort', onAbort);
+    },
+  };
+}
+
+/**
+ * Deletes our waiter key if it is still the incarnation we created. A key left behind would hold up
+ * every other member for as long as our session lives, so this keeps trying in the background until
+ * it succeeds, the session ends (its lease takes the key along) or the client closes; the call
+ * itself waits for the first attempt only briefly, so that an abort does not hang on an outage.
+ */
+async function dropKey(session: Session, key: string, rev: bigint): Promise<void> {
+  const client = session.client;
+  if (client.closed) return;
+  // No signal: even a session lost to its local deadline may still have the key on the server.
+  const attempt = () => client.txn({ compare: [compare.createRevision(key, '=', rev)], success: [op.delete(key)], failure: [] }, { idempotent: true });
+  const first = attempt();
+  void (async () => {
+    const backoff = new Backoff(100, 2000);
+    for (let next = first; ; next = attempt()) {
+      try {
+        await next;
+        return;
+      } catch {
+        if (session.signal.aborted || client.closed) return;
+        await sleep(backoff.next(), session.signal).catch(() => {});
+      }
+    }
+  })();
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([first.then(() => {}, () => {}), new Promise((resolve) => (timer = setTimeout(resolve, client.dialTimeoutMs)))]);
+  clearTimeout(timer);
+}

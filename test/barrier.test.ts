@@ -1,0 +1,612 @@
+// Barrier and DoubleBarrier against a real single-member etcd: Go's recipe semantics and keys,
+// aborts that leave nothing, members that die, and a mixed fleet with Go's own recipes (driven
+// through interop/go, which also covers its RWMutex commands here). Each test uses its own names.
+//
+// "Still waiting" is asserted only after etcd has answered the calls that precede a wait (counted
+// with its own metrics), followed by one more round trip on the same connection: a call that did
+// not block would have settled by then.
+import { before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Barrier, Client, DoubleBarrier, InvalidArgumentError, Session, SessionExpiredError, TooManyClientsError } from '../src/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
+import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, metric, settle, track, waitFor, type LoggedEvent } from './helpers.js';
+import { GoFleet, buildGoInterop, closeGoFleets } from './go-fleet.js';
+
+const ROOT = 'test/barrier/';
+let etcd: EtcdCluster;
+let client: Client;
+let bin: string;
+const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
+
+before(async () => {
+  bin = await buildGoInterop();
+});
+
+// Hang guards only: every wait below is on an event, a promise or a line from the Go process.
+const T = { timeout: 120_000 };
+
+async function sessions(n: number, ttl = 30): Promise<Session[]> {
+  return Promise.all(Array.from({ length: n }, () => Session.create(client, { ttl })));
+}
+const closeAll = (ss: Session[]): Promise<void[]> => Promise.all(ss.map((s) => s.close()));
+
+const handled = (method: 'Range' | 'Txn'): Promise<number> => grpcHandled(etcd.clientUrls[0]!, method);
+const watchers = (): Promise<number> => metric(etcd.clientUrls[0]!, 'etcd_debugging_mvcc_watcher_total');
+
+/**
+ * Resolves once etcd has answered `n` more `method` calls than `base`, and one more read after them
+ * on the same connection: whatever those answers led to has run by then.
+ */
+async function answered(method: 'Range' | 'Txn', base: number, n: number): Promise<void> {
+  await waitFor(async () => (await handled(method)) >= base + n, `${n} more ${method} answered`);
+  await roundTrip();
+}
+
+/** One read on the shared connection, then a turn of the event loop: answers sent before it have been handled. */
+async function roundTrip(): Promise<void> {
+  await client.get(`${ROOT}round-trip`);
+  await settle();
+}
+
+/** The next put of a waiter key under `name` in `log`, from event index `from`. */
+const waiterPut = (log: EventLog, name: string, from: number): Promise<LoggedEvent> =>
+  log.next((e) => e.type === 'put' && e.key.startsWith(`${name}/waiters/`), from);
+
+/** Enters every member at once; returns them oldest first (by their keys' CreateRevision). */
+async function enterByAge(bs: DoubleBarrier[]): Promise<[DoubleBarrier, DoubleBarrier, DoubleBarrier]> {
+  await Promise.all(bs.map((b) => b.enter()));
+  const rev = new Map<DoubleBarrier, bigint>();
+  for (const b of bs) rev.set(b, (await client.get(b.key!))!.createRevision);
+  return [...bs].sort((a, b) => (rev.get(a)! < rev.get(b)! ? -1 : 1)) as [DoubleBarrier, DoubleBarrier, DoubleBarrier];
+}
+
+async function startGo(t: { diagnostic(m: string): void }): Promise<GoFleet> {
+  const go = new GoFleet(bin, etcd.endpoints, { ttl: 30 });
+  const ready = await go.ready;
+  t.diagnostic(`etcd ${etcd.version}, go.etcd.io/etcd/client/v3 ${String(ready.client)} (experimental/recipes)`);
+  return go;
+}
+
+describe('Barrier', () => {
+  it('hold() creates Go\'s key (the name, empty value, no lease); wait() blocks while held and returns on release()', T, async () => {
+    const name = `${fresh('hold-wait')}b`;
+    const b = new Barrier(client, name);
+    await b.hold();
+    const kv = await client.get(name);
+    assert.ok(kv, 'the key exists while held');
+    assert.equal(kv.value.length, 0);
+    assert.equal(kv.lease, 0n, 'no lease by default, as Go');
+    await b.hold(); // already held: not an error, and the key is left as it is
+    assert.equal((await client.get(name))?.modRevision, kv.modRevision);
+
+    const base = await handled('Range');
+    const waiting = [track(b.wait()), track(new Barrier(client, name).wait())];
+    await answered('Range', base, 2);
+    assert.deepEqual(waiting.map((w) => w.settled), [false, false], 'both wait while the barrier is held');
+    await b.release();
+    await Promise.all(waiting.map((w) => w.promise));
+    assert.equal(await client.get(name), undefined);
+    await b.release(); // releasing a free barrier does nothing
+    await assertNoKeys(client, name);
+  });
+
+  it('wait() on a barrier nobody holds returns at once and keeps no watch', T, async () => {
+    const name = `${fresh('absent')}b`;
+    const w0 = await watchers();
+    await new Barrier(client, name).wait();
+    await waitFor(async () => (await watchers()) === w0, 'the watch closed');
+  });
+
+  it('an aborted wait() rejects with the reason, closes its watch and leaves the barrier as it was', T, async () => {
+    const name = `${fresh('abort-wait')}b`;
+    const b = new Barrier(client, name);
+    await b.hold();
+    await assert.rejects(b.wait({ signal: AbortSignal.abort(new Error('not now')) }), /not now/);
+    const w0 = await watchers();
+    const ac = new AbortController();
+    const base = await handled('Range');
+    const w = track(b.wait({ signal: ac.signal }));
+    await answered('Range', base, 1);
+    assert.equal(w.settled, false);
+    assert.equal(await watchers(), w0 + 1, 'one watch while waiting');
+    ac.abort(new Error('give up'));
+    await assert.rejects(w.promise, /give up/);
+    await waitFor(async () => (await watchers()) === w0, 'the watch closed');
+    assert.ok(await client.get(name), 'still held: an abort changes nothing in etcd');
+    await b.release();
+    await assertNoKeys(client, name);
+  });
+
+  it('with a session the key goes on its lease: the barrier releases itself when the holder\'s session ends', T, async () => {
+    const name = `${fresh('leased')}b`;
+    const [s] = await sessions(1);
+    try {
+      await new Barrier(client, name, { session: s! }).hold();
+      assert.equal((await client.get(name))?.lease, s!.leaseId);
+      const base = await handled('Range');
+      const w = track(new Barrier(client, name).wait());
+      await answered('Range', base, 1);
+      assert.equal(w.settled, false);
+      await s!.close(); // the holder dies: its lease, and the barrier key, go
+      await w.promise;
+      await assert.rejects(new Barrier(client, name, { session: s! }).hold(), SessionExpiredError);
+    } finally {
+      await closeAll([s!]);
+    }
+    await assertNoKeys(client, name);
+  });
+
+  it('names are checked', () => {
+    assert.throws(() => new Barrier(client, ''), InvalidArgumentError);
+    assert.throws(() => new Barrier(client, 'barriers/x/'), InvalidArgumentError);
+  });
+});
+
+describe('DoubleBarrier', () => {
+  it('three members enter together (keys as Go\'s), and nobody leaves before all have left', T, async () => {
+    const name = `${fresh('three')}db`;
+    const ss = await sessions(3);
+    const log = new EventLog(client, `${name}/`);
+    await log.ready;
+    try {
+      const [b1, b2, b3] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [DoubleBarrier, DoubleBarrier, DoubleBarrier];
+      // Entering: each waits (after its count check, its key and its read of `ready`: 2 Txns).
+      let base = await handled('Txn');
+      const e1 = track(b1.enter());
+      await answered('Txn', base, 2);
+      base = await handled('Txn');
+      const e2 = track(b2.enter());
+      await answered('Txn', base, 2);
+      assert.deepEqual([e1.settled, e2.settled], [false, false], 'two of three wait in enter()');
+      await b3.enter();
+      await Promise.all([e1.promise, e2.promise]);
+
+      const keys = [b1.key!, b2.key!, b3.key!];
+      const stored = (await client.getPrefix(`${name}/`)).kvs;
+      for (const [i, k] of keys.entries()) {
+        assert.match(k, new RegExp(`^${name}/waiters/\\d+$`), 'Go\'s layout: <name>/waiters/<unix nanoseconds>');
+        const kv = stored.find((x) => x.key.toString() === k);
+        assert.equal(kv?.lease, ss[i]!.leaseId, 'a waiter key is on its member\'s lease');
+        assert.equal(kv.value.length, 0);
+      }
+      const ready = stored.find((x) => x.key.toString() === `${name}/ready`);
+      assert.ok(ready, 'the third member opened the barrier with <name>/ready');
+      assert.equal(ready.lease, 0n, '<name>/ready has no lease, as Go\'s');
+      assert.deepEqual(
+        stored.map((x) => x.key.toString()).sort(),
+        [...keys, `${name}/ready`].sort(),
+      );
+
+      // Leaving: the second member leaves first (deletes its key), then the oldest, which keeps its key.
+      const l2 = track(b2.leave());
+      await log.deleted(keys[1]!);
+      base = await handled('Range');
+      const l1 = track(b1.leave());
+      await answered('Range', base, 1);
+      assert.deepEqual([l1.settled, l2.settled], [false, false], 'nobody leaves while the third is still inside');
+      assert.ok(await client.get(keys[0]!), 'the oldest member keeps its key until it is alone (Go\'s protocol)');
+      await b3.leave();
+      await Promise.all([l1.promise, l2.promise]);
+      assert.equal(b1.key, undefined);
+    } finally {
+      await log.close();
+      await closeAll(ss);
+    }
+    await assertNoKeys(client, name);
+  });
+
+  it('a member beyond the count is refused with TooManyClientsError and leaves no key', T, async () => {
+    const name = `${fresh('too-many')}db`;
+    const ss = await sessions(4);
+    try {
+      const [b1, b2, b3, b4] = ss.map((s) => new DoubleBarrier(s, name, 2)) as [DoubleBarrier, DoubleBarrier, DoubleBarrier, DoubleBarrier];
+      await Promise.all([b1.enter(), b2.enter()]);
+      await assert.rejects(b3.enter(), (err: unknown) => {
+        assert.ok(err instanceof TooManyClientsError);
+        assert.equal(err.count, 2);
+        assert.equal(err.barrier, name);
+        assert.match(err.message, /already has its 2 members.*leave\(\)/);
+        return true;
+      });
+      assert.equal(b3.key, undefined);
+      await Promise.all([b1.leave(), b2.leave()]);
+      // Free again once both have left.
+      await Promise.all([b3.enter(), b4.enter()]);
+      await Promise.all([b3.leave(), b4.leave()]);
+    } finally {
+      await closeAll(ss);
+    }
+    await assertNoKeys(client, name);
+  });
+
+  it('two entering at once for the last place: exactly one gets in, the other is refused and leaves no key', T, async () => {
+    const name = `${fresh('race')}db`;
+    const ss = await sessions(3);
+    try {
+      const [b1, b2, b3] = ss.map((s) => new DoubleBarrier(s, name, 2)) as [DoubleBarrier, DoubleBarrier, DoubleBarrier];
+      const base = await handled('Txn');
+      const e1 = track(b1.enter());
+      await answered('Txn', base, 2);
+      const racers = [b2, b3];
+      const results = await Promise.allSettled(racers.map((b) => b.enter()));
+      await e1.promise;
+      const refused = results.filter((r) => r.status === 'rejected');
+      assert.equal(refused.length, 1, 'one of the two is refused');
+      assert.ok((refused[0] as PromiseRejectedResult).reason instanceof TooManyClientsError);
+      const inside = racers.filter((_, i) => results[i]!.status === 'fulfilled');
+      const waiters = (await client.getPrefix(`${name}/waiters/`)).kvs.map((kv) => kv.key.toString()).sort();
+      assert.deepEqual(waiters, [b1.key!, inside[0]!.key!].sort(), 'the refused one left no key');
+      await Promise.all([b1.leave(), inside[0]!.leave()]);
+    } finally {
+      await closeAll(ss);
+    }
+    await assertNoKeys(client, name);
+  });
+
+  it('an aborted enter() rejects with the reason, deletes its key and closes its watch', T, async () => {
+    const name = `${fresh('abort-enter')}db`;
+    const ss = await sessions(2);
+    const log = new EventLog(client, `${name}/`);
+    await log.ready;
+    try {
+      const [b1, b2] = ss.map((s) => new DoubleBarrier(s, name, 2)) as [DoubleBarrier, DoubleBarrier];
+      await assert.rejects(b1.enter({ signal: AbortSignal.abort(new Error('never mind')) }), /never mind/);
+      assert.equal(log.events.length, 0, 'an enter() aborted before it starts writes nothing');
+      const w0 = await watchers();
+      const ac = new AbortController();
+      const base = await handled('Txn');
+      const e = track(b1.enter({ signal: ac.signal }));
+      const put = await waiterPut(log, name, 0);
+      await answered('Txn', base, 2);
+      assert.equal(e.settled, false);
+      assert.equal(await watchers(), w0 + 1, 'one watch while waiting');
+      ac.abort(new Error('give up'));
+      await assert.rejects(e.promise, /give up/);
+      await log.deleted(put.key);
+      assert.equal((await client.getPrefix(`${name}/`)).kvs.length, 0, 'no key left');
+      assert.equal(b1.key, undefined);
+      await waitFor(async () => (await watchers()) === w0, 'the watch closed');
+      // The aborted member may enter again, and counts once.
+      await Promise.all([b1.enter(), b2.enter()]);
+      await Promise.all([b1.leave(), b2.leave()]);
+    } finally {
+      await log.close();
+      await closeAll(ss);
+    }
+    await assertNoKeys(client, name);
+  });
+
+  it('an aborted leave() deletes its key, so the others do not wait for it', T, async () => {
+    const name = `${fresh('abort-leave')}db`;
+    const ss = await sessions(3);
+    const log = new EventLog(client, `${name}/`);
+    await log.ready;
+    try {
+      const [b1, b2, b3] = await enterByAge(ss.map((s) => new DoubleBarrier(s, name, 3)));
+      const k1 = b1.key!;
+      const l2 = track(b2.leave());
+      await log.deleted(b2.key!);
+      // The oldest waits in leave() for the third, then gives up.
+      const ac = new AbortController();
+      const base = await handled('Range');
+      const l1 = track(b1.leave({ signal: ac.signal }));
+      await answered('Range', base, 1);
+      assert.equal(l1.settled, false);
+      ac.abort(new Error('give up'));
+      await assert.rejects(l1.promise, /give up/);
+      await log.deleted(k1);
+      assert.equal(l2.settled, false, 'the third is still inside');
+      await b3.leave();
+      await l2.promise;
+    } finally {
+      await log.close();
+      await closeAll(ss);
+    }
+    await assertNoKeys(client, name);
+  });
+
+  it('a member whose session is lost inside enter() frees its place: the others keep waiting, and a newcomer completes the count', T, async () => {
+    const name = `${fresh('lost-in-enter')}db`;
+    const ss = await sessions(4);
+    const log = new EventLog(client, `${name}/`);
+    await log.ready;
+    try {
+      const [b1, b2, b3, b4] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [DoubleBarrier, DoubleBarrier, DoubleBarrier, DoubleBarrier];
+      let base = await handled('Txn');
+      const e1 = track(b1.enter());
+      await answered('Txn', base, 2);
+      base = await handled('Txn');
+      const e2 = track(b2.enter());
+      const k2 = (await waiterPut(log, name, 1)).key;
+      await answered('Txn', base, 2);
+      await ss[1]!.close(); // b2's process dies: its lease and key go at once
+      await assert.rejects(e2.promise, (err: unknown) => err instanceof SessionExpiredError && err.reason === 'closed');
+      await log.deleted(k2);
+      // Three members are still needed: b1 waits, and so does the next to come.
+      base = await handled('Txn');
+      const e3 = track(b3.enter());
+      await answered('Txn', base, 2);
+      assert.deepEqual([e1.settled, e3.settled], [false, false], 'b1 and b3 make two: they wait');
+      await b4.enter(); // the third live member opens the barrier (b2's place was free, so no TooManyClientsError)
+      await Promise.all([e1.promise, e3.promise]);
+      await Promise.all([b1.leave(), b3.leave(), b4.leave()]);
+    } finally {
+      await log.close();
+      await closeAll(ss);
+    }
+    await assertNoKeys(client, name);
+  });
+
+  it('a member whose session is lost inside leave() fails with SessionExpiredError; its key goes, the others finish', T, async () => {
+    const name = `${fresh('lost-in-leave')}db`;
+    const ss = await sessions(3);
+    const log = new EventLog(client, `${name}/`);
+    await log.ready;
+    try {
+      const [b1, b2, b3] = await enterByAge(ss.map((s) => new DoubleBarrier(s, name, 3)));
+      const [k1, k3] = [b1.key!, b3.key!];
+      const l2 = track(b2.leave());
+      await log.deleted(b2.key!);
+      const base = await handled('Range');
+      const l1 = track(b1.leave()); // the oldest: waits for b3, keeping its key
+      await answered('Range', base, 1);
+      assert.equal(l1.settled, false);
+      await b1.session.close(); // b1 dies inside leave()
+      await assert.rejects(l1.promise, (err: unknown) => err instanceof SessionExpiredError && err.reason === 'closed');
+      await log.deleted(k1);
+      assert.equal(l2.settled, false, 'b3 is still inside');
+      await b3.leave(); // alone in its round now: closes the barrier
+      await l2.promise;
+      await log.deleted(k3);
+    } finally {
+      await log.close();
+      await closeAll(ss);
+    }
+    await assertNoKeys(client, name);
+  });
+
+  it('a member killed while the others wait in leave() counts as left once its lease expires, and <name>/ready is cleaned up', T, async () => {
+    const name = `${fresh('killed')}db`;
+    const ss = await sessions(2);
+    const [doomed] = await sessions(1, 2); // a short TTL: its lease expires soon after it stops renewing
+    const log = new EventLog(client, `${name}/`);
+    await log.ready;
+    try {
+      const b1 = new DoubleBarrier(doomed!, name, 3);
+      const [b2, b3] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [DoubleBarrier, DoubleBarrier];
+      const base = await handled('Txn');
+      const e1 = track(b1.enter()); // the oldest member
+      await answered('Txn', base, 2);
+      await Promise.all([b2.enter(), b3.enter()]);
+      await e1.promise;
+      const k1 = b1.key!;
+      const leaving = [track(b2.leave()), track(b3.leave())];
+      await Promise.all([log.deleted(b2.key!), log.deleted(b3.key!)]);
+      await roundTrip();
+      assert.deepEqual(leaving.map((l) => l.settled), [false, false], 'both wait for the oldest, still at work');
+      doomed!.orphan(); // b1's process is killed: no more renewals, and nobody revokes its lease
+      const gone = await log.deleted(k1);
+      assert.equal(gone.type, 'delete', 'its key went with its expired lease');
+      await Promise.all(leaving.map((l) => l.promise));
+      // Go's recipe leaves <name>/ready behind here (only the oldest deletes it, and it died);
+      // the others found their round empty and removed it.
+      await waitFor(async () => (await client.get(`${name}/ready`)) === undefined, '<name>/ready removed');
+      await aborted(doomed!.signal);
+      await assert.rejects(b1.leave(), SessionExpiredError);
+    } finally {
+      await log.close();
+      await closeAll(ss);
+      await doomed!.close();
+    }
+    await assertNoKeys(client, name);
+  });
+
+  it('leave() waits only for its own round: a newcomer of the next round does not hold it up (Go\'s Leave waits for it)', T, async () => {
+    const name = `${fresh('next-round')}db`;
+    const ss = await sessions(4);
+    const log = new EventLog(client, `${name}/`);
+    await log.ready;
+    try {
+      const [b1, b2, b3, b4] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [DoubleBarrier, DoubleBarrier, DoubleBarrier, DoubleBarrier];
+      const base = await handled('Txn');
+      const e1 = track(b1.enter()); // the oldest member
+      await answered('Txn', base, 2);
+      await Promise.all([b2.enter(), b3.enter()]);
+      await e1.promise;
+      const leaving = [track(b2.leave()), track(b3.leave())];
+      await Promise.all([log.deleted(b2.key!), log.deleted(b3.key!)]);
+      // A newcomer enters while b1 is still at work: it waits for the next round to fill.
+      const txns = await handled('Txn');
+      const e4 = track(b4.enter());
+      await answered('Txn', txns, 2);
+      // b1 leaves: its round is b1, b2, b3, so it is alone. (Go's Leave would wait for b4's key to
+      // go, and b4 waits for b2 and b3, who wait for b1: a deadlock.)
+      await b1.leave();
+      await Promise.all(leaving.map((l) => l.promise));
+      assert.equal(e4.settled, false, 'the newcomer still waits for its round');
+      // The next round: b4 with b2 and b3 again.
+      await Promise.all([b2.enter(), b3.enter(), e4.promise]);
+      await Promise.all([b2.leave(), b3.leave(), b4.leave()]);
+    } finally {
+      await log.close();
+      await closeAll(ss);
+    }
+    await assertNoKeys(client, name);
+  });
+
+  it('names and counts are checked; leave() needs enter(), and enter() cannot be called twice', async () => {
+    const [s] = await sessions(1);
+    try {
+      assert.throws(() => new DoubleBarrier(s!, '', 2), InvalidArgumentError);
+      assert.throws(() => new DoubleBarrier(s!, 'db/', 2), InvalidArgumentError);
+      for (const n of [0, -1, 1.5, Number.NaN]) assert.throws(() => new DoubleBarrier(s!, 'db', n), InvalidArgumentError);
+      const name = `${fresh('misuse')}db`;
+      const b = new DoubleBarrier(s!, name, 1);
+      await assert.rejects(b.leave(), /without enter\(\)/);
+      await b.enter(); // a barrier of one opens at once
+      await assert.rejects(b.enter(), /enter\(\) called twice/);
+      await b.leave();
+      await assertNoKeys(client, name);
+    } finally {
+      await closeAll([s!]);
+    }
+  });
+});
+
+describe('Go and TypeScript on the same recipes (go.etcd.io/etcd/client/v3/experimental/recipes)', () => {
+  it('one Barrier: each waits on the other\'s hold and passes on the other\'s release', T, async (t) => {
+    const name = `${fresh('go-barrier')}b`;
+    const go = await startGo(t);
+    try {
+      const b = new Barrier(client, name);
+      // Go holds; ours waits.
+      assert.equal((await go.call('g1', 'barrier-hold', { name }, 'held')).created, true);
+      const kv = await client.get(name);
+      assert.equal(kv?.lease, 0n);
+      assert.equal(kv.value.length, 0, 'Go writes the same key: the name, empty, no lease');
+      await b.hold(); // held already: ours leaves Go's key alone
+      assert.equal((await client.get(name))?.modRevision, kv.modRevision);
+      let base = await handled('Range');
+      const ours = track(b.wait());
+      await answered('Range', base, 1);
+      // A Go waiter too: Barrier.Wait reads the key (a Range), then watches from there.
+      await go.session('g2');
+      base = await handled('Range');
+      const from = go.events.length;
+      go.send('g2', 'barrier-wait', { name });
+      await answered('Range', base, 1);
+      assert.equal(ours.settled, false);
+      assert.deepEqual(go.pending('g2').filter((e) => e.event === 'waited'), [], 'Go waits while the barrier is held');
+      // Ours releases Go's hold: both pass.
+      await b.release();
+      await ours.promise;
+      await go.until((e) => e.id === 'g2' && e.event === 'waited', from);
+
+      // Ours holds; Go's Hold finds the key (ErrKeyExists), Go releases it, ours passes.
+      await b.hold();
+      assert.equal((await go.call('g1', 'barrier-hold', { name }, 'held')).created, false);
+      base = await handled('Range');
+      const again = track(b.wait());
+      await answered('Range', base, 1);
+      assert.equal(again.settled, false);
+      await go.call('g1', 'barrier-release', { name }, 'released');
+      await again.promise;
+    } finally {
+      assert.equal(await go.close(), 0, go.stderr);
+    }
+    await assertNoKeys(client, name);
+  });
+
+  it('one DoubleBarrier with Go and TypeScript members, either one the oldest; a Go member beyond the count is refused', T, async (t) => {
+    const name = `${fresh('go-dbarrier')}db`;
+    const go = await startGo(t);
+    const ss = await sessions(3);
+    const log = new EventLog(client, `${name}/`);
+    await log.ready;
+    try {
+      const [t1, t2, t3] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [DoubleBarrier, DoubleBarrier, DoubleBarrier];
+      await go.session('g1');
+      await go.session('g2');
+
+      // Round 1: ours is the oldest, Go's the second, ours the third (which opens it).
+      let from = log.events.length;
+      let base = await handled('Txn');
+      const e1 = track(t1.enter());
+      await answered('Txn', base, 2);
+      const goFrom = go.events.length;
+      go.send('g1', 'dbarrier-enter', { name, n: 3 });
+      const goKey = (await waiterPut(log, name, from + 1)).key;
+      assert.match(goKey, new RegExp(`^${name}/waiters/\\d+$`), 'Go\'s key has the layout ours has');
+      await t2.enter();
+      await e1.promise;
+      const entered = await go.until((e) => e.id === 'g1' && e.event === 'entered', goFrom);
+      assert.equal(entered.key, goKey);
+      // Full: a further member is refused, Go's and ours alike.
+      const refused = await go.call('g2', 'dbarrier-enter', { name, n: 3 }, 'too-many');
+      assert.match(String(refused.error), /too many clients/);
+      await assert.rejects(t3.enter(), TooManyClientsError);
+      // Go leaves first (not the oldest: deletes its key and waits), then the oldest, ours.
+      const goLeft = go.events.length;
+      go.send('g1', 'dbarrier-leave');
+      await log.deleted(goKey);
+      base = await handled('Range');
+      const l1 = track(t1.leave());
+      await answered('Range', base, 1);
+      assert.equal(l1.settled, false);
+      assert.deepEqual(go.pending('g1').filter((e) => e.event === 'left'), [], 'Go waits while t2 is inside');
+      await t2.leave();
+      await l1.promise;
+      await go.until((e) => e.id === 'g1' && e.event === 'left', goLeft);
+      await assertNoKeys(client, name);
+
+      // Round 2: Go's member is the oldest; it deletes <name>/ready when it is alone.
+      from = log.events.length;
+      const goFrom2 = go.events.length;
+      go.send('g1', 'dbarrier-enter', { name, n: 3 });
+      const goKey2 = (await waiterPut(log, name, from)).key;
+      base = await handled('Txn');
+      const e2 = track(t1.enter());
+      await answered('Txn', base, 2);
+      await t2.enter();
+      await e2.promise;
+      assert.equal((await go.until((e) => e.id === 'g1' && e.event === 'entered', goFrom2)).key, goKey2);
+      const [k1, k2] = [t1.key!, t2.key!];
+      const leaving = [track(t1.leave()), track(t2.leave())];
+      await Promise.all([log.deleted(k1), log.deleted(k2)]);
+      await roundTrip();
+      assert.deepEqual(leaving.map((l) => l.settled), [false, false], 'ours wait for the oldest, Go\'s');
+      assert.ok(await client.get(goKey2), 'Go\'s oldest member keeps its key until it leaves');
+      const goLeft2 = go.events.length;
+      go.send('g1', 'dbarrier-leave');
+      await go.until((e) => e.id === 'g1' && e.event === 'left', goLeft2);
+      await Promise.all(leaving.map((l) => l.promise));
+    } finally {
+      await log.close();
+      await closeAll(ss);
+      assert.equal(await go.close(), 0, go.stderr);
+    }
+    await assertNoKeys(client, name);
+  });
+
+  it('Go\'s RWMutex commands: a writer blocks a reader, and a reader blocks the next writer', T, async (t) => {
+    const name = `${fresh('go-rwmutex')}rw`;
+    const go = await startGo(t);
+    const log = new EventLog(client, `${name}/`);
+    await log.ready;
+    try {
+      await go.session('w');
+      await go.session('r');
+      const w = await go.call('w', 'wlock', { name }, 'wlocked');
+      assert.match(String(w.key), new RegExp(`^${name}/write/\\d+$`));
+      assert.equal(BigInt(w.rev!), (await client.get(String(w.key)))?.createRevision);
+      // The reader queues behind the writer: its key, then a read of the last older writer (a Range).
+      let from = log.events.length;
+      const base = await handled('Range');
+      const rFrom = go.events.length;
+      go.send('r', 'rlock', { name });
+      const rKey = (await log.next((e) => e.type === 'put' && e.key.startsWith(`${name}/read/`), from)).key;
+      await answered('Range', base, 1);
+      await go.session('w'); // and a round trip through the Go process
+      assert.deepEqual(go.pending('r').filter((e) => e.event === 'rlocked'), [], 'the reader waits while the writer holds');
+      const wu = await go.call('w', 'rwunlock', {}, 'rwunlocked');
+      assert.deepEqual([wu.key, wu.rev], [w.key, w.rev]);
+      const r = await go.until((e) => e.id === 'r' && e.event === 'rlocked', rFrom);
+      assert.equal(r.key, rKey);
+      // Now a writer queues behind the reader.
+      from = log.events.length;
+      const wFrom = go.events.length;
+      go.send('w', 'wlock', { name });
+      await log.next((e) => e.type === 'put' && e.key.startsWith(`${name}/write/`), from);
+      await go.call('r', 'session', {}, 'session'); // a round trip through the Go process
+      assert.deepEqual(go.events.slice(wFrom).filter((e) => e.id === 'w' && e.event === 'wlocked'), [], 'the writer waits while the reader holds');
+      const ru = await go.call('r', 'rwunlock', {}, 'rwunlocked');
+      assert.deepEqual([ru.key, ru.rev], [r.key, r.rev]);
+      await go.until((e) => e.id === 'w' && e.event === 'wlocked', wFrom);
+      await go.call('w', 'rwunlock', {}, 'rwunlocked');
+    } finally {
+      await log.close();
+      assert.equal(await go.close(), 0, go.stderr);
+    }
+    await assertNoKeys(client, name);
+  });
+});
