@@ -14,6 +14,7 @@ import {
   Client,
   Election,
   Mutex,
+  RWMutex,
   Session,
   currentLeader,
   observeLeader,
@@ -387,6 +388,65 @@ describe('Go and TypeScript on one lock', () => {
       await go.kill('SIGKILL');
       // Expired already when the test passed; revoked here if it failed before that.
       if (lease) await client.leaseRevoke(BigInt(`0x${lease}`));
+    }
+    await assertNoKeys(client, p);
+    await assertNoLeasesOn(client);
+  });
+});
+
+describe("Go's recipe.RWMutex and our RWMutex on one name", () => {
+  it('a Go writer excludes our readers and writer; our reader excludes a Go writer; readers share across languages', T, async (t) => {
+    const p = fresh('rw');
+    const name = `${p}rw`;
+    const go = await startGo(t);
+    const [s1, s2] = [await Session.create(client, { ttl: 30 }), await Session.create(client, { ttl: 30 })];
+    const log = new EventLog(client, `${name}/`);
+    try {
+      await log.ready;
+      await go.session('gw');
+      await go.session('gr');
+      // 1. Go writes: our tryRLock is refused, our rLock waits until Go unlocks.
+      const gw = await go.call('gw', 'wlock', { name }, 'wlocked');
+      assert.match(String(gw.key), new RegExp(`^${name}/write/`));
+      const ours = new RWMutex(s1, name);
+      const before = log.events.length;
+      assert.equal(await ours.tryRLock(), null);
+      await log.deleted(ours.readKey, before); // tried, saw Go's writer, left no key
+      const reading = track(ours.rLock());
+      await log.put(ours.readKey, log.events.length);
+      await settle();
+      assert.equal(reading.settled, false, "our reader waits while Go's writer holds");
+      await go.call('gw', 'rwunlock', {}, 'rwunlocked');
+      const r1 = await reading.promise;
+      assert.equal(r1.mode, 'read');
+
+      // 2. We read: a Go reader shares with us at once; a Go writer waits for both of us.
+      const gr = await go.call('gr', 'rlock', { name }, 'rlocked');
+      assert.match(String(gr.key), new RegExp(`^${name}/read/`));
+      const fromW = go.events.length;
+      go.send('gw', 'wlock', { name });
+      await log.next((e) => e.type === 'put' && e.key.startsWith(`${name}/write/`), log.events.length);
+      await settle();
+      assert.equal(go.events.slice(fromW).some((e) => e.id === 'gw' && e.event === 'wlocked'), false, "Go's writer waits for our reader");
+      await r1.unlock();
+      await go.call('gr', 'rwunlock', {}, 'rwunlocked');
+      const w2 = await go.until((e) => e.id === 'gw' && e.event === 'wlocked', fromW);
+      t.diagnostic(`Go writer got the lock after both readers left: ${String(w2.key)}`);
+
+      // 3. Go writes again: our writer waits in line, then gets a larger fencing token.
+      const writing = track(new RWMutex(s2, name).lock());
+      const queued = await log.put(new RWMutex(s2, name).writeKey, log.events.length);
+      await settle();
+      assert.equal(writing.settled, false, "our writer waits while Go's writer holds");
+      await go.call('gw', 'rwunlock', {}, 'rwunlocked');
+      const w3 = await writing.promise;
+      assert.equal(w3.fencingToken, queued.createRevision);
+      assert.ok(w3.fencingToken > BigInt(w2.rev!));
+      await w3.unlock();
+    } finally {
+      await log.close();
+      await Promise.all([s1.close(), s2.close()]);
+      assert.equal(await go.close(), 0, go.stderr);
     }
     await assertNoKeys(client, p);
     await assertNoLeasesOn(client);
