@@ -1,10 +1,11 @@
-import { Backoff, retryWhile, sleep } from '../client/backoff.js';
+import { retryWhile } from '../client/backoff.js';
 import { CompactedError, EtcdError, InvalidArgumentError, isTransient, LeaseNotFoundError } from '../client/errors.js';
 import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type KeyValue } from '../client/kv.js';
 import { validateName } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
 import { BarrierKeyLostError, TooManyClientsError } from '../errors.js';
 import type { AcquireOptions } from '../queue/acquire.js';
+import { dropTicket } from '../queue/ticket.js';
 
 /** Options of enter() and leave(): `signal` stops waiting; the call then deletes our key and closes its watch. */
 export type DoubleBarrierWaitOptions = AcquireOptions;
@@ -334,31 +335,8 @@ function stopOn(session: Session, signal?: AbortSignal): { signal: AbortSignal; 
   };
 }
 
-/**
- * Deletes our waiter key if it is still the incarnation we created. A key left behind would hold up
- * every other member for as long as our session lives, so this keeps trying in the background until
- * it succeeds, the session ends (its lease takes the key along) or the client closes; the call
- * itself waits for the first attempt only briefly, so that an abort does not hang on an outage.
- */
-async function dropKey(session: Session, key: string, rev: bigint): Promise<void> {
-  const client = session.client;
-  if (client.closed) return;
-  // No signal: even a session lost to its local deadline may still have the key on the server.
-  const attempt = () => client.txn({ compare: [compare.createRevision(key, '=', rev)], success: [op.delete(key)], failure: [] }, { idempotent: true });
-  const first = attempt();
-  void (async () => {
-    const backoff = new Backoff(100, 2000);
-    for (let next = first; ; next = attempt()) {
-      try {
-        await next;
-        return;
-      } catch {
-        if (session.signal.aborted || client.closed) return;
-        await sleep(backoff.next(), session.signal).catch(() => {});
-      }
-    }
-  })();
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([first.then(() => {}, () => {}), new Promise((resolve) => (timer = setTimeout(resolve, client.dialTimeoutMs)))]);
-  clearTimeout(timer);
+/** Deletes our waiter key if it is still our incarnation, retrying in the background (the queue engine's dropTicket). */
+function dropKey(session: Session, key: string, rev: bigint): Promise<void> {
+  // A closed client cannot delete anything; the lease takes the key along.
+  return session.client.closed ? Promise.resolve() : dropTicket(session, { key, rev });
 }
