@@ -3,7 +3,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, Mutex, Session, type LockHandle } from '../src/index.js';
-import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
+import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { EventLog, assertNoKeys, assertNoLeases, uniquePrefix, waitFor } from './helpers.js';
 
 const ROOT = 'test/mutex-cluster/';
@@ -182,5 +182,40 @@ describe('Mutex on a 3-member cluster', () => {
       await Promise.all(q.ss.map((s) => s.close()));
     }
     await assertNoKeys(clients[0]!, p);
+  });
+});
+
+describe('an enqueue attempt that lands late', () => {
+  it('a key re-created after its release by a slow first attempt is swept: the next session still gets the lock', { timeout: 60_000 }, async () => {
+    const name = `${fresh('late-enqueue')}lock`;
+    await using proxy = await startProxy(etcd.endpoints[0]!);
+    // Calls go first to the proxied member; an idempotent attempt there gets 1 s before the call
+    // moves on, and the proxy holds every byte for 1.5 s each way: the first attempt is still in
+    // flight when the retry on another member takes the key, and lands after the key was released.
+    const slow = new Client({ endpoints: [proxy.endpoint, etcd.endpoints[1]!, etcd.endpoints[2]!], dialTimeoutMs: 1000, callTimeoutMs: 3000 });
+    const s = await Session.create(slow, { ttl: 30 });
+    const other = await Session.create(clients[1]!, { ttl: 30 });
+    const log = new EventLog(clients[1]!, `${name}/`);
+    try {
+      await log.ready;
+      await slow.get('warm-up'); // connected to the proxied member before the delay starts
+      proxy.delay(1500);
+      const m = new Mutex(s, name);
+      const h = await m.lock();
+      await h.unlock();
+      const released = await log.deleted(m.key);
+      proxy.delay(0);
+      // The stale attempt lands: the key comes back on the live lease, and is swept.
+      const back = await log.next((e) => e.type === 'put' && e.key === m.key && e.rev > released.rev, 0);
+      assert.equal(back.lease, s.leaseId, 're-created on our lease');
+      await log.next((e) => e.type === 'delete' && e.key === m.key && e.rev > back.rev, 0);
+      // Nobody is blocked behind a ghost.
+      const h2 = await new Mutex(other, name).lock({ signal: AbortSignal.timeout(20_000) });
+      await h2.unlock();
+    } finally {
+      await log.close();
+      await Promise.all([s.close(), other.close()]);
+      await slow.close();
+    }
   });
 });

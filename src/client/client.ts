@@ -1,5 +1,5 @@
 import * as pb from '../proto/etcd.js';
-import { Connection, type CallOptions, type ConnectionOptions } from './connection.js';
+import { Connection, type CallOptions, type CallProgress, type ConnectionOptions } from './connection.js';
 import { TokenSource, type AuthOptions } from './auth.js';
 import { EtcdError, InvalidArgumentError, etcdSays, isServiceError } from './errors.js';
 import { KeepAliveHub } from './lease.js';
@@ -131,9 +131,10 @@ export class Client implements AsyncDisposable {
   /**
    * A transaction. Pass `idempotent: true` only when repeating it is harmless (for example it is
    * guarded on a key's CreateRevision); then an ambiguous failure is retried on another endpoint.
+   * `progress`, if given, records whether such a retried attempt may still be applied later.
    */
-  async txn(request: pb.TxnRequest, options?: CallOptions & { idempotent?: boolean }): Promise<TxnResult> {
-    const r = await this.conn.unary(pb.KVService.txn, request, options?.idempotent ? 'idempotent' : 'at-most-once', options);
+  async txn(request: pb.TxnRequest, options?: CallOptions & { idempotent?: boolean }, progress?: CallProgress): Promise<TxnResult> {
+    const r = await this.conn.unary(pb.KVService.txn, request, options?.idempotent ? 'idempotent' : 'at-most-once', options, progress);
     return { header: this.saw(header(r.header)), succeeded: r.succeeded ?? false, responses: r.responses ?? [] };
   }
 

@@ -262,7 +262,7 @@ export class Connection {
     request: Req,
     policy: RetryPolicy,
     options: CallOptions = {},
-    progress?: { sent: boolean },
+    progress?: CallProgress,
   ): Promise<Res> {
     const what = doing(method.path);
     const deadline = performance.now() + (options.timeoutMs ?? this.callTimeoutMs);
@@ -324,6 +324,8 @@ export class Connection {
         }
         if (!isEndpointFailure(err) && !etcdSays(details, 'tooManyRequests')) throw fromGrpcError(err, what);
         const notApplied = provablyNotApplied(err);
+        // Retried below although this attempt may yet be applied (a request held by a slow member).
+        if (progress && !notApplied) progress.ambiguous = true;
         if (!notApplied && policy === 'at-most-once') {
           throw new WriteOutcomeUnknownError(
             `${what}: the request may or may not have been applied (${details || err.message}); ` +
@@ -381,6 +383,14 @@ export class Connection {
     this.closed = true;
     for (const p of this.peers) p.close();
   }
+}
+
+/** What a unary call did, for callers that must know: whether a request left, and whether one may land late. */
+export interface CallProgress {
+  /** An attempt was sent. */
+  sent: boolean;
+  /** An attempt failed with its outcome unknown and the call went on: that attempt may still be applied, later. */
+  ambiguous?: boolean;
 }
 
 /** Why `ready` gave up on an endpoint: nothing answered in time, or the connection failed. */

@@ -1,6 +1,7 @@
 import { Backoff, sleep } from '../client/backoff.js';
 import { isTransient, LeaseNotFoundError } from '../client/errors.js';
 import { compare, op, txnRange, type KeyValue, type RangeRequest } from '../client/kv.js';
+import type { CallProgress } from '../client/connection.js';
 import { markLeaseGone, type Session } from '../session.js';
 
 /** Our place in a queue: our key and its CreateRevision (the ticket, and once we hold, the fencing token). */
@@ -38,14 +39,56 @@ export interface TicketSpec {
 const inUse = new WeakMap<Session, Set<string>>();
 
 function keysInUse(session: Session): Set<string> {
-  let keys = inUse.get(session);
-  if (!keys) inUse.set(session, (keys = new Set()));
-  return keys;
+  return setOf(inUse, session);
+}
+
+/** Keys being enqueued right now, per session: a late-enqueue sweeper must not take them for strays. */
+const enqueuing = new WeakMap<Session, Set<string>>();
+/** Keys with an enqueue attempt that may still land, per session, and whether a sweeper watches them. */
+const lateProne = new WeakMap<Session, Map<string, boolean>>();
+
+function setOf<K extends object, V>(map: WeakMap<K, Set<V>>, k: K): Set<V> {
+  let s = map.get(k);
+  if (!s) map.set(k, (s = new Set()));
+  return s;
 }
 
 /** Forgets `key` once its owner released it: the next acquire on it creates, not joins. */
 export function forgetKey(session: Session, key: string): void {
   inUse.get(session)?.delete(key);
+  const late = lateProne.get(session);
+  if (late?.get(key) === false) {
+    late.set(key, true);
+    void sweepLateEnqueues(session, key);
+  }
+}
+
+/**
+ * An enqueue attempt whose outcome was unknown (retried on another member) may still be applied
+ * long after: a request held by a frozen or cut-off member is forwarded when it wakes. Landing
+ * after we released the key, its "create if absent" succeeds and brings the key back on our live
+ * lease, owned by nobody, blocking everyone queued behind it. So once such a key is released, it
+ * is watched for the rest of the session, and a re-creation this process is not using is deleted.
+ */
+async function sweepLateEnqueues(session: Session, key: string): Promise<void> {
+  const client = session.client;
+  const sweep = async (kv: KeyValue | undefined): Promise<void> => {
+    if (!kv || kv.lease !== session.leaseId || keysInUse(session).has(key) || enqueuing.get(session)?.has(key)) return;
+    await client.txn({ compare: [compare.createRevision(key, '=', kv.createRevision)], success: [op.delete(key)], failure: [] }, { idempotent: true });
+  };
+  while (!session.signal.aborted && !client.closed) {
+    const w = client.watch(key, { signal: session.signal });
+    try {
+      await w.created;
+      await sweep(await client.get(key)); // one that landed before the watch started
+      for await (const batch of w) for (const e of batch.events) if (e.type === 'put') await sweep(e.kv);
+      return; // the session ended
+    } catch {
+      // A compacted or broken watch: start again from now (the read covers the gap).
+    } finally {
+      w.cancel();
+    }
+  }
 }
 
 /**
@@ -60,6 +103,9 @@ export function forgetKey(session: Session, key: string): void {
 export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticket> {
   const { key, value } = spec;
   const count = op.range({ ...spec.count, countOnly: true });
+  const progress: CallProgress = { sent: false };
+  const pending = setOf(enqueuing, session);
+  pending.add(key);
   const reads = spec.peek ? [count, op.range(spec.peek)] : [count];
   const t = await session.client
     .txn(
@@ -71,6 +117,7 @@ export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticke
       // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second
       // key. No signal: cancelled after etcd applied it, it would leave a key nobody knows to delete.
       { idempotent: true },
+      progress,
     )
     .catch((err: unknown) => {
       if (err instanceof LeaseNotFoundError) {
@@ -78,6 +125,15 @@ export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticke
         throw session.signal.reason;
       }
       throw err;
+    })
+    .finally(() => {
+      pending.delete(key);
+      // An attempt may still land after we release the key: sweep it then (see sweepLateEnqueues).
+      if (progress.ambiguous) {
+        let late = lateProne.get(session);
+        if (!late) lateProne.set(session, (late = new Map()));
+        if (!late.has(key)) late.set(key, false);
+      }
     });
   // An existing key that no sibling in this process uses was created either by our own first attempt
   // (its answer lost, the Txn retried) or by an earlier process on a lease this session adopted. Either
