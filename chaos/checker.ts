@@ -1,5 +1,5 @@
 // Pure checks over what a chaos run recorded. No I/O: main.ts gathers the history, this judges it.
-import type { FencedRegister, StoreEntry } from './fenced-store.js';
+import type { FencedPermits, FencedRegister, FencedRW, PermitEntry, RWEntry, StoreEntry } from './fenced-store.js';
 
 /** A hard safety violation: any one fails the run. */
 export interface Violation {
@@ -28,6 +28,8 @@ export interface HeldInterval {
   lost: boolean;
   /** The worker died while holding (SIGKILL): `to` is the moment of death. */
   died?: boolean;
+  /** RW lock holds: a read (shared) or a write (exclusive) hold. */
+  mode?: 'read' | 'write';
 }
 
 // ---------------------------------------------------------------- fenced ledger
@@ -208,9 +210,14 @@ export interface OverlapReport {
  * holder the overlap is measured from the first later holder's start to the end of its own belief:
  * the time it wrongly believed it held (several short holds inside one long stale belief count
  * once, at the length of the whole stale stretch). Only a freeze (SIGSTOP) of the earlier holder's
- * process that covers the later holder's start explains an overlap (see explain()).
+ * process that covers the later holder's start explains an overlap (see explain()). `conflicts`
+ * says which pairs may not overlap (every pair, for a mutex; see rwConflict for the RW lock).
  */
-export function findOverlaps(intervals: HeldInterval[], faults: FaultRecord[]): { report: OverlapReport; overlaps: Overlap[] } {
+export function findOverlaps(
+  intervals: HeldInterval[],
+  faults: FaultRecord[],
+  conflicts: (a: HeldInterval, b: HeldInterval) => boolean = () => true,
+): { report: OverlapReport; overlaps: Overlap[] } {
   const sorted = [...intervals].sort((x, y) => x.from - y.from);
   const overlaps: Overlap[] = [];
   let pairs = 0;
@@ -219,7 +226,7 @@ export function findOverlaps(intervals: HeldInterval[], faults: FaultRecord[]): 
     let first: HeldInterval | undefined;
     for (let j = i + 1; j < sorted.length && sorted[j]!.from < a.to; j++) {
       const b = sorted[j]!;
-      if (b.token === a.token) continue;
+      if (b.token === a.token || !conflicts(a, b)) continue;
       pairs++;
       first ??= b;
     }
@@ -283,6 +290,276 @@ export function overlapViolations(overlaps: Overlap[], check: string): Violation
         `${o.a.worker} (token ${o.a.token}) still held until ${round(o.ms)} ms after ${o.b.worker} (token ${o.b.token}) ` +
         `started: ${o.cause}`,
     }));
+}
+
+/** RW lock holds conflict unless both are reads. */
+export function rwConflict(a: HeldInterval, b: HeldInterval): boolean {
+  return a.mode !== 'read' || b.mode !== 'read';
+}
+
+// ---------------------------------------------------------------- more than N holders (semaphore)
+
+/** A moment when more than `capacity` holders believed they held at once. */
+export interface Excess {
+  /** The holder whose start made it more than `capacity`. */
+  b: HeldInterval;
+  /** The other holders that still believed they held when `b` started. */
+  others: HeldInterval[];
+  /** From `b`'s start until enough of them (b included) ended to bring the count back to `capacity`. */
+  ms: number;
+  /** Why, when freezes explain it; otherwise 'unexplained …'. */
+  cause: string;
+}
+
+export interface ExcessReport extends OverlapReport {
+  capacity: number;
+  /** The most holders that believed they held at once (at a holder's start). */
+  maxConcurrent: number;
+}
+
+/**
+ * Moments when more than `capacity` holders' "held" intervals overlap on the common clock: at each
+ * holder's start, the others still holding. If they number `capacity` or more, the excess is
+ * explained only when at least that many of them were frozen (worker-pause, ghost-pause) over the
+ * new holder's start: each such one is a stale belief, as in explain(). Anything less (a network
+ * fault, an early grant) fails the run. Measured from the new holder's start until enough of the
+ * overlapping holds ended to bring the count back to `capacity`.
+ */
+export function findExcess(intervals: HeldInterval[], capacity: number, faults: FaultRecord[]): { report: ExcessReport; excess: Excess[] } {
+  const sorted = [...intervals].sort((x, y) => x.from - y.from);
+  const open: HeldInterval[] = [];
+  const excess: Excess[] = [];
+  let maxConcurrent = 0;
+  for (const b of sorted) {
+    for (let i = open.length - 1; i >= 0; i--) if (open[i]!.to <= b.from) open.splice(i, 1);
+    const others = open.filter((a) => a.token !== b.token);
+    open.push(b);
+    maxConcurrent = Math.max(maxConcurrent, others.length + 1);
+    if (others.length < capacity) continue;
+    const over = others.length + 1 - capacity;
+    const causes = others.map((a) => explain(a, b, faults));
+    const frozen = causes.filter((c) => !c.startsWith('unexplained'));
+    const cause = frozen.length >= over ? frozen[0]! : (causes.find((c) => c.startsWith('unexplained (')) ?? 'unexplained');
+    const ends = [...others, b].map((x) => x.to).sort((x, y) => x - y);
+    excess.push({ b, others, ms: Math.max(0, ends[over - 1]! - b.from), cause });
+  }
+  const byCause: Record<string, number> = {};
+  for (const e of excess) byCause[e.cause] = (byCause[e.cause] ?? 0) + 1;
+  const worst = [...excess]
+    .sort((x, y) => y.ms - x.ms)
+    .slice(0, 5)
+    .map((e) => ({ ms: round(e.ms), cause: e.cause, a: e.others.map((o) => `${o.worker} token ${o.token}`).join(' + '), b: `${e.b.worker} token ${e.b.token}` }));
+  return {
+    excess,
+    report: {
+      capacity,
+      maxConcurrent,
+      intervals: intervals.length,
+      lostByHandle: intervals.filter((i) => i.lost).length,
+      overlappingPairs: excess.reduce((n, e) => n + e.others.length, 0),
+      overlaps: excess.length,
+      longestMs: round(excess.reduce((m, e) => Math.max(m, e.ms), 0)),
+      totalMs: round(excess.reduce((t, e) => t + e.ms, 0)),
+      unexplained: excess.filter((e) => e.cause.startsWith('unexplained')).length,
+      byCause,
+      worst,
+    },
+  };
+}
+
+/** One violation per moment of more than `capacity` holders that freezes do not explain. */
+export function excessViolations(excess: Excess[], capacity: number, check: string): Violation[] {
+  return excess
+    .filter((e) => e.cause.startsWith('unexplained'))
+    .map((e) => ({
+      check,
+      detail:
+        `${e.b.worker} (token ${e.b.token}) started while ${e.others.map((o) => `${o.worker} (token ${o.token})`).join(', ')} still held: ` +
+        `${e.others.length + 1} holders of ${capacity} permits for ${round(e.ms)} ms: ${e.cause}`,
+    }));
+}
+
+// ---------------------------------------------------------------- the semaphore's resource
+
+export interface PermitsReport {
+  capacity: number;
+  enters: number;
+  entersRefused: number;
+  /** Admitted tokens pushed out by a newer one (their holders had stopped holding without leaving). */
+  evicted: number;
+  writesAccepted: number;
+  writesRefused: number;
+  /** Careful writers (assertHeld just before sending) that the resource still refused. */
+  carefulRefused: number;
+  leaves: number;
+  /** The most holders whose accepted requests interleaved at the resource. */
+  maxAccepted: number;
+  violations: Violation[];
+}
+
+/** A holder's window at a resource: the first and last of its accepted requests (sequence numbers). */
+interface Span<E> {
+  token: bigint;
+  worker: string;
+  first: number;
+  last: number;
+  /** Its first accepted request. */
+  entry: E;
+}
+
+/** Per token, its window of accepted requests (those `counts` picks), by start. */
+function spans<E extends { seq: number; token: bigint; worker: string; ok: boolean }>(log: E[], counts: (e: E) => boolean): Span<E>[] {
+  const by = new Map<bigint, Span<E>>();
+  for (const e of log) {
+    if (!e.ok || !counts(e)) continue;
+    const s = by.get(e.token);
+    if (s) s.last = e.seq;
+    else by.set(e.token, { token: e.token, worker: e.worker, first: e.seq, last: e.seq, entry: e });
+  }
+  return [...by.values()].sort((x, y) => x.first - y.first);
+}
+
+/**
+ * The semaphore's resource: never more than `capacity` holders served at once, judged on its log
+ * (a holder's window runs from its first to its last accepted request; windows of more than
+ * `capacity` tokens may not interleave), no operation applied twice, and no careful write (sent
+ * right after assertHeld() passed) refused: the resource refuses only a token pushed out by newer
+ * ones, which a correct semaphore grants only once that holder's key is gone.
+ */
+export function checkPermits(res: Pick<FencedPermits, 'capacity' | 'log'>): PermitsReport {
+  const violations: Violation[] = [];
+  let enters = 0;
+  let entersRefused = 0;
+  let evicted = 0;
+  let writesAccepted = 0;
+  let writesRefused = 0;
+  let carefulRefused = 0;
+  let leaves = 0;
+  const opIds = new Set<string>();
+  for (const e of res.log) {
+    if (e.op === 'enter') {
+      enters++;
+      if (!e.ok) entersRefused++;
+      evicted += e.evicted?.filter((t) => t !== e.token).length ?? 0;
+    } else if (e.op === 'leave') leaves++;
+    else if (e.ok) {
+      writesAccepted++;
+      if (e.opId !== undefined) {
+        if (opIds.has(e.opId)) violations.push({ check: 'semaphore-double-apply', detail: `operation ${e.opId} was applied twice` });
+        opIds.add(e.opId);
+      }
+    } else {
+      writesRefused++;
+      if (e.careful) {
+        carefulRefused++;
+        violations.push({
+          check: 'semaphore-careful-refused',
+          detail: `write #${e.seq} by ${e.worker} (token ${e.token}) passed assertHeld() but was refused: ${res.capacity} newer holders had entered`,
+        });
+      }
+    }
+  }
+  // Windows of accepted requests: more than `capacity` open at one request is too many at once.
+  let maxAccepted = 0;
+  const open: Span<PermitEntry>[] = [];
+  let over = false;
+  for (const s of spans(res.log, (e) => e.op !== 'leave')) {
+    for (let i = open.length - 1; i >= 0; i--) if (open[i]!.last < s.first) open.splice(i, 1);
+    open.push(s);
+    maxAccepted = Math.max(maxAccepted, open.length);
+    if (open.length > res.capacity && !over) {
+      violations.push({
+        check: 'semaphore-fence-capacity',
+        detail: `request #${s.first}: ${open.length} holders served at once by a resource of ${res.capacity}: ${open.map((o) => `${o.worker} (token ${o.token}, #${o.first}..#${o.last})`).join(', ')}`,
+      });
+    }
+    over = open.length > res.capacity;
+  }
+  return { capacity: res.capacity, enters, entersRefused, evicted, writesAccepted, writesRefused, carefulRefused, leaves, maxAccepted, violations };
+}
+
+// ---------------------------------------------------------------- the RW lock's resource
+
+export interface RWReport {
+  readHolds: number;
+  writeHolds: number;
+  readsAccepted: number;
+  readsRefused: number;
+  writesAccepted: number;
+  writesRefused: number;
+  /** Careful requests (assertHeld just before sending: a reader's second read, a writer's write) refused. */
+  carefulRefused: number;
+  finalValue: number;
+  violations: Violation[];
+}
+
+/**
+ * The RW lock's resource: a write is never accepted while another holder's window is open (a
+ * holder's window runs from its first to its last accepted request: a writer's may not interleave
+ * with anyone's, readers' may with each other's), every accepted write writes the value before it
+ * plus one (no increment lost or applied twice) and the final value counts them, and no careful
+ * request (sent right after assertHeld() passed) is refused: the resource refuses a reader only
+ * after a newer writer, and a writer only after any newer holder, which a correct RW lock lets in
+ * only once the older key is gone.
+ */
+export function checkRW(res: Pick<FencedRW, 'log' | 'value'>): RWReport {
+  const violations: Violation[] = [];
+  let readHolds = 0;
+  let writeHolds = 0;
+  let readsAccepted = 0;
+  let readsRefused = 0;
+  let writesAccepted = 0;
+  let writesRefused = 0;
+  let carefulRefused = 0;
+  let expected = 0;
+  const opIds = new Set<string>();
+  for (const e of res.log) {
+    if (e.op === 'enter') {
+      if (e.mode === 'read') readHolds++;
+      else writeHolds++;
+    }
+    if (e.op !== 'write') {
+      if (e.ok) readsAccepted++;
+      else readsRefused++;
+    } else if (e.ok) {
+      writesAccepted++;
+      expected++;
+      if (e.value !== e.before + 1) {
+        violations.push({
+          check: 'rw-lost-update',
+          detail: `write #${e.seq} by ${e.worker} (token ${e.token}) wrote ${e.value} over ${e.before}: an increment was lost or applied twice`,
+        });
+      }
+      if (e.opId !== undefined) {
+        if (opIds.has(e.opId)) violations.push({ check: 'rw-double-apply', detail: `operation ${e.opId} was applied twice` });
+        opIds.add(e.opId);
+      }
+    } else writesRefused++;
+    if (!e.ok && e.careful && e.op !== 'enter') {
+      carefulRefused++;
+      const by = e.mode === 'write' ? `holder token ${e.highestBefore}` : `writer token ${e.highestWriteBefore}`;
+      violations.push({
+        check: 'rw-careful-refused',
+        detail: `${e.op} #${e.seq} by ${e.mode === 'write' ? 'writer' : 'reader'} ${e.worker} (token ${e.token}) passed assertHeld() but was refused: ${by} had been seen`,
+      });
+    }
+  }
+  if (res.value !== expected) violations.push({ check: 'rw-count', detail: `the RW register holds ${res.value} but ${expected} increments were accepted` });
+  // Windows of accepted requests: a writer's may not interleave with any other holder's.
+  const open: Span<RWEntry>[] = [];
+  const who = (m: RWEntry['mode']): string => (m === 'write' ? 'writer' : 'reader');
+  for (const s of spans(res.log, () => true)) {
+    for (let i = open.length - 1; i >= 0; i--) if (open[i]!.last < s.first) open.splice(i, 1);
+    for (const o of open) {
+      if (o.entry.mode === 'read' && s.entry.mode === 'read') continue;
+      violations.push({
+        check: 'rw-fence-conflict',
+        detail: `${who(s.entry.mode)} ${s.worker} (token ${s.token}, #${s.first}..#${s.last}) was served inside the window of ${who(o.entry.mode)} ${o.worker} (token ${o.token}, #${o.first}..#${o.last})`,
+      });
+    }
+    open.push(s);
+  }
+  return { readHolds, writeHolds, readsAccepted, readsRefused, writesAccepted, writesRefused, carefulRefused, finalValue: res.value, violations };
 }
 
 // ---------------------------------------------------------------- election

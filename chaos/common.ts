@@ -13,12 +13,25 @@ export function now(): number {
 /**
  * now() minus the system-wide monotonic clock. Constant within a process; the difference between
  * two processes' offsets maps one's readings onto the other's, whatever their start times.
+ *
+ * Each sample brackets one hrtime reading between two now() readings; a process preempted inside
+ * that window (common while a dozen workers start on two cores) would be off by half the
+ * preemption, tens of ms: enough to show a clean hand-off as an overlap. So the sample with the
+ * narrowest window of many is kept; `errMs` bounds its error.
  */
+export function clockOffsetSample(samples = 64): { offset: number; errMs: number } {
+  let best = { offset: 0, errMs: Infinity };
+  for (let i = 0; i < samples; i++) {
+    const a = now();
+    const hr = Number(process.hrtime.bigint()) / 1e6;
+    const b = now();
+    if ((b - a) / 2 < best.errMs) best = { offset: (a + b) / 2 - hr, errMs: (b - a) / 2 };
+  }
+  return best;
+}
+
 export function clockOffset(): number {
-  const a = now();
-  const hr = Number(process.hrtime.bigint()) / 1e6;
-  const b = now();
-  return (a + b) / 2 - hr;
+  return clockOffsetSample().offset;
 }
 
 /** mulberry32: small, fast and good enough to make fault schedules reproducible from a seed. */
@@ -73,7 +86,13 @@ export class Prng {
   }
 }
 
-export type Role = 'fenced' | 'unfenced' | 'election';
+export type Role = 'fenced' | 'unfenced' | 'election' | 'semaphore' | 'rwlock';
+
+/** The lock roles whose "held" intervals the checker judges (every role but election). */
+export type LockRole = Exclude<Role, 'election'>;
+
+/** A read or write hold of the RWMutex (rwlock role). */
+export type RWMode = 'read' | 'write';
 
 /** What a worker is told at start (JSON in the CHAOS_WORKER environment variable). */
 export interface WorkerConfig {
@@ -84,8 +103,12 @@ export interface WorkerConfig {
   endpoints: string[];
   /** Session TTL in seconds. */
   ttl: number;
-  /** Lock or election name. */
+  /** Lock, semaphore, RW lock or election name. */
   name: string;
+  /** The semaphore's permit count (semaphore role). */
+  permits: number;
+  /** The share of rwlock cycles that take the write lock (the rest take a read lock). */
+  writeShare: number;
   /** Where the etcd-side counter and its per-operation ledger live. */
   dataPrefix: string;
   seed: number;
@@ -99,19 +122,28 @@ export interface WorkerConfig {
 
 /** Worker → parent, one JSON object per stdout line. bigints travel as decimal strings. */
 export type WorkerEvent =
-  /** `offset` is now() minus the system-wide monotonic clock (process.hrtime), for mapping to the parent's clock. */
-  | { t: 'ready'; pid: number; at: number; offset: number }
+  /**
+   * `offset` is now() minus the system-wide monotonic clock (process.hrtime), for mapping to the
+   * parent's clock, and `offsetErrMs` a bound on its error.
+   */
+  | { t: 'ready'; pid: number; at: number; offset: number; offsetErrMs: number }
   | { t: 'session'; lease: string; at: number }
   /**
    * `leftMs` (reason 'lease-gone' only): the session's own loss deadline minus the moment etcd said
    * the lease was gone. Positive means the server expired it before the client's deadline predicted.
    */
   | { t: 'session-lost'; lease: string; reason: string; at: number; leftMs?: number }
-  | { t: 'acquired'; token: string; at: number }
-  /** Sent before unlock() is called: the interval the handle said "held" has ended. */
-  | { t: 'releasing'; token: string; from: number; to: number; lost: boolean; lostReason?: string }
+  /** `mode`: rwlock role only. */
+  | { t: 'acquired'; token: string; at: number; mode?: RWMode }
+  /** Sent before unlock()/release() is called: the interval the handle said "held" has ended. */
+  | { t: 'releasing'; token: string; from: number; to: number; lost: boolean; lostReason?: string; mode?: RWMode }
   | { t: 'released'; token: string }
-  | { t: 'store'; id: number; op: 'read' | 'write'; register: string; token: string; value?: number; opId?: string; careful?: boolean }
+  /**
+   * A request to a protected resource in the parent. `register`: 'ledger' and 'election' (fenced
+   * registers), 'permits' (the semaphore's resource: enter, write, leave) or 'rw' (the RW lock's
+   * resource: enter and read or write, with the holder's `mode`).
+   */
+  | { t: 'store'; id: number; op: StoreOp; register: string; token: string; value?: number; opId?: string; careful?: boolean; mode?: RWMode }
   | { t: 'etcd-inc'; token: string; opKey: string; value: number; outcome: 'accepted' | 'rejected' | 'unknown'; error?: string; at: number }
   | { t: 'careful-skip'; token: string; at: number }
   | { t: 'term-start'; token: string; lease: string; at: number }
@@ -121,6 +153,9 @@ export type WorkerEvent =
   /** A lock wait longer than the stall limit: the queue as etcd has it, for diagnosis. */
   | { t: 'stuck'; at: number; waitedMs: number; key: string; queue: { key: string; createRevision: string; lease: string; leaseTtl: number }[] }
   | { t: 'bye'; at: number; cycles: number; errors: number };
+
+/** What a worker asks of a protected resource; `enter` and `leave` only of 'permits' and 'rw'. */
+export type StoreOp = 'read' | 'write' | 'enter' | 'leave';
 
 /** Parent → worker, one JSON object per stdin line. */
 export type ParentMessage =

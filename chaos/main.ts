@@ -1,5 +1,6 @@
-// The fault-injection suite: proves mutual exclusion (with fencing), the ownerCompare guard and
-// single leadership under crashes, pauses and partitions of a real 3-member etcd cluster.
+// The fault-injection suite: proves mutual exclusion (with fencing), the ownerCompare guard, single
+// leadership, at most N holders of a semaphore's N permits and a writer alone under an RWMutex, under
+// crashes, pauses and partitions of a real 3-member etcd cluster.
 //
 //   npm run chaos -- --quick                 about a minute (CI)
 //   npm run chaos -- --minutes 10 [--seed N] [--json out.json] [--no-netns] [--ttl 3] [--keep]
@@ -10,8 +11,9 @@
 // Phase "netns": a cluster whose members live in their own network namespaces, so a minority can be
 // cut off for real (see netns.ts); skipped, and said so, where namespaces cannot be created.
 //
-// Exit status: 0 when every check holds; 1 on any violation (fenced, ownerCompare, election, an
-// overlap of holders or leaders that no freeze of the earlier one explains, a lease that etcd
+// Exit status: 0 when every check holds; 1 on any violation (fenced, ownerCompare, election,
+// semaphore, RW lock, an overlap of holders or leaders (more than N permit holders, a writer and
+// anyone) that no freeze of the earlier one explains, a lease that etcd
 // expired before the client's deadline, a careful write refused), an unexpected error, a lock wait
 // past 12 s, a fault the harness could not inject or heal, or anything left behind (keys, leases,
 // a worker that would not exit). checker.ts's verdict() is the list.
@@ -29,15 +31,23 @@ import {
   checkEtcdCounter,
   checkFencedLedger,
   checkLeaseExpiries,
+  checkPermits,
+  checkRW,
+  excessViolations,
+  findExcess,
   findOverlaps,
   overlapViolations,
+  rwConflict,
   verdict,
   longestGap,
   percentile,
   round,
   type EtcdCounterReport,
   type ElectionReport,
+  type ExcessReport,
   type FencedReport,
+  type PermitsReport,
+  type RWReport,
   type LeaseExpiryReport,
   type OverlapReport,
   type Violation,
@@ -82,7 +92,14 @@ const say = (msg: string): void => {
   console.log(msg);
 };
 
-const workerCounts: Record<Role, number> = quick ? { fenced: 3, unfenced: 2, election: 2 } : { fenced: 3, unfenced: 3, election: 3 };
+const ROLES = ['fenced', 'unfenced', 'election', 'semaphore', 'rwlock'] as const satisfies readonly Role[];
+const workerCounts: Record<Role, number> = quick
+  ? { fenced: 3, unfenced: 2, election: 2, semaphore: 4, rwlock: 3 }
+  : { fenced: 3, unfenced: 3, election: 3, semaphore: 5, rwlock: 4 };
+/** The semaphore's permits: fewer than its workers, so that they queue. */
+const PERMITS = 2;
+/** The share of rwlock cycles that take the write lock; the rest read. */
+const RW_WRITE_SHARE = 0.35;
 
 interface PhasePlan {
   name: 'loopback' | 'netns';
@@ -134,6 +151,9 @@ interface PhaseResult {
     etcdIncrementsAccepted: number;
     unfencedHolds: number;
     electionTerms: number;
+    semaphoreHolds: number;
+    rwReadHolds: number;
+    rwWriteHolds: number;
   };
   faults: Record<string, number>;
   faultLog: { kind: string; target: string; startS: number; ms: number; note?: string }[];
@@ -143,6 +163,12 @@ interface PhaseResult {
   unfenced: OverlapReport;
   fencedHolds: OverlapReport;
   election: ElectionReport;
+  /** The semaphore's resource (at most `capacity` holders served at once) and its holders' intervals. */
+  semaphore: PermitsReport;
+  semaphoreHolds: ExcessReport;
+  /** The RW lock's resource (a writer served alone) and its holders' intervals (a writer overlapping anyone). */
+  rw: RWReport;
+  rwHolds: OverlapReport;
   failover: { kind: string; atS: number; raftMs?: number; firstAcquireMs?: number; newLeaderMs?: number }[];
   /** The longest stretch without an acquisition, and when it began (s into the phase). */
   liveness: Record<Role, { ms: number; atS: number }>;
@@ -164,6 +190,8 @@ interface PhaseResult {
     leaseDrainMs: number;
   };
   problems: string[];
+  /** The largest error bound of a worker's clock mapping onto the parent's, ms. */
+  clockErrMs: number;
 }
 
 const results: PhaseResult[] = [];
@@ -213,13 +241,13 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   current = { stop: () => cluster.stop() };
   const admin = new Client({ endpoints: cluster.endpoints, callTimeoutMs: 5000 });
   const prefix = `chaos/${runId}/${plan.name}/`;
-  const names = { fenced: `${prefix}fenced`, unfenced: `${prefix}unfenced`, election: `${prefix}election` };
+  const names: Record<Role, string> = Object.fromEntries(ROLES.map((r) => [r, `${prefix}${r}`])) as Record<Role, string>;
   const dataPrefix = `${prefix}data/`;
-  const store = new FencedStore();
+  const store = new FencedStore({ permits: PERMITS });
   const history = new History();
   const rng = new Prng(seed).fork(plan.name === 'loopback' ? 1 : 2);
   const specs: WorkerSpec[] = [];
-  for (const role of ['fenced', 'unfenced', 'election'] as const) {
+  for (const role of ROLES) {
     for (let k = 0; k < workerCounts[role]; k++) specs.push({ id: `${role}-${k}`, role, name: names[role] });
   }
   const pool = new WorkerPool(specs, {
@@ -231,6 +259,8 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     thinkMs: [0, 20],
     holdMs: [2, 25],
     electionHoldMs: [50, 250],
+    permits: PERMITS,
+    rwWriteShare: RW_WRITE_SHARE,
     store,
     history,
     log,
@@ -302,13 +332,17 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   const fencedFound = findOverlaps(history.held.fenced, faults);
   const unfenced = unfencedFound.report;
   const fencedHolds = fencedFound.report;
+  const semaphore = checkPermits(store.permits);
+  const semaphoreFound = findExcess(history.held.semaphore, PERMITS, faults);
+  const rw = checkRW(store.rw);
+  const rwFound = findOverlaps(history.held.rwlock, faults, rwConflict);
   const leaseExpiries = checkLeaseExpiries(history.leaseGone, faults);
   const leaseViolations = leaseExpiries.violations;
 
   const failover = nemesis.failovers.map((f) => {
     const out: PhaseResult['failover'][number] = { kind: f.kind, atS: round((f.at - start) / 1000) };
     if (f.raftMs !== undefined) out.raftMs = f.raftMs;
-    const all = [...history.acquisitions.fenced, ...history.acquisitions.unfenced, ...history.acquisitions.election].filter((t) => t > f.at);
+    const all = ROLES.flatMap((r) => history.acquisitions[r]).filter((t) => t > f.at);
     if (all.length > 0) out.firstAcquireMs = Math.round(Math.min(...all) - f.at);
     if (f.kind === 'leader-worker-crash') {
       const next = history.termStarts.filter((t) => t.at > f.at).sort((a, b) => a.at - b.at)[0];
@@ -325,6 +359,10 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     ...election.violations,
     ...overlapViolations(unfencedFound.overlaps, 'unfenced-overlap'),
     ...overlapViolations(fencedFound.overlaps, 'fenced-hold-overlap'),
+    ...semaphore.violations,
+    ...excessViolations(semaphoreFound.excess, PERMITS, 'semaphore-overlap'),
+    ...rw.violations,
+    ...overlapViolations(rwFound.overlaps, 'rw-overlap'),
     ...leaseViolations,
   ];
   const cleanupOk = notExited.length === 0 && leasesLeft.length === 0 && keysLeft.length === 0;
@@ -340,6 +378,9 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
       etcdIncrementsAccepted: etcdCounter.ledgerEntries,
       unfencedHolds: history.held.unfenced.length,
       electionTerms: history.terms.length,
+      semaphoreHolds: history.held.semaphore.length,
+      rwReadHolds: history.held.rwlock.filter((i) => i.mode === 'read').length,
+      rwWriteHolds: history.held.rwlock.filter((i) => i.mode === 'write').length,
     },
     faults: byKind,
     faultLog: faults.map((f) => ({ kind: f.kind, target: f.target, startS: round((f.start - start) / 1000), ms: Math.round(f.end - f.start), note: f.note })),
@@ -349,9 +390,13 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     unfenced,
     fencedHolds,
     election,
+    semaphore,
+    semaphoreHolds: semaphoreFound.report,
+    rw,
+    rwHolds: rwFound.report,
     failover,
     liveness: Object.fromEntries(
-      (['fenced', 'unfenced', 'election'] as const).map((role) => {
+      ROLES.map((role) => {
         const g = longestGap(history.acquisitions[role], start, end);
         return [role, { ms: g.ms, atS: round((g.at - start) / 1000) }];
       }),
@@ -367,6 +412,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     violations,
     cleanup: { ok: cleanupOk, workersNotExited: notExited, leasesAtExit: leasesAtExit.length, leasesUnaccounted: unaccounted, leasesLeft, keysLeft, leaseDrainMs },
     problems: nemesis.problems,
+    clockErrMs: round(history.clockErrMs * 1000) / 1000,
   };
   say(
     `phase ${plan.name}: ${history.cycles} cycles, ${faults.length} faults, ${violations.length} violations, ` +
@@ -383,6 +429,8 @@ function summarize() {
   const fencedViolations = results.reduce((n, r) => n + r.fenced.violations.length, 0);
   const etcdViolations = results.reduce((n, r) => n + r.etcdCounter.violations.length, 0);
   const electionViolations = results.reduce((n, r) => n + r.election.violations.length, 0);
+  const semaphoreViolations = results.reduce((n, r) => n + r.semaphore.violations.length + r.semaphoreHolds.unexplained, 0);
+  const rwViolations = results.reduce((n, r) => n + r.rw.violations.length + r.rwHolds.unexplained, 0);
   const cleanupOk = results.length > 0 && results.every((r) => r.cleanup.ok);
   const sum = (f: (r: PhaseResult) => number): number => results.reduce((n, r) => n + f(r), 0);
   const faults: Record<string, number> = {};
@@ -406,6 +454,8 @@ function summarize() {
       fencedViolations,
       etcdCounterViolations: etcdViolations,
       electionViolations,
+      semaphoreViolations,
+      rwViolations,
       ledgerWritesRefused: sum((r) => r.fenced.writesRefused),
       longestUnfencedOverlapMs: Math.max(0, ...results.map((r) => r.unfenced.longestMs)),
       unexplainedUnfencedOverlaps: sum((r) => r.unfenced.unexplained),
@@ -413,6 +463,10 @@ function summarize() {
       unexplainedLeaderTermOverlaps: sum((r) => r.election.overlaps.unexplained),
       violations: sum((r) => r.violations.length),
       unexplainedFencedHoldOverlaps: sum((r) => r.fencedHolds.unexplained),
+      unexplainedSemaphoreOverlaps: sum((r) => r.semaphoreHolds.unexplained),
+      unexplainedRWOverlaps: sum((r) => r.rwHolds.unexplained),
+      semaphoreCarefulRefused: sum((r) => r.semaphore.carefulRefused),
+      rwCarefulRefused: sum((r) => r.rw.carefulRefused),
       leaseExpiredEarly: sum((r) => r.leaseGone.violations.length),
       leaseRevokedByDeposedLeader: sum((r) => r.leaseGone.byDeposedLeader),
       carefulWritesRefused: sum((r) => r.fenced.carefulRefused),
@@ -439,7 +493,7 @@ function printTable(): void {
     rows.push([label, ...results.map((r) => String(f(r)))]);
   };
   row('chaos time (s)', (r) => round(r.chaosMs / 1000));
-  row('workers (fenced/unfenced/election)', (r) => `${r.workers.fenced}/${r.workers.unfenced}/${r.workers.election}`);
+  row('workers (fenced/unfenced/election/semaphore/rwlock)', (r) => ROLES.map((k) => r.workers[k]).join('/'));
   row('operations (lock cycles + terms)', (r) => r.operations.cycles);
   row('  fenced ledger writes accepted', (r) => r.fenced.writesAccepted);
   row('  fenced ledger writes refused (stale token)', (r) => `${r.fenced.writesRefused} (+${r.fenced.readsRefused} reads)`);
@@ -447,15 +501,22 @@ function printTable(): void {
   row('  etcd ownerCompare increments', (r) => `${r.etcdCounter.ledgerEntries} (refused ${r.etcdCounter.rejected}, unknown ${r.etcdCounter.unknownResolvedApplied + r.etcdCounter.unknownResolvedNotApplied})`);
   row('  unfenced holds', (r) => r.operations.unfencedHolds);
   row('  election terms (lost)', (r) => `${r.election.terms} (${r.election.termsLost})`);
+  row(`  semaphore holds (${PERMITS} permits)`, (r) => r.operations.semaphoreHolds);
+  row('    permit writes accepted / refused', (r) => `${r.semaphore.writesAccepted} / ${r.semaphore.writesRefused} (enters refused ${r.semaphore.entersRefused}, evicted ${r.semaphore.evicted})`);
+  row('  rwlock holds read / write', (r) => `${r.operations.rwReadHolds} / ${r.operations.rwWriteHolds}`);
+  row('    rw reads / writes accepted (refused)', (r) => `${r.rw.readsAccepted} (${r.rw.readsRefused}) / ${r.rw.writesAccepted} (${r.rw.writesRefused})`);
   const kinds = [...new Set(results.flatMap((r) => Object.keys(r.faults)))].sort();
   row('faults', (r) => Object.values(r.faults).reduce((a, b) => a + b, 0));
   for (const k of kinds) row(`  ${k}`, (r) => r.faults[k] ?? 0);
   row('VIOLATIONS (all checks)', (r) => r.violations.length);
   row('  fenced / etcd / election', (r) => `${r.fenced.violations.length} / ${r.etcdCounter.violations.length} / ${r.election.violations.length}`);
+  row('  semaphore / rwlock (resource, careful refused)', (r) => `${r.semaphore.violations.length} / ${r.rw.violations.length} (careful ${r.semaphore.carefulRefused} / ${r.rw.carefulRefused})`);
   row('  lease gone before client deadline', (r) => `${r.leaseGone.violations.length} (of ${r.leaseGone.reports} lease-gone)`);
   row('lease revoked by a deposed leader (etcd 15247)', (r) => `${r.leaseGone.byDeposedLeader}${r.leaseGone.latestMs !== undefined && r.leaseGone.latestMs > 0 ? `, up to ${r.leaseGone.latestMs} ms early` : ''}`);
   row('unfenced stale holders (unexplained)', (r) => `${r.unfenced.overlaps} (${r.unfenced.unexplained})`);
   row('fenced stale holders (unexplained)', (r) => `${r.fencedHolds.overlaps} (${r.fencedHolds.unexplained})`);
+  row(`over ${PERMITS} permit holders (unexplained), max at once`, (r) => `${r.semaphoreHolds.overlaps} (${r.semaphoreHolds.unexplained}), ${r.semaphoreHolds.maxConcurrent}`);
+  row('rw stale holders vs a writer (unexplained)', (r) => `${r.rwHolds.overlaps} (${r.rwHolds.unexplained})`);
   row('longest unfenced overlap (ms)', (r) => `${r.unfenced.longestMs}${r.unfenced.worst[0] ? ` [${r.unfenced.worst[0].cause}]` : ''}`);
   row('stale leaders (unexplained), longest ms', (r) => `${r.election.overlaps.overlaps} (${r.election.overlaps.unexplained}), ${r.election.overlaps.longestMs}`);
   row('raft failover p50/max (ms)', (r) => {
@@ -471,6 +532,7 @@ function printTable(): void {
     return v.length ? `${percentile(v, 50)}/${Math.max(...v)} (n=${v.length})` : '-';
   });
   row('longest stall fenced/unfenced/election (ms)', (r) => `${r.liveness.fenced.ms}/${r.liveness.unfenced.ms}/${r.liveness.election.ms}`);
+  row('longest stall semaphore/rwlock (ms)', (r) => `${r.liveness.semaphore.ms}/${r.liveness.rwlock.ms}`);
   row('sessions lost', (r) => Object.entries(r.sessionsLost).map(([k, v]) => `${k}:${v}`).join(' ') || '0');
   row('unexpected errors', (r) => r.unexpectedErrors.length);
   row('lock waits over 12 s', (r) => r.stuckWaits.length);
@@ -482,14 +544,21 @@ function printTable(): void {
   for (const r of rows) console.log(`${r[0]!.padEnd(width)}  ${r.slice(1).map((c, i) => c.padEnd(colw[i]!)).join('  ')}`);
   console.log('');
   for (const r of results) {
-    for (const v of r.violations.slice(0, 30)) console.log(`VIOLATION [${r.name}] ${v.check}: ${v.detail}`);
-    if (r.violations.length > 30) console.log(`VIOLATION [${r.name}] ... and ${r.violations.length - 30} more (see the JSON)`);
+    // Up to 8 of each kind, so that one abundant kind does not hide the others.
+    const byCheck = new Map<string, Violation[]>();
+    for (const v of r.violations) byCheck.set(v.check, [...(byCheck.get(v.check) ?? []), v]);
+    for (const [check, vs] of byCheck) {
+      for (const v of vs.slice(0, 8)) console.log(`VIOLATION [${r.name}] ${check}: ${v.detail}`);
+      if (vs.length > 8) console.log(`VIOLATION [${r.name}] ${check}: ... and ${vs.length - 8} more (see the JSON)`);
+    }
     for (const e of r.unexpectedErrors.slice(0, 10)) console.log(`unexpected [${r.name}]: ${e}`);
     for (const p of r.problems) console.log(`harness [${r.name}]: ${p}`);
     for (const w of r.stuckWaits.slice(0, 5)) console.log(`stuck [${r.name}]: ${w}`);
     for (const w of r.unfenced.worst) console.log(`unfenced overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
     for (const w of r.fencedHolds.worst) console.log(`fenced-hold overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
     for (const w of r.election.overlaps.worst) console.log(`leader-term overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
+    for (const w of r.semaphoreHolds.worst) console.log(`over-${PERMITS}-permits overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
+    for (const w of r.rwHolds.worst) console.log(`rw overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
     if (r.cleanup.leasesUnaccounted.length > 0) console.log(`note [${r.name}]: ${r.cleanup.leasesUnaccounted.length} lease(s) of cleanly stopped workers were still present right after exit`);
   }
 }

@@ -57,11 +57,14 @@ export class Nemesis {
   readonly problems: string[] = [];
   private readonly o: NemesisOptions;
   private readonly size: number;
-  private ghosts = 0;
+  private ghosts: number;
 
   constructor(options: NemesisOptions) {
     this.o = options;
     this.size = options.cluster.endpoints.length;
+    // Where the ghost-pauses start in their rotation (see ghost-pause), drawn so that a short run's
+    // few ghosts do not always land on the same role.
+    this.ghosts = options.rng.int(0, 5);
   }
 
   /** Injects faults until `until` (common clock), then heals everything. */
@@ -221,15 +224,19 @@ export class Nemesis {
         return;
       }
       case 'ghost-pause': {
-        // A fenced holder frozen between its read and its write, for longer than the TTL: when it
-        // wakes, someone else holds the lock and has read the ledger; its write must be refused.
-        const candidates = pool.byRole('fenced').filter((w) => w.alive);
+        // A holder frozen inside its critical section, between its first request to the protected
+        // resource and its write, for longer than the TTL: when it wakes, someone else holds the
+        // lock (or its permit) and has reached the resource; its write must be refused. The roles
+        // rotate (fenced ledger, semaphore's permits, RW lock), and so does the kind of holder: a
+        // plain one (its write must be refused by the fence) and a careful one (assertHeld() must
+        // stop it before it writes). Six ghosts cover every pair.
+        const k = this.ghosts++;
+        const roles = (['fenced', 'semaphore', 'rwlock'] as const).filter((r) => pool.byRole(r).some((x) => x.alive));
+        const candidates = pool.byRole(roles[k % roles.length] ?? 'fenced').filter((x) => x.alive);
         const w = rng.pick(candidates);
         rec.target = w.label;
         rec.worker = w.label;
-        // Alternate: a plain holder (its write must be refused by the fence) and a careful one
-        // (assertHeld() must stop it before it writes).
-        const careful = this.ghosts++ % 2 === 1;
+        const careful = k % 2 === 1;
         if (!(await w.trapNextRead(3000, careful))) {
           // Nothing was frozen: an empty interval, so that it explains no overlap.
           rec.start = rec.end = now();

@@ -8,6 +8,10 @@
 //             same increment on a counter in etcd, in a Txn guarded by handle.ownerCompare(); unlock.
 //   unfenced  lock, hold for a while, unlock; report the interval the handle said "held".
 //   election  runAsLeader (one term per call); each term writes to a fenced register with its token.
+//   semaphore acquire one of the semaphore's N permits; enter the permits resource in the parent (at
+//             most N holders at once, by token), write, leave it, release.
+//   rwlock    per cycle, rLock or lock the RWMutex; a reader reads the RW resource twice, a writer
+//             reads it and writes the value plus one (tokens and modes checked there); unlock.
 //
 // After {"t":"stop"} the worker stops, resigns/unlocks, closes its session and client, and exits
 // on its own: a worker that does not is reported as a leak.
@@ -15,20 +19,25 @@ import {
   Client,
   EtcdError,
   Mutex,
+  RWMutex,
+  Semaphore,
   Session,
   compare,
   op,
   runAsLeader,
   type LockHandle,
+  type OwnerHandle,
 } from '../src/index.js';
 import {
   Prng,
-  clockOffset,
+  clockOffsetSample,
   counterKey,
   lineSplitter,
   now,
   opKey,
   type ParentMessage,
+  type RWMode,
+  type StoreOp,
   type WorkerConfig,
   type WorkerEvent,
 } from './common.js';
@@ -84,10 +93,10 @@ interface StoreReply {
 let nextStoreId = 1;
 const pendingStore = new Map<number, (r: StoreReply) => void>();
 function store(
-  opName: 'read' | 'write',
+  opName: StoreOp,
   register: string,
   token: bigint,
-  extra: { value?: number; opId?: string; careful?: boolean } = {},
+  extra: { value?: number; opId?: string; careful?: boolean; mode?: RWMode } = {},
 ): Promise<StoreReply> {
   const id = nextStoreId++;
   return new Promise((resolve) => {
@@ -150,11 +159,16 @@ let cycles = 0;
 
 async function lockOnce(s: Session): Promise<LockHandle> {
   const m = new Mutex(s, cfg.name);
+  return waitFor(m.key, (signal) => m.lock({ signal }));
+}
+
+/** One wait for a lock or permit (our key is `key`), bounded, with the stuck-queue watchdog. */
+async function waitFor<H>(key: string, acquire: (signal: AbortSignal) => Promise<H>): Promise<H> {
   const started = now();
   // A wait this long on a small queue means something is stuck: report the queue as etcd has it.
-  const watchdog = setTimeout(() => void reportStuck(m.key, started), STUCK_REPORT_MS);
+  const watchdog = setTimeout(() => void reportStuck(key, started), STUCK_REPORT_MS);
   try {
-    return await m.lock({ signal: AbortSignal.any([stop.signal, AbortSignal.timeout(LOCK_WAIT_LIMIT_MS)]) });
+    return await acquire(AbortSignal.any([stop.signal, AbortSignal.timeout(LOCK_WAIT_LIMIT_MS)]));
   } finally {
     clearTimeout(watchdog);
   }
@@ -221,18 +235,92 @@ async function fencedCycle(): Promise<void> {
   }
 }
 
-/** Ends a hold: reports how long we believed we held it, then unlocks. */
-async function release(handle: LockHandle, from: number, loss: ReturnType<typeof lossClock>): Promise<void> {
+/** Ends a hold: reports how long we believed we held it, then unlocks (or releases the permit). */
+async function release(
+  handle: OwnerHandle & ({ unlock(): Promise<void> } | { release(): Promise<void> }),
+  from: number,
+  loss: ReturnType<typeof lossClock>,
+  mode?: RWMode,
+): Promise<void> {
   const token = handle.fencingToken.toString();
   // Reported before unlocking: if we are killed during unlock(), the parent still knows when our
   // belief ended (a later holder may legitimately start as soon as the delete commits).
-  emit({ t: 'releasing', token, from, to: loss.lostAt() ?? now(), lost: loss.lostAt() !== undefined, lostReason: loss.reason() });
+  emit({ t: 'releasing', token, from, to: loss.lostAt() ?? now(), lost: loss.lostAt() !== undefined, lostReason: loss.reason(), mode });
   try {
-    await handle.unlock();
+    await ('unlock' in handle ? handle.unlock() : handle.release());
   } catch (err) {
     reportError('unlock', err);
   }
   emit({ t: 'released', token });
+}
+
+/** A careful holder's check just before it acts: false (and reported) if the handle says it lost. */
+function stillHeld(handle: { assertHeld(): void; fencingToken: bigint }): boolean {
+  try {
+    handle.assertHeld();
+    return true;
+  } catch {
+    emit({ t: 'careful-skip', token: handle.fencingToken.toString(), at: now() });
+    return false;
+  }
+}
+
+/**
+ * One permit of the semaphore. The permits resource serves at most N holders at once by token: we
+ * enter it, hold, write (a careful holder checks assertHeld() first), and leave it *before*
+ * releasing the permit, so that a newcomer never finds us still admitted after we let go.
+ */
+async function semaphoreCycle(): Promise<void> {
+  const s = await currentSession();
+  const sem = new Semaphore(s, cfg.name, { permits: cfg.permits });
+  const handle = await waitFor(sem.key, (signal) => sem.acquire({ signal }));
+  const token = handle.fencingToken;
+  const from = now();
+  emit({ t: 'acquired', token: token.toString(), at: from });
+  const loss = lossClock(handle);
+  try {
+    const coin = rng.chance(0.5);
+    const r = await store('enter', 'permits', token);
+    const careful = r.careful ?? coin;
+    if (r.ok) {
+      await pause(between(cfg.holdMs));
+      if (!careful || stillHeld(handle)) await store('write', 'permits', token, { opId: `${cfg.id}#${cfg.incarnation}/${cycles}`, careful });
+    }
+    await store('leave', 'permits', token);
+  } finally {
+    await release(handle, from, loss);
+  }
+}
+
+/**
+ * One hold of the RW lock, a write with probability `writeShare`. The RW resource checks each
+ * request's token against its mode: a reader reads twice, a writer reads and writes the value plus
+ * one; the second request of a careful holder comes right after assertHeld() passed.
+ */
+async function rwCycle(): Promise<void> {
+  const s = await currentSession();
+  const mode: RWMode = rng.chance(cfg.writeShare) ? 'write' : 'read';
+  const rw = new RWMutex(s, cfg.name);
+  const handle = await waitFor(mode === 'write' ? rw.writeKey : rw.readKey, (signal) => (mode === 'write' ? rw.lock({ signal }) : rw.rLock({ signal })));
+  if (handle.mode !== mode) throw new Error(`asked for a ${mode} lock, got a ${handle.mode} lock`);
+  const token = handle.fencingToken;
+  const from = now();
+  emit({ t: 'acquired', token: token.toString(), at: from, mode });
+  const loss = lossClock(handle);
+  try {
+    const coin = rng.chance(0.5);
+    const r = await store('enter', 'rw', token, { mode });
+    const careful = r.careful ?? coin;
+    if (r.ok) {
+      await pause(between(cfg.holdMs));
+      if (!careful || stillHeld(handle)) {
+        if (mode === 'write') await store('write', 'rw', token, { mode, value: r.value + 1, opId: `${cfg.id}#${cfg.incarnation}/${cycles}`, careful });
+        else await store('read', 'rw', token, { mode, careful });
+      }
+    }
+  } finally {
+    await release(handle, from, loss, mode);
+  }
 }
 
 async function etcdIncrement(handle: LockHandle, token: bigint): Promise<void> {
@@ -297,9 +385,17 @@ async function electionCycle(): Promise<void> {
   });
 }
 
-const cycle = cfg.role === 'fenced' ? fencedCycle : cfg.role === 'unfenced' ? unfencedCycle : electionCycle;
+const workloads: Record<WorkerConfig['role'], () => Promise<void>> = {
+  fenced: fencedCycle,
+  unfenced: unfencedCycle,
+  election: electionCycle,
+  semaphore: semaphoreCycle,
+  rwlock: rwCycle,
+};
+const cycle = workloads[cfg.role];
 
-emit({ t: 'ready', pid: process.pid, at: now(), offset: clockOffset() });
+const clock = clockOffsetSample();
+emit({ t: 'ready', pid: process.pid, at: now(), offset: clock.offset, offsetErrMs: clock.errMs });
 let backoff = 50;
 while (!stop.signal.aborted) {
   try {

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startProxy, type TcpProxy } from '../src/testing/index.js';
 import type { EtcdIncrementReport, HeldInterval, LeaseGoneReport, Term } from './checker.js';
-import { clockOffset, lineSplitter, now, type ParentMessage, type Role, type WorkerConfig, type WorkerEvent } from './common.js';
+import { clockOffset, lineSplitter, now, type LockRole, type ParentMessage, type Role, type RWMode, type WorkerConfig, type WorkerEvent } from './common.js';
 import type { FencedStore } from './fenced-store.js';
 
 const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
@@ -16,10 +16,10 @@ const PARENT_OFFSET = clockOffset();
 
 /** Everything the workers told us, on the parent's clock. */
 export class History {
-  readonly held: Record<'fenced' | 'unfenced', HeldInterval[]> = { fenced: [], unfenced: [] };
+  readonly held: Record<LockRole, HeldInterval[]> = { fenced: [], unfenced: [], semaphore: [], rwlock: [] };
   readonly terms: Term[] = [];
   readonly termStarts: { worker: string; token: bigint; at: number }[] = [];
-  readonly acquisitions: Record<Role, number[]> = { fenced: [], unfenced: [], election: [] };
+  readonly acquisitions: Record<Role, number[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [] };
   readonly etcdIncrements: EtcdIncrementReport[] = [];
   readonly errors = new Map<string, number>();
   /** Errors that are not this library's (EtcdError family) nor an abort: possible bugs. */
@@ -33,6 +33,8 @@ export class History {
   /** Lease ids (hex) that ended without a revoke we know of: killed workers, lost sessions. */
   readonly abandonedLeases = new Set<string>();
   readonly leaseOwner = new Map<string, string>();
+  /** The largest error bound of a worker's clock mapping (see clockOffsetSample), ms. */
+  clockErrMs = 0;
   cycles = 0;
 }
 
@@ -41,7 +43,7 @@ export class History {
 const OUR_ERRORS = new Set([
   'EtcdError', 'InvalidArgumentError', 'UnavailableError', 'WriteOutcomeUnknownError', 'CompactedError',
   'PermissionDeniedError', 'AuthenticationError', 'DeadlineExceededError', 'ClientClosedError', 'SessionExpiredError',
-  'OwnershipLostError', 'LockLostError', 'LeadershipLostError', 'NotLeaderError',
+  'OwnershipLostError', 'LockLostError', 'LeadershipLostError', 'NotLeaderError', 'PermitLostError', 'RWLockLostError',
   // our own lock-wait limit (AbortSignal.timeout) and shutdown
   'TimeoutError', 'AbortError',
 ]);
@@ -61,6 +63,10 @@ export interface PoolOptions {
   thinkMs: [number, number];
   holdMs: [number, number];
   electionHoldMs: [number, number];
+  /** The semaphore's permit count. */
+  permits: number;
+  /** The share of rwlock cycles that take the write lock. */
+  rwWriteShare: number;
   store: FencedStore;
   history: History;
   log: (msg: string) => void;
@@ -76,7 +82,7 @@ export class WorkerProc {
   alive = false;
   paused = false;
   /** What it holds (lock roles) or leads (election) right now, per its reports. */
-  holding?: { token: bigint; from: number };
+  holding?: { token: bigint; from: number; mode?: RWMode };
   private correction = 0;
   private stdin?: NodeJS.WritableStream;
   exited: Promise<void> = Promise.resolve();
@@ -84,7 +90,7 @@ export class WorkerProc {
   ready: Promise<void> = Promise.resolve();
   byeSeen = false;
   killedByUs = false;
-  /** Armed by the nemesis: SIGSTOP this worker the moment its next fenced read is answered. */
+  /** Armed by the nemesis: SIGSTOP this worker the moment its next first request of a hold (a ledger read, an enter) is answered. */
   private trap?: { fire: () => void; careful: boolean };
   private logStream?: WriteStream;
   private leases = new Set<string>();
@@ -118,6 +124,8 @@ export class WorkerProc {
       seed: (o.seed + hash(this.label)) >>> 0,
       thinkMs: o.thinkMs,
       holdMs: this.spec.role === 'election' ? o.electionHoldMs : o.holdMs,
+      permits: o.permits,
+      writeShare: o.rwWriteShare,
       dialTimeoutMs: 1000,
       callTimeoutMs: 3000,
     };
@@ -176,13 +184,16 @@ export class WorkerProc {
   private onEvent(e: WorkerEvent, label: string): void {
     const h = this.pool.options.history;
     if (e.t !== 'store' && e.t !== 'stuck') {
-      this.lastEvent = `${e.t}${'token' in e ? ` ${e.token}` : ''}@${this.pool.options.stamp(this.t('at' in e ? e.at : 'to' in e ? e.to : now()))}`;
+      const mode = 'mode' in e && e.mode ? ` ${e.mode}` : '';
+      this.lastEvent = `${e.t}${'token' in e ? ` ${e.token}` : ''}${mode}@${this.pool.options.stamp(this.t('at' in e ? e.at : 'to' in e ? e.to : now()))}`;
       // The timeline of every worker, kept with the logs (--keep) for diagnosis.
       if (e.t !== 'error') this.logStream?.write(`${this.lastEvent}${'lease' in e ? ` lease ${e.lease}` : ''}\n`);
     }
     switch (e.t) {
       case 'ready':
         this.correction = PARENT_OFFSET - e.offset;
+        h.clockErrMs = Math.max(h.clockErrMs, e.offsetErrMs);
+        this.logStream?.write(`clock mapped to the parent's within ${e.offsetErrMs.toFixed(4)} ms\n`);
         this.readyResolve?.();
         break;
       case 'session':
@@ -195,12 +206,13 @@ export class WorkerProc {
         if (e.leftMs !== undefined) h.leaseGone.push({ worker: label, lease: e.lease, leftMs: e.leftMs, at: this.t(e.at) });
         break;
       case 'acquired':
-        this.holding = { token: BigInt(e.token), from: this.t(e.at) };
+        this.holding = { token: BigInt(e.token), from: this.t(e.at), ...(e.mode ? { mode: e.mode } : {}) };
         h.acquisitions[this.spec.role].push(this.t(e.at));
         break;
       case 'releasing': {
-        const role = this.spec.role === 'unfenced' ? 'unfenced' : 'fenced';
-        h.held[role].push({ worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost });
+        const iv: HeldInterval = { worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost };
+        if (e.mode) iv.mode = e.mode;
+        h.held[this.lockRole()].push(iv);
         this.holding = undefined;
         h.cycles++;
         break;
@@ -208,12 +220,26 @@ export class WorkerProc {
       case 'released':
         break;
       case 'store': {
-        const reg = this.pool.options.store.register(e.register);
+        const store = this.pool.options.store;
         const token = BigInt(e.token);
-        const entry =
-          e.op === 'read' ? reg.read(label, token, now()) : reg.write(label, token, e.value ?? 0, now(), e.opId, e.careful);
+        const at = now();
+        let entry: { ok: boolean; value: number };
+        let highest: bigint;
+        if (e.register === 'permits') {
+          const p = store.permits;
+          entry = e.op === 'enter' ? p.enter(label, token, at) : e.op === 'write' ? p.write(label, token, at, e.opId, e.careful) : p.leave(label, token, at);
+          highest = [...p.admitted].reduce((m, t) => (t > m ? t : m), -1n);
+        } else if (e.register === 'rw') {
+          const op = e.op === 'enter' || e.op === 'write' ? e.op : 'read';
+          entry = store.rw.request(label, op, e.mode ?? 'read', token, at, e.value, e.opId, e.careful);
+          highest = store.rw.highest;
+        } else {
+          const reg = store.register(e.register);
+          entry = e.op === 'read' ? reg.read(label, token, at) : reg.write(label, token, e.value ?? 0, at, e.opId, e.careful);
+          highest = reg.highest;
+        }
         let careful: boolean | undefined;
-        if (e.op === 'read' && this.trap) {
+        if ((e.op === 'enter' || (e.op === 'read' && e.register === 'ledger')) && this.trap) {
           // Freeze it before the answer is written: it wakes up inside its critical section, with a
           // value read under a token that may have been superseded meanwhile (the GC-pause ghost).
           this.pause();
@@ -221,7 +247,7 @@ export class WorkerProc {
           this.trap.fire();
           this.trap = undefined;
         }
-        this.send({ t: 'store-reply', id: e.id, ok: entry.ok, value: entry.value, highest: reg.highest.toString(), careful });
+        this.send({ t: 'store-reply', id: e.id, ok: entry.ok, value: entry.value, highest: highest.toString(), careful });
         break;
       }
       case 'etcd-inc':
@@ -253,7 +279,14 @@ export class WorkerProc {
       case 'stuck': {
         const owners = e.queue.map((q) => `${q.key.slice(q.key.lastIndexOf('/') + 1)}@${q.createRevision}(${h.leaseOwner.get(q.lease) ?? '?'}, ttl ${q.leaseTtl})`);
         const what = this.pool.workers.map((w) => `${w.label}:${w.lastEvent ?? '-'}`).join(' ');
-        const line = `${label} waited ${e.waitedMs} ms for ${e.key}; queue: ${owners.join(' < ')}; workers: ${what}`;
+        // One session with two keys in one queue (an RWMutex's read and write keys): one of them is
+        // not a wait in progress but a key re-created after its release, by a stale attempt of an
+        // enqueue that had been retried on another member (see docs/reliability.md).
+        const perLease = new Map<string, number>();
+        for (const q of e.queue) perLease.set(q.lease, (perLease.get(q.lease) ?? 0) + 1);
+        const twice = [...perLease].filter(([, n]) => n > 1).map(([l]) => `${h.leaseOwner.get(l) ?? l} has ${perLease.get(l)} keys`);
+        const note = twice.length > 0 ? ` [${twice.join(', ')}: a stale enqueue re-created a released key?]` : '';
+        const line = `${label} waited ${e.waitedMs} ms for ${e.key}; queue: ${owners.join(' < ')}${note}; workers: ${what}`;
         h.stuck.push(line);
         this.pool.options.log(`STUCK ${line}`);
         this.logStream?.write(`${this.pool.options.stamp(this.t(e.at))} STUCK ${line}\n`);
@@ -278,9 +311,10 @@ export class WorkerProc {
     this.paused = false;
     // Died holding: its belief ends with it (its lease lives on until the TTL runs out).
     if (this.holding) {
-      const iv = { worker: label, token: this.holding.token, from: this.holding.from, to: at, lost: false, died: true };
+      const iv: HeldInterval = { worker: label, token: this.holding.token, from: this.holding.from, to: at, lost: false, died: true };
+      if (this.holding.mode) iv.mode = this.holding.mode;
       if (this.spec.role === 'election') h.terms.push(iv);
-      else h.held[this.spec.role === 'unfenced' ? 'unfenced' : 'fenced'].push(iv);
+      else h.held[this.lockRole()].push(iv);
       this.holding = undefined;
     }
     if (!this.byeSeen) for (const l of this.leases) h.abandonedLeases.add(l);
@@ -290,7 +324,14 @@ export class WorkerProc {
     this.logStream?.end(`--- ${label} exited code=${code} signal=${signal}\n`);
   }
 
-  /** Resolves true once the worker was frozen right after a fenced read, false after `limitMs`. */
+  /** The history list its holds go to (never called for election workers, whose terms go to `terms`). */
+  private lockRole(): LockRole {
+    const r = this.spec.role;
+    if (r === 'election') throw new Error(`${this.label}: an election worker reported a lock hold`);
+    return r;
+  }
+
+  /** Resolves true once the worker was frozen right after the first request of a hold, false after `limitMs`. */
   trapNextRead(limitMs: number, careful: boolean): Promise<boolean> {
     return new Promise((resolve) => {
       const timer = setTimeout(() => {

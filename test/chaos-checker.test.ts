@@ -1,7 +1,8 @@
 // The chaos checker must be able to fail. Each test feeds it a synthetic history of the kind a broken
 // build would produce (a waitForTurn that returns at once, an observe or campaign that lets a
-// non-leader lead, a deadline counted from the answer instead of the send) and expects the verdict
-// to fail; and the same history, explained by a freeze of the earlier holder, to pass. Pure: no etcd.
+// non-leader lead, a deadline counted from the answer instead of the send, a semaphore rule that
+// grants every waiter, an RW lock whose readers ignore writers) and expects the verdict to fail; and
+// the same history, explained by a freeze of the earlier holder, to pass. Pure: no etcd.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
@@ -9,16 +10,23 @@ import {
   checkEtcdCounter,
   checkFencedLedger,
   checkLeaseExpiries,
+  checkPermits,
+  checkRW,
+  excessViolations,
+  findExcess,
   findOverlaps,
   overlapViolations,
+  rwConflict,
   verdict,
   type FaultRecord,
   type HeldInterval,
   type PhaseVerdictInput,
 } from '../chaos/checker.js';
-import { FencedRegister } from '../chaos/fenced-store.js';
+import { FencedPermits, FencedRegister, FencedRW, type PermitEntry, type RWEntry } from '../chaos/fenced-store.js';
 
 const iv = (worker: string, token: bigint, from: number, to: number, lost = false): HeldInterval => ({ worker, token, from, to, lost });
+const rd = (worker: string, token: bigint, from: number, to: number): HeldInterval => ({ ...iv(worker, token, from, to), mode: 'read' });
+const wr = (worker: string, token: bigint, from: number, to: number): HeldInterval => ({ ...iv(worker, token, from, to), mode: 'write' });
 const fault = (kind: string, worker: string | undefined, start: number, end: number): FaultRecord => ({
   kind,
   target: worker ?? 'm0',
@@ -181,4 +189,172 @@ test('verdict: unexpected errors, stuck waits, harness problems, cleanup and a h
   ]);
   assert.deepEqual(verdict([{ ...clean, cleanupOk: false }]), ['p: cleanup failed']);
   assert.deepEqual(verdict([clean], 'loopback: Error: boom\n  at x'), ['harness error: loopback: Error: boom']);
+});
+
+// ---------------------------------------------------------------- semaphore
+
+test('semaphore overlap: three holders of two permits at once with no freeze (a rule that grants every waiter) fails the run', () => {
+  // Two at a time is what two permits allow: nothing to report.
+  const fine = [iv('s0#1', 10n, 0, 100), iv('s1#1', 11n, 50, 150), iv('s2#1', 12n, 120, 200), iv('s3#1', 13n, 160, 260)];
+  const ok = findExcess(fine, 2, []);
+  assert.equal(ok.report.overlaps, 0);
+  assert.equal(ok.report.maxConcurrent, 2);
+  assert.deepEqual(excessViolations(ok.excess, 2, 'semaphore-overlap'), []);
+  // s2 is granted while s0 and s1 still hold: three holders of two permits.
+  const broken = [iv('s0#1', 10n, 0, 100), iv('s1#1', 11n, 50, 150), iv('s2#1', 12n, 60, 90), iv('s3#1', 13n, 95, 140)];
+  const found = findExcess(broken, 2, []);
+  assert.equal(found.report.maxConcurrent, 3);
+  assert.equal(found.report.unexplained, 2);
+  assert.equal(found.excess[0]!.ms, 30); // from s2's start until the first of the three ended (s2 itself, at 90)
+  const violations = excessViolations(found.excess, 2, 'semaphore-overlap');
+  assert.equal(violations.length, 2);
+  assert.match(violations[0]!.detail, /s2#1 \(token 12\) started while s0#1 \(token 10\), s1#1 \(token 11\) still held: 3 holders of 2 permits/);
+  assert.deepEqual(verdict([{ ...clean, violations }]), ['p: 2 semaphore-overlap violation(s)']);
+});
+
+test('semaphore overlap: only freezes of enough earlier holders, covering the later start, explain more than N holders', () => {
+  const history = [iv('s0#1', 10n, 0, 4000), iv('s1#1', 11n, 3000, 3800), iv('s2#1', 12n, 3500, 3600)];
+  // s0 frozen past its TTL over s2's start: a stale belief, and s1 and s2 hold the two permits.
+  for (const kind of ['worker-pause', 'ghost-pause']) {
+    const found = findExcess(history, 2, [fault(kind, 's0#1', 100, 3990)]);
+    assert.equal(found.report.unexplained, 0, kind);
+    assert.deepEqual(found.report.byCause, { [kind]: 1 });
+    assert.deepEqual(excessViolations(found.excess, 2, 'semaphore-overlap'), [], kind);
+  }
+  // A network fault, a freeze of the later holder, or a freeze over before the start: unexplained.
+  for (const f of [fault('proxy-blackhole', 's0#1', 100, 3990), fault('member-pause', undefined, 100, 3990), fault('worker-pause', 's2#1', 100, 3990), fault('worker-pause', 's0#1', 100, 3000)]) {
+    assert.equal(findExcess(history, 2, [f]).report.unexplained, 1, JSON.stringify(f));
+  }
+  // Four at once on two permits needs two stale holders: one frozen is not enough.
+  const four = [...history, iv('s3#1', 13n, 3550, 3700)];
+  const oneFrozen = findExcess(four, 2, [fault('worker-pause', 's0#1', 100, 3990)]);
+  assert.equal(oneFrozen.report.unexplained, 1);
+  assert.match(oneFrozen.excess[1]!.cause, /^unexplained \(during worker-pause s0#1/);
+  assert.equal(findExcess(four, 2, [fault('worker-pause', 's0#1', 100, 3990), fault('ghost-pause', 's1#1', 3100, 3700)]).report.unexplained, 0);
+});
+
+test('semaphore resource: a frozen holder pushed out by newer ones is refused; a careful write refused is a violation', () => {
+  const res = new FencedPermits('permits', 2);
+  assert.equal(res.enter('a', 10n, 0).ok, true);
+  assert.equal(res.enter('b', 11n, 1).ok, true);
+  assert.equal(res.write('b', 11n, 2, 'b/1').ok, true);
+  assert.equal(res.leave('b', 11n, 3).ok, true);
+  // a froze without leaving; c and d were granted after a's key expired: a is pushed out.
+  assert.equal(res.enter('c', 12n, 4).ok, true);
+  const d = res.enter('d', 13n, 5);
+  assert.equal(d.ok, true);
+  assert.deepEqual(d.evicted, [10n]);
+  assert.equal(res.write('a', 10n, 6, 'a/1').ok, false); // a plain ghost's write: refused, as it should be
+  assert.equal(res.enter('b', 11n, 7).ok, false); // a token that left is not let in again
+  res.write('c', 12n, 8, 'c/1');
+  res.write('d', 13n, 9, 'd/1');
+  const report = checkPermits(res);
+  assert.deepEqual(report.violations, []);
+  assert.equal(report.evicted, 1);
+  assert.equal(report.maxAccepted, 2);
+  assert.deepEqual([report.writesAccepted, report.writesRefused], [3, 1]);
+  // The same, but a's write came right after assertHeld() passed: its deadline was wrong, or three held.
+  res.write('a', 10n, 10, 'a/2', true);
+  const careful = checkPermits(res);
+  assert.deepEqual(careful.violations.map((v) => v.check), ['semaphore-careful-refused']);
+  assert.match(verdict([{ ...clean, violations: careful.violations }]).join(), /semaphore-careful-refused/);
+});
+
+test('semaphore resource: three holders served at once by a resource of two fails the run; an operation applied twice too', () => {
+  // A resource of three, judged as one of two: what a resource that let a third holder in would log.
+  const res = new FencedPermits('permits', 3);
+  res.enter('a', 10n, 0);
+  res.enter('b', 11n, 1);
+  res.enter('c', 12n, 2);
+  res.write('a', 10n, 3, 'a/1');
+  res.write('b', 11n, 4, 'b/1');
+  res.write('c', 12n, 5, 'a/1');
+  assert.deepEqual(checkPermits(res).violations.map((v) => v.check), ['semaphore-double-apply']);
+  const report = checkPermits({ capacity: 2, log: res.log });
+  assert.equal(report.maxAccepted, 3);
+  assert.deepEqual(report.violations.map((v) => v.check).sort(), ['semaphore-double-apply', 'semaphore-fence-capacity']);
+  assert.match(report.violations.find((v) => v.check === 'semaphore-fence-capacity')!.detail, /request #2: 3 holders served at once by a resource of 2/);
+  // One at a time, judged with capacity 1: nothing.
+  const serial: PermitEntry[] = [
+    { seq: 0, at: 0, worker: 'a', op: 'enter', token: 1n, ok: true, value: 0 },
+    { seq: 1, at: 1, worker: 'a', op: 'write', token: 1n, ok: true, value: 1 },
+    { seq: 2, at: 2, worker: 'a', op: 'leave', token: 1n, ok: true, value: 1 },
+    { seq: 3, at: 3, worker: 'b', op: 'enter', token: 2n, ok: true, value: 1 },
+    { seq: 4, at: 4, worker: 'b', op: 'write', token: 2n, ok: true, value: 2 },
+  ];
+  assert.deepEqual(checkPermits({ capacity: 1, log: serial }).violations, []);
+});
+
+// ---------------------------------------------------------------- RW lock
+
+test('rw overlap: readers may overlap; a writer overlapping any holder with no freeze (readers that ignore writers) fails the run', () => {
+  const readers = [rd('r0#1', 10n, 0, 100), rd('r1#1', 11n, 20, 120), rd('r2#1', 12n, 50, 60)];
+  const shared = findOverlaps(readers, [], rwConflict);
+  assert.equal(shared.report.overlaps, 0);
+  // A reader granted while an older writer holds, and a writer granted while a reader holds.
+  const broken = [wr('w0#1', 5n, 0, 100), rd('r0#1', 10n, 50, 150), rd('r1#1', 11n, 60, 70), wr('w1#1', 20n, 140, 200)];
+  const found = findOverlaps(broken, [], rwConflict);
+  assert.equal(found.report.unexplained, 2); // w0 (reader r0 started inside), r0 (writer w1 started inside); r0/r1 may share
+  const violations = overlapViolations(found.overlaps, 'rw-overlap');
+  assert.deepEqual(violations.map((v) => v.detail.slice(0, 5)), ['w0#1 ', 'r0#1 ']);
+  assert.deepEqual(verdict([{ ...clean, violations }]), ['p: 2 rw-overlap violation(s)']);
+  // Explained only by a freeze of the earlier holder covering the later start.
+  const frozen = [fault('worker-pause', 'w0#1', 10, 95), fault('ghost-pause', 'r0#1', 60, 145)];
+  assert.equal(findOverlaps(broken, frozen, rwConflict).report.unexplained, 0);
+  assert.equal(findOverlaps(broken, [fault('proxy-blackhole', 'w0#1', 10, 95), frozen[1]!], rwConflict).report.unexplained, 1);
+  assert.equal(findOverlaps(broken, [fault('worker-pause', 'r0#1', 10, 95), frozen[1]!], rwConflict).report.unexplained, 1);
+});
+
+test('rw resource: readers share, writers increment; a stale reader or writer is refused; a careful one refused is a violation', () => {
+  const res = new FencedRW('rw');
+  assert.equal(res.request('r0', 'enter', 'read', 10n, 0).ok, true);
+  assert.equal(res.request('r1', 'enter', 'read', 11n, 1).ok, true);
+  assert.equal(res.request('r0', 'read', 'read', 10n, 2, undefined, undefined, true).ok, true); // an older reader still reads
+  assert.equal(res.request('r1', 'read', 'read', 11n, 3).ok, true);
+  assert.equal(res.request('w0', 'enter', 'write', 20n, 4).ok, true);
+  assert.equal(res.request('w0', 'write', 'write', 20n, 5, 1, 'w0/1', true).ok, true);
+  assert.equal(res.request('r0', 'read', 'read', 10n, 6).ok, false); // a plain stale reader, after a newer writer
+  assert.equal(res.request('r2', 'enter', 'read', 21n, 7).ok, true);
+  assert.equal(res.request('w9', 'write', 'write', 15n, 8, 2, 'w9/1').ok, false); // a plain stale writer, after newer holders
+  assert.equal(res.request('w1', 'enter', 'write', 30n, 9).ok, true);
+  assert.equal(res.request('w1', 'write', 'write', 30n, 10, 2, 'w1/1').ok, true);
+  const report = checkRW(res);
+  assert.deepEqual(report.violations, []);
+  assert.deepEqual([report.readHolds, report.writeHolds, report.writesAccepted, report.writesRefused, report.readsRefused, report.finalValue], [3, 2, 2, 1, 1, 2]);
+  // A careful reader (assertHeld() passed) refused after a newer writer, and a careful writer after a newer reader.
+  res.request('r2', 'read', 'read', 21n, 11, undefined, undefined, true);
+  res.request('w1', 'write', 'write', 30n, 12, 3, 'w1/2', true); // fine: still the newest
+  res.request('r3', 'enter', 'read', 31n, 13);
+  res.request('w1', 'write', 'write', 30n, 14, 4, 'w1/3', true);
+  const careful = checkRW(res);
+  assert.deepEqual(careful.violations.map((v) => v.check), ['rw-careful-refused', 'rw-careful-refused']);
+  assert.match(careful.violations[0]!.detail, /read #11 by reader r2 \(token 21\) passed assertHeld\(\) but was refused: writer token 30/);
+  assert.match(careful.violations[1]!.detail, /write #14 by writer w1 \(token 30\) passed assertHeld\(\) but was refused: holder token 31/);
+});
+
+test('rw resource: a write served inside another holder\'s window, a lost update and a miscount fail the run', () => {
+  const e = (seq: number, worker: string, op: RWEntry['op'], mode: RWEntry['mode'], token: bigint, value: number, before: number): RWEntry => ({
+    seq,
+    at: seq,
+    worker,
+    op,
+    mode,
+    token,
+    ok: true,
+    value,
+    before,
+    highestBefore: -1n,
+    highestWriteBefore: -1n,
+  });
+  // What a resource without its watermarks would accept from a writer and a reader at once.
+  const log = [e(0, 'r0', 'enter', 'read', 10n, 0, 0), e(1, 'w0', 'enter', 'write', 20n, 0, 0), e(2, 'w0', 'write', 'write', 20n, 1, 0), e(3, 'r0', 'read', 'read', 10n, 1, 1)];
+  const report = checkRW({ log, value: 1 });
+  assert.deepEqual(report.violations.map((v) => v.check), ['rw-fence-conflict']);
+  assert.match(report.violations[0]!.detail, /writer w0 \(token 20, #1..#2\) was served inside the window of reader r0 \(token 10, #0..#3\)/);
+  // Two readers' windows may interleave.
+  const readers = [e(0, 'r0', 'enter', 'read', 10n, 0, 0), e(1, 'r1', 'enter', 'read', 11n, 0, 0), e(2, 'r0', 'read', 'read', 10n, 0, 0), e(3, 'r1', 'read', 'read', 11n, 0, 0)];
+  assert.deepEqual(checkRW({ log: readers, value: 0 }).violations, []);
+  // Two writers that read the same value, one after the other: the second write is a lost update.
+  const lost = [e(0, 'w0', 'enter', 'write', 10n, 0, 0), e(1, 'w0', 'write', 'write', 10n, 1, 0), e(2, 'w1', 'enter', 'write', 11n, 1, 1), e(3, 'w1', 'write', 'write', 11n, 1, 1)];
+  assert.deepEqual(checkRW({ log: lost, value: 1 }).violations.map((v) => v.check).sort(), ['rw-count', 'rw-lost-update']);
 });

@@ -24,10 +24,14 @@ interface ChaosResult {
     fencedViolations: number;
     etcdCounterViolations: number;
     electionViolations: number;
+    semaphoreViolations: number;
+    rwViolations: number;
     violations: number;
     unexplainedUnfencedOverlaps: number;
     unexplainedFencedHoldOverlaps: number;
     unexplainedLeaderTermOverlaps: number;
+    unexplainedSemaphoreOverlaps: number;
+    unexplainedRWOverlaps: number;
     leaseExpiredEarly: number;
     leaseRevokedByDeposedLeader: number;
     carefulWritesRefused: number;
@@ -39,7 +43,15 @@ interface ChaosResult {
   };
   phases: {
     name: string;
-    operations: { cycles: number; electionTerms: number; fencedAcquisitions: number; unfencedHolds: number };
+    operations: {
+      cycles: number;
+      electionTerms: number;
+      fencedAcquisitions: number;
+      unfencedHolds: number;
+      semaphoreHolds: number;
+      rwReadHolds: number;
+      rwWriteHolds: number;
+    };
     faults: Record<string, number>;
     cleanup: { ok: boolean };
     violations: { check: string; detail: string }[];
@@ -66,9 +78,13 @@ test('chaos --quick: no violation, overlap, early expiry, unexpected error or st
     assert.equal(result.totals.fencedViolations, 0, context);
     assert.equal(result.totals.etcdCounterViolations, 0, context);
     assert.equal(result.totals.electionViolations, 0, context);
+    assert.equal(result.totals.semaphoreViolations, 0, context);
+    assert.equal(result.totals.rwViolations, 0, context);
     assert.equal(result.totals.unexplainedUnfencedOverlaps, 0, context);
     assert.equal(result.totals.unexplainedFencedHoldOverlaps, 0, context);
     assert.equal(result.totals.unexplainedLeaderTermOverlaps, 0, context);
+    assert.equal(result.totals.unexplainedSemaphoreOverlaps, 0, context);
+    assert.equal(result.totals.unexplainedRWOverlaps, 0, context);
     assert.equal(result.totals.leaseExpiredEarly, 0, context);
     assert.equal(result.totals.carefulWritesRefused, 0, context);
     assert.equal(result.totals.violations, 0, context);
@@ -84,7 +100,9 @@ test('chaos --quick: no violation, overlap, early expiry, unexpected error or st
     for (const p of result.phases) {
       assert.ok(p.operations.cycles > 50, `${p.name}: only ${p.operations.cycles} cycles; ${context}`);
       // Every workload ran, so each verdict had something to judge.
-      assert.ok(p.operations.fencedAcquisitions > 0 && p.operations.unfencedHolds > 0 && p.operations.electionTerms > 0, `${p.name}: a workload did nothing; ${context}`);
+      const ops = p.operations;
+      assert.ok(ops.fencedAcquisitions > 0 && ops.unfencedHolds > 0 && ops.electionTerms > 0, `${p.name}: a workload did nothing; ${context}`);
+      assert.ok(ops.semaphoreHolds > 0 && ops.rwReadHolds > 0 && ops.rwWriteHolds > 0, `${p.name}: the semaphore or RW lock workload did nothing; ${context}`);
       assert.deepEqual(p.violations, [], context);
       assert.deepEqual(p.unexpectedErrors, [], context);
       assert.deepEqual(p.stuckWaits, [], context);
