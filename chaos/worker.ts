@@ -18,6 +18,7 @@
 import {
   Client,
   EtcdError,
+  prefixEnd,
   Mutex,
   RWMutex,
   Semaphore,
@@ -270,6 +271,19 @@ function stillHeld(handle: { assertHeld(): void; fencingToken: bigint }): boolea
  * enter it, hold, write (a careful holder checks assertHeld() first), and leave it *before*
  * releasing the permit, so that a newcomer never finds us still admitted after we let go.
  */
+async function checkGrant(token: bigint): Promise<void> {
+  const prefix = Buffer.from(`${cfg.name}/`);
+  try {
+    const r = await client.range({ key: prefix, rangeEnd: prefixEnd(prefix), maxCreateRevision: token - 1n, keysOnly: true });
+    if (r.kvs.length >= cfg.permits) {
+      const older = r.kvs.map((kv) => `${kv.key.toString()}@${kv.createRevision}`).join(' ');
+      process.stderr.write(`OVER-GRANT: token ${token} read at revision ${r.header.revision} still has ${r.kvs.length} older keys: ${older}\n`);
+    }
+  } catch {
+    // Only a diagnostic: an outage here says nothing about the grant.
+  }
+}
+
 async function semaphoreCycle(): Promise<void> {
   const s = await currentSession();
   const sem = new Semaphore(s, cfg.name, { permits: cfg.permits });
@@ -277,6 +291,9 @@ async function semaphoreCycle(): Promise<void> {
   const token = handle.fencingToken;
   const from = now();
   emit({ t: 'acquired', token: token.toString(), at: from });
+  // Evidence for an over-grant: a linearizable read after the grant that still shows `permits` older
+  // keys proves etcd held them when we got ours (late ghosts are newer, so they cannot count here).
+  void checkGrant(token);
   const loss = lossClock(handle);
   try {
     const coin = rng.chance(0.5);
