@@ -47,7 +47,7 @@ export {
 } from './errors.js';
 export { Session, MAX_TTL, type SessionOptions } from './session.js';
 export { Mutex, withLock, type LockHandle, type LockOptions } from './primitives/mutex.js';
-export { Semaphore, withPermit, MAX_PERMITS, type PermitHandle } from './primitives/semaphore.js';
+export { Semaphore, withPermit, MAX_PERMITS, type PermitHandle, type PermitOptions } from './primitives/semaphore.js';
 export { RWMutex, type RWLockHandle } from './primitives/rwmutex.js';
 export { Barrier, type BarrierOptions, type BarrierWaitOptions } from './primitives/barrier.js';
 export { DoubleBarrier, type DoubleBarrierWaitOptions } from './primitives/double-barrier.js';

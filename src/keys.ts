@@ -52,5 +52,5 @@ export function isParticipant(prefix: Buffer, kv: KeyValue): boolean {
  * `lease` etcd 3.7 leaves at 0, so that only a full read or a compare can tell stray data apart.
  */
 export function isParticipantKey(prefix: Buffer, key: Buffer): boolean {
-  return key.length > prefix.length && HEX.test(key.toString('latin1', prefix.length));
+  return key.length > prefix.length && key.subarray(0, prefix.length).equals(prefix) && HEX.test(key.toString('latin1', prefix.length));
 }

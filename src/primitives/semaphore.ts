@@ -8,6 +8,7 @@ import { OwnerHandleBase, type OwnerHandle } from '../queue/ownership.js';
 import { ourKeyStands, ticketLost, unpooledCopy } from '../queue/predecessor.js';
 import type { Ticket, TicketSpec } from '../queue/ticket.js';
 import type { Blocker, LostErrorFactory, TurnRule } from '../queue/turn.js';
+import type { WatchEvent } from '../client/watch.js';
 
 /**
  * The most permits a semaphore may have: a waiter at the head of the queue checks every holder in
@@ -53,22 +54,24 @@ export class Semaphore {
    * waiting, and with PermitCountConflictError if another participant uses another count; on
    * abort or any error our key is deleted.
    */
-  acquire(options: AcquireOptions = {}): Promise<PermitHandle> {
-    return acquire(this.queue(), options);
+  acquire(options: PermitOptions = {}): Promise<PermitHandle> {
+    return acquire(this.queue(options.label), options);
   }
 
   /** Takes a permit if one is free right now; otherwise returns null and leaves no key behind. */
-  tryAcquire(): Promise<PermitHandle | null> {
-    return tryAcquire(this.queue());
+  tryAcquire(options: Pick<PermitOptions, 'label'> = {}): Promise<PermitHandle | null> {
+    return tryAcquire(this.queue(options.label));
   }
 
-  private queue(): QueueSpec<PermitHandle> {
+  private queue(label = ''): QueueSpec<PermitHandle> {
     const { session, name, permits } = this;
+    // The permit count, then the label: peers compare only the first token.
+    const value = Buffer.from(label === '' ? String(permits) : `${permits} ${label}`);
     const prefix = Buffer.from(prefixOf(name));
     const range = { key: prefix, rangeEnd: prefixEnd(prefix) };
     const ticket: TicketSpec = {
       key: this.key,
-      value: Buffer.from(String(permits)),
+      value,
       count: range,
       // Fewer than `permits` others under the prefix: a permit is ours at once.
       first: (n) => n <= BigInt(permits),
@@ -78,17 +81,27 @@ export class Semaphore {
     return {
       session,
       ticket,
-      rule: (t, lost) => permitRule(session, name, permits, t, lost),
+      rule: (t, lost) => permitRule(session, name, permits, value, t, lost),
       lostError: permitLost,
       prepare: async (t) => {
+        // Our own key found in place (a sibling's, or one left on an adopted lease) must agree too.
+        const ours = t.value.toString().split(' ', 1)[0]!;
+        if (ours !== String(permits)) throw new PermitCountConflictError(name, permits, t.key, ours);
         for (const kv of t.peeked) {
-          if (kv.key.toString() === t.key || !isParticipantKey(prefix, kv.key) || kv.value.toString() === String(permits)) continue;
-          throw new PermitCountConflictError(name, permits, kv.key.toString(), kv.value.toString());
+          const count = kv.value.toString().split(' ', 1)[0]!;
+          if (kv.key.toString() === t.key || !isParticipantKey(prefix, kv.key) || count === String(permits)) continue;
+          throw new PermitCountConflictError(name, permits, kv.key.toString(), count);
         }
       },
       hold: (own) => new HeldPermit(own),
     };
   }
+}
+
+/** Options of `acquire()`: the options of every acquire call, and a label for the key. */
+export interface PermitOptions extends AcquireOptions {
+  /** Written after the permit count in the key's value (`"<permits> <label>"`), for `inspect`. */
+  label?: string;
 }
 
 /** A participant older than us, as a keys-only read reports it (no lease from etcd 3.7 on). */
@@ -103,7 +116,7 @@ interface Older {
  * prefix; a waiter further back waits for the waiter just before it to change: leave, or take a
  * permit, which it marks by writing its key once. A waiter whose turn came writes that mark.
  */
-function permitRule(session: Session, name: string, permits: number, ticket: Ticket, lost: LostErrorFactory): TurnRule {
+function permitRule(session: Session, name: string, permits: number, value: Buffer, ticket: Ticket, lost: LostErrorFactory): TurnRule {
   const prefix = Buffer.from(prefixOf(name));
   const end = prefixEnd(prefix);
   // Incarnations found to have no lease (stray data): never counted again in this wait.
@@ -138,16 +151,20 @@ function permitRule(session: Session, name: string, permits: number, ticket: Tic
       page = await session.client.range(olderPage(last.createRevision - 1n), { signal });
     }
   };
-  /** One Txn: our key stands, and each of `keys` is the same incarnation on some lease (and, with `unchanged`, not written since). */
-  const still = async (keys: Older[], unchanged: boolean, signal: AbortSignal): Promise<boolean> => {
+  /**
+   * One Txn: our key stands, and each of `keys` is the same incarnation on some lease (a keys-only
+   * read cannot tell a stray key apart; this compare can), the first one (with `firstUnchanged`)
+   * also not written since: a waiter just before us that takes a permit marks its key.
+   */
+  const still = async (keys: Older[], firstUnchanged: boolean, signal: AbortSignal): Promise<boolean> => {
     const t = await session.client.txn(
       {
         compare: [
           ...ourKeyStands(session, ticket),
-          ...keys.flatMap((k) => [
+          ...keys.flatMap((k, i) => [
             compare.createRevision(k.key, '=', k.createRevision),
             compare.lease(k.key, '!=', 0n),
-            ...(unchanged ? [compare.modRevision(k.key, '=', k.modRevision)] : []),
+            ...(firstUnchanged && i === 0 ? [compare.modRevision(k.key, '=', k.modRevision)] : []),
           ]),
         ],
         success: [],
@@ -170,7 +187,7 @@ function permitRule(session: Session, name: string, permits: number, ticket: Tic
         const t = await session.client.txn(
           {
             compare: ourKeyStands(session, ticket),
-            success: [op.put(ticket.key, Buffer.from(String(permits)), session.leaseId)],
+            success: [op.put(ticket.key, value, session.leaseId)],
             failure: [],
           },
           { idempotent: true, signal },
@@ -179,12 +196,15 @@ function permitRule(session: Session, name: string, permits: number, ticket: Tic
         return null;
       }
       if (ahead.length === permits) {
-        // The head: only a holder leaving (a delete) can give us a permit; newcomers' puts cannot.
-        return { key: prefix, prefix: true, noPut: true, changed: (e) => e.type === 'delete', stillBlocked: (s) => still(ahead, false, s) };
+        // The head: a holder leaving (a delete), or moved off its lease by someone (a stray now),
+        // can give us a permit; newcomers' puts and marks cannot, and cost no request here.
+        const freed = (e: WatchEvent) => e.type === 'delete' || e.kv.lease === 0n;
+        return { key: prefix, prefix: true, changed: freed, stillBlocked: (s) => still(ahead, false, s) };
       }
       // Further back: wake when the waiter before us leaves or takes a permit (and we may be head).
+      // Every key ahead is checked to be on a lease: a stray one ahead would keep us from the head.
       const pred = ahead[0]!;
-      return { key: pred.key, changed: () => true, stillBlocked: (s) => still([pred], true, s) };
+      return { key: pred.key, changed: () => true, stillBlocked: (s) => still(ahead, true, s) };
     },
   };
 }
@@ -217,7 +237,7 @@ export async function withPermit<T>(
   name: string,
   permits: number,
   fn: (permit: PermitHandle) => Promise<T> | T,
-  options: AcquireOptions = {},
+  options: PermitOptions = {},
 ): Promise<T> {
   const handle = await new Semaphore(session, name, { permits }).acquire(options);
   try {

@@ -1,0 +1,711 @@
+// RWMutex against a real single-member etcd: readers share, a writer excludes everyone, a waiting
+// writer is not starved by later readers, FIFO between writers, try-variants, and every way a waiter
+// or a holder can go away (etcd 16221 included). Each test uses its own names and leaves nothing.
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  Client,
+  InvalidArgumentError,
+  LockLostError,
+  Mutex,
+  RWLockLostError,
+  RWMutex,
+  Session,
+  SessionExpiredError,
+  op,
+  type RWLockHandle,
+} from '../src/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
+import { EventLog, aborted, assertNoKeys, etcdForFile, track, waitFor, type Tracked } from './helpers.js';
+import { Probe } from './probe.js';
+
+const ROOT = 'test/rwmutex/';
+let etcd: EtcdCluster;
+let client: Client;
+const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
+
+/** Sessions that the test closes at its end (closing revokes: no lease is left). */
+async function sessions(n: number, ttl = 30, on: Client = client): Promise<Session[]> {
+  return Promise.all(Array.from({ length: n }, () => Session.create(on, { ttl })));
+}
+const closeAll = (ss: Session[]): Promise<void[]> => Promise.all(ss.map((s) => s.close()));
+
+/** A client for a test's waiters, spied on: its calls and watches are counted. */
+const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
+
+/** The keys under `prefix`, in key order. */
+const keysUnder = async (prefix: string): Promise<string[]> => (await client.getPrefix(prefix)).kvs.map((kv) => kv.key.toString());
+
+/** Settles every tracked call (those still waiting are expected to fail once their session closes). */
+const settleAll = (ts: Tracked<unknown>[]): Promise<unknown> => Promise.allSettled(ts.map((t) => t.promise));
+
+/**
+ * Waits for a tracked call to settle. The limit is a hang guard (a failure, then the test's own
+ * clean-up runs) below a waiter's periodic re-check (every max(10 s, TTL)): only the event under
+ * test can end the wait in time.
+ */
+async function settledOrHang<T>(t: Tracked<T>, what: string, limitMs = 10_000): Promise<T> {
+  await waitFor(() => t.settled, what, { limitMs });
+  return t.promise;
+}
+
+/** Which of `ts` have settled, as a string of 1s and 0s (for readable assertions). */
+const states = (ts: Tracked<unknown>[]): string => ts.map((t) => (t.settled ? '1' : '0')).join('');
+
+describe('RWMutex: keys', () => {
+  it('keys are <name>/read/<lease hex> and <name>/write/<lease hex>, empty, on the session lease; fencing token = CreateRevision', async () => {
+    const p = fresh('keys');
+    const name = `${p}rw`;
+    const [s] = await sessions(1);
+    try {
+      const rw = new RWMutex(s!, name);
+      const hex = s!.leaseId.toString(16);
+      assert.equal(rw.readKey, `${name}/read/${hex}`);
+      assert.equal(rw.writeKey, `${name}/write/${hex}`);
+      for (const [take, key, mode] of [
+        [() => rw.rLock(), rw.readKey, 'read'],
+        [() => rw.lock(), rw.writeKey, 'write'],
+      ] as const) {
+        const h = await take();
+        assert.equal(h.mode, mode);
+        assert.equal(h.key, key);
+        assert.deepEqual(await keysUnder(`${name}/`), [key]);
+        const kv = await client.get(key);
+        assert.ok(kv);
+        assert.equal(kv.lease, s!.leaseId);
+        assert.equal(kv.value.length, 0, 'an empty value, as Go’s recipe writes it');
+        assert.equal(h.fencingToken, kv.createRevision);
+        assert.equal(h.session, s);
+        h.assertHeld();
+        await h.unlock();
+        assert.equal(await client.get(key), undefined);
+      }
+    } finally {
+      await closeAll([s!]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('rejects a bad name with InvalidArgumentError', async () => {
+    const [s] = await sessions(1);
+    try {
+      for (const bad of ['', 'locks/rw/']) {
+        assert.throws(() => new RWMutex(s!, bad), (e: unknown) => e instanceof InvalidArgumentError && /lock name/.test(e.message));
+      }
+    } finally {
+      await closeAll([s!]);
+    }
+  });
+});
+
+describe('RWMutex: sharing and exclusion', () => {
+  it('readers share: several rLock() hold at once', async () => {
+    const p = fresh('share');
+    const name = `${p}rw`;
+    const ss = await sessions(4);
+    try {
+      const taking = ss.map((s) => track(new RWMutex(s, name).rLock()));
+      const hs = await Promise.all(taking.map((t, i) => settledOrHang(t, `reader ${i} to hold beside the others`)));
+      for (const h of hs) h.assertHeld();
+      assert.equal((await keysUnder(`${name}/read/`)).length, 4);
+      await Promise.all(hs.map((h) => h.unlock()));
+    } finally {
+      await closeAll(ss);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('a writer waits for every reader before it; while it holds, readers and writers wait', { timeout: 60_000 }, async () => {
+    const p = fresh('exclude');
+    const name = `${p}rw`;
+    const probe = probed();
+    const [r1, r2] = await sessions(2);
+    const [w, r3, w2] = await sessions(3, 30, probe.client);
+    const pending: Tracked<RWLockHandle>[] = [];
+    try {
+      const [h1, h2] = await Promise.all([r1!, r2!].map((s) => new RWMutex(s, name).rLock()));
+      const writer = track(new RWMutex(w!, name).lock());
+      pending.push(writer);
+      await probe.blocked(1, 'the writer blocked');
+      await h1!.unlock();
+      await probe.blocked(1, 'the writer blocked again, behind the other reader');
+      assert.equal(writer.settled, false, 'one reader still holds');
+      await h2!.unlock();
+      const hw = await writer.promise;
+      // Now a reader and a writer arrive: both wait for the holder.
+      const reader = track(new RWMutex(r3!, name).rLock());
+      pending.push(reader);
+      await probe.blocked(1);
+      const writer2 = track(new RWMutex(w2!, name).lock());
+      pending.push(writer2);
+      await probe.blocked(2);
+      assert.equal(states([reader, writer2]), '00', 'a writer holds: nobody else');
+      await hw.unlock();
+      const hr = await reader.promise;
+      await probe.blocked(1, 'the second writer blocked, now behind the reader');
+      assert.equal(writer2.settled, false, 'the reader holds: the second writer waits');
+      await hr.unlock();
+      const hw2 = await writer2.promise;
+      await hw2.unlock();
+    } finally {
+      await closeAll([r1!, r2!, w!, r3!, w2!]);
+      await probe.client.close();
+      await settleAll(pending);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('no writer starvation: readers arriving after a waiting writer wait until it has held and released', { timeout: 60_000 }, async () => {
+    const p = fresh('no-starvation');
+    const name = `${p}rw`;
+    const probe = probed();
+    const [r1] = await sessions(1);
+    const [w, r2, r3] = await sessions(3, 30, probe.client);
+    const pending: Tracked<RWLockHandle>[] = [];
+    try {
+      const h1 = await new RWMutex(r1!, name).rLock();
+      const writer = track(new RWMutex(w!, name).lock());
+      await probe.blocked(1);
+      // Only a reader holds, yet these readers queue behind the waiting writer.
+      const later = [r2!, r3!].map((s) => track(new RWMutex(s, name).rLock()));
+      pending.push(writer, ...later);
+      await probe.blocked(3);
+      assert.equal(states(pending), '000');
+      await h1.unlock();
+      const hw = await writer.promise;
+      await probe.blocked(2, 'the later readers blocked on the writer');
+      assert.equal(states(later), '00', 'the writer holds: the later readers still wait');
+      await hw.unlock();
+      const [a, b] = await Promise.all(later.map((t) => t.promise));
+      // Both hold together.
+      a!.assertHeld();
+      b!.assertHeld();
+      assert.deepEqual((await keysUnder(`${name}/`)).sort(), [a!.key, b!.key].sort());
+      await Promise.all([a!.unlock(), b!.unlock()]);
+    } finally {
+      await closeAll([r1!, w!, r2!, r3!]);
+      await probe.client.close();
+      await settleAll(pending);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('writers are served in CreateRevision order, one at a time', { timeout: 60_000 }, async () => {
+    const p = fresh('writers-fifo');
+    const name = `${p}rw`;
+    const probe = probed();
+    const n = 5;
+    const [first] = await sessions(1);
+    const ws = await sessions(n, 30, probe.client);
+    const pending: Tracked<RWLockHandle>[] = [];
+    try {
+      let current = await new RWMutex(first!, name).lock();
+      for (let i = 0; i < n; i++) {
+        pending.push(track(new RWMutex(ws[i]!, name).lock()));
+        await probe.blocked(i + 1); // one at a time: the enqueue order is known
+      }
+      for (let i = 0; i < n; i++) {
+        await current.unlock();
+        const next = await pending[i]!.promise;
+        assert.ok(next.fencingToken > current.fencingToken);
+        assert.equal(next.key, `${name}/write/${ws[i]!.leaseId.toString(16)}`);
+        await probe.blocked(n - i - 1);
+        assert.equal(states(pending), '1'.repeat(i + 1) + '0'.repeat(n - i - 1), `after unlock ${i}, only writer ${i} moved`);
+        current = next;
+      }
+      await current.unlock();
+    } finally {
+      await closeAll([first!, ...ws]);
+      await probe.client.close();
+      await settleAll(pending);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('a reader waits only for older writers, not for older readers', { timeout: 60_000 }, async () => {
+    const p = fresh('reader-rule');
+    const name = `${p}rw`;
+    const probe = probed();
+    const [w1] = await sessions(1);
+    const [r1, r2, w2] = await sessions(3, 30, probe.client);
+    const pending: Tracked<RWLockHandle>[] = [];
+    try {
+      const hw1 = await new RWMutex(w1!, name).lock();
+      const readers = [r1!, r2!].map((s) => track(new RWMutex(s, name).rLock()));
+      pending.push(...readers);
+      await probe.blocked(2);
+      const writer2 = track(new RWMutex(w2!, name).lock());
+      pending.push(writer2);
+      await probe.blocked(3);
+      await hw1.unlock();
+      // Both readers hold at once: the younger did not wait for the older one to unlock.
+      const [a, b] = await Promise.all(readers.map((t) => t.promise));
+      a!.assertHeld();
+      b!.assertHeld();
+      await probe.blocked(1, 'the second writer blocked behind the readers');
+      assert.equal(writer2.settled, false);
+      await a!.unlock();
+      await probe.blocked(1);
+      assert.equal(writer2.settled, false, 'one reader older than the writer still holds');
+      await b!.unlock();
+      const h = await writer2.promise;
+      await h.unlock();
+    } finally {
+      await closeAll([w1!, r1!, r2!, w2!]);
+      await probe.client.close();
+      await settleAll(pending);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('mixed readers and writers: a writer is never inside with anyone else', { timeout: 120_000 }, async () => {
+    const p = fresh('mixed');
+    const name = `${p}rw`;
+    const workers = 6;
+    const rounds = 4;
+    const ss = await sessions(workers);
+    let readers = 0;
+    let writers = 0;
+    let maxReaders = 0;
+    const violations: string[] = [];
+    try {
+      await client.put(`${p}counter`, '0');
+      await Promise.all(
+        ss.map(async (s, i) => {
+          const rw = new RWMutex(s, name);
+          for (let r = 0; r < rounds; r++) {
+            if ((i + r) % 3 === 0) {
+              const h = await rw.lock();
+              writers++;
+              if (writers > 1 || readers > 0) violations.push(`writer with ${writers - 1} writers and ${readers} readers`);
+              const v = Number((await client.get(`${p}counter`))!.value.toString());
+              await client.put(`${p}counter`, String(v + 1));
+              writers--;
+              await h.unlock();
+            } else {
+              const h = await rw.rLock();
+              readers++;
+              maxReaders = Math.max(maxReaders, readers);
+              if (writers > 0) violations.push('reader with a writer');
+              await client.get(`${p}counter`); // hold across a round trip
+              readers--;
+              await h.unlock();
+            }
+          }
+        }),
+      );
+      assert.deepEqual(violations, []);
+      const writes = ss.flatMap((_, i) => Array.from({ length: rounds }, (__, r) => (i + r) % 3 === 0)).filter(Boolean).length;
+      assert.equal((await client.get(`${p}counter`))?.value.toString(), String(writes), 'no write lost');
+    } finally {
+      await closeAll(ss);
+      await client.delete(p, { prefix: true });
+    }
+  });
+});
+
+describe('RWMutex: other names under the prefix', () => {
+  it(
+    'a writer is not blocked by the keys of a nested name such as <name>/lock (etcd 6278)',
+    { timeout: 60_000 },
+    async () => {
+      const p = fresh('6278');
+      const name = `${p}rw`;
+      const [a, b] = await sessions(2);
+      try {
+        const nested = await new Mutex(a!, `${name}/lock`).lock(); // key <name>/lock/<hex>: another lock
+        const w = await new RWMutex(b!, name).tryLock();
+        assert.ok(w, 'tryLock: nobody holds or waits for this RWMutex');
+        await w.unlock();
+        const r = await new RWMutex(b!, name).tryRLock();
+        assert.ok(r);
+        await r.unlock();
+        await nested.unlock();
+      } finally {
+        await closeAll([a!, b!]);
+      }
+      await assertNoKeys(client, p);
+    },
+  );
+
+  it('readers are not blocked by a nested name under <name>/write/', async () => {
+    const p = fresh('6278-readers');
+    const name = `${p}rw`;
+    const [a, b] = await sessions(2);
+    try {
+      const nested = await new Mutex(a!, `${name}/write/x`).lock(); // key <name>/write/x/<hex>
+      const r = await new RWMutex(b!, name).tryRLock();
+      assert.ok(r, 'tryRLock: no writer of this RWMutex');
+      await r.unlock();
+      await nested.unlock();
+    } finally {
+      await closeAll([a!, b!]);
+    }
+    await assertNoKeys(client, p);
+  });
+});
+
+describe('RWMutex: tryRLock and tryLock', () => {
+  it('take a free lock; tryRLock also joins readers', async () => {
+    const p = fresh('try-free');
+    const [a, b, c] = await sessions(3);
+    try {
+      const w = await new RWMutex(a!, `${p}w`).tryLock();
+      assert.ok(w, 'tryLock on a free lock');
+      assert.equal(w.mode, 'write');
+      assert.equal((await client.get(w.key))?.createRevision, w.fencingToken);
+      const r1 = await new RWMutex(b!, `${p}r`).tryRLock();
+      const r2 = await new RWMutex(c!, `${p}r`).tryRLock();
+      assert.ok(r1 && r2, 'tryRLock on a free lock, and beside another reader');
+      assert.equal(r2.mode, 'read');
+      await Promise.all([w.unlock(), r1.unlock(), r2.unlock()]);
+    } finally {
+      await closeAll([a!, b!, c!]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('return null when the lock is not theirs now, leaving no key', async () => {
+    const p = fresh('try-null');
+    const name = `${p}rw`;
+    const probe = probed();
+    const [a, b, c] = await sessions(3);
+    const [w] = await sessions(1, 30, probe.client);
+    try {
+      // A reader holds: tryLock fails, tryRLock succeeds.
+      const r = await new RWMutex(a!, name).rLock();
+      assert.equal(await new RWMutex(b!, name).tryLock(), null);
+      assert.deepEqual(await keysUnder(`${name}/`), [r.key]);
+      // A writer waits behind the reader: a newcomer reader must not pass it.
+      const writer = track(new RWMutex(w!, name).lock());
+      await probe.blocked(1);
+      const before = await keysUnder(`${name}/`);
+      assert.equal(await new RWMutex(b!, name).tryRLock(), null, 'tryRLock behind a waiting writer');
+      assert.equal(await new RWMutex(b!, name).tryLock(), null);
+      assert.deepEqual(await keysUnder(`${name}/`), before);
+      await r.unlock();
+      const hw = await writer.promise;
+      // A writer holds: both fail.
+      assert.equal(await new RWMutex(c!, name).tryRLock(), null);
+      assert.equal(await new RWMutex(c!, name).tryLock(), null);
+      assert.deepEqual(await keysUnder(`${name}/`), [hw.key]);
+      await hw.unlock();
+    } finally {
+      await closeAll([a!, b!, c!, w!]);
+      await probe.client.close();
+    }
+    await assertNoKeys(client, p);
+  });
+});
+
+describe('RWMutex: giving up and losing', () => {
+  it('aborting a waiting writer deletes its key, and the readers queued behind it go in', { timeout: 30_000 }, async () => {
+    const p = fresh('abort-writer');
+    const name = `${p}rw`;
+    const probe = probed();
+    const [r1] = await sessions(1);
+    const [w, r2] = await sessions(2, 30, probe.client);
+    const pending: Tracked<RWLockHandle>[] = [];
+    try {
+      const h1 = await new RWMutex(r1!, name).rLock();
+      const ac = new AbortController();
+      const rw = new RWMutex(w!, name);
+      const writer = track(rw.lock({ signal: ac.signal }));
+      await probe.blocked(1);
+      const reader = track(new RWMutex(r2!, name).rLock());
+      pending.push(writer, reader);
+      await probe.blocked(2);
+      assert.equal(reader.settled, false, 'behind a waiting writer');
+      const reason = new Error('writer gave up');
+      ac.abort(reason);
+      await assert.rejects(writer.promise, (e) => e === reason);
+      assert.equal(await client.get(rw.writeKey), undefined, 'its queued key is gone');
+      const h2 = await reader.promise; // only a reader holds now: the reader goes in
+      h1.assertHeld();
+      await Promise.all([h1.unlock(), h2.unlock()]);
+    } finally {
+      await closeAll([r1!, w!, r2!]);
+      await probe.client.close();
+      await settleAll(pending);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('aborting a waiting reader deletes its key and rejects with the reason', async () => {
+    const p = fresh('abort-reader');
+    const name = `${p}rw`;
+    const probe = probed();
+    const [a] = await sessions(1);
+    const [r] = await sessions(1, 30, probe.client);
+    try {
+      const hw = await new RWMutex(a!, name).lock();
+      const ac = new AbortController();
+      const rw = new RWMutex(r!, name);
+      const waiting = rw.rLock({ signal: ac.signal });
+      waiting.catch(() => {});
+      await probe.blocked(1);
+      const reason = new Error('reader gave up');
+      ac.abort(reason);
+      await assert.rejects(waiting, (e) => e === reason);
+      assert.equal(await client.get(rw.readKey), undefined);
+      hw.assertHeld();
+      await hw.unlock();
+    } finally {
+      await closeAll([a!, r!]);
+      await probe.client.close();
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('closing a waiting session fails lock() at once with SessionExpiredError', async () => {
+    const p = fresh('closed');
+    const name = `${p}rw`;
+    const probe = probed();
+    const [a] = await sessions(1);
+    const [w] = await sessions(1, 30, probe.client);
+    try {
+      const hr = await new RWMutex(a!, name).rLock();
+      const waiting = track(new RWMutex(w!, name).lock());
+      await probe.blocked(1);
+      await w!.close();
+      // The reader never lets go: lock() can only end because its session did (at once, not at its
+      // periodic re-check 30 s later).
+      await assert.rejects(settledOrHang(waiting, 'lock() to fail once its session closed'), (e: unknown) => e instanceof SessionExpiredError && e.reason === 'closed');
+      assert.deepEqual(await keysUnder(`${name}/`), [hr.key]);
+      hr.assertHeld();
+      await hr.unlock();
+    } finally {
+      await closeAll([a!, w!]);
+      await probe.client.close();
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('a waiting reader whose lease is revoked fails with SessionExpiredError', async () => {
+    const p = fresh('revoked-reader');
+    const name = `${p}rw`;
+    const probe = probed();
+    const [a] = await sessions(1);
+    const [r] = await sessions(1, 3, probe.client);
+    try {
+      const hw = await new RWMutex(a!, name).lock();
+      const waiting = track(new RWMutex(r!, name).rLock());
+      await probe.blocked(1);
+      await client.leaseRevoke(r!.leaseId);
+      await aborted(r!.signal); // the session learns at its next renewal (every second)
+      await assert.rejects(settledOrHang(waiting, 'rLock() to fail once its session was lost', 5_000), (e: unknown) => {
+        assert.ok(e instanceof SessionExpiredError, String(e));
+        assert.equal(e.reason, 'lease-gone');
+        return true;
+      });
+      hw.assertHeld();
+      await hw.unlock();
+    } finally {
+      await closeAll([a!, r!]);
+      await probe.client.close();
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('an operator deleting a holder’s key aborts its signal with RWLockLostError, and lets a waiting writer in', async () => {
+    const p = fresh('key-deleted');
+    const name = `${p}rw`;
+    const probe = probed();
+    const [a] = await sessions(1);
+    const [w] = await sessions(1, 30, probe.client);
+    try {
+      const hr = await new RWMutex(a!, name).rLock();
+      const signal = hr.signal;
+      const writer = track(new RWMutex(w!, name).lock());
+      await probe.blocked(1);
+      await client.delete(hr.key);
+      const reason = await aborted(signal);
+      assert.ok(reason instanceof RWLockLostError, String(reason));
+      assert.ok(reason instanceof LockLostError, 'an RWLockLostError is a LockLostError');
+      assert.equal(reason.key, hr.key);
+      assert.throws(() => hr.assertHeld(), RWLockLostError);
+      const hw = await writer.promise;
+      await hr.unlock(); // nothing to delete; must not throw
+      await hw.unlock();
+    } finally {
+      await closeAll([a!, w!]);
+      await probe.client.close();
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('revoking the writer’s lease (its process died) aborts its signal and lets the waiting readers in', async () => {
+    const p = fresh('holder-revoked');
+    const name = `${p}rw`;
+    const probe = probed();
+    const [a] = await sessions(1);
+    const rs = await sessions(2, 30, probe.client);
+    const pending: Tracked<RWLockHandle>[] = [];
+    try {
+      const hw = await new RWMutex(a!, name).lock();
+      const signal = hw.signal;
+      pending.push(...rs.map((s) => track(new RWMutex(s, name).rLock())));
+      await probe.blocked(2);
+      await client.leaseRevoke(a!.leaseId);
+      const hs = await Promise.all(pending.map((t) => t.promise));
+      const reason = await aborted(signal);
+      assert.ok(reason instanceof RWLockLostError, String(reason));
+      await Promise.all(hs.map((h) => h.unlock()));
+    } finally {
+      await closeAll([a!, ...rs]);
+      await probe.client.close();
+      await settleAll(pending);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('etcd 16221: a waiting writer whose lease is revoked fails, and never holds while another writer does', { timeout: 30_000 }, async () => {
+    const p = fresh('16221');
+    const name = `${p}rw`;
+    const probe = probed();
+    const [a, c] = await sessions(2);
+    const [b] = await sessions(1, 30, probe.client); // next renewal in 10 s: the session cannot notice first
+    const log = new EventLog(client, `${name}/`);
+    const pending: Tracked<RWLockHandle>[] = [];
+    try {
+      await log.ready;
+      const h1 = await new RWMutex(a!, name).lock();
+      const rwB = new RWMutex(b!, name);
+      const victim = track(rwB.lock());
+      pending.push(victim);
+      await probe.blocked(1);
+      await client.leaseRevoke(b!.leaseId); // b's key goes with its lease, unseen by b
+      await log.deleted(rwB.writeKey);
+      // Another writer queues now: behind h1 only.
+      const third = track(new RWMutex(c!, name).lock());
+      pending.push(third);
+      await log.put(`${name}/write/${c!.leaseId.toString(16)}`);
+      await h1.unlock(); // wakes b (which finds its key gone) and then c
+      const h3 = await third.promise;
+      await assert.rejects(settledOrHang(victim, 'the revoked writer to give up'), (e: unknown) => {
+        assert.ok(e instanceof SessionExpiredError || e instanceof RWLockLostError, `expected SessionExpiredError or RWLockLostError, got ${String(e)}`);
+        return true;
+      });
+      assert.equal('value' in victim, false, 'the revoked writer never got a handle');
+      h3.assertHeld();
+      await h3.unlock();
+    } finally {
+      await log.close();
+      await closeAll([a!, b!, c!]);
+      await probe.client.close();
+      await settleAll(pending);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('etcd 16221, alone: a revoked waiting writer whose turn comes fails with SessionExpiredError instead of holding', async () => {
+    const p = fresh('16221-alone');
+    const name = `${p}rw`;
+    const probe = probed();
+    const [a] = await sessions(1);
+    const [b] = await sessions(1, 30, probe.client);
+    try {
+      const hr = await new RWMutex(a!, name).rLock();
+      const victim = track(new RWMutex(b!, name).lock());
+      await probe.blocked(1);
+      await client.leaseRevoke(b!.leaseId);
+      await hr.unlock(); // the writer's turn, were its key still there
+      await assert.rejects(settledOrHang(victim, 'the revoked writer to give up'), (e: unknown) => {
+        assert.ok(e instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(e)}`);
+        assert.equal(e.reason, 'lease-gone');
+        return true;
+      });
+    } finally {
+      await closeAll([a!, b!]);
+      await probe.client.close();
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('a waiting reader whose lease is revoked fails with SessionExpiredError when the writer leaves, instead of holding', async () => {
+    const p = fresh('16221-reader');
+    const name = `${p}rw`;
+    const probe = probed();
+    const [a] = await sessions(1);
+    const [r] = await sessions(1, 30, probe.client); // next renewal in 10 s: the session cannot notice first
+    try {
+      const hw = await new RWMutex(a!, name).lock();
+      const victim = track(new RWMutex(r!, name).rLock());
+      await probe.blocked(1);
+      await client.leaseRevoke(r!.leaseId);
+      await hw.unlock(); // the reader's turn, were its key still there
+      await assert.rejects(settledOrHang(victim, 'the revoked reader to give up'), (e: unknown) => {
+        assert.ok(e instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(e)}`);
+        return true;
+      });
+    } finally {
+      await closeAll([a!, r!]);
+      await probe.client.close();
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('a stray write key without a lease blocks neither readers nor writers (etcd 6631)', async () => {
+    const p = fresh('stray');
+    const name = `${p}rw`;
+    const [a, b] = await sessions(2);
+    try {
+      await client.put(`${name}/write/1234abcd`, ''); // older than anyone, no lease
+      const r = await new RWMutex(a!, name).rLock();
+      await r.unlock();
+      const w = await new RWMutex(b!, name).lock();
+      await w.unlock();
+      const t = await new RWMutex(a!, name).tryRLock();
+      assert.ok(t, 'tryRLock looks past the stray key too');
+      await t.unlock();
+    } finally {
+      await closeAll([a!, b!]);
+      await client.delete(p, { prefix: true });
+    }
+  });
+});
+
+describe('RWMutex: handles', () => {
+  it('unlock is idempotent; await using unlocks; a released handle is no longer held', async () => {
+    const p = fresh('unlock');
+    const name = `${p}rw`;
+    const [s] = await sessions(1);
+    try {
+      const h = await new RWMutex(s!, name).lock();
+      const signal = h.signal;
+      await h.unlock();
+      await Promise.all([h.unlock(), h.unlock()]);
+      assert.ok(signal.aborted);
+      assert.throws(() => h.assertHeld(), RWLockLostError);
+      let key: string;
+      {
+        await using r = await new RWMutex(s!, name).rLock();
+        key = r.key;
+        assert.ok(await client.get(key));
+      }
+      assert.equal(await client.get(key), undefined);
+    } finally {
+      await closeAll([s!]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('ownerCompare() fences a writer’s writes: refused once its key is gone', async () => {
+    const p = fresh('owner-compare');
+    const name = `${p}rw`;
+    const [s] = await sessions(1);
+    try {
+      const h = await new RWMutex(s!, name).lock();
+      const fenced = (v: string) => client.txn({ compare: [h.ownerCompare()], success: [op.put(`${p}data`, v)], failure: [] });
+      assert.equal((await fenced('1')).succeeded, true);
+      await client.delete(h.key);
+      const again = await new RWMutex(s!, name).lock();
+      assert.equal((await fenced('2')).succeeded, false);
+      assert.equal((await client.get(`${p}data`))?.value.toString(), '1');
+      await again.unlock();
+    } finally {
+      await closeAll([s!]);
+      await client.delete(p, { prefix: true });
+    }
+  });
+});
