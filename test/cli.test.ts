@@ -403,7 +403,7 @@ describe('lock', () => {
     await client.delete(key!);
     // A hang guard: well below the 10 s default grace, which a CLI reading 0 as "unset" would use.
     assert.equal(await unlessAfter(p.exited, 8000, 'still running 8 s after the loss'), 3);
-    assertOneErrorLine(p.stderr(), /lock lost while the command ran: .*sent SIGTERM to the command and SIGKILL$/);
+    assertOneErrorLine(p.stderr(), /lock lost while the command ran: .*sent SIGTERM to the command's process group and SIGKILL$/);
     await assertNoKeys(client, `${name}/`);
   });
 
@@ -549,8 +549,9 @@ describe('inspect', () => {
     assert.equal(plain.code, 0, plain.stderr);
     const lines = plain.stdout.trimEnd().split('\n');
     assert.match(lines[0]!, new RegExp(`^${name}: owned by ${keys[0]}, 2 waiting`));
-    assert.match(lines[1]!, /^ROLE\s+KEY\s+LEASE\s+TTL\s+TOKEN\s+AGE$/);
-    assert.match(lines[2]!, new RegExp(`^owner\\s+${keys[0]}\\s+[0-9a-f]+\\s+\\d+s/20s\\s+${doc.owner.token}\\s+\\d+ revs?$`));
+    // Each lock carries its holder's label (default <hostname>:<pid>) as its value.
+    assert.match(lines[1]!, /^ROLE\s+KEY\s+LEASE\s+TTL\s+TOKEN\s+AGE\s+VALUE$/);
+    assert.match(lines[2]!, new RegExp(`^owner\\s+${keys[0]}\\s+[0-9a-f]+\\s+\\d+s/20s\\s+${doc.owner.token}\\s+\\d+ revs?\\s+\\S+:${holder.child.pid}$`));
     assert.match(lines[3]!, new RegExp(`^#1\\s+${keys[1]}\\s`));
     assert.match(lines[4]!, new RegExp(`^#2\\s+${keys[2]}\\s`));
 

@@ -356,6 +356,55 @@ describe('Go and TypeScript on one lock', () => {
     await assertNoLeasesOn(client);
   });
 
+  it("a labelled holder (a non-empty value): Go's TryLock fails against it, Go's Lock waits and gets it on our unlock, and ours labelled waits behind Go", T, async (t) => {
+    const p = fresh('label');
+    const name = `${p}lock`;
+    const go = await startGo(t);
+    const s = await Session.create(client, { ttl: 30 });
+    const log = new EventLog(client, `${name}/`);
+    try {
+      await log.ready;
+      const goKey = `${name}/${await go.session('go')}`;
+      const m = new Mutex(s, name);
+      const ours = await m.lock({ label: 'host-a:4242' });
+      assert.equal((await client.get(ours.key))!.value.toString(), 'host-a:4242');
+
+      const locked = await go.call('go', 'trylock', { name }, 'locked');
+      assert.equal(locked.error, 'mutex: Locked by another session');
+      await log.deleted(goKey);
+
+      // Go's Lock queues behind our labelled key and only gets the lock once we unlock.
+      const from = log.events.length;
+      const goLock = go.call('go', 'lock', { name }, 'acquired');
+      const queued = await log.put(goKey, from);
+      assert.ok(queued.createRevision > ours.fencingToken);
+      assert.equal((await client.get(goKey))!.value.toString(), '', "Go's key has an empty value");
+      await ours.unlock();
+      const held = await goLock;
+      assert.equal(BigInt(held.rev!), queued.createRevision);
+
+      // Now Go holds: our labelled tryLock returns null and leaves nothing; our labelled lock() waits.
+      const beforeTry = log.events.length;
+      assert.equal(await m.tryLock({ label: 'host-a:4242' }), null);
+      await log.deleted(m.key, beforeTry);
+      const afterTry = log.events.length;
+      const waiting = track(m.lock({ label: 'host-a:4242' }));
+      await log.put(m.key, afterTry);
+      await settle();
+      assert.equal(waiting.settled, false, 'our lock() waits while Go holds');
+      await go.call('go', 'unlock', {}, 'unlocked');
+      const h = await waiting.promise;
+      assert.equal((await client.get(h.key))!.value.toString(), 'host-a:4242');
+      await h.unlock();
+    } finally {
+      await log.close();
+      await s.close();
+      assert.equal(await go.close(), 0, go.stderr);
+    }
+    await assertNoKeys(client, p);
+    await assertNoLeasesOn(client);
+  });
+
   it('a Go holder killed with SIGKILL frees the lock for our waiter when its lease expires', T, async (t) => {
     const p = fresh('go-killed');
     const name = `${p}lock`;

@@ -1,6 +1,6 @@
 // `etcd-concurrency elect <name> <proposal>` campaigns; `elect --listen <name>` reports every leader change.
 import { Election, observeLeader, Session, type Client, type LeaderEvent } from '../index.js';
-import { COMMON, COMMON_HELP, connect, nameArg, parse, ttlArg } from './options.js';
+import { COMMON, COMMON_HELP, connectTo, nameArg, parse, ttlArg } from './options.js';
 import { EXIT, print, printJson, token, UsageError, warn } from './output.js';
 import { firstAborted, Interrupts } from './signals.js';
 
@@ -49,8 +49,8 @@ export async function electCommand(args: string[]): Promise<number> {
   if (values.listen && values.ttl !== undefined) throw new UsageError('--ttl only applies when campaigning, not with --listen');
   const ttl = ttlArg(values.ttl, 30);
 
+  const client = await connectTo(values);
   const interrupts = new Interrupts();
-  const client = connect(values);
   try {
     if (values.listen) return await listen(client, name, interrupts, json);
     return await campaign(client, name, positionals[1]!, ttl, interrupts, json);

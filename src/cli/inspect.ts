@@ -1,7 +1,7 @@
 // `etcd-concurrency inspect <name>`: who holds a lock, semaphore or readers-writer lock (or leads an
 // election) and who waits, in order.
 import { prefixEnd, SortOrder, SortTarget, type Client } from '../index.js';
-import { COMMON, COMMON_HELP, connect, nameArg, parse } from './options.js';
+import { COMMON, COMMON_HELP, connectTo, nameArg, parse } from './options.js';
 import { EXIT, print, printJson, table, token } from './output.js';
 import { Interrupts } from './signals.js';
 
@@ -42,8 +42,8 @@ export async function inspectCommand(args: string[]): Promise<number> {
   }
   const name = nameArg(positionals[0], 'name');
   const json = values.json ?? false;
+  const client = await connectTo(values);
   const interrupts = new Interrupts();
-  const client = connect(values);
   try {
     const show = async (): Promise<void> => {
       const snap = await snapshot(client, name, interrupts.signal);
@@ -87,6 +87,8 @@ interface Participant {
   /** Revisions since the key was created: its age measured in writes (etcd keeps no timestamps). */
   ageRevisions: bigint;
   value: string;
+  /** Who the participant says it is: the value, or for a semaphore what follows the permit count. */
+  label: string;
 }
 
 interface Snapshot {
@@ -134,6 +136,7 @@ async function snapshot(client: Client, name: string, signal: AbortSignal): Prom
       token: kv.createRevision,
       ageRevisions: revision - kv.createRevision,
       value: kv.value.toString('utf8'),
+      label: kv.value.toString('utf8'),
     }),
   );
   let held = all.length > 0 ? 1 : 0;
@@ -144,12 +147,19 @@ async function snapshot(client: Client, name: string, signal: AbortSignal): Prom
     // The oldest writer holds alone; otherwise every reader older than the first writer holds.
     const firstWriter = all.findIndex((p) => p.mode === 'write');
     held = firstWriter === 0 ? 1 : firstWriter < 0 ? all.length : firstWriter;
-  } else if (all.length > 0 && all.every((p) => /^[1-9][0-9]*$/.test(p.value) && p.value === all[0]!.value)) {
+  } else if (all.length > 0 && all.every((p) => /^[1-9][0-9]*(?: |$)/.test(p.value) && countOf(p.value) === countOf(all[0]!.value))) {
+    // A semaphore's value is its permit count, then the holder's label if it has one.
     kind = 'semaphore';
-    permits = Number(all[0]!.value);
+    permits = Number(countOf(all[0]!.value));
     held = Math.min(permits, all.length);
+    for (const p of all) p.label = p.value.slice(countOf(p.value).length + 1);
   }
   return { name, kind, ...(permits ? { permits } : {}), revision, owner: all[0] ?? null, holders: all.slice(0, held), waiting: all.slice(held) };
+}
+
+/** The first space-separated token of a value: a semaphore's permit count. */
+function countOf(value: string): string {
+  return value.split(' ', 1)[0]!;
 }
 
 function render(s: Snapshot): string[] {
@@ -163,8 +173,8 @@ function render(s: Snapshot): string[] {
           : `read-locked by ${s.holders.length} reader${s.holders.length === 1 ? '' : 's'}`
         : `owned by ${s.owner.key}`;
   const head = `${s.name}: ${what}, ${s.waiting.length} waiting (at revision ${s.revision})`;
-  // A semaphore's values are its permit count, already in the heading.
-  const withValues = s.kind !== 'semaphore' && [...s.holders, ...s.waiting].some((p) => p.value !== '');
+  // Labels (a semaphore's values without the permit count, which is in the heading).
+  const withValues = [...s.holders, ...s.waiting].some((p) => p.label !== '');
   const holderRole = (p: Participant): string => (s.kind === 'semaphore' ? 'permit' : p.mode === 'write' ? 'writer' : p.mode === 'read' ? 'reader' : 'owner');
   const row = (role: string, p: Participant): string[] => [
     role,
@@ -173,7 +183,7 @@ function render(s: Snapshot): string[] {
     p.ttl < 0 ? 'expired' : `${p.ttl}s/${p.grantedTtl}s`,
     p.token.toString(),
     `${p.ageRevisions} rev${p.ageRevisions === 1n ? '' : 's'}`,
-    ...(withValues ? [token(p.value)] : []),
+    ...(withValues ? [token(p.label)] : []),
   ];
   const rows = [
     ['ROLE', 'KEY', 'LEASE', 'TTL', 'TOKEN', 'AGE', ...(withValues ? ['VALUE'] : [])],

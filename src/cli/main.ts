@@ -2,6 +2,7 @@
 // The `etcd-concurrency` command: finds the command word, runs it, and exits with its code.
 import { readFileSync } from 'node:fs';
 import { devCommand, DEV_HELP } from './dev.js';
+import { doctorCommand, DOCTOR_HELP } from './doctor.js';
 import { electCommand, ELECT_HELP } from './elect.js';
 import { inspectCommand, INSPECT_HELP } from './inspect.js';
 import { lockCommand, LOCK_HELP } from './lock.js';
@@ -13,6 +14,7 @@ const COMMANDS: Record<string, { run: (args: string[]) => Promise<number>; help:
   elect: { run: electCommand, help: ELECT_HELP },
   inspect: { run: inspectCommand, help: INSPECT_HELP },
   dev: { run: devCommand, help: DEV_HELP },
+  doctor: { run: doctorCommand, help: DOCTOR_HELP },
 };
 
 const HELP = `Usage: etcd-concurrency <command> [options]
@@ -25,13 +27,15 @@ Commands:
   elect <name> <proposal>   campaign and lead until Ctrl-C; elect --listen <name> to observe
   inspect <name>            show the owner and the waiting queue (--json, --watch)
   dev                       run a throwaway local etcd until Ctrl-C
+  doctor                    check that the cluster and this user are ready for locks
   help <command>            show a command's help
 
 ${COMMON_HELP}
   --version               print the version
 
-Exit status: 0 ok, 1 error, 2 bad usage, 3 lock or leadership lost, 4 lock --timeout expired,
-130/143 interrupted while waiting; \`lock -- cmd\` exits with the command's status.
+Exit status: 0 ok, 1 error, 2 bad usage, 3 lock or leadership lost, 4 lock not acquired (--try, --timeout),
+5/6 doctor: ready with warnings / not ready, 130/143 interrupted while waiting; \`lock -- cmd\` exits
+with the command's status.
 See \`etcd-concurrency <command> --help\`.`;
 
 async function main(argv: string[]): Promise<number> {

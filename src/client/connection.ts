@@ -26,6 +26,11 @@ export interface TlsOptions {
   cert?: Buffer | string;
   /** Client private key, with `cert`. */
   key?: Buffer | string;
+  /**
+   * Accept any server certificate, unverified (etcdctl's --insecure-skip-tls-verify): the traffic
+   * is encrypted but anyone in the path can pose as the server. For tests and emergencies only.
+   */
+  insecureSkipVerify?: boolean;
 }
 
 export interface ConnectionOptions {
@@ -41,6 +46,10 @@ export interface ConnectionOptions {
    * instead of serving stale state, and we move on to another member. Default true.
    */
   requireLeader?: boolean;
+  /** How often to ping an idle connection (gRPC keepalive; etcdctl's --keepalive-time). Default 6000; etcd refuses pings more often than every 5 s unless its --grpc-keepalive-min-time allows. */
+  keepaliveTimeMs?: number;
+  /** How long a ping may go unanswered before the connection is dropped (etcdctl's --keepalive-timeout). Default 3000. */
+  keepaliveTimeoutMs?: number;
 }
 
 /** How a call may be retried on another endpoint after an ambiguous failure. */
@@ -99,10 +108,11 @@ class Peer {
   constructor(
     readonly endpoint: Endpoint,
     private readonly credentials: grpc.ChannelCredentials,
+    private readonly channelOptions: grpc.ChannelOptions,
   ) {}
 
   get grpc(): grpc.Client {
-    this.client ??= new grpc.Client(this.endpoint.target, this.credentials, CHANNEL_OPTIONS);
+    this.client ??= new grpc.Client(this.endpoint.target, this.credentials, this.channelOptions);
     return this.client;
   }
 
@@ -143,7 +153,12 @@ export class Connection {
     const secure = this.endpoints[0]!.secure || options.tls !== undefined;
     this.tls = secure ? options.tls : null;
     const credentials = secure ? makeTlsCredentials(options.tls) : grpc.credentials.createInsecure();
-    this.peers = this.endpoints.map((e) => new Peer(e, credentials));
+    const channelOptions: grpc.ChannelOptions = {
+      ...CHANNEL_OPTIONS,
+      'grpc.keepalive_time_ms': positive(options.keepaliveTimeMs ?? 6_000, 'keepaliveTimeMs'),
+      'grpc.keepalive_timeout_ms': positive(options.keepaliveTimeoutMs ?? 3_000, 'keepaliveTimeoutMs'),
+    };
+    this.peers = this.endpoints.map((e) => new Peer(e, credentials, channelOptions));
   }
 
   get isClosed(): boolean {
@@ -555,7 +570,8 @@ function makeTlsCredentials(tls: TlsOptions | undefined): grpc.ChannelCredential
     throw new InvalidArgumentError('TLS: give both a client certificate and its key, or neither');
   }
   try {
-    return grpc.credentials.createSsl(buf(tls?.ca), buf(tls?.key), buf(tls?.cert));
+    const verify = tls?.insecureSkipVerify ? { rejectUnauthorized: false, checkServerIdentity: () => undefined } : {};
+    return grpc.credentials.createSsl(buf(tls?.ca), buf(tls?.key), buf(tls?.cert), verify);
   } catch (err) {
     throw new InvalidArgumentError(`TLS: could not load the certificates (${(err as Error).message}); pass PEM contents`, { cause: err });
   }

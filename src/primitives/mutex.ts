@@ -5,8 +5,14 @@ import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../que
 import { OwnerHandleBase, type OwnerHandle } from '../queue/ownership.js';
 import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
 
-/** Options of `lock()`: the options of every acquire call. */
-export type LockOptions = AcquireOptions;
+/** Options of `lock()`: the options of every acquire call, and a label for the key. */
+export interface LockOptions extends AcquireOptions {
+  /**
+   * Written as the lock key's value, so that `inspect` can say who holds or waits (for example
+   * `host:pid`). Default empty, as Go's Mutex and `etcdctl lock`, which never read the value.
+   */
+  label?: string;
+}
 
 const lockLost = (key: string) => (message: string, cause?: unknown) =>
   new LockLostError(message, key, cause === undefined ? undefined : { cause });
@@ -42,20 +48,20 @@ export class Mutex {
    * process left keeps its place in the queue, and this call owns it: an abort or error deletes it.
    */
   lock(options: LockOptions = {}): Promise<LockHandle> {
-    return acquire(this.queue(), options);
+    return acquire(this.queue(options.label), options);
   }
 
   /** Takes the lock if it is free right now; otherwise returns null and leaves no key behind. */
-  tryLock(): Promise<LockHandle | null> {
-    return tryAcquire(this.queue());
+  tryLock(options: Pick<LockOptions, 'label'> = {}): Promise<LockHandle | null> {
+    return tryAcquire(this.queue(options.label));
   }
 
   /** The oldest of all holds: Go's Mutex, on `<name>/<lease hex>`. */
-  private queue(): QueueSpec<LockHandle> {
+  private queue(label = ''): QueueSpec<LockHandle> {
     const { session, name } = this;
     return {
       session,
-      ticket: participantTicket(session, name, Buffer.alloc(0)),
+      ticket: participantTicket(session, name, Buffer.from(label)),
       rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost),
       lostError: lockLost,
       hold: (own) => new HeldLock(own),

@@ -2,7 +2,8 @@ import { prefixEnd } from '../client/kv.js';
 import { RWLockLostError } from '../errors.js';
 import { isParticipantKey, prefixOf, validateName } from '../keys.js';
 import type { Session } from '../session.js';
-import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
+import { acquire, tryAcquire, type QueueSpec } from '../queue/acquire.js';
+import type { LockOptions } from './mutex.js';
 import { OwnerHandleBase, type OwnerHandle } from '../queue/ownership.js';
 import { oldestRule, type Scope } from '../queue/predecessor.js';
 
@@ -40,26 +41,26 @@ export class RWMutex {
   }
 
   /** Waits for a shared (read) lock: until no writer older than us holds or waits. */
-  rLock(options: AcquireOptions = {}): Promise<RWLockHandle> {
-    return acquire(this.queue('read'), options);
+  rLock(options: LockOptions = {}): Promise<RWLockHandle> {
+    return acquire(this.queue('read', options.label), options);
   }
 
   /** Waits for the exclusive (write) lock: until no reader or writer older than us remains. */
-  lock(options: AcquireOptions = {}): Promise<RWLockHandle> {
-    return acquire(this.queue('write'), options);
+  lock(options: LockOptions = {}): Promise<RWLockHandle> {
+    return acquire(this.queue('write', options.label), options);
   }
 
   /** Takes a read lock if no writer is there now; otherwise returns null and leaves no key behind. */
-  tryRLock(): Promise<RWLockHandle | null> {
-    return tryAcquire(this.queue('read'));
+  tryRLock(options: Pick<LockOptions, 'label'> = {}): Promise<RWLockHandle | null> {
+    return tryAcquire(this.queue('read', options.label));
   }
 
   /** Takes the write lock if nobody else is there now; otherwise returns null and leaves no key behind. */
-  tryLock(): Promise<RWLockHandle | null> {
-    return tryAcquire(this.queue('write'));
+  tryLock(options: Pick<LockOptions, 'label'> = {}): Promise<RWLockHandle | null> {
+    return tryAcquire(this.queue('write', options.label));
   }
 
-  private queue(mode: 'read' | 'write'): QueueSpec<RWLockHandle> {
+  private queue(mode: 'read' | 'write', label = ''): QueueSpec<RWLockHandle> {
     const { session } = this;
     const all = Buffer.from(prefixOf(this.name));
     const readers = Buffer.from(`${this.name}/read/`);
@@ -75,7 +76,7 @@ export class RWMutex {
       session,
       ticket: {
         key: mode === 'read' ? this.readKey : this.writeKey,
-        value: Buffer.alloc(0),
+        value: Buffer.from(label),
         count: { key: scope.prefix, rangeEnd: prefixEnd(scope.prefix) },
         first: (n) => n === mine,
       },
