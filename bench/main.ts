@@ -3,7 +3,8 @@
 // goals.
 //
 //   node --import tsx bench/main.ts [--quick] [--members 1|3] [--contenders 8] [--etcd 3.4,3.7]
-//        [--only floor,uncontended,contended,election,scale,sessions] [--json out.json]
+//        [--only floor,uncontended,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions]
+//        [--json out.json]
 //        [--markdown out.md] [--charts docs] [--require-go]
 //
 // --etcd with several versions starts one server of each and lets them take turns round by round in
@@ -25,12 +26,17 @@ import { runFloor } from './floor.js';
 import { goBinary } from './go.js';
 import { renderMarkdown, renderText, renderVersionsMarkdown, renderVersionsText } from './report.js';
 import { collectChecks, judgeGoals, type Results } from './results.js';
-import { runScale } from './scale.js';
+import { runRWLock } from './rwlock.js';
+import { runScale, runSemaphoreScale } from './scale.js';
+import { runSemaphore } from './semaphore.js';
 import { runSessions } from './sessions.js';
 import { runUncontended } from './uncontended.js';
 
-const PHASES = ['floor', 'uncontended', 'contended', 'election', 'scale', 'sessions'] as const;
+const PHASES = ['floor', 'uncontended', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions'] as const;
 type Phase = (typeof PHASES)[number];
+
+/** semaphore-scale: waiters queued on a semaphore of 4 permits (--quick: tiny sizes, sanity only). */
+const SEMAPHORE_SCALE = { permits: 4, waiters: (quick: boolean): number[] => (quick ? [20, 100] : [100, 1000]) };
 
 function usage(message: string): never {
   process.stderr.write(
@@ -181,6 +187,16 @@ async function main(): Promise<number> {
         r.scale = [];
         for (const n of opts.quick ? [100, 1000] : [100, 1000, 10_000]) {
           await phase(`scale/${n}`, [r], async () => void r.scale!.push(await runScale(ctx, n)));
+        }
+      });
+    }
+    if (opts.only.has('semaphore')) await each('semaphore', async (ctx, r) => void (r.semaphore = await runSemaphore(ctx)));
+    if (opts.only.has('rwlock')) await each('rwlock', async (ctx, r) => void (r.rwlock = await runRWLock(ctx)));
+    if (opts.only.has('semaphore-scale')) {
+      await each('semaphore-scale', async (ctx, r) => {
+        r.semaphoreScale = [];
+        for (const n of SEMAPHORE_SCALE.waiters(opts.quick)) {
+          await phase(`semaphore-scale/${n}`, [r], async () => void r.semaphoreScale!.push(await runSemaphoreScale(ctx, n, SEMAPHORE_SCALE.permits)));
         }
       });
     }

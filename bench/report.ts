@@ -1,6 +1,7 @@
 // Renders one run's results as plain-text tables (stdout) or Markdown (docs/performance.md).
 import type { Results } from './results.js';
 import type { ScaleResult } from './scale.js';
+import { holdLabel } from './semaphore.js';
 import { markdownTable, ms, num, table, type Summary } from './stats.js';
 
 interface Section {
@@ -145,6 +146,91 @@ export function sections(r: Results): Section[] {
         (inc ? `\n  first failure at ${num(inc.waiters)}: ${inc.incomplete!.firstFailure}` : ''),
       header: ['waiters', 'enqueue all ms', 'heap B/waiter', '+ Buffer B/waiter', 'B/session', 'RPCs/release', 'events/release', 'handover p50 ms', 'abort all ms', 'keys left'],
       rows: r.scale.map(row),
+    });
+  }
+  if (r.semaphore) {
+    const p = r.semaphore;
+    out.push({
+      title:
+        `Semaphore: ${p.contenders} contenders, own client + session each, on one semaphore of N permits, and on our Mutex ` +
+        `(the configurations taking turns, ${p.rounds} x ${(p.roundMs / 1000).toFixed(1)} s each; "vs Mutex": the Mutex with the same critical section)`,
+      header: ['lock', 'critical section', 'acq/s', 'vs Mutex', 'wait p50 ms', 'wait p99 ms', 'per contender', 'spread', 'holders mean / max', 'at most N', 'tokens', 'keys left'],
+      rows: p.results.map((x) => {
+        const mutex = p.results.find((m) => m.impl === 'mutex' && m.holdMs === x.holdMs);
+        return [
+          x.impl === 'mutex' ? 'Mutex' : `semaphore N=${x.permits}`,
+          holdLabel(x.holdMs),
+          num(x.acquisitionsPerSec),
+          mutex ? `${(x.acquisitionsPerSec / mutex.acquisitionsPerSec).toFixed(2)}x` : '-',
+          ms(x.wait.p50),
+          ms(x.wait.p99),
+          `${Math.min(...x.perContender)}..${Math.max(...x.perContender)}`,
+          `${(x.spread * 100).toFixed(1)}%`,
+          `${x.meanHolders.toFixed(2)} / ${x.maxHolders}`,
+          x.violations === 0 ? `held (${x.acquisitions})` : `VIOLATED (${x.violations})`,
+          x.tokenViolations === 0 ? 'ok' : `VIOLATED (${x.tokenViolations})`,
+          String(x.keysLeft),
+        ];
+      }),
+    });
+  }
+  if (r.rwlock) {
+    const p = r.rwlock;
+    out.push({
+      title:
+        `RWLock: ${p.contenders} contenders, own client + session each, ${Math.round((1 - p.writeShare) * 100)}% reads ` +
+        `(rLock) and ${Math.round(p.writeShare * 100)}% writes (lock), and our Mutex for both (taking turns, ${p.rounds} x ${(p.roundMs / 1000).toFixed(1)} s each)`,
+      header: ['lock', 'critical section', 'reads/s', 'writes/s', 'total/s', 'read wait p50 ms', 'p99', 'write wait p50 ms', 'p99', 'readers mean / max', 'spread', 'exclusion', 'tokens', 'keys left'],
+      rows: p.results.map((x) => [
+        x.impl === 'mutex' ? 'Mutex (reads too)' : 'RWMutex',
+        holdLabel(x.holdMs),
+        num(x.readsPerSec),
+        num(x.writesPerSec),
+        num(x.acquisitionsPerSec),
+        ms(x.readWait.p50),
+        ms(x.readWait.p99),
+        ms(x.writeWait.p50),
+        ms(x.writeWait.p99),
+        x.impl === 'mutex' ? '-' : `${x.meanReaders.toFixed(2)} / ${x.maxReaders}`,
+        `${(x.spread * 100).toFixed(1)}%`,
+        x.violations === 0 ? `held (${x.reads} + ${x.writes})` : `VIOLATED (${x.violations})`,
+        x.tokenViolations === 0 ? 'ok' : `VIOLATED (${x.tokenViolations})`,
+        String(x.keysLeft),
+      ]),
+    });
+  }
+  if (r.semaphoreScale) {
+    const row = (s: ScaleResult): string[] => {
+      if (s.incomplete) {
+        const i = s.incomplete;
+        const note = `${s.keysLeft} (${i.sessionsLost} sessions lost, ${i.failures} waiters failed)`;
+        return [num(s.waiters), `${num(i.queued)} queued in ${num(s.enqueueMs)}`, '-', '-', '-', '-', '-', '-', '-', '-', note];
+      }
+      return [
+        num(s.waiters),
+        num(s.enqueueMs),
+        num(s.bytesPerWaiter),
+        s.rpcsPerRelease.toFixed(2),
+        Object.entries(s.rpcsPerReleaseByMethod)
+          .map(([m, v]) => `${m} ${v.toFixed(2)}`)
+          .join(', '),
+        s.watchEventsPerRelease.toFixed(2),
+        s.watchesPerRelease.toFixed(2),
+        ms(s.handover.p50),
+        ms(s.handover.p99),
+        num(s.abortMs),
+        String(s.keysLeft),
+      ];
+    };
+    const first = r.semaphoreScale[0];
+    const inc = r.semaphoreScale.find((s) => s.incomplete?.firstFailure);
+    out.push({
+      title:
+        `Semaphore scale: N waiters behind the ${first?.permits ?? '?'} holders of one semaphore in one process ` +
+        `(one client, a session each, at most 32 taking a ticket at once; ${first?.releases ?? '?'} releases, one at a time)` +
+        (inc ? `\n  first failure at ${num(inc.waiters)}: ${inc.incomplete!.firstFailure}` : ''),
+      header: ['waiters', 'enqueue all ms', 'heap B/waiter', 'RPCs/release', 'by method', 'events/release', 'watches opened/release', 'handover p50 ms', 'p99', 'abort all ms', 'keys left'],
+      rows: r.semaphoreScale.map(row),
     });
   }
   if (r.sessions) {

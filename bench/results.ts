@@ -2,7 +2,9 @@
 import type { ContendedResult } from './contended.js';
 import type { ElectionPhase, ElectionResult } from './election.js';
 import type { FloorResult } from './floor.js';
+import type { RWLockPhase } from './rwlock.js';
 import type { ScaleResult } from './scale.js';
+import type { SemaphorePhase } from './semaphore.js';
 import type { SessionsResult } from './sessions.js';
 import type { UncontendedResult } from './uncontended.js';
 import { ms, num } from './stats.js';
@@ -36,6 +38,12 @@ export interface Results {
   /** The same after 250 ms of quiet each (the long-before case's bound). */
   electionColdFloor?: ElectionPhase['coldFloor'];
   scale?: ScaleResult[];
+  /** Semaphore of N = 1, 4, 16 permits and our Mutex, with the same contenders. */
+  semaphore?: SemaphorePhase;
+  /** RWMutex at 90 % reads, and our Mutex with the same contenders. */
+  rwlock?: RWLockPhase;
+  /** The scale machinery on a semaphore of 4 permits. */
+  semaphoreScale?: ScaleResult[];
   sessions?: SessionsResult;
   goals: Goal[];
   /** Correctness checks (mutual exclusion, nothing left behind): any failure fails the run. */
@@ -161,6 +169,92 @@ export function judgeGoals(r: Results): Goal[] {
       met: big.bytesPerWaiter < 2048,
     });
   }
+  // The goals are judged on the critical section of one turn (the lock's own cost, as the contended
+  // phase); the 20 ms rows are shown alongside.
+  const sem = r.semaphore?.results;
+  const semAt = (impl: string, permits: number, holdMs: number) => sem?.find((x) => x.impl === impl && x.permits === permits && x.holdMs === holdMs);
+  const semMutex = semAt('mutex', 1, 0);
+  const sem1 = semAt('semaphore', 1, 0);
+  if (semMutex && sem1) {
+    const heldMutex = sem?.find((x) => x.impl === 'mutex' && x.holdMs > 0);
+    const held1 = heldMutex && semAt('semaphore', 1, heldMutex.holdMs);
+    goals.push({
+      id: 'semaphore-vs-mutex',
+      goal: `semaphore N=1: within 1.5x of our Mutex's acquisitions/s (${r.semaphore!.contenders} contenders, taking turns, critical section of one turn)`,
+      measured:
+        `${num(sem1.acquisitionsPerSec)} vs ${num(semMutex.acquisitionsPerSec)} /s = ${ratio(sem1.acquisitionsPerSec, semMutex.acquisitionsPerSec)}` +
+        (held1 ? ` (holding ${heldMutex.holdMs} ms: ${num(held1.acquisitionsPerSec)} vs ${num(heldMutex.acquisitionsPerSec)} /s = ${ratio(held1.acquisitionsPerSec, heldMutex.acquisitionsPerSec)})` : ''),
+      met: sem1.acquisitionsPerSec * 1.5 >= semMutex.acquisitionsPerSec,
+    });
+  }
+  const sems = sem?.filter((x) => x.impl === 'semaphore' && x.holdMs === 0) ?? [];
+  if (sems.length > 0) {
+    // Holding 20 ms, a contender gets a few acquisitions per round, so one more or less is already
+    // 30%: those rows are shown, not judged (the Mutex's is there to compare).
+    const held = sem?.filter((x) => x.holdMs > 0) ?? [];
+    goals.push({
+      id: 'semaphore-fairness',
+      goal: 'semaphore: per-contender spread within 10% at every N (FIFO; critical section of one turn)',
+      measured:
+        sems.map((x) => `N=${x.permits} ${(x.spread * 100).toFixed(1)}%`).join(', ') +
+        (held.length
+          ? ` (holding ${held[0]!.holdMs} ms, ${Math.min(...held.map((x) => Math.round(x.acquisitions / x.contenders)))}-` +
+            `${Math.max(...held.map((x) => Math.round(x.acquisitions / x.contenders)))} per contender: ` +
+            `${held.map((x) => `${x.impl === 'mutex' ? 'Mutex' : `N=${x.permits}`} ${(x.spread * 100).toFixed(1)}%`).join(', ')})`
+          : ''),
+      met: sems.every((x) => x.spread <= 0.1),
+    });
+  }
+  const ss = r.semaphoreScale ?? [];
+  const ssDone = ss.filter((x) => !x.incomplete);
+  const ssMissing = ss.filter((x) => x.incomplete).map((x) => `${num(x.waiters)} not reached (${num(x.incomplete!.queued)} queued)`);
+  if (ss.length > 0) {
+    const big = ssDone[ssDone.length - 1];
+    const at = num(ss[ss.length - 1]!.waiters);
+    goals.push({
+      id: 'semaphore-scale-release',
+      goal: `semaphore release at ${at} waiters (N=${ss[0]!.permits ?? '?'}): <= 4 requests and <= 2 watch events per release`,
+      measured: big
+        ? `${big.rpcsPerRelease.toFixed(2)} requests (${Object.entries(big.rpcsPerReleaseByMethod)
+            .map(([m, v]) => `${m} ${v.toFixed(2)}`)
+            .join(', ')}), ${big.watchEventsPerRelease.toFixed(2)} watch events, ${big.watchesPerRelease.toFixed(2)} watches opened` +
+          (big.waiters !== ss[ss.length - 1]!.waiters ? ` at ${num(big.waiters)}` : '') +
+          (ssMissing.length ? `; ${ssMissing.join(', ')}` : '')
+        : ssMissing.join(', '),
+      met: ssMissing.length === 0 && big !== undefined && big.rpcsPerRelease <= 4 && big.watchEventsPerRelease <= 2,
+    });
+  }
+  if (ss.length > 1) {
+    const flat = (v: number[]): boolean => v.length > 1 && Math.max(...v) - Math.min(...v) <= 0.25;
+    const rpcs = ssDone.map((x) => x.rpcsPerRelease);
+    const ev = ssDone.map((x) => x.watchEventsPerRelease);
+    goals.push({
+      id: 'semaphore-scale-flat',
+      goal: `semaphore: requests and watch events per release the same at ${ss.map((x) => num(x.waiters)).join(' and ')} waiters (O(1))`,
+      measured:
+        `at ${ssDone.map((x) => num(x.waiters)).join(' / ')}: requests ${rpcs.map((v) => v.toFixed(2)).join(' / ')}, ` +
+        `watch events ${ev.map((v) => v.toFixed(2)).join(' / ')}${ssMissing.length ? `; ${ssMissing.join(', ')}` : ''}`,
+      met: ssMissing.length === 0 && flat(rpcs) && flat(ev),
+    });
+  }
+  const rw = r.rwlock?.results;
+  const rwAt = (impl: string, holdMs: number) => rw?.find((x) => x.impl === impl && x.holdMs === holdMs);
+  const rwOurs = rwAt('rwmutex', 0);
+  const rwMutex = rwAt('mutex', 0);
+  if (rwOurs && rwMutex) {
+    const held = rw?.find((x) => x.impl === 'rwmutex' && x.holdMs > 0);
+    const heldMutex = held && rwAt('mutex', held.holdMs);
+    goals.push({
+      id: 'rwlock-vs-mutex',
+      goal:
+        `rwlock (${Math.round((1 - r.rwlock!.writeShare) * 100)}% reads, ${r.rwlock!.contenders} contenders, critical section of one turn): ` +
+        '>= 2x the acquisitions/s of our Mutex with the same contenders',
+      measured:
+        `${num(rwOurs.acquisitionsPerSec)} vs ${num(rwMutex.acquisitionsPerSec)} /s = ${ratio(rwOurs.acquisitionsPerSec, rwMutex.acquisitionsPerSec)}` +
+        (held && heldMutex ? ` (holding ${held.holdMs} ms: ${num(held.acquisitionsPerSec)} vs ${num(heldMutex.acquisitionsPerSec)} /s = ${ratio(held.acquisitionsPerSec, heldMutex.acquisitionsPerSec)})` : ''),
+      met: rwOurs.acquisitionsPerSec >= 2 * rwMutex.acquisitionsPerSec,
+    });
+  }
   return goals;
 }
 
@@ -196,6 +290,56 @@ export function collectChecks(r: Results): Check[] {
       detail: `${s.violations} violations in ${s.releases} releases`,
     });
     checks.push({ phase: `scale/${s.waiters}`, what: 'every key removed', ok: s.keysLeft === 0, detail: `${s.keysLeft} keys left` });
+  }
+  for (const x of r.semaphore?.results ?? []) {
+    const phase = `semaphore/${x.impl === 'mutex' ? 'mutex' : `n${x.permits}`}/${x.holdMs > 0 ? `${x.holdMs}ms` : '1turn'}`;
+    checks.push({
+      phase,
+      what: `at most ${x.permits} holder${x.permits > 1 ? 's' : ''} at once`,
+      ok: x.violations === 0 && x.maxHolders <= x.permits && x.acquisitions > 0,
+      detail: `${x.violations} violations, at most ${x.maxHolders} at once, ${x.acquisitions} acquisitions`,
+    });
+    checks.push({
+      phase,
+      what: x.permits === 1 ? 'fencing tokens unique and growing' : "fencing tokens unique, each contender's growing",
+      ok: x.tokenViolations === 0,
+      detail: `${x.tokenViolations} violations`,
+    });
+    checks.push({ phase, what: 'no keys left', ok: x.keysLeft === 0, detail: `${x.keysLeft} keys left` });
+  }
+  for (const x of r.rwlock?.results ?? []) {
+    const phase = `rwlock/${x.impl}/${x.holdMs > 0 ? `${x.holdMs}ms` : '1turn'}`;
+    checks.push({
+      phase,
+      what: x.impl === 'mutex' ? 'one holder at a time' : 'a writer alone, readers only with readers',
+      ok: x.violations === 0 && x.reads > 0 && x.writes > 0,
+      detail: `${x.violations} violations in ${x.reads} reads and ${x.writes} writes`,
+    });
+    if (x.impl === 'rwmutex') {
+      // Not safety but the point of the lock: readers queued behind one writer are let in together.
+      checks.push({ phase, what: 'readers share', ok: x.maxReaders > 1, detail: `at most ${x.maxReaders} readers at once` });
+    }
+    checks.push({
+      phase,
+      what: 'fencing tokens in queue order',
+      ok: x.tokenViolations === 0,
+      detail: `${x.tokenViolations} violations`,
+    });
+    checks.push({ phase, what: 'no keys left', ok: x.keysLeft === 0, detail: `${x.keysLeft} keys left` });
+  }
+  for (const s of r.semaphoreScale ?? []) {
+    const phase = `semaphore-scale/${s.waiters}`;
+    if (s.incomplete) {
+      checks.push({ phase, what: 'every key removed', ok: s.keysLeft === 0, detail: `${s.keysLeft} keys left (incomplete run)` });
+      continue;
+    }
+    checks.push({
+      phase,
+      what: `FIFO handover, one waiter let in per release, at most ${s.permits ?? '?'} holders`,
+      ok: s.violations === 0,
+      detail: `${s.violations} violations in ${s.releases} releases`,
+    });
+    checks.push({ phase, what: 'every key removed', ok: s.keysLeft === 0, detail: `${s.keysLeft} keys left` });
   }
   if (r.sessions) {
     const s = r.sessions;

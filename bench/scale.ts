@@ -1,13 +1,52 @@
 // Scale: N waiters queued on one lock in one process (one Client, one session per waiter: a Mutex
 // on a shared session would share its key). Memory per waiter, time to enqueue all, RPCs and watch
-// events per release, and the time to abort them all with every key removed.
+// events per release, and the time to abort them all with every key removed. The same machinery
+// drives a semaphore (the semaphore-scale phase): `permits` holders, N waiters behind them.
 import { setMaxListeners } from 'node:events';
-import { Client, Mutex, Session, type LockHandle } from '../src/index.js';
+import { Client, Mutex, Semaphore, Session, type LockHandle, type PermitHandle } from '../src/index.js';
 import type { BenchContext } from './context.js';
 import { RpcCounter, pool, settledHeap, settledMemory, sleep, summarize, within, type Summary } from './stats.js';
 
+/**
+ * A queue primitive as this phase drives it. `acquire` returns the library's own promise (no wrapper:
+ * a wrapping async frame per waiter would count as the waiter's memory).
+ */
+export interface ScaleSubject<H extends { fencingToken: bigint }> {
+  /** Key prefix under the run's prefix: `scale`, `semaphore-scale`. */
+  label: string;
+  /** Holders at once: 1 for a Mutex, N for a semaphore of N permits. */
+  holders: number;
+  acquire(session: Session, name: string, signal?: AbortSignal): Promise<H>;
+  release(handle: H): Promise<void>;
+  /**
+   * Watches the waiters create per release (a semaphore's next waiter becomes the head and watches
+   * the prefix): the release's count waits for them, and for their requests, before it closes.
+   */
+  watchesPerRelease: number;
+}
+
+export const mutexSubject: ScaleSubject<LockHandle> = {
+  label: 'scale',
+  holders: 1,
+  acquire: (session, name, signal) => new Mutex(session, name).lock(signal ? { signal } : {}),
+  release: (h) => h.unlock(),
+  watchesPerRelease: 0,
+};
+
+export function semaphoreSubject(permits: number): ScaleSubject<PermitHandle> {
+  return {
+    label: 'semaphore-scale',
+    holders: permits,
+    acquire: (session, name, signal) => new Semaphore(session, name, { permits }).acquire(signal ? { signal } : {}),
+    release: (h) => h.release(),
+    watchesPerRelease: 1,
+  };
+}
+
 export interface ScaleResult {
   waiters: number;
+  /** Holders at once (semaphore-scale: the permits; the Mutex phase leaves it out). */
+  permits?: number;
   /** Granting the N + 1 leases (setup, not part of the lock's cost). */
   sessionsMs: number;
   /** Heap per session (lease, keepalive registration, timers). */
@@ -23,12 +62,16 @@ export interface ScaleResult {
   rpcsPerRelease: number;
   /** Watch events delivered to this process per release. */
   watchEventsPerRelease: number;
+  /** Watches created per release (a Mutex: none; a semaphore: the new head's watch on the prefix). */
+  watchesPerRelease: number;
+  /** Unary RPCs per release by method. */
+  rpcsPerReleaseByMethod: Record<string, number>;
   handover: Summary;
   /** From abort() to every waiter's lock() rejected, its key deleted. */
   abortMs: number;
   /** Keys left under the prefix after abort and the last unlock (must be 0). */
   keysLeft: number;
-  /** Waiters that acquired out of CreateRevision order, or while another held: must be 0. */
+  /** Waiters that acquired out of CreateRevision order, or beyond the holders allowed at once: must be 0. */
   violations: number;
   /** Set when not every waiter could be queued (budget spent, or waiters failed). */
   incomplete?: { queued: number; budgetMs: number; sessionsLost: number; failures: number; firstFailure?: string };
@@ -37,14 +80,16 @@ export interface ScaleResult {
 const WARM = 20;
 
 /** Queues and aborts a few waiters, so that the waiting path is compiled before heap is measured. */
-async function warmUp(sessions: Session[], name: string): Promise<void> {
-  const holder = await new Mutex(sessions[0]!, name).lock();
+async function warmUp<H extends { fencingToken: bigint }>(subject: ScaleSubject<H>, sessions: Session[], name: string): Promise<void> {
+  const holders: H[] = [];
+  for (const s of sessions.slice(0, subject.holders)) holders.push(await subject.acquire(s, name));
   const ac = new AbortController();
-  const ps = sessions.slice(1).map((s) => new Mutex(s, name).lock({ signal: ac.signal }).catch(() => {}));
+  setMaxListeners(sessions.length + 16, ac.signal);
+  const ps = sessions.slice(subject.holders).map((s) => subject.acquire(s, name, ac.signal).catch(() => {}));
   await sleep(200);
   ac.abort();
   await Promise.all(ps);
-  await holder.unlock();
+  for (const h of holders) await subject.release(h);
 }
 
 function incomplete(
@@ -66,6 +111,8 @@ function incomplete(
     releases: 0,
     rpcsPerRelease: NaN,
     watchEventsPerRelease: NaN,
+    watchesPerRelease: NaN,
+    rpcsPerReleaseByMethod: {},
     handover: summarize([]),
     abortMs: NaN,
     keysLeft: 0,
@@ -79,32 +126,61 @@ function incomplete(
 /** Lock() calls allowed to be taking their ticket at once. */
 const ENQUEUE_WINDOW = 32;
 
-export async function runScale(ctx: BenchContext, n: number): Promise<ScaleResult> {
-  const name = `${ctx.prefix}scale/${n}`;
+export function runScale(ctx: BenchContext, n: number): Promise<ScaleResult> {
+  return runQueueScale(ctx, n, mutexSubject);
+}
+
+/** semaphore-scale: N waiters behind the `permits` holders of one semaphore. */
+export async function runSemaphoreScale(ctx: BenchContext, n: number, permits: number): Promise<ScaleResult> {
+  return { permits, ...(await runQueueScale(ctx, n, semaphoreSubject(permits))) };
+}
+
+/** Waits until no request is in flight and nothing was sent or received for `quietMs`. */
+async function quiet(counter: RpcCounter, quietMs: number): Promise<void> {
+  const state = (): string => `${counter.unary}/${counter.inFlight}/${counter.watchResponses}`;
+  let last = state();
+  let since = performance.now();
+  for (;;) {
+    await sleep(2);
+    const now = state();
+    if (now !== last || counter.inFlight > 0) {
+      last = now;
+      since = performance.now();
+    } else if (performance.now() - since >= quietMs) {
+      return;
+    }
+  }
+}
+
+export async function runQueueScale<H extends { fencingToken: bigint }>(ctx: BenchContext, n: number, subject: ScaleSubject<H>): Promise<ScaleResult> {
+  const name = `${ctx.prefix}${subject.label}/${n}`;
+  const k = subject.holders;
   const client = new Client({ endpoints: ctx.endpoints, callTimeoutMs: 120_000 });
   const counter = new RpcCounter(client);
   let sessions: Session[] = [];
   try {
     const heapBase = await settledHeap();
     let t = performance.now();
+    // Sessions 0..k-1 hold, k..k+n-1 wait, the last WARM warm the code up.
     sessions = await pool(
-      Array.from({ length: n + 1 + WARM }, (_, i) => i),
+      Array.from({ length: n + k + WARM }, (_, i) => i),
       256,
       () => Session.create(client),
     );
     const sessionsMs = performance.now() - t;
     const heapSessions = await settledHeap();
-    const holder0 = await new Mutex(sessions[0]!, name).lock();
+    const held: H[] = [];
+    for (const s of sessions.slice(0, k)) held.push(await subject.acquire(s, name));
 
     // Warm the waiting code path up first, so that JIT code is not counted as per-waiter memory.
-    await warmUp(sessions.slice(n + 1), `${name}-warm`);
+    await warmUp(subject, sessions.slice(n + k), `${name}-warm`);
 
     // Enqueue: at most `window` lock() calls still taking their ticket at any time (a burst of
     // thousands of enqueue Txns, each scanning the queue inside etcd's apply loop, stalls etcd).
     const ac = new AbortController();
     // One signal for every waiter (a shutdown signal): each lock() listens on it.
     setMaxListeners(n + 16, ac.signal);
-    const acquired: { h: LockHandle; i: number }[] = [];
+    const acquired: { h: H; i: number }[] = [];
     let wake: (() => void) | undefined;
     const settled: Promise<unknown>[] = [];
     const failures: string[] = [];
@@ -120,8 +196,8 @@ export async function runScale(ctx: BenchContext, n: number): Promise<ScaleResul
         await sleep(1);
         continue;
       }
-      const i = ++started;
-      const p = new Mutex(sessions[i]!, name).lock({ signal: ac.signal }).then((h) => {
+      const i = k - 1 + ++started;
+      const p = subject.acquire(sessions[i]!, name, ac.signal).then((h) => {
         acquired.push({ h, i });
         wake?.();
       });
@@ -148,7 +224,7 @@ export async function runScale(ctx: BenchContext, n: number): Promise<ScaleResul
     if (failures.length > 0 || queued < n) {
       ac.abort();
       await Promise.all(settled);
-      await holder0.unlock();
+      for (const h of held) await subject.release(h);
       const lost = sessions.filter((x) => x.signal.aborted).length;
       const r = incomplete(n, queued, enqueueMs, sessionsMs, lost, failures, budgetMs);
       r.keysLeft = (await client.getPrefix(`${name}/`)).kvs.length;
@@ -157,33 +233,49 @@ export async function runScale(ctx: BenchContext, n: number): Promise<ScaleResul
     const memQueued = await settledMemory();
     const heapQueued = memQueued.heapUsed;
 
-    // Releases: each holder unlocks, the next in line takes over.
+    // Releases: the oldest holder releases, the next in line takes over (one at a time: each
+    // release must let exactly one waiter in).
     const releases = Math.min(n, ctx.quick ? 10 : 20);
     const handover: number[] = [];
     let violations = 0;
     let rpcs = 0;
     let events = 0;
-    let holder: LockHandle = holder0;
-    let lastToken = holder0.fencingToken;
+    let watches = 0;
+    const byMethod = new Map<string, number>();
+    let lastToken = held.reduce((a, h) => (h.fencingToken > a ? h.fencingToken : a), 0n);
     for (let r = 0; r < releases; r++) {
       const before = counter.snapshot();
+      const created = counter.watchCreated;
       const next = new Promise<void>((resolve) => (wake = resolve));
       const t0 = performance.now();
-      await holder.unlock();
+      await subject.release(held.shift()!);
       if (acquired.length <= r) await within(next, 10_000, 'the next waiter');
       handover.push(performance.now() - t0);
+      if (acquired.length !== r + 1) violations++;
+      const h = acquired[r]!.h;
+      if (h.fencingToken <= lastToken) violations++;
+      lastToken = h.fencingToken;
+      held.push(h);
+      // Let stragglers (a late answer, an extra event) land in this release's count: the watches the
+      // waiters open after a release, and everything until the client is quiet.
+      await sleep(5);
+      if (subject.watchesPerRelease > 0) {
+        await within(
+          (async () => {
+            while (counter.watchCreated - created < subject.watchesPerRelease) await sleep(1);
+          })(),
+          10_000,
+          'the next waiter watching',
+        );
+      }
+      await quiet(counter, subject.watchesPerRelease > 0 ? 20 : 0);
+      // A second waiter let in by the same release would show here.
+      if (acquired.length !== r + 1) violations++;
       const after = counter.snapshot();
       rpcs += after.unary - before.unary;
       events += after.watchEvents - before.watchEvents;
-      if (acquired.length !== r + 1) violations++;
-      holder = acquired[r]!.h;
-      if (holder.fencingToken <= lastToken) violations++;
-      lastToken = holder.fencingToken;
-      // Let stragglers (a late answer, an extra event) land in this release's count.
-      await sleep(5);
-      const late = counter.snapshot();
-      rpcs += late.unary - after.unary;
-      events += late.watchEvents - after.watchEvents;
+      watches += counter.watchCreated - created;
+      for (const [m, c] of Object.entries(after.byMethod)) byMethod.set(m, (byMethod.get(m) ?? 0) + c - (before.byMethod[m] ?? 0));
     }
 
     // Abort every waiter still queued; each removes its own key.
@@ -192,20 +284,22 @@ export async function runScale(ctx: BenchContext, n: number): Promise<ScaleResul
     await within(Promise.all(settled), 300_000, `aborting ${n} waiters`);
     const abortMs = performance.now() - t;
     if (acquired.length !== releases) violations++;
-    const left = (await client.getPrefix(`${name}/`)).kvs.length; // the holder's key only
-    if (left !== 1) violations++;
-    await holder.unlock();
+    const left = (await client.getPrefix(`${name}/`)).kvs.length; // the holders' keys only
+    if (left !== k) violations++;
+    for (const h of held) await subject.release(h);
     const keysLeft = (await client.getPrefix(`${name}/`)).kvs.length;
     return {
       waiters: n,
       sessionsMs,
-      bytesPerSession: (heapSessions - heapBase) / (n + 1 + WARM),
+      bytesPerSession: (heapSessions - heapBase) / (n + k + WARM),
       enqueueMs,
       bytesPerWaiter: (heapQueued - heapBefore) / n,
       bufferBytesPerWaiter: (memQueued.arrayBuffers - memBefore.arrayBuffers) / n,
       releases,
       rpcsPerRelease: rpcs / releases,
       watchEventsPerRelease: events / releases,
+      watchesPerRelease: watches / releases,
+      rpcsPerReleaseByMethod: Object.fromEntries([...byMethod].filter(([, c]) => c > 0).map(([m, c]) => [m, c / releases])),
       handover: summarize(handover),
       abortMs,
       keysLeft,

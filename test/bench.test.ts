@@ -1,7 +1,7 @@
 // `npm run bench -- --quick`: the benchmark runs as a child process against its own etcd, exits 0 on
 // its own, and every phase ran with its correctness checks held (mutual exclusion, one leader at a
-// time, FIFO handover, nothing left behind, one keepalive stream), etcd's own Go package (interop/go)
-// included. Speeds are not asserted: CI machines vary, and the goals are reported by the bench
+// time, FIFO handover, at most N permit holders, writers alone, nothing left behind, one keepalive
+// stream), etcd's own Go package (interop/go) included. Speeds are not asserted: CI machines vary, and the goals are reported by the bench
 // itself. A second run takes two etcd servers in turns (--etcd V,V) and bench/compare.ts renders
 // its JSON side by side.
 import assert from 'node:assert/strict';
@@ -55,6 +55,13 @@ interface BenchJson {
   contended?: { impl: string; client?: string; acquisitions: number; mutualExclusion: boolean; violations: number; keysLeft: number; perContender: number[] }[];
   election?: { impl: string; client?: string; queued: string; violations: number; keysLeft: number; handover: { n: number } }[];
   scale?: { waiters: number; violations: number; keysLeft: number; incomplete?: unknown; rpcsPerRelease: number }[];
+  semaphore?: {
+    results: { impl: string; permits: number; holdMs: number; acquisitions: number; maxHolders: number; violations: number; tokenViolations: number; keysLeft: number }[];
+  };
+  rwlock?: {
+    results: { impl: string; holdMs: number; reads: number; writes: number; maxReaders: number; violations: number; tokenViolations: number; keysLeft: number }[];
+  };
+  semaphoreScale?: { waiters: number; permits: number; violations: number; keysLeft: number; incomplete?: unknown; rpcsPerRelease: number }[];
   sessions?: { sessions: number; lost: number; keepAliveStreamsOpened: number; hubLeases: number };
   goals: { id: string; met: boolean }[];
   checks: { phase: string; what: string; ok: boolean; detail: string }[];
@@ -115,13 +122,45 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
       assert.equal(s.violations, 0, `${s.waiters}: FIFO, one holder at a time`);
       assert.equal(s.keysLeft, 0, `${s.waiters}: every key removed`);
     }
+    // semaphore: our Mutex and N = 1, 2, 4 (tiny sizes), with an empty critical section and one of
+    // 20 ms (which keeps the permits full, so that one holder too many would be seen); never more
+    // than N holders, tokens unique
+    assert.deepEqual(
+      r.semaphore?.results.map((x) => `${x.impl}/${x.permits}/${x.holdMs}`),
+      ['mutex/1/0', 'semaphore/1/0', 'semaphore/2/0', 'semaphore/4/0', 'mutex/1/20', 'semaphore/1/20', 'semaphore/2/20', 'semaphore/4/20'],
+    );
+    for (const x of r.semaphore!.results) {
+      const what = `semaphore ${x.impl} N=${x.permits} holding ${x.holdMs} ms`;
+      assert.ok(x.acquisitions > 0, `${what}: acquired at least once`);
+      assert.ok(x.maxHolders <= x.permits && x.violations === 0, `${what}: at most N holders (${x.maxHolders} seen, ${x.violations} violations)`);
+      assert.equal(x.tokenViolations, 0, `${what}: fencing tokens`);
+      assert.equal(x.keysLeft, 0, `${what}: no key left`);
+    }
+    // rwlock: reads and writes both ran, readers shared, a writer never overlapped anyone
+    assert.deepEqual(r.rwlock?.results.map((x) => `${x.impl}/${x.holdMs}`), ['rwmutex/0', 'mutex/0', 'rwmutex/20', 'mutex/20']);
+    for (const x of r.rwlock!.results) {
+      const what = `rwlock ${x.impl} holding ${x.holdMs} ms`;
+      assert.ok(x.reads > 0 && x.writes > 0, `${what}: ${x.reads} reads, ${x.writes} writes`);
+      if (x.impl === 'rwmutex') assert.ok(x.maxReaders > 1, `${what}: readers shared (at most ${x.maxReaders} at once)`);
+      assert.equal(x.violations, 0, `${what}: exclusion`);
+      assert.equal(x.tokenViolations, 0, `${what}: fencing tokens in queue order`);
+      assert.equal(x.keysLeft, 0, `${what}: no key left`);
+    }
+    // semaphore-scale: both sizes fully queued behind 4 holders, one waiter let in per release, every key removed
+    assert.deepEqual(r.semaphoreScale?.map((s) => s.waiters), [20, 100]);
+    for (const s of r.semaphoreScale!) {
+      assert.equal(s.permits, 4);
+      assert.equal(s.incomplete, undefined, `semaphore-scale ${s.waiters}: all queued`);
+      assert.equal(s.violations, 0, `semaphore-scale ${s.waiters}: FIFO, one waiter per release`);
+      assert.equal(s.keysLeft, 0, `semaphore-scale ${s.waiters}: every key removed`);
+    }
     // sessions: one shared keepalive stream, nothing lost
     assert.ok(r.sessions, 'sessions measured');
     assert.equal(r.sessions.lost, 0);
     assert.equal(r.sessions.keepAliveStreamsOpened, 1);
     assert.equal(r.sessions.hubLeases, r.sessions.sessions);
     // every goal is judged (MET or MISSED), none silently skipped
-    assert.ok(r.goals.length >= 10, `goals judged: ${r.goals.map((g) => g.id).join(', ')}`);
+    assert.ok(r.goals.length >= 15, `goals judged: ${r.goals.map((g) => g.id).join(', ')}`);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
