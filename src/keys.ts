@@ -54,3 +54,14 @@ export function isParticipant(prefix: Buffer, kv: KeyValue): boolean {
 export function isParticipantKey(prefix: Buffer, key: Buffer): boolean {
   return key.length > prefix.length && key.subarray(0, prefix.length).equals(prefix) && HEX.test(key.toString('latin1', prefix.length));
 }
+
+/**
+ * `key` as a Buffer of its own, outside Node's shared 8 KB pool: a waiter keeps its prefix for the
+ * length of its wait, and one long-lived small slice of the pool would pin the whole slab.
+ */
+export function ownBuffer(key: string | Buffer): Buffer {
+  const b = Buffer.allocUnsafeSlow(typeof key === 'string' ? Buffer.byteLength(key) : key.length);
+  if (typeof key === 'string') b.write(key);
+  else key.copy(b);
+  return b;
+}

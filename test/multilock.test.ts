@@ -174,6 +174,7 @@ describe('lockAll: acquire and release', T, () => {
         [[`${p}a`, 7], /must be a string/],
         [`${p}a`, /must be an array/],
         [undefined, /must be an array/],
+        [Array.from({ length: 61 }, (_, i) => `${p}n${i}`), /at most 60 names, got 61/],
       ];
       for (const [names, msg] of bad) {
         await assert.rejects(lockAll(s!, names as string[]), (e: unknown) => e instanceof InvalidArgumentError && msg.test(e.message));

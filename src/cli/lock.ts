@@ -328,6 +328,11 @@ function signalGroup(pgid: number, sig: NodeJS.Signals | 0): boolean {
  * a script's own children stop too.
  */
 async function runLocked(handle: Held, command: string[], graceMs: number, interrupts: Interrupts, verbose: boolean): Promise<number> {
+  // Lost already (the first look at the signal checks the session): never start the command.
+  if (handle.signal.aborted) {
+    warn(`lock lost before the command started: ${(handle.signal.reason as Error).message}`);
+    return EXIT.lost;
+  }
   const [file, ...argv] = command as [string, ...string[]];
   const child = spawn(file, argv, {
     stdio: 'inherit',

@@ -131,7 +131,8 @@ export class Client implements AsyncDisposable {
   /**
    * A transaction. Pass `idempotent: true` only when repeating it is harmless (for example it is
    * guarded on a key's CreateRevision); then an ambiguous failure is retried on another endpoint.
-   * `progress`, if given, records whether such a retried attempt may still be applied later.
+   * `progress` (for this library's queues) records whether such a retried attempt may still be
+   * applied later.
    */
   async txn(request: pb.TxnRequest, options?: CallOptions & { idempotent?: boolean }, progress?: CallProgress): Promise<TxnResult> {
     const r = await this.conn.unary(pb.KVService.txn, request, options?.idempotent ? 'idempotent' : 'at-most-once', options, progress);

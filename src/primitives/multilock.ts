@@ -6,6 +6,9 @@ import type { AcquireOptions } from '../queue/acquire.js';
 import type { Session } from '../session.js';
 import { Mutex, type LockHandle } from './mutex.js';
 
+/** The most names lockAll takes: its confirmation Txn compares two things per lock (etcd allows 128). */
+export const MAX_LOCKS = 60;
+
 /** Options of `lockAll()`: one signal bounds the whole acquisition, every lock included. */
 export type LockAllOptions = AcquireOptions;
 
@@ -89,6 +92,8 @@ export async function withLocks<T>(
 function canonicalNames(names: readonly string[]): string[] {
   if (!Array.isArray(names)) throw new InvalidArgumentError(`lock names must be an array of strings, got ${typeof names}`);
   if (names.length === 0) throw new InvalidArgumentError('lockAll needs at least one lock name; got an empty list');
+  // The final check compares two things per lock in one Txn, and etcd allows 128 per Txn.
+  if (names.length > MAX_LOCKS) throw new InvalidArgumentError(`lockAll takes at most ${MAX_LOCKS} names, got ${names.length}; split the set or use fewer, coarser locks`);
   const seen = new Set<string>();
   const entries = names.map((n: unknown) => {
     const name = validateName(n, 'lock name');

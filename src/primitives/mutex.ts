@@ -1,5 +1,5 @@
 import { LockLostError } from '../errors.js';
-import { validateName, participantKey } from '../keys.js';
+import { ownBuffer, validateName, participantKey } from '../keys.js';
 import type { Session } from '../session.js';
 import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
 import { OwnerHandleBase, type OwnerHandle } from '../queue/ownership.js';
@@ -61,7 +61,7 @@ export class Mutex {
     const { session, name } = this;
     return {
       session,
-      ticket: participantTicket(session, name, Buffer.from(label)),
+      ticket: participantTicket(session, name, ownBuffer(label)),
       rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost),
       lostError: lockLost,
       hold: (own) => new HeldLock(own),

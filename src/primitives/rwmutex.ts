@@ -1,6 +1,6 @@
 import { prefixEnd } from '../client/kv.js';
 import { RWLockLostError } from '../errors.js';
-import { isParticipantKey, prefixOf, validateName } from '../keys.js';
+import { isParticipantKey, ownBuffer, prefixOf, validateName } from '../keys.js';
 import type { Session } from '../session.js';
 import { acquire, tryAcquire, type QueueSpec } from '../queue/acquire.js';
 import type { LockOptions } from './mutex.js';
@@ -62,9 +62,9 @@ export class RWMutex {
 
   private queue(mode: 'read' | 'write', label = ''): QueueSpec<RWLockHandle> {
     const { session } = this;
-    const all = Buffer.from(prefixOf(this.name));
-    const readers = Buffer.from(`${this.name}/read/`);
-    const writers = Buffer.from(`${this.name}/write/`);
+    const all = ownBuffer(prefixOf(this.name));
+    const readers = ownBuffer(`${this.name}/read/`);
+    const writers = ownBuffer(`${this.name}/write/`);
     // A reader is blocked by older writers only; a writer by older readers and writers.
     const scope: Scope =
       mode === 'read'
@@ -76,8 +76,8 @@ export class RWMutex {
       session,
       ticket: {
         key: mode === 'read' ? this.readKey : this.writeKey,
-        value: Buffer.from(label),
-        count: { key: scope.prefix, rangeEnd: prefixEnd(scope.prefix) },
+        value: ownBuffer(label),
+        count: { key: scope.prefix, rangeEnd: ownBuffer(prefixEnd(scope.prefix)) },
         first: (n) => n === mine,
       },
       rule: (ticket, lost) => oldestRule(session, scope, ticket, lost),

@@ -1,11 +1,11 @@
 import { InvalidArgumentError } from '../client/errors.js';
 import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type RangeRequest } from '../client/kv.js';
 import { PermitCountConflictError, PermitLostError } from '../errors.js';
-import { isParticipantKey, participantKey, prefixOf, validateName } from '../keys.js';
+import { isParticipantKey, ownBuffer, participantKey, prefixOf, validateName } from '../keys.js';
 import type { Session } from '../session.js';
 import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
 import { OwnerHandleBase, type OwnerHandle } from '../queue/ownership.js';
-import { ourKeyStands, ticketLost, unpooledCopy } from '../queue/predecessor.js';
+import { ourKeyStands, ticketLost } from '../queue/predecessor.js';
 import type { Ticket, TicketSpec } from '../queue/ticket.js';
 import type { Blocker, LostErrorFactory, TurnRule } from '../queue/turn.js';
 import type { WatchEvent } from '../client/watch.js';
@@ -66,9 +66,9 @@ export class Semaphore {
   private queue(label = ''): QueueSpec<PermitHandle> {
     const { session, name, permits } = this;
     // The permit count, then the label: peers compare only the first token.
-    const value = Buffer.from(label === '' ? String(permits) : `${permits} ${label}`);
-    const prefix = Buffer.from(prefixOf(name));
-    const range = { key: prefix, rangeEnd: prefixEnd(prefix) };
+    const value = ownBuffer(label === '' ? String(permits) : `${permits} ${label}`);
+    const prefix = ownBuffer(prefixOf(name));
+    const range = { key: prefix, rangeEnd: ownBuffer(prefixEnd(prefix)) };
     const ticket: TicketSpec = {
       key: this.key,
       value,
@@ -117,8 +117,8 @@ interface Older {
  * permit, which it marks by writing its key once. A waiter whose turn came writes that mark.
  */
 function permitRule(session: Session, name: string, permits: number, value: Buffer, ticket: Ticket, lost: LostErrorFactory): TurnRule {
-  const prefix = Buffer.from(prefixOf(name));
-  const end = prefixEnd(prefix);
+  const prefix = ownBuffer(prefixOf(name));
+  const end = ownBuffer(prefixEnd(prefix));
   // Incarnations found to have no lease (stray data): never counted again in this wait.
   const strays = new Set<string>();
   const id = (k: { key: Buffer; createRevision: bigint }) => `${k.createRevision}/${k.key.toString('latin1')}`;
@@ -143,7 +143,7 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
     for (;;) {
       for (const kv of page.kvs) {
         if (isParticipantKey(prefix, kv.key) && !strays.has(id(kv))) {
-          found.push({ key: unpooledCopy(kv.key), createRevision: kv.createRevision, modRevision: kv.modRevision });
+          found.push({ key: ownBuffer(kv.key), createRevision: kv.createRevision, modRevision: kv.modRevision });
         }
       }
       const last = page.kvs[page.kvs.length - 1];

@@ -26,17 +26,32 @@ export interface QueueSpec<H> {
  * rule, and hand out ownership; on abort or any error our key is deleted (unless a sibling in this
  * process shares it), so nothing is left in the queue. Fails at once if the session is lost.
  */
-export async function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promise<H> {
+export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promise<H> {
   const { session } = q;
-  session.assertAlive();
-  options.signal?.throwIfAborted();
+  try {
+    session.assertAlive();
+    options.signal?.throwIfAborted();
+  } catch (err) {
+    return Promise.reject(err);
+  }
   // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
-  const ticket = await enqueueOrClean(session, q.ticket);
+  const ticket = enqueueOrClean(session, q.ticket);
+  // The spec's ticket part (key, value, count range) is not needed while waiting: not kept.
+  return waitAndHold(session, ticket, { rule: q.rule, lostError: q.lostError, prepare: q.prepare, hold: q.hold }, options.signal);
+}
+
+async function waitAndHold<H>(
+  session: Session,
+  enqueued: Promise<Ticket>,
+  q: Pick<QueueSpec<H>, 'rule' | 'lostError' | 'prepare' | 'hold'>,
+  signal: AbortSignal | undefined,
+): Promise<H> {
+  const ticket = await enqueued;
   const lost = q.lostError(ticket.key);
   try {
-    options.signal?.throwIfAborted();
-    await q.prepare?.(ticket, options.signal);
-    await waitForTurn(session, ticket, q.rule(ticket, lost), options.signal);
+    signal?.throwIfAborted();
+    await q.prepare?.(ticket, signal);
+    await waitForTurn(session, ticket, q.rule(ticket, lost), signal);
     return q.hold(new Ownership(session, ticket.key, ticket.rev, lost), ticket);
   } catch (err) {
     // Our key leaves with us, unless a sibling in this process shares it.

@@ -1,6 +1,6 @@
 import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type Compare, type RangeRequest } from '../client/kv.js';
 import type { WatchEvent } from '../client/watch.js';
-import { isParticipantKey, participantKey, prefixOf } from '../keys.js';
+import { isParticipantKey, ownBuffer, participantKey, prefixOf } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
 import type { Ticket, TicketSpec } from './ticket.js';
 import type { Blocker, LostErrorFactory, TurnRule } from './turn.js';
@@ -10,8 +10,8 @@ import type { Blocker, LostErrorFactory, TurnRule } from './turn.js';
  * CreateRevision order. Our ticket, counted against everything under `<name>/`: alone means first.
  */
 export function participantTicket(session: Session, name: string, value: Buffer): TicketSpec {
-  const prefix = Buffer.from(prefixOf(name));
-  return { key: participantKey(name, session.leaseId), value, count: { key: prefix, rangeEnd: prefixEnd(prefix) }, first: (n) => n === 1n };
+  const prefix = ownBuffer(prefixOf(name));
+  return { key: participantKey(name, session.leaseId), value, count: { key: prefix, rangeEnd: ownBuffer(prefixEnd(prefix)) }, first: (n) => n === 1n };
 }
 
 /** Where a waiter looks for what is older than it: a key range, and which keys in it count. */
@@ -23,7 +23,7 @@ export interface Scope {
 
 /** The participants of a lock or election: `<name>/<hex>` keys. */
 export function participantScope(name: string): Scope {
-  const prefix = Buffer.from(prefixOf(name));
+  const prefix = ownBuffer(prefixOf(name));
   return { prefix, isCandidate: (key) => isParticipantKey(prefix, key) };
 }
 
@@ -129,7 +129,7 @@ async function findPredecessor(
   let page = txnRange(t, 0);
   for (;;) {
     const found = page.kvs.find((kv) => scope.isCandidate(kv.key) && !strays.has(strayId(kv)));
-    if (found) return { key: unpooledCopy(found.key), createRevision: found.createRevision };
+    if (found) return { key: ownBuffer(found.key), createRevision: found.createRevision };
     const last = page.kvs[page.kvs.length - 1];
     if (!page.more || !last) return null;
     // Only keys of nested names or stray data so far: look further back.
@@ -150,9 +150,3 @@ export async function ticketLost(session: Session, ticket: Ticket, lostError: Lo
   throw lostError(`${ticket.key} was deleted or moved to another lease while waiting`);
 }
 
-/** A copy outside Node's shared 8 KB Buffer pool, which one long-lived small copy would pin whole. */
-export function unpooledCopy(b: Buffer): Buffer {
-  const copy = Buffer.allocUnsafeSlow(b.length);
-  b.copy(copy);
-  return copy;
-}

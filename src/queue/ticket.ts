@@ -2,6 +2,7 @@ import { Backoff, sleep } from '../client/backoff.js';
 import { isTransient, LeaseNotFoundError } from '../client/errors.js';
 import { compare, op, txnRange, type KeyValue, type RangeRequest } from '../client/kv.js';
 import type { CallProgress } from '../client/connection.js';
+import { ownBuffer } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
 
 /** Our place in a queue: our key and its CreateRevision (the ticket, and once we hold, the fencing token). */
@@ -42,8 +43,13 @@ function keysInUse(session: Session): Set<string> {
   return setOf(inUse, session);
 }
 
-/** Keys being enqueued right now, per session: a late-enqueue sweeper must not take them for strays. */
-const enqueuing = new WeakMap<Session, Set<string>>();
+/**
+ * Keys being enqueued right now (our keys carry the lease id, so they are unique across sessions):
+ * a late-enqueue sweeper must not take them for ghosts.
+ */
+const enqueuing = new Set<string>();
+/** A sweeper's delete in flight, by key: an enqueue of that key waits for it, so the two never cross. */
+const sweeping = new Map<string, Promise<unknown>>();
 /** Keys with an enqueue attempt that may still land, per session, and whether a sweeper watches them. */
 const lateProne = new WeakMap<Session, Map<string, boolean>>();
 
@@ -73,8 +79,16 @@ export function forgetKey(session: Session, key: string): void {
 async function sweepLateEnqueues(session: Session, key: string): Promise<void> {
   const client = session.client;
   const sweep = async (kv: KeyValue | undefined): Promise<void> => {
-    if (!kv || kv.lease !== session.leaseId || keysInUse(session).has(key) || enqueuing.get(session)?.has(key)) return;
-    await client.txn({ compare: [compare.createRevision(key, '=', kv.createRevision)], success: [op.delete(key)], failure: [] }, { idempotent: true });
+    if (!kv || kv.lease !== session.leaseId || keysInUse(session).has(key) || enqueuing.has(key)) return;
+    // Checked and sent in one step; an enqueue starting meanwhile waits for this delete to land.
+    const del = client.txn({ compare: [compare.createRevision(key, '=', kv.createRevision)], success: [op.delete(key)], failure: [] }, { idempotent: true });
+    const settled = del.then(() => {}, () => {});
+    sweeping.set(key, settled);
+    try {
+      await del;
+    } finally {
+      if (sweeping.get(key) === settled) sweeping.delete(key);
+    }
   };
   while (!session.signal.aborted && !client.closed) {
     const w = client.watch(key, { signal: session.signal });
@@ -104,8 +118,10 @@ export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticke
   const { key, value } = spec;
   const count = op.range({ ...spec.count, countOnly: true });
   const progress: CallProgress = { sent: false };
-  const pending = setOf(enqueuing, session);
-  pending.add(key);
+  enqueuing.add(key);
+  // A ghost of this key being swept: let that delete land first, or it could take our new key.
+  const swept = sweeping.get(key);
+  if (swept) await swept;
   const reads = spec.peek ? [count, op.range(spec.peek)] : [count];
   const t = await session.client
     .txn(
@@ -120,6 +136,7 @@ export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticke
       progress,
     )
     .catch((err: unknown) => {
+      enqueuing.delete(key);
       if (err instanceof LeaseNotFoundError) {
         markLeaseGone(session);
         throw session.signal.reason;
@@ -127,7 +144,6 @@ export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticke
       throw err;
     })
     .finally(() => {
-      pending.delete(key);
       // An attempt may still land after we release the key: sweep it then (see sweepLateEnqueues).
       if (progress.ambiguous) {
         let late = lateProne.get(session);
@@ -142,11 +158,13 @@ export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticke
   const keys = keysInUse(session);
   const joined = !t.succeeded && keys.has(key);
   keys.add(key);
+  enqueuing.delete(key); // in use now: the sweeper leaves it alone either way
   const first = spec.first(txnRange(t, 1).count);
   const peeked = spec.peek ? txnRange(t, 2).kvs : [];
   if (t.succeeded) return { key, rev: t.header.revision, joined: false, value, first, peeked };
   const mine = txnRange(t, 0).kvs[0]!;
-  return { key, rev: mine.createRevision, joined, value: mine.value, first, peeked };
+  // A copy: the decoded value is a slice of the whole response, which it would keep alive.
+  return { key, rev: mine.createRevision, joined, value: ownBuffer(mine.value), first, peeked };
 }
 
 /**
