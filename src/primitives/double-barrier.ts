@@ -188,6 +188,8 @@ export class DoubleBarrier {
             markLeaseGone(this.session);
             throw this.session.signal.reason;
           }
+          // Its outcome unknown, the key may exist: a member nobody will remove would be counted.
+          if (isTransient(err)) void dropTicket(this.session, { key });
           throw err;
         });
       if (t.succeeded) return { key, rev: t.header.revision, first: txnRange(t, 1).kvs };
