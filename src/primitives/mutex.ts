@@ -2,7 +2,7 @@ import { LockLostError } from '../errors.js';
 import { ownBuffer, validateName, participantKey } from '../keys.js';
 import type { Session } from '../session.js';
 import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
-import { OwnerHandleBase, type OwnerHandle } from '../queue/ownership.js';
+import { HeldHandle, type OwnerHandle } from '../queue/ownership.js';
 import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
 
 /** Options of `lock()`: the options of every acquire call, and a label for the key. */
@@ -80,17 +80,9 @@ export interface LockHandle extends OwnerHandle {
   unlock(): Promise<void>;
 }
 
-class HeldLock extends OwnerHandleBase implements LockHandle {
-  assertHeld(): void {
-    this.own.assert();
-  }
-
+class HeldLock extends HeldHandle implements LockHandle {
   unlock(): Promise<void> {
     return this.own.release();
-  }
-
-  override [Symbol.asyncDispose](): Promise<void> {
-    return this.unlock();
   }
 }
 

@@ -4,7 +4,7 @@ import { isParticipantKey, ownBuffer, prefixOf, validateName } from '../keys.js'
 import type { Session } from '../session.js';
 import { acquire, tryAcquire, type QueueSpec } from '../queue/acquire.js';
 import type { LockOptions } from './mutex.js';
-import { OwnerHandleBase, type OwnerHandle } from '../queue/ownership.js';
+import { HeldHandle, type OwnerHandle, type Ownership } from '../queue/ownership.js';
 import { oldestRule, type Scope } from '../queue/predecessor.js';
 
 const rwLost = (key: string) => (message: string, cause?: unknown) =>
@@ -96,23 +96,15 @@ export interface RWLockHandle extends OwnerHandle {
   unlock(): Promise<void>;
 }
 
-class HeldRWLock extends OwnerHandleBase implements RWLockHandle {
+class HeldRWLock extends HeldHandle implements RWLockHandle {
   constructor(
-    own: ConstructorParameters<typeof OwnerHandleBase>[0],
+    own: Ownership,
     readonly mode: 'read' | 'write',
   ) {
     super(own);
   }
 
-  assertHeld(): void {
-    this.own.assert();
-  }
-
   unlock(): Promise<void> {
     return this.own.release();
-  }
-
-  override [Symbol.asyncDispose](): Promise<void> {
-    return this.unlock();
   }
 }

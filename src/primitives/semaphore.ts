@@ -4,7 +4,7 @@ import { PermitCountConflictError, PermitLostError } from '../errors.js';
 import { isParticipantKey, ownBuffer, participantKey, prefixOf, validateName } from '../keys.js';
 import type { Session } from '../session.js';
 import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
-import { OwnerHandleBase, type OwnerHandle } from '../queue/ownership.js';
+import { HeldHandle, type OwnerHandle } from '../queue/ownership.js';
 import { ourKeyStands, ticketLost } from '../queue/predecessor.js';
 import type { Ticket, TicketSpec } from '../queue/ticket.js';
 import type { Blocker, LostErrorFactory, TurnRule } from '../queue/turn.js';
@@ -217,17 +217,9 @@ export interface PermitHandle extends OwnerHandle {
   release(): Promise<void>;
 }
 
-class HeldPermit extends OwnerHandleBase implements PermitHandle {
-  assertHeld(): void {
-    this.own.assert();
-  }
-
+class HeldPermit extends HeldHandle implements PermitHandle {
   release(): Promise<void> {
     return this.own.release();
-  }
-
-  override [Symbol.asyncDispose](): Promise<void> {
-    return this.release();
   }
 }
 

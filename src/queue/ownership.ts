@@ -210,3 +210,14 @@ export abstract class OwnerHandleBase implements OwnerHandle {
 
   abstract [Symbol.asyncDispose](): Promise<void>;
 }
+
+/** A lock's, permit's or RW lock's handle: assertHeld(), and one release verb the subclass names; `await using` releases. */
+export abstract class HeldHandle extends OwnerHandleBase {
+  assertHeld(): void {
+    this.own.assert();
+  }
+
+  override [Symbol.asyncDispose](): Promise<void> {
+    return this.own.release();
+  }
+}
