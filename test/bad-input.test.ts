@@ -22,7 +22,7 @@ import {
   type LeaderEvent,
 } from '../src/index.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, grpcHandled, track, waitFor, etcdForFile, closedPort } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, grpcHandled, track, waitFor, etcdForFile, closedPort, openSessions, closeAll } from './helpers.js';
 
 const ROOT = 'test/bad-input/';
 let etcd: EtcdCluster;
@@ -30,10 +30,7 @@ let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
 
-async function sessions(n: number, ttl = 30, on: Client = client): Promise<Session[]> {
-  return Promise.all(Array.from({ length: n }, () => Session.create(on, { ttl })));
-}
-const closeAll = (ss: (Session | undefined)[]): Promise<unknown> => Promise.all(ss.map((s) => s?.close()));
+const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
 
 
 /** The rejection of a promise that must reject. */

@@ -9,7 +9,7 @@ import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Barrier, Client, DoubleBarrier, InvalidArgumentError, Session, SessionExpiredError, TooManyClientsError } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, metric, settle, track, waitFor, type LoggedEvent } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, metric, settle, track, waitFor, type LoggedEvent, openSessions, closeAll } from './helpers.js';
 import { GoFleet, buildGoInterop, closeGoFleets } from './go-fleet.js';
 
 const ROOT = 'test/barrier/';
@@ -25,10 +25,7 @@ before(async () => {
 // Hang guards only: every wait below is on an event, a promise or a line from the Go process.
 const T = { timeout: 120_000 };
 
-async function sessions(n: number, ttl = 30): Promise<Session[]> {
-  return Promise.all(Array.from({ length: n }, () => Session.create(client, { ttl })));
-}
-const closeAll = (ss: Session[]): Promise<void[]> => Promise.all(ss.map((s) => s.close()));
+const sessions = (n: number, ttl = 30): Promise<Session[]> => openSessions(client, n, ttl);
 
 const handled = (method: 'Range' | 'Txn'): Promise<number> => grpcHandled(etcd.clientUrls[0]!, method);
 const watchers = (): Promise<number> => metric(etcd.clientUrls[0]!, 'etcd_debugging_mvcc_watcher_total');

@@ -7,7 +7,7 @@ import { createServer } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { Client } from '../src/index.js';
+import { Client, Session } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 
 /** A key prefix no other test uses: `test/<scope>/<random>/`. Names passed to locks live under it. */
@@ -333,4 +333,29 @@ export class EventLog {
 /** How many calls of a unary gRPC method etcd has answered: `grpc_server_handled_total`. */
 export function grpcHandled(clientUrl: string, method: string): Promise<number> {
   return metric(clientUrl, 'grpc_server_handled_total', { grpc_method: method, grpc_type: 'unary' });
+}
+
+/** `n` sessions on `client`, each with its own lease; a test closes them with {@link closeAll}. */
+export function openSessions(client: Client, n: number, ttl = 30): Promise<Session[]> {
+  return Promise.all(Array.from({ length: n }, () => Session.create(client, { ttl })));
+}
+
+/** Closes every session (closing revokes its lease: nothing is left); missing ones are skipped. */
+export function closeAll(ss: readonly (Session | undefined)[]): Promise<unknown> {
+  return Promise.all(ss.map((s) => s?.close()));
+}
+
+/** Settles every tracked call (those still waiting are expected to fail once their session closes). */
+export function settleAll(ts: readonly Tracked<unknown>[]): Promise<unknown> {
+  return Promise.allSettled(ts.map((t) => t.promise));
+}
+
+/**
+ * Waits for a tracked call to settle. The limit is a hang guard (a failure, then the test's own
+ * clean-up runs) set below a waiter's periodic re-check (every max(10 s, TTL); tests that rely on
+ * it give the waiter a long TTL): only the event under test can end the wait in time.
+ */
+export async function settledOrHang<T>(t: Tracked<T>, what: string, limitMs = 10_000): Promise<T> {
+  await waitFor(() => t.settled, what, { limitMs });
+  return t.promise;
 }

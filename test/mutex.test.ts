@@ -13,31 +13,16 @@ import {
   withLock,
 } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import {
-  EventLog,
-  aborted,
-  assertNoKeys,
-  grpcHandled,
-  grpcStarted,
-  killEtcdctls,
-  metric,
-  spawnEtcdctl,
-  track,
-  waitFor,
-  etcdForFile,
-} from './helpers.js';
+import { EventLog, aborted, assertNoKeys, grpcHandled, grpcStarted, killEtcdctls, metric, spawnEtcdctl, track, waitFor, etcdForFile, openSessions, closeAll } from './helpers.js';
 
 const ROOT = 'test/mutex/';
 let etcd: EtcdCluster;
 let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
 
+/** Sessions on `on` (default: this file's client) that the test closes at its end. */
+const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
 
-/** Sessions on `client` that the test closes at its end (closing revokes: no lease is left). */
-async function sessions(n: number, ttl = 30, on: Client = client): Promise<Session[]> {
-  return Promise.all(Array.from({ length: n }, () => Session.create(on, { ttl })));
-}
-const closeAll = (ss: Session[]): Promise<void[]> => Promise.all(ss.map((s) => s.close()));
 
 /**
  * Resolves once etcd has answered `n` more Txns than `base`: with nothing else running, a waiter's

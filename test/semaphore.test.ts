@@ -21,7 +21,7 @@ import {
   type PermitHandle,
 } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, track, waitFor, type Tracked } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, track, waitFor, type Tracked, openSessions, closeAll, settleAll, settledOrHang } from './helpers.js';
 import { Probe } from './probe.js';
 
 const ROOT = 'test/semaphore/';
@@ -29,30 +29,14 @@ let etcd: EtcdCluster;
 let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
-/** Sessions that the test closes at its end (closing revokes: no lease is left). */
-async function sessions(n: number, ttl = 30, on: Client = client): Promise<Session[]> {
-  return Promise.all(Array.from({ length: n }, () => Session.create(on, { ttl })));
-}
-const closeAll = (ss: Session[]): Promise<void[]> => Promise.all(ss.map((s) => s.close()));
+/** Sessions on `on` (default: this file's client) that the test closes at its end. */
+const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
 
 /** A client for a test's participants, spied on: its calls and watches are counted. */
 const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
 
 /** The keys under `prefix`, in key order. */
 const keysUnder = async (prefix: string): Promise<string[]> => (await client.getPrefix(prefix)).kvs.map((kv) => kv.key.toString());
-
-/** Settles every tracked acquire (those still waiting are expected to fail once their session closes). */
-const settleAll = (ts: Tracked<unknown>[]): Promise<unknown> => Promise.allSettled(ts.map((t) => t.promise));
-
-/**
- * Waits for a tracked acquire to settle. The limit is a hang guard (a failure, then the test's own
- * clean-up runs) below a waiter's periodic re-check (every max(10 s, TTL); tests that rely on this
- * give the waiter a 600 s TTL): only the event under test can end the wait in time.
- */
-async function settledOrHang<T>(t: Tracked<T>, what: string, limitMs = 10_000): Promise<T> {
-  await waitFor(() => t.settled, what, { limitMs });
-  return t.promise;
-}
 
 /** A permit granted to a waiter is marked by a put on its key after the one that created it. */
 const isMark = (e: { type: string; rev: bigint; createRevision: bigint }): boolean => e.type === 'put' && e.rev !== e.createRevision;
