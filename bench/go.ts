@@ -8,6 +8,7 @@ import { buildGoInterop } from '../interop/go-build.js';
 import type { ContendedResult } from './contended.js';
 import type { BenchContext } from './context.js';
 import type { ElectionResult } from './election.js';
+import type { CycleResult } from './uncontended.js';
 import type { Summary } from './stats.js';
 
 /** The binary, or why there is none (no Go >= 1.26, or the build failed). */
@@ -48,6 +49,14 @@ export async function runGoBench<T>(ctx: BenchContext, args: string[], timeoutMs
  * merged rounds have.
  */
 export type GoContendedRound = Omit<ContendedResult, 'impl' | 'client' | 'failedAttempts' | 'waitMerged'> & { impl: 'go'; client: string };
+
+/**
+ * What `go-interop bench-uncontended` prints (one round): Mutex.Lock + Unlock cycles on one session
+ * and, interleaved with them in blocks, sequential Puts (`put`), each with its unary RPCs per cycle
+ * (counted by a gRPC interceptor) and the Go process's CPU time per cycle; `keysLeft` is counted
+ * under the lock's name after the session is closed and the Put's key deleted.
+ */
+export type GoUncontendedRound = Required<CycleResult> & { impl: 'go'; client: string; keysLeft: number; put?: Required<CycleResult> };
 
 /** What `go-interop bench-election` prints. */
 export interface GoElectionRun {
