@@ -82,7 +82,14 @@ export async function runUncontended(ctx: BenchContext): Promise<UncontendedResu
     };
     type Impl = keyof typeof impls;
     const names = Object.keys(impls) as Impl[];
-    for (const n of names) for (let i = 0; i < 20; i++) await impls[n]();
+    // JIT warm-up. A Node client's CPU per call keeps falling for its first thousand or so calls
+    // (bench/profile-unary.ts: a Put took 0.94 ms after 200 warm-up calls of each implementation and
+    // 0.76 ms after 2,000); Go's is compiled ahead of time. A service that locks often runs warm.
+    const warm = ctx.quick ? { n: 20, ms: 200 } : { n: 1000, ms: 1500 };
+    for (const n of names) {
+      const t0 = performance.now();
+      for (let i = 0; i < warm.n && performance.now() - t0 < warm.ms; i++) await impls[n]();
+    }
     const samples: Record<Impl, number[]> = { ours: [], etcd3: [], put: [] };
     const spent: Record<Impl, number> = { ours: 0, etcd3: 0, put: 0 };
     const cpu: Record<Impl, number> = { ours: 0, etcd3: 0, put: 0 };
