@@ -1,0 +1,480 @@
+// Where one unary call's time goes (issue 13, goal 2: uncontended >= 0.7x Go's package). Starts its
+// own etcd and measures, on one Node process and that etcd:
+//
+//   ours-put    Client.put: our client.ts + connection.ts, @grpc/grpc-js, ts-proto on @bufbuild/protobuf
+//   lean-put    the same Client.put, with this Client instance's Connection.unary replaced by a raw
+//               node:http2 unary call (below): our client.ts wrappers and codec, no grpc-js
+//   raw-put     the raw node:http2 unary Put alone: a 5-byte length prefix + the protobuf body
+//               (encoded by src/proto), status in the trailers; what a lean transport costs at least
+//   ours-lock   Mutex.lock() + unlock() on one session (2 Txns)
+//   lean-lock   the same on a Client whose unary calls go over the raw node:http2 path (the session's
+//               keepalive stream stays on grpc-js)
+//   go          etcd's own Go package (go-interop bench-uncontended: Mutex.Lock + Unlock and a
+//               sequential Put, interleaved), a fresh process after each round of the above
+//
+// Three passes: (1) timing: the implementations interleaved in blocks of 25 (Go after each round),
+// with the process's CPU time per call; (2) a latency split of one Put: timestamps at the HTTP/2
+// stream (request created, request body written, response headers, trailers) for ours and raw;
+// (3) a CPU profile per implementation (V8's sampling profiler through node:inspector, the same
+// profiler as `node --cpu-prof`), self time by layer. The raw path is a throwaway for measuring: no
+// deadline, retry, failover, auth or error mapping (a non-zero grpc-status just throws).
+//
+//   node scripts/etcd.mjs exec 3.7 -- node --import tsx bench/profile-unary.ts [--n 2000] [--seconds 6]
+//        [--rounds 3] [--warmup 1000] [--out DIR] [--no-go] [--json FILE]
+//   node --cpu-prof --cpu-prof-dir DIR --import tsx bench/profile-unary.ts --loop ours-put --n 5000   (prints a window)
+//   node --import tsx bench/profile-unary.ts --analyze DIR/FILE.cpuprofile --calls N [--window A,B]
+import http2 from 'node:http2';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { loadavg } from 'node:os';
+import { join } from 'node:path';
+import { Session as InspectorSession } from 'node:inspector/promises';
+import { parseArgs } from 'node:util';
+import type { Profiler } from 'node:inspector';
+import { Client, Mutex, Session } from '../src/index.js';
+import { startBenchEtcd } from './etcd.js';
+import { goBinary, runGoBench } from './go.js';
+import type { BenchContext } from './context.js';
+import { gc, summarize, type Summary } from './stats.js';
+import * as pb from '../src/proto/etcd.js';
+
+// --- the HTTP/2 stream probe: timestamps of the current traced call (calls are sequential) ---
+
+interface StreamTimes {
+  request?: number; // session.request() called: the stream is created
+  write?: number; // first write/end of the request body
+  response?: number; // response headers arrived
+  trailers?: number; // trailers (the status) arrived
+}
+let tracing = false;
+let current: StreamTimes = {};
+
+/** Wraps a ClientHttp2Session's request() so that, while tracing, each stream's milestones are stamped. */
+function probe(session: http2.ClientHttp2Session): http2.ClientHttp2Session {
+  const request = session.request.bind(session);
+  session.request = ((headers: http2.OutgoingHttpHeaders, options?: http2.ClientSessionRequestOptions) => {
+    if (!tracing) return request(headers, options);
+    const t = performance.now();
+    const stream = request(headers, options);
+    if (!String(headers[':path']).startsWith('/etcdserverpb.KV/')) return stream;
+    const times = current;
+    times.request = t;
+    const write = stream.write.bind(stream) as (...a: unknown[]) => boolean;
+    const end = stream.end.bind(stream) as (...a: unknown[]) => http2.ClientHttp2Stream;
+    stream.write = ((...a: unknown[]) => {
+      times.write ??= performance.now();
+      return write(...a);
+    }) as typeof stream.write;
+    stream.end = ((...a: unknown[]) => {
+      if (a.length > 0 && typeof a[0] !== 'function') times.write ??= performance.now();
+      return end(...a);
+    }) as typeof stream.end;
+    stream.once('response', () => (times.response = performance.now()));
+    stream.once('trailers', () => (times.trailers = performance.now()));
+    return stream;
+  }) as typeof session.request;
+  return session;
+}
+
+// grpc-js calls http2.connect() (a CommonJS property lookup at call time): every session it opens
+// from now on is probed. So is ours below.
+const connect = http2.connect;
+(http2 as { connect: typeof http2.connect }).connect = ((...args: Parameters<typeof http2.connect>) =>
+  probe(connect(...args))) as typeof http2.connect;
+
+// --- the raw node:http2 unary call ---
+
+class RawUnary {
+  private readonly session: http2.ClientHttp2Session;
+  constructor(endpoint: string) {
+    this.session = http2.connect(endpoint.includes('://') ? endpoint : `http://${endpoint}`);
+    this.session.on('error', () => {});
+  }
+
+  /** One unary call: 5-byte prefix + body, status from the trailers (or a trailers-only response). */
+  call(path: string, body: Uint8Array): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      const stream = this.session.request({
+        ':method': 'POST',
+        ':path': path,
+        'content-type': 'application/grpc',
+        te: 'trailers',
+        hasleader: 'true', // what our Connection sends by default
+      });
+      const chunks: Buffer[] = [];
+      let status: string | undefined;
+      let message: string | undefined;
+      stream.on('response', (h) => {
+        if (h['grpc-status'] !== undefined) status = String(h['grpc-status']);
+      });
+      stream.on('trailers', (h) => {
+        status = String(h['grpc-status']);
+        message = h['grpc-message'] as string | undefined;
+      });
+      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('error', reject);
+      stream.on('end', () => {
+        if (status !== '0') return reject(new Error(`${path}: grpc-status ${status}: ${message ?? ''}`));
+        const buf = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+        if (buf.length < 5 || buf[0] !== 0) return reject(new Error(`${path}: bad frame`));
+        resolve(buf.subarray(5, 5 + buf.readUInt32BE(1)));
+      });
+      const frame = Buffer.allocUnsafe(5 + body.length);
+      frame[0] = 0;
+      frame.writeUInt32BE(body.length, 1);
+      frame.set(body, 5);
+      stream.end(frame);
+    });
+  }
+
+  close(): void {
+    this.session.close();
+  }
+}
+
+/** Routes this Client instance's unary calls over `raw` (bench-only; the library never sees it). */
+function leanClient(client: Client, raw: RawUnary): void {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const conn = client.conn as any;
+  conn.unary = async (method: { path: string; requestSerialize(r: unknown): Buffer; responseDeserialize(b: Buffer): unknown }, request: unknown) =>
+    method.responseDeserialize(await raw.call(method.path, method.requestSerialize(request)));
+}
+
+// --- CPU profile analysis ---
+
+type Layer =
+  | 'grpc-js'
+  | 'protobuf runtime (@bufbuild/protobuf)'
+  | 'generated codec (src/proto)'
+  | 'our client (src/client)'
+  | 'our library (other src/)'
+  | 'this script / bench'
+  | 'node http2'
+  | 'node streams'
+  | 'node net / stream_base'
+  | 'node event loop (timers, microtasks, nextTick, async hooks, events)'
+  | 'node other'
+  | 'other JS (tsx, etcd3, ...)'
+  | 'V8 / native (program)'
+  | 'native, no JS on the stack (libuv, nghttp2, ...)'
+  | 'garbage collector'
+  | 'idle';
+
+function layerOf(url: string): Layer | undefined {
+  if (!url) return undefined;
+  if (url.includes('/@grpc/grpc-js/')) return 'grpc-js';
+  if (url.includes('/@bufbuild/protobuf/')) return 'protobuf runtime (@bufbuild/protobuf)';
+  if (url.includes('/src/proto/')) return 'generated codec (src/proto)';
+  if (url.includes('/src/client/')) return 'our client (src/client)';
+  if (url.includes('/src/') && !url.includes('node_modules')) return 'our library (other src/)';
+  if (url.includes('/bench/')) return 'this script / bench';
+  if (/^node:(internal\/)?http2/.test(url)) return 'node http2';
+  if (url.startsWith('node:internal/streams') || url === 'node:stream') return 'node streams';
+  if (url === 'node:net' || url.startsWith('node:internal/stream_base') || url.startsWith('node:internal/net')) return 'node net / stream_base';
+  if (/^node:(internal\/)?(timers|process\/task_queues|async_hooks|events|internal\/async_hooks)/.test(url) || url.startsWith('node:internal/async_hooks') || url === 'node:events')
+    return 'node event loop (timers, microtasks, nextTick, async hooks, events)';
+  if (url.startsWith('node:')) return 'node other';
+  return 'other JS (tsx, etcd3, ...)';
+}
+
+export interface ProfileBreakdown {
+  /** Sampled non-idle CPU per call, µs. */
+  cpuUsPerCall: number;
+  /** Per layer: µs per call, and percent of the non-idle samples. */
+  layers: { layer: Layer; usPerCall: number; percent: number }[];
+  /** The functions with the most self time (native frames folded into their JS caller). */
+  top: { fn: string; layer: Layer; usPerCall: number; percent: number }[];
+  idlePercent: number;
+}
+
+/**
+ * Self time by layer. A frame without a script URL (a C++ binding or a V8 builtin: the socket
+ * write, Buffer copies, Map lookups) counts for the layer of the nearest JS caller, so that "node
+ * http2" includes the native half of a stream write; (program) is time V8 could not attribute.
+ */
+export function analyze(profile: Profiler.Profile, calls: number, window?: [number, number]): ProfileBreakdown {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const layerById = new Map<number, Layer>();
+  const fnById = new Map<number, string>();
+  const walk = (id: number, inherited: Layer, inheritedFn: string): void => {
+    const n = byId.get(id)!;
+    const name = n.callFrame.functionName;
+    let layer: Layer;
+    let fn = inheritedFn;
+    if (name === '(idle)') layer = 'idle';
+    else if (name === '(program)') layer = 'V8 / native (program)';
+    else if (name === '(garbage collector)') layer = 'garbage collector';
+    else if (name === '(root)') layer = 'native, no JS on the stack (libuv, nghttp2, ...)';
+    else {
+      const l = layerOf(n.callFrame.url);
+      layer = l ?? inherited;
+      // tsx emits each module on one line: the column tells functions apart there.
+      if (l) fn = `${name || '(anonymous)'} ${n.callFrame.url.replace(/^.*?\/(node_modules|src|bench)\//, '$1/')}:${n.callFrame.lineNumber + 1}:${n.callFrame.columnNumber + 1}`;
+      else if (name) fn = `${inheritedFn} > ${name}`;
+    }
+    if (name.startsWith('(')) fn = name;
+    layerById.set(id, layer);
+    fnById.set(id, fn);
+    for (const c of n.children ?? []) walk(c, layer, fn);
+  };
+  walk(profile.nodes[0]!.id, 'other JS (tsx, etcd3, ...)', '(root)');
+  // Sample intervals: timeDeltas[i] is the time before sample i.
+  const selfUs = new Map<number, number>();
+  const deltas = profile.timeDeltas ?? [];
+  const samples = profile.samples ?? [];
+  let at = profile.startTime;
+  for (let i = 0; i < samples.length; i++) {
+    at += deltas[i] ?? 0;
+    // Only the samples inside the window (monotonic µs, as process.hrtime), when one is given.
+    if (window && (at < window[0] || at > window[1])) continue;
+    const dt = deltas[i + 1] ?? 0; // the time until the next sample is spent in this one
+    selfUs.set(samples[i]!, (selfUs.get(samples[i]!) ?? 0) + dt);
+  }
+  const layerUs = new Map<Layer, number>();
+  const fnUs = new Map<string, { layer: Layer; us: number }>();
+  for (const [id, us] of selfUs) {
+    const layer = layerById.get(id)!;
+    layerUs.set(layer, (layerUs.get(layer) ?? 0) + us);
+    if (layer === 'idle') continue;
+    const fn = fnById.get(id)!;
+    const e = fnUs.get(fn) ?? { layer, us: 0 };
+    e.us += us;
+    fnUs.set(fn, e);
+  }
+  const idle = layerUs.get('idle') ?? 0;
+  const busy = [...layerUs].filter(([l]) => l !== 'idle').reduce((a, [, us]) => a + us, 0);
+  const total = busy + idle;
+  return {
+    cpuUsPerCall: busy / calls,
+    idlePercent: total > 0 ? (100 * idle) / total : 0,
+    layers: [...layerUs]
+      .filter(([l]) => l !== 'idle')
+      .sort((a, b) => b[1] - a[1])
+      .map(([layer, us]) => ({ layer, usPerCall: us / calls, percent: (100 * us) / busy })),
+    top: [...fnUs]
+      .sort((a, b) => b[1].us - a[1].us)
+      .slice(0, 15)
+      .map(([fn, e]) => ({ fn, layer: e.layer, usPerCall: e.us / calls, percent: (100 * e.us) / busy })),
+  };
+}
+
+function printBreakdown(title: string, b: ProfileBreakdown): void {
+  const lines = [`${title}: ${b.cpuUsPerCall.toFixed(0)} µs of sampled CPU per call (idle ${b.idlePercent.toFixed(0)} % of the profile)`];
+  for (const l of b.layers) lines.push(`  ${l.percent.toFixed(1).padStart(5)} %  ${l.usPerCall.toFixed(1).padStart(7)} µs  ${l.layer}`);
+  lines.push('  top self time:');
+  for (const t of b.top.slice(0, 10)) lines.push(`  ${t.percent.toFixed(1).padStart(5)} %  ${t.usPerCall.toFixed(1).padStart(7)} µs  ${t.fn}`);
+  process.stdout.write(`${lines.join('\n')}\n\n`);
+}
+
+// --- the run ---
+
+interface TimingRow {
+  impl: string;
+  calls: number;
+  perSec: number;
+  latency: Summary;
+  /** Process CPU (user + system) per call over the timed blocks, µs. */
+  cpuUsPerCall: number;
+}
+
+async function main(): Promise<void> {
+  const { values: opts } = parseArgs({
+    options: {
+      n: { type: 'string', default: '2000' },
+      seconds: { type: 'string', default: '6' },
+      rounds: { type: 'string', default: '3' },
+      out: { type: 'string', default: '/tmp/profile-unary' },
+      'no-go': { type: 'boolean', default: false },
+      json: { type: 'string' },
+      analyze: { type: 'string' },
+      calls: { type: 'string', default: '1' },
+      interval: { type: 'string', default: '100' },
+      loop: { type: 'string' },
+      warmup: { type: 'string', default: '1000' },
+      window: { type: 'string' },
+    },
+  });
+  if (opts.analyze) {
+    const profile = JSON.parse(await readFile(opts.analyze, 'utf8')) as Profiler.Profile;
+    const w = opts.window?.split(',').map(Number) as [number, number] | undefined;
+    printBreakdown(opts.analyze, analyze(profile, Number(opts.calls), w));
+    return;
+  }
+  const N = Number(opts.n);
+  const rounds = Number(opts.rounds);
+  const seconds = Number(opts.seconds);
+  const log = (m: string): void => void process.stderr.write(`[profile-unary] ${m}\n`);
+  const load0 = loadavg();
+  log(`load average ${load0.map((v) => v.toFixed(2)).join(' ')}`);
+  const goBin = opts['no-go'] ? undefined : await goBinary();
+  if (goBin && 'error' in goBin) log(`no Go: ${goBin.error}`);
+  const etcd = await startBenchEtcd(1);
+  const prefix = `profile/${process.pid}/`;
+  const ours = new Client({ endpoints: etcd.endpoints });
+  const lean = new Client({ endpoints: etcd.endpoints });
+  const raw = new RawUnary(etcd.endpoints[0]!);
+  leanClient(lean, raw);
+  let oursSession: Session | undefined;
+  let leanSession: Session | undefined;
+  const result: Record<string, unknown> = { etcd: etcd.version, node: process.version, load: { start: load0 } };
+  try {
+    oursSession = await Session.create(ours);
+    leanSession = await Session.create(lean);
+    const oursMutex = new Mutex(oursSession, `${prefix}ours`);
+    const leanMutex = new Mutex(leanSession, `${prefix}lean`);
+    const putReq = (key: string): Buffer => pb.KVService.put.requestSerialize({ key: Buffer.from(key), value: Buffer.from('v'), lease: 0n });
+    const impls: Record<string, () => Promise<unknown>> = {
+      'ours-put': () => ours.put(`${prefix}ours-put`, 'v'),
+      'lean-put': () => lean.put(`${prefix}lean-put`, 'v'),
+      'raw-put': async () => pb.KVService.put.responseDeserialize(await raw.call(pb.KVService.put.path, putReq(`${prefix}raw-put`))),
+      'ours-lock': async () => (await oursMutex.lock()).unlock(),
+      'lean-lock': async () => (await leanMutex.lock()).unlock(),
+    };
+    const names = Object.keys(impls);
+    if (opts.loop) {
+      // For `node --cpu-prof`: warm up, then N calls of one implementation; the window (monotonic µs,
+      // the profile's clock) lets --analyze leave out start-up and shutdown.
+      const run = impls[opts.loop];
+      if (!run) throw new Error(`--loop: one of ${names.join(', ')}`);
+      for (let i = 0; i < Number(opts.warmup); i++) await run();
+      gc();
+      const t0 = process.hrtime.bigint() / 1000n;
+      for (let i = 0; i < N; i++) await run();
+      const t1 = process.hrtime.bigint() / 1000n;
+      process.stdout.write(`--loop ${opts.loop}: ${N} ${opts.loop.endsWith('-lock') ? 'cycles' : 'calls'}; analyse with --window ${t0},${t1}\n`);
+      return;
+    }
+    // JIT warm-up: the CPU per call keeps falling for the first thousand or so calls.
+    for (const n of names) for (let i = 0; i < Number(opts.warmup); i++) await impls[n]!();
+
+    // (1) timing, interleaved, Go after each round
+    const BLOCK = 25;
+    const samples = Object.fromEntries(names.map((n) => [n, [] as number[]]));
+    const spent = Object.fromEntries(names.map((n) => [n, 0]));
+    const cpu = Object.fromEntries(names.map((n) => [n, 0]));
+    const goRounds: { cyclesPerSec: number; latency: Summary; cpuUsPerCycle: number; cycles: number; put: { cyclesPerSec: number; latency: Summary; cpuUsPerCycle: number; cycles: number } }[] = [];
+    const ctx: BenchContext = { endpoints: etcd.endpoints, etcd: etcd.version, members: 1, quick: false, contenders: 1, prefix, log, ...(goBin && 'bin' in goBin ? { go: goBin.bin } : {}) };
+    for (let r = 0; r < rounds; r++) {
+      const start = performance.now();
+      while (performance.now() - start < (seconds * 1000) / rounds) {
+        for (const n of names) {
+          const c0 = process.cpuUsage();
+          const t0 = performance.now();
+          for (let i = 0; i < BLOCK; i++) {
+            const t = performance.now();
+            await impls[n]!();
+            samples[n]!.push(performance.now() - t);
+          }
+          spent[n]! += performance.now() - t0;
+          const c = process.cpuUsage(c0);
+          cpu[n]! += c.user + c.system;
+        }
+      }
+      if (ctx.go) goRounds.push(await runGoBench(ctx, ['bench-uncontended', `--name=${prefix}go/${r}`, `--duration=${Math.round((seconds * 1000) / rounds / 2)}ms`, `--block=${BLOCK}`]));
+    }
+    const timing: TimingRow[] = names.map((n) => ({
+      impl: n,
+      calls: samples[n]!.length,
+      perSec: (samples[n]!.length * 1000) / spent[n]!,
+      latency: summarize(samples[n]!),
+      cpuUsPerCall: cpu[n]! / samples[n]!.length,
+    }));
+    if (goRounds.length > 0) {
+      // Go prints summaries per round: n-weighted means of p50 (an approximation), exact rates.
+      const merge = (pick: (g: (typeof goRounds)[number]) => { cyclesPerSec: number; latency: Summary; cpuUsPerCycle: number; cycles: number }, impl: string): TimingRow => {
+        const parts = goRounds.map(pick);
+        const n = parts.reduce((a, p) => a + p.cycles, 0);
+        const w = (f: (p: (typeof parts)[number]) => number): number => parts.reduce((a, p) => a + f(p) * p.cycles, 0) / n;
+        return {
+          impl,
+          calls: n,
+          perSec: (n * 1000) / parts.reduce((a, p) => a + (p.cycles * 1000) / p.cyclesPerSec, 0),
+          latency: { n, mean: w((p) => p.latency.mean), p50: w((p) => p.latency.p50), p99: w((p) => p.latency.p99), min: Math.min(...parts.map((p) => p.latency.min)), max: Math.max(...parts.map((p) => p.latency.max)) },
+          cpuUsPerCall: w((p) => p.cpuUsPerCycle),
+        };
+      };
+      timing.push(merge((g) => g.put, 'go-put'), merge((g) => g, 'go-lock'));
+    }
+    result.timing = timing;
+    const lines = ['impl        calls   per s   p50 ms  mean ms  p99 ms  CPU µs/call'];
+    for (const t of timing)
+      lines.push(
+        `${t.impl.padEnd(10)} ${String(t.calls).padStart(6)} ${t.perSec.toFixed(0).padStart(7)} ${t.latency.p50.toFixed(3).padStart(8)} ${t.latency.mean.toFixed(3).padStart(8)} ${t.latency.p99.toFixed(2).padStart(7)} ${t.cpuUsPerCall.toFixed(0).padStart(11)}`,
+      );
+    const get = (n: string): TimingRow | undefined => timing.find((t) => t.impl === n);
+    const ratio = (a?: TimingRow, b?: TimingRow): string => (a && b ? `${(a.perSec / b.perSec).toFixed(2)}x` : '-');
+    lines.push(`ours-lock ÷ go-lock ${ratio(get('ours-lock'), get('go-lock'))}; lean-lock ÷ go-lock ${ratio(get('lean-lock'), get('go-lock'))}; ours-put ÷ go-put ${ratio(get('ours-put'), get('go-put'))}; raw-put ÷ go-put ${ratio(get('raw-put'), get('go-put'))}`);
+    process.stdout.write(`Timing (interleaved blocks of ${BLOCK}, ${rounds} rounds; Go: a process after each round)\n${lines.join('\n')}\n\n`);
+
+    // (2) latency split of one Put, at the HTTP/2 stream
+    const split: Record<string, Record<string, number>> = {};
+    for (const n of ['ours-put', 'raw-put', 'lean-put']) {
+      const parts: Record<string, number[]> = { 'call -> stream created': [], 'stream created -> body written': [], 'body written -> response headers': [], 'response headers -> trailers': [], 'trailers -> caller resumes': [], total: [] };
+      tracing = true;
+      for (let i = 0; i < Math.min(N, 1000); i++) {
+        current = {};
+        const t0 = performance.now();
+        await impls[n]!();
+        const t1 = performance.now();
+        const c = current;
+        if (c.request === undefined || c.write === undefined || c.response === undefined || c.trailers === undefined) continue;
+        parts['call -> stream created']!.push(c.request - t0);
+        parts['stream created -> body written']!.push(c.write - c.request);
+        parts['body written -> response headers']!.push(c.response - c.write);
+        parts['response headers -> trailers']!.push(c.trailers - c.response);
+        parts['trailers -> caller resumes']!.push(t1 - c.trailers);
+        parts.total!.push(t1 - t0);
+      }
+      tracing = false;
+      split[n] = Object.fromEntries(Object.entries(parts).map(([k, v]) => [k, summarize(v).p50]));
+      (split[n] as Record<string, number>).n = parts.total!.length;
+    }
+    result.split = split;
+    const segs = Object.keys(split['ours-put']!).filter((k) => k !== 'n');
+    const sl = [`segment (p50 ms)                      ${Object.keys(split).map((k) => k.padStart(9)).join(' ')}`];
+    for (const s of segs) sl.push(`${s.padEnd(37)} ${Object.values(split).map((v) => v[s]!.toFixed(3).padStart(9)).join(' ')}`);
+    process.stdout.write(`Latency split of one Put (p50 of each segment, so they need not add up to the total's p50)\n${sl.join('\n')}\n\n`);
+
+    // (3) CPU profiles, one implementation at a time
+    await mkdir(opts.out, { recursive: true });
+    const inspector = new InspectorSession();
+    inspector.connect();
+    await inspector.post('Profiler.enable');
+    await inspector.post('Profiler.setSamplingInterval', { interval: Number(opts.interval) });
+    const profiles: Record<string, ProfileBreakdown> = {};
+    for (const n of names) {
+      const calls = n.endsWith('-lock') ? Math.ceil(N / 2) : N;
+      gc();
+      await inspector.post('Profiler.start');
+      for (let i = 0; i < calls; i++) await impls[n]!();
+      const { profile } = await inspector.post('Profiler.stop');
+      await writeFile(join(opts.out, `${n}.cpuprofile`), JSON.stringify(profile));
+      // Per unary call: a lock cycle is 2 calls.
+      const b = analyze(profile, n.endsWith('-lock') ? calls * 2 : calls);
+      profiles[n] = b;
+      printBreakdown(`${n} (${calls} ${n.endsWith('-lock') ? 'cycles = 2 unary calls each; per unary call' : 'calls'})`, b);
+    }
+    inspector.disconnect();
+    result.profiles = profiles;
+    // Correctness: nothing left behind but the Put keys, which we delete.
+    await ours.delete(prefix, { prefix: true });
+  } finally {
+    await oursSession?.close();
+    await leanSession?.close();
+    await ours.close();
+    await lean.close();
+    raw.close();
+    await etcd.stop();
+  }
+  const load1 = loadavg();
+  (result.load as Record<string, unknown>).end = load1;
+  log(`load average ${load1.map((v) => v.toFixed(2)).join(' ')}; profiles in ${opts.out}`);
+  if (opts.json) await writeFile(opts.json, `${JSON.stringify(result, null, 2)}\n`);
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    process.stderr.write(`profile-unary: ${(err as Error).stack ?? err}\n`);
+    process.exit(1);
+  },
+);
