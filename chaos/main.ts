@@ -53,6 +53,7 @@ import {
   type Violation,
 } from './checker.js';
 import { Prng, counterKey, now, type Role } from './common.js';
+import { readRevokeTimeouts } from './etcd-logs.js';
 import { FencedStore } from './fenced-store.js';
 import { Nemesis, type ChaosCluster, type FaultKind } from './nemesis.js';
 import { netnsAvailable, removeStaleNamespaces, startNetnsCluster } from './netns.js';
@@ -174,7 +175,11 @@ interface PhaseResult {
   liveness: Record<Role, { ms: number; atS: number }>;
   sessionsLost: Record<string, number>;
   /** Sessions (and calls) that etcd told their lease was gone; `early`: while the client's deadline still lay ahead. */
-  leaseGone: LeaseExpiryReport & { list: { worker: string; lease: string; leftMs: number; atS: number }[] };
+  leaseGone: LeaseExpiryReport & {
+    list: { worker: string; lease: string; leftMs: number; atS: number }[];
+    /** "failed to revoke lease ... timed out" lines in the members' logs (a deposed leader's stale batch). */
+    revokeTimeouts: { member: string; atS: number; lease: string }[];
+  };
   errors: Record<string, number>;
   unexpectedErrors: string[];
   /** Lock waits longer than 12 s, each with the queue at that moment (a stuck queue shows here). */
@@ -336,7 +341,16 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   const semaphoreFound = findExcess(history.held.semaphore, PERMITS, faults);
   const rw = checkRW(store.rw);
   const rwFound = findOverlaps(history.held.rwlock, faults, rwConflict);
-  const leaseExpiries = checkLeaseExpiries(history.leaseGone, faults);
+  // The members' own word on revocations that timed out (a deposed leader's stale batch still
+  // draining, see etcd-logs.ts), on the common clock: etcd logs wall-clock time, `now()` is
+  // timeOrigin + performance.now(), so the two differ by the drift since this process started.
+  const wallOffset = Date.now() - now();
+  const memberLogs = [0, 1, 2].map((i) => ({
+    member: `m${i}`,
+    file: plan.name === 'loopback' ? join(phaseDir, `m${i}.log`) : join(phaseDir, 'etcd', `m${i}.log`),
+  }));
+  const revokeTimeouts = await readRevokeTimeouts(memberLogs, (wall) => wall - wallOffset);
+  const leaseExpiries = checkLeaseExpiries(history.leaseGone, faults, revokeTimeouts);
   const leaseViolations = leaseExpiries.violations;
 
   const failover = nemesis.failovers.map((f) => {
@@ -405,6 +419,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     leaseGone: {
       ...leaseExpiries,
       list: history.leaseGone.map((r) => ({ worker: r.worker, lease: r.lease, leftMs: round(r.leftMs), atS: round((r.at - start) / 1000) })),
+      revokeTimeouts: revokeTimeouts.map((e) => ({ member: e.member, atS: round((e.at - start) / 1000), lease: e.lease })),
     },
     errors: Object.fromEntries([...history.errors].sort((a, b) => b[1] - a[1])),
     unexpectedErrors: history.unexpectedErrors,
@@ -469,6 +484,7 @@ function summarize() {
       rwCarefulRefused: sum((r) => r.rw.carefulRefused),
       leaseExpiredEarly: sum((r) => r.leaseGone.violations.length),
       leaseRevokedByDeposedLeader: sum((r) => r.leaseGone.byDeposedLeader),
+      leaseRevokedByDeposedLeaderLate: sum((r) => r.leaseGone.byDeposedLeaderLate),
       carefulWritesRefused: sum((r) => r.fenced.carefulRefused),
       cleanupOk,
       unexpectedErrors: sum((r) => r.unexpectedErrors.length),
@@ -512,7 +528,7 @@ function printTable(): void {
   row('  fenced / etcd / election', (r) => `${r.fenced.violations.length} / ${r.etcdCounter.violations.length} / ${r.election.violations.length}`);
   row('  semaphore / rwlock (resource, careful refused)', (r) => `${r.semaphore.violations.length} / ${r.rw.violations.length} (careful ${r.semaphore.carefulRefused} / ${r.rw.carefulRefused})`);
   row('  lease gone before client deadline', (r) => `${r.leaseGone.violations.length} (of ${r.leaseGone.reports} lease-gone)`);
-  row('lease revoked by a deposed leader (etcd 15247)', (r) => `${r.leaseGone.byDeposedLeader}${r.leaseGone.latestMs !== undefined && r.leaseGone.latestMs > 0 ? `, up to ${r.leaseGone.latestMs} ms early` : ''}`);
+  row('lease revoked by a deposed leader (etcd 15247)', (r) => `${r.leaseGone.byDeposedLeader} (late wave ${r.leaseGone.byDeposedLeaderLate})${r.leaseGone.latestMs !== undefined && r.leaseGone.latestMs > 0 ? `, up to ${r.leaseGone.latestMs} ms early` : ''}`);
   row('unfenced stale holders (unexplained)', (r) => `${r.unfenced.overlaps} (${r.unfenced.unexplained})`);
   row('fenced stale holders (unexplained)', (r) => `${r.fencedHolds.overlaps} (${r.fencedHolds.unexplained})`);
   row(`over ${PERMITS} permit holders (unexplained), max at once`, (r) => `${r.semaphoreHolds.overlaps} (${r.semaphoreHolds.unexplained}), ${r.semaphoreHolds.maxConcurrent}`);
