@@ -66,3 +66,13 @@ export {
   type RunAsLeaderOptions,
 } from './primitives/election.js';
 export { listParticipants, oldestParticipant } from './queue/participants.js';
+export {
+  leaderHealth,
+  healthHandler,
+  type LeaderHealth,
+  type LeaderHealthOptions,
+  type HealthCheck,
+  type HealthStatus,
+} from './primitives/health.js';
+export type { TelemetryOptions } from './metrics/telemetry.js';
+export type { Kind as TelemetryKind, AcquireResult, LossReason } from './metrics/names.js';

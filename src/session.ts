@@ -73,6 +73,7 @@ export class Session implements AsyncDisposable {
     setMaxListeners(0, this.signal);
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
     client.keepAlives.register(leaseId, { onRenewed: (ttl, sentAt) => this.renewed(ttl, sentAt), onClosed: () => this.end('client-closed') });
+    client.telemetry.trackSession(this);
     leaseGoneHooks.set(this, () => this.end('lease-gone'));
     this.armExpiry();
     this.scheduleRenewal(this.renewIntervalMs());
@@ -161,6 +162,8 @@ export class Session implements AsyncDisposable {
   /** A renewal sent at monotonic `sentAt` was answered with `ttl`: the lease lives until sentAt + ttl. */
   private renewed(ttl: bigint, sentAt: number): void {
     if (this.signal.aborted || !this.renewing) return;
+    const tel = this.client.telemetry;
+    if (tel.metricsOn) tel.keepaliveDuration.record((performance.now() - sentAt) / 1000);
     if (ttl <= 0n) return this.end('lease-gone');
     this.awaiting = false;
     this.grantedTtl = Number(ttl);
@@ -242,6 +245,7 @@ export class Session implements AsyncDisposable {
     clearTimeout(this.expiryTimer);
     this.expiryTimer = undefined;
     const err = new SessionExpiredError(reason, this.leaseId, cause === undefined ? undefined : { cause });
+    this.client.telemetry.sessionEnded(this, reason);
     this.controller.abort(err);
     this.resolveDone(err);
   }

@@ -4,6 +4,7 @@ import { TokenSource, type AuthOptions } from './auth.js';
 import { EtcdError, InvalidArgumentError, etcdSays, isServiceError } from './errors.js';
 import { KeepAliveHub } from './lease.js';
 import { WatchHub, type Watch, type WatchOptions } from './watch.js';
+import { Telemetry, type TelemetryOptions } from '../metrics/telemetry.js';
 import {
   header,
   prefixRange,
@@ -16,7 +17,11 @@ import {
   type TxnResult,
 } from './kv.js';
 
-export interface ClientOptions extends ConnectionOptions {
+/**
+ * How to reach etcd (endpoints, TLS, timeouts), who to be (auth), and where metrics and spans go
+ * (OpenTelemetry providers, default the global ones: no-ops until an SDK is installed).
+ */
+export interface ClientOptions extends ConnectionOptions, TelemetryOptions {
   /** etcd user and password; the token is fetched on first use and refreshed when it expires. */
   auth?: AuthOptions;
 }
@@ -53,12 +58,14 @@ export class Client implements AsyncDisposable {
   /** @internal */ readonly conn: Connection;
   /** @internal */ readonly watches: WatchHub;
   /** @internal */ readonly keepAlives: KeepAliveHub;
+  /** @internal metrics and spans (no-ops without an OpenTelemetry SDK). */ readonly telemetry: Telemetry;
   private closing?: Promise<void>;
   /** Ids of grants that failed before their request was sent: no such lease exists. */
   private readonly unsentGrants = new Set<bigint>();
 
   constructor(options: ClientOptions = {}) {
-    this.conn = new Connection(options);
+    this.telemetry = new Telemetry(options);
+    this.conn = new Connection(options, this.telemetry);
     if (options.auth) {
       if (!options.auth.username) throw new InvalidArgumentError('auth: the user name is empty; pass user:password');
       this.conn.tokens = new TokenSource(this.conn, options.auth);

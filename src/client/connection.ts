@@ -17,6 +17,7 @@ import {
   provablyNotApplied,
 } from './errors.js';
 import { Backoff, sleep } from './backoff.js';
+import type { Telemetry } from '../metrics/telemetry.js';
 
 /** PEM material for TLS. Pass file contents (Buffer or string), not paths. */
 export interface TlsOptions {
@@ -145,7 +146,11 @@ export class Connection {
   /** The newest store revision any answer has shown us (a watch uses it to tell past from future). */
   seenRevision = 0n;
 
-  constructor(options: ConnectionOptions = {}) {
+  constructor(
+    options: ConnectionOptions = {},
+    /** @internal where RPC durations and failovers are recorded. */
+    readonly telemetry?: Telemetry,
+  ) {
     this.endpoints = parseEndpoints(options.endpoints ?? '127.0.0.1:2379');
     this.dialTimeoutMs = positive(options.dialTimeoutMs ?? 2000, 'dialTimeoutMs');
     this.callTimeoutMs = positive(options.callTimeoutMs ?? 10_000, 'callTimeoutMs');
@@ -172,7 +177,9 @@ export class Connection {
 
   /** Moves to the next endpoint, unless someone already moved away from `peer`. */
   failover(peer: number): void {
-    if (this.current === peer) this.current = (peer + 1) % this.peers.length;
+    if (this.current !== peer) return;
+    this.current = (peer + 1) % this.peers.length;
+    if (this.peers.length > 1 && this.telemetry?.metricsOn) this.telemetry.failovers.add(1);
   }
 
   /** Metadata every call carries: the auth token and, unless disabled, `hasleader`. */
@@ -270,9 +277,26 @@ export class Connection {
 
   /**
    * Runs one unary call with a deadline, cancellation and failover across endpoints. A failure that
-   * leaves a write's outcome unknown is retried only under the 'idempotent' policy.
+   * leaves a write's outcome unknown is retried only under the 'idempotent' policy. Its duration
+   * (retries included) is `rpc.client.call.duration`, recorded here and nowhere else.
    */
-  async unary<Req, Res>(
+  unary<Req, Res>(method: UnaryMethod<Req, Res>, request: Req, policy: RetryPolicy, options?: CallOptions, progress?: CallProgress): Promise<Res> {
+    const tel = this.telemetry;
+    if (!tel?.metricsOn) return this.call(method, request, policy, options, progress);
+    const startedAt = performance.now();
+    return this.call(method, request, policy, options, progress).then(
+      (res) => {
+        tel.rpc(method.path, startedAt);
+        return res;
+      },
+      (err: unknown) => {
+        tel.rpc(method.path, startedAt, err);
+        throw err;
+      },
+    );
+  }
+
+  private async call<Req, Res>(
     method: UnaryMethod<Req, Res>,
     request: Req,
     policy: RetryPolicy,

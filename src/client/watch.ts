@@ -319,6 +319,7 @@ export class WatchHub {
     }
     this.waiting = [...live, ...this.waiting];
     if (this.closed) return;
+    if (live.length > 0 && this.conn.telemetry?.metricsOn) this.conn.telemetry.watchResumes.add(1);
     if (!tokenExpired) this.conn.failover(this.peer);
     if (this.waiting.length === 0) return;
     this.scheduleReopen(err);

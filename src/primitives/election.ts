@@ -1,6 +1,6 @@
 import type { Client } from '../client/client.js';
 import { retryWhile } from '../client/backoff.js';
-import { CompactedError, isTransient } from '../client/errors.js';
+import { CompactedError, InvalidArgumentError, isTransient } from '../client/errors.js';
 import { compare, op, toBuffer, type Bytes, type KeyValue } from '../client/kv.js';
 import { QueuedIterator } from '../client/queued-iterator.js';
 import { LeadershipLostError, NotLeaderError } from '../errors.js';
@@ -10,6 +10,7 @@ import { acquire, type AcquireOptions } from '../queue/acquire.js';
 import { OwnerHandleBase, type Ownership, type OwnerHandle } from '../queue/ownership.js';
 import { oldestParticipant } from '../queue/participants.js';
 import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
+import { LeaderHealthState, type LeaderHealth } from './health.js';
 
 /** Who leads an election. */
 export interface LeaderInfo {
@@ -94,6 +95,8 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
   return acquire(
     {
       session,
+      kind: 'campaign',
+      name,
       ticket: participantTicket(session, name, bytes),
       rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost),
       lostError: leadershipLost,
@@ -270,7 +273,8 @@ class Leadership extends OwnerHandleBase implements LeaderHandle {
     );
     if (!t.succeeded) {
       const err = new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key);
-      this.own.end(err);
+      // The compare is on our key's CreateRevision: it fails only when the key was deleted.
+      this.own.end(err, undefined, 'key_deleted');
       throw err;
     }
     this.current = bytes;
@@ -306,6 +310,12 @@ export interface RunAsLeaderOptions {
   ttl?: number;
   /** Told when this instance starts and stops leading. */
   onLeaderChange?: (leading: boolean, leader: LeaderHandle) => void;
+  /**
+   * A health check to feed, made by `leaderHealth({ graceMs })`: it turns unhealthy when a term's
+   * leadership ended (lost, or shutdown) and the task has not stopped within `graceMs`. Serve it
+   * with `healthHandler(health)` on your `/healthz`.
+   */
+  health?: LeaderHealth;
 }
 
 /**
@@ -323,6 +333,10 @@ export async function runAsLeader<T>(
   options: RunAsLeaderOptions,
   task: (leader: LeaderHandle) => Promise<T> | T,
 ): Promise<T | undefined> {
+  const health = options.health;
+  if (health !== undefined && !(health instanceof LeaderHealthState)) {
+    throw new InvalidArgumentError('options.health must be made by leaderHealth({ graceMs })');
+  }
   const owned = !(target instanceof Session);
   let session: Session | undefined = owned ? undefined : target;
   const shutdown = options.signal;
@@ -342,6 +356,12 @@ export async function runAsLeader<T>(
       }
       const onShutdown = (): void => leader.revoke(shutdown!.reason);
       shutdown?.addEventListener('abort', onShutdown, { once: true });
+      // The health check learns when leadership ends under the running task (watching the key).
+      const onEnded = (): void => health!.ended(leader, leader.signal.reason);
+      if (health) {
+        if (leader.signal.aborted) onEnded();
+        else leader.signal.addEventListener('abort', onEnded, { once: true });
+      }
       options.onLeaderChange?.(true, leader);
       let result: { value: T } | { error: unknown };
       try {
@@ -350,6 +370,10 @@ export async function runAsLeader<T>(
         result = { error };
       } finally {
         shutdown?.removeEventListener('abort', onShutdown);
+        if (health) {
+          leader.signal.removeEventListener('abort', onEnded);
+          health.stopped();
+        }
         options.onLeaderChange?.(false, leader);
       }
       const lostTerm = leader.ended && !shutdown?.aborted;

@@ -61,6 +61,8 @@ export class Mutex {
     const { session, name } = this;
     return {
       session,
+      kind: 'lock',
+      name,
       ticket: participantTicket(session, name, ownBuffer(label)),
       rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost),
       lostError: lockLost,

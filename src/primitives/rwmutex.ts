@@ -74,6 +74,8 @@ export class RWMutex {
     const mine = mode === 'read' ? 0n : 1n;
     return {
       session,
+      kind: mode,
+      name: this.name,
       ticket: {
         key: mode === 'read' ? this.readKey : this.writeKey,
         value: ownBuffer(label),

@@ -80,6 +80,8 @@ export class Semaphore {
     };
     return {
       session,
+      kind: 'permit',
+      name,
       ticket,
       rule: (t, lost) => permitRule(session, name, permits, value, t, lost),
       lostError: permitLost,

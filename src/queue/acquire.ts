@@ -1,4 +1,6 @@
 import type { Session } from '../session.js';
+import type { Kind } from '../metrics/names.js';
+import type { AcquireProbe } from '../metrics/telemetry.js';
 import { Ownership } from './ownership.js';
 import { dropTicket, enqueueOrClean, type Ticket, type TicketSpec } from './ticket.js';
 import { blockedNow, waitForTurn, type LostErrorFactory, type TurnRule } from './turn.js';
@@ -12,6 +14,9 @@ export interface AcquireOptions {
 /** What a primitive tells the engine: its key, its rule for "my turn", and the handle it gives out. */
 export interface QueueSpec<H> {
   session: Session;
+  /** What is acquired and its name, for metrics and spans. */
+  kind: Kind;
+  name: string;
   ticket: TicketSpec;
   /** The primitive's rule for this ticket; `lost` makes the error for our key vanishing meanwhile. */
   rule(ticket: Ticket, lost: LostErrorFactory): TurnRule;
@@ -25,19 +30,22 @@ export interface QueueSpec<H> {
  * The one acquire path: check the session, take a ticket, wait for our turn under the primitive's
  * rule, and hand out ownership; on abort or any error our key is deleted (unless a sibling in this
  * process shares it), so nothing is left in the queue. Fails at once if the session is lost.
+ * Metrics and spans are recorded here (through a probe that exists only when an SDK records).
  */
 export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promise<H> {
   const { session } = q;
+  const probe = session.client.telemetry.startAcquire(q.kind, q.name);
   try {
     session.assertAlive();
     options.signal?.throwIfAborted();
   } catch (err) {
+    probe?.failed(err, options.signal, session.signal);
     return Promise.reject(err);
   }
   // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
   const ticket = enqueueOrClean(session, q.ticket);
   // The spec's ticket part (key, value, count range) is not needed while waiting: not kept.
-  return waitAndHold(session, ticket, { rule: q.rule, lostError: q.lostError, prepare: q.prepare, hold: q.hold }, options.signal);
+  return waitAndHold(session, ticket, { rule: q.rule, lostError: q.lostError, prepare: q.prepare, hold: q.hold }, options.signal, probe);
 }
 
 async function waitAndHold<H>(
@@ -45,15 +53,24 @@ async function waitAndHold<H>(
   enqueued: Promise<Ticket>,
   q: Pick<QueueSpec<H>, 'rule' | 'lostError' | 'prepare' | 'hold'>,
   signal: AbortSignal | undefined,
+  probe: AcquireProbe | undefined,
 ): Promise<H> {
-  const ticket = await enqueued;
+  let ticket: Ticket;
+  try {
+    ticket = await enqueued;
+  } catch (err) {
+    probe?.failed(err, signal, session.signal);
+    throw err;
+  }
   const lost = q.lostError(ticket.key);
   try {
     signal?.throwIfAborted();
+    probe?.enqueued(ticket.first);
     await q.prepare?.(ticket, signal);
     await waitForTurn(session, ticket, q.rule(ticket, lost), signal);
-    return q.hold(new Ownership(session, ticket.key, ticket.rev, lost), ticket);
+    return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe?.held(ticket.rev)), ticket);
   } catch (err) {
+    probe?.failed(err, signal, session.signal);
     // Our key leaves with us, unless a sibling in this process shares it.
     if (!ticket.joined) await dropTicket(session, ticket);
     throw err;
@@ -63,16 +80,27 @@ async function waitAndHold<H>(
 /** Acquires only if it is our turn right now; otherwise returns null and leaves no key behind. */
 export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   const { session } = q;
-  session.assertAlive();
-  const ticket = await enqueueOrClean(session, q.ticket);
+  const probe = session.client.telemetry.startAcquire(q.kind, q.name);
+  let ticket: Ticket;
+  try {
+    session.assertAlive();
+    ticket = await enqueueOrClean(session, q.ticket);
+  } catch (err) {
+    probe?.failed(err, undefined, session.signal);
+    throw err;
+  }
   const lost = q.lostError(ticket.key);
   try {
     await q.prepare?.(ticket, undefined);
-    if (!(await blockedNow(ticket, q.rule(ticket, lost)))) return q.hold(new Ownership(session, ticket.key, ticket.rev, lost), ticket);
+    if (!(await blockedNow(ticket, q.rule(ticket, lost)))) {
+      return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe?.held(ticket.rev)), ticket);
+    }
   } catch (err) {
+    probe?.failed(err, undefined, session.signal);
     if (!ticket.joined) await dropTicket(session, ticket);
     throw err;
   }
+  probe?.busy();
   if (!ticket.joined) await dropTicket(session, ticket);
   return null;
 }

@@ -3,7 +3,9 @@ import { CompactedError, isTransient } from '../client/errors.js';
 import { compare, op, type Compare, type KeyValue } from '../client/kv.js';
 import type { Watch } from '../client/watch.js';
 import type { Session } from '../session.js';
-import type { OwnershipLostError } from '../errors.js';
+import { SessionExpiredError, type OwnershipLostError } from '../errors.js';
+import type { LossReason } from '../metrics/names.js';
+import type { HoldObserver } from '../metrics/telemetry.js';
 import { forgetKey } from './ticket.js';
 
 /**
@@ -18,7 +20,7 @@ export class Ownership {
   /** Why ownership ended (lost, released or revoked), once it has; made on demand (see release). */
   private ended?: { reason?: unknown; make?: () => unknown };
   private released = false;
-  private readonly onSessionLost = (): void => this.lose(this.session.signal.reason, 'its session was lost');
+  private readonly onSessionLost = (): void => this.lose(this.session.signal.reason, 'its session was lost', sessionLoss(this.session.signal.reason));
 
   constructor(
     readonly session: Session,
@@ -27,7 +29,16 @@ export class Ownership {
     /** The key's CreateRevision: strictly increasing across owners, so protected resources can fence. */
     readonly fencingToken: bigint,
     private readonly makeLostError: (message: string, cause?: unknown) => OwnershipLostError,
-  ) {}
+    /** Metrics and spans of this holding, when an OpenTelemetry SDK records them. */
+    private readonly observer?: HoldObserver,
+  ) {
+    // Recorded holdings end with their session even if nobody looks at `signal`, so that the held
+    // gauge and the losses counter stay true. (Without telemetry this costs nothing: no listener.)
+    if (observer) {
+      if (session.signal.aborted) this.onSessionLost();
+      else session.signal.addEventListener('abort', this.onSessionLost, { once: true });
+    }
+  }
 
   /**
    * Aborts as soon as ownership ends: session lost, the key deleted or replaced by anyone, or
@@ -48,7 +59,7 @@ export class Ownership {
       try {
         this.session.assertAlive();
       } catch (err) {
-        this.lose(err, 'its session was lost');
+        this.lose(err, 'its session was lost', sessionLoss(err));
       }
     }
     if (this.ended) throw this.endReason();
@@ -85,13 +96,17 @@ export class Ownership {
     this.end(undefined, () => this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`));
   }
 
-  /** Ends ownership locally with `reason` (or one `make` builds when asked); the key is left for `release()`. */
-  end(reason: unknown, make?: () => unknown): void {
+  /**
+   * Ends ownership locally with `reason` (or one `make` builds when asked); the key is left for
+   * `release()`. `loss` says why, when ownership was lost rather than given up.
+   */
+  end(reason: unknown, make?: () => unknown, loss?: LossReason): void {
     if (this.ended) return;
     this.ended = make ? { make } : { reason };
     this.session.signal.removeEventListener('abort', this.onSessionLost);
     this.watch?.cancel();
     this.watch = undefined;
+    this.observer?.ended(loss);
     this.controller?.abort(this.endReason());
   }
 
@@ -136,28 +151,39 @@ export class Ownership {
         await w.created;
         const r = await retryWhile(() => client.range({ key: Buffer.from(this.key) }), isTransient, this.session.signal);
         if (this.watch !== w) return; // released or ended meanwhile
-        if (!this.isOurs(r.kvs[0])) return this.lose(undefined, 'its key was deleted or moved off its lease');
+        const kv = r.kvs[0];
+        if (!this.isOurs(kv)) {
+          const deleted = kv === undefined || kv.createRevision !== this.fencingToken;
+          return this.lose(undefined, deleted ? 'its key was deleted' : 'its key was moved off its lease', deleted ? 'key_deleted' : 'moved_off_lease');
+        }
         for await (const batch of w) {
           if (this.watch !== w) return; // cancelled by release(): our own delete is no loss
           for (const e of batch.events) {
-            if (e.type === 'delete' || !this.isOurs(e.kv)) return this.lose(undefined, `its key was ${e.type === 'delete' ? 'deleted' : 'moved off its lease'}`);
+            if (e.type === 'delete') return this.lose(undefined, 'its key was deleted', 'key_deleted');
+            if (!this.isOurs(e.kv)) return this.lose(undefined, 'its key was moved off its lease', 'moved_off_lease');
           }
         }
         return; // cancelled: ownership ended or being released
       } catch (err) {
         if (this.watch !== w) return;
         // A compacted resume: watch from now again and read. Anything else: we cannot vouch any more.
-        if (!(err instanceof CompactedError)) return this.lose(err, 'its watch failed');
+        if (!(err instanceof CompactedError)) return this.lose(err, 'its watch failed', 'watch_failed');
       } finally {
         w.cancel();
       }
     }
   }
 
-  private lose(cause: unknown, why: string): void {
+  private lose(cause: unknown, why: string, loss: LossReason): void {
     if (this.ended) return;
-    this.end(this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${why}`, cause));
+    this.end(this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${why}`, cause), undefined, loss);
   }
+}
+
+/** The loss reason for a session that ended: closed by its owner, or its lease expired (or may have). */
+function sessionLoss(err: unknown): LossReason {
+  const reason = err instanceof SessionExpiredError ? err.reason : undefined;
+  return reason === 'closed' || reason === 'client-closed' ? 'session_closed' : 'lease_expired';
 }
 
 /**

@@ -1,0 +1,81 @@
+// The names of every instrument, attribute and span this library records: one table, so that the
+// README's table and the tests read the same strings. OpenTelemetry has no semantic convention for
+// locks or elections, so ours live under the `etcd_concurrency.` namespace, following OTel's naming
+// rules (lowercase, dot-separated namespaces, units in UCUM and never in the name, no `_total`).
+// The gRPC calls follow the RPC semantic conventions (`rpc.client.call.duration`).
+
+/** Instrument names. */
+export const METRIC = {
+  acquireDuration: 'etcd_concurrency.acquire.duration',
+  holdDuration: 'etcd_concurrency.hold.duration',
+  held: 'etcd_concurrency.held',
+  waiting: 'etcd_concurrency.waiting',
+  losses: 'etcd_concurrency.losses',
+  electionLeader: 'etcd_concurrency.election.leader',
+  electionTransitions: 'etcd_concurrency.election.transitions',
+  keepaliveDuration: 'etcd_concurrency.session.keepalive.duration',
+  sessionTimeLeft: 'etcd_concurrency.session.time_left',
+  sessionLosses: 'etcd_concurrency.session.losses',
+  rpcDuration: 'rpc.client.call.duration',
+  watchResumes: 'etcd_concurrency.watch.resumes',
+  failovers: 'etcd_concurrency.client.failovers',
+} as const;
+
+/** Attribute keys. */
+export const ATTR = {
+  /** lock, permit, read, write or campaign. */
+  kind: 'etcd_concurrency.kind',
+  /** How an acquire ended: see {@link AcquireResult}. */
+  result: 'etcd_concurrency.result',
+  /** The lock or election name, only when the user allows it (ClientOptions.nameAttribute). */
+  name: 'etcd_concurrency.name',
+  /** Why a holder lost what it held: see {@link LossReason}. */
+  lossReason: 'etcd_concurrency.loss.reason',
+  /** On a leader transition: true when this process became leader, false when it stopped leading. */
+  leading: 'etcd_concurrency.leading',
+  /** Why a session was lost: deadline or lease_gone. */
+  sessionEndReason: 'etcd_concurrency.session.end_reason',
+  /** Span attribute: the fencing token (the key's CreateRevision). */
+  fencingToken: 'etcd_concurrency.fencing_token',
+  /** Span attribute: true when the acquire found others ahead and had to wait for its turn. */
+  queued: 'etcd_concurrency.queued',
+  /** Span attribute: seconds from the call to holding (or to giving up). */
+  waitDuration: 'etcd_concurrency.wait.duration',
+  rpcSystem: 'rpc.system',
+  rpcService: 'rpc.service',
+  rpcMethod: 'rpc.method',
+  rpcGrpcStatusCode: 'rpc.grpc.status_code',
+} as const;
+
+/** What was acquired: a lock (Mutex, and each lock of lockAll), a semaphore permit, an RWMutex read or write lock, or leadership. */
+export type Kind = 'lock' | 'permit' | 'read' | 'write' | 'campaign';
+
+/**
+ * How an acquire ended: held; the caller's signal aborted (`timed_out` when its reason is a
+ * TimeoutError, as `AbortSignal.timeout()` gives); the session was lost meanwhile; any other
+ * error; or, for tryLock()/tryAcquire(), taken by others (`busy`).
+ */
+export type AcquireResult = 'acquired' | 'aborted' | 'timed_out' | 'session_lost' | 'error' | 'busy';
+
+/**
+ * Why a holder lost what it held. `lease_expired`: its session was lost to its deadline or etcd
+ * said the lease is gone; `session_closed`: its session (or client) was closed while holding;
+ * `key_deleted`: someone deleted its key; `moved_off_lease`: someone rewrote its key onto another
+ * lease (or none); `watch_failed`: the watch on its key failed, so ownership can no longer be vouched for.
+ */
+export type LossReason = 'lease_expired' | 'key_deleted' | 'moved_off_lease' | 'session_closed' | 'watch_failed';
+
+/** Span names: the acquire, then the holding it starts (where a loss is an event). */
+export const SPAN: Record<Kind, { acquire: string; hold: string }> = {
+  lock: { acquire: 'lock.acquire', hold: 'lock.hold' },
+  permit: { acquire: 'permit.acquire', hold: 'permit.hold' },
+  read: { acquire: 'rwlock.read.acquire', hold: 'rwlock.read.hold' },
+  write: { acquire: 'rwlock.write.acquire', hold: 'rwlock.write.hold' },
+  campaign: { acquire: 'election.campaign', hold: 'election.lead' },
+};
+
+/** The span event recorded on a hold span when what it held was lost. */
+export const LOST_EVENT = 'etcd_concurrency.lost';
+
+/** The instrumentation scope: the meter's and the tracer's name. */
+export const SCOPE = 'etcd-concurrency';

@@ -1,0 +1,387 @@
+// One Telemetry per Client: the instruments and the tracer, from the providers in ClientOptions or
+// the global ones of @opentelemetry/api. Until an application installs an SDK those are no-ops, and
+// then nothing here allocates or records: every hot-path entry checks a boolean first.
+import {
+  context,
+  createNoopMeter,
+  metrics,
+  ProxyTracerProvider,
+  SpanStatusCode,
+  trace,
+  ValueType,
+  type Attributes,
+  type Context,
+  type Counter,
+  type Histogram,
+  type MeterProvider,
+  type ObservableResult,
+  type Span,
+  type Tracer,
+  type TracerProvider,
+  type UpDownCounter,
+} from '@opentelemetry/api';
+import { SessionExpiredError } from '../errors.js';
+import { ATTR, LOST_EVENT, METRIC, SCOPE, SPAN, type AcquireResult, type Kind, type LossReason } from './names.js';
+
+/**
+ * Where the client's metrics and spans go, and whether lock and election names may appear in them.
+ * Part of {@link ClientOptions}.
+ */
+export interface TelemetryOptions {
+  /**
+   * The OpenTelemetry MeterProvider to record metrics into. Default: the global one
+   * (`metrics.getMeterProvider()` of `@opentelemetry/api`) as it is when the Client is created, a
+   * no-op until an SDK registers one: register it before creating the Client.
+   */
+  meterProvider?: MeterProvider;
+  /**
+   * The OpenTelemetry TracerProvider for spans. Default: the global one (an SDK registered later is
+   * picked up too).
+   */
+  tracerProvider?: TracerProvider;
+  /**
+   * Whether lock and election names go into metric and span attributes (`etcd_concurrency.name`).
+   * Default false: names like `locks/card-8801` are unbounded, and every distinct name would be a
+   * new time series. `true` records the name as is; a function maps a name to a bounded label (for
+   * example `(n) => n.split('/')[0]`) or to undefined to leave it out.
+   */
+  nameAttribute?: boolean | ((name: string) => string | undefined);
+}
+
+/** Told when a holding ends: released or revoked (no reason), or lost (why). */
+export interface HoldObserver {
+  ended(loss: LossReason | undefined): void;
+}
+
+/** What a session shows the time-left gauge. */
+export interface TrackedSession {
+  remainingMs(): number;
+}
+
+// Bucket boundaries in seconds. The SDK's defaults are made for milliseconds.
+const WAIT_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600];
+const RPC_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];
+
+const NOOP_HISTOGRAM = createNoopMeter().createHistogram('noop');
+/** The delegate of a ProxyTracerProvider that nobody has set: the no-op provider. */
+const NOOP_TRACER_PROVIDER = new ProxyTracerProvider().getDelegate();
+
+const EMPTY: Attributes = Object.freeze({});
+
+/** gRPC status codes we name ourselves (the rest come from the failure). */
+const GRPC = { ok: 0, cancelled: 1, unknown: 2, deadlineExceeded: 4, unavailable: 14 } as const;
+
+export class Telemetry {
+  /** True when the meter records (an SDK is behind it): every metric call checks this first. */
+  readonly metricsOn: boolean;
+  /** @internal */ readonly tracer: Tracer;
+  private readonly proxy: ProxyTracerProvider | undefined;
+  private readonly nameOf: ((name: string) => string | undefined) | undefined;
+
+  readonly acquireDuration: Histogram;
+  readonly holdDuration: Histogram;
+  readonly held: UpDownCounter;
+  readonly waiting: UpDownCounter;
+  readonly losses: Counter;
+  readonly leader: UpDownCounter;
+  readonly transitions: Counter;
+  readonly keepaliveDuration: Histogram;
+  readonly sessionLosses: Counter;
+  readonly rpcDuration: Histogram;
+  readonly watchResumes: Counter;
+  readonly failovers: Counter;
+
+  private readonly sessions = new Set<TrackedSession>();
+  /** Attribute sets without a name, made once: {kind}, and {kind, result} per result. */
+  private readonly kindAttrs = new Map<Kind, Attributes>();
+  private readonly resultAttrs = new Map<string, Attributes>();
+  private readonly rpcAttrs = new Map<string, Attributes>();
+
+  constructor(options: TelemetryOptions = {}) {
+    const meter = (options.meterProvider ?? metrics.getMeterProvider()).getMeter(SCOPE);
+    const tracerProvider = options.tracerProvider ?? trace.getTracerProvider();
+    this.proxy = tracerProvider instanceof ProxyTracerProvider ? tracerProvider : undefined;
+    this.tracer = tracerProvider.getTracer(SCOPE);
+    const n = options.nameAttribute;
+    this.nameOf = n === true ? (name) => name : typeof n === 'function' ? n : undefined;
+
+    const seconds = (description: string, buckets: number[]) => ({ description, unit: 's', advice: { explicitBucketBoundaries: buckets } });
+    this.acquireDuration = meter.createHistogram(
+      METRIC.acquireDuration,
+      seconds('Time from an acquire call (lock, permit, read or write lock, campaign) to holding or giving up', WAIT_BUCKETS),
+    );
+    this.holdDuration = meter.createHistogram(METRIC.holdDuration, seconds('Time from holding to releasing or losing', WAIT_BUCKETS));
+    this.held = meter.createUpDownCounter(METRIC.held, { description: 'Locks, permits and leaderships held now', unit: '{holder}', valueType: ValueType.INT });
+    this.waiting = meter.createUpDownCounter(METRIC.waiting, {
+      description: 'Acquire calls queued behind others now',
+      unit: '{waiter}',
+      valueType: ValueType.INT,
+    });
+    this.losses = meter.createCounter(METRIC.losses, {
+      description: 'Holdings lost (not released), by reason',
+      unit: '{loss}',
+      valueType: ValueType.INT,
+    });
+    this.leader = meter.createUpDownCounter(METRIC.electionLeader, {
+      description: '1 while this process leads the election (per name when names are allowed; else the number of elections it leads)',
+      unit: '{leader}',
+      valueType: ValueType.INT,
+    });
+    this.transitions = meter.createCounter(METRIC.electionTransitions, {
+      description: "Changes of this process's leadership: became leader (leading=true) or stopped leading (leading=false)",
+      unit: '{transition}',
+      valueType: ValueType.INT,
+    });
+    this.keepaliveDuration = meter.createHistogram(
+      METRIC.keepaliveDuration,
+      seconds('Round trip of a lease renewal on the shared keepalive stream, from send to answer', RPC_BUCKETS),
+    );
+    this.sessionLosses = meter.createCounter(METRIC.sessionLosses, {
+      description: 'Sessions lost: not renewed before their deadline, or their lease gone on the server',
+      unit: '{session}',
+      valueType: ValueType.INT,
+    });
+    this.rpcDuration = meter.createHistogram(METRIC.rpcDuration, seconds('Duration of a unary gRPC call to etcd, retries on other endpoints included', RPC_BUCKETS));
+    this.watchResumes = meter.createCounter(METRIC.watchResumes, {
+      description: 'Times the shared watch stream broke while carrying watches, which were resumed on a new stream',
+      unit: '{resume}',
+      valueType: ValueType.INT,
+    });
+    this.failovers = meter.createCounter(METRIC.failovers, {
+      description: 'Moves of the client to the next endpoint after a failure',
+      unit: '{failover}',
+      valueType: ValueType.INT,
+    });
+    this.metricsOn = this.acquireDuration !== NOOP_HISTOGRAM;
+    if (this.metricsOn) {
+      meter
+        .createObservableGauge(METRIC.sessionTimeLeft, {
+          description: "Least time left, over this client's live sessions, until a session declares itself lost (its proven lease deadline less the safety margin)",
+          unit: 's',
+        })
+        .addCallback((result: ObservableResult) => {
+          // One series, not one per lease: a cumulative exporter keeps every series it ever saw, and
+          // a process that makes sessions as it goes would grow without bound. The session closest
+          // to its deadline is the one to alert on. Nothing is observed while no session lives.
+          if (this.sessions.size === 0) return;
+          let least = Infinity;
+          for (const s of this.sessions) least = Math.min(least, s.remainingMs());
+          result.observe(least / 1000);
+        });
+    }
+  }
+
+  /** True when spans may record: an explicit provider, or the global one once an SDK set its delegate. */
+  tracing(): boolean {
+    return this.proxy === undefined || this.proxy.getDelegate() !== NOOP_TRACER_PROVIDER;
+  }
+
+  /** The recorder of one acquire call, or undefined when neither metrics nor spans record. */
+  startAcquire(kind: Kind, name: string): AcquireProbe | undefined {
+    const tracing = this.tracing();
+    if (!this.metricsOn && !tracing) return undefined;
+    return new AcquireProbe(this, kind, this.attrs(kind, name), tracing);
+  }
+
+  /** {kind} and, when allowed, {name}. */
+  attrs(kind: Kind, name: string): Attributes {
+    const label = this.nameOf?.(name);
+    if (label !== undefined) return { [ATTR.kind]: kind, [ATTR.name]: label };
+    let a = this.kindAttrs.get(kind);
+    if (!a) this.kindAttrs.set(kind, (a = Object.freeze({ [ATTR.kind]: kind })));
+    return a;
+  }
+
+  /** `base` plus one more attribute; cached when `base` is a name-less {kind} set. */
+  with(base: Attributes, key: string, value: string | boolean): Attributes {
+    if (base[ATTR.name] !== undefined) return { ...base, [key]: value };
+    const id = `${String(base[ATTR.kind])}|${key}|${String(value)}`;
+    let a = this.resultAttrs.get(id);
+    if (!a) this.resultAttrs.set(id, (a = Object.freeze({ ...base, [key]: value })));
+    return a;
+  }
+
+  /** A session to show on the time-left gauge while it lives. */
+  trackSession(s: TrackedSession): void {
+    if (this.metricsOn) this.sessions.add(s);
+  }
+
+  /** The session ended: off the gauge, and counted when it was lost (not closed). */
+  sessionEnded(s: TrackedSession, reason: string): void {
+    if (!this.metricsOn) return;
+    this.sessions.delete(s);
+    if (reason === 'deadline' || reason === 'lease-gone') {
+      this.sessionLosses.add(1, { [ATTR.sessionEndReason]: reason === 'deadline' ? 'deadline' : 'lease_gone' });
+    }
+  }
+
+  /** A unary call to `path` (`/etcdserverpb.KV/Range`) that started at monotonic `startedAt` ended, failing with `err` if given. */
+  rpc(path: string, startedAt: number, err?: unknown): void {
+    const code = err === undefined ? GRPC.ok : grpcCode(err);
+    const id = `${path}|${code}`;
+    let a = this.rpcAttrs.get(id);
+    if (!a) {
+      const slash = path.lastIndexOf('/');
+      a = Object.freeze({
+        [ATTR.rpcSystem]: 'grpc',
+        [ATTR.rpcService]: path.slice(path.startsWith('/') ? 1 : 0, slash),
+        [ATTR.rpcMethod]: path.slice(slash + 1),
+        [ATTR.rpcGrpcStatusCode]: code,
+      });
+      this.rpcAttrs.set(id, a);
+    }
+    this.rpcDuration.record((performance.now() - startedAt) / 1000, a);
+  }
+}
+
+/** The gRPC status code of a failed call: the failure's own, else what our error type stands for. */
+function grpcCode(err: unknown): number {
+  const code = (err as { code?: unknown } | undefined)?.code;
+  if (typeof code === 'number') return code;
+  const name = (err as { name?: unknown } | undefined)?.name;
+  if (name === 'AbortError' || name === 'TimeoutError' || name === 'ClientClosedError') return GRPC.cancelled;
+  if (name === 'DeadlineExceededError') return GRPC.deadlineExceeded;
+  if (name === 'UnavailableError') return GRPC.unavailable;
+  return GRPC.unknown;
+}
+
+/** How an acquire that threw ended. */
+function resultOf(err: unknown, signal: AbortSignal | undefined, sessionSignal: AbortSignal): AcquireResult {
+  if (signal?.aborted && err === signal.reason) {
+    return (err as { name?: unknown } | undefined)?.name === 'TimeoutError' ? 'timed_out' : 'aborted';
+  }
+  if (err instanceof SessionExpiredError || sessionSignal.aborted) return 'session_lost';
+  return 'error';
+}
+
+/**
+ * Records one acquire call: its duration and result, the waiting gauge while queued, and the
+ * `<kind>.acquire` span; once held, hands over to a HoldRecord. Made only when something records.
+ */
+export class AcquireProbe {
+  private readonly t0 = performance.now();
+  private readonly span: Span | undefined;
+  /** The caller's context: the hold span is its sibling. */
+  private readonly ctx: Context | undefined;
+  private queued = false;
+
+  constructor(
+    private readonly tel: Telemetry,
+    private readonly kind: Kind,
+    private readonly attrs: Attributes,
+    tracing: boolean,
+  ) {
+    if (tracing) {
+      const span = tel.tracer.startSpan(SPAN[kind].acquire, { attributes: attrs });
+      if (span.isRecording()) {
+        this.span = span;
+        this.ctx = context.active();
+      }
+    }
+  }
+
+  /** The ticket is taken; `first` when the enqueue proved it our turn at once (nobody to wait for). */
+  enqueued(first: boolean): void {
+    this.span?.setAttribute(ATTR.queued, !first);
+    if (first) return;
+    this.queued = true;
+    if (this.tel.metricsOn) this.tel.waiting.add(1, this.attrs);
+  }
+
+  /** Held, with fencing token `token`: returns what records the holding until it ends. */
+  held(token: bigint): HoldObserver {
+    const waited = this.finish('acquired');
+    const tel = this.tel;
+    if (tel.metricsOn) {
+      tel.held.add(1, this.attrs);
+      if (this.kind === 'campaign') {
+        const a = leaderAttrs(this.attrs);
+        tel.leader.add(1, a);
+        tel.transitions.add(1, { ...a, [ATTR.leading]: true });
+      }
+    }
+    let holdSpan: Span | undefined;
+    if (this.span) {
+      this.span.setAttribute(ATTR.fencingToken, Number(token));
+      this.span.setAttribute(ATTR.waitDuration, waited);
+      this.span.end();
+      holdSpan = tel.tracer.startSpan(SPAN[this.kind].hold, { attributes: { ...this.attrs, [ATTR.fencingToken]: Number(token) } }, this.ctx);
+    }
+    return new HoldRecord(tel, this.kind, this.attrs, holdSpan);
+  }
+
+  /** tryLock()/tryAcquire() found it taken. */
+  busy(): void {
+    const waited = this.finish('busy');
+    if (this.span) {
+      this.span.setAttribute(ATTR.waitDuration, waited);
+      this.span.end();
+    }
+  }
+
+  /** The acquire threw `err`. */
+  failed(err: unknown, signal: AbortSignal | undefined, sessionSignal: AbortSignal): void {
+    const result = resultOf(err, signal, sessionSignal);
+    const waited = this.finish(result);
+    const span = this.span;
+    if (!span) return;
+    span.setAttribute(ATTR.waitDuration, waited);
+    if (result === 'error' || result === 'session_lost') {
+      if (err instanceof Error) span.recordException(err);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof Error ? err.message : String(err) });
+    }
+    span.end();
+  }
+
+  /** Records the duration with `result` (and leaves the waiting gauge); returns the seconds waited. */
+  private finish(result: AcquireResult): number {
+    const waited = (performance.now() - this.t0) / 1000;
+    const tel = this.tel;
+    if (tel.metricsOn) {
+      if (this.queued) tel.waiting.add(-1, this.attrs);
+      tel.acquireDuration.record(waited, tel.with(this.attrs, ATTR.result, result));
+    }
+    this.queued = false;
+    this.span?.setAttribute(ATTR.result, result);
+    return waited;
+  }
+}
+
+/** The election attributes: the name when allowed, no kind (the instrument says it). */
+function leaderAttrs(attrs: Attributes): Attributes {
+  const name = attrs[ATTR.name];
+  return name === undefined ? EMPTY : { [ATTR.name]: name };
+}
+
+/** Records one holding: the held gauge, its duration, a loss, and the hold span with a loss event. */
+class HoldRecord implements HoldObserver {
+  private readonly t0 = performance.now();
+  constructor(
+    private readonly tel: Telemetry,
+    private readonly kind: Kind,
+    private readonly attrs: Attributes,
+    private readonly span: Span | undefined,
+  ) {}
+
+  ended(loss: LossReason | undefined): void {
+    const tel = this.tel;
+    if (tel.metricsOn) {
+      tel.held.add(-1, this.attrs);
+      tel.holdDuration.record((performance.now() - this.t0) / 1000, this.attrs);
+      if (loss !== undefined) tel.losses.add(1, tel.with(this.attrs, ATTR.lossReason, loss));
+      if (this.kind === 'campaign') {
+        const a = leaderAttrs(this.attrs);
+        tel.leader.add(-1, a);
+        tel.transitions.add(1, { ...a, [ATTR.leading]: false });
+      }
+    }
+    const span = this.span;
+    if (!span) return;
+    if (loss !== undefined) {
+      span.addEvent(LOST_EVENT, { [ATTR.lossReason]: loss });
+      span.setAttribute(ATTR.lossReason, loss);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: `lost: ${loss}` });
+    }
+    span.end();
+  }
+}

@@ -1,0 +1,441 @@
+// OpenTelemetry metrics and spans with the real SDK (@opentelemetry/sdk-metrics with a reader we
+// collect from, @opentelemetry/sdk-trace-base with an in-memory exporter) on real etcd: values after
+// a lock, a wait behind a holder, losses (an operator's delete, a revoked lease, a closed session,
+// a session's deadline), a failover across a 3-member cluster and an election with a transition.
+// Without an SDK nothing is recorded, and names appear in attributes only when allowed.
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { metrics, trace, type Attributes } from '@opentelemetry/api';
+import { MeterProvider, MetricReader, DataPointType, type DataPoint, type Histogram, type MetricData } from '@opentelemetry/sdk-metrics';
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import { Client, Election, Mutex, RWMutex, Semaphore, Session, type ClientOptions } from '../src/index.js';
+import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
+import { ATTR, METRIC } from '../src/metrics/names.js';
+import { aborted, assertNoKeys, assertNoLeases, closeAll, etcdForFile, settledOrHang, track, waitFor } from './helpers.js';
+
+const ROOT = 'test/metrics/';
+let etcd: EtcdCluster;
+let client: Client;
+const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
+
+/** A MetricReader we collect from on demand. */
+class CollectingReader extends MetricReader {
+  protected override async onShutdown(): Promise<void> {}
+  protected override async onForceFlush(): Promise<void> {}
+}
+
+/** The real SDK for one test: a MeterProvider and a TracerProvider, and a Client recording into them. */
+class Sdk implements AsyncDisposable {
+  readonly reader = new CollectingReader();
+  readonly meterProvider = new MeterProvider({ readers: [this.reader] });
+  readonly spans = new InMemorySpanExporter();
+  readonly tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(this.spans)] });
+  readonly client: Client;
+
+  constructor(options: ClientOptions = {}) {
+    this.client = new Client({ endpoints: etcd.endpoints, meterProvider: this.meterProvider, tracerProvider: this.tracerProvider, ...options });
+  }
+
+  async metrics(): Promise<Map<string, MetricData>> {
+    const { resourceMetrics, errors } = await this.reader.collect();
+    assert.deepEqual(errors, []);
+    return new Map(resourceMetrics.scopeMetrics.flatMap((s) => s.metrics).map((m) => [m.descriptor.name, m]));
+  }
+
+  /** The data points of `name` whose attributes include every pair of `attrs`. */
+  async points(name: string, attrs: Attributes = {}): Promise<DataPoint<unknown>[]> {
+    const m = (await this.metrics()).get(name);
+    if (!m) return [];
+    return (m.dataPoints as DataPoint<unknown>[]).filter((p) => Object.entries(attrs).every(([k, v]) => p.attributes[k] === v));
+  }
+
+  /** A sum or gauge's value over the matching points (0 if none); a histogram's count. */
+  async value(name: string, attrs: Attributes = {}): Promise<number> {
+    const m = (await this.metrics()).get(name);
+    if (!m) return 0;
+    let total = 0;
+    for (const p of await this.points(name, attrs)) {
+      total += m.dataPointType === DataPointType.HISTOGRAM ? (p.value as Histogram).count : (p.value as number);
+    }
+    return total;
+  }
+
+  /** Resolves once `name` matching `attrs` reads `want` (polling collect(): metrics announce nothing). */
+  async until(name: string, attrs: Attributes, want: number): Promise<void> {
+    await waitFor(async () => (await this.value(name, attrs)) === want, `${name} ${JSON.stringify(attrs)} = ${want}`);
+  }
+
+  finished(name: string): ReadableSpan[] {
+    return this.spans.getFinishedSpans().filter((s) => s.name === name);
+  }
+
+  /** Every attribute set recorded anywhere: data points, spans and span events. */
+  async allAttributes(): Promise<Attributes[]> {
+    const out: Attributes[] = [];
+    for (const m of (await this.metrics()).values()) for (const p of m.dataPoints) out.push(p.attributes);
+    for (const s of this.spans.getFinishedSpans()) {
+      out.push(s.attributes);
+      for (const e of s.events) out.push(e.attributes ?? {});
+    }
+    return out;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.client.close();
+    await this.meterProvider.shutdown();
+    await this.tracerProvider.shutdown();
+  }
+}
+
+const LOCK = { [ATTR.kind]: 'lock' };
+
+describe('metrics and spans with the real SDK', () => {
+  it('a lock: acquire duration (acquired), held while held, hold duration after unlock, lock.acquire and lock.hold spans; no names by default', async () => {
+    const p = fresh('lock');
+    await using sdk = new Sdk();
+    const s = await Session.create(sdk.client);
+    try {
+      const h = await new Mutex(s, `${p}lock`).lock();
+      assert.equal(await sdk.value(METRIC.acquireDuration, { ...LOCK, [ATTR.result]: 'acquired' }), 1);
+      assert.equal(await sdk.value(METRIC.held, LOCK), 1);
+      assert.equal(await sdk.value(METRIC.waiting, LOCK), 0, 'an uncontended lock never queues');
+      const [acq] = sdk.finished('lock.acquire');
+      assert.ok(acq, 'lock.acquire span ended');
+      assert.equal(acq.attributes[ATTR.fencingToken], Number(h.fencingToken));
+      assert.equal(acq.attributes[ATTR.result], 'acquired');
+      assert.equal(acq.attributes[ATTR.queued], false);
+      assert.equal(typeof acq.attributes[ATTR.waitDuration], 'number');
+      assert.equal(sdk.finished('lock.hold').length, 0, 'the hold span lasts while held');
+      await h.unlock();
+      assert.equal(await sdk.value(METRIC.held, LOCK), 0);
+      assert.equal(await sdk.value(METRIC.holdDuration, LOCK), 1);
+      assert.equal(await sdk.value(METRIC.losses), 0, 'a release is no loss');
+      const [hold] = sdk.finished('lock.hold');
+      assert.ok(hold, 'lock.hold ended at unlock');
+      assert.equal(hold.events.length, 0);
+      assert.equal(hold.parentSpanContext?.spanId, acq.parentSpanContext?.spanId, 'the hold span is a sibling of the acquire span');
+      // The calls behind it: a lease grant and two Txns (enqueue, release), all OK.
+      assert.ok((await sdk.value(METRIC.rpcDuration, { [ATTR.rpcService]: 'etcdserverpb.KV', [ATTR.rpcMethod]: 'Txn', [ATTR.rpcGrpcStatusCode]: 0 })) >= 2);
+      assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcSystem]: 'grpc', [ATTR.rpcMethod]: 'LeaseGrant' }), 1);
+      const left = await sdk.points(METRIC.sessionTimeLeft);
+      assert.equal(left.length, 1, 'one time-left series');
+      assert.deepEqual(left[0]!.attributes, {});
+      assert.ok((left[0]!.value as number) > 0 && (left[0]!.value as number) <= 30);
+      for (const a of await sdk.allAttributes()) assert.equal(a[ATTR.name], undefined, `no name without opting in: ${JSON.stringify(a)}`);
+    } finally {
+      await closeAll([s]);
+    }
+    assert.equal(await sdk.value(METRIC.sessionLosses), 0, 'closing a session is no loss');
+  });
+
+  it('names go into attributes when allowed: as is with true, mapped (or left out) by a function', async () => {
+    const p = fresh('names');
+    const name = `${p}card-8801`;
+    {
+      await using sdk = new Sdk({ nameAttribute: true });
+      const s = await Session.create(sdk.client);
+      try {
+        await (await new Mutex(s, name).lock()).unlock();
+        assert.equal(await sdk.value(METRIC.acquireDuration, { ...LOCK, [ATTR.name]: name }), 1);
+        assert.equal(sdk.finished('lock.acquire')[0]?.attributes[ATTR.name], name);
+      } finally {
+        await closeAll([s]);
+      }
+    }
+    {
+      await using sdk = new Sdk({ nameAttribute: (n) => (n.endsWith('card-8801') ? 'cards' : undefined) });
+      const s = await Session.create(sdk.client);
+      try {
+        await (await new Mutex(s, name).lock()).unlock();
+        await (await new Mutex(s, `${p}other`).lock()).unlock();
+        assert.equal(await sdk.value(METRIC.acquireDuration, { [ATTR.name]: 'cards' }), 1);
+        assert.equal(await sdk.value(METRIC.acquireDuration, LOCK), 2);
+        const labels = (await sdk.allAttributes()).map((a) => a[ATTR.name]).filter((v) => v !== undefined);
+        assert.ok(labels.length > 0 && labels.every((v) => v === 'cards'), `only the mapped label: ${labels.join(', ')}`);
+      } finally {
+        await closeAll([s]);
+      }
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('a wait behind a holder: waiting is 1 while queued and 0 after; timed_out, aborted and busy results', async () => {
+    const p = fresh('wait');
+    await using sdk = new Sdk();
+    const [a, b] = await Promise.all([Session.create(sdk.client), Session.create(sdk.client)]);
+    try {
+      const m = (s: Session) => new Mutex(s, `${p}lock`);
+      const holder = await m(a!).lock();
+      // tryLock finds it taken.
+      assert.equal(await m(b!).tryLock(), null);
+      assert.equal(await sdk.value(METRIC.acquireDuration, { [ATTR.result]: 'busy' }), 1);
+      // An abort while queued.
+      const ac = new AbortController();
+      const aborting = track(m(b!).lock({ signal: ac.signal }));
+      await sdk.until(METRIC.waiting, LOCK, 1);
+      ac.abort();
+      await assert.rejects(aborting.promise);
+      assert.equal(await sdk.value(METRIC.acquireDuration, { [ATTR.result]: 'aborted' }), 1);
+      assert.equal(await sdk.value(METRIC.waiting, LOCK), 0);
+      // A timeout while queued: the timeout is only the way to end the wait, its length is not asserted.
+      await assert.rejects(m(b!).lock({ signal: AbortSignal.timeout(300) }), { name: 'TimeoutError' });
+      assert.equal(await sdk.value(METRIC.acquireDuration, { [ATTR.result]: 'timed_out' }), 1);
+      // A real wait, then the hand-over.
+      const waiter = track(m(b!).lock());
+      await sdk.until(METRIC.waiting, LOCK, 1);
+      assert.equal(await sdk.value(METRIC.held, LOCK), 1);
+      await holder.unlock();
+      const h = await settledOrHang(waiter, 'the waiter gets the lock');
+      assert.equal(await sdk.value(METRIC.waiting, LOCK), 0);
+      assert.equal(await sdk.value(METRIC.acquireDuration, { ...LOCK, [ATTR.result]: 'acquired' }), 2);
+      const queued = sdk.finished('lock.acquire').filter((s) => s.attributes[ATTR.result] === 'acquired' && s.attributes[ATTR.queued] === true);
+      assert.equal(queued.length, 1, 'the waiter span says it queued');
+      assert.equal(queued[0]!.attributes[ATTR.fencingToken], Number(h.fencingToken));
+      assert.ok((queued[0]!.attributes[ATTR.waitDuration] as number) > 0);
+      assert.equal(sdk.finished('lock.acquire').filter((s) => s.attributes[ATTR.result] === 'timed_out').length, 1);
+      await h.unlock();
+    } finally {
+      await closeAll([a, b]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('a permit, a read lock and a write lock are their own kinds', async () => {
+    const p = fresh('kinds');
+    await using sdk = new Sdk();
+    const s = await Session.create(sdk.client);
+    try {
+      const permit = await new Semaphore(s, `${p}sem`, { permits: 2 }).acquire();
+      const rw = new RWMutex(s, `${p}rw`);
+      const read = await rw.rLock();
+      await read.unlock();
+      const write = await rw.lock();
+      assert.equal(await sdk.value(METRIC.held, { [ATTR.kind]: 'permit' }), 1);
+      assert.equal(await sdk.value(METRIC.held, { [ATTR.kind]: 'write' }), 1);
+      assert.equal(await sdk.value(METRIC.holdDuration, { [ATTR.kind]: 'read' }), 1);
+      await Promise.all([permit.release(), write.unlock()]);
+      for (const kind of ['permit', 'read', 'write']) {
+        assert.equal(await sdk.value(METRIC.acquireDuration, { [ATTR.kind]: kind, [ATTR.result]: 'acquired' }), 1, kind);
+        assert.equal(await sdk.value(METRIC.held, { [ATTR.kind]: kind }), 0, kind);
+      }
+      assert.deepEqual(
+        ['permit.acquire', 'rwlock.read.acquire', 'rwlock.write.acquire', 'permit.hold', 'rwlock.read.hold', 'rwlock.write.hold'].map((n) => sdk.finished(n).length),
+        [1, 1, 1, 1, 1, 1],
+      );
+    } finally {
+      await closeAll([s]);
+    }
+    await assertNoKeys(client, p);
+  });
+});
+
+describe('losses', () => {
+  it("an operator deletes the holder's key: losses{key_deleted}, held back to 0, a lost event on lock.hold", async () => {
+    const p = fresh('deleted');
+    await using sdk = new Sdk();
+    const s = await Session.create(sdk.client);
+    try {
+      const h = await new Mutex(s, `${p}lock`).lock();
+      const lost = aborted(h.signal); // watching the key from here on
+      assert.equal(await client.delete(h.key), 1n);
+      await lost;
+      assert.equal(await sdk.value(METRIC.losses, { ...LOCK, [ATTR.lossReason]: 'key_deleted' }), 1);
+      assert.equal(await sdk.value(METRIC.held, LOCK), 0);
+      assert.equal(await sdk.value(METRIC.holdDuration, LOCK), 1);
+      const [hold] = sdk.finished('lock.hold');
+      assert.ok(hold);
+      assert.deepEqual(
+        hold.events.map((e) => [e.name, e.attributes?.[ATTR.lossReason]]),
+        [['etcd_concurrency.lost', 'key_deleted']],
+      );
+      await h.unlock(); // already lost: nothing is deleted, nothing more recorded
+      assert.equal(await sdk.value(METRIC.losses), 1);
+    } finally {
+      await closeAll([s]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('the lease is revoked: the session is lost (lease_gone) and so is the lock (lease_expired), with nobody watching the signal', async () => {
+    const p = fresh('revoked');
+    await using sdk = new Sdk();
+    // A short TTL: the session learns of the revoke from its next renewal, every TTL/3.
+    const s = await Session.create(sdk.client, { ttl: 3 });
+    try {
+      await new Mutex(s, `${p}lock`).lock();
+      await client.leaseRevoke(s.leaseId);
+      await aborted(s.signal);
+      assert.equal(await sdk.value(METRIC.sessionLosses, { [ATTR.sessionEndReason]: 'lease_gone' }), 1);
+      assert.ok((await sdk.value(METRIC.keepaliveDuration)) >= 1, 'the renewal that told it was timed');
+      assert.equal(await sdk.value(METRIC.losses, { ...LOCK, [ATTR.lossReason]: 'lease_expired' }), 1);
+      assert.equal(await sdk.value(METRIC.held, LOCK), 0);
+    } finally {
+      await closeAll([s]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('a session lost to its deadline (renewals stopped): sessions lost{deadline}, the lock lost{lease_expired}', async () => {
+    const p = fresh('deadline');
+    await using sdk = new Sdk();
+    const s = await Session.create(sdk.client, { ttl: 2 });
+    try {
+      await new Mutex(s, `${p}lock`).lock();
+      s.orphan();
+      await aborted(s.signal);
+      assert.equal(await sdk.value(METRIC.sessionLosses, { [ATTR.sessionEndReason]: 'deadline' }), 1);
+      assert.equal(await sdk.value(METRIC.losses, { [ATTR.lossReason]: 'lease_expired' }), 1);
+    } finally {
+      await client.leaseRevoke(s.leaseId);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('a session closed while holding: losses{session_closed}', async () => {
+    const p = fresh('closed');
+    await using sdk = new Sdk();
+    const s = await Session.create(sdk.client);
+    try {
+      await new Mutex(s, `${p}lock`).lock();
+      await s.close();
+      assert.equal(await sdk.value(METRIC.losses, { ...LOCK, [ATTR.lossReason]: 'session_closed' }), 1);
+      assert.equal(await sdk.value(METRIC.sessionLosses), 0);
+    } finally {
+      await closeAll([s]);
+    }
+    await assertNoKeys(client, p);
+  });
+});
+
+describe('elections', () => {
+  it('a campaign, a second candidate, a resign: leader gauge and transitions per name, election.campaign and election.lead spans', async () => {
+    const p = fresh('election');
+    const name = `${p}scheduler`;
+    await using sdk = new Sdk({ nameAttribute: true });
+    const [a, b] = await Promise.all([Session.create(sdk.client), Session.create(sdk.client)]);
+    try {
+      const named = { [ATTR.name]: name };
+      const first = await new Election(a!, name).campaign('a');
+      assert.equal(await sdk.value(METRIC.electionLeader, named), 1);
+      assert.equal(await sdk.value(METRIC.electionTransitions, { ...named, [ATTR.leading]: true }), 1);
+      const second = track(new Election(b!, name).campaign('b'));
+      await sdk.until(METRIC.waiting, { [ATTR.kind]: 'campaign' }, 1);
+      await first.resign();
+      const leader = await settledOrHang(second, 'the second candidate leads');
+      assert.equal(await sdk.value(METRIC.electionLeader, named), 1, 'still one leader in this process: the other session');
+      assert.equal(await sdk.value(METRIC.electionTransitions, { ...named, [ATTR.leading]: true }), 2);
+      assert.equal(await sdk.value(METRIC.electionTransitions, { ...named, [ATTR.leading]: false }), 1);
+      assert.equal(await sdk.value(METRIC.acquireDuration, { [ATTR.kind]: 'campaign', [ATTR.result]: 'acquired' }), 2);
+      await leader.resign();
+      assert.equal(await sdk.value(METRIC.electionLeader, named), 0, 'leads nothing now: 0, as client-go reports it');
+      const campaigns = sdk.finished('election.campaign');
+      assert.equal(campaigns.length, 2);
+      assert.ok(campaigns.every((c) => c.attributes[ATTR.name] === name));
+      assert.deepEqual(
+        campaigns.map((c) => c.attributes[ATTR.fencingToken]).sort(),
+        [Number(first.fencingToken), Number(leader.fencingToken)].sort(),
+      );
+      assert.equal(sdk.finished('election.lead').length, 2);
+    } finally {
+      await closeAll([a, b]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('without names the leader gauge is one series: how many elections this process leads', async () => {
+    const p = fresh('aggregate');
+    await using sdk = new Sdk();
+    const s = await Session.create(sdk.client);
+    try {
+      const x = await new Election(s, `${p}x`).campaign('v');
+      const y = await new Election(s, `${p}y`).campaign('v');
+      const points = await sdk.points(METRIC.electionLeader);
+      assert.equal(points.length, 1);
+      assert.deepEqual(points[0]!.attributes, {});
+      assert.equal(points[0]!.value, 2);
+      await Promise.all([x.resign(), y.resign()]);
+    } finally {
+      await closeAll([s]);
+    }
+  });
+});
+
+describe('without an SDK', () => {
+  it('nothing records: no probe, no span, and the hot path allocates nothing for telemetry', async () => {
+    const p = fresh('noop');
+    const c = new Client({ endpoints: etcd.endpoints });
+    const s = await Session.create(c);
+    try {
+      assert.equal(c.telemetry.metricsOn, false);
+      assert.equal(c.telemetry.tracing(), false);
+      assert.equal(c.telemetry.startAcquire('lock', `${p}lock`), undefined);
+      const h = await new Mutex(s, `${p}lock`).lock();
+      await h.unlock();
+    } finally {
+      await closeAll([s]);
+      await c.close();
+    }
+  });
+
+  it('the global providers are used once an SDK registers them (and a provider registered earlier than the Client)', async () => {
+    const p = fresh('global');
+    const sdk = new Sdk(); // its own client is unused here
+    assert.ok(metrics.setGlobalMeterProvider(sdk.meterProvider));
+    assert.ok(trace.setGlobalTracerProvider(sdk.tracerProvider));
+    try {
+      const c = new Client({ endpoints: etcd.endpoints });
+      const s = await Session.create(c);
+      try {
+        assert.equal(c.telemetry.metricsOn, true);
+        await (await new Mutex(s, `${p}lock`).lock()).unlock();
+        assert.equal(await sdk.value(METRIC.acquireDuration, { ...LOCK, [ATTR.result]: 'acquired' }), 1);
+        assert.equal(sdk.finished('lock.acquire').length, 1);
+      } finally {
+        await closeAll([s]);
+        await c.close();
+      }
+    } finally {
+      metrics.disable();
+      trace.disable();
+      await sdk[Symbol.asyncDispose]();
+    }
+  });
+});
+
+describe('failover across a 3-member cluster', () => {
+  it('killing the member in use: the next call fails over (counted), the watch stream resumes (counted), the lock stays held', { timeout: 120_000 }, async () => {
+    const cluster = await startEtcd({ members: 3 });
+    const reader = new CollectingReader();
+    const meterProvider = new MeterProvider({ readers: [reader] });
+    const c = new Client({ endpoints: cluster.endpoints, meterProvider, dialTimeoutMs: 1000 });
+    const value = async (name: string): Promise<number> => {
+      const { resourceMetrics } = await reader.collect();
+      const m = resourceMetrics.scopeMetrics.flatMap((x) => x.metrics).find((x) => x.descriptor.name === name);
+      return (m?.dataPoints ?? []).reduce((sum, dp) => sum + (dp.value as number), 0);
+    };
+    let s: Session | undefined;
+    try {
+      s = await Session.create(c);
+      const h = await new Mutex(s, 'test/metrics/failover/lock').lock();
+      const signal = h.signal; // the holder watches its key: a watch on the shared stream
+      await waitFor(() => c.watches.size > 0, 'the key watched');
+      const used = cluster.endpoints.indexOf(c.activeEndpoint);
+      assert.ok(used >= 0);
+      assert.equal(await value(METRIC.failovers), 0);
+      await cluster.kill(used);
+      await waitFor(async () => (await c.get('test/metrics/failover/probe'), c.activeEndpoint !== cluster.endpoints[used]), 'a call served by another member');
+      assert.ok((await value(METRIC.failovers)) >= 1, 'the failover was counted');
+      await waitFor(async () => (await value(METRIC.watchResumes)) >= 1, 'the watch stream resumed elsewhere');
+      assert.equal(signal.aborted, false, 'the lock is still held');
+      h.assertHeld();
+      await h.unlock();
+      await assertNoKeys(c, 'test/metrics/failover/');
+    } finally {
+      await s?.close();
+      await assertNoLeases(c).catch(() => {});
+      await c.close();
+      await meterProvider.shutdown();
+      await cluster.stop();
+    }
+  });
+});
