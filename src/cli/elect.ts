@@ -3,6 +3,7 @@ import { Election, observeLeader, Session, type Client, type LeaderEvent } from 
 import { COMMON, COMMON_HELP, connectTo, nameArg, parse, ttlArg } from './options.js';
 import { EXIT, print, printJson, token, UsageError, warn } from './output.js';
 import { firstAborted, Interrupts } from './signals.js';
+import { METRICS_HELP, startMetrics } from './metrics.js';
 
 export const ELECT_HELP = `Usage: etcd-concurrency elect <name> <proposal> [options]
        etcd-concurrency elect --listen <name> [options]
@@ -20,6 +21,7 @@ Options:
   --ttl <seconds>         lease TTL: how long leadership outlives a crashed leader (default 30, min 2)
   -l, --listen            observe instead of campaigning
   --json                  one JSON object per line instead
+${METRICS_HELP}
 
 ${COMMON_HELP}
 
@@ -36,6 +38,7 @@ export async function electCommand(args: string[]): Promise<number> {
     ttl: { type: 'string' },
     listen: { type: 'boolean', short: 'l' },
     json: { type: 'boolean' },
+    metrics: { type: 'string' },
   });
   if (values.help) {
     print(ELECT_HELP);
@@ -49,7 +52,12 @@ export async function electCommand(args: string[]): Promise<number> {
   if (values.listen && values.ttl !== undefined) throw new UsageError('--ttl only applies when campaigning, not with --listen');
   const ttl = ttlArg(values.ttl, 30);
 
-  const client = await connectTo(values);
+  const metrics = values.metrics === undefined ? undefined : await startMetrics(values.metrics);
+  // One election per process: a bounded attribute, so the series carry its name.
+  const client = await connectTo(values, metrics ? { meterProvider: metrics.meterProvider, nameAttribute: true } : {}).catch(async (err: unknown) => {
+    await metrics?.close();
+    throw err;
+  });
   const interrupts = new Interrupts();
   try {
     if (values.listen) return await listen(client, name, interrupts, json);
@@ -57,6 +65,7 @@ export async function electCommand(args: string[]): Promise<number> {
   } finally {
     interrupts.dispose();
     await client.close();
+    await metrics?.close();
   }
 }
 

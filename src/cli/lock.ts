@@ -20,6 +20,7 @@ import {
 import { COMMON, COMMON_HELP, connectTo, durationArg, nameArg, parse, splitAtDashes, ttlArg } from './options.js';
 import { CliError, EXIT, print, printJson, signalExitCode, token, UsageError, warn } from './output.js';
 import { firstAborted, Interrupts } from './signals.js';
+import { METRICS_HELP, startMetrics } from './metrics.js';
 
 export const LOCK_HELP = `Usage: etcd-concurrency lock <name> [options] [-- <command> [args...]]
        etcd-concurrency lock <name> [options] -c '<shell command line>'
@@ -57,6 +58,7 @@ Options:
   --kill-grace <dur>      with a command: time between SIGTERM and SIGKILL to its process group
                           when the lock is lost (default 10s)
   --json                  without a command: print {"key","rev","lease","ttl"} as one JSON line
+${METRICS_HELP}
 
 ${COMMON_HELP}
 
@@ -166,6 +168,7 @@ export async function lockCommand(args: string[]): Promise<number> {
     limit: { type: 'string' },
     read: { type: 'boolean' },
     write: { type: 'boolean' },
+    metrics: { type: 'string' },
   });
   if (values.help) {
     print(LOCK_HELP);
@@ -194,7 +197,12 @@ export async function lockCommand(args: string[]): Promise<number> {
   const label = values.label ?? `${hostname()}:${process.pid}`;
   const verbose = values.verbose ?? false;
 
-  const client = await connectTo(values);
+  const metrics = values.metrics === undefined ? undefined : await startMetrics(values.metrics);
+  // One name per process: a bounded attribute, so the series carry it.
+  const client = await connectTo(values, metrics ? { meterProvider: metrics.meterProvider, nameAttribute: true } : {}).catch(async (err: unknown) => {
+    await metrics?.close();
+    throw err;
+  });
   const interrupts = new Interrupts();
   // --timeout bounds everything up to holding the lock: connecting, granting the lease, waiting.
   const wait = timeoutMs === undefined || timeoutMs === 0 ? interrupts.signal : AbortSignal.any([interrupts.signal, AbortSignal.timeout(timeoutMs)]);
@@ -253,6 +261,7 @@ export async function lockCommand(args: string[]): Promise<number> {
   } finally {
     interrupts.dispose();
     await client.close();
+    await metrics?.close();
   }
 }
 

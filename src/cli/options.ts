@@ -2,7 +2,7 @@
 import { promises as dnsPromises, type SrvRecord } from 'node:dns';
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { Client, MAX_TTL, validateName, type ClientOptions } from '../index.js';
+import { Client, MAX_TTL, validateName, type ClientOptions, type TelemetryOptions } from '../index.js';
 import { CliError, EXIT, setDebug, UsageError, warn } from './output.js';
 
 /**
@@ -265,11 +265,12 @@ function discoveryDomain(values: ConnectionValues): string | undefined {
  * The Client the options and ETCDCTL_* variables describe. Never starts a server. With
  * --discovery-srv, use connectTo (the DNS lookup is asynchronous), unless `values.endpoints` is set.
  */
-export function connect(values: ConnectionValues): Client {
+export function connect(values: ConnectionValues, telemetry: TelemetryOptions = {}): Client {
   if (values.endpoints === undefined && discoveryDomain(values) !== undefined) {
     throw new UsageError('--discovery-srv is not supported by this command; pass --endpoints');
   }
   const options: ClientOptions = {
+    ...telemetry,
     endpoints: setting(values, 'endpoints') ?? '127.0.0.1:2379',
     dialTimeoutMs: durationArg(setting(values, 'dial-timeout') ?? '2s', settingName(values, 'dial-timeout')),
     callTimeoutMs: durationArg(setting(values, 'command-timeout') ?? '10s', settingName(values, 'command-timeout')),
@@ -373,14 +374,17 @@ function dnsError(err: Error): string {
   return (err as NodeJS.ErrnoException).code ?? err.message;
 }
 
-/** connect(), after finding the endpoints with --discovery-srv when asked (etcdctl: discovery wins over --endpoints, unless it finds none). */
-export async function connectTo(values: ConnectionValues): Promise<Client> {
+/**
+ * connect(), after finding the endpoints with --discovery-srv when asked (etcdctl: discovery wins
+ * over --endpoints, unless it finds none). `telemetry` goes into the ClientOptions (--metrics).
+ */
+export async function connectTo(values: ConnectionValues, telemetry: TelemetryOptions = {}): Promise<Client> {
   const domain = discoveryDomain(values);
-  if (domain === undefined) return connect(values);
+  if (domain === undefined) return connect(values, telemetry);
   const found = await discoverEndpoints(domain, setting(values, 'discovery-srv-name'), boolSetting(values, 'insecure-discovery', true));
   const fallback = setting(values, 'endpoints');
   if (found.length === 0 && fallback === undefined) throw new CliError(`--discovery-srv ${domain}: DNS lists no usable etcd endpoint`, EXIT.error);
-  return connect({ ...values, endpoints: found.length > 0 ? found.join(',') : fallback });
+  return connect({ ...values, endpoints: found.length > 0 ? found.join(',') : fallback }, telemetry);
 }
 
 function readPem(path: string, flag: string): Buffer {

@@ -1,0 +1,145 @@
+// `lock --metrics` and `elect --metrics`: the built CLI (run `npm run build` first) serves the
+// library's instruments in Prometheus text format; a real HTTP scrape while one process holds a
+// lock and another waits for it sees the held and waiting series. Every wait is on a child's output
+// line, its exit, or a scrape's content; never on a sleep.
+import { after, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import type { ChildProcess } from 'node:child_process';
+import { type Client } from '../src/index.js';
+import { type EtcdCluster } from '../src/testing/index.js';
+import { etcdForFile, spawnCli, waitFor } from './helpers.js';
+
+const ROOT = 'test/metrics-cli/';
+let etcd: EtcdCluster;
+let client: Client;
+const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: () => killAll() });
+
+/** A CLI child with its output collected; `line(re)` resolves with the first match on stdout or stderr. */
+interface Proc {
+  child: ChildProcess;
+  output(): string;
+  line(re: RegExp): Promise<RegExpMatchArray>;
+  exited: Promise<number>;
+}
+
+const running = new Set<Proc>();
+
+function cli(args: string[]): Proc {
+  const child = spawnCli([...args, '--endpoints', etcd.endpoints[0]!]);
+  let out = '';
+  const waiters: { re: RegExp; resolve: (m: RegExpMatchArray) => void }[] = [];
+  const check = (): void => {
+    for (const w of [...waiters]) {
+      const m = out.match(w.re);
+      if (m) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(m);
+      }
+    }
+  };
+  child.stdout!.setEncoding('utf8').on('data', (d: string) => ((out += d), check()));
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => ((out += d), check()));
+  const exited = once(child, 'close').then(([code, signal]) => (code ?? 128 + (signal === 'SIGINT' ? 2 : 15)) as number);
+  const proc: Proc = {
+    child,
+    output: () => out,
+    line(re) {
+      return new Promise((resolve, reject) => {
+        waiters.push({ re, resolve });
+        check();
+        void exited.then(() => {
+          if (waiters.some((w) => w.re === re)) reject(new Error(`exited before printing ${re}; output:\n${out}`));
+        });
+      });
+    },
+    exited,
+  };
+  running.add(proc);
+  void exited.then(() => running.delete(proc));
+  return proc;
+}
+
+async function killAll(): Promise<void> {
+  await Promise.all([...running].map(async (p) => (p.child.kill('SIGKILL'), p.exited)));
+}
+
+after(killAll);
+
+/** The metrics URL the child printed on stderr. */
+async function metricsUrl(p: Proc): Promise<string> {
+  return (await p.line(/metrics at (http:\/\/127\.0\.0\.1:\d+\/metrics)/))[1]!;
+}
+
+async function scrape(url: string): Promise<string> {
+  const r = await fetch(url);
+  assert.equal(r.status, 200);
+  assert.match(r.headers.get('content-type') ?? '', /text\/plain/);
+  return r.text();
+}
+
+/** The value of the series `metric{...}` whose labels include every pair, or undefined. */
+function sample(text: string, metric: string, labels: Record<string, string>): number | undefined {
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${metric}{`)) continue;
+    if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue;
+    return Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return undefined;
+}
+
+describe('--metrics', () => {
+  it('lock: a scrape while one process holds and another waits shows held 1 and waiting 1, by name', { timeout: 60_000 }, async () => {
+    const name = `${fresh('lock')}deploy`;
+    const labels = { etcd_concurrency_kind: 'lock', etcd_concurrency_name: name };
+    const holder = cli(['lock', '--metrics', '127.0.0.1:0', name]);
+    const holderUrl = await metricsUrl(holder);
+    await holder.line(/^key=\S+ rev=\d+$/m);
+    const waiter = cli(['lock', name, '--metrics', '127.0.0.1:0']);
+    const waiterUrl = await metricsUrl(waiter);
+    assert.notEqual(holderUrl, waiterUrl);
+
+    const held = await scrape(holderUrl);
+    assert.equal(sample(held, 'etcd_concurrency_held', labels), 1, held);
+    assert.match(held, /# TYPE etcd_concurrency_acquire_duration histogram/);
+    assert.equal(sample(held, 'etcd_concurrency_acquire_duration_count', { ...labels, etcd_concurrency_result: 'acquired' }), 1, held);
+    assert.ok((sample(held, 'rpc_client_call_duration_count', { rpc_method: 'Txn', rpc_grpc_status_code: '0' }) ?? 0) >= 1, held);
+    // The waiter counts itself once its key is queued.
+    const waiting = await waitFor(async () => {
+      const text = await scrape(waiterUrl);
+      return sample(text, 'etcd_concurrency_waiting', labels) === 1 ? text : undefined;
+    }, 'the waiter reports waiting 1');
+    assert.match(waiting, /# TYPE etcd_concurrency_waiting gauge/);
+    assert.equal(sample(waiting, 'etcd_concurrency_held', labels) ?? 0, 0);
+
+    // The holder lets go: the waiter holds, and its scrape says so.
+    holder.child.kill('SIGINT');
+    assert.equal(await holder.exited, 0, holder.output());
+    await waiter.line(/^key=\S+ rev=\d+$/m);
+    const after = await scrape(waiterUrl);
+    assert.equal(sample(after, 'etcd_concurrency_held', labels), 1, after);
+    assert.equal(sample(after, 'etcd_concurrency_waiting', labels), 0, after);
+    waiter.child.kill('SIGINT');
+    assert.equal(await waiter.exited, 0, waiter.output());
+    assert.equal((await client.getPrefix(`${name}/`)).kvs.length, 0);
+  });
+
+  it('elect: the leader reports election_leader 1 for its election', { timeout: 60_000 }, async () => {
+    const name = `${fresh('elect')}scheduler`;
+    const leader = cli(['elect', '--metrics', '127.0.0.1:0', name, 'one']);
+    const url = await metricsUrl(leader);
+    await leader.line(/^leader key=/m);
+    const text = await scrape(url);
+    assert.equal(sample(text, 'etcd_concurrency_election_leader', { etcd_concurrency_name: name }), 1, text);
+    assert.equal(sample(text, 'etcd_concurrency_election_transitions_total', { etcd_concurrency_name: name, etcd_concurrency_leading: 'true' }), 1, text);
+    assert.equal((await fetch(url.replace(/\/metrics$/, '/other'))).status, 404);
+    leader.child.kill('SIGINT');
+    assert.equal(await leader.exited, 0, leader.output());
+  });
+
+  it('a bad address is a usage error before anything connects', async () => {
+    const p = cli(['lock', 'x', '--metrics', 'localhost:notaport']);
+    assert.equal(await p.exited, 2, p.output());
+    assert.match(p.output(), /--metrics must be host:port or a port/);
+  });
+});
