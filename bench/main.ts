@@ -3,7 +3,7 @@
 // goals.
 //
 //   node --import tsx bench/main.ts [--quick] [--members 1|3] [--contenders 8] [--etcd 3.4,3.7]
-//        [--only floor,uncontended,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions]
+//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions]
 //        [--json out.json]
 //        [--markdown out.md] [--charts docs] [--require-go]
 //
@@ -31,8 +31,9 @@ import { runScale, runSemaphoreScale } from './scale.js';
 import { runSemaphore } from './semaphore.js';
 import { runSessions } from './sessions.js';
 import { runUncontended } from './uncontended.js';
+import { runTelemetry } from './telemetry.js';
 
-const PHASES = ['floor', 'uncontended', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions'] as const;
+const PHASES = ['floor', 'uncontended', 'telemetry', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions'] as const;
 type Phase = (typeof PHASES)[number];
 
 /** semaphore-scale: waiters queued on a semaphore of 4 permits (--quick: tiny sizes, sanity only). */
@@ -159,6 +160,8 @@ async function main(): Promise<number> {
     };
     if (opts.only.has('floor')) await each('floor', async (ctx, r) => void (r.floor = await runFloor(ctx)));
     if (opts.only.has('uncontended')) await each('uncontended', async (ctx, r) => void (r.uncontended = await runUncontended(ctx)));
+    // The cost of metrics and spans (logged, and kept in the JSON as `telemetry`).
+    if (opts.only.has('telemetry')) await each('telemetry', async (ctx, r) => void Object.assign(r, { telemetry: await runTelemetry(ctx) }));
     if (opts.only.has('contended')) {
       const impls: LockImpl[] = go ? ['ours', 'go', 'reference', 'etcd3'] : ['ours', 'reference', 'etcd3'];
       await phase('contended', runs, async () => {
