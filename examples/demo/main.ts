@@ -7,12 +7,15 @@
 //      its late write is rejected by the ledger's fencing check anyway.
 //   4. SIGKILL etcd's Raft leader while the lock is held and waited for: work goes on.
 //
-// Usage: node --import tsx examples/demo/main.ts [--fast] [--quiet]
+// Usage: node --import tsx examples/demo/main.ts [--fast] [--quiet] [--web]
+// --web: the web inspector (`etcd-concurrency inspect --web`) runs beside the story on the whole
+// keyspace; the demo prints its URL and waits (20 s at most) for a browser to open it.
 // Exits 0 when every invariant held, 1 otherwise, 2 on a bad command line, 130 on Ctrl-C.
 // DEMO_DEBUG=1 also prints every worker event on stderr.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, observeLeader, type Watch } from '../../src/index.js';
 import { startEtcd, type EtcdCluster } from '../../src/testing/index.js';
+import { Inspector } from '../../src/cli/web/server.js';
 import { FencedLedger } from './ledger.js';
 import { Narrator, ms, money, short } from './narrate.js';
 import { Conditions, WorkerProc } from './procs.js';
@@ -113,6 +116,7 @@ class Demo {
   readonly observed: { who: string; term: bigint; at: number }[] = [];
   cluster?: EtcdCluster;
   client?: Client;
+  inspector?: { server: Inspector; client: Client };
   private readonly stopWatching = new AbortController();
   private readonly background: Promise<void>[] = [];
   private scene = 0;
@@ -596,6 +600,30 @@ class Demo {
     this.check('no lock or session lost unexpectedly', this.troubles.length === 0, this.troubles.join('; ') || undefined);
   }
 
+  /**
+   * `--web`: the web inspector on the whole keyspace, on its own client (as the CLI would run it),
+   * at 127.0.0.1:8379 or a free port. Waits a little for a browser, so the story starts on the page.
+   */
+  async startInspector(): Promise<void> {
+    const { n } = this;
+    const client = new Client({ endpoints: this.cluster!.endpoints, dialTimeoutMs: 1000 });
+    let server = new Inspector(client, { prefix: '', host: '127.0.0.1', port: 8379, showValues: true });
+    let url: string;
+    try {
+      url = await server.start();
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
+      await server.close();
+      server = new Inspector(client, { prefix: '', host: '127.0.0.1', port: 0, showValues: true });
+      url = await server.start();
+    }
+    this.inspector = { server, client };
+    n.always(n.bold(`web inspector: ${url}  (open it to watch the queue, the ghost and the failovers live)`));
+    const waited = await Promise.race([server.firstPage.then(() => true), sleep(20_000, false)]);
+    n.always(waited ? 'a browser is watching: starting' : 'no browser opened the page within 20 s: starting anyway');
+    await sleep(this.s.beatMs);
+  }
+
   /** Workers close their sessions and exit, the demo's client closes, the cluster stops. */
   async cleanup(): Promise<void> {
     const procs = [...this.procs.values()];
@@ -612,6 +640,8 @@ class Demo {
       }
     }
     this.stopWatching.abort();
+    await this.inspector?.server.close();
+    await this.inspector?.client.close();
     await this.client?.close();
     await Promise.allSettled(this.background);
     await this.cluster?.stop();
@@ -626,6 +656,7 @@ class Demo {
   /** Kill everything at once (Ctrl-C, or a second failure during cleanup). */
   emergencyStop(): void {
     for (const p of this.procs.values()) p.signal('SIGKILL');
+    void this.inspector?.server.close();
     void this.cluster?.stop();
   }
 
@@ -650,10 +681,11 @@ function tidy(message: string): string {
   return message.replace(/\b[0-9a-f]{12,16}\b/g, (hex) => short(hex));
 }
 
-function parseArgs(argv: string[]): { fast: boolean; quiet: boolean } | undefined {
-  const flags = { fast: false, quiet: false };
+function parseArgs(argv: string[]): { fast: boolean; quiet: boolean; web: boolean } | undefined {
+  const flags = { fast: false, quiet: false, web: false };
   for (const a of argv) {
     if (a === '--fast') flags.fast = true;
+    else if (a === '--web') flags.web = true;
     else if (a === '--quiet' || a === '-q') flags.quiet = true;
     else if (a === '--help' || a === '-h') return undefined;
     else {
@@ -668,7 +700,9 @@ function parseArgs(argv: string[]): { fast: boolean; quiet: boolean } | undefine
 async function main(): Promise<void> {
   const flags = parseArgs(process.argv.slice(2));
   if (!flags) {
-    const usage = 'usage: npm run demo -- [--fast] [--quiet]\n  --fast   short TTLs (about 25 s, for CI)\n  --quiet  print only the final invariants\n';
+    const usage =
+      'usage: npm run demo -- [--fast] [--quiet] [--web]\n  --fast   short TTLs (about 25 s, for CI)\n  --quiet  print only the final invariants\n' +
+      '  --web    run the web inspector beside it and print its URL (http://127.0.0.1:8379/)\n';
     (process.exitCode === 2 ? process.stderr : process.stdout).write(usage);
     return;
   }
@@ -688,6 +722,7 @@ async function main(): Promise<void> {
   let error: unknown;
   try {
     await demo.setup();
+    if (flags.web) await demo.startInspector();
     await demo.sceneLocks();
     await sleep(demo.s.beatMs);
     await demo.sceneElection();

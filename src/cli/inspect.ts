@@ -1,11 +1,17 @@
 // `etcd-concurrency inspect <name>`: who holds a lock, semaphore or readers-writer lock (or leads an
 // election) and who waits, in order.
+import { spawn, spawnSync } from 'node:child_process';
 import { prefixEnd, SortOrder, SortTarget, type Client } from '../index.js';
 import { COMMON, COMMON_HELP, connectTo, nameArg, parse } from './options.js';
-import { EXIT, print, printJson, table, token } from './output.js';
-import { Interrupts } from './signals.js';
+import { CliError, EXIT, print, printJson, table, token, UsageError, warn } from './output.js';
+import { firstAborted, Interrupts } from './signals.js';
+import { Inspector, isLoopback } from './web/server.js';
+
+/** The web inspector's port when neither --port nor --listen says otherwise. */
+export const WEB_PORT = 8379;
 
 export const INSPECT_HELP = `Usage: etcd-concurrency inspect <name> [options]
+       etcd-concurrency inspect --web [prefix] [--port N] [--open] [--show-values]
 
 Shows the owner of lock or election <name> (the participant with the oldest key) and the queue
 behind it in order: for a semaphore (\`lock --limit\`) its permit holders, for a readers-writer
@@ -22,23 +28,45 @@ Options:
                           as one JSON line (kind: lock, semaphore with "permits", or rwlock)
   -w, --watch             print again on every change under <name>/ until interrupted
 
+Web inspector (--web): a live page of every lock, semaphore, readers-writer lock and election
+under [prefix] (default: every key): holders and waiters in queue order with their fencing tokens,
+each lease's time left, how long each has held or waited, and a timeline of hand-overs and terms.
+One watch on etcd feeds every open page; it only reads. Until interrupted.
+  --web                   serve the page (prints its URL)
+  --port <n>              port on 127.0.0.1 (default ${WEB_PORT}; 0 picks a free one)
+  --listen <host:port>    listen on another address, e.g. 0.0.0.0:${WEB_PORT} (warns: anyone who
+                          can reach it sees the names and leases; there is no login)
+  --open                  open the page in a browser (xdg-open), else print how to
+  --show-values           show the keys' values (labels, proposals); hidden by default as they
+                          may hold data
+
 ${COMMON_HELP}
 
 Exit status: 0 ok (also after an interrupt with --watch); 2 bad usage; 1 any other error.
 
 Examples:
   etcd-concurrency inspect jobs/nightly
-  etcd-concurrency inspect jobs/nightly --json | jq -r .owner.key`;
+  etcd-concurrency inspect jobs/nightly --json | jq -r .owner.key
+  etcd-concurrency inspect --web jobs/ --open`;
 
 export async function inspectCommand(args: string[]): Promise<number> {
   const { values, positionals } = parse(args, {
     ...COMMON,
     json: { type: 'boolean' },
     watch: { type: 'boolean', short: 'w' },
+    web: { type: 'boolean' },
+    port: { type: 'string' },
+    listen: { type: 'string' },
+    open: { type: 'boolean' },
+    'show-values': { type: 'boolean' },
   });
   if (values.help) {
     print(INSPECT_HELP);
     return EXIT.ok;
+  }
+  if (values.web) return web(values, positionals);
+  for (const flag of ['port', 'listen', 'open', 'show-values'] as const) {
+    if (values[flag] !== undefined) throw new UsageError(`--${flag} only applies with --web`);
   }
   const name = nameArg(positionals[0], 'name');
   const json = values.json ?? false;
@@ -71,6 +99,72 @@ export async function inspectCommand(args: string[]): Promise<number> {
     interrupts.dispose();
     await client.close();
   }
+}
+
+type InspectValues = Parameters<typeof connectTo>[0] & { json?: boolean; watch?: boolean; port?: string; listen?: string; open?: boolean; 'show-values'?: boolean };
+
+/** `inspect --web [prefix]`: serves the live page until interrupted, then exits 0. */
+async function web(values: InspectValues, positionals: string[]): Promise<number> {
+  if (values.json || values.watch) throw new UsageError('--web shows a page; it does not go with --json or --watch');
+  if (positionals.length > 1) throw new UsageError(`--web takes one prefix, got ${positionals.length} arguments`);
+  const prefix = positionals[0] ?? '';
+  if (prefix.includes('\0')) throw new UsageError('the prefix contains a NUL character');
+  const { host, port } = listenAddress(values);
+  const client = await connectTo(values);
+  const interrupts = new Interrupts();
+  let inspector: Inspector | undefined;
+  try {
+    inspector = new Inspector(client, { prefix, host, port, showValues: values['show-values'] ?? false });
+    let url: string;
+    try {
+      url = await inspector.start();
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'EADDRINUSE') throw new CliError(`${host}:${port} is in use (another inspector?); pass --port with another port, or --port 0 for a free one`, EXIT.error);
+      if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EACCES') throw new CliError(`cannot listen on ${host}:${port} (${code})`, EXIT.error);
+      throw err;
+    }
+    if (!isLoopback(host)) {
+      warn(`listening on ${host}:${port}, not only on loopback: anyone who can reach it sees every name, lease and holder under the prefix (there is no login); it never shows values unless --show-values`);
+    }
+    print(`inspector: ${url} (prefix ${prefix === '' ? '"" (every key)' : JSON.stringify(prefix)}; read-only; Ctrl-C to stop)`);
+    if (values.open) openBrowser(url);
+    await firstAborted(interrupts.signal);
+    return EXIT.ok;
+  } finally {
+    interrupts.dispose();
+    await inspector?.close();
+    await client.close();
+  }
+}
+
+/** 127.0.0.1:--port by default; --listen host:port otherwise. */
+function listenAddress(values: InspectValues): { host: string; port: number } {
+  const portOf = (raw: string, what: string): number => {
+    const n = /^\d+$/.test(raw) ? Number(raw) : NaN;
+    if (!Number.isInteger(n) || n > 65535) throw new UsageError(`${what} must be a port number from 0 to 65535, got "${raw}"`);
+    return n;
+  };
+  if (values.listen !== undefined) {
+    if (values.port !== undefined) throw new UsageError('give --port or --listen host:port, not both');
+    const m = /^\[([^\]]+)\]:(\d+)$/.exec(values.listen) ?? /^([^:\[\]]+):(\d+)$/.exec(values.listen);
+    if (!m) throw new UsageError(`--listen must be host:port (e.g. 0.0.0.0:${WEB_PORT} or [::]:${WEB_PORT}), got "${values.listen}"`);
+    return { host: m[1]!, port: portOf(m[2]!, '--listen') };
+  }
+  return { host: '127.0.0.1', port: values.port === undefined ? WEB_PORT : portOf(values.port, '--port') };
+}
+
+/** Opens `url` with the desktop's opener when there is one; otherwise says how to open it. */
+function openBrowser(url: string): void {
+  const opener = process.platform === 'darwin' ? 'open' : process.platform === 'win32' ? undefined : 'xdg-open';
+  const found = opener !== undefined && spawnSync('sh', ['-c', `command -v ${opener}`], { stdio: 'ignore' }).status === 0;
+  if (!found) {
+    print(`--open: no browser opener found${opener ? ` (${opener})` : ''}; open ${url} in a browser`);
+    return;
+  }
+  const child = spawn(opener, [url], { stdio: 'ignore', detached: true });
+  child.on('error', () => print(`--open: ${opener} failed; open ${url} in a browser`));
+  child.unref();
 }
 
 interface Participant {

@@ -26,6 +26,7 @@ Commands:
   lock <name> [-- cmd...]   hold a lock while a command runs (or until Ctrl-C)
   elect <name> <proposal>   campaign and lead until Ctrl-C; elect --listen <name> to observe
   inspect <name>            show the owner and the waiting queue (--json, --watch)
+  inspect --web [prefix]    a live page of every lock, queue and leader under prefix
   dev                       run a throwaway local etcd until Ctrl-C
   doctor                    check that the cluster and this user are ready for locks
   help <command>            show a command's help

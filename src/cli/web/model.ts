@@ -1,0 +1,430 @@
+// The web inspector's picture of a key prefix: every lock, semaphore, readers-writer lock, election
+// and double barrier found from its keys' layout, who holds and who waits, and a timeline of the
+// recent hand-overs. Fed by a fresh range (resync) and by watch events; knows nothing of HTTP.
+import type { KeyValue } from '../../index.js';
+
+/** What a name's keys look like. */
+export type Kind = 'lock' | 'election' | 'semaphore' | 'rwlock' | 'barrier';
+
+/** One participant key, as sent to the page. */
+export interface PartView {
+  key: string;
+  name: string;
+  /** `plain` for `<name>/<hex>`; a readers-writer lock's side; a double barrier's member. */
+  layout: 'plain' | 'read' | 'write' | 'member';
+  /** Lease id in hex. */
+  lease: string;
+  /** CreateRevision, decimal: the fencing token (a leader's term). */
+  token: string;
+  /** Wall-clock ms when the inspector saw the key created; null when it was there before it started watching. */
+  createdAt: number | null;
+  /** Wall-clock ms when this participant became a holder (null: before the inspector knew). */
+  heldSince?: number | null;
+  /** The value, only with --show-values. */
+  value?: string;
+}
+
+/** The state of one name, without its participants: the page sorts those by token. */
+export interface EntityView {
+  name: string;
+  kind: Kind;
+  /** A semaphore's permit count. */
+  permits?: number;
+  /** Which participants count (others under the name are ignored, as `inspect` does). */
+  layout: 'plain' | 'rw' | 'member';
+  /** Keys of the holders, oldest first; the other participants of the layout wait, by token. */
+  holders: string[];
+  /** Wall-clock ms since nobody holds (null while someone holds). */
+  vacantSince: number | null;
+  /** Participants (only in snapshots; updates carry participant operations instead). */
+  parts?: PartView[];
+}
+
+export interface TimelineEvent {
+  /** Sequence number, increasing. */
+  seq: number;
+  at: number;
+  name: string;
+  kind: Kind;
+  type: 'acquired' | 'released' | 'expired';
+  key: string;
+  lease: string;
+  token: string;
+  /** acquired: the previous holder (a hand-over), when one released in the same change. */
+  from?: { key: string; token: string };
+  /** acquired: how long nobody held before (ms), when known. */
+  gapMs?: number;
+  /** released/expired: how long it held (ms), when known. */
+  heldMs?: number;
+  /** True when the time is only known to be at most this (found on a resync after an outage). */
+  approximate?: boolean;
+  value?: string;
+}
+
+export type PartOp = ({ op: 'put' } & PartView) | { op: 'del'; key: string; name: string };
+
+/** What one batch of changes did, for the page. */
+export interface Change {
+  parts: PartOp[];
+  entities: EntityView[];
+  /** Names with no participant left for longer than the model keeps them. */
+  dropped: string[];
+  timeline: TimelineEvent[];
+  /** Leases first seen (fetch their TimeToLive) and leases whose keys changed (fetch it again). */
+  leasesNew: string[];
+  leasesChanged: string[];
+  /** Leases with no key left. */
+  leasesGone: string[];
+}
+
+interface Part {
+  key: string;
+  name: string;
+  layout: 'plain' | 'read' | 'write' | 'member';
+  lease: bigint;
+  leaseHex: string;
+  token: bigint;
+  value: Buffer;
+  createdAt: number | null;
+  heldSince?: number | null;
+}
+
+interface Entity {
+  name: string;
+  layout: EntityView['layout'];
+  parts: Map<string, Part>;
+  /** A participant's key was written again (proclaim): this name is an election. */
+  proclaimed: boolean;
+  kind: Kind;
+  permits?: number;
+  holders: Set<string>;
+  vacantSince: number | null;
+  /** When the last participant left (for dropping old empty names). */
+  emptySince?: number;
+}
+
+const HEX = /^[0-9a-f]+$/;
+/** A name that says it is an election: shown as one even before a proclaim proves it. */
+const ELECTION_NAME = /elect|leader/i;
+/** At most this many names without participants are kept (shown as free), oldest dropped first. */
+const MAX_EMPTY = 200;
+/** Timeline events kept. */
+const MAX_TIMELINE = 500;
+
+/**
+ * Where a key belongs: `<name>/<hex>` (a lock's, election's or semaphore's participant, Go's
+ * Mutex and Election), `<name>/read|write/<id>` (a readers-writer lock, ours and Go's
+ * recipe.RWMutex), `<name>/waiters/<id>` (a double barrier's member, ours and Go's recipe).
+ * Undefined for anything else. `prefix` must be a prefix of `<name>/`: a prefix cutting into the
+ * participant part would show half a queue.
+ */
+export function classifyKey(prefix: string, key: string): { name: string; layout: Part['layout'] } | undefined {
+  let m = /^(.+)\/(read|write)\/([0-9a-f]+)$/s.exec(key);
+  let found: { name: string; layout: Part['layout'] } | undefined;
+  if (m) found = { name: m[1]!, layout: m[2] as 'read' | 'write' };
+  else if ((m = /^(.+)\/waiters\/([0-9A-Za-z]+)$/s.exec(key))) found = { name: m[1]!, layout: 'member' };
+  else {
+    const slash = key.lastIndexOf('/');
+    if (slash > 0 && HEX.test(key.slice(slash + 1))) found = { name: key.slice(0, slash), layout: 'plain' };
+  }
+  if (!found || !`${found.name}/`.startsWith(prefix)) return undefined;
+  return found;
+}
+
+/** The first space-separated token of a value: a semaphore's permit count. */
+function countOf(value: string): string {
+  return value.split(' ', 1)[0]!;
+}
+
+export class Model {
+  private readonly entities = new Map<string, Entity>();
+  private readonly byKey = new Map<string, Part>();
+  /** Keys per lease (hex), to know when a lease appears and disappears. */
+  private readonly leaseKeys = new Map<string, number>();
+  readonly timeline: TimelineEvent[] = [];
+  private seq = 0;
+
+  constructor(
+    readonly prefix: string,
+    readonly showValues: boolean,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** The whole picture, for a page that just connected. */
+  snapshot(): { entities: EntityView[]; timeline: TimelineEvent[]; leases: string[] } {
+    const entities = [...this.entities.values()].map((e) => ({ ...this.entityView(e), parts: [...e.parts.values()].map((p) => this.partView(p)) }));
+    return { entities, timeline: [...this.timeline], leases: [...this.leaseKeys.keys()] };
+  }
+
+  /** Number of participant keys known. */
+  get size(): number {
+    return this.byKey.size;
+  }
+
+  /** Whether a lease still has keys here. */
+  hasLease(hex: string): boolean {
+    return this.leaseKeys.has(hex);
+  }
+
+  /** The leases of the current holders (their TimeToLive matters most). */
+  holderLeases(): Set<string> {
+    const out = new Set<string>();
+    for (const e of this.entities.values()) for (const k of e.holders) out.add(e.parts.get(k)!.leaseHex);
+    return out;
+  }
+
+  /**
+   * Replaces the picture with a fresh range's keys. The first call marks every key as older than
+   * the inspector; a later one (after an outage or a compaction) applies the difference as events
+   * whose times are only known to be at most now.
+   */
+  resync(kvs: KeyValue[], initial: boolean, expiredLease: (hex: string) => boolean = () => false): Change {
+    const ch = this.emptyChange();
+    const seen = new Set<string>();
+    const touched = new Set<Entity>();
+    for (const kv of kvs) {
+      const key = kv.key.toString('utf8');
+      seen.add(key);
+      const old = this.byKey.get(key);
+      if (old && old.token === kv.createRevision && old.lease === kv.lease) {
+        if (!old.value.equals(kv.value)) {
+          old.value = kv.value;
+          ch.parts.push({ op: 'put', ...this.partView(old) });
+          touched.add(this.entities.get(old.name)!);
+        }
+        continue;
+      }
+      if (old) this.remove(old, ch, touched);
+      const p = this.add(kv, initial ? null : this.now(), ch, touched);
+      if (p && kv.version > 1n) this.entities.get(p.name)!.proclaimed = true;
+    }
+    for (const [key, p] of [...this.byKey]) if (!seen.has(key)) this.remove(p, ch, touched);
+    this.settle(touched, ch, { initial, approximate: !initial, expiredLease });
+    return ch;
+  }
+
+  /** Applies one watch batch (all events of a revision or more). */
+  apply(events: { type: 'put' | 'delete'; kv: KeyValue }[], expiredLease: (hex: string) => boolean = () => false): Change {
+    const ch = this.emptyChange();
+    const touched = new Set<Entity>();
+    const now = this.now();
+    for (const ev of events) {
+      const key = ev.kv.key.toString('utf8');
+      const old = this.byKey.get(key);
+      if (ev.type === 'delete') {
+        if (old) this.remove(old, ch, touched);
+        continue;
+      }
+      if (old && old.token === ev.kv.createRevision && old.lease === ev.kv.lease) {
+        // The same participant wrote its key again: an election's proclaim.
+        old.value = ev.kv.value;
+        const e = this.entities.get(old.name)!;
+        e.proclaimed = true;
+        touched.add(e);
+        ch.parts.push({ op: 'put', ...this.partView(old) });
+        if (!ch.leasesChanged.includes(old.leaseHex)) ch.leasesChanged.push(old.leaseHex);
+        continue;
+      }
+      if (old) this.remove(old, ch, touched);
+      this.add(ev.kv, now, ch, touched);
+    }
+    this.settle(touched, ch, { initial: false, approximate: false, expiredLease });
+    return ch;
+  }
+
+  private emptyChange(): Change {
+    return { parts: [], entities: [], dropped: [], timeline: [], leasesNew: [], leasesChanged: [], leasesGone: [] };
+  }
+
+  private add(kv: KeyValue, createdAt: number | null, ch: Change, touched: Set<Entity>): Part | undefined {
+    if (kv.lease === 0n) return undefined; // stray data: never a participant
+    const key = kv.key.toString('utf8');
+    const c = classifyKey(this.prefix, key);
+    if (!c) return undefined;
+    let e = this.entities.get(c.name);
+    if (!e) {
+      e = { name: c.name, layout: 'plain', parts: new Map(), proclaimed: false, kind: 'lock', holders: new Set(), vacantSince: null };
+      this.entities.set(c.name, e);
+    }
+    delete e.emptySince;
+    const leaseHex = kv.lease.toString(16);
+    const p: Part = { key, name: c.name, layout: c.layout, lease: kv.lease, leaseHex, token: kv.createRevision, value: kv.value, createdAt };
+    e.parts.set(key, p);
+    this.byKey.set(key, p);
+    const n = this.leaseKeys.get(leaseHex) ?? 0;
+    this.leaseKeys.set(leaseHex, n + 1);
+    if (n === 0) ch.leasesNew.push(leaseHex);
+    else if (!ch.leasesChanged.includes(leaseHex)) ch.leasesChanged.push(leaseHex);
+    touched.add(e);
+    ch.parts.push({ op: 'put', ...this.partView(p) });
+    return p;
+  }
+
+  private remove(p: Part, ch: Change, touched: Set<Entity>): void {
+    const e = this.entities.get(p.name)!;
+    e.parts.delete(p.key);
+    this.byKey.delete(p.key);
+    const n = (this.leaseKeys.get(p.leaseHex) ?? 1) - 1;
+    if (n <= 0) {
+      this.leaseKeys.delete(p.leaseHex);
+      ch.leasesGone.push(p.leaseHex);
+    } else {
+      this.leaseKeys.set(p.leaseHex, n);
+      if (!ch.leasesChanged.includes(p.leaseHex)) ch.leasesChanged.push(p.leaseHex);
+    }
+    touched.add(e);
+    ch.parts.push({ op: 'del', key: p.key, name: p.name });
+    // Remembered until settle() compares holders: a holder that left ends its term there.
+    this.departed.set(p.key, p);
+  }
+
+  private readonly departed = new Map<string, Part>();
+
+  /** Recomputes kind and holders of the touched names; records terms that began and ended. */
+  private settle(touched: Set<Entity>, ch: Change, how: { initial: boolean; approximate: boolean; expiredLease: (hex: string) => boolean }): void {
+    const now = this.now();
+    for (const e of touched) {
+      const before = e.holders;
+      const wasVacant = before.size === 0;
+      this.classify(e);
+      const released: Part[] = [];
+      for (const k of before) {
+        if (e.holders.has(k)) continue;
+        const p = e.parts.get(k) ?? this.departed.get(k);
+        if (p) released.push(p);
+      }
+      for (const p of released) {
+        // A key that left when its lease's known deadline had passed went with its lease.
+        const expired = !e.parts.has(p.key) && how.expiredLease(p.leaseHex);
+        this.record(ch, {
+          at: now,
+          name: e.name,
+          kind: e.kind,
+          type: expired ? 'expired' : 'released',
+          key: p.key,
+          lease: p.leaseHex,
+          token: p.token.toString(),
+          ...(p.heldSince != null ? { heldMs: now - p.heldSince } : {}),
+          ...(how.approximate ? { approximate: true } : {}),
+          ...this.valueOf(p),
+        });
+      }
+      const acquired = [...e.holders].filter((k) => !before.has(k)).map((k) => e.parts.get(k)!);
+      acquired.sort((a, b) => (a.token < b.token ? -1 : 1));
+      const from = released.length > 0 && (e.kind === 'lock' || e.kind === 'election') ? released[released.length - 1] : undefined;
+      for (const p of acquired) {
+        p.heldSince = how.initial ? null : now;
+        const i = ch.parts.findIndex((op) => op.op === 'put' && op.key === p.key);
+        if (i >= 0) ch.parts[i] = { op: 'put', ...this.partView(p) };
+        else ch.parts.push({ op: 'put', ...this.partView(p) });
+        if (how.initial) continue;
+        this.record(ch, {
+          at: now,
+          name: e.name,
+          kind: e.kind,
+          type: 'acquired',
+          key: p.key,
+          lease: p.leaseHex,
+          token: p.token.toString(),
+          ...(from ? { from: { key: from.key, token: from.token.toString() } } : {}),
+          ...(wasVacant && e.vacantSince !== null ? { gapMs: now - e.vacantSince } : from ? { gapMs: 0 } : {}),
+          ...(how.approximate ? { approximate: true } : {}),
+          ...this.valueOf(p),
+        });
+      }
+      if (e.holders.size > 0) e.vacantSince = null;
+      else if (!wasVacant) e.vacantSince = how.initial ? null : now;
+      if (e.parts.size === 0) e.emptySince ??= now;
+      ch.entities.push(this.entityView(e));
+    }
+    this.departed.clear();
+    // Keep the newest MAX_EMPTY free names (shown as free, with their history); drop the rest.
+    const empty = [...this.entities.values()].filter((e) => e.parts.size === 0).sort((a, b) => a.emptySince! - b.emptySince!);
+    for (const e of empty.slice(0, Math.max(0, empty.length - MAX_EMPTY))) {
+      this.entities.delete(e.name);
+      ch.dropped.push(e.name);
+    }
+  }
+
+  /** Kind and holders of a name, as `inspect` decides them. */
+  private classify(e: Entity): void {
+    const all = [...e.parts.values()];
+    const rw = all.filter((p) => p.layout === 'read' || p.layout === 'write');
+    const members = all.filter((p) => p.layout === 'member');
+    const plain = all.filter((p) => p.layout === 'plain');
+    let queue: Part[];
+    let kind: Kind;
+    delete e.permits;
+    if (plain.length > 0) {
+      queue = plain;
+      e.layout = 'plain';
+      kind = e.proclaimed || ELECTION_NAME.test(e.name) ? 'election' : 'lock';
+    } else if (rw.length > 0) {
+      queue = rw;
+      kind = 'rwlock';
+      e.layout = 'rw';
+    } else if (members.length > 0) {
+      queue = members;
+      kind = 'barrier';
+      e.layout = 'member';
+    } else {
+      // Nobody left: keep what it was.
+      e.holders = new Set();
+      return;
+    }
+    queue.sort((a, b) => (a.token < b.token ? -1 : a.token > b.token ? 1 : 0));
+    let held = 1;
+    if (kind === 'rwlock') {
+      // The oldest writer holds alone; otherwise every reader older than the first writer holds.
+      const firstWriter = queue.findIndex((p) => p.layout === 'write');
+      held = firstWriter === 0 ? 1 : firstWriter < 0 ? queue.length : firstWriter;
+    } else if (kind === 'barrier') {
+      held = queue.length;
+    } else if (!e.proclaimed) {
+      const first = countOf(queue[0]!.value.toString('utf8'));
+      if (/^[1-9][0-9]*$/.test(first) && queue.every((p) => countOf(p.value.toString('utf8')) === first)) {
+        // A semaphore's value is its permit count, then the holder's label if it has one.
+        kind = 'semaphore';
+        e.permits = Number(first);
+        held = Math.min(e.permits, queue.length);
+      }
+    }
+    e.kind = kind;
+    e.holders = new Set(queue.slice(0, held).map((p) => p.key));
+  }
+
+  private record(ch: Change, ev: Omit<TimelineEvent, 'seq'>): void {
+    const full = { seq: ++this.seq, ...ev } as TimelineEvent;
+    this.timeline.push(full);
+    if (this.timeline.length > MAX_TIMELINE) this.timeline.splice(0, this.timeline.length - MAX_TIMELINE);
+    ch.timeline.push(full);
+  }
+
+  private valueOf(p: Part): { value?: string } {
+    return this.showValues ? { value: p.value.toString('utf8') } : {};
+  }
+
+  private entityView(e: Entity): EntityView {
+    return {
+      name: e.name,
+      kind: e.kind,
+      ...(e.permits !== undefined ? { permits: e.permits } : {}),
+      layout: e.layout,
+      holders: [...e.holders],
+      vacantSince: e.vacantSince,
+    };
+  }
+
+  private partView(p: Part): PartView {
+    return {
+      key: p.key,
+      name: p.name,
+      layout: p.layout,
+      lease: p.leaseHex,
+      token: p.token.toString(),
+      createdAt: p.createdAt,
+      ...(p.heldSince !== undefined ? { heldSince: p.heldSince } : {}),
+      ...this.valueOf(p),
+    };
+  }
+}

@@ -1,0 +1,531 @@
+// `etcd-concurrency inspect --web`, in a real browser: Debian's chromium, driven headless through
+// playwright-core, against a real etcd and real CLI processes (dist/cli/main.js: `npm run build`
+// first). Every wait is on the page's content (waitForFunction), a child's output, its exit or etcd
+// state; never on a sleep. Without a browser every test skips with the reason printed.
+//
+// The screenshot test writes docs/inspector.png when WEB_INSPECTOR_SCREENSHOT=1 (to refresh the
+// README's picture), and a temporary file otherwise.
+import { after, before, describe, test, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import { type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { once } from 'node:events';
+import { request } from 'node:http';
+import { constants, hostname, networkInterfaces, tmpdir } from 'node:os';
+import path from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { Client, Election, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
+import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
+import { CLI_MAIN, assertNoKeys, assertNoLeases, closeAll, spawnCli, uniquePrefix, waitFor } from './helpers.js';
+
+const ROOT = 'test/web/';
+/** The screenshot's scene lives under a short prefix, so that the picture reads well. */
+const SCENE = 'app/';
+const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+/** A hang guard for page waits on a loaded 2-core machine, not a timing assertion. */
+const PAGE_WAIT_MS = 45_000;
+
+let etcd: EtcdCluster;
+let client: Client;
+let endpoint: string;
+let browser: Browser | undefined;
+let skipReason: string | undefined;
+
+before(async () => {
+  assert.ok(existsSync(CLI_MAIN), `${CLI_MAIN} is missing: run \`npm run build\` first`);
+  etcd = await startEtcd({ members: 1 });
+  endpoint = etcd.endpoints[0]!;
+  client = new Client({ endpoints: etcd.endpoints });
+  if (!existsSync(CHROMIUM)) skipReason = `no browser at ${CHROMIUM} (install Debian's chromium, or set CHROMIUM_PATH)`;
+  else {
+    try {
+      browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] });
+    } catch (err) {
+      skipReason = `chromium at ${CHROMIUM} does not start: ${(err as Error).message.split('\n')[0]}`;
+    }
+  }
+  if (skipReason) process.stderr.write(`web-inspector: skipping the browser tests: ${skipReason}\n`);
+});
+
+after(async () => {
+  try {
+    await browser?.close();
+    // SIGTERM first: lock and elect release their keys on it (after a failed test); then SIGKILL.
+    const guard = setTimeout(() => [...running].forEach((p) => p.child.kill('SIGKILL')), 15_000);
+    await Promise.all([...running].map((p) => p.kill('SIGTERM')));
+    clearTimeout(guard);
+    for (const pid of orphans) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    await assertNoKeys(client, ROOT);
+    await assertNoKeys(client, SCENE);
+    await assertNoLeases(client);
+  } finally {
+    await client?.close();
+    await etcd?.stop();
+  }
+});
+
+/** Skips the test, with the reason printed, when no browser can run. */
+function needBrowser(t: TestContext): Browser | undefined {
+  if (!browser) t.skip(skipReason ?? 'no browser');
+  return browser;
+}
+
+// ── child processes ────────────────────────────────────────────────────────────────────────────
+
+interface Proc {
+  readonly child: ChildProcess;
+  stdout(): string;
+  stderr(): string;
+  /** The first stdout line (after those already taken) matching `re`; rejects if the child exits first. */
+  next(re: RegExp): Promise<RegExpExecArray>;
+  /** Exit code, or 128 + n for a death by signal n. */
+  readonly exited: Promise<number>;
+  kill(sig?: NodeJS.Signals): Promise<number>;
+}
+
+const running = new Set<Proc>();
+/** Commands run under `lock -- cmd` whose lock process we SIGKILLed: they run on until killed. */
+const orphans = new Set<number>();
+
+function start(args: string[]): Proc {
+  const child = spawnCli(args);
+  let out = '';
+  let err = '';
+  let taken = 0;
+  let ended = false;
+  const waiters: { re: RegExp; resolve: (m: RegExpExecArray) => void; reject: (e: Error) => void }[] = [];
+  const check = (): void => {
+    const lines = out.split('\n');
+    if (!ended) lines.pop();
+    while (waiters.length > 0) {
+      const w = waiters[0]!;
+      let hit: RegExpExecArray | null = null;
+      let i = taken;
+      for (; i < lines.length && !hit; i++) hit = w.re.exec(lines[i]!);
+      if (!hit) {
+        if (!ended) return;
+        w.reject(new Error(`exited before printing ${w.re}; stdout: ${out}; stderr: ${err}`));
+      } else {
+        taken = i;
+        w.resolve(hit);
+      }
+      waiters.shift();
+    }
+  };
+  child.stdout!.setEncoding('utf8').on('data', (d: string) => {
+    out += d;
+    check();
+  });
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
+  // 'exit', not 'close': a command under `lock -- cmd` whose lock process was SIGKILLed keeps the
+  // stdout pipe open.
+  const exited = once(child, 'exit').then((a) => {
+    const [code, sig] = a as [number | null, NodeJS.Signals | null];
+    ended = true;
+    check();
+    running.delete(p);
+    return code ?? 128 + constants.signals[sig!];
+  });
+  const p: Proc = {
+    child,
+    stdout: () => out,
+    stderr: () => err,
+    next: (re) => new Promise((resolve, reject) => (waiters.push({ re, resolve, reject }), check())),
+    exited,
+    kill(sig = 'SIGTERM') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(sig);
+      return exited;
+    },
+  };
+  running.add(p);
+  return p;
+}
+
+/** Starts the web inspector on `prefix`; resolves once it printed its URL. */
+async function inspector(prefix: string, extra: string[] = [], ep = endpoint): Promise<{ proc: Proc; url: string }> {
+  const port = extra.includes('--listen') ? [] : ['--port', '0'];
+  const proc = start(['inspect', '--web', prefix, ...port, '--endpoints', ep, ...extra]);
+  const m = await proc.next(/^inspector: (http:\/\/\S+)/);
+  return { proc, url: m[1]! };
+}
+
+/** A command for `lock -- ...` that says when it runs (with its token and pid), then runs until killed. */
+const HOLD = [process.execPath, '-e', `console.log('running rev=' + process.env.ETCD_LOCK_REV + ' pid=' + process.pid); setInterval(() => {}, 1000);`];
+
+/** The participant keys of `name`, oldest first, as etcd has them. */
+async function queueOf(name: string): Promise<{ key: string; token: string }[]> {
+  const r = await client.getPrefix(`${name}/`);
+  return r.kvs.sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1)).map((kv) => ({ key: kv.key.toString(), token: kv.createRevision.toString() }));
+}
+
+/** An HTTP request to the inspector with a chosen Host header and method (fetch cannot set Host). */
+function rawGet(url: string, options: { host?: string; method?: string; address?: string } = {}): Promise<number> {
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const req = request(
+      { host: options.address ?? u.hostname, port: u.port, path: '/', method: options.method ?? 'GET', headers: options.host ? { host: options.host } : {} },
+      (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+// ── the page ───────────────────────────────────────────────────────────────────────────────────
+
+/**
+ * Page-side helpers, as source text: evaluated in the page with every wait (functions passed to
+ * playwright would be serialized from tsx's output, which may reference its helpers).
+ */
+const HELPERS = String.raw`
+  var card = function (name) { return Array.from(document.querySelectorAll('.card')).find(function (c) { return c.dataset.name === name; }); };
+  var rows = function (name) {
+    var c = card(name);
+    return c ? Array.from(c.querySelectorAll('tbody tr')).map(function (tr) { return { role: tr.dataset.role, token: tr.dataset.token, key: tr.dataset.key, text: tr.innerText }; }) : [];
+  };
+  var timeline = function (name) {
+    return Array.from(document.querySelectorAll('#timeline li')).filter(function (li) { return li.dataset.name === name; })
+      .map(function (li) { return { type: li.dataset.type || li.className, token: li.dataset.token, text: li.innerText }; });
+  };
+  var text = function () { return document.body.innerText; };
+`;
+
+/**
+ * Waits until `expr` (page-side, with HELPERS in scope) is truthy, checking every 100 ms; on failure
+ * says what and shows the page. Checks run through page.evaluate (the DevTools protocol), which the
+ * page's Content-Security-Policy does not apply to, while waitForFunction's polling would need eval.
+ */
+async function until(page: Page, expr: string, what: string): Promise<void> {
+  const deadline = performance.now() + PAGE_WAIT_MS;
+  let last: unknown;
+  for (;;) {
+    try {
+      if (await evaluate(page, expr)) return;
+    } catch (err) {
+      last = err;
+    }
+    if (performance.now() > deadline) {
+      const body = await page.innerText('body').catch(() => '(page gone)');
+      throw new Error(`the page never showed ${what}${last ? ` (${(last as Error).message.split('\n')[0]})` : ''}\n--- page ---\n${body}`);
+    }
+    await delay(100);
+  }
+}
+
+async function evaluate<T>(page: Page, expr: string): Promise<T> {
+  return (await page.evaluate(`(function () { ${HELPERS}; return (${expr}); })()`)) as T;
+}
+
+async function open(url: string): Promise<Page> {
+  const page = await browser!.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  page.on('console', (m) => {
+    if (m.type() === 'error') errors.push(m.text());
+  });
+  (page as Page & { errors?: string[] }).errors = errors;
+  await page.goto(url);
+  await until(page, `document.querySelector('.status.live')`, 'the live status');
+  return page;
+}
+
+/** The page raised no script error and no CSP violation. */
+function assertNoPageErrors(page: Page): void {
+  assert.deepEqual((page as Page & { errors?: string[] }).errors, [], 'errors in the page');
+}
+
+const fresh = (scope: string): string => `${ROOT}${uniquePrefix(scope).slice('test/'.length)}`;
+
+// ── tests ──────────────────────────────────────────────────────────────────────────────────────
+
+describe('inspect --web in chromium', { timeout: 240_000 }, () => {
+  test('a holder and two waiters (processes) show in queue order with their tokens; SIGKILL of the holder shows the hand-over', async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('lock');
+    const name = `${prefix}locks/deploy`;
+    const ins = await inspector(prefix);
+    const page = await open(ins.url);
+    try {
+      // TTL 2 s: the holder's lease must expire on its own once its process is SIGKILLed.
+      const holder = start(['lock', name, '--ttl', '2', '--endpoints', endpoint, '--', ...HOLD]);
+      const running1 = await holder.next(/^running rev=(\d+) pid=(\d+)/);
+      const [, holderToken, holderCmdPid] = running1;
+      const w1 = start(['lock', name, '--ttl', '30', '--endpoints', endpoint, '--', ...HOLD]);
+      await waitFor(async () => (await queueOf(name)).length === 2, 'the first waiter queued');
+      const w2 = start(['lock', name, '--ttl', '30', '--endpoints', endpoint, '--', ...HOLD]);
+      const queue = await waitFor(async () => {
+        const q = await queueOf(name);
+        return q.length === 3 ? q : undefined;
+      }, 'both waiters queued');
+      assert.equal(queue[0]!.token, holderToken);
+
+      const expected = JSON.stringify(queue.map((q, i) => ({ role: i === 0 ? 'holder' : 'waiting', token: q.token, key: q.key })));
+      await until(
+        page,
+        `JSON.stringify(rows(${JSON.stringify(name)}).map(function (r) { return { role: r.role, token: r.token, key: r.key }; })) === ${JSON.stringify(expected)}`,
+        `the holder then both waiters, in order: ${expected}`,
+      );
+      const shown = await evaluate<{ role: string; token: string; text: string }[]>(page, `rows(${JSON.stringify(name)})`);
+      assert.match(shown[0]!.text, /^holder/);
+      assert.match(shown[0]!.text, /held \d/);
+      assert.match(shown[1]!.text, /^#1/);
+      assert.match(shown[2]!.text, /^#2/);
+      assert.match(shown[2]!.text, /waiting \d/);
+      assert.match(shown[0]!.text, /\d+ s \/ 2 s|≤ 0 s \/ 2 s/, 'the holder lease TTL, counting down');
+      // The default label is <host>:<pid>: values are hidden unless --show-values.
+      const body = await evaluate<string>(page, 'text()');
+      assert.ok(!body.includes(`${hostname()}:${holder.child.pid}`), 'a value (the holder label) shown without --show-values');
+      assert.match(body, /values hidden/);
+      const state = await (await fetch(`${ins.url}state`)).text();
+      assert.ok(!state.includes(`${hostname()}:`), 'the event stream carries values without --show-values');
+
+      // SIGKILL: no unlock, no revoke. The lease expires after its TTL and the first waiter takes over.
+      orphans.add(Number(holderCmdPid));
+      await holder.kill('SIGKILL');
+      const [, w1Token] = await w1.next(/^running rev=(\d+)/);
+      assert.equal(w1Token, queue[1]!.token);
+      await until(
+        page,
+        `(function () { var r = rows(${JSON.stringify(name)}); return r.length === 2 && r[0].role === 'holder' && r[0].token === ${JSON.stringify(w1Token)} && r[1].token === ${JSON.stringify(queue[2]!.token)}; })()`,
+        'the first waiter holding, the second waiting behind it',
+      );
+      await until(
+        page,
+        `timeline(${JSON.stringify(name)}).some(function (e) { return e.type === 'expired' && e.token === ${JSON.stringify(holderToken)} && /lease expired/.test(e.text); })`,
+        "the holder's lease expiring in the timeline",
+      );
+      await until(
+        page,
+        `timeline(${JSON.stringify(name)}).some(function (e) { return e.type === 'acquired' && e.token === ${JSON.stringify(w1Token)} && e.text.indexOf('handed over from token ${holderToken}') >= 0; })`,
+        'the hand-over in the timeline',
+      );
+      process.kill(Number(holderCmdPid), 'SIGKILL');
+      orphans.delete(Number(holderCmdPid));
+
+      // SIGTERM: each lock process passes it to its command and releases; then the lock is free.
+      await w1.kill('SIGTERM');
+      await w2.next(/^running rev=/);
+      await w2.kill('SIGTERM');
+      await until(page, `(function () { var c = card(${JSON.stringify(name)}); return c && /free/.test(c.innerText) && rows(${JSON.stringify(name)}).length === 0; })()`, 'the lock free');
+      assertNoPageErrors(page);
+    } finally {
+      await page.close();
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+    }
+  });
+
+  test('an election: campaign, resign and a gap with no leader, in the timeline', async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('election');
+    const name = `${prefix}election/scheduler`;
+    const ins = await inspector(prefix);
+    const page = await open(ins.url);
+    const n = JSON.stringify(name);
+    try {
+      const a = start(['elect', name, 'proposal-a', '--ttl', '30', '--endpoints', endpoint]);
+      const [, termA] = await a.next(/^leader key=\S+ term=(\d+)/);
+      const b = start(['elect', name, 'proposal-b', '--ttl', '30', '--endpoints', endpoint]);
+      const q = await waitFor(async () => {
+        const k = await queueOf(name);
+        return k.length === 2 ? k : undefined;
+      }, 'the second candidate queued');
+      await until(
+        page,
+        `(function () { var c = card(${n}), r = rows(${n}); return c && c.dataset.kind === 'election' && r.length === 2 && r[0].token === '${termA}' && /^leader/.test(r[0].text) && r[1].token === '${q[1]!.token}'; })()`,
+        'the leader and the candidate behind it',
+      );
+      // Resign (SIGINT): the next candidate leads at once.
+      assert.equal(await a.kill('SIGINT'), 0);
+      const [, termB] = await b.next(/^leader key=\S+ term=(\d+)/);
+      await until(page, `timeline(${n}).some(function (e) { return e.type === 'released' && e.token === '${termA}' && /resigned/.test(e.text); })`, 'the resignation');
+      await until(page, `timeline(${n}).some(function (e) { return e.type === 'acquired' && e.token === '${termB}' && e.text.indexOf('handed over from token ${termA}') >= 0; })`, 'the new term');
+      // The last candidate resigns: nobody leads, and the page counts the gap.
+      assert.equal(await b.kill('SIGINT'), 0);
+      await until(page, `timeline(${n}).some(function (e) { return e.type === 'gap' && /no leader for [0-9]/.test(e.text); })`, 'the gap so far');
+      await until(page, `/no leader for/.test(card(${n}).innerText)`, 'the card saying nobody leads');
+      const c = start(['elect', name, 'proposal-c', '--ttl', '30', '--endpoints', endpoint]);
+      const [, termC] = await c.next(/^leader key=\S+ term=(\d+)/);
+      await until(page, `timeline(${n}).some(function (e) { return e.type === 'acquired' && e.token === '${termC}' && /after no leader for [0-9]/.test(e.text); })`, 'the next term, after the gap');
+      await until(page, `!timeline(${n}).some(function (e) { return e.type === 'gap'; })`, 'the gap closed');
+      const events = await evaluate<{ type: string; token: string }[]>(page, `timeline(${n})`);
+      // Newest first: C leads, B resigned, B leads, A resigned, A leads.
+      assert.deepEqual(
+        events.map((e) => `${e.type} ${e.token}`),
+        [`acquired ${termC}`, `released ${termB}`, `acquired ${termB}`, `released ${termA}`, `acquired ${termA}`],
+      );
+      const body = await evaluate<string>(page, 'text()');
+      assert.ok(!/proposal-[abc]/.test(body), 'a proposal (a value) shown without --show-values');
+      assert.equal(await c.kill('SIGINT'), 0);
+      assertNoPageErrors(page);
+    } finally {
+      await page.close();
+      assert.equal(await ins.proc.kill('SIGINT'), 0, ins.proc.stderr());
+    }
+  });
+
+  test('--show-values shows values; names are text, never HTML; losing etcd and losing the server both show', async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('values');
+    // A name that would run a script if it were ever put into the page as HTML.
+    const name = `${prefix}x/<img src=x onerror="window.__pwned=1">`;
+    const proxy = await startProxy(endpoint);
+    const ins = await inspector(prefix, ['--show-values', '--dial-timeout', '500ms', '--command-timeout', '2s'], proxy.endpoint);
+    const page = await open(ins.url);
+    const [s1, s2] = await Promise.all([Session.create(client, { ttl: 30 }), Session.create(client, { ttl: 30 })]);
+    try {
+      const held = await new Mutex(s1, name).lock({ label: 'label-visible-1' });
+      const n = JSON.stringify(name);
+      await until(page, `rows(${n}).length === 1 && /label-visible-1/.test(rows(${n})[0].text)`, 'the value with --show-values');
+      await until(page, `card(${n}).querySelector('.name').textContent === ${n}`, 'the name, as text');
+      assert.equal(await evaluate(page, `document.querySelectorAll('.card img').length`), 0);
+      assert.equal(await evaluate(page, `window.__pwned === undefined`), true);
+
+      // etcd out of reach: connections reset and refused. The page says so.
+      proxy.refuse(true);
+      proxy.cut();
+      await until(page, `/disconnected from etcd, reconnecting/.test(text()) && /disconnected, reconnecting/.test(document.getElementById('status').textContent)`, 'the lost connection to etcd');
+      // A change while it is away shows once it is back (a fresh read, not a lost event).
+      await held.unlock();
+      const second = await new Mutex(s2, name).lock({ label: 'label-visible-2' });
+      proxy.refuse(false);
+      await until(page, `document.querySelector('.status.live') && rows(${n}).length === 1 && /label-visible-2/.test(rows(${n})[0].text)`, 'the state after reconnecting');
+      await second.unlock();
+      await until(page, `rows(${n}).length === 0`, 'the lock free');
+
+      // The server goes away: the page says so (the browser keeps retrying).
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+      await until(page, `/Disconnected from the inspector, reconnecting/.test(text())`, 'the lost connection to the inspector');
+      assertNoPageErrors(page);
+    } finally {
+      await page.close();
+      await ins.proc.kill('SIGKILL');
+      await closeAll([s1, s2]);
+      await proxy.close();
+    }
+  });
+
+  test('the screenshot: a lock, a semaphore, a readers-writer lock and an election with a history', async (t) => {
+    if (!needBrowser(t)) return;
+    const ss = await Promise.all(Array.from({ length: 11 }, () => Session.create(client, { ttl: 30 })));
+    const ins = await inspector(SCENE);
+    const page = await open(ins.url);
+    /** Waits that only end when the sessions close: settled quietly then. */
+    const pending: Promise<unknown>[] = [];
+    const later = (p: Promise<unknown>): void => void pending.push(p.catch(() => {}));
+    try {
+      // Staged with pauses, so that the picture has a history to show (nothing is timed here).
+      const lock = (i: number, label: string) => new Mutex(ss[i]!, `${SCENE}locks/deploy`).lock({ label });
+      const queued = async (prefix: string, n: number) => waitFor(async () => (await client.getPrefix(prefix)).kvs.length === n, `${n} keys under ${prefix}`);
+      const e0 = await new Election(ss[9]!, `${SCENE}election/scheduler`).campaign('instance-01');
+      const first = await lock(0, 'ci-runner-3:4121');
+      const second = lock(1, 'ci-runner-7:977');
+      await queued(`${SCENE}locks/`, 2);
+      await delay(2500);
+      await first.unlock();
+      await second;
+      later(lock(2, 'laptop-ana:31337'));
+      await queued(`${SCENE}locks/`, 2);
+      later(lock(0, 'ci-runner-3:4121'));
+      const sem = (i: number) => new Semaphore(ss[i]!, `${SCENE}jobs/encoders`, { permits: 2 }).acquire({ label: `encoder-${i}` });
+      await sem(3);
+      await sem(4);
+      later(sem(5));
+      const rw = (i: number) => new RWMutex(ss[i]!, `${SCENE}config`);
+      await rw(6).rLock();
+      await rw(7).rLock();
+      later(rw(8).lock());
+      await delay(1500);
+      await e0.resign(); // nobody leads for a while
+      await delay(1500);
+      const e1 = await new Election(ss[9]!, `${SCENE}election/scheduler`).campaign('instance-01');
+      const e2 = new Election(ss[10]!, `${SCENE}election/scheduler`).campaign('instance-02');
+      await queued(`${SCENE}election/`, 2);
+      await delay(1500);
+      await e1.resign(); // hands over at once
+      await e2;
+      await delay(1000);
+      await waitFor(async () => (await client.getPrefix(SCENE)).kvs.length === 10, 'every participant queued');
+      await until(
+        page,
+        `document.querySelectorAll('.card').length === 4 && document.querySelectorAll('tbody tr').length === 10 && document.querySelectorAll('#timeline li').length >= 10 && !/…/.test(Array.from(document.querySelectorAll('tbody td')).map(function (td) { return td.textContent; }).join(''))`,
+        'the whole scene, with every lease TTL',
+      );
+      const dir = mkdtempSync(path.join(tmpdir(), 'web-inspector-'));
+      try {
+        const file = process.env.WEB_INSPECTOR_SCREENSHOT === '1' ? fileURLToPath(new URL('../docs/inspector.png', import.meta.url)) : path.join(dir, 'inspector.png');
+        await page.screenshot({ path: file, fullPage: false });
+        assert.ok(statSync(file).size > 10_000, 'a screenshot with something in it');
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+      assertNoPageErrors(page);
+    } finally {
+      await page.close();
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+      await closeAll(ss); // revokes every lease: the waits fail, and every key goes
+      await Promise.all(pending);
+    }
+  });
+});
+
+describe('inspect --web without a browser', () => {
+  test('binds loopback only unless --listen, which warns; refuses other Host names and writes', async () => {
+    const prefix = fresh('bind');
+    const ins = await inspector(prefix);
+    try {
+      const url = new URL(ins.url);
+      assert.equal(url.hostname, '127.0.0.1');
+      assert.equal(ins.proc.stderr(), '');
+      assert.equal(await rawGet(ins.url), 200);
+      // A DNS name rebound to 127.0.0.1 by some web page must not reach the data.
+      assert.equal(await rawGet(ins.url, { host: `attacker.example:${url.port}` }), 403);
+      assert.equal(await rawGet(ins.url, { method: 'POST' }), 405);
+      const outside = Object.values(networkInterfaces())
+        .flat()
+        .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+      if (outside) {
+        await assert.rejects(rawGet(ins.url, { address: outside }), /ECONNREFUSED/, `the inspector answers on ${outside} without --listen`);
+      }
+    } finally {
+      assert.equal(await ins.proc.kill('SIGTERM'), 0);
+    }
+
+    const wide = await inspector(prefix, ['--listen', '0.0.0.0:0']);
+    try {
+      assert.match(wide.url, /^http:\/\/0\.0\.0\.0:\d+\/$/);
+      await waitFor(() => /listening on 0\.0\.0\.0:0, not only on loopback/.test(wide.proc.stderr()), 'the warning');
+      const port = new URL(wide.url).port;
+      assert.equal(await rawGet(`http://127.0.0.1:${port}/`, { host: `inspector.example:${port}` }), 200);
+    } finally {
+      assert.equal(await wide.proc.kill('SIGINT'), 0);
+    }
+  });
+
+  test('bad flags exit 2 with one line', async () => {
+    const cases: [string[], RegExp][] = [
+      [['inspect', '--web', 'x/', '--port', '1', '--listen', '127.0.0.1:2'], /--port or --listen/],
+      [['inspect', '--web', 'x/', '--listen', 'nowhere'], /--listen must be host:port/],
+      [['inspect', '--web', 'x/', '--port', '70000'], /--port must be a port number/],
+      [['inspect', 'x', '--port', '1'], /--port only applies with --web/],
+      [['inspect', 'x', '--show-values'], /--show-values only applies with --web/],
+      [['inspect', '--web', 'x/', '--json'], /does not go with --json/],
+    ];
+    for (const [args, re] of cases) {
+      const p = start(args);
+      assert.equal(await p.exited, 2, `${args.join(' ')}: ${p.stderr()}`);
+      assert.match(p.stderr(), re);
+      assert.equal(p.stderr().trimEnd().split('\n').length, 1, p.stderr());
+    }
+  });
+});
