@@ -7,7 +7,7 @@ import { Client, Mutex, Session } from '../src/index.js';
 import { endpointsFor, etcd3Hosts, type BenchContext } from './context.js';
 import { mergeSummaries, runGoBench, type GoContendedRound } from './go.js';
 import { GoStyleQueue } from './reference.js';
-import { sleep, summarize, within, type Summary } from './stats.js';
+import { RpcCounter, sleep, summarize, within, type Summary } from './stats.js';
 
 /** `go` is etcd's own Go package (interop/go), `reference` our re-implementation of its algorithm. */
 export type LockImpl = 'ours' | 'go' | 'reference' | 'etcd3';
@@ -34,6 +34,11 @@ export interface ContendedResult {
   client?: string;
   /** go only, over several rounds: wait p50/p99 are n-weighted means of the rounds' (see mergeSummaries). */
   waitMerged?: boolean;
+  /**
+   * ours and reference: requests to etcd per acquisition, counted on the contenders' clients: unary
+   * RPCs (enqueue, look-ups, checks, unlock) plus watch create and cancel requests.
+   */
+  requests?: { perAcquisition: number; unary: number; watchCreates: number; watchCancels: number; byMethod: Record<string, number> };
 }
 
 interface Contender {
@@ -151,6 +156,9 @@ class Run implements Round {
   lastToken = 0n;
   elapsedMs = 0;
   private contenders: Contender[] = [];
+  /** One per contender's client (ours and reference), counting only during rounds. */
+  private readonly counters: RpcCounter[] = [];
+  private readonly requests = { unary: 0, watchCreates: 0, watchCancels: 0, byMethod: new Map<string, number>() };
 
   private constructor(
     readonly impl: Exclude<LockImpl, 'go'>,
@@ -191,6 +199,7 @@ class Run implements Round {
       };
     }
     const client = new Client({ endpoints: endpointsFor(ctx, i) });
+    this.counters.push(new RpcCounter(client));
     const session = await Session.create(client);
     const close = async (): Promise<void> => {
       await session.close();
@@ -217,6 +226,7 @@ class Run implements Round {
     const start = performance.now();
     const end = start + durationMs;
     let lastDone = start;
+    const before = this.counters.map((c) => ({ s: c.snapshot(), creates: c.watchCreateRequests, cancels: c.watchCancelRequests }));
     await within(
       Promise.all(
         this.contenders.map(async (c, i) => {
@@ -245,6 +255,15 @@ class Run implements Round {
       `contended ${this.impl}`,
     );
     this.elapsedMs += lastDone - start;
+    // Every acquisition of the round is complete (released): its requests are all counted.
+    this.counters.forEach((c, i) => {
+      const b = before[i]!;
+      const now = c.snapshot();
+      this.requests.unary += now.unary - b.s.unary;
+      this.requests.watchCreates += c.watchCreateRequests - b.creates;
+      this.requests.watchCancels += c.watchCancelRequests - b.cancels;
+      for (const [m, n] of Object.entries(now.byMethod)) this.requests.byMethod.set(m, (this.requests.byMethod.get(m) ?? 0) + n - (b.s.byMethod[m] ?? 0));
+    });
   }
 
   async close(): Promise<void> {
@@ -279,6 +298,17 @@ class Run implements Round {
       keysLeft,
     };
     if (this.impl === 'etcd3') result.failedAttempts = this.failedAttempts;
+    if (this.counters.length > 0 && acquisitions > 0) {
+      const q = this.requests;
+      const per = (n: number): number => n / acquisitions;
+      result.requests = {
+        perAcquisition: per(q.unary + q.watchCreates + q.watchCancels),
+        unary: per(q.unary),
+        watchCreates: per(q.watchCreates),
+        watchCancels: per(q.watchCancels),
+        byMethod: Object.fromEntries([...q.byMethod].map(([m, n]) => [m, per(n)])),
+      };
+    }
     return result;
   }
 }

@@ -57,7 +57,7 @@ export function sections(r: Results): Section[] {
   if (r.contended) {
     out.push({
       title: `Contended: ${r.meta.contenders} contenders, own client + session each, one lock`,
-      header: ['implementation', 'acq/s', 'wait p50 ms', 'wait p99 ms', 'per contender', 'spread', 'mutual exclusion', 'failed tries'],
+      header: ['implementation', 'acq/s', 'wait p50 ms', 'wait p99 ms', 'per contender', 'spread', 'mutual exclusion', 'failed tries', 'requests per acquisition (RPCs + watch creates + cancels)'],
       rows: r.contended.map((c) => [
         implLabel(c) + (c.waitMerged ? ' *' : ''),
         num(c.acquisitionsPerSec),
@@ -67,6 +67,9 @@ export function sections(r: Results): Section[] {
         `${(c.spread * 100).toFixed(1)}%`,
         c.mutualExclusion ? `held (${c.acquisitions})` : `VIOLATED (${c.violations})`,
         c.failedAttempts === undefined ? '-' : num(c.failedAttempts),
+        c.requests
+          ? `${c.requests.perAcquisition.toFixed(2)} (${c.requests.unary.toFixed(2)} + ${c.requests.watchCreates.toFixed(2)} + ${c.requests.watchCancels.toFixed(2)})`
+          : '-',
       ]),
     });
   }

@@ -98,6 +98,17 @@ export function judgeGoals(r: Results): Goal[] {
       met: ours.spread <= 0.1,
     });
   }
+  if (ours?.requests) {
+    const q = ours.requests;
+    goals.push({
+      id: 'contended-requests',
+      goal: `contended: <= 4 requests per acquisition at ${ours.contenders} contenders (RPCs + watch creates + cancels)`,
+      measured: `${q.perAcquisition.toFixed(2)}: ${Object.entries(q.byMethod)
+        .map(([m, n]) => `${m} ${n.toFixed(2)}`)
+        .join(', ')}, watch create ${q.watchCreates.toFixed(2)}, cancel ${q.watchCancels.toFixed(2)}`,
+      met: q.perAcquisition <= 4,
+    });
+  }
   if (ours && e3) {
     goals.push({
       id: 'contended-wait-p99',

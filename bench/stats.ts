@@ -87,6 +87,9 @@ export class RpcCounter {
   watchEventResponses = 0;
   watchEvents = 0;
   watchCreated = 0;
+  /** Create and cancel requests written on the Watch stream (each a request to etcd, like an RPC). */
+  watchCreateRequests = 0;
+  watchCancelRequests = 0;
   readonly streamsOpened = new Map<string, number>();
   keepAliveResponses = 0;
   /** False when this client version offers no entry point to count streams on. */
@@ -131,10 +134,19 @@ export class RpcCounter {
     };
     // Streams: count what the connection opens, whichever internal entry point this version of the
     // client uses (`openStream(method)`, or a gRPC client from `streamClient()` / `active()`).
-    const count = (path: string, s: { on(e: string, f: () => void): unknown }): void => {
+    const count = (path: string, s: { on(e: string, f: () => void): unknown; write?: (m: unknown) => boolean }): void => {
       const name = path.slice(path.lastIndexOf('/') + 1);
       this.streamsOpened.set(name, (this.streamsOpened.get(name) ?? 0) + 1);
       if (name === 'LeaseKeepAlive') s.on('data', () => this.keepAliveResponses++);
+      if (name === 'Watch' && typeof s.write === 'function') {
+        const write = s.write.bind(s);
+        s.write = (m: unknown) => {
+          const r = m as { createRequest?: unknown; cancelRequest?: unknown };
+          if (r.createRequest) this.watchCreateRequests++;
+          if (r.cancelRequest) this.watchCancelRequests++;
+          return write(m);
+        };
+      }
     };
     const patched = new WeakSet<object>();
     const instrument = (g: { makeBidiStreamRequest: (...a: unknown[]) => { on(e: string, f: () => void): unknown } }): void => {

@@ -330,6 +330,41 @@ export class EventLog {
   }
 }
 
+/**
+ * One scrape of etcd's metrics: watchers open (`etcd_debugging_mvcc_watcher_total`), unary calls
+ * started and not yet answered, and Txns answered.
+ */
+export async function serverState(clientUrl: string): Promise<{ watchers: number; inFlight: number; txns: number }> {
+  const text = await (await fetch(`${clientUrl}/metrics`)).text();
+  let watchers = 0;
+  let inFlight = 0;
+  let txns = 0;
+  for (const line of text.split('\n')) {
+    const v = Number(line.slice(line.lastIndexOf(' ') + 1));
+    if (line.startsWith('etcd_debugging_mvcc_watcher_total')) watchers += v;
+    else if (!line.includes('grpc_type="unary"')) continue;
+    else if (line.startsWith('grpc_server_started_total{')) inFlight += v;
+    else if (line.startsWith('grpc_server_handled_total{')) {
+      inFlight -= v;
+      if (line.includes('grpc_method="Txn"')) txns += v;
+    }
+  }
+  return { watchers, inFlight, txns };
+}
+
+/**
+ * Resolves once etcd has at least `n` more watchers open than `base` and no unary call in flight:
+ * `n` waiters blocked on their watch, with whatever they sent before (enqueue, look-up, check)
+ * answered. How many calls a waiter makes first is the library's business (a short queue's look-up
+ * rides on the enqueue, a watch kept from the last wait needs no check), so tests wait on this.
+ */
+export async function waitersBlocked(clientUrl: string, base: number, n: number, what = `${n} waiter(s) blocked on a watch`): Promise<void> {
+  await waitFor(async () => {
+    const s = await serverState(clientUrl);
+    return s.watchers >= base + n && s.inFlight === 0;
+  }, what);
+}
+
 /** How many calls of a unary gRPC method etcd has answered: `grpc_server_handled_total`. */
 export function grpcHandled(clientUrl: string, method: string): Promise<number> {
   return metric(clientUrl, 'grpc_server_handled_total', { grpc_method: method, grpc_type: 'unary' });

@@ -13,7 +13,7 @@ import {
   withLock,
 } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, grpcHandled, grpcStarted, killEtcdctls, metric, spawnEtcdctl, track, waitFor, etcdForFile, openSessions, closeAll } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, grpcHandled, grpcStarted, killEtcdctls, metric, spawnEtcdctl, track, waitFor, etcdForFile, openSessions, closeAll, serverState, waitersBlocked } from './helpers.js';
 
 const ROOT = 'test/mutex/';
 let etcd: EtcdCluster;
@@ -32,6 +32,10 @@ async function txnsAnswered(base: number, n: number): Promise<void> {
   await waitFor(async () => (await grpcHandled(etcd.clientUrls[0]!, 'Txn')) >= base + n, `${n} Txns answered`);
 }
 const txnsNow = (): Promise<number> => grpcHandled(etcd.clientUrls[0]!, 'Txn');
+/** Watchers open on etcd now: the base for {@link blocked}. */
+const watchersNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).watchers;
+/** `n` more waiters than `base` (watchersNow) blocked on their watch, with nothing in flight. */
+const blocked = (base: number, n = 1, what?: string): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n, what);
 
 describe('Mutex: acquire and release', () => {
   it('an uncontended lock has key <name>/<lease hex> and fencing token = its CreateRevision', async () => {
@@ -276,7 +280,7 @@ describe('Mutex: fairness', () => {
       let inside = 1; // the first holder
       let maxInside = 1;
       const pending: ReturnType<typeof track<void>>[] = [];
-      const txnBase = await txnsNow();
+      const watchBase = await watchersNow();
       for (let i = 1; i <= n; i++) {
         const m = new Mutex(ss[i]!, name);
         const from = log.events.length;
@@ -296,8 +300,8 @@ describe('Mutex: fairness', () => {
         );
         created.push((await log.put(m.key, from)).createRevision);
       }
-      // Every waiter's enqueue and predecessor look-up answered: each is blocked on its watch.
-      await txnsAnswered(txnBase, 2 * n);
+      // Every waiter's enqueue (and any look-up) answered: each is blocked on its watch.
+      await blocked(watchBase, n, `${n} waiters blocked`);
       assert.ok(
         pending.every((t) => !t.settled),
         'no waiter acquires while the first holder holds',
@@ -346,22 +350,24 @@ describe('Mutex: fairness', () => {
       const held = await new Mutex(a!, name).lock();
       const ac = new AbortController();
       const mb = new Mutex(b!, name);
-      let base = await txnsNow();
+      let base = await watchersNow();
       const bWait = mb.lock({ signal: ac.signal });
       bWait.catch(() => {});
-      await txnsAnswered(base, 2);
+      await blocked(base);
       const mc = new Mutex(c!, name);
-      base = await txnsNow();
+      base = await watchersNow();
       const cWait = track(mc.lock());
-      await txnsAnswered(base, 2);
+      await blocked(base);
+      const txnBase = await txnsNow();
       ac.abort(new Error('b gives up'));
       await assert.rejects(bWait, /b gives up/);
       // c was watching b's key; it must look again, find the holder, and keep waiting.
       await log.deleted(mb.key);
       assert.ok(await client.get(held.key));
-      // Since c's 2 queueing Txns: b's guarded delete, then c's look-again (a predecessor look-up),
-      // answered: c is waiting again, now on the holder.
-      await txnsAnswered(base, 4);
+      // b's guarded delete, then c's look-again (a predecessor look-up), answered, and nothing in
+      // flight after them: c is waiting again, now on the holder.
+      await txnsAnswered(txnBase, 2);
+      await blocked(0, 0, 'c waiting again');
       assert.equal(cWait.settled, false);
       await held.unlock();
       const h = await cWait.promise;
@@ -483,9 +489,9 @@ describe('Mutex: giving up and losing', () => {
       const held = await new Mutex(a!, name).lock();
       const ac = new AbortController();
       const m = new Mutex(b!, name);
-      const base = await txnsNow();
+      const base = await watchersNow();
       const waiting = m.lock({ signal: ac.signal });
-      await txnsAnswered(base, 2); // queued and waiting
+      await blocked(base); // queued and waiting
       const reason = new Error('caller gave up');
       ac.abort(reason);
       await assert.rejects(waiting, (e) => e === reason);
@@ -533,9 +539,9 @@ describe('Mutex: giving up and losing', () => {
     try {
       const held = await new Mutex(a!, name).lock();
       const m = new Mutex(b!, name);
-      const base = await txnsNow();
+      const base = await watchersNow();
       const waiting = m.lock();
-      await txnsAnswered(base, 2); // queued and waiting
+      await blocked(base); // queued and waiting
       await client.leaseRevoke(b!.leaseId);
       // The holder never lets go during this: lock() can only end because the session did.
       await assert.rejects(waiting, (e: unknown) => {
@@ -560,10 +566,10 @@ describe('Mutex: giving up and losing', () => {
       const [a, b] = await sessions(2, 30); // next renewal in 10 s: the session cannot notice first
       try {
         const held = await new Mutex(a!, name).lock();
-        const base = await txnsNow();
+        const base = await watchersNow();
         const waiting = new Mutex(b!, name).lock();
         waiting.catch(() => {});
-        await txnsAnswered(base, 2);
+        await blocked(base);
         await client.leaseRevoke(b!.leaseId); // b's key goes with its lease
         await held.unlock(); // wakes b, which finds its own key gone
         await assert.rejects(waiting, (e: unknown) => {
@@ -642,9 +648,9 @@ describe('Mutex: giving up and losing', () => {
     try {
       const held = await new Mutex(a!, name).lock();
       const signal = held.signal;
-      const base = await txnsNow();
+      const base = await watchersNow();
       const next = new Mutex(b!, name).lock();
-      await txnsAnswered(base, 2);
+      await blocked(base);
       await client.put(held.key, ''); // no lease: now stray data, which waiters skip (etcd 6631)
       const reason = await aborted(signal);
       assert.ok(reason instanceof LockLostError, String(reason));
@@ -683,9 +689,9 @@ describe('Mutex: giving up and losing', () => {
       const held = await new Mutex(a!, name).lock();
       let holderKnew = false;
       held.signal.addEventListener('abort', () => (holderKnew = true));
-      const base = await txnsNow();
+      const base = await watchersNow();
       const next = new Mutex(b!, name).lock().then((h) => ({ h, holderKnew }));
-      await txnsAnswered(base, 2);
+      await blocked(base);
       proxy.blackhole(true); // the holder can no longer renew; the server expires its lease after 3 s
       const { h, holderKnew: knewFirst } = await next;
       assert.ok(knewFirst, 'the waiter got the lock while the old holder still believed it held it');
@@ -740,10 +746,10 @@ describe('Mutex: interoperation with etcdctl lock', () => {
       assert.ok(ctlKv, 'etcdctl’s key exists');
       assert.equal(ctlKey, `${name}/${ctlKv.lease.toString(16)}`, 'etcdctl uses the same key layout');
       const m = new Mutex(s!, name);
-      const base = await txnsNow();
+      const base = await watchersNow();
       const waiting = track(m.lock());
       await log.put(m.key);
-      await txnsAnswered(base, 2); // our enqueue and predecessor look-up answered: we are waiting
+      await blocked(base); // our enqueue (and any look-up) answered: we are waiting
       assert.equal(waiting.settled, false, 'we wait behind etcdctl');
       await ctl.kill();
       const h = await waiting.promise;

@@ -6,19 +6,17 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, Election, Mutex, Session, type LeaderEvent } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { etcdForFile, grpcHandled } from './helpers.js';
+import { etcdForFile, serverState, waitersBlocked } from './helpers.js';
 
 const ROOT = 'test/resume/';
 let etcd: EtcdCluster;
 let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
-const txnsNow = (): Promise<number> => grpcHandled(etcd.clientUrls[0]!, 'Txn');
-
-/** Resolves once etcd answered `n` more Txns than `base` (a waiter's requests are then done). */
-async function txnsAnswered(base: number, n: number): Promise<void> {
-  while ((await txnsNow()) < base + n) await new Promise((r) => setTimeout(r, 10));
-}
+/** Watchers open on etcd now: the base for {@link blocked}. */
+const watchersNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).watchers;
+/** One more waiter than at `base` (watchersNow) blocked on its watch, with nothing in flight. */
+const blocked = (base: number): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, 1);
 
 /** Whether `p` settled, and how. */
 function watch<T>(p: Promise<T>): { settled: () => boolean } {
@@ -52,10 +50,10 @@ describe('a session resumed on an existing lease', () => {
     })();
     let s1: Session | undefined;
     try {
-      const base = await txnsNow();
+      const base = await watchersNow();
       const waiter = new Election(w, name).campaign('waiter');
       const waiting = watch(waiter);
-      await txnsAnswered(base, 3);
+      await blocked(base);
       await old.gone(); // the first process is gone; its lease lives on (60 s TTL)
 
       s1 = await Session.create(client, { leaseId: old.leaseId });
@@ -107,9 +105,9 @@ describe('a session resumed on an existing lease', () => {
       s1 = await Session.create(client, { leaseId: s0.leaseId });
       const e1 = new Election(s1, name);
       const ac = new AbortController();
-      const base = await txnsNow();
+      const base = await watchersNow();
       const resumed = e1.campaign('def', { signal: ac.signal });
-      await txnsAnswered(base, 4); // enqueue, the value update, the look-up, the check: now waiting
+      await blocked(base); // enqueue, the value update, any look-up and check: now waiting
       const kv = await client.get(e1.key);
       assert.equal(kv?.createRevision, oldKv.createRevision, 'the adopted key kept its place');
       assert.equal(kv?.value.toString(), 'def');
@@ -139,15 +137,15 @@ describe('a session resumed on an existing lease', () => {
       await client.put(oldKey, '', { lease: s0.leaseId });
       const oldRev = (await client.get(oldKey))!.createRevision;
       s0.orphan();
-      let base = await txnsNow();
+      let base = await watchersNow();
       const third = new Mutex(b, name).lock();
-      await txnsAnswered(base, 3);
+      await blocked(base);
 
       s1 = await Session.create(client, { leaseId: s0.leaseId });
-      base = await txnsNow();
+      base = await watchersNow();
       const resumed = new Mutex(s1, name).lock();
       const resumedState = watch(resumed);
-      await txnsAnswered(base, 3);
+      await blocked(base);
       assert.equal((await client.getPrefix(`${name}/`)).kvs.length, 3, 'holder, resumed key, third: nothing queued twice');
       assert.equal(resumedState.settled(), false, 'the resumed lock waits behind the holder');
 
@@ -172,13 +170,13 @@ describe('a session resumed on an existing lease', () => {
     const [l, s] = await Promise.all([Session.create(client), Session.create(client)]);
     try {
       const leader = await new Election(l, name).campaign('leader');
-      let base = await txnsNow();
+      let base = await watchersNow();
       const first = new Election(s, name).campaign('one');
-      await txnsAnswered(base, 3);
+      await blocked(base);
       const ac = new AbortController();
-      base = await txnsNow();
+      base = await watchersNow();
       const second = new Election(s, name).campaign('two', { signal: ac.signal });
-      await txnsAnswered(base, 4);
+      await blocked(base);
       ac.abort();
       await assert.rejects(second);
       const kv = await client.get(new Election(s, name).key);

@@ -98,7 +98,7 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
       kind: 'campaign',
       name,
       ticket: participantTicket(session, name, bytes),
-      rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost),
+      rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost, { keepWatch: true }),
       lostError: leadershipLost,
       // Already a candidate (a sibling's key, or one an earlier process left on an adopted lease):
       // keep its place and take the new value, as Go does, so etcd and the handle agree.

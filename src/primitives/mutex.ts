@@ -64,7 +64,7 @@ export class Mutex {
       kind: 'lock',
       name,
       ticket: participantTicket(session, name, ownBuffer(label)),
-      rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost),
+      rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost, { keepWatch: true }),
       lostError: lockLost,
       hold: (own) => new HeldLock(own),
     };

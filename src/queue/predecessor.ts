@@ -1,4 +1,4 @@
-import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type Compare, type RangeRequest } from '../client/kv.js';
+import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type Compare, type KeyValue, type RangeRequest } from '../client/kv.js';
 import type { WatchEvent } from '../client/watch.js';
 import { isParticipantKey, ownBuffer, participantKey, prefixOf } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
@@ -11,7 +11,16 @@ import type { Blocker, LostErrorFactory, TurnRule } from './turn.js';
  */
 export function participantTicket(session: Session, name: string, value: Buffer): TicketSpec {
   const prefix = ownBuffer(prefixOf(name));
-  return { key: participantKey(name, session.leaseId), value, count: { key: prefix, rangeEnd: ownBuffer(prefixEnd(prefix)) }, first: (n) => n === 1n };
+  const rangeEnd = ownBuffer(prefixEnd(prefix));
+  return {
+    key: participantKey(name, session.leaseId),
+    value,
+    count: { key: prefix, rangeEnd },
+    first: (n) => n === 1n,
+    // Ours (the newest) and the ones just before it, with their leases (not keys-only: etcd 3.7
+    // reports a keys-only read's leases as 0), so a short queue needs no separate look-up.
+    lookup: { key: prefix, rangeEnd, sortOrder: SortOrder.DESCEND, sortTarget: SortTarget.CREATE, limit: 9n },
+  };
 }
 
 /** Where a waiter looks for what is older than it: a key range, and which keys in it count. */
@@ -32,6 +41,10 @@ interface Predecessor {
   /** A copy: the decoded key would pin the whole response buffer for the length of the wait. */
   key: Buffer;
   createRevision: bigint;
+  /** The revision of the read that found it: it was there, as described, at this revision. */
+  asOf: bigint;
+  /** Its lease was read and is not 0 (a keys-only read on etcd 3.7 cannot tell). */
+  leased: boolean;
 }
 
 /**
@@ -39,19 +52,30 @@ interface Predecessor {
  * key just before its own, so one release wakes one waiter. Stray keys (no lease: etcd issue 6631)
  * and keys that are not candidates (nested names under the prefix) are skipped.
  */
-export function oldestRule(session: Session, scope: Scope, ticket: Ticket, lostError: LostErrorFactory): TurnRule {
+export function oldestRule(session: Session, scope: Scope, ticket: Ticket, lostError: LostErrorFactory, options: { keepWatch?: boolean } = {}): TurnRule {
   // Incarnations found to have no lease: skipped by every later look-up of this wait.
   const strays = new Set<string>();
   return {
     async blocker(signal: AbortSignal): Promise<Blocker | null> {
-      const p = await findPredecessor(session, scope, ticket, lostError, signal, strays);
+      let p: Predecessor | null | undefined;
+      const pre = ticket.preceding;
+      if (pre) {
+        // Read by the enqueue, at our key's own revision: used once, then the normal look-up.
+        ticket.preceding = undefined;
+        p = fromPage(pre.kvs, pre.more, ticket.rev, scope, strays);
+      }
+      if (p === undefined) p = await findPredecessor(session, scope, ticket, lostError, signal, strays);
       if (p === null) return null;
+      const pred = p;
       return {
-        key: p.key,
+        key: pred.key,
+        asOf: pred.asOf,
+        confirmed: pred.leased,
+        keep: options.keepWatch ?? false,
         // Changed: deleted, moved off any lease (stray now), or a new incarnation of the same key (a
         // delete we did not see). A put that keeps a lease and the CreateRevision (a proclaim) is none.
-        changed: (e: WatchEvent) => e.type === 'delete' || e.kv.lease === 0n || e.kv.createRevision !== p.createRevision,
-        stillBlocked: (s: AbortSignal) => stillQueued(session, ticket, p, strays, s),
+        changed: (e: WatchEvent) => e.type === 'delete' || e.kv.lease === 0n || e.kv.createRevision !== pred.createRevision,
+        stillBlocked: (s: AbortSignal) => stillQueued(session, ticket, pred, strays, s),
       };
     },
   };
@@ -83,6 +107,23 @@ async function stillQueued(session: Session, ticket: Ticket, pred: Predecessor, 
   const kv = txnRange(t, 0).kvs[0];
   if (kv && kv.createRevision === pred.createRevision && kv.lease === 0n) strays.add(strayId(kv));
   return false;
+}
+
+/**
+ * The predecessor in a page read by the enqueue Txn right after our put (ours first, then older
+ * keys, each with its lease): null when no participant is older and the page was complete,
+ * undefined when the page cannot tell (only nested names or stray keys in it, and more beyond).
+ */
+function fromPage(kvs: KeyValue[], more: boolean, rev: bigint, scope: Scope, strays: Set<string>): Predecessor | null | undefined {
+  for (const kv of kvs) {
+    if (kv.createRevision >= rev || !scope.isCandidate(kv.key)) continue;
+    if (kv.lease === 0n) {
+      strays.add(strayId(kv)); // stray data (etcd issue 6631): never our predecessor
+      continue;
+    }
+    return { key: ownBuffer(kv.key), createRevision: kv.createRevision, asOf: rev, leased: true };
+  }
+  return more ? undefined : null;
 }
 
 /** Identifies one incarnation of a key: its CreateRevision and the key itself. */
@@ -127,13 +168,16 @@ async function findPredecessor(
   );
   if (!t.succeeded) return ticketLost(session, ticket, lostError, signal);
   let page = txnRange(t, 0);
+  let asOf = t.header.revision;
   for (;;) {
     const found = page.kvs.find((kv) => scope.isCandidate(kv.key) && !strays.has(strayId(kv)));
-    if (found) return { key: ownBuffer(found.key), createRevision: found.createRevision };
+    // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
+    if (found) return { key: ownBuffer(found.key), createRevision: found.createRevision, asOf, leased: found.lease !== 0n };
     const last = page.kvs[page.kvs.length - 1];
     if (!page.more || !last) return null;
     // Only keys of nested names or stray data so far: look further back.
     page = await client.range(before(last.createRevision - 1n, 64n), { signal });
+    asOf = page.header.revision;
   }
 }
 

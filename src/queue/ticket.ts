@@ -22,6 +22,11 @@ export interface Ticket {
   first: boolean;
   /** What the spec's `peek` read in the same Txn (a semaphore checks its peers' permit count). */
   peeked: KeyValue[];
+  /**
+   * What the spec's `lookup` read in the same Txn, after our put (so at revision `rev`): the keys
+   * just before ours, newest first. Present only when the queue was short; the rule consumes it.
+   */
+  preceding?: { kvs: KeyValue[]; more: boolean };
 }
 
 /** What to enqueue: our key and value, and the range whose count, read in the same Txn, may prove we go first. */
@@ -34,6 +39,33 @@ export interface TicketSpec {
   first(count: bigint): boolean;
   /** An O(1) read to make in the same Txn (a limit, unsorted), for checks on the participants. */
   peek?: RangeRequest;
+  /**
+   * A sorted read of the keys before ours (newest first), made in the same Txn only while this
+   * client last saw the counted range short: etcd reads every key of a sorted range in its apply
+   * loop, which is nothing for a few keys and would stall every write behind a long queue.
+   */
+  lookup?: RangeRequest;
+}
+
+/** A sorted read in the write Txn is made while the queue last counted at most this many keys. */
+export const SHORT_QUEUE = 32n;
+
+/** The count each client last saw per queue prefix (bounded): whether to make the sorted read. */
+const lastCount = new WeakMap<object, Map<string, bigint>>();
+const HINTS_PER_CLIENT = 1024;
+
+function shortQueue(client: object, prefix: Buffer): boolean {
+  const n = lastCount.get(client)?.get(prefix.toString('latin1'));
+  return n !== undefined && n <= SHORT_QUEUE;
+}
+
+function noteCount(client: object, prefix: Buffer, n: bigint): void {
+  let m = lastCount.get(client);
+  if (!m) lastCount.set(client, (m = new Map()));
+  const k = prefix.toString('latin1');
+  m.delete(k); // re-inserted last: the map's order is its age
+  if (m.size >= HINTS_PER_CLIENT) m.delete(m.keys().next().value!);
+  m.set(k, n);
 }
 
 /** Keys this process holds or queues, per session: a second lock() or campaign() on the same key joins. */
@@ -123,11 +155,13 @@ export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticke
   const swept = sweeping.get(key);
   if (swept) await swept;
   const reads = spec.peek ? [count, op.range(spec.peek)] : [count];
+  // The look-up runs after our put, so it sees our key first and then the ones before it.
+  const lookup = spec.lookup && shortQueue(session.client, spec.count.key) ? [op.range(spec.lookup)] : [];
   const t = await session.client
     .txn(
       {
         compare: [compare.createRevision(key, '=', 0n)],
-        success: [op.put(key, value, session.leaseId), ...reads],
+        success: [op.put(key, value, session.leaseId), ...reads, ...lookup],
         failure: [op.get(key), ...reads],
       },
       // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second
@@ -159,9 +193,18 @@ export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticke
   const joined = !t.succeeded && keys.has(key);
   keys.add(key);
   enqueuing.delete(key); // in use now: the sweeper leaves it alone either way
-  const first = spec.first(txnRange(t, 1).count);
+  const counted = txnRange(t, 1).count;
+  noteCount(session.client, spec.count.key, counted);
+  const first = spec.first(counted);
   const peeked = spec.peek ? txnRange(t, 2).kvs : [];
-  if (t.succeeded) return { key, rev: t.header.revision, joined: false, value, first, peeked };
+  if (t.succeeded) {
+    const ticket: Ticket = { key, rev: t.header.revision, joined: false, value, first, peeked };
+    if (lookup.length > 0 && !first) {
+      const r = txnRange(t, reads.length + 1);
+      ticket.preceding = { kvs: r.kvs, more: r.more };
+    }
+    return ticket;
+  }
   const mine = txnRange(t, 0).kvs[0]!;
   // A copy: the decoded value is a slice of the whole response, which it would keep alive.
   return { key, rev: mine.createRevision, joined, value: ownBuffer(mine.value), first, peeked };

@@ -1,6 +1,6 @@
 import { retryWhile } from '../client/backoff.js';
 import { CompactedError, isTransient } from '../client/errors.js';
-import type { WatchEvent } from '../client/watch.js';
+import type { Watch, WatchBatch, WatchEvent } from '../client/watch.js';
 import type { OwnershipLostError } from '../errors.js';
 import type { Session } from '../session.js';
 import type { Ticket } from './ticket.js';
@@ -22,6 +22,15 @@ export interface Blocker {
    * thing? An O(1) read; false sends the waiter back to the rule (which also tells a lost key).
    */
   stillBlocked(signal: AbortSignal): Promise<boolean>;
+  /** The revision of the read that found this blocker: only later events can end the wait. */
+  asOf?: bigint;
+  /**
+   * That read proved everything `stillBlocked` checks (the key's lease included), so a watch that
+   * delivers every event after `asOf` needs no confirmation.
+   */
+  confirmed?: boolean;
+  /** Keep the watch open afterwards for the session's next wait on the same key (a FIFO queue's order repeats). */
+  keep?: boolean;
 }
 
 /**
@@ -43,6 +52,66 @@ export interface TurnRule {
  * check again that it still blocks us: a change that slipped in before is seen then. A waiter keeps
  * its place through an outage: reads are retried while the session lives.
  */
+/** A watch kept open after a wait, with its undelivered pull and the revision it delivers from. */
+interface Kept {
+  w: Watch;
+  events: AsyncIterator<WatchBatch>;
+  pull?: Promise<IteratorResult<WatchBatch>>;
+  /** Every event after this revision reaches the watch. */
+  from: bigint;
+  timer?: NodeJS.Timeout;
+}
+
+/** Kept watches per session, by watched key; at most a few, each for a few seconds. */
+const kept = new WeakMap<Session, Map<string, Kept>>();
+const KEEP_PER_SESSION = 4;
+const KEEP_MS = 5000;
+
+function takeKept(session: Session, id: string): Kept | undefined {
+  const m = kept.get(session);
+  const k = m?.get(id);
+  if (!k) return undefined;
+  m!.delete(id);
+  clearTimeout(k.timer);
+  return k.w.ended ? undefined : k;
+}
+
+function keepWatch(session: Session, id: string, k: Kept): void {
+  if (session.signal.aborted || k.w.ended) return k.w.cancel();
+  k.pull?.catch(() => {}); // nobody awaits it while kept: a failure must not go unhandled
+  let m = kept.get(session);
+  if (!m) {
+    const map = (m = new Map<string, Kept>());
+    kept.set(session, map);
+    session.signal.addEventListener('abort', () => {
+      for (const x of map.values()) dropKept(x);
+      map.clear();
+    }, { once: true });
+  }
+  const old = m.get(id);
+  if (old) {
+    m.delete(id);
+    dropKept(old);
+  }
+  if (m.size >= KEEP_PER_SESSION) {
+    const [oldestId, oldest] = m.entries().next().value!;
+    m.delete(oldestId);
+    dropKept(oldest);
+  }
+  const map = m;
+  k.timer = setTimeout(() => {
+    if (map.get(id) === k) map.delete(id);
+    k.w.cancel();
+  }, KEEP_MS);
+  k.timer.unref();
+  map.set(id, k);
+}
+
+function dropKept(k: Kept): void {
+  clearTimeout(k.timer);
+  k.w.cancel();
+}
+
 export async function waitForTurn(session: Session, ticket: Ticket, rule: TurnRule, signal?: AbortSignal): Promise<void> {
   if (ticket.first) return;
   const client = session.client;
@@ -57,18 +126,33 @@ export async function waitForTurn(session: Session, ticket: Ticket, rule: TurnRu
     for (;;) {
       const b = await retrying(() => rule.blocker(stop.signal));
       if (b === null) return;
-      const w = client.watch(b.key, { prefix: b.prefix ?? false, noPut: b.noPut ?? false, signal: stop.signal });
+      const asOf = b.asOf;
+      const id = b.keep && asOf !== undefined ? `${b.prefix ? 'p' : 'k'}${b.noPut ? 'n' : ''}/${b.key.toString('latin1')}` : undefined;
+      // A watch kept from this session's last wait on the same key, if it already delivers every
+      // event after our read: then it needs neither a create, nor a confirmation, nor a cancel.
+      let k = id !== undefined ? takeKept(session, id) : undefined;
+      if (k && !(asOf !== undefined && k.from <= asOf)) {
+        dropKept(k);
+        k = undefined;
+      }
+      const w = k?.w ?? client.watch(b.key, { prefix: b.prefix ?? false, noPut: b.noPut ?? false, signal: stop.signal });
+      const onStop = (): void => w.cancel(); // a kept watch was created under another wait's signal
+      if (k) stop.signal.addEventListener('abort', onStop, { once: true });
+      const events = k?.events ?? w[Symbol.asyncIterator]();
+      // One pending pull at a time: a pull abandoned to a re-check would swallow an event.
+      let pull = k?.pull;
+      let keepIt = false;
       try {
-        await w.created;
-        // Re-checked now, and then now and then while waiting: a safety net should an event ever be
-        // missed (an O(1) read-only Txn; a queue must never wait forever on a ghost).
+        const from = k?.from ?? (await w.created);
+        // Re-checked now (unless the read that found the blocker is covered by the watch), and
+        // then now and then while waiting: a safety net should an event ever be missed (an O(1)
+        // read-only Txn; a queue must never wait forever on a ghost).
+        const covered = b.confirmed === true && asOf !== undefined && from <= asOf;
         const recheckMs = Math.max(10_000, session.ttl * 1000);
-        const events = w[Symbol.asyncIterator]();
         let timer: NodeJS.Timeout | undefined;
         try {
-          if (await retrying(() => b.stillBlocked(stop.signal))) {
-            // One pending pull at a time: a pull abandoned to a re-check would swallow an event.
-            let pull = events.next();
+          if (covered || (await retrying(() => b.stillBlocked(stop.signal)))) {
+            pull ??= events.next();
             for (;;) {
               const tick = new Promise<'recheck'>((resolve) => (timer = setTimeout(() => resolve('recheck'), recheckMs)));
               const next = await Promise.race([pull, tick]);
@@ -77,17 +161,23 @@ export async function waitForTurn(session: Session, ticket: Ticket, rule: TurnRu
                 if (!(await retrying(() => b.stillBlocked(stop.signal)))) break;
                 continue;
               }
-              if (next.done || next.value.events.some((e) => b.changed(e))) break;
+              pull = undefined;
+              if (next.done) break;
+              // A kept watch may still hold events from before our read: those were seen by it.
+              if (next.value.events.some((e) => (asOf === undefined || e.kv.modRevision > asOf) && b.changed(e))) break;
               pull = events.next();
             }
           }
         } finally {
           clearTimeout(timer);
         }
+        keepIt = id !== undefined && !w.ended && !stop.signal.aborted;
+        if (keepIt) keepWatch(session, id!, { w, events, pull, from });
       } catch (err) {
         if (!(err instanceof CompactedError)) throw err;
       } finally {
-        w.cancel();
+        stop.signal.removeEventListener('abort', onStop);
+        if (!keepIt) w.cancel();
       }
       stop.signal.throwIfAborted();
       // Gone or changed: ask the rule again (it may have been a waiter that gave up).
