@@ -181,9 +181,14 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
     });
     return false;
   };
+  // Set when, as the head, we saw the delete of a key we had confirmed ahead of us: one of the
+  // `permits` older participants is gone, and none can be added (newcomers are younger), so it is
+  // our turn without reading again. The mark's Txn still checks that our key stands.
+  let freedAhead = false;
   return {
     async blocker(signal: AbortSignal): Promise<Blocker | null> {
-      const ahead = await older(signal);
+      const ahead = freedAhead ? [] : await older(signal);
+      freedAhead = false;
       if (ahead.length < permits) {
         // Our turn. Mark it on our key: the waiter behind us watches it to learn it may be next.
         const t = await session.client.txn(
@@ -200,7 +205,12 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
       if (ahead.length === permits) {
         // The head: a holder leaving (a delete), or moved off its lease by someone (a stray now),
         // can give us a permit; newcomers' puts and marks cannot, and cost no request here.
-        const freed = (e: WatchEvent) => e.type === 'delete' || e.kv.lease === 0n;
+        const confirmed = new Set(ahead.map((k) => k.key.toString('latin1')));
+        const freed = (e: WatchEvent): boolean => {
+          // Any incarnation of such a key deleted means ours is gone (a later one is younger than us).
+          if (e.type === 'delete' && confirmed.has(e.kv.key.toString('latin1'))) freedAhead = true;
+          return e.type === 'delete' || e.kv.lease === 0n;
+        };
         return { key: prefix, prefix: true, changed: freed, stillBlocked: (s) => still(ahead, false, s) };
       }
       // Further back: wake when the waiter before us leaves or takes a permit (and we may be head).
