@@ -100,6 +100,8 @@ export const PAGE_JS = String.raw`(function () {
   function span() { return Math.min(300000, Math.max(30000, now() - S.startedAt)); }
   var expanded = new Set();
   var live = [];
+  /** The timeline by name, built once per render (each bar redraws four times a second). */
+  var byName = new Map();
   var scheduled = false;
   var hook = { revision: '0', renderedAt: 0, renders: 0, entities: 0 };
   window.__inspector = hook;
@@ -219,12 +221,18 @@ export const PAGE_JS = String.raw`(function () {
     if (v.kind === 'barrier') return 'member';
     return 'holder';
   }
-  function ttlCell(td, p) {
+  function ttlCell(td, p, holding) {
     var l = S.leases.get(p.lease);
     td.className = 'mono';
     if (!l) { td.textContent = '…'; return; }
     if (l.ttl < 0) { td.textContent = 'expired'; td.className = 'mono bad'; return; }
     var left = l.ttl - (now() - l.at) / 1000;
+    if (left <= 0 && !holding) {
+      // Still there after its known deadline: renewed since. Only holders' leases are asked again.
+      td.textContent = 'renewed, ≤ ' + l.granted + ' s'; td.className = 'mono dim';
+      td.title = 'the inspector asks etcd again only for holders';
+      return;
+    }
     if (left <= 0) { td.textContent = '≤ 0 s / ' + l.granted + ' s'; td.className = 'mono warn'; return; }
     td.textContent = Math.ceil(left) + ' s / ' + l.granted + ' s';
     if (left < Math.max(2, l.granted / 3)) td.className = 'mono warn';
@@ -245,8 +253,8 @@ export const PAGE_JS = String.raw`(function () {
     key.title = p.key + ' on lease ' + p.lease;
     tr.appendChild(key);
     tr.appendChild(el('td', 'mono', p.token));
-    var ttl = el('td'); ttlCell(ttl, p); tr.appendChild(ttl);
-    live.push(function () { ttlCell(ttl, p); });
+    var ttl = el('td'); ttlCell(ttl, p, holding); tr.appendChild(ttl);
+    live.push(function () { ttlCell(ttl, p, holding); });
     var since = el('td'); sinceCell(since, p, holding); tr.appendChild(since);
     live.push(function () { sinceCell(since, p, holding); });
     if (S.showValues) tr.appendChild(el('td', 'value', p.value));
@@ -278,8 +286,7 @@ export const PAGE_JS = String.raw`(function () {
       while (b.firstChild) b.removeChild(b.firstChild);
       var W = span(), t1 = now(), t0 = t1 - W, open = new Map(), terms = [];
       from.textContent = dur(W) + ' ago';
-      S.timeline.forEach(function (ev) {
-        if (ev.name !== v.name) return;
+      (byName.get(v.name) || []).forEach(function (ev) {
         var k = ev.key + '@' + ev.token;
         if (ev.type === 'acquired') open.set(k, { token: ev.token, start: ev.at, end: t1 });
         else {
@@ -357,10 +364,9 @@ export const PAGE_JS = String.raw`(function () {
     var ol = el('ol');
     ol.id = 'timeline';
     // Names nobody holds now, with a history here: the gap so far, on top.
-    var named = new Set(S.timeline.map(function (ev) { return ev.name; }));
     S.entities.forEach(function (e) {
       var v = e.view;
-      if (v.holders.length > 0 || v.vacantSince === null || v.vacantSince === undefined || !named.has(v.name)) return;
+      if (v.holders.length > 0 || v.vacantSince === null || v.vacantSince === undefined || !byName.has(v.name)) return;
       var li = el('li', 'gap');
       li.dataset.name = v.name;
       li.appendChild(el('span', 'when', 'now'));
@@ -384,6 +390,8 @@ export const PAGE_JS = String.raw`(function () {
   }
   function render() {
     live = [];
+    byName = new Map();
+    S.timeline.forEach(function (ev) { var l = byName.get(ev.name); if (!l) byName.set(ev.name, l = []); l.push(ev); });
     var status = document.getElementById('status'), notice = document.getElementById('notice');
     var ok = S.sse && S.etcd;
     status.className = 'status ' + (ok ? 'live' : S.loaded ? 'down' : 'connecting');

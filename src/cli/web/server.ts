@@ -1,7 +1,7 @@
 // `inspect --web`: one prefix watch on etcd feeds every browser through server-sent events. The
 // server keeps the picture (model.ts), fetches a lease's TimeToLive when the lease appears, when its
-// keys change, and when its last known deadline passes while its keys are still there (it was
-// renewed); the page counts the time down itself. Read-only: nothing here writes to etcd.
+// keys change, and, for holders only, when its last known deadline nears while its keys are still
+// there (it was renewed); the page counts the time down itself. Read-only: nothing here writes.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -29,8 +29,6 @@ interface LeaseInfo {
 
 /** At most this many TimeToLive calls in flight. */
 const LEASE_CONCURRENCY = 8;
-/** At most this many refreshes of leases whose known deadline passed, per second. */
-const LEASE_REFRESH_PER_S = 20;
 /** A page whose connection buffers more than this is cut off; it reconnects and gets a snapshot. */
 const MAX_BUFFERED = 8 * 1024 * 1024;
 
@@ -265,16 +263,18 @@ export class Inspector {
   }
 
   /**
-   * Leases still holding keys whose last known deadline is less than a second away: alive ones
-   * were renewed meanwhile; ask again, so that a known deadline that passes means the lease expired.
+   * Holders' leases whose last known deadline is less than a second away while their keys are still
+   * there: a live holder has renewed meanwhile; ask again, so that a holder's known deadline that
+   * passes means its lease expired. Waiters' leases are not asked again (their countdown ends at
+   * "renewed, ≤ TTL"): the cost stays one call per holder per TTL, however long the queue.
    */
   private refreshDueLeases(): void {
     if (!this.connected) return;
     const now = Date.now();
-    const holders = this.model.holderLeases();
-    const due = [...this.leases].filter(([hex, l]) => l.ttl >= 0 && now >= l.at + l.ttl * 1000 - 1000 && !this.leaseQueued.has(hex)).map(([hex]) => hex);
-    due.sort((a, b) => Number(holders.has(b)) - Number(holders.has(a)));
-    for (const hex of due.slice(0, LEASE_REFRESH_PER_S)) this.queueLease(hex, holders.has(hex));
+    for (const hex of this.model.holderLeases()) {
+      const l = this.leases.get(hex);
+      if (l && l.ttl >= 0 && now >= l.at + l.ttl * 1000 - 1000) this.queueLease(hex, true);
+    }
   }
 
   // ── pages ────────────────────────────────────────────────────────────────────────────────────
@@ -288,6 +288,8 @@ export class Inspector {
     }
     for (const hex of ch.leasesNew) this.queueLease(hex, true);
     for (const hex of ch.leasesChanged) this.queueLease(hex);
+    // A new holder's lease may have been renewed since it was fetched: its deadline matters now.
+    for (const ev of ch.timeline) if (ev.type === 'acquired' && !ch.leasesNew.includes(ev.lease)) this.queueLease(ev.lease, true);
     if (ch.parts.length === 0 && ch.entities.length === 0 && ch.timeline.length === 0 && ch.dropped.length === 0) return;
     this.send('update', { now: Date.now(), revision: this.revision.toString(), ...ch, leases: gone });
   }
