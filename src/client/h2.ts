@@ -1,0 +1,687 @@
+// A lean unary transport for etcd's gRPC, directly on node:http2 (issue 13, goal 2). gRPC over
+// HTTP/2 is, for a unary call, a POST with `content-type: application/grpc` and `te: trailers`,
+// one message behind a 5-byte prefix (a compressed flag and a big-endian length) each way, and
+// the status in the trailers (`grpc-status`, percent-encoded `grpc-message`), or in the response
+// headers alone when the server sends no message ("trailers-only"). That is all this file speaks,
+// for one endpoint; Watch and LeaseKeepAlive streams stay on @grpc/grpc-js.
+//
+// What it keeps of the grpc-js channel the Connection uses: plain or TLS connections (CA, client
+// certificate and key, server name, insecure-skip-verify; ALPN h2), "ready" meaning the server's
+// HTTP/2 SETTINGS arrived, a deadline sent as grpc-timeout and enforced here too, cancellation by
+// AbortSignal (RST_STREAM CANCEL), keepalive pings with grpc-js's semantics (only while calls are
+// in flight; a ping unanswered within the timeout closes the connection), the maximum message
+// sizes, a new connection on the next call after one closed (no reconnect backoff: the Connection
+// fails over itself), and grpc-js's transparent retry, once, of a request that provably never
+// reached the server (REFUSED_STREAM, or a GOAWAY whose last stream id is below ours). Failures are
+// H2ServiceErrors, shaped as grpc-js's ServiceError with the same codes and details, so that
+// errors.ts maps them unchanged.
+import * as http2 from 'node:http2';
+import * as net from 'node:net';
+import * as tls from 'node:tls';
+import { H2Metadata, H2ServiceError, Status, decodeGrpcMessage, fromHttpStatus, grpcTimeout, seconds } from './h2/status.js';
+
+export { H2Metadata, H2ServiceError, Status } from './h2/status.js';
+
+const {
+  NGHTTP2_NO_ERROR,
+  NGHTTP2_CANCEL,
+  NGHTTP2_REFUSED_STREAM,
+  NGHTTP2_ENHANCE_YOUR_CALM,
+  NGHTTP2_INADEQUATE_SECURITY,
+  NGHTTP2_INTERNAL_ERROR,
+  NGHTTP2_FLAG_END_STREAM,
+} = http2.constants;
+
+/** TLS material, as the Connection's TlsOptions, plus the name to verify the server by. */
+export interface H2TlsOptions {
+  ca?: Buffer | string | undefined;
+  cert?: Buffer | string | undefined;
+  key?: Buffer | string | undefined;
+  /** SNI and the name the certificate must carry; default the target's host when it is a name (an IP address is checked against the certificate's IP SANs). */
+  servername?: string | undefined;
+  /** Accept any server certificate, unverified. */
+  insecureSkipVerify?: boolean | undefined;
+}
+
+export interface H2ChannelOptions {
+  /** TLS when given (an empty object: system roots), plaintext when omitted or null. */
+  tls?: H2TlsOptions | null | undefined;
+  /** How long one connection attempt may take, TCP + TLS + the server's SETTINGS. Default 2000. */
+  dialTimeoutMs?: number | undefined;
+  /** Ping the connection this often while calls are in flight (grpc.keepalive_time_ms). Default 6000; <= 0 disables. */
+  keepaliveTimeMs?: number | undefined;
+  /** Close the connection when a ping goes unanswered this long (grpc.keepalive_timeout_ms). Default 3000. */
+  keepaliveTimeoutMs?: number | undefined;
+  /** Largest response message accepted, bytes; -1 for no limit (the Connection's setting, the default). */
+  maxReceiveMessageLength?: number | undefined;
+  /** Largest request message sent, bytes; -1 for no limit. Default 2 MiB, as the Connection. */
+  maxSendMessageLength?: number | undefined;
+}
+
+/** Request metadata: a plain header record, or anything with grpc-js Metadata's getMap(). */
+export type H2RequestMetadata = Readonly<Record<string, string>> | { getMap(): Record<string, string | Buffer> };
+
+/** A unary method descriptor: the Connection's UnaryMethod (src/proto's KVService.put and so on). */
+export interface H2UnaryMethod<Req, Res> {
+  path: string;
+  requestSerialize: (value: Req) => Uint8Array;
+  responseDeserialize: (value: Buffer) => Res;
+}
+
+/** Why connect() gave up: nothing answered in time, the connection failed, or the channel is closed. */
+export class H2ConnectError extends Error {
+  constructor(
+    readonly kind: 'timeout' | 'failed' | 'closed',
+    readonly waitedMs: number,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      kind === 'timeout'
+        ? `no connection within ${Math.round(waitedMs)} ms`
+        : kind === 'closed'
+          ? 'the channel is closed'
+          : `the connection failed${options?.cause instanceof Error ? `: ${options.cause.message}` : ''}`,
+      options,
+    );
+    this.name = 'H2ConnectError';
+  }
+}
+
+/** One HTTP/2 connection that reached "ready", with its keepalive and its calls in flight. */
+class Conn {
+  active = 0;
+  /** The last stream id of a GOAWAY received, or -1. Streams above it were never processed. */
+  goawayLastId = -1;
+  /** Set when we decided the connection is dead (keepalive): the details of the calls it fails. */
+  dropReason?: string;
+  /** The session's last error, for the details of calls that die with it. */
+  lastError?: Error;
+  readonly calls = new Set<UnaryCall<unknown>>();
+  private keepaliveTimer: NodeJS.Timeout | undefined;
+  private pendingPing = false;
+
+  private gone = false;
+
+  constructor(
+    readonly channel: H2Channel,
+    readonly session: http2.ClientHttp2Session,
+    socket: net.Socket | undefined,
+  ) {
+    session.on('error', (err: Error) => (this.lastError = err));
+    // The session does not always report its socket's end (see dial): the socket's own events count too.
+    socket?.on('error', (err: Error) => {
+      this.lastError ??= err;
+      session.destroy();
+      this.onGone();
+    });
+    socket?.on('close', () => this.onGone());
+    session.on('goaway', (_code: number, lastStreamId: number) => {
+      this.goawayLastId = this.goawayLastId < 0 ? lastStreamId : Math.min(this.goawayLastId, lastStreamId);
+      channel.detach(this); // no new call goes here; calls in flight up to the last id finish
+      // The server never processed streams above its last id: those calls go to a new connection now.
+      for (const call of [...this.calls]) call.goaway(this);
+      // Node may destroy the session for a GOAWAY (an error code, or a second one) without closing
+      // its streams' events or its own: what is still pending then died with it.
+      setImmediate(() => {
+        if (session.destroyed) this.onGone();
+      });
+    });
+    session.once('close', () => this.onGone());
+  }
+
+  /** The connection is gone: whatever is still pending died with it (streams normally close first). */
+  private onGone(): void {
+    if (this.gone) return;
+    this.gone = true;
+    this.clearKeepalive();
+    this.channel.detach(this);
+    for (const call of [...this.calls]) call.connectionDied(this);
+  }
+
+  get usable(): boolean {
+    return !this.session.destroyed && !this.session.closed && this.goawayLastId < 0 && this.dropReason === undefined;
+  }
+
+  callStarted(call: UnaryCall<unknown>): void {
+    this.calls.add(call);
+    if (++this.active === 1) {
+      this.session.ref();
+      this.maybeStartKeepalive();
+    }
+  }
+
+  callEnded(call: UnaryCall<unknown>): void {
+    if (!this.calls.delete(call)) return;
+    if (--this.active === 0 && !this.session.destroyed) this.session.unref();
+  }
+
+  /** grpc-js's keepalive: a timer while calls are in flight; a ping when it fires (or at the next call). */
+  private maybeStartKeepalive(): void {
+    const time = this.channel.keepaliveTimeMs;
+    if (time <= 0 || this.active === 0 || this.session.destroyed) return;
+    if (this.pendingPing) {
+      this.pendingPing = false;
+      this.sendPing();
+    } else if (!this.keepaliveTimer) {
+      this.keepaliveTimer = setTimeout(() => {
+        this.keepaliveTimer = undefined;
+        if (this.active > 0) this.sendPing();
+        else this.pendingPing = true;
+      }, time);
+      this.keepaliveTimer.unref();
+    }
+  }
+
+  private sendPing(): void {
+    const timeout = this.channel.keepaliveTimeoutMs;
+    this.keepaliveTimer = setTimeout(() => {
+      this.keepaliveTimer = undefined;
+      this.drop(`Connection dropped: keepalive ping not answered within ${timeout} ms`);
+    }, timeout);
+    this.keepaliveTimer.unref();
+    let sent = false;
+    try {
+      sent = this.session.ping((err) => {
+        this.clearKeepalive();
+        if (err) return this.drop(`Connection dropped: keepalive ping failed (${err.message})`);
+        this.maybeStartKeepalive();
+      });
+    } catch (err) {
+      sent = false;
+      this.lastError = err as Error;
+    }
+    if (!sent) this.drop('Connection dropped: keepalive ping could not be sent');
+  }
+
+  private clearKeepalive(): void {
+    if (this.keepaliveTimer) clearTimeout(this.keepaliveTimer);
+    this.keepaliveTimer = undefined;
+  }
+
+  /** Declares the connection dead: its calls fail UNAVAILABLE with `reason`, and it is closed. */
+  drop(reason: string): void {
+    if (this.dropReason !== undefined || this.session.destroyed) return;
+    this.dropReason = reason;
+    this.clearKeepalive();
+    this.channel.detach(this);
+    for (const call of [...this.calls]) call.connectionDied(this);
+    this.session.destroy();
+  }
+}
+
+/**
+ * One endpoint's HTTP/2 connection for unary gRPC calls. Connects on demand (or by connect()),
+ * and again on the next call after the connection closed.
+ */
+export class H2Channel {
+  readonly keepaliveTimeMs: number;
+  readonly keepaliveTimeoutMs: number;
+  readonly dialTimeoutMs: number;
+  readonly maxReceive: number;
+  readonly maxSend: number;
+  private readonly authority: string;
+  private readonly host: string;
+  private readonly port: number;
+  private readonly tls: H2TlsOptions | null;
+  private conn: Conn | undefined;
+  private dialing: Promise<Conn> | undefined;
+  private closed = false;
+
+  constructor(
+    /** `host:port` or `[v6]:port`. */
+    readonly target: string,
+    options: H2ChannelOptions = {},
+  ) {
+    const i = target.lastIndexOf(':');
+    if (i <= 0) throw new TypeError(`h2: target "${target}" is not host:port`);
+    this.host = target.slice(0, i).replace(/^\[|\]$/g, '');
+    this.port = Number(target.slice(i + 1));
+    this.tls = options.tls ?? null;
+    this.authority = `${this.tls ? 'https' : 'http'}://${target}`;
+    this.dialTimeoutMs = options.dialTimeoutMs ?? 2000;
+    this.keepaliveTimeMs = options.keepaliveTimeMs ?? 6000;
+    this.keepaliveTimeoutMs = options.keepaliveTimeoutMs ?? 3000;
+    const limit = (n: number | undefined, dflt: number): number => (n === undefined ? dflt : n < 0 ? Infinity : n);
+    this.maxReceive = limit(options.maxReceiveMessageLength, Infinity);
+    this.maxSend = limit(options.maxSendMessageLength, 2 * 1024 * 1024);
+  }
+
+  /** A connection is up and takes new calls. */
+  get isReady(): boolean {
+    return this.conn !== undefined && this.conn.usable;
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /**
+   * Resolves once a connection is ready (the server's SETTINGS arrived), or rejects with an
+   * H2ConnectError: 'timeout' when `deadline` (performance.now() ms) passes first, 'failed' when
+   * the attempt failed (refused, TLS, closed), 'closed' after close(); with `signal`'s reason when
+   * it aborts. An attempt outlives a waiter that gives up, up to the dial timeout.
+   */
+  connect(deadline: number, signal?: AbortSignal): Promise<void> {
+    if (this.isReady) return Promise.resolve();
+    const started = performance.now();
+    return this.waitConnected(deadline, signal).then(
+      () => undefined,
+      (err: unknown) => {
+        if (err === TIMED_OUT) throw new H2ConnectError('timeout', Math.max(0, deadline - started));
+        throw err;
+      },
+    );
+  }
+
+  /** The ready connection, or TIMED_OUT / an H2ConnectError / the signal's reason. */
+  private waitConnected(deadline: number, signal: AbortSignal | undefined): Promise<Conn> {
+    if (this.closed) return Promise.reject(new H2ConnectError('closed', 0));
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    const attempt = this.dial();
+    return new Promise<Conn>((resolve, reject) => {
+      let done = false;
+      const finish = (err: unknown, conn?: Conn): void => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        if (conn) resolve(conn);
+        else reject(err);
+      };
+      const onAbort = (): void => finish(signal!.reason);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      const timer = setTimeout(() => finish(TIMED_OUT), Math.max(0, deadline - performance.now()));
+      attempt.then(
+        (conn) => finish(undefined, conn),
+        (err: unknown) => finish(err),
+      );
+    });
+  }
+
+  /** The connection attempt in progress, or a new one: TCP (+ TLS, ALPN h2), then the server's SETTINGS. */
+  private dial(): Promise<Conn> {
+    if (this.dialing) return this.dialing;
+    const started = performance.now();
+    const attempt = new Promise<Conn>((resolve, reject) => {
+      let settled = false;
+      let lastError: Error | undefined;
+      let socket: net.Socket | undefined;
+      const session = http2.connect(this.authority, {
+        createConnection: () => (socket = this.socket()),
+        settings: { enablePush: false },
+      });
+      // Node 20 destroys the session on a socket error after the TLS handshake (a TLS 1.3 alert
+      // such as "certificate required") without emitting 'error' or 'close' on it: watch the socket.
+      socket?.on('error', (err: Error) => {
+        lastError = err;
+        fail(new H2ConnectError('failed', performance.now() - started, { cause: err }));
+      });
+      const fail = (err: H2ConnectError): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        session.destroy();
+        reject(err);
+      };
+      const timer = setTimeout(() => fail(new H2ConnectError('timeout', this.dialTimeoutMs)), this.dialTimeoutMs);
+      session.on('error', (err: Error) => {
+        lastError = err;
+        fail(new H2ConnectError('failed', performance.now() - started, { cause: err }));
+      });
+      session.once('close', () =>
+        fail(new H2ConnectError('failed', performance.now() - started, { cause: lastError ?? new Error('the server closed the connection before the HTTP/2 handshake') })),
+      );
+      session.once('remoteSettings', () => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        if (this.closed) {
+          session.destroy();
+          return reject(new H2ConnectError('closed', performance.now() - started));
+        }
+        const conn = new Conn(this, session, socket);
+        // Idle: an open channel must not keep the process alive (grpc-js unrefs idle sessions too).
+        session.unref();
+        this.conn = conn;
+        resolve(conn);
+      });
+    });
+    this.dialing = attempt;
+    const clear = (): void => {
+      if (this.dialing === attempt) this.dialing = undefined;
+    };
+    attempt.then(clear, clear);
+    return attempt;
+  }
+
+  private socket(): net.Socket {
+    const t = this.tls;
+    if (t === null) return net.connect({ host: this.host, port: this.port, noDelay: true });
+    // SNI takes names, not addresses ('' sends none; the certificate is still checked against the IP).
+    const servername = t.servername ?? (net.isIP(this.host) ? '' : this.host);
+    const socket = tls.connect({
+      host: this.host,
+      port: this.port,
+      ALPNProtocols: ['h2'],
+      servername,
+      ...(t.ca !== undefined && { ca: t.ca }),
+      ...(t.cert !== undefined && { cert: t.cert }),
+      ...(t.key !== undefined && { key: t.key }),
+      ...(t.insecureSkipVerify && { rejectUnauthorized: false, checkServerIdentity: () => undefined }),
+    });
+    socket.setNoDelay(true);
+    return socket;
+  }
+
+  /** Called by a Conn that must take no new calls (GOAWAY, closed, dropped). */
+  detach(conn: Conn): void {
+    if (this.conn === conn) this.conn = undefined;
+  }
+
+  /**
+   * One unary call: `method.requestSerialize(request)` sent with `md` as headers, the answer
+   * decoded by `method.responseDeserialize`. Rejects with an H2ServiceError. `deadline` is
+   * performance.now() ms.
+   */
+  unary<Req, Res>(method: H2UnaryMethod<Req, Res>, request: Req, md: H2RequestMetadata | undefined, deadline: number, signal?: AbortSignal): Promise<Res> {
+    return this.call(method.path, method.requestSerialize(request), method.responseDeserialize, md, deadline, signal);
+  }
+
+  /** One unary call on encoded bytes: `decode` gets the response message's bytes. */
+  call<Res>(path: string, body: Uint8Array, decode: (b: Buffer) => Res, md: H2RequestMetadata | undefined, deadline: number, signal?: AbortSignal): Promise<Res> {
+    return new Promise<Res>((resolve, reject) => {
+      if (body.length > this.maxSend) {
+        return reject(new H2ServiceError(Status.RESOURCE_EXHAUSTED, `Sent message larger than max (${body.length} vs. ${this.maxSend})`, { notSent: true }));
+      }
+      if (signal?.aborted) return reject(new H2ServiceError(Status.CANCELLED, 'Cancelled on client', { notSent: true }));
+      const frame = Buffer.allocUnsafe(5 + body.length);
+      frame[0] = 0;
+      frame.writeUInt32BE(body.length, 1);
+      frame.set(body, 5);
+      const call = new UnaryCall<Res>(this, path, frame, headersOf(md), decode, deadline, signal, resolve, reject);
+      this.start(call as UnaryCall<unknown>);
+    });
+  }
+
+  /** Starts (or restarts) `call` on the ready connection, connecting first when there is none. */
+  start(call: UnaryCall<unknown>): void {
+    const conn = this.conn;
+    if (conn !== undefined && conn.usable) return call.attempt(conn);
+    if (this.closed) return call.fail(new H2ServiceError(Status.UNAVAILABLE, 'Channel has been shut down', { notSent: true }));
+    const until = Math.min(call.deadline, performance.now() + this.dialTimeoutMs);
+    this.waitConnected(until, call.signal).then(
+      (c) => call.attempt(c),
+      (err: unknown) => {
+        if (call.settled) return;
+        if (err === TIMED_OUT && performance.now() >= call.deadline - 1) {
+          return call.fail(new H2ServiceError(Status.DEADLINE_EXCEEDED, `Deadline exceeded after ${seconds(performance.now() - call.startedAt)} while connecting`, { notSent: true }));
+        }
+        const why = err === TIMED_OUT ? `no connection within ${Math.round(this.dialTimeoutMs)} ms` : err instanceof H2ConnectError && err.cause instanceof Error ? err.cause.message : String((err as Error)?.message ?? err);
+        call.fail(new H2ServiceError(Status.UNAVAILABLE, `No connection established. Last error: ${why}`, { notSent: true, cause: err }));
+      },
+    );
+  }
+
+  /** Closes the channel: calls in flight finish, then the connection closes; new calls fail. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    const conn = this.conn;
+    this.conn = undefined;
+    if (conn && !conn.session.destroyed) {
+      if (conn.active === 0) conn.session.destroy();
+      else conn.session.close();
+    }
+  }
+}
+
+const TIMED_OUT = Symbol('timed out');
+
+function headersOf(md: H2RequestMetadata | undefined): Record<string, string> | undefined {
+  if (md === undefined) return undefined;
+  if (typeof (md as { getMap?: unknown }).getMap !== 'function') return md as Record<string, string>;
+  const map = (md as { getMap(): Record<string, string | Buffer> }).getMap();
+  const out: Record<string, string> = {};
+  for (const k of Object.keys(map)) {
+    const v = map[k]!;
+    out[k] = typeof v === 'string' ? v : v.toString('base64').replace(/=+$/, '');
+  }
+  return out;
+}
+
+/** One unary call: the call-wide deadline, signal and promise, and the state of its current attempt. */
+class UnaryCall<Res> {
+  settled = false;
+  readonly startedAt = performance.now();
+  private retried = false;
+  private timer: NodeJS.Timeout | undefined;
+  // the current attempt
+  private conn: Conn | undefined;
+  private stream: http2.ClientHttp2Stream | undefined;
+  private chunks: Buffer[] = [];
+  private received = 0;
+  private httpStatus = 0;
+  private status = -1;
+  private message = '';
+  private trailers: http2.IncomingHttpHeaders | undefined;
+  private streamError: Error | undefined;
+
+  constructor(
+    private readonly channel: H2Channel,
+    private readonly path: string,
+    private readonly frame: Buffer,
+    private readonly md: Record<string, string> | undefined,
+    private readonly decode: (b: Buffer) => Res,
+    readonly deadline: number,
+    readonly signal: AbortSignal | undefined,
+    private readonly resolve: (v: Res) => void,
+    private readonly reject: (e: unknown) => void,
+  ) {
+    this.timer = setTimeout(this.onDeadline, Math.max(0, deadline - this.startedAt));
+    // The session is ref'd while calls are in flight; the timer need not hold the process too.
+    this.timer.unref();
+    signal?.addEventListener('abort', this.onAbort, { once: true });
+  }
+
+  attempt(conn: Conn): void {
+    if (this.settled) return;
+    const left = this.deadline - performance.now();
+    const headers: http2.OutgoingHttpHeaders = {
+      ':method': 'POST',
+      ':path': this.path,
+      'content-type': 'application/grpc',
+      te: 'trailers',
+      'grpc-timeout': grpcTimeout(left),
+    };
+    if (this.md) for (const k in this.md) headers[k] = this.md[k];
+    let stream: http2.ClientHttp2Stream;
+    try {
+      stream = conn.session.request(headers);
+    } catch (err) {
+      // The session took no new stream (GOAWAY, closing): nothing was sent. Use a new connection.
+      this.channel.detach(conn);
+      return this.fail(new H2ServiceError(Status.UNAVAILABLE, `No connection established. Last error: ${(err as Error).message}`, { notSent: true, cause: err }));
+    }
+    this.conn = conn;
+    this.stream = stream;
+    conn.callStarted(this as UnaryCall<unknown>);
+    stream.on('response', (h: http2.IncomingHttpHeaders & http2.IncomingHttpStatusHeader, flags: number) => {
+      this.httpStatus = Number(h[':status'] ?? 0);
+      // Trailers-only: the status comes with the headers, and nothing else follows.
+      if (flags & NGHTTP2_FLAG_END_STREAM) this.onTrailers(h);
+    });
+    stream.on('trailers', (h: http2.IncomingHttpHeaders) => this.onTrailers(h));
+    stream.on('data', (c: Buffer) => this.onData(stream, c));
+    stream.on('end', () => {
+      if (stream === this.stream && this.status >= 0) this.finish();
+    });
+    stream.on('error', (err: Error) => {
+      if (stream === this.stream) this.streamError = err;
+    });
+    stream.on('close', () => this.onClose(stream));
+    stream.end(this.frame);
+  }
+
+  private onTrailers(h: http2.IncomingHttpHeaders): void {
+    const s = h['grpc-status'];
+    if (s === undefined) return;
+    this.status = Number(s);
+    const m = h['grpc-message'];
+    this.message = typeof m === 'string' ? decodeGrpcMessage(m) : '';
+    this.trailers = h;
+  }
+
+  private onData(stream: http2.ClientHttp2Stream, c: Buffer): void {
+    if (stream !== this.stream || this.settled) return;
+    this.chunks.push(c);
+    this.received += c.length;
+    if (this.received >= 5 && this.channel.maxReceive !== Infinity) {
+      const head = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks);
+      const len = head.readUInt32BE(1);
+      if (len > this.channel.maxReceive) {
+        this.fail(new H2ServiceError(Status.RESOURCE_EXHAUSTED, `Received message larger than max (${len} vs ${this.channel.maxReceive})`));
+      }
+    }
+  }
+
+  /** The stream ended with a status. */
+  private finish(): void {
+    if (this.settled) return;
+    if (this.status !== Status.OK) {
+      const metadata = H2Metadata.fromHeaders(this.trailers ?? {});
+      return this.fail(new H2ServiceError(this.status, this.message, { metadata }));
+    }
+    const buf = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks);
+    if (buf.length === 0) return this.fail(new H2ServiceError(Status.UNIMPLEMENTED, 'No message received'));
+    if (buf[0] !== 0) return this.fail(new H2ServiceError(Status.INTERNAL, 'Received a compressed message, but no compression was negotiated'));
+    const len = buf.length >= 5 ? buf.readUInt32BE(1) : -1;
+    if (len < 0 || buf.length < 5 + len) return this.fail(new H2ServiceError(Status.INTERNAL, 'Received a truncated message'));
+    let res: Res;
+    try {
+      res = this.decode(buf.subarray(5, 5 + len));
+    } catch (err) {
+      return this.fail(new H2ServiceError(Status.INTERNAL, `Response message parsing error: ${(err as Error).message}`, { cause: err }));
+    }
+    this.settle();
+    this.resolve(res);
+  }
+
+  /** The stream closed: a status already read wins; otherwise why it closed decides, as in grpc-js. */
+  private onClose(stream: http2.ClientHttp2Stream): void {
+    if (stream !== this.stream || this.settled) return;
+    if (this.status >= 0) return this.finish();
+    const conn = this.conn!;
+    const id = stream.id ?? 0;
+    const rst = stream.rstCode ?? NGHTTP2_NO_ERROR;
+    if (conn.goawayLastId >= 0 && (id === 0 || id > conn.goawayLastId)) {
+      return this.fail(new H2ServiceError(Status.UNAVAILABLE, `Stream refused by server (GOAWAY with last stream id ${conn.goawayLastId}, ours ${id})`, { notSent: true, rstCode: rst }));
+    }
+    if (rst === NGHTTP2_REFUSED_STREAM) return this.fail(new H2ServiceError(Status.UNAVAILABLE, 'Stream refused by server', { notSent: true, rstCode: rst }));
+    if (conn.session.destroyed || conn.dropReason !== undefined) return this.connectionDied(conn);
+    const err = this.streamError;
+    let code: number;
+    let details: string;
+    switch (rst) {
+      case NGHTTP2_NO_ERROR:
+        if (this.httpStatus !== 0 && this.httpStatus !== 200) return this.fail(fromHttpStatus(this.httpStatus));
+        code = Status.INTERNAL;
+        details = `Received RST_STREAM with code ${rst} (Call ended without gRPC status)`;
+        break;
+      case NGHTTP2_CANCEL:
+        code = Status.CANCELLED;
+        details = 'Call cancelled';
+        break;
+      case NGHTTP2_ENHANCE_YOUR_CALM:
+        code = Status.RESOURCE_EXHAUSTED;
+        details = 'Bandwidth exhausted or memory limit exceeded';
+        break;
+      case NGHTTP2_INADEQUATE_SECURITY:
+        code = Status.PERMISSION_DENIED;
+        details = 'Protocol not secure enough';
+        break;
+      case NGHTTP2_INTERNAL_ERROR: {
+        const sys = (err as NodeJS.ErrnoException | undefined)?.code;
+        if (err && (sys === 'ECONNRESET' || sys === 'ETIMEDOUT')) {
+          code = Status.UNAVAILABLE;
+          details = err.message;
+        } else {
+          code = Status.INTERNAL;
+          details = `Received RST_STREAM with code ${rst} (Internal server error)`;
+        }
+        break;
+      }
+      default:
+        code = Status.INTERNAL;
+        details = `Received RST_STREAM with code ${rst}`;
+    }
+    this.fail(new H2ServiceError(code, details, { rstCode: rst }));
+  }
+
+  /** A GOAWAY arrived on `conn`: a stream above its last id was never processed. */
+  goaway(conn: Conn): void {
+    if (this.settled || conn !== this.conn) return;
+    const id = this.stream?.id ?? 0;
+    if (id === 0 || id > conn.goawayLastId) {
+      this.fail(new H2ServiceError(Status.UNAVAILABLE, `Stream refused by server (GOAWAY with last stream id ${conn.goawayLastId}, ours ${id})`, { notSent: true }));
+    }
+  }
+
+  /** The connection under this call died (dropped by keepalive, reset, closed). */
+  connectionDied(conn: Conn): void {
+    if (this.settled || conn !== this.conn) return;
+    const stream = this.stream;
+    const id = stream?.id ?? 0;
+    if (conn.goawayLastId >= 0 && (id === 0 || id > conn.goawayLastId)) {
+      return this.fail(new H2ServiceError(Status.UNAVAILABLE, `Stream refused by server (GOAWAY with last stream id ${conn.goawayLastId}, ours ${id})`, { notSent: true }));
+    }
+    const why = conn.dropReason ?? (conn.lastError ? `Connection dropped (${conn.lastError.message})` : 'Connection dropped');
+    this.fail(new H2ServiceError(Status.UNAVAILABLE, why, { cause: conn.lastError }));
+  }
+
+  private readonly onDeadline = (): void => {
+    this.timer = undefined;
+    if (this.settled) return;
+    this.fail(new H2ServiceError(Status.DEADLINE_EXCEEDED, `Deadline exceeded after ${seconds(performance.now() - this.startedAt)}`), true);
+  };
+
+  private readonly onAbort = (): void => {
+    if (this.settled) return;
+    this.fail(new H2ServiceError(Status.CANCELLED, 'Cancelled on client'), true);
+  };
+
+  /** Ends the call with `err`, unless it proves nothing was sent and a retry is allowed (grpc-js's transparent retry, once). */
+  fail(err: H2ServiceError, final = false): void {
+    if (this.settled) return;
+    this.endAttempt(err.code === Status.OK ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
+    if (!final && err.notSent && !this.retried && !this.channel.isClosed && !this.signal?.aborted && performance.now() < this.deadline) {
+      this.retried = true;
+      return this.channel.start(this as UnaryCall<unknown>);
+    }
+    this.settle();
+    this.reject(err);
+  }
+
+  /** Leaves the current attempt: resets its stream if still open, and forgets its state. */
+  private endAttempt(rst: number): void {
+    const stream = this.stream;
+    if (stream && !stream.closed && !stream.destroyed) stream.close(rst);
+    if (this.conn) this.conn.callEnded(this as UnaryCall<unknown>);
+    this.conn = undefined;
+    this.stream = undefined;
+    this.chunks = [];
+    this.received = 0;
+    this.httpStatus = 0;
+    this.status = -1;
+    this.message = '';
+    this.trailers = undefined;
+    this.streamError = undefined;
+  }
+
+  private settle(): void {
+    this.settled = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    this.signal?.removeEventListener('abort', this.onAbort);
+    if (this.conn) this.conn.callEnded(this as UnaryCall<unknown>);
+  }
+}
