@@ -137,6 +137,41 @@ describe('--metrics', () => {
     assert.equal(await leader.exited, 0, leader.output());
   });
 
+  it('inspect --watch: a scrape shows the inspected name\'s holders and waiters, and the client\'s calls', { timeout: 60_000 }, async () => {
+    const name = `${fresh('inspect')}jobs`;
+    const labels = { etcd_concurrency_name: name };
+    const inspector = cli(['inspect', '--watch', name, '--metrics', '127.0.0.1:0']);
+    const url = await metricsUrl(inspector);
+    const holder = cli(['lock', name]);
+    await holder.line(/^key=\S+ rev=\d+$/m);
+    const waiter = cli(['lock', name]);
+    // Both participants, as the inspector last saw them.
+    const text = await waitFor(async () => {
+      const t = await scrape(url);
+      return sample(t, 'etcd_concurrency_inspect_holders', labels) === 1 && sample(t, 'etcd_concurrency_inspect_waiting', labels) === 1 ? t : undefined;
+    }, 'the inspector reports 1 holder and 1 waiter');
+    assert.ok((sample(text, 'rpc_client_call_duration_count', { rpc_method: 'Range', rpc_grpc_status_code: '0' }) ?? 0) >= 1, text);
+    holder.child.kill('SIGINT');
+    assert.equal(await holder.exited, 0, holder.output());
+    await waiter.line(/^key=\S+ rev=\d+$/m);
+    await waitFor(async () => {
+      const t = await scrape(url);
+      return sample(t, 'etcd_concurrency_inspect_holders', labels) === 1 && sample(t, 'etcd_concurrency_inspect_waiting', labels) === 0;
+    }, 'the inspector reports the waiter holding, nobody waiting');
+    waiter.child.kill('SIGINT');
+    assert.equal(await waiter.exited, 0, waiter.output());
+    await waitFor(async () => {
+      const t = await scrape(url);
+      return sample(t, 'etcd_concurrency_inspect_holders', labels) === 0 && sample(t, 'etcd_concurrency_inspect_waiting', labels) === 0;
+    }, 'the inspector reports nobody left');
+    inspector.child.kill('SIGINT');
+    assert.equal(await inspector.exited, 0, inspector.output());
+    // A one-shot inspect has nothing to serve: refused as bad usage.
+    const once = cli(['inspect', name, '--metrics', '127.0.0.1:0']);
+    assert.equal(await once.exited, 2, once.output());
+    assert.match(once.output(), /--metrics only applies with --watch/);
+  });
+
   it('a bad address is a usage error before anything connects', async () => {
     const p = cli(['lock', 'x', '--metrics', 'localhost:notaport']);
     assert.equal(await p.exited, 2, p.output());

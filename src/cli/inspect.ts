@@ -5,6 +5,7 @@ import { prefixEnd, SortOrder, SortTarget, type Client } from '../index.js';
 import { COMMON, COMMON_HELP, connectTo, nameArg, parse } from './options.js';
 import { CliError, EXIT, print, printJson, table, token, UsageError, warn } from './output.js';
 import { firstAborted, Interrupts } from './signals.js';
+import { METRICS_HELP, startMetrics } from './metrics.js';
 import { Inspector, isLoopback } from './web/server.js';
 
 /** The web inspector's port when neither --port nor --listen says otherwise. */
@@ -27,6 +28,10 @@ Options:
   --json                  print {"name","kind","revision","owner","holders":[...],"waiting":[...]}
                           as one JSON line (kind: lock, semaphore with "permits", or rwlock)
   -w, --watch             print again on every change under <name>/ until interrupted
+With --watch:
+${METRICS_HELP}
+                          plus etcd_concurrency.inspect.holders and .waiting: the participants
+                          of <name> as last seen (attribute etcd_concurrency.name)
 
 Web inspector (--web): a live page of every lock, semaphore, readers-writer lock and election
 under [prefix] (default: every key): holders and waiters in queue order with their fencing tokens,
@@ -59,6 +64,7 @@ export async function inspectCommand(args: string[]): Promise<number> {
     listen: { type: 'string' },
     open: { type: 'boolean' },
     'show-values': { type: 'boolean' },
+    metrics: { type: 'string' },
   });
   if (values.help) {
     print(INSPECT_HELP);
@@ -68,13 +74,35 @@ export async function inspectCommand(args: string[]): Promise<number> {
   for (const flag of ['port', 'listen', 'open', 'show-values'] as const) {
     if (values[flag] !== undefined) throw new UsageError(`--${flag} only applies with --web`);
   }
+  if (values.metrics !== undefined && !values.watch) throw new UsageError('--metrics only applies with --watch (a one-shot inspect has nothing to serve)');
   const name = nameArg(positionals[0], 'name');
   const json = values.json ?? false;
-  const client = await connectTo(values);
+  const metrics = values.metrics === undefined ? undefined : await startMetrics(values.metrics);
+  // One name per process: a bounded attribute, so the series carry it.
+  const client = await connectTo(values, metrics ? { meterProvider: metrics.meterProvider, nameAttribute: true } : {}).catch(async (err: unknown) => {
+    await metrics?.close();
+    throw err;
+  });
+  let last: Snapshot | undefined;
+  if (metrics) {
+    const meter = metrics.meterProvider.getMeter('etcd-concurrency');
+    const attrs = { 'etcd_concurrency.name': name };
+    meter
+      .createObservableGauge('etcd_concurrency.inspect.holders', { unit: '{participant}', description: 'Participants of the inspected name that hold it (lock owner, leader, permit holders, readers or writer), as last seen' })
+      .addCallback((o) => {
+        if (last) o.observe(last.holders.length, attrs);
+      });
+    meter
+      .createObservableGauge('etcd_concurrency.inspect.waiting', { unit: '{participant}', description: 'Participants of the inspected name queued behind its holders, as last seen' })
+      .addCallback((o) => {
+        if (last) o.observe(last.waiting.length, attrs);
+      });
+  }
   const interrupts = new Interrupts();
   try {
     const show = async (): Promise<void> => {
       const snap = await snapshot(client, name, interrupts.signal);
+      last = snap;
       if (json) return printJson(snap);
       // A terminal gets a fresh screen per refresh; a pipe or file gets blocks separated by a blank line.
       if (values.watch && process.stdout.isTTY) process.stdout.write('\x1b[2J\x1b[H');
@@ -98,6 +126,7 @@ export async function inspectCommand(args: string[]): Promise<number> {
   } finally {
     interrupts.dispose();
     await client.close();
+    await metrics?.close();
   }
 }
 
