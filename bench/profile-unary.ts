@@ -6,9 +6,14 @@
 //               node:http2 unary call (below): our client.ts wrappers and codec, no grpc-js
 //   raw-put     the raw node:http2 unary Put alone: a 5-byte length prefix + the protobuf body
 //               (encoded by src/proto), status in the trailers; what a lean transport costs at least
+//   h2-put      the lean transport in src/client/h2.ts alone (H2Channel.unary: hasleader metadata,
+//               grpc-timeout and a local deadline, keepalive, error mapping to grpc-js's shape)
+//   h2c-put     Client.put with this Client instance's Connection.unary replaced by H2Channel.unary
+//               (what the Connection's 'h2' transport will cost, minus its retry loop)
 //   ours-lock   Mutex.lock() + unlock() on one session (2 Txns)
 //   lean-lock   the same on a Client whose unary calls go over the raw node:http2 path (the session's
 //               keepalive stream stays on grpc-js)
+//   h2-lock     the same on a Client whose unary calls go over H2Channel
 //   go          etcd's own Go package (go-interop bench-uncontended: Mutex.Lock + Unlock and a
 //               sequential Put, interleaved), a fresh process after each round of the above
 //
@@ -36,6 +41,8 @@ import { goBinary, runGoBench } from './go.js';
 import type { BenchContext } from './context.js';
 import { gc, summarize, type Summary } from './stats.js';
 import * as pb from '../src/proto/etcd.js';
+import { syncBuiltinESMExports } from 'node:module';
+import { H2Channel } from '../src/client/h2.js';
 
 // --- the HTTP/2 stream probe: timestamps of the current traced call (calls are sequential) ---
 
@@ -80,6 +87,8 @@ function probe(session: http2.ClientHttp2Session): http2.ClientHttp2Session {
 const connect = http2.connect;
 (http2 as { connect: typeof http2.connect }).connect = ((...args: Parameters<typeof http2.connect>) =>
   probe(connect(...args))) as typeof http2.connect;
+// src/client/h2.ts imports node:http2's named export: make it see the probed connect too.
+syncBuiltinESMExports();
 
 // --- the raw node:http2 unary call ---
 
@@ -137,6 +146,15 @@ function leanClient(client: Client, raw: RawUnary): void {
   const conn = client.conn as any;
   conn.unary = async (method: { path: string; requestSerialize(r: unknown): Buffer; responseDeserialize(b: Buffer): unknown }, request: unknown) =>
     method.responseDeserialize(await raw.call(method.path, method.requestSerialize(request)));
+}
+
+/** Routes this Client instance's unary calls over H2Channel (bench-only, until Connection has the option). */
+function h2Client(client: Client, ch: H2Channel): void {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const conn = client.conn as any;
+  const md = { hasleader: 'true' };
+  conn.unary = (method: { path: string; requestSerialize(r: unknown): Buffer; responseDeserialize(b: Buffer): unknown }, request: unknown, _policy: unknown, options?: { timeoutMs?: number; signal?: AbortSignal }) =>
+    ch.unary(method, request, md, performance.now() + (options?.timeoutMs ?? 10_000), options?.signal);
 }
 
 // --- CPU profile analysis ---
@@ -313,21 +331,31 @@ async function main(): Promise<void> {
   const lean = new Client({ endpoints: etcd.endpoints });
   const raw = new RawUnary(etcd.endpoints[0]!);
   leanClient(lean, raw);
+  const h2c = new Client({ endpoints: etcd.endpoints });
+  const channel = new H2Channel(etcd.endpoints[0]!);
+  h2Client(h2c, channel);
+  const hasleader = { hasleader: 'true' };
   let oursSession: Session | undefined;
   let leanSession: Session | undefined;
+  let h2Session: Session | undefined;
   const result: Record<string, unknown> = { etcd: etcd.version, node: process.version, load: { start: load0 } };
   try {
     oursSession = await Session.create(ours);
     leanSession = await Session.create(lean);
+    h2Session = await Session.create(h2c);
     const oursMutex = new Mutex(oursSession, `${prefix}ours`);
     const leanMutex = new Mutex(leanSession, `${prefix}lean`);
+    const h2Mutex = new Mutex(h2Session, `${prefix}h2`);
     const putReq = (key: string): Buffer => pb.KVService.put.requestSerialize({ key: Buffer.from(key), value: Buffer.from('v'), lease: 0n });
     const impls: Record<string, () => Promise<unknown>> = {
       'ours-put': () => ours.put(`${prefix}ours-put`, 'v'),
       'lean-put': () => lean.put(`${prefix}lean-put`, 'v'),
       'raw-put': async () => pb.KVService.put.responseDeserialize(await raw.call(pb.KVService.put.path, putReq(`${prefix}raw-put`))),
+      'h2-put': () => channel.unary(pb.KVService.put, { key: Buffer.from(`${prefix}h2-put`), value: Buffer.from('v'), lease: 0n }, hasleader, performance.now() + 10_000),
+      'h2c-put': () => h2c.put(`${prefix}h2c-put`, 'v'),
       'ours-lock': async () => (await oursMutex.lock()).unlock(),
       'lean-lock': async () => (await leanMutex.lock()).unlock(),
+      'h2-lock': async () => (await h2Mutex.lock()).unlock(),
     };
     const names = Object.keys(impls);
     if (opts.loop) {
@@ -402,12 +430,13 @@ async function main(): Promise<void> {
       );
     const get = (n: string): TimingRow | undefined => timing.find((t) => t.impl === n);
     const ratio = (a?: TimingRow, b?: TimingRow): string => (a && b ? `${(a.perSec / b.perSec).toFixed(2)}x` : '-');
-    lines.push(`ours-lock ÷ go-lock ${ratio(get('ours-lock'), get('go-lock'))}; lean-lock ÷ go-lock ${ratio(get('lean-lock'), get('go-lock'))}; ours-put ÷ go-put ${ratio(get('ours-put'), get('go-put'))}; raw-put ÷ go-put ${ratio(get('raw-put'), get('go-put'))}`);
+    lines.push(`ours-lock ÷ go-lock ${ratio(get('ours-lock'), get('go-lock'))}; lean-lock ÷ go-lock ${ratio(get('lean-lock'), get('go-lock'))}; h2-lock ÷ go-lock ${ratio(get('h2-lock'), get('go-lock'))}`);
+    lines.push(`ours-put ÷ go-put ${ratio(get('ours-put'), get('go-put'))}; raw-put ÷ go-put ${ratio(get('raw-put'), get('go-put'))}; h2-put ÷ go-put ${ratio(get('h2-put'), get('go-put'))}; h2c-put ÷ go-put ${ratio(get('h2c-put'), get('go-put'))}`);
     process.stdout.write(`Timing (interleaved blocks of ${BLOCK}, ${rounds} rounds; Go: a process after each round)\n${lines.join('\n')}\n\n`);
 
     // (2) latency split of one Put, at the HTTP/2 stream
     const split: Record<string, Record<string, number>> = {};
-    for (const n of ['ours-put', 'raw-put', 'lean-put']) {
+    for (const n of ['ours-put', 'raw-put', 'lean-put', 'h2-put', 'h2c-put']) {
       const parts: Record<string, number[]> = { 'call -> stream created': [], 'stream created -> body written': [], 'body written -> response headers': [], 'response headers -> trailers': [], 'trailers -> caller resumes': [], total: [] };
       tracing = true;
       for (let i = 0; i < Math.min(N, 1000); i++) {
@@ -460,8 +489,11 @@ async function main(): Promise<void> {
   } finally {
     await oursSession?.close();
     await leanSession?.close();
+    await h2Session?.close();
     await ours.close();
     await lean.close();
+    await h2c.close();
+    channel.close();
     raw.close();
     await etcd.stop();
   }
