@@ -359,9 +359,12 @@ export async function serverState(clientUrl: string): Promise<{ watchers: number
  * rides on the enqueue, a watch kept from the last wait needs no check), so tests wait on this.
  */
 export async function waitersBlocked(clientUrl: string, base: number, n: number, what = `${n} waiter(s) blocked on a watch`): Promise<void> {
+  // Twice in a row: one scrape could fall between a watch being confirmed and the check it leads to.
+  let quiet = 0;
   await waitFor(async () => {
     const s = await serverState(clientUrl);
-    return s.watchers >= base + n && s.inFlight === 0;
+    quiet = s.watchers >= base + n && s.inFlight === 0 ? quiet + 1 : 0;
+    return quiet >= 2;
   }, what);
 }
 

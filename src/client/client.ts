@@ -229,6 +229,7 @@ export class Client implements AsyncDisposable {
       this.keepAlives.close();
       this.watches.close();
       this.conn.close();
+      this.telemetry.close();
     })();
     return this.closing;
   }

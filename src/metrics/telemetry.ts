@@ -71,6 +71,9 @@ const EMPTY: Attributes = Object.freeze({});
 /** gRPC status codes we name ourselves (the rest come from the failure). */
 const GRPC = { ok: 0, cancelled: 1, unknown: 2, deadlineExceeded: 4, unavailable: 14 } as const;
 
+/** The live clients per meter, observed by that meter's one time-left gauge. */
+const timeLeftByMeter = new WeakMap<object, Set<Telemetry>>();
+
 export class Telemetry {
   /** True when the meter records (an SDK is behind it): every metric call checks this first. */
   readonly metricsOn: boolean;
@@ -92,6 +95,8 @@ export class Telemetry {
   readonly failovers: Counter;
 
   private readonly sessions = new Set<TrackedSession>();
+  /** The live clients of this client's meter, for the time-left gauge (see the constructor). */
+  private live?: Set<Telemetry>;
   /** Attribute sets without a name, made once: {kind}, and {kind, result} per result. */
   private readonly kindAttrs = new Map<Kind, Attributes>();
   private readonly resultAttrs = new Map<string, Attributes>();
@@ -154,21 +159,36 @@ export class Telemetry {
     });
     this.metricsOn = this.acquireDuration !== NOOP_HISTOGRAM;
     if (this.metricsOn) {
-      meter
-        .createObservableGauge(METRIC.sessionTimeLeft, {
-          description: "Least time left, over this client's live sessions, until a session declares itself lost (its proven lease deadline less the safety margin)",
-          unit: 's',
-        })
-        .addCallback((result: ObservableResult) => {
-          // One series, not one per lease: a cumulative exporter keeps every series it ever saw, and
-          // a process that makes sessions as it goes would grow without bound. The session closest
-          // to its deadline is the one to alert on. Nothing is observed while no session lives.
-          if (this.sessions.size === 0) return;
-          let least = Infinity;
-          for (const s of this.sessions) least = Math.min(least, s.remainingMs());
-          result.observe(least / 1000);
-        });
+      // One gauge per meter, over every live client on it: several callbacks observing the same
+      // (empty) attribute set would overwrite each other, and a closed client must not stay reachable.
+      let live = timeLeftByMeter.get(meter);
+      if (!live) {
+        const clients = (live = new Set<Telemetry>());
+        timeLeftByMeter.set(meter, clients);
+        meter
+          .createObservableGauge(METRIC.sessionTimeLeft, {
+            description: "Least time left, over this process's live sessions, until a session declares itself lost (its proven lease deadline less the safety margin)",
+            unit: 's',
+          })
+          .addCallback((result: ObservableResult) => {
+            // One series, not one per lease: a cumulative exporter keeps every series it ever saw, and
+            // a process that makes sessions as it goes would grow without bound. The session closest
+            // to its deadline is the one to alert on. Nothing is observed while no session lives.
+            let least = Infinity;
+            for (const t of clients) for (const s of t.sessions) least = Math.min(least, s.remainingMs());
+            if (least !== Infinity) result.observe(least / 1000);
+          });
+      }
+      live.add(this);
+      this.live = live;
     }
+  }
+
+  /** The client closed: off the time-left gauge. */
+  close(): void {
+    this.live?.delete(this);
+    this.live = undefined;
+    this.sessions.clear();
   }
 
   /** True when spans may record: an explicit provider, or the global one once an SDK set its delegate. */
@@ -185,7 +205,12 @@ export class Telemetry {
 
   /** {kind} and, when allowed, {name}. */
   attrs(kind: Kind, name: string): Attributes {
-    const label = this.nameOf?.(name);
+    let label: string | undefined;
+    try {
+      label = this.nameOf?.(name);
+    } catch {
+      label = undefined; // the user's mapping failed: record without the name rather than fail the lock
+    }
     if (label !== undefined) return { [ATTR.kind]: kind, [ATTR.name]: label };
     let a = this.kindAttrs.get(kind);
     if (!a) this.kindAttrs.set(kind, (a = Object.freeze({ [ATTR.kind]: kind })));
@@ -289,12 +314,14 @@ export class AcquireProbe {
   }
 
   /** Held, with fencing token `token`: returns what records the holding until it ends. */
-  held(token: bigint): HoldObserver {
+  held(token: bigint, joined = false): HoldObserver {
     const waited = this.finish('acquired');
     const tel = this.tel;
+    // A sibling sharing a key this process already campaigns with: the same leadership, not another.
+    const leads = this.kind === 'campaign' && !joined;
     if (tel.metricsOn) {
       tel.held.add(1, this.attrs);
-      if (this.kind === 'campaign') {
+      if (leads) {
         const a = leaderAttrs(this.attrs);
         tel.leader.add(1, a);
         tel.transitions.add(1, { ...a, [ATTR.leading]: true });
@@ -307,7 +334,7 @@ export class AcquireProbe {
       this.span.end();
       holdSpan = tel.tracer.startSpan(SPAN[this.kind].hold, { attributes: { ...this.attrs, [ATTR.fencingToken]: Number(token) } }, this.ctx);
     }
-    return new HoldRecord(tel, this.kind, this.attrs, holdSpan);
+    return new HoldRecord(tel, leads, this.attrs, holdSpan);
   }
 
   /** tryLock()/tryAcquire() found it taken. */
@@ -358,7 +385,8 @@ class HoldRecord implements HoldObserver {
   private readonly t0 = performance.now();
   constructor(
     private readonly tel: Telemetry,
-    private readonly kind: Kind,
+    /** Counted on the leader gauge and transitions (a campaign's first holder of its key). */
+    private readonly leads: boolean,
     private readonly attrs: Attributes,
     private readonly span: Span | undefined,
   ) {}
@@ -369,7 +397,7 @@ class HoldRecord implements HoldObserver {
       tel.held.add(-1, this.attrs);
       tel.holdDuration.record((performance.now() - this.t0) / 1000, this.attrs);
       if (loss !== undefined) tel.losses.add(1, tel.with(this.attrs, ATTR.lossReason, loss));
-      if (this.kind === 'campaign') {
+      if (this.leads) {
         const a = leaderAttrs(this.attrs);
         tel.leader.add(-1, a);
         tel.transitions.add(1, { ...a, [ATTR.leading]: false });

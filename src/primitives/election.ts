@@ -354,6 +354,9 @@ export async function runAsLeader<T>(
         if (owned && session.signal.aborted) continue;
         throw err;
       }
+      // Watch the term from its start, whether or not the task looks at leader.signal: whether the
+      // term was lost (below) must not depend on what the task, or an installed SDK, touched.
+      void leader.signal;
       const onShutdown = (): void => leader.revoke(shutdown!.reason);
       shutdown?.addEventListener('abort', onShutdown, { once: true });
       // The health check learns when leadership ends under the running task (watching the key).

@@ -68,7 +68,7 @@ async function waitAndHold<H>(
     probe?.enqueued(ticket.first);
     await q.prepare?.(ticket, signal);
     await waitForTurn(session, ticket, q.rule(ticket, lost), signal);
-    return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe?.held(ticket.rev)), ticket);
+    return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe?.held(ticket.rev, ticket.joined)), ticket);
   } catch (err) {
     probe?.failed(err, signal, session.signal);
     // Our key leaves with us, unless a sibling in this process shares it.
@@ -93,7 +93,7 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   try {
     await q.prepare?.(ticket, undefined);
     if (!(await blockedNow(ticket, q.rule(ticket, lost)))) {
-      return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe?.held(ticket.rev)), ticket);
+      return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe?.held(ticket.rev, ticket.joined)), ticket);
     }
   } catch (err) {
     probe?.failed(err, undefined, session.signal);

@@ -59,6 +59,8 @@ interface Kept {
   pull?: Promise<IteratorResult<WatchBatch>>;
   /** Every event after this revision reaches the watch. */
   from: bigint;
+  /** The newest event revision a wait has taken from it: a later wait may reuse it only if its read is not older. */
+  through: bigint;
   timer?: NodeJS.Timeout;
 }
 
@@ -131,13 +133,19 @@ export async function waitForTurn(session: Session, ticket: Ticket, rule: TurnRu
       // A watch kept from this session's last wait on the same key, if it already delivers every
       // event after our read: then it needs neither a create, nor a confirmation, nor a cancel.
       let k = id !== undefined ? takeKept(session, id) : undefined;
-      if (k && !(asOf !== undefined && k.from <= asOf)) {
+      // Also not when an earlier wait (a sibling of this session on the same key) took an event
+      // newer than our read from it: that event would be missing from our stream.
+      if (k && !(asOf !== undefined && k.from <= asOf && k.through <= asOf)) {
         dropKept(k);
         k = undefined;
       }
       const w = k?.w ?? client.watch(b.key, { prefix: b.prefix ?? false, noPut: b.noPut ?? false, signal: stop.signal });
       const onStop = (): void => w.cancel(); // a kept watch was created under another wait's signal
-      if (k) stop.signal.addEventListener('abort', onStop, { once: true });
+      if (k) {
+        stop.signal.addEventListener('abort', onStop, { once: true });
+        if (stop.signal.aborted) w.cancel();
+      }
+      let through = k?.through ?? 0n;
       const events = k?.events ?? w[Symbol.asyncIterator]();
       // One pending pull at a time: a pull abandoned to a re-check would swallow an event.
       let pull = k?.pull;
@@ -163,6 +171,7 @@ export async function waitForTurn(session: Session, ticket: Ticket, rule: TurnRu
               }
               pull = undefined;
               if (next.done) break;
+              for (const e of next.value.events) if (e.kv.modRevision > through) through = e.kv.modRevision;
               // A kept watch may still hold events from before our read: those were seen by it.
               if (next.value.events.some((e) => (asOf === undefined || e.kv.modRevision > asOf) && b.changed(e))) break;
               pull = events.next();
@@ -172,7 +181,7 @@ export async function waitForTurn(session: Session, ticket: Ticket, rule: TurnRu
           clearTimeout(timer);
         }
         keepIt = id !== undefined && !w.ended && !stop.signal.aborted;
-        if (keepIt) keepWatch(session, id!, { w, events, pull, from });
+        if (keepIt) keepWatch(session, id!, { w, events, pull, from, through });
       } catch (err) {
         if (!(err instanceof CompactedError)) throw err;
       } finally {
