@@ -22,7 +22,7 @@ import {
   type LeaderEvent,
 } from '../src/index.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, grpcHandled, track, waitFor, etcdForFile, closedPort, openSessions, closeAll } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, grpcHandled, track, waitFor, etcdForFile, closedPort, openSessions, closeAll, serverState, waitersBlocked } from './helpers.js';
 
 const ROOT = 'test/bad-input/';
 let etcd: EtcdCluster;
@@ -82,10 +82,10 @@ describe('names', () => {
       // A waiter on the middle name waits for that name's holder only.
       const log = new EventLog(client, `${p}n`);
       await log.ready;
-      const txns = await grpcHandled(etcd.clientUrls[0]!, 'Txn');
+      const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
       const waiter = track(new Mutex(ss[3]!, names[1]!).lock());
-      // Its enqueue and predecessor look-up answered: it is blocked on its watch.
-      await waitFor(async () => (await grpcHandled(etcd.clientUrls[0]!, 'Txn')) >= txns + 2, 'the waiter to block on its predecessor');
+      // Its enqueue (and any look-up and check) answered: it is blocked on its watch.
+      await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'the waiter to block on its predecessor');
       await held[0]!.unlock();
       await held[2]!.unlock();
       // Both deletes delivered to a watcher of the names, and one more round trip: a waiter woken by

@@ -6,27 +6,37 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, Election, Mutex, Session, op } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { etcdForFile, grpcHandled } from './helpers.js';
+import { etcdForFile, serverState } from './helpers.js';
 
 const ROOT = 'test/keys-only/';
 let etcd: EtcdCluster;
 let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
-const txnsNow = (): Promise<number> => grpcHandled(etcd.clientUrls[0]!, 'Txn');
+/** Watchers open on etcd now: the base for settledOrBlocked. */
+const watchersNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).watchers;
 
-/** Settles with 'settled' once `p` settles, or with 'answered' once etcd answered `n` more Txns than `base`. */
-async function settledOrAnswered(p: Promise<unknown>, base: number, n: number): Promise<'settled' | 'answered'> {
+/**
+ * Settles with 'settled' once `p` settles, or with 'blocked' once one more waiter than at `base` is
+ * blocked on a watch with nothing in flight: it decided to wait (how many calls it made first is
+ * the library's business: a short queue's look-up rides on the enqueue).
+ */
+async function settledOrBlocked(p: Promise<unknown>, base: number): Promise<'settled' | 'blocked'> {
   let done = false;
   const settled = p.then(
     () => 'settled' as const,
     () => 'settled' as const,
   ).finally(() => (done = true));
-  const answered = (async () => {
-    while (!done && (await txnsNow()) < base + n) await new Promise((r) => setTimeout(r, 10));
-    return 'answered' as const;
+  const blocked = (async () => {
+    // As waitersBlocked: two quiet scrapes in a row; stops looking once `p` settled.
+    for (let quiet = 0; !done && quiet < 2; ) {
+      const s = await serverState(etcd.clientUrls[0]!);
+      quiet = s.watchers >= base + 1 && s.inFlight === 0 ? quiet + 1 : 0;
+      if (quiet < 2) await new Promise((r) => setTimeout(r, 10));
+    }
+    return 'blocked' as const;
   })();
-  return Promise.race([settled, answered]);
+  return Promise.race([settled, blocked]);
 }
 
 describe('keys-only reads (etcd 3.7 answers them with lease = 0)', () => {
@@ -52,10 +62,10 @@ describe('keys-only reads (etcd 3.7 answers them with lease = 0)', () => {
     const [a, b] = await Promise.all([Session.create(client), Session.create(client)]);
     try {
       const held = await new Mutex(a, name).lock();
-      const base = await txnsNow();
+      const base = await watchersNow();
       const waiting = new Mutex(b, name).lock();
-      // Enqueue, predecessor look-up, the check once its watch is up: then it waits on the watch.
-      assert.equal(await settledOrAnswered(waiting, base, 3), 'answered', 'lock() returned while another session held the lock');
+      // Enqueue (and any look-up and check): then it waits on its watch.
+      assert.equal(await settledOrBlocked(waiting, base), 'blocked', 'lock() returned while another session held the lock');
       await held.unlock();
       const next = await waiting;
       assert.ok(next.fencingToken > held.fencingToken);
@@ -75,7 +85,7 @@ describe('keys-only reads (etcd 3.7 answers them with lease = 0)', () => {
       let inside = 0;
       const waiters: Promise<void>[] = [];
       for (let i = 1; i < ss.length; i++) {
-        const base = await txnsNow();
+        const base = await watchersNow();
         const w = new Mutex(ss[i]!, name).lock().then(async (h) => {
           inside++;
           order.push(i);
@@ -85,7 +95,7 @@ describe('keys-only reads (etcd 3.7 answers them with lease = 0)', () => {
           await h.unlock();
         });
         waiters.push(w);
-        assert.equal(await settledOrAnswered(w, base, 3), 'answered', `waiter ${i} took the lock out of turn`);
+        assert.equal(await settledOrBlocked(w, base), 'blocked', `waiter ${i} took the lock out of turn`);
       }
       await first.unlock();
       await Promise.all(waiters);
@@ -103,9 +113,9 @@ describe('keys-only reads (etcd 3.7 answers them with lease = 0)', () => {
       await client.put(`${name}/abc`, 'stray, older than everyone');
       const held = await new Mutex(a, name).lock(); // the stray key is older, and does not block
       await client.put(`${name}/def`, 'stray, between holder and waiter');
-      const base = await txnsNow();
+      const base = await watchersNow();
       const waiting = new Mutex(b, name).lock();
-      assert.equal(await settledOrAnswered(waiting, base, 5), 'answered', 'a stray key hid the holder');
+      assert.equal(await settledOrBlocked(waiting, base), 'blocked', 'a stray key hid the holder');
       await held.unlock();
       const next = await waiting;
       await next.unlock();
@@ -139,9 +149,9 @@ describe('keys-only reads (etcd 3.7 answers them with lease = 0)', () => {
     const [a, b] = await Promise.all([Session.create(client), Session.create(client)]);
     try {
       const leader = await new Election(a, name).campaign('a');
-      const base = await txnsNow();
+      const base = await watchersNow();
       const following = new Election(b, name).campaign('b');
-      assert.equal(await settledOrAnswered(following, base, 3), 'answered', 'campaign() led while another candidate led');
+      assert.equal(await settledOrBlocked(following, base), 'blocked', 'campaign() led while another candidate led');
       assert.equal((await new Election(b, name).leader())?.value, 'a');
       await leader.proclaim('a2'); // a put on the predecessor's key keeps its lease: no wake-up
       await leader.resign();
