@@ -51,6 +51,8 @@ export function sections(r: Results): Section[] {
         ['ours (Mutex.lock + unlock)', num(u.ours.cyclesPerSec), ...lat(u.ours.latency), u.ours.rpcsPerCycle?.toFixed(2) ?? '-'],
         ['etcd3 (Lock acquire + release)', num(u.etcd3.cyclesPerSec), ...lat(u.etcd3.latency), '3 + a keepalive stream'],
         ['sequential Put, interleaved (yardstick)', num(u.put.cyclesPerSec), ...lat(u.put.latency), '1'],
+        ...(u.go ? [[`Go concurrency ${u.go.client} (Mutex.Lock + Unlock)`, num(u.go.cyclesPerSec), ...lat(u.go.latency), u.go.rpcsPerCycle?.toFixed(2) ?? '-']] : []),
+        ...(u.goPut ? [['Go sequential Put (yardstick)', num(u.goPut.cyclesPerSec), ...lat(u.goPut.latency), '1']] : []),
       ],
     });
   }
@@ -389,11 +391,13 @@ export function versionSections(rs: Results[]): Section[] {
     out.push({
       title: 'Uncontended lock + unlock, etcd versions side by side (cycles/s; p50 ms)',
       header: ['implementation', ...cols('cycles/s'), ...cols('p50 ms')],
-      rows: (['ours', 'etcd3', 'put'] as const).map((k) => [
-        k === 'put' ? 'sequential Put (yardstick)' : k === 'ours' ? 'ours' : 'etcd3 1.1.2',
-        ...rs.map((r) => num(r.uncontended![k].cyclesPerSec)),
-        ...rs.map((r) => ms(r.uncontended![k].latency.p50)),
-      ]),
+      rows: (['ours', 'etcd3', 'put', 'go', 'goPut'] as const)
+        .filter((k) => rs.every((r) => r.uncontended![k]))
+        .map((k) => [
+          { put: 'sequential Put (yardstick)', ours: 'ours', etcd3: 'etcd3 1.1.2', go: "Go's package", goPut: 'Go sequential Put' }[k],
+          ...rs.map((r) => num(r.uncontended![k]!.cyclesPerSec)),
+          ...rs.map((r) => ms(r.uncontended![k]!.latency.p50)),
+        ]),
     });
   }
   if (rs.every((r) => r.goals.length > 0)) {

@@ -136,6 +136,14 @@ export function judgeGoals(r: Results): Goal[] {
       met: u.ours.cyclesPerSec >= 1.5 * u.etcd3.cyclesPerSec,
     });
   }
+  if (u?.go) {
+    goals.push({
+      id: 'uncontended-vs-go',
+      goal: "uncontended: >= 0.7x the cycles/s of etcd's Go package on the same etcd",
+      measured: `${num(u.ours.cyclesPerSec)} vs ${num(u.go.cyclesPerSec)} /s = ${ratio(u.ours.cyclesPerSec, u.go.cyclesPerSec)}`,
+      met: u.ours.cyclesPerSec >= 0.7 * u.go.cyclesPerSec,
+    });
+  }
   if (r.election && r.electionFloor) {
     for (const queued of ['long-before', '5ms-before'] as const) {
       const e = r.election.find((x) => x.impl === 'ours' && x.queued === queued);
