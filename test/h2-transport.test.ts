@@ -17,6 +17,7 @@ import { fromGrpcError, isEndpointFailure, isServiceError, isStaleToken, provabl
 import * as pb from '../src/proto/etcd.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { closedPort, uniquePrefix, waitFor } from './helpers.js';
+import { Client, ClientClosedError } from '../src/index.js';
 
 const run = promisify(execFile);
 const KV = pb.KVService;
@@ -243,9 +244,12 @@ describe('h2 transport: deadlines, cancellation, GOAWAY, refused streams and tra
   let silent: Server;
   const sockets = new Set<Socket>();
   let silentTarget: string;
+  /** Connections the silent listener accepted (reset by the tests that count them). */
+  let accepted = 0;
 
   before(async () => {
     silent = createServer((s) => {
+      accepted++;
       sockets.add(s);
       s.on('error', () => {});
     });
@@ -312,6 +316,20 @@ describe('h2 transport: deadlines, cancellation, GOAWAY, refused streams and tra
     } finally {
       ch.close();
       gc.close();
+    }
+  });
+
+  it('Client.close() while a call waits for a silent endpoint: ClientClosedError at once, as on grpc-js, not at the dial timeout', async () => {
+    for (const transport of ['h2', 'grpc-js'] as const) {
+      // A dial timeout far beyond the test's own: only the close can end the call in time.
+      const client = new Client({ endpoints: [silentTarget], transport, dialTimeoutMs: 600_000, callTimeoutMs: 600_000 });
+      const call = client.get('k');
+      call.catch(() => {});
+      // The call is dialling (the listener accepted the TCP connection and says nothing).
+      await waitFor(() => accepted > 0, 'the dial to reach the silent listener');
+      await client.close();
+      await assert.rejects(call, (e: unknown) => e instanceof ClientClosedError, transport);
+      accepted = 0;
     }
   });
 

@@ -170,6 +170,9 @@ describe('--metrics', () => {
     const once = cli(['inspect', name, '--metrics', '127.0.0.1:0']);
     assert.equal(await once.exited, 2, once.output());
     assert.match(once.output(), /--metrics only applies with --watch/);
+    const web = cli(['inspect', '--web', '--port', '0', '--metrics', '127.0.0.1:0']);
+    assert.equal(await web.exited, 2, web.output());
+    assert.match(web.output(), /--metrics only applies with --watch, not with --web/);
   });
 
   it('a bad address is a usage error before anything connects', async () => {

@@ -70,7 +70,10 @@ export async function inspectCommand(args: string[]): Promise<number> {
     print(INSPECT_HELP);
     return EXIT.ok;
   }
-  if (values.web) return web(values, positionals);
+  if (values.web) {
+    if (values.metrics !== undefined) throw new UsageError('--metrics only applies with --watch, not with --web');
+    return web(values, positionals);
+  }
   for (const flag of ['port', 'listen', 'open', 'show-values'] as const) {
     if (values[flag] !== undefined) throw new UsageError(`--${flag} only applies with --web`);
   }

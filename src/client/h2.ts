@@ -225,6 +225,8 @@ export class H2Channel {
   private readonly tls: H2TlsOptions | null;
   private conn: Conn | undefined;
   private dialing: Promise<Conn> | undefined;
+  /** Ends the connection attempt in progress (close() during a dial). */
+  private cancelDial: (() => void) | undefined;
   private closed = false;
 
   constructor(
@@ -324,6 +326,10 @@ export class H2Channel {
         reject(err);
       };
       const timer = setTimeout(() => fail(new H2ConnectError('timeout', this.dialTimeoutMs)), this.dialTimeoutMs);
+      // The socket keeps the process alive while it connects; the timer need not.
+      timer.unref();
+      // close() while connecting: end the attempt now (its callers see 'closed'), not at the dial timeout.
+      this.cancelDial = () => fail(new H2ConnectError('closed', performance.now() - started));
       session.on('error', (err: Error) => {
         lastError = err;
         fail(new H2ConnectError('failed', performance.now() - started, { cause: err }));
@@ -426,6 +432,8 @@ export class H2Channel {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.cancelDial?.();
+    this.cancelDial = undefined;
     const conn = this.conn;
     this.conn = undefined;
     if (conn && !conn.session.destroyed) {

@@ -205,10 +205,15 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
       if (ahead.length === permits) {
         // The head: a holder leaving (a delete), or moved off its lease by someone (a stray now),
         // can give us a permit; newcomers' puts and marks cannot, and cost no request here.
-        const confirmed = new Set(ahead.map((k) => k.key.toString('latin1')));
+        const confirmed = new Map(ahead.map((k) => [k.key.toString('latin1'), k.createRevision]));
         const freed = (e: WatchEvent): boolean => {
-          // Any incarnation of such a key deleted means ours is gone (a later one is younger than us).
-          if (e.type === 'delete' && confirmed.has(e.kv.key.toString('latin1'))) freedAhead = true;
+          // A delete of such a key after the confirmed incarnation was created means that one is gone
+          // (a later incarnation is younger than us). An older delete, which a watch on a lagging
+          // member can still deliver, proves nothing: it is only a reason to read again.
+          if (e.type === 'delete') {
+            const created = confirmed.get(e.kv.key.toString('latin1'));
+            if (created !== undefined && e.kv.modRevision > created) freedAhead = true;
+          }
           return e.type === 'delete' || e.kv.lease === 0n;
         };
         return { key: prefix, prefix: true, changed: freed, stillBlocked: (s) => still(ahead, false, s) };
