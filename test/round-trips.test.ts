@@ -57,6 +57,7 @@ test('a contended handoff costs the waiter one read after the wake-up, and the h
   const waiter = countingClient();
   const hs = await Session.create(holder.client, { ttl: 30 });
   const ws = await Session.create(waiter.client, { ttl: 30 });
+  try {
   const held = await new Mutex(hs, name).lock();
   waiter.calls.length = 0;
   const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
@@ -78,9 +79,11 @@ test('a contended handoff costs the waiter one read after the wake-up, and the h
   assert.deepEqual(holder.calls, ['Txn'], 'the release is one guarded delete');
   assert.deepEqual(waiter.calls, ['Txn'], 'after the delete event, one read confirms our key and that nobody is before us');
   await h2.unlock();
-  await hs.close();
-  await ws.close();
-  await holder.client.close();
-  await waiter.client.close();
+  } finally {
+    // Also when an assertion failed: an open session or a pending lock() would keep this file's
+    // process alive until the CI run's hang guard.
+    await Promise.allSettled([hs.close(), ws.close()]);
+    await Promise.allSettled([holder.client.close(), waiter.client.close()]);
+  }
   await assertNoKeys(admin, prefix);
 });
