@@ -275,7 +275,19 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   await pool.start();
   say(`phase ${plan.name}: ${specs.length} workers running, injecting faults for ${Math.round(plan.chaosMs / 1000)} s`);
 
-  const nemesis = new Nemesis({ cluster, pool, rng, ttl, weights: plan.weights, gapMs: quick ? [200, 700] : [500, 2500], everyKindFirst: true, log });
+  const nemesis = new Nemesis({
+    cluster,
+    pool,
+    rng,
+    ttl,
+    weights: plan.weights,
+    gapMs: quick ? [200, 700] : [500, 2500],
+    everyKindFirst: true,
+    // A quick phase is short: a long partition and its recovery may eat it, so it runs on to 3 faults.
+    minFaults: 3,
+    minFaultsGraceMs: quick ? 20_000 : 0,
+    log,
+  });
   const start = now();
   const progress = setInterval(() => {
     const f = nemesis.faults.length;

@@ -48,6 +48,10 @@ export interface NemesisOptions {
   gapMs: [number, number];
   /** Inject each kind with a positive weight once (in a seeded order) before drawing at random. */
   everyKindFirst?: boolean;
+  /** Keep injecting past `until` (by at most `minFaultsGraceMs`) until this many faults ran: a short
+   * phase whose first faults ran long must still judge a few. */
+  minFaults?: number;
+  minFaultsGraceMs?: number;
   log: (msg: string) => void;
 }
 
@@ -75,13 +79,16 @@ export class Nemesis {
     const first = this.o.everyKindFirst
       ? shuffle(rng, (Object.keys(w) as FaultKind[]).filter((k) => (w[k] ?? 0) > 0)).sort((a, b) => (w[b] ?? 0) - (w[a] ?? 0) || 0)
       : [];
-    while (now() < until) {
+    const min = this.o.minFaults ?? 0;
+    const hardEnd = until + (this.o.minFaultsGraceMs ?? 0);
+    const more = (): boolean => now() < until || (this.faults.length < min && now() < hardEnd);
+    while (more()) {
       await sleep(rng.between(...this.o.gapMs));
-      if (now() >= until) break;
+      if (!more()) break;
       const kind = first.shift() ?? rng.weighted(this.o.weights);
       const rec: FaultRecord = { kind, target: '', start: now(), end: 0 };
       try {
-        await this.inject(kind, rec, until);
+        await this.inject(kind, rec, Math.max(until, Math.min(hardEnd, now() + 3000)));
       } catch (err) {
         this.problems.push(`${kind} ${rec.target}: ${(err as Error).message}`);
         await this.healAll();

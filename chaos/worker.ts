@@ -142,15 +142,20 @@ const client = new Client({ endpoints: cfg.endpoints, dialTimeoutMs: cfg.dialTim
 
 // ---- sessions (lock roles): one at a time, a new one after a loss ----
 let session: Session | undefined;
+/** The cycle running now, settled when it ends (a lost session's revoke waits for it). */
+let inCycle: Promise<void> = Promise.resolve();
 async function currentSession(): Promise<Session> {
   if (session && !session.signal.aborted) return session;
   const s = await Session.create(client, { ttl: cfg.ttl, signal: stop.signal });
   session = s;
   emit({ t: 'session', lease: s.leaseId.toString(16), at: now() });
   watchSession(s);
-  void s.done.then((e) => {
+  void s.done.then(async (e) => {
     if (e.reason === 'closed' || e.reason === 'client-closed') return;
     // The lease may still live on the server until its TTL runs out; its keys would block the queue.
+    // But first the cycle holding on this session finishes: it leaves the semaphore's and the RW
+    // lock's resource before its key goes, or a newcomer would find it still admitted there.
+    await inCycle;
     if (!client.closed) client.leaseRevoke(s.leaseId, { timeoutMs: 2000 }).catch(() => {});
   });
   return s;
@@ -416,7 +421,12 @@ emit({ t: 'ready', pid: process.pid, at: now(), offset: clock.offset, offsetErrM
 let backoff = 50;
 while (!stop.signal.aborted) {
   try {
-    await cycle();
+    const c = cycle();
+    inCycle = c.then(
+      () => {},
+      () => {},
+    );
+    await c;
     cycles++;
     backoff = 50;
   } catch (err) {
