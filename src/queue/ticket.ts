@@ -102,6 +102,17 @@ export function forgetKey(session: Session, key: string): void {
 }
 
 /**
+ * A create of `key` on the session's lease had an unknown outcome (`CallProgress.ambiguous`): once the
+ * key is released (forgetKey or dropTicket), a re-creation landing late is swept for the rest of the
+ * session (see sweepLateEnqueues). For any primitive's keys, not only enqueue's.
+ */
+export function mayLandLate(session: Session, key: string): void {
+  let late = lateProne.get(session);
+  if (!late) lateProne.set(session, (late = new Map()));
+  if (!late.has(key)) late.set(key, false);
+}
+
+/**
  * An enqueue attempt whose outcome was unknown (retried on another member) may still be applied
  * long after: a request held by a frozen or cut-off member is forwarded when it wakes. Landing
  * after we released the key, its "create if absent" succeeds and brings the key back on our live
@@ -179,11 +190,7 @@ export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticke
     })
     .finally(() => {
       // An attempt may still land after we release the key: sweep it then (see sweepLateEnqueues).
-      if (progress.ambiguous) {
-        let late = lateProne.get(session);
-        if (!late) lateProne.set(session, (late = new Map()));
-        if (!late.has(key)) late.set(key, false);
-      }
+      if (progress.ambiguous) mayLandLate(session, key);
     });
   // An existing key that no sibling in this process uses was created either by our own first attempt
   // (its answer lost, the Txn retried) or by an earlier process on a lease this session adopted. Either
