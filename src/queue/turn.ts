@@ -1,5 +1,6 @@
 import { retryWhile } from '../client/backoff.js';
 import { CompactedError, isTransient } from '../client/errors.js';
+import type { Client } from '../client/client.js';
 import type { Watch, WatchBatch, WatchEvent } from '../client/watch.js';
 import type { OwnershipLostError } from '../errors.js';
 import type { Session } from '../session.js';
@@ -15,6 +16,8 @@ export interface Blocker {
   prefix?: boolean;
   /** Deletes only: puts under a watched prefix (newcomers queueing behind) cannot end a wait. */
   noPut?: boolean;
+  /** Puts only: a wait for a key to appear (a barrier opening) ignores deletes. */
+  noDelete?: boolean;
   /** An event that may have ended the wait: the rule is asked again. */
   changed(e: WatchEvent): boolean;
   /**
@@ -114,32 +117,52 @@ function dropKept(k: Kept): void {
   k.w.cancel();
 }
 
-export async function waitForTurn(session: Session, ticket: Ticket, rule: TurnRule, signal?: AbortSignal): Promise<void> {
-  if (ticket.first) return;
-  const client = session.client;
+export function waitForTurn(session: Session, ticket: Ticket, rule: TurnRule, signal?: AbortSignal): Promise<void> {
+  if (ticket.first) return Promise.resolve();
+  return waitUntil(session.client, rule, { session, signal });
+}
+
+/** Options of {@link waitUntil}. */
+export interface WaitUntilOptions {
+  /** Stop waiting with its reason. */
+  signal?: AbortSignal | undefined;
+  /**
+   * The waiter's session: its loss ends the wait at once, and watches may be kept for its next wait
+   * on the same key. Without one (a barrier's wait creates no key), only `signal` stops it.
+   */
+  session?: Session | undefined;
+}
+
+/**
+ * The wait loop under every primitive: ask `rule` what blocks us, watch only that, and ask again
+ * after a change, until the rule says go (null). {@link waitForTurn} is this for a queued ticket;
+ * barriers use it directly with rules of their own ("the key is gone", "ready was put").
+ */
+export async function waitUntil(client: Client, rule: TurnRule, options: WaitUntilOptions = {}): Promise<void> {
+  const { session, signal } = options;
   // One signal for "stop waiting": the caller's, or the session's loss (fail at once, not after the queue).
   const stop = new AbortController();
-  const onAbort = (): void => stop.abort(signal?.aborted ? signal.reason : session.signal.reason);
-  if (signal?.aborted || session.signal.aborted) onAbort();
+  const onAbort = (): void => stop.abort(signal?.aborted ? signal.reason : session?.signal.reason);
+  if (signal?.aborted || session?.signal.aborted) onAbort();
   signal?.addEventListener('abort', onAbort, { once: true });
-  session.signal.addEventListener('abort', onAbort, { once: true });
+  session?.signal.addEventListener('abort', onAbort, { once: true });
   const retrying = <T>(fn: () => Promise<T>): Promise<T> => retryWhile(fn, isTransient, stop.signal);
   try {
     for (;;) {
       const b = await retrying(() => rule.blocker(stop.signal));
       if (b === null) return;
       const asOf = b.asOf;
-      const id = b.keep && asOf !== undefined ? `${b.prefix ? 'p' : 'k'}${b.noPut ? 'n' : ''}/${b.key.toString('latin1')}` : undefined;
+      const id = session && b.keep && asOf !== undefined ? `${b.prefix ? 'p' : 'k'}${b.noPut ? 'n' : ''}${b.noDelete ? 'd' : ''}/${b.key.toString('latin1')}` : undefined;
       // A watch kept from this session's last wait on the same key, if it already delivers every
       // event after our read: then it needs neither a create, nor a confirmation, nor a cancel.
-      let k = id !== undefined ? takeKept(session, id) : undefined;
+      let k = session && id !== undefined ? takeKept(session, id) : undefined;
       // Also not when an earlier wait (a sibling of this session on the same key) took an event
       // newer than our read from it: that event would be missing from our stream.
       if (k && !(asOf !== undefined && k.from <= asOf && k.through <= asOf)) {
         dropKept(k);
         k = undefined;
       }
-      const w = k?.w ?? client.watch(b.key, { prefix: b.prefix ?? false, noPut: b.noPut ?? false, signal: stop.signal });
+      const w = k?.w ?? client.watch(b.key, { prefix: b.prefix ?? false, noPut: b.noPut ?? false, noDelete: b.noDelete ?? false, signal: stop.signal });
       const onStop = (): void => w.cancel(); // a kept watch was created under another wait's signal
       if (k) {
         stop.signal.addEventListener('abort', onStop, { once: true });
@@ -156,7 +179,7 @@ export async function waitForTurn(session: Session, ticket: Ticket, rule: TurnRu
         // then now and then while waiting: a safety net should an event ever be missed (an O(1)
         // read-only Txn; a queue must never wait forever on a ghost).
         const covered = b.confirmed === true && asOf !== undefined && from <= asOf;
-        const recheckMs = Math.max(10_000, session.ttl * 1000);
+        const recheckMs = Math.max(10_000, (session?.ttl ?? 0) * 1000);
         let timer: NodeJS.Timeout | undefined;
         try {
           if (covered || (await retrying(() => b.stillBlocked(stop.signal)))) {
@@ -181,7 +204,7 @@ export async function waitForTurn(session: Session, ticket: Ticket, rule: TurnRu
           clearTimeout(timer);
         }
         keepIt = id !== undefined && !w.ended && !stop.signal.aborted;
-        if (keepIt) keepWatch(session, id!, { w, events, pull, from, through });
+        if (keepIt) keepWatch(session!, id!, { w, events, pull, from, through });
       } catch (err) {
         if (!(err instanceof CompactedError)) throw err;
       } finally {
@@ -195,7 +218,7 @@ export async function waitForTurn(session: Session, ticket: Ticket, rule: TurnRu
     throw stop.signal.aborted ? stop.signal.reason : err;
   } finally {
     signal?.removeEventListener('abort', onAbort);
-    session.signal.removeEventListener('abort', onAbort);
+    session?.signal.removeEventListener('abort', onAbort);
   }
 }
 
