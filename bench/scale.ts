@@ -4,6 +4,7 @@
 // drives a semaphore (the semaphore-scale phase): `permits` holders, N waiters behind them.
 import { setMaxListeners } from 'node:events';
 import { Client, Mutex, Semaphore, Session, type LockHandle, type PermitHandle } from '../src/index.js';
+import { prefixEnd } from '../src/client/kv.js';
 import type { BenchContext } from './context.js';
 import { RpcCounter, pool, settledHeap, settledMemory, sleep, summarize, within, type Summary } from './stats.js';
 
@@ -238,6 +239,10 @@ export async function runQueueScale<H extends { fencingToken: bigint }>(ctx: Ben
     const releases = Math.min(n, ctx.quick ? 10 : 20);
     const handover: number[] = [];
     let violations = 0;
+    const violation = (why: string): void => {
+      violations++;
+      console.error(`[scale/${n}] violation: ${why}`);
+    };
     let rpcs = 0;
     let events = 0;
     let watches = 0;
@@ -251,9 +256,9 @@ export async function runQueueScale<H extends { fencingToken: bigint }>(ctx: Ben
       await subject.release(held.shift()!);
       if (acquired.length <= r) await within(next, 10_000, 'the next waiter');
       handover.push(performance.now() - t0);
-      if (acquired.length !== r + 1) violations++;
+      if (acquired.length !== r + 1) violation(`release ${r}: ${acquired.length} acquired right after it, expected ${r + 1}`);
       const h = acquired[r]!.h;
-      if (h.fencingToken <= lastToken) violations++;
+      if (h.fencingToken <= lastToken) violation(`release ${r}: token ${h.fencingToken} after ${lastToken}`);
       lastToken = h.fencingToken;
       held.push(h);
       // Let stragglers (a late answer, an extra event) land in this release's count: the watches the
@@ -270,7 +275,7 @@ export async function runQueueScale<H extends { fencingToken: bigint }>(ctx: Ben
       }
       await quiet(counter, subject.watchesPerRelease > 0 ? 20 : 0);
       // A second waiter let in by the same release would show here.
-      if (acquired.length !== r + 1) violations++;
+      if (acquired.length !== r + 1) violation(`release ${r}: ${acquired.length} acquired once quiet, expected ${r + 1}`);
       const after = counter.snapshot();
       rpcs += after.unary - before.unary;
       events += after.watchEvents - before.watchEvents;
@@ -282,10 +287,16 @@ export async function runQueueScale<H extends { fencingToken: bigint }>(ctx: Ben
     t = performance.now();
     ac.abort();
     await within(Promise.all(settled), 300_000, `aborting ${n} waiters`);
+    // A lock() rejects once its delete landed or after the client's dial timeout (an abort must not
+    // hang on an outage; the delete goes on in the background). Thousands of deletes at once can take
+    // longer than that on a busy etcd, so the abort is over when only the holders' keys are left.
+    const prefix = Buffer.from(`${name}/`);
+    const count = async (): Promise<bigint> => (await client.range({ key: prefix, rangeEnd: prefixEnd(prefix), countOnly: true })).count;
+    for (let c = await count(); c > BigInt(k) && performance.now() - t < 60_000; c = await count()) await sleep(20);
     const abortMs = performance.now() - t;
-    if (acquired.length !== releases) violations++;
+    if (acquired.length !== releases) violation(`after the abort: ${acquired.length} acquired, expected ${releases}`);
     const left = (await client.getPrefix(`${name}/`)).kvs.length; // the holders' keys only
-    if (left !== k) violations++;
+    if (left !== k) violation(`after the abort: ${left} keys left, expected the ${k} holders'`);
     for (const h of held) await subject.release(h);
     const keysLeft = (await client.getPrefix(`${name}/`)).kvs.length;
     return {

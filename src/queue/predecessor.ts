@@ -76,6 +76,14 @@ export function oldestRule(session: Session, scope: Scope, ticket: Ticket, lostE
         // delete we did not see). A put that keeps a lease and the CreateRevision (a proclaim) is none.
         changed: (e: WatchEvent) => e.type === 'delete' || e.kv.lease === 0n || e.kv.createRevision !== pred.createRevision,
         stillBlocked: (s: AbortSignal) => stillQueued(session, ticket, pred, strays, s),
+        // stillQueued's compares as reads (in full: a keys-only read on 3.7 reports no lease).
+        check: {
+          keys: [ticket.key, pred.key],
+          blocked: ([mine, p]) => {
+            if (p && p.createRevision === pred.createRevision && p.lease === 0n) strays.add(strayId(p));
+            return mine?.createRevision === ticket.rev && mine.lease === session.leaseId && p?.createRevision === pred.createRevision && p.lease !== 0n;
+          },
+        },
       };
     },
   };

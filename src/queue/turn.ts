@@ -4,6 +4,7 @@ import type { Client } from '../client/client.js';
 import type { Watch, WatchBatch, WatchEvent } from '../client/watch.js';
 import type { OwnershipLostError } from '../errors.js';
 import type { Session } from '../session.js';
+import { recheckEvery, type BatchCheck } from './recheck.js';
 import type { Ticket } from './ticket.js';
 
 /** Raised when our own key vanished (or changed lease) while we queued. */
@@ -34,6 +35,11 @@ export interface Blocker {
   confirmed?: boolean;
   /** Keep the watch open afterwards for the session's next wait on the same key (a FIFO queue's order repeats). */
   keep?: boolean;
+  /**
+   * `stillBlocked` as plain reads, so that the periodic safety net of many waiters shares one
+   * request (see recheck.ts). Without it the waiter re-checks alone, on a timer of its own.
+   */
+  check?: BatchCheck;
 }
 
 /**
@@ -181,13 +187,18 @@ export async function waitUntil(client: Client, rule: TurnRule, options: WaitUnt
         const covered = b.confirmed === true && asOf !== undefined && from <= asOf;
         const recheckMs = Math.max(10_000, (session?.ttl ?? 0) * 1000);
         let timer: NodeJS.Timeout | undefined;
+        let unregister: (() => void) | undefined;
         try {
           if (covered || (await retrying(() => b.stillBlocked(stop.signal)))) {
             pull ??= events.next();
+            // A blocker whose check can be batched shares the client's re-checker (no timer of ours).
+            const check = b.check;
+            const stale = check && new Promise<'stale'>((resolve) => (unregister = recheckEvery(client, check, recheckMs, () => resolve('stale'))));
             for (;;) {
-              const tick = new Promise<'recheck'>((resolve) => (timer = setTimeout(() => resolve('recheck'), recheckMs)));
+              const tick = stale ?? new Promise<'recheck'>((resolve) => (timer = setTimeout(() => resolve('recheck'), recheckMs)));
               const next = await Promise.race([pull, tick]);
               clearTimeout(timer);
+              if (next === 'stale') break;
               if (next === 'recheck') {
                 if (!(await retrying(() => b.stillBlocked(stop.signal)))) break;
                 continue;
@@ -202,6 +213,7 @@ export async function waitUntil(client: Client, rule: TurnRule, options: WaitUnt
           }
         } finally {
           clearTimeout(timer);
+          unregister?.();
         }
         keepIt = id !== undefined && !w.ended && !stop.signal.aborted;
         if (keepIt) keepWatch(session!, id!, { w, events, pull, from, through });

@@ -1,0 +1,86 @@
+// The waiters' safety net, batched per client (src/queue/recheck.ts), against a real etcd: due
+// checks share read-only Txns of up to 128 gets, a check that finds its waiter unblocked fires
+// once, and an unregistered check is never read again.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Client } from '../src/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
+import { recheckEvery, type BatchCheck } from '../src/queue/recheck.js';
+import { etcdForFile, serverState, waitFor } from './helpers.js';
+
+const ROOT = 'test/recheck/';
+let etcd: EtcdCluster;
+let client: Client;
+const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
+
+/** The re-checker's timer does not hold the process open (a waiter's watch does): the tests hold it. */
+let hold: NodeJS.Timeout | undefined;
+before(() => void (hold = setInterval(() => {}, 1000)));
+after(() => clearInterval(hold));
+
+const txnsNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).txns;
+
+/** A check that is blocked while `key` exists, and how often it was judged. */
+function existsCheck(key: string): BatchCheck & { judged: number } {
+  const c = {
+    keys: [key],
+    judged: 0,
+    blocked: ([kv]: readonly ({ key: Buffer } | undefined)[]) => {
+      c.judged++;
+      return kv !== undefined;
+    },
+  };
+  return c;
+}
+
+describe('the batched re-check of waiters', () => {
+  it('200 waiters are checked in 2 Txns a round, and only the 3 whose keys went are told', async () => {
+    const p = fresh('batch');
+    const keys = Array.from({ length: 200 }, (_, i) => `${p}k${i}`);
+    for (const k of keys) await client.put(k, '');
+    const gone = new Set([keys[7]!, keys[130]!, keys[199]!]);
+    const staleKeys: string[] = [];
+    const checks = keys.map((k) => existsCheck(k));
+    const told = new Map<string, () => void>();
+    const allTold = new Promise<void>((resolve) => {
+      for (const k of gone) told.set(k, () => staleKeys.push(k) === gone.size && resolve());
+    });
+    const before = await txnsNow();
+    // Due at once (interval 0): each tick checks everyone still registered.
+    const unregister = checks.map((c, i) => recheckEvery(client, c, 0, () => (told.get(keys[i]!) ?? (() => assert.fail(`${keys[i]} told stale while its key exists`)))()));
+    try {
+      // Rounds of 200 checks: ceil(200 / 128) = 2 Txns each (one Txn per check would be 200).
+      await waitFor(async () => checks.every((c) => c.judged >= 1), 'every check judged once');
+      const txns = (await txnsNow()) - before;
+      const rounds = Math.max(...checks.map((c) => c.judged));
+      assert.ok(txns >= 2 && txns <= 2 * rounds, `${txns} Txns for ${rounds} round(s) of 200 checks: batched by 128`);
+      for (const k of gone) await client.delete(k);
+      await allTold;
+      assert.deepEqual(new Set(staleKeys), gone);
+      // Told once, then no longer read: two more rounds judge the others, not them.
+      const goneChecks = [...gone].map((k) => checks[keys.indexOf(k)]!);
+      const judged = goneChecks.map((c) => c.judged);
+      await waitFor(async () => checks[0]!.judged >= 2 + Math.max(...judged), 'two more rounds for the others');
+      assert.deepEqual(goneChecks.map((c) => c.judged), judged, 'a stale check is not read again');
+    } finally {
+      unregister.forEach((u) => u());
+      await client.delete(p, { prefix: true });
+    }
+  });
+
+  it('an unregistered check is never read again, and the last one stops the timer', async () => {
+    const p = fresh('unregister');
+    await client.put(`${p}a`, '');
+    const a = existsCheck(`${p}a`);
+    const un = recheckEvery(client, a, 0, () => assert.fail('never stale'));
+    await waitFor(async () => a.judged >= 1, 'judged once');
+    un();
+    const n = a.judged;
+    const before = await txnsNow();
+    // Another client's tick would be separate; this client has no check left: no Txn at all.
+    await new Promise((r) => setTimeout(r, 2500)); // two tick periods with nothing registered
+    assert.equal(a.judged, n);
+    assert.equal((await txnsNow()) - before, 0, 'no re-check Txn once nothing is registered');
+    await client.delete(p, { prefix: true });
+  });
+});
