@@ -7,6 +7,7 @@ import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../que
 import { HeldHandle, type OwnerHandle } from '../queue/ownership.js';
 import { ourKeyStands, ticketLost } from '../queue/predecessor.js';
 import type { Ticket, TicketSpec } from '../queue/ticket.js';
+import { MAX_CHECK_KEYS, type BatchCheck } from '../queue/recheck.js';
 import type { Blocker, LostErrorFactory, TurnRule } from '../queue/turn.js';
 import type { WatchEvent } from '../client/watch.js';
 
@@ -181,6 +182,22 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
     });
     return false;
   };
+  /** `still` as plain reads, for the client's batched safety net (recheck.ts). */
+  const stillCheck = (keys: Older[], firstUnchanged: boolean): BatchCheck | undefined =>
+    keys.length + 1 > MAX_CHECK_KEYS
+      ? undefined
+      : {
+          keys: [ticket.key, ...keys.map((k) => k.key)],
+          blocked: ([mine, ...kvs]) => {
+            let ok = mine?.createRevision === ticket.rev && mine.lease === session.leaseId;
+            keys.forEach((k, i) => {
+              const kv = kvs[i];
+              if (kv && kv.createRevision === k.createRevision && kv.lease === 0n) strays.add(id(kv));
+              ok &&= kv?.createRevision === k.createRevision && kv.lease !== 0n && !(firstUnchanged && i === 0 && kv.modRevision !== k.modRevision);
+            });
+            return ok;
+          },
+        };
   // Set when, as the head, we saw the delete of a key we had confirmed ahead of us: one of the
   // `permits` older participants is gone, and none can be added (newcomers are younger), so it is
   // our turn without reading again. The mark's Txn still checks that our key stands.
@@ -216,12 +233,12 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
           }
           return e.type === 'delete' || e.kv.lease === 0n;
         };
-        return { key: prefix, prefix: true, changed: freed, stillBlocked: (s) => still(ahead, false, s) };
+        return { key: prefix, prefix: true, changed: freed, stillBlocked: (s) => still(ahead, false, s), check: stillCheck(ahead, false) };
       }
       // Further back: wake when the waiter before us leaves or takes a permit (and we may be head).
       // Every key ahead is checked to be on a lease: a stray one ahead would keep us from the head.
       const pred = ahead[0]!;
-      return { key: pred.key, changed: () => true, stillBlocked: (s) => still(ahead, true, s) };
+      return { key: pred.key, changed: () => true, stillBlocked: (s) => still(ahead, true, s), check: stillCheck(ahead, true) };
     },
   };
 }

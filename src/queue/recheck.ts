@@ -21,6 +21,8 @@ interface Entry {
 
 /** Gets per read-only Txn: etcd's default --max-txn-ops. */
 const OPS_PER_TXN = 128;
+/** The most keys one check may read (a bigger one re-checks alone, with its own Txn of compares). */
+export const MAX_CHECK_KEYS = 32;
 /** How often the client's re-checker looks for waiters due. */
 const TICK_MS = 1000;
 
@@ -111,6 +113,7 @@ const rechecker = new WeakMap<Client, Rechecker>();
  * `stale` is called once when a check finds the waiter no longer blocked. Returns the unregister.
  */
 export function recheckEvery(client: Client, check: BatchCheck, intervalMs: number, stale: () => void): () => void {
+  if (check.keys.length > MAX_CHECK_KEYS) throw new RangeError(`a batched check reads at most ${MAX_CHECK_KEYS} keys, got ${check.keys.length}`);
   let r = rechecker.get(client);
   if (!r) rechecker.set(client, (r = new Rechecker(client)));
   return r.add(check, intervalMs, stale);
