@@ -105,6 +105,8 @@ export function isServiceError(err: unknown): err is ServiceError {
 
 /** True when the failure proves the request never took effect, so even a write may be retried. */
 export function provablyNotApplied(err: ServiceError): boolean {
+  // The h2 transport knows when a request never left (no stream, a deadline while connecting).
+  if ((err as { notSent?: unknown }).notSent === true) return true;
   const d = err.details ?? '';
   return NOT_APPLIED.some((s) => d.includes(s)) || NOT_SENT.some((s) => d.includes(s));
 }
