@@ -242,7 +242,7 @@ describe('Mutex: names and keys', () => {
     }
   });
 
-  it('reentrancy as in Go: two Mutex objects on one session and one name share one key', async () => {
+  it('reentrancy as in Go: two Mutex objects on one session and one name share one key, counted', async () => {
     const p = fresh('reentrant');
     const [s] = await sessions(1);
     try {
@@ -251,9 +251,12 @@ describe('Mutex: names and keys', () => {
       assert.equal(h2.key, h1.key);
       assert.equal(h2.fencingToken, h1.fencingToken);
       assert.equal((await client.getPrefix(`${p}lock/`)).count, 1n);
-      await h2.unlock(); // releases it for both
+      await h2.unlock(); // ends h2 only: h1 still uses the key
+      await aborted(h2.signal);
+      h1.assertHeld();
+      assert.equal((await client.get(h1.key))?.createRevision, h1.fencingToken);
+      await h1.unlock(); // the last user: the key goes
       assert.equal(await client.get(h1.key), undefined);
-      await aborted(h1.signal);
       assert.throws(() => h1.assertHeld(), LockLostError);
     } finally {
       await closeAll([s!]);

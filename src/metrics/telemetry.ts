@@ -51,6 +51,12 @@ export interface TelemetryOptions {
 /** Told when a holding ends: released or revoked (no reason), or lost (why). */
 export interface HoldObserver {
   ended(loss: LossReason | undefined): void;
+  /**
+   * This holding ends (released or revoked) while `next`, a holding of this process sharing its key,
+   * still holds: a leadership counted here is the same leadership there, and goes on being counted.
+   * Called before ended().
+   */
+  handOver(next: HoldObserver): void;
 }
 
 /** What a session shows the time-left gauge. */
@@ -317,7 +323,7 @@ export class AcquireProbe {
   held(token: bigint, joined = false): HoldObserver {
     const waited = this.finish('acquired');
     const tel = this.tel;
-    // A sibling sharing a key this process already campaigns with: the same leadership, not another.
+    // A sibling holding the key this process already leads with: the same leadership, not another.
     const leads = this.kind === 'campaign' && !joined;
     if (tel.metricsOn) {
       tel.held.add(1, this.attrs);
@@ -385,11 +391,17 @@ class HoldRecord implements HoldObserver {
   private readonly t0 = performance.now();
   constructor(
     private readonly tel: Telemetry,
-    /** Counted on the leader gauge and transitions (a campaign's first holder of its key). */
-    private readonly leads: boolean,
+    /** Counted on the leader gauge and transitions (a campaign's first holder of its key, or the one it handed over to). */
+    private leads: boolean,
     private readonly attrs: Attributes,
     private readonly span: Span | undefined,
   ) {}
+
+  handOver(next: HoldObserver): void {
+    if (!this.leads || !(next instanceof HoldRecord) || next.leads) return;
+    next.leads = true;
+    this.leads = false;
+  }
 
   ended(loss: LossReason | undefined): void {
     const tel = this.tel;

@@ -71,7 +71,8 @@ export class Election {
    * key an earlier process left on a lease this session adopted) it keeps its place and etcd gets
    * the new value, as with Go. On abort or any error our key is deleted, an adopted one included
    * (Go leaves it behind on errors: etcd issue 21128), unless another campaign of this process
-   * shares it.
+   * shares it: the key is counted, and goes with the last of them (a resign, too, ends only its own
+   * handle while another campaign of this process on the key still waits or leads).
    */
   campaign(value: Bytes, options: AcquireOptions = {}): Promise<LeaderHandle> {
     return campaignTerm(this, value, options);

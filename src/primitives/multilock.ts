@@ -57,7 +57,8 @@ export interface MultiLockHandle extends AsyncDisposable {
  * of the original error and the release failures, with the original as `cause`.
  *
  * Like Mutex, a lock already held by this session under the same name is shared, not taken twice:
- * this handle's unlock releases it too.
+ * this handle's unlock (or a failed lockAll) ends only this handle's share, and the key stays with
+ * the other holder.
  */
 export async function lockAll(session: Session, names: readonly string[], options: LockAllOptions = {}): Promise<MultiLockHandle> {
   const ordered = canonicalNames(names);

@@ -22,9 +22,11 @@ const lockLost = (key: string) => (message: string, cause?: unknown) =>
  * watching only the key just before its own. Interoperates with Go's `concurrency.Mutex` and
  * `etcdctl lock` on the same name.
  *
- * Reentrancy follows Go: the key is per session and name, so two Mutex objects on one session and
- * one name share a single key. Both "hold" the lock at once, and unlocking either releases it.
- * Aborting a lock() that joined a sibling's key leaves the key to the sibling.
+ * The key is per session and name, as Go's, so two lock() calls on one session and one name share a
+ * single key (the second joins the first's place in the queue): both hold the lock at once. Unlike
+ * Go, the key is counted: unlocking, aborting or failing one of them ends only that one, and the key
+ * is deleted when the last of them goes. A loss (the key deleted by someone else, the session lost)
+ * ends them all.
  */
 export class Mutex {
   readonly name: string;

@@ -2,7 +2,7 @@ import type { Session } from '../session.js';
 import type { Kind } from '../metrics/names.js';
 import type { AcquireProbe } from '../metrics/telemetry.js';
 import { Ownership } from './ownership.js';
-import { dropTicket, enqueueOrClean, type Ticket, type TicketSpec } from './ticket.js';
+import { enqueueOrClean, leaveTicket, type Ticket, type TicketSpec } from './ticket.js';
 import { blockedNow, waitForTurn, type LostErrorFactory, type TurnRule } from './turn.js';
 
 /** Options of every acquire call: lock(), campaign(), acquire(), rLock(), lockAll(). */
@@ -28,8 +28,9 @@ export interface QueueSpec<H> {
 
 /**
  * The one acquire path: check the session, take a ticket, wait for our turn under the primitive's
- * rule, and hand out ownership; on abort or any error our key is deleted (unless a sibling in this
- * process shares it), so nothing is left in the queue. Fails at once if the session is lost.
+ * rule, and hand out ownership; on abort or any error our key is deleted, so nothing is left in the
+ * queue. Calls of this process on the same session and key share the key, counted: it is deleted
+ * only when the last of them releases, aborts or fails. Fails at once if the session is lost.
  * Metrics and spans are recorded here (through a probe that exists only when an SDK records).
  */
 export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promise<H> {
@@ -68,11 +69,11 @@ async function waitAndHold<H>(
     probe?.enqueued(ticket.first);
     await q.prepare?.(ticket, signal);
     await waitForTurn(session, ticket, q.rule(ticket, lost), signal);
-    return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe?.held(ticket.rev, ticket.joined)), ticket);
+    return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe), ticket);
   } catch (err) {
     probe?.failed(err, signal, session.signal);
-    // Our key leaves with us, unless a sibling in this process shares it.
-    if (!ticket.joined) await dropTicket(session, ticket);
+    // Our key leaves with us, unless another call of this process still uses it.
+    await leaveTicket(session, ticket);
     throw err;
   }
 }
@@ -93,14 +94,14 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   try {
     await q.prepare?.(ticket, undefined);
     if (!(await blockedNow(ticket, q.rule(ticket, lost)))) {
-      return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe?.held(ticket.rev, ticket.joined)), ticket);
+      return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe), ticket);
     }
   } catch (err) {
     probe?.failed(err, undefined, session.signal);
-    if (!ticket.joined) await dropTicket(session, ticket);
+    await leaveTicket(session, ticket);
     throw err;
   }
   probe?.busy();
-  if (!ticket.joined) await dropTicket(session, ticket);
+  await leaveTicket(session, ticket);
   return null;
 }

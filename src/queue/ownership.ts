@@ -1,18 +1,36 @@
 import { retryWhile } from '../client/backoff.js';
 import { CompactedError, isTransient } from '../client/errors.js';
-import { compare, op, type Compare, type KeyValue } from '../client/kv.js';
+import { compare, type Compare, type KeyValue } from '../client/kv.js';
 import type { Watch } from '../client/watch.js';
 import type { Session } from '../session.js';
 import { SessionExpiredError, type OwnershipLostError } from '../errors.js';
 import type { LossReason } from '../metrics/names.js';
-import type { HoldObserver } from '../metrics/telemetry.js';
-import { forgetKey } from './ticket.js';
+import type { AcquireProbe, HoldObserver } from '../metrics/telemetry.js';
+import { releaseKey } from './ticket.js';
+
+/** How a loss reads in the lost error: `<key> (token <n>) is no longer owned: <why>`. */
+const WHY: Record<LossReason, string> = {
+  key_deleted: 'its key was deleted',
+  moved_off_lease: 'its key was moved off its lease',
+  watch_failed: 'its watch failed',
+  session_closed: 'its session was lost',
+  lease_expired: 'its session was lost',
+};
+
+/**
+ * The live holdings of this process per session and key. Calls on one session and one name share
+ * one key: their holdings of one incarnation end together on a loss, and one leaving hands the
+ * leader gauge on to another (see Ownership.end).
+ */
+const holdings = new WeakMap<Session, Map<string, Set<Ownership>>>();
 
 /**
  * What a lock holder and an election leader have in common: a key on the session's lease, created at
  * revision `fencingToken`. Ownership lasts while that incarnation of the key exists and the session
  * lives; every check and release is guarded on the CreateRevision, so nothing here can touch a later
- * owner's key.
+ * owner's key. Several Ownerships of this process may share one incarnation (calls on one session
+ * and one name): each release() ends only its own, and the key goes with the last user of it; a
+ * loss ends them all.
  */
 export class Ownership {
   private controller?: AbortController;
@@ -20,7 +38,11 @@ export class Ownership {
   /** Why ownership ended (lost, released or revoked), once it has; made on demand (see release). */
   private ended?: { reason?: unknown; make?: () => unknown };
   private released = false;
-  private readonly onSessionLost = (): void => this.lose(this.session.signal.reason, 'its session was lost', sessionLoss(this.session.signal.reason));
+  /** This holding no longer counts among the users of its key (a release, maybe failed, was made). */
+  private left = false;
+  /** Metrics and spans of this holding, when an OpenTelemetry SDK records them. */
+  private readonly observer?: HoldObserver;
+  private readonly onSessionLost = (): void => this.lose(this.session.signal.reason, sessionLoss(this.session.signal.reason));
 
   constructor(
     readonly session: Session,
@@ -29,9 +51,17 @@ export class Ownership {
     /** The key's CreateRevision: strictly increasing across owners, so protected resources can fence. */
     readonly fencingToken: bigint,
     private readonly makeLostError: (message: string, cause?: unknown) => OwnershipLostError,
-    /** Metrics and spans of this holding, when an OpenTelemetry SDK records them. */
-    private readonly observer?: HoldObserver,
+    /** The acquire's probe, when an OpenTelemetry SDK records: it records this holding from now on. */
+    probe?: AcquireProbe,
   ) {
+    let byKey = holdings.get(session);
+    if (!byKey) holdings.set(session, (byKey = new Map()));
+    let holders = byKey.get(key);
+    if (!holders) byKey.set(key, (holders = new Set()));
+    // A sibling already holding this incarnation: the same leadership, not another one.
+    const observer = probe?.held(fencingToken, this.siblings(holders).length > 0);
+    this.observer = observer;
+    holders.add(this);
     // Recorded holdings end with their session even if nobody looks at `signal`, so that the held
     // gauge and the losses counter stay true. (Without telemetry this costs nothing: no listener.)
     if (observer) {
@@ -59,7 +89,7 @@ export class Ownership {
       try {
         this.session.assertAlive();
       } catch (err) {
-        this.lose(err, 'its session was lost', sessionLoss(err));
+        this.lose(err, sessionLoss(err));
       }
     }
     if (this.ended) throw this.endReason();
@@ -71,8 +101,10 @@ export class Ownership {
   }
 
   /**
-   * Deletes the key if it is still ours, then ends ownership (the signal aborts: work still running
-   * under it now runs unprotected). Safe to retry: a retry never deletes a later owner's key.
+   * Deletes the key if it is still ours and no other call of this process uses it (they share it:
+   * it is then left to them), then ends this ownership (the signal aborts: work still running under
+   * it now runs unprotected). Safe to retry: a retry never deletes a later owner's key, nor one a
+   * call of this process joined meanwhile.
    */
   async release(): Promise<void> {
     if (this.released) return;
@@ -80,18 +112,16 @@ export class Ownership {
     const watching = this.watch !== undefined;
     this.watch?.cancel();
     this.watch = undefined;
+    const counted = !this.left;
+    this.left = true;
     try {
-      await this.session.client.txn(
-        { compare: [this.ownerCompare()], success: [op.delete(this.key)], failure: [] },
-        { idempotent: true },
-      );
+      await releaseKey(this.session, this.key, this.fencingToken, counted);
     } catch (err) {
       // Still ours as far as we know: watch again (from now, then a read: nothing meanwhile is missed).
       if (watching && !this.ended) void this.watchKey();
       throw err;
     }
     this.released = true;
-    forgetKey(this.session, this.key);
     // The error (and its stack) is built only if someone looks: on the unlock hot path nobody does.
     this.end(undefined, () => this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`));
   }
@@ -106,8 +136,21 @@ export class Ownership {
     this.session.signal.removeEventListener('abort', this.onSessionLost);
     this.watch?.cancel();
     this.watch = undefined;
+    const holders = holdings.get(this.session)?.get(this.key);
+    holders?.delete(this);
+    if (holders?.size === 0) holdings.get(this.session)!.delete(this.key);
+    const siblings = holders ? this.siblings(holders) : [];
+    // Released or revoked while a sibling still holds the key: a leadership counted here goes on there.
+    if (loss === undefined && siblings[0]?.observer) this.observer?.handOver(siblings[0].observer);
     this.observer?.ended(loss);
     this.controller?.abort(this.endReason());
+    // A loss is the key's (or the session's): every holding of it ends.
+    if (loss !== undefined) for (const s of siblings) s.lose(this.endReason(), loss);
+  }
+
+  /** The other live holdings of this incarnation of our key in this process. */
+  private siblings(holders: Set<Ownership>): Ownership[] {
+    return [...holders].filter((o) => o !== this && o.fencingToken === this.fencingToken && !o.ended);
   }
 
   private endReason(): unknown {
@@ -154,29 +197,29 @@ export class Ownership {
         const kv = r.kvs[0];
         if (!this.isOurs(kv)) {
           const deleted = kv === undefined || kv.createRevision !== this.fencingToken;
-          return this.lose(undefined, deleted ? 'its key was deleted' : 'its key was moved off its lease', deleted ? 'key_deleted' : 'moved_off_lease');
+          return this.lose(undefined, deleted ? 'key_deleted' : 'moved_off_lease');
         }
         for await (const batch of w) {
           if (this.watch !== w) return; // cancelled by release(): our own delete is no loss
           for (const e of batch.events) {
-            if (e.type === 'delete') return this.lose(undefined, 'its key was deleted', 'key_deleted');
-            if (!this.isOurs(e.kv)) return this.lose(undefined, 'its key was moved off its lease', 'moved_off_lease');
+            if (e.type === 'delete') return this.lose(undefined, 'key_deleted');
+            if (!this.isOurs(e.kv)) return this.lose(undefined, 'moved_off_lease');
           }
         }
         return; // cancelled: ownership ended or being released
       } catch (err) {
         if (this.watch !== w) return;
         // A compacted resume: watch from now again and read. Anything else: we cannot vouch any more.
-        if (!(err instanceof CompactedError)) return this.lose(err, 'its watch failed', 'watch_failed');
+        if (!(err instanceof CompactedError)) return this.lose(err, 'watch_failed');
       } finally {
         w.cancel();
       }
     }
   }
 
-  private lose(cause: unknown, why: string, loss: LossReason): void {
+  private lose(cause: unknown, loss: LossReason): void {
     if (this.ended) return;
-    this.end(this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${why}`, cause), undefined, loss);
+    this.end(this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${WHY[loss]}`, cause), undefined, loss);
   }
 }
 

@@ -11,9 +11,11 @@ export interface Ticket {
   /** CreateRevision of our key: the queue ticket and, once we hold, the fencing token. */
   rev: bigint;
   /**
-   * True when a sibling in this process (same session, same key) already uses the key: we share it,
-   * and leave it to the sibling on failure. Any other key on our lease is this call's to delete on
-   * failure, including one an earlier process left on a lease this session adopted.
+   * True when another call of this process (same session, same key) already used this incarnation:
+   * we share it. Either way this call is counted as one of its users (see leaveKey): the key is
+   * deleted only when the last of them releases, aborts or fails. A key found on our lease that no
+   * call of this process uses is this call's alone, including one an earlier process left on a
+   * lease this session adopted.
    */
   joined: boolean;
   /** The key's value as etcd holds it (for election's "update the value if it differs"). */
@@ -68,42 +70,121 @@ function noteCount(client: object, prefix: Buffer, n: bigint): void {
   m.set(k, n);
 }
 
-/** Keys this process holds or queues, per session: a second lock() or campaign() on the same key joins. */
-const inUse = new WeakMap<Session, Set<string>>();
+/**
+ * The calls of this process on one key of a session. Our key is `<name>/<lease hex>`, as Go's, so two
+ * lock() or campaign() calls on one session and one name share it: the second joins the first's
+ * place. They are counted here, and the key is deleted in etcd only when the last of them releases,
+ * aborts or fails; one leaving ends only itself.
+ */
+interface KeyUse {
+  /** The incarnation (CreateRevision) the users share, once an enqueue reported it. */
+  rev?: bigint;
+  /** Calls on that incarnation, waiting or holding, that have not left it. */
+  users: number;
+  /** Enqueues in flight: each becomes a user of the incarnation it finds, or of the one it creates. */
+  pending: number;
+}
 
-function keysInUse(session: Session): Set<string> {
-  return setOf(inUse, session);
+const uses = new WeakMap<Session, Map<string, KeyUse>>();
+
+function useOf(session: Session, key: string): KeyUse | undefined {
+  return uses.get(session)?.get(key);
+}
+
+/** Forgets `use` once nobody uses or enqueues it: the next acquire on its key creates, not joins. */
+function settleUse(session: Session, key: string, use: KeyUse): void {
+  const m = uses.get(session);
+  if (use.users === 0 && use.pending === 0 && m?.get(key) === use) m.delete(key);
+}
+
+/** An enqueue of `key` starts: until it answers, the key is in use (no sweeper takes it for a ghost). */
+function beginEnqueue(session: Session, key: string): KeyUse {
+  let m = uses.get(session);
+  if (!m) uses.set(session, (m = new Map()));
+  let use = m.get(key);
+  if (!use) m.set(key, (use = { users: 0, pending: 0 }));
+  use.pending++;
+  return use;
+}
+
+/** The enqueue found or created incarnation `rev` and becomes one of its users: true if it joins others. */
+function joinUse(session: Session, key: string, use: KeyUse, rev: bigint): boolean {
+  use.pending--;
+  if (use.rev === rev) return ++use.users > 1;
+  if (use.rev === undefined || rev > use.rev) {
+    // A newer incarnation: the one the other users shared was deleted (their waits and watches see it).
+    use.rev = rev;
+    use.users = 1;
+  } else {
+    // An answer about an incarnation already replaced: this call is not counted, its wait finds it gone.
+    settleUse(session, key, use);
+  }
+  return false;
 }
 
 /**
- * Keys being enqueued right now (our keys carry the lease id, so they are unique across sessions):
- * a late-enqueue sweeper must not take them for ghosts.
+ * A call leaves incarnation `rev` of `key`: released, aborted or failed. Returns true when no other
+ * call of this process uses it, so the caller deletes it (guarded on `rev`), and false when it is
+ * left to them. `counted` is false for a retry of a leave whose delete failed: it only decides again
+ * (an acquire may have joined the key meanwhile, or be about to).
  */
-const enqueuing = new Set<string>();
-/** A sweeper's delete in flight, by key: an enqueue of that key waits for it, so the two never cross. */
-const sweeping = new Map<string, Promise<unknown>>();
+export function leaveKey(session: Session, key: string, rev: bigint, counted = true): boolean {
+  const use = useOf(session, key);
+  if (!use) return true;
+  if (use.rev === undefined) {
+    // Only enqueues in flight use the key: they take this incarnation over, or drop it if they fail.
+    use.rev = rev;
+    return false;
+  }
+  if (use.rev !== rev) return true; // not (or no longer) counted: an incarnation that was replaced
+  if (counted) use.users--;
+  if (use.users > 0 || use.pending > 0) return false;
+  settleUse(session, key, use);
+  return true;
+}
+
+/**
+ * Keys being deleted right now (a release, a dropped ticket, a sweep), by key: an enqueue of the
+ * key waits for that delete to land, so the two never cross (our keys carry the lease id, so they
+ * are unique across sessions).
+ */
+const deleting = new Map<string, Promise<unknown>>();
 /** Keys with an enqueue attempt that may still land, per session, and whether a sweeper watches them. */
 const lateProne = new WeakMap<Session, Map<string, boolean>>();
 
-function setOf<K extends object, V>(map: WeakMap<K, Set<V>>, k: K): Set<V> {
-  let s = map.get(k);
-  if (!s) map.set(k, (s = new Set()));
-  return s;
-}
-
-/** Forgets `key` once its owner released it: the next acquire on it creates, not joins. */
-export function forgetKey(session: Session, key: string): void {
-  inUse.get(session)?.delete(key);
+/**
+ * Deletes `key` if it is still incarnation `rev` (or, unknown, if it is on our lease), registered so
+ * that an enqueue of the key waits for it. Once the key is given up, a create of it that may still
+ * land late is swept for the rest of the session (see mayLandLate).
+ */
+function deleteKey(session: Session, key: string, rev?: bigint): Promise<unknown> {
+  const guard = rev !== undefined ? compare.createRevision(key, '=', rev) : compare.lease(key, '=', session.leaseId);
+  // No signal: even a session lost to its local deadline may still have the key on the server.
+  const del = session.client.txn({ compare: [guard], success: [op.delete(key)], failure: [] }, { idempotent: true });
+  const settled = del.then(() => {}, () => {});
+  deleting.set(key, settled);
+  void settled.then(() => {
+    if (deleting.get(key) === settled) deleting.delete(key);
+  });
   const late = lateProne.get(session);
   if (late?.get(key) === false) {
     late.set(key, true);
     void sweepLateEnqueues(session, key);
   }
+  return del;
+}
+
+/**
+ * A holder leaves its key (Ownership.release): it is deleted, guarded on `rev`, only when no other
+ * call of this process uses it. Throws if that delete fails; call again to retry (`counted` false).
+ */
+export async function releaseKey(session: Session, key: string, rev: bigint, counted: boolean): Promise<void> {
+  if (leaveKey(session, key, rev, counted)) await deleteKey(session, key, rev);
 }
 
 /**
  * A create of `key` on the session's lease had an unknown outcome (`CallProgress.ambiguous`): once the
- * key is released (forgetKey or dropTicket), a re-creation landing late is swept for the rest of the
+ * key is given up (its last user released or dropped it), a re-creation landing late is swept for the rest of the
  * session (see sweepLateEnqueues). For any primitive's keys, not only enqueue's.
  */
 export function mayLandLate(session: Session, key: string): void {
@@ -122,16 +203,9 @@ export function mayLandLate(session: Session, key: string): void {
 async function sweepLateEnqueues(session: Session, key: string): Promise<void> {
   const client = session.client;
   const sweep = async (kv: KeyValue | undefined): Promise<void> => {
-    if (!kv || kv.lease !== session.leaseId || keysInUse(session).has(key) || enqueuing.has(key)) return;
+    if (!kv || kv.lease !== session.leaseId || useOf(session, key)) return;
     // Checked and sent in one step; an enqueue starting meanwhile waits for this delete to land.
-    const del = client.txn({ compare: [compare.createRevision(key, '=', kv.createRevision)], success: [op.delete(key)], failure: [] }, { idempotent: true });
-    const settled = del.then(() => {}, () => {});
-    sweeping.set(key, settled);
-    try {
-      await del;
-    } finally {
-      if (sweeping.get(key) === settled) sweeping.delete(key);
-    }
+    await deleteKey(session, key, kv.createRevision);
   };
   while (!session.signal.aborted && !client.closed) {
     const w = client.watch(key, { signal: session.signal });
@@ -157,14 +231,14 @@ async function sweepLateEnqueues(session: Session, key: string): Promise<void> {
  * range, while a count comes from its in-memory index. Finding what we wait for (a sorted read) is a
  * separate read-only request, served off the apply loop, paid only under contention.
  */
-export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticket> {
+async function enqueue(session: Session, spec: TicketSpec, use: KeyUse): Promise<Ticket> {
   const { key, value } = spec;
   const count = op.range({ ...spec.count, countOnly: true });
   const progress: CallProgress = { sent: false };
-  enqueuing.add(key);
-  // A ghost of this key being swept: let that delete land first, or it could take our new key.
-  const swept = sweeping.get(key);
-  if (swept) await swept;
+  // A delete of this key in flight (a release, a dropped ticket, a swept ghost): let it land first,
+  // or our Txn could find that incarnation, join it, and lose it to the delete.
+  const gone = deleting.get(key);
+  if (gone) await gone;
   const reads = spec.peek ? [count, op.range(spec.peek)] : [count];
   // The look-up runs after our put, so it sees our key first and then the ones before it.
   const lookup = spec.lookup && shortQueue(session.client, spec.count.key) ? [op.range(spec.lookup)] : [];
@@ -181,7 +255,6 @@ export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticke
       progress,
     )
     .catch((err: unknown) => {
-      enqueuing.delete(key);
       if (err instanceof LeaseNotFoundError) {
         markLeaseGone(session);
         throw session.signal.reason;
@@ -192,58 +265,69 @@ export async function enqueue(session: Session, spec: TicketSpec): Promise<Ticke
       // An attempt may still land after we release the key: sweep it then (see sweepLateEnqueues).
       if (progress.ambiguous) mayLandLate(session, key);
     });
-  // An existing key that no sibling in this process uses was created either by our own first attempt
-  // (its answer lost, the Txn retried) or by an earlier process on a lease this session adopted. Either
-  // way it keeps its place and is ours to drop: a key nobody waits for would block the queue as long
-  // as the lease is renewed (Go likewise resigns a cancelled Campaign).
-  const keys = keysInUse(session);
-  const joined = !t.succeeded && keys.has(key);
-  keys.add(key);
-  enqueuing.delete(key); // in use now: the sweeper leaves it alone either way
   const counted = txnRange(t, 1).count;
   noteCount(session.client, spec.count.key, counted);
   const first = spec.first(counted);
   const peeked = spec.peek ? txnRange(t, 2).kvs : [];
+  let ticket: Ticket;
   if (t.succeeded) {
-    const ticket: Ticket = { key, rev: t.header.revision, joined: false, value, first, peeked };
+    ticket = { key, rev: t.header.revision, joined: false, value, first, peeked };
     if (lookup.length > 0 && !first) {
       const r = txnRange(t, reads.length + 1);
       ticket.preceding = { kvs: r.kvs, more: r.more };
     }
-    return ticket;
+  } else {
+    const mine = txnRange(t, 0).kvs[0]!;
+    // A copy: the decoded value is a slice of the whole response, which it would keep alive.
+    ticket = { key, rev: mine.createRevision, joined: false, value: ownBuffer(mine.value), first, peeked };
   }
-  const mine = txnRange(t, 0).kvs[0]!;
-  // A copy: the decoded value is a slice of the whole response, which it would keep alive.
-  return { key, rev: mine.createRevision, joined, value: ownBuffer(mine.value), first, peeked };
+  // An existing key that no other call of this process uses was created either by our own first
+  // attempt (its answer lost, the Txn retried) or by an earlier process on a lease this session
+  // adopted. Either way it keeps its place and is ours to drop: a key nobody waits for would block
+  // the queue as long as the lease is renewed (Go likewise resigns a cancelled Campaign).
+  ticket.joined = joinUse(session, key, use, ticket.rev);
+  return ticket;
 }
 
 /**
- * enqueue, and if it fails in a way that leaves its outcome unknown (its answer lost, the retry
- * refused), take the key back: it may have been created, and nobody else knows to delete it.
+ * Takes a ticket (see enqueue) as one more user of the key. If the enqueue fails and no other call
+ * of this process uses the key, the key is taken back: one a release left to this call goes, and
+ * one an attempt whose answer was lost may have created (outcome unknown, the retry refused) too,
+ * since nobody else knows to delete it.
  */
 export async function enqueueOrClean(session: Session, spec: TicketSpec): Promise<Ticket> {
-  const sibling = keysInUse(session).has(spec.key);
+  const { key } = spec;
+  const use = beginEnqueue(session, key);
   try {
-    return await enqueue(session, spec);
+    return await enqueue(session, spec, use);
   } catch (err) {
-    if (!sibling && !session.signal.aborted && isTransient(err)) void dropTicket(session, { key: spec.key });
+    use.pending--;
+    settleUse(session, key, use);
+    if (use.users === 0 && use.pending === 0 && !session.signal.aborted) {
+      if (use.rev !== undefined) void dropTicket(session, { key, rev: use.rev });
+      else if (isTransient(err)) void dropTicket(session, { key });
+    }
     throw err;
   }
 }
 
 /**
+ * A call that waited with `ticket` gives it up (aborted, failed, or tryAcquire found it busy): the
+ * key goes, unless another call of this process still uses it.
+ */
+export async function leaveTicket(session: Session, ticket: Ticket): Promise<void> {
+  if (leaveKey(session, ticket.key, ticket.rev)) await dropTicket(session, ticket);
+}
+
+/**
  * Deletes our key if it is still the incarnation we created (or, when `rev` is unknown because the
- * enqueue's answer was lost, if it is on our lease and no sibling of this process uses it). A key
- * left behind would block everyone behind it for as long as the session lives, so this keeps trying
- * in the background until it succeeds, the session ends (its lease takes the key along) or the
- * client closes. It waits for the first attempt only briefly: an abort must not hang on an outage.
+ * enqueue's answer was lost, if it is on our lease). A key left behind would block everyone behind
+ * it for as long as the session lives, so this keeps trying in the background until it succeeds,
+ * the session ends (its lease takes the key along), the client closes, or a call of this process
+ * uses the key again. It waits for the first attempt only briefly: an abort must not hang on an outage.
  */
 export async function dropTicket(session: Session, ticket: { key: string; rev?: bigint }): Promise<void> {
-  forgetKey(session, ticket.key);
-  const guard = ticket.rev !== undefined ? compare.createRevision(ticket.key, '=', ticket.rev) : compare.lease(ticket.key, '=', session.leaseId);
-  const attempt = () =>
-    // No signal: even a session lost to its local deadline may still have the key on the server.
-    session.client.txn({ compare: [guard], success: [op.delete(ticket.key)], failure: [] }, { idempotent: true });
+  const attempt = () => deleteKey(session, ticket.key, ticket.rev);
   const first = attempt();
   void (async () => {
     const backoff = new Backoff(100, 2000);
@@ -253,7 +337,7 @@ export async function dropTicket(session: Session, ticket: { key: string; rev?: 
         return;
       } catch {
         if (session.signal.aborted || session.client.closed) return;
-        if (keysInUse(session).has(ticket.key)) return; // this process queued the key again meanwhile
+        if (useOf(session, ticket.key)) return; // this process queued the key again meanwhile
         await sleep(backoff.next(), session.signal).catch(() => {});
       }
     }
