@@ -2,14 +2,15 @@
 // aborts that leave nothing, members that die, and a mixed fleet with Go's own recipes (driven
 // through interop/go, which also covers its RWMutex commands here). Each test uses its own names.
 //
-// "Still waiting" is asserted only after etcd has answered the calls that precede a wait (counted
-// with its own metrics), followed by one more round trip on the same connection: a call that did
-// not block would have settled by then.
+// "Still waiting" is asserted only once the waiters are blocked on their watches with every call
+// before them answered, or after etcd has answered the calls that precede a wait (counted with its
+// own metrics) and one more round trip on the same connection: a call that did not block would have
+// settled by then.
 import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Barrier, Client, DoubleBarrier, InvalidArgumentError, Session, SessionExpiredError, TooManyClientsError } from '../src/index.js';
-import type { EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, metric, settle, track, waitFor, type LoggedEvent, openSessions, closeAll } from './helpers.js';
+import { startProxy, type EtcdCluster } from '../src/testing/index.js';
+import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, metric, settle, track, waitFor, waitersBlocked, type LoggedEvent, openSessions, closeAll } from './helpers.js';
 import { GoFleet, buildGoInterop, closeGoFleets } from './go-fleet.js';
 
 const ROOT = 'test/barrier/';
@@ -29,6 +30,8 @@ const sessions = (n: number, ttl = 30): Promise<Session[]> => openSessions(clien
 
 const handled = (method: 'Range' | 'Txn'): Promise<number> => grpcHandled(etcd.clientUrls[0]!, method);
 const watchers = (): Promise<number> => metric(etcd.clientUrls[0]!, 'etcd_debugging_mvcc_watcher_total');
+/** Resolves once `n` more watches than `base` are open and every call before them is answered: `n` waiters blocked. */
+const blocked = (base: number, n: number): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n);
 
 /**
  * Resolves once etcd has answered `n` more `method` calls than `base`, and one more read after them
@@ -57,6 +60,20 @@ async function enterByAge(bs: DoubleBarrier[]): Promise<[DoubleBarrier, DoubleBa
   return [...bs].sort((a, b) => (rev.get(a)! < rev.get(b)! ? -1 : 1)) as [DoubleBarrier, DoubleBarrier, DoubleBarrier];
 }
 
+/** A client that calls `armed.run` once, just before it sends the first Txn putting a key under `armed.prefix`. */
+class CreateHook extends Client {
+  armed?: { prefix: string; run(): void };
+
+  override txn(...args: Parameters<Client['txn']>): ReturnType<Client['txn']> {
+    const key = args[0].success?.[0]?.requestPut?.key;
+    if (this.armed && key?.toString().startsWith(this.armed.prefix)) {
+      this.armed.run();
+      this.armed = undefined;
+    }
+    return super.txn(...args);
+  }
+}
+
 async function startGo(t: { diagnostic(m: string): void }): Promise<GoFleet> {
   const go = new GoFleet(bin, etcd.endpoints, { ttl: 30 });
   const ready = await go.ready;
@@ -76,9 +93,9 @@ describe('Barrier', () => {
     await b.hold(); // already held: not an error, and the key is left as it is
     assert.equal((await client.get(name))?.modRevision, kv.modRevision);
 
-    const base = await handled('Range');
+    const w0 = await watchers();
     const waiting = [track(b.wait()), track(new Barrier(client, name).wait())];
-    await answered('Range', base, 2);
+    await blocked(w0, 2);
     assert.deepEqual(waiting.map((w) => w.settled), [false, false], 'both wait while the barrier is held');
     await b.release();
     await Promise.all(waiting.map((w) => w.promise));
@@ -101,9 +118,8 @@ describe('Barrier', () => {
     await assert.rejects(b.wait({ signal: AbortSignal.abort(new Error('not now')) }), /not now/);
     const w0 = await watchers();
     const ac = new AbortController();
-    const base = await handled('Range');
     const w = track(b.wait({ signal: ac.signal }));
-    await answered('Range', base, 1);
+    await blocked(w0, 1);
     assert.equal(w.settled, false);
     assert.equal(await watchers(), w0 + 1, 'one watch while waiting');
     ac.abort(new Error('give up'));
@@ -120,9 +136,9 @@ describe('Barrier', () => {
     try {
       await new Barrier(client, name, { session: s! }).hold();
       assert.equal((await client.get(name))?.lease, s!.leaseId);
-      const base = await handled('Range');
+      const w0 = await watchers();
       const w = track(new Barrier(client, name).wait());
-      await answered('Range', base, 1);
+      await blocked(w0, 1);
       assert.equal(w.settled, false);
       await s!.close(); // the holder dies: its lease, and the barrier key, go
       await w.promise;
@@ -251,10 +267,9 @@ describe('DoubleBarrier', () => {
       assert.equal(log.events.length, 0, 'an enter() aborted before it starts writes nothing');
       const w0 = await watchers();
       const ac = new AbortController();
-      const base = await handled('Txn');
       const e = track(b1.enter({ signal: ac.signal }));
       const put = await waiterPut(log, name, 0);
-      await answered('Txn', base, 2);
+      await blocked(w0, 1);
       assert.equal(e.settled, false);
       assert.equal(await watchers(), w0 + 1, 'one watch while waiting');
       ac.abort(new Error('give up'));
@@ -431,6 +446,52 @@ describe('DoubleBarrier', () => {
     await assertNoKeys(client, name);
   });
 
+  it('a create whose outcome was unknown, landing after its member left, is swept: nobody counts the ghost', T, async () => {
+    const name = `${fresh('late-create')}db`;
+    await using proxy = await startProxy(etcd.endpoints[0]!);
+    // One member behind two endpoints, the proxy first: an idempotent attempt there gets 1 s
+    // (dialTimeoutMs), then the call moves on to the direct endpoint.
+    const slow = new CreateHook({ endpoints: [proxy.endpoint, etcd.endpoints[0]!], dialTimeoutMs: 1000, callTimeoutMs: 3000 });
+    const s = await Session.create(slow, { ttl: 30 });
+    const [other] = await sessions(1);
+    const log = new EventLog(client, `${name}/`);
+    try {
+      await log.ready;
+      await slow.get(`${ROOT}warm-up`); // connected through the proxy before the hold starts
+      // Our key's create is held HOLD_MS on its way: the call gives up on that attempt after 1 s and
+      // creates the key directly; the held attempt reaches etcd (its cancel 1 s behind it) after we left.
+      const HOLD_MS = 3000;
+      let heldAt = 0;
+      slow.armed = {
+        prefix: `${name}/waiters/`,
+        run: () => {
+          heldAt = performance.now();
+          proxy.delay(HOLD_MS);
+        },
+      };
+      const b = new DoubleBarrier(s, name, 1);
+      await b.enter(); // a barrier of one opens at once
+      const key = b.key!;
+      await b.leave();
+      const left = await log.deleted(key);
+      assert.ok(performance.now() - heldAt < HOLD_MS, 'entered and left before the held attempt landed (else this machine is too slow for the test)');
+      // The held attempt lands: our key is back, on our live lease, and is swept.
+      // (Hang guards only: the attempt lands HOLD_MS after it was sent, and the sweep follows at once.)
+      const back = await waitFor(() => log.events.find((e) => e.type === 'put' && e.key === key && e.rev > left.rev), 'the held create to land', { limitMs: 10_000 });
+      assert.equal(back.lease, s.leaseId, 're-created on our live lease');
+      await waitFor(() => log.events.find((e) => e.type === 'delete' && e.key === key && e.rev > back.rev), 'the ghost key swept', { limitMs: 10_000 });
+      // Nobody counts it: a barrier of one opens again at once (the ghost would make it full).
+      const next = new DoubleBarrier(other!, name, 1);
+      await next.enter();
+      await next.leave();
+    } finally {
+      await log.close();
+      await closeAll([s, other]);
+      await slow.close();
+    }
+    await assertNoKeys(client, name);
+  });
+
   it('names and counts are checked; leave() needs enter(), and enter() cannot be called twice', async () => {
     const [s] = await sessions(1);
     try {
@@ -463,15 +524,14 @@ describe('Go and TypeScript on the same recipes (go.etcd.io/etcd/client/v3/exper
       assert.equal(kv.value.length, 0, 'Go writes the same key: the name, empty, no lease');
       await b.hold(); // held already: ours leaves Go's key alone
       assert.equal((await client.get(name))?.modRevision, kv.modRevision);
-      let base = await handled('Range');
-      const ours = track(b.wait());
-      await answered('Range', base, 1);
-      // A Go waiter too: Barrier.Wait reads the key (a Range), then watches from there.
       await go.session('g2');
-      base = await handled('Range');
+      const w0 = await watchers();
+      const ours = track(b.wait());
+      await blocked(w0, 1);
+      // A Go waiter too: Barrier.Wait reads the key (a Range), then watches from there.
       const from = go.events.length;
       go.send('g2', 'barrier-wait', { name });
-      await answered('Range', base, 1);
+      await blocked(w0, 2);
       assert.equal(ours.settled, false);
       assert.deepEqual(go.pending('g2').filter((e) => e.event === 'waited'), [], 'Go waits while the barrier is held');
       // Ours releases Go's hold: both pass.
@@ -482,9 +542,9 @@ describe('Go and TypeScript on the same recipes (go.etcd.io/etcd/client/v3/exper
       // Ours holds; Go's Hold finds the key (ErrKeyExists), Go releases it, ours passes.
       await b.hold();
       assert.equal((await go.call('g1', 'barrier-hold', { name }, 'held')).created, false);
-      base = await handled('Range');
+      const w1 = await watchers();
       const again = track(b.wait());
-      await answered('Range', base, 1);
+      await blocked(w1, 1);
       assert.equal(again.settled, false);
       await go.call('g1', 'barrier-release', { name }, 'released');
       await again.promise;

@@ -1,10 +1,10 @@
 import type { Client } from '../client/client.js';
-import { retryWhile } from '../client/backoff.js';
-import { CompactedError, EtcdError, isTransient, LeaseNotFoundError } from '../client/errors.js';
+import { LeaseNotFoundError } from '../client/errors.js';
 import { compare, op } from '../client/kv.js';
 import { validateName } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
 import type { AcquireOptions } from '../queue/acquire.js';
+import { waitUntil, type TurnRule } from '../queue/turn.js';
 
 /** Options of a {@link Barrier}. */
 export interface BarrierOptions {
@@ -82,30 +82,30 @@ export class Barrier {
    * signal's reason and closes the watch; nothing is left in etcd (a wait creates nothing).
    */
   async wait(options: BarrierWaitOptions = {}): Promise<void> {
-    const signal = options.signal ?? new AbortController().signal;
-    signal.throwIfAborted();
-    for (;;) {
-      // Watch from "now" (served at once; a start in the past waits for etcd's 100 ms catch-up
-      // loop), then read: a release between the two is seen by the read.
-      const w = this.client.watch(this.name, { noPut: true, signal });
-      try {
-        await w.created;
-        const r = await retryWhile(() => this.client.range({ key: Buffer.from(this.name) }, { signal }), isTransient, signal);
-        if (r.kvs.length === 0) return;
-        for await (const batch of w) {
-          if (batch.events.some((e) => e.type === 'delete')) return;
-        }
-        // The watch ended without an error: only our signal cancels it.
-        signal.throwIfAborted();
-        throw new EtcdError(`barrier ${this.name}: the watch ended unexpectedly; wait again`);
-      } catch (err) {
-        if (signal.aborted) throw signal.reason;
-        // History compacted while the watch resumed after a stream drop: watch from now and read again.
-        // (Go's WaitEvents returns as if released when its watch closes; we never do.)
-        if (!(err instanceof CompactedError)) throw err;
-      } finally {
-        w.cancel();
-      }
-    }
+    options.signal?.throwIfAborted();
+    const client = this.client;
+    const key = Buffer.from(this.name);
+    const held = (signal: AbortSignal) => client.range({ key, countOnly: true }, { signal });
+    // A delete after our read is a release, even if someone holds the barrier again before we read
+    // again: Go's Wait returns on it too.
+    let released = false;
+    const rule: TurnRule = {
+      async blocker(signal) {
+        if (released) return null;
+        const r = await held(signal);
+        if (r.count === 0n) return null;
+        return {
+          key,
+          noPut: true,
+          asOf: r.header.revision,
+          confirmed: true, // stillBlocked checks only that the key exists, which this read proved
+          changed: (e) => e.type === 'delete' && (released = true),
+          stillBlocked: async (s) => (await held(s)).count > 0n,
+        };
+      },
+    };
+    // No session: a wait puts nothing on its lease, and a holder's lost lease deletes the key, which
+    // is a release; failing the wait on it instead would report a released barrier as an error.
+    await waitUntil(client, rule, { signal: options.signal });
   }
 }

@@ -1,11 +1,13 @@
 import { retryWhile } from '../client/backoff.js';
-import { CompactedError, EtcdError, InvalidArgumentError, isTransient, LeaseNotFoundError } from '../client/errors.js';
+import type { CallProgress } from '../client/connection.js';
+import { InvalidArgumentError, isTransient, LeaseNotFoundError } from '../client/errors.js';
 import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type KeyValue } from '../client/kv.js';
 import { validateName } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
 import { BarrierKeyLostError, TooManyClientsError } from '../errors.js';
 import type { AcquireOptions } from '../queue/acquire.js';
-import { dropTicket } from '../queue/ticket.js';
+import { dropTicket, mayLandLate } from '../queue/ticket.js';
+import { waitUntil, type TurnRule } from '../queue/turn.js';
 
 /** Options of enter() and leave(): `signal` stops waiting; the call then deletes our key and closes its watch. */
 export type DoubleBarrierWaitOptions = AcquireOptions;
@@ -16,6 +18,8 @@ interface Entry {
   rev: bigint;
   /** ModRevision of the `<name>/ready` put that let us in: keys created before it are our round. */
   ready: bigint;
+  /** A create of our key had an unknown outcome: it may still land after we leave. */
+  late: boolean;
 }
 
 /**
@@ -113,6 +117,8 @@ export class DoubleBarrier {
     const stop = stopOn(this.session, options.signal);
     try {
       await this.depart(entry, stop.signal);
+      // Gone already; dropped anyway, which starts the sweep of a create that may still land (createKey).
+      if (entry.late) await dropKey(this.session, entry.key, entry.rev);
     } catch (err) {
       // Giving up: our key goes now, or the others would wait for it as long as our session lives.
       await dropKey(this.session, entry.key, entry.rev);
@@ -142,9 +148,9 @@ export class DoubleBarrier {
         const last = mine.first[this.count - 1]!.createRevision;
         if (mine.rev > last) throw new TooManyClientsError(this.name, this.count);
         // We complete the count: open the barrier for everyone.
-        if (mine.rev === last) return { key: mine.key, rev: mine.rev, ready: await this.open() };
+        if (mine.rev === last) return { key: mine.key, rev: mine.rev, ready: await this.open(), late: mine.late };
       }
-      return { key: mine.key, rev: mine.rev, ready: await this.waitOpen(mine, stop) };
+      return { key: mine.key, rev: mine.rev, ready: await this.waitOpen(mine, stop), late: mine.late };
     } catch (err) {
       await dropKey(this.session, mine.key, mine.rev);
       throw stop.aborted ? stop.reason : err;
@@ -168,10 +174,11 @@ export class DoubleBarrier {
    * Creates our waiter key `<name>/waiters/<nanoseconds>` on the session's lease (Go's
    * newUniqueEphemeralKey) and reads, in the same Txn, the first `count` waiters.
    */
-  private async createKey(): Promise<{ key: string; rev: bigint; first: KeyValue[] }> {
+  private async createKey(): Promise<{ key: string; rev: bigint; first: KeyValue[]; late: boolean }> {
     const { client, leaseId } = this.session;
     for (;;) {
       const key = `${this.waiters}${uniqueSuffix()}`;
+      const progress: CallProgress = { sent: false };
       const t = await client
         .txn(
           {
@@ -182,7 +189,14 @@ export class DoubleBarrier {
           // Guarded on the key's absence, so a retry cannot create a second key. No signal: cancelled
           // after etcd applied it, it would leave a key nobody knows to delete.
           { idempotent: true },
+          progress,
         )
+        // An attempt with an unknown outcome may land after we dropped the key, bringing it back on our
+        // live lease as a member nobody is: once dropped, it is swept. Before the catch's dropTicket.
+        // Our names never repeat, so any re-creation is such a ghost.
+        .finally(() => {
+          if (progress.ambiguous) mayLandLate(this.session, key);
+        })
         .catch((err: unknown) => {
           if (err instanceof LeaseNotFoundError) {
             markLeaseGone(this.session);
@@ -192,11 +206,12 @@ export class DoubleBarrier {
           if (isTransient(err)) void dropTicket(this.session, { key });
           throw err;
         });
-      if (t.succeeded) return { key, rev: t.header.revision, first: txnRange(t, 1).kvs };
+      const late = progress.ambiguous === true;
+      if (t.succeeded) return { key, rev: t.header.revision, first: txnRange(t, 1).kvs, late };
       // On our lease: our own first attempt, its answer lost (names never repeat in this process).
       // Anyone else's: a name clash with another process, so take the next name, as Go does.
       const kv = txnRange(t, 0).kvs[0];
-      if (kv?.lease === leaseId) return { key, rev: kv.createRevision, first: txnRange(t, 1).kvs };
+      if (kv?.lease === leaseId) return { key, rev: kv.createRevision, first: txnRange(t, 1).kvs, late };
     }
   }
 
@@ -214,32 +229,46 @@ export class DoubleBarrier {
   /** Waits for a put of `ready` after our key was created (an older one is a previous round's). */
   private async waitOpen(mine: { key: string; rev: bigint }, stop: AbortSignal): Promise<bigint> {
     const client = this.session.client;
-    for (;;) {
-      // From "now", then a read: a put in between is seen by the read.
-      const w = client.watch(this.readyKey, { noDelete: true, signal: stop });
-      try {
-        await w.created;
-        const t = await retryWhile(
-          () => client.txn({ compare: [], success: [op.get(this.readyKey), op.get(mine.key)], failure: [] }, { idempotent: true, signal: stop }),
-          isTransient,
-          stop,
-        );
-        const ready = txnRange(t, 0).kvs[0];
-        if (ready && ready.modRevision > mine.rev) return ready.modRevision;
-        if (txnRange(t, 1).kvs[0]?.createRevision !== mine.rev) await this.keyLost(mine.key, stop);
-        for await (const batch of w) {
-          const put = batch.events.find((e) => e.kv.modRevision > mine.rev);
-          if (put) return put.kv.modRevision;
-        }
-        stop.throwIfAborted();
-        throw new EtcdError(`double barrier ${this.name}: the watch on ${this.readyKey} ended unexpectedly; enter() again`);
-      } catch (err) {
-        // A compacted resume: watch from now and read again. Anything else ends the wait.
-        if (stop.aborted || !(err instanceof CompactedError)) throw err;
-      } finally {
-        w.cancel();
-      }
-    }
+    const ready = Buffer.from(this.readyKey);
+    // The revision of the `ready` put that opened our round, from a read or a watch event.
+    let opened: bigint | undefined;
+    // The revision at which we are still blocked (no `ready` since our key, and our key stands),
+    // else undefined: then `opened` is set, or our key is gone. One O(1) Txn.
+    const blockedAt = async (signal: AbortSignal): Promise<bigint | undefined> => {
+      const t = await client.txn(
+        {
+          compare: [compare.modRevision(ready, '<', mine.rev + 1n), compare.createRevision(mine.key, '=', mine.rev)],
+          success: [],
+          failure: [op.get(ready)],
+        },
+        { idempotent: true, signal },
+      );
+      if (t.succeeded) return t.header.revision;
+      const kv = txnRange(t, 0).kvs[0];
+      if (kv && kv.modRevision > mine.rev) opened = kv.modRevision;
+      return undefined;
+    };
+    const rule: TurnRule = {
+      blocker: async (signal) => {
+        const asOf = opened === undefined ? await blockedAt(signal) : undefined;
+        if (opened !== undefined) return null;
+        if (asOf === undefined) return this.keyLost(mine.key, signal);
+        return {
+          key: ready,
+          noDelete: true,
+          asOf,
+          confirmed: true, // the read checked all that stillBlocked checks
+          changed: (e) => {
+            if (e.kv.modRevision <= mine.rev) return false; // a previous round's
+            opened = e.kv.modRevision;
+            return true;
+          },
+          stillBlocked: async (s) => (await blockedAt(s)) !== undefined,
+        };
+      },
+    };
+    await waitUntil(client, rule, { signal: stop, session: this.session });
+    return opened!;
   }
 
   /** Our key is gone while we wait: the session's loss if its lease went too, else someone deleted it. */
@@ -259,51 +288,49 @@ export class DoubleBarrier {
     const client = this.session.client;
     const prefix = Buffer.from(this.waiters);
     const own = Buffer.from(entry.key);
-    const retrying = <T>(fn: () => Promise<T>): Promise<T> => retryWhile(fn, isTransient, stop);
-    for (;;) {
-      // Every delete under the prefix wakes us: watched from now, then read, so none is missed.
-      const w = client.watch(prefix, { prefix: true, noPut: true, signal: stop });
-      try {
-        await w.created;
-        const events = w[Symbol.asyncIterator]();
-        for (;;) {
-          // Our round: keys created before the barrier opened. Later ones are the next round's
-          // entrants, which Go's Leave waits for too (and can deadlock on).
-          const r = await retrying(() =>
-            client.range({ key: prefix, rangeEnd: prefixEnd(prefix), maxCreateRevision: entry.ready - 1n }, { signal: stop }),
+    const rule: TurnRule = {
+      blocker: async (signal) => {
+        // Our round: keys created before the barrier opened. Later ones are the next round's
+        // entrants, which Go's Leave waits for too (and can deadlock on).
+        const r = await client.range(
+          { key: prefix, rangeEnd: prefixEnd(prefix), maxCreateRevision: entry.ready - 1n, keysOnly: true },
+          { signal },
+        );
+        const mine = r.kvs.find((kv) => kv.key.equals(own) && kv.createRevision === entry.rev);
+        const others = r.kvs.filter((kv) => kv !== mine);
+        if (others.length === 0) {
+          // Last out: delete `ready` if it is still our round's (a later round may have put its
+          // own), and our key, in one Txn. No signal: once sent it should land (repeating it is harmless).
+          const ours = mine ? [op.delete(entry.key)] : [];
+          await client.txn(
+            { compare: [compare.modRevision(this.readyKey, '=', entry.ready)], success: [op.delete(this.readyKey), ...ours], failure: ours },
+            { idempotent: true },
           );
-          const mine = r.kvs.find((kv) => kv.key.equals(own) && kv.createRevision === entry.rev);
-          const others = r.kvs.filter((kv) => kv !== mine);
-          if (others.length === 0) {
-            // Last out: delete `ready` if it is still our round's (a later round may have put its
-            // own), and our key, in one Txn.
-            const ours = mine ? [op.delete(entry.key)] : [];
-            await retrying(() =>
-              client.txn(
-                { compare: [compare.modRevision(this.readyKey, '=', entry.ready)], success: [op.delete(this.readyKey), ...ours], failure: ours },
-                { idempotent: true },
-              ),
-            );
-            return;
-          }
-          // Not the oldest: leave now, and wait for the rest.
-          if (mine && oldest(r.kvs) !== mine) {
-            await retrying(() =>
-              client.txn({ compare: [compare.createRevision(entry.key, '=', entry.rev)], success: [op.delete(entry.key)], failure: [] }, { idempotent: true }),
-            );
-          }
-          const next = await events.next();
-          if (next.done) {
-            stop.throwIfAborted();
-            throw new EtcdError(`double barrier ${this.name}: the watch on ${this.waiters} ended unexpectedly`);
-          }
+          return null;
         }
-      } catch (err) {
-        if (stop.aborted || !(err instanceof CompactedError)) throw err;
-      } finally {
-        w.cancel();
-      }
-    }
+        // Not the oldest: leave now, and wait for the rest.
+        if (mine && oldest(r.kvs) !== mine) {
+          await client.txn({ compare: [compare.createRevision(entry.key, '=', entry.rev)], success: [op.delete(entry.key)], failure: [] }, { idempotent: true });
+        }
+        // No key joins a round once it is open, so only these keys' deletes can end the wait.
+        const left = new Set(others.map((kv) => kv.key.toString('latin1')));
+        // While any of them stands we are blocked; the oldest, which Go's protocol keeps to the last, is
+        // checked. One compare: a count cannot tell, as etcd counts before maxCreateRevision filters (etcd 18267).
+        const last = oldest(others);
+        return {
+          key: prefix,
+          prefix: true,
+          noPut: true,
+          asOf: r.header.revision,
+          confirmed: true, // that read saw `last` standing
+          changed: (e) => e.type === 'delete' && left.has(e.kv.key.toString('latin1')),
+          stillBlocked: async (s) =>
+            (await client.txn({ compare: [compare.createRevision(last.key, '=', last.createRevision)], success: [], failure: [] }, { idempotent: true, signal: s }))
+              .succeeded,
+        };
+      },
+    };
+    await waitUntil(client, rule, { signal: stop, session: this.session });
   }
 }
 
