@@ -101,6 +101,7 @@ export class Barrier {
           confirmed: true, // stillBlocked checks only that the key exists, which this read proved
           changed: (e) => e.type === 'delete' && (released = true),
           stillBlocked: async (s) => (await held(s)).count > 0n,
+          check: { keys: [key], blocked: ([kv]) => kv !== undefined }, // the safety net, batched with other waiters'
         };
       },
     };

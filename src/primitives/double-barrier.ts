@@ -264,6 +264,11 @@ export class DoubleBarrier {
             return true;
           },
           stillBlocked: async (s) => (await blockedAt(s)) !== undefined,
+          // blockedAt's compares as reads, so that the safety net shares the client's batched re-check.
+          check: {
+            keys: [ready, mine.key],
+            blocked: ([r, k]) => (r?.modRevision ?? 0n) <= mine.rev && k?.createRevision === mine.rev,
+          },
         };
       },
     };
@@ -327,6 +332,7 @@ export class DoubleBarrier {
           stillBlocked: async (s) =>
             (await client.txn({ compare: [compare.createRevision(last.key, '=', last.createRevision)], success: [], failure: [] }, { idempotent: true, signal: s }))
               .succeeded,
+          check: { keys: [last.key], blocked: ([kv]) => kv?.createRevision === last.createRevision },
         };
       },
     };
