@@ -8,46 +8,25 @@
 // Run `npm run build` first. Every wait is on an output line, an exit, or etcd state.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { createSocket, type Socket } from 'node:dgram';
-import { once } from 'node:events';
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
-import { constants, hostname, tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Client } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { CLI_MAIN, assertNoKeys, assertNoLeases, killEtcdctls, spawnCli, spawnEtcdctl, uniquePrefix, waitFor } from './helpers.js';
+import { assertNoKeys, hasEtcdctl, hasOpenssl, assertOneErrorLine, etcdForCliFile, runCli as start, runCliToEnd as run, spawnEtcdctl, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/cli-parity/';
-const hasEtcdctl = spawnSync('etcdctl', ['version'], { env: { ...process.env, ETCDCTL_API: '3' } }).status === 0;
-const hasOpenssl = spawnSync('openssl', ['version']).status === 0;
 
-let etcd: EtcdCluster;
 let client: Client;
 let endpoint: string;
 
-before(async () => {
-  assert.ok(existsSync(CLI_MAIN), `${CLI_MAIN} is missing: run \`npm run build\` first`);
-  etcd = await startEtcd({ members: 1 });
-  endpoint = etcd.endpoints[0]!;
-  client = new Client({ endpoints: etcd.endpoints });
-});
+const prefix = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)));
 
-after(async () => {
-  try {
-    await Promise.all([...running].map((p) => p.kill('SIGKILL')));
-    await killEtcdctls();
-    await assertNoKeys(client, ROOT);
-    await assertNoLeases(client);
-  } finally {
-    await client?.close();
-    await etcd?.stop();
-  }
-});
-
-const fresh = (scope: string): string => `${ROOT}${uniquePrefix(scope).slice('test/'.length)}n`;
+const fresh = (scope: string): string => `${prefix(scope)}n`;
 
 /** The participant keys of `name` with their values, oldest first. */
 async function keysOf(name: string): Promise<{ key: string; value: string }[]> {
@@ -55,97 +34,16 @@ async function keysOf(name: string): Promise<{ key: string; value: string }[]> {
   return r.kvs.sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1)).map((kv) => ({ key: kv.key.toString(), value: kv.value.toString() }));
 }
 
-/** A CLI child whose stdout and stderr lines can be awaited in order. */
-interface Proc {
-  readonly child: ChildProcess;
-  stdout(): string;
-  stderr(): string;
-  /** The next line of `stream` (after those already taken from it) that matches `re`; rejects if the child exits first. */
-  next(re: RegExp, stream?: 'stdout' | 'stderr'): Promise<string>;
-  /** Exit code, or 128 + n for a death by signal n. */
-  readonly exited: Promise<number>;
-  kill(sig?: NodeJS.Signals): Promise<number>;
-}
-
-const running = new Set<Proc>();
-
-function start(args: string[], env?: NodeJS.ProcessEnv): Proc {
-  const child = spawnCli(args, { env });
-  const text = { stdout: '', stderr: '' };
-  const taken = { stdout: 0, stderr: 0 };
-  let ended = false;
-  const waiters: { re: RegExp; stream: 'stdout' | 'stderr'; resolve: (l: string) => void; reject: (e: Error) => void }[] = [];
-  const check = (): void => {
-    for (const w of [...waiters]) {
-      const lines = text[w.stream].split('\n');
-      if (!ended) lines.pop();
-      const i = lines.findIndex((l, j) => j >= taken[w.stream] && w.re.test(l));
-      if (i >= 0) {
-        taken[w.stream] = i + 1;
-        waiters.splice(waiters.indexOf(w), 1);
-        w.resolve(lines[i]!);
-      } else if (ended) {
-        waiters.splice(waiters.indexOf(w), 1);
-        w.reject(new Error(`exited before printing ${w.re} on ${w.stream}; stdout: ${text.stdout}; stderr: ${text.stderr}`));
-      }
-    }
-  };
-  for (const stream of ['stdout', 'stderr'] as const) {
-    child[stream]!.setEncoding('utf8').on('data', (d: string) => {
-      text[stream] += d;
-      check();
-    });
-  }
-  const exited = once(child, 'close').then((a) => {
-    const [code, sig] = a as [number | null, NodeJS.Signals | null];
-    ended = true;
-    check();
-    running.delete(p);
-    return code ?? 128 + constants.signals[sig!];
-  });
-  const p: Proc = {
-    child,
-    stdout: () => text.stdout,
-    stderr: () => text.stderr,
-    next: (re, stream = 'stdout') =>
-      new Promise((resolve, reject) => {
-        waiters.push({ re, stream, resolve, reject });
-        check();
-      }),
-    exited,
-    kill(sig = 'SIGTERM') {
-      if (child.exitCode === null && child.signalCode === null) child.kill(sig);
-      return exited;
-    },
-  };
-  running.add(p);
-  return p;
-}
-
-async function run(args: string[], env?: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
-  const p = start(args, env);
-  const code = await p.exited;
-  return { code, stdout: p.stdout(), stderr: p.stderr() };
-}
-
-/** stderr is exactly one `etcd-concurrency: ...` line, matching `re`. */
-function assertOneErrorLine(stderr: string, re: RegExp): void {
-  const lines = stderr.trimEnd().split('\n');
-  assert.equal(lines.length, 1, `expected one line on stderr, got: ${stderr}`);
-  assert.match(lines[0]!, /^etcd-concurrency: /);
-  assert.match(lines[0]!, re);
-}
-
 const esc = (s: string): string => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
 
 /** A holder without a command: resolves with its key once it holds. */
-async function holder(name: string, extra: string[] = []): Promise<{ p: Proc; key: string }> {
+async function holder(name: string, extra: string[] = []): Promise<{ p: CliProc; key: string }> {
   const p = start(['lock', name, '--endpoints', endpoint, ...extra]);
   const key = /^key=(\S+)/.exec(await p.next(/^key=/))![1]!;
   return { p, key };
 }
 
-async function release(h: { p: Proc }): Promise<void> {
+async function release(h: { p: CliProc }): Promise<void> {
   h.p.child.kill('SIGINT');
   assert.equal(await h.p.exited, 0, h.p.stderr());
 }
@@ -278,7 +176,7 @@ describe('holder labels', () => {
     await assertNoKeys(client, `${name}/`);
   });
 
-  test('etcdctl lock and a labelled holder exclude each other both ways', { skip: !hasEtcdctl && 'etcdctl is not installed' }, async () => {
+  test('etcdctl lock and a labelled holder exclude each other both ways', { skip: !hasEtcdctl() && 'etcdctl is not installed' }, async () => {
     const name = fresh('label-etcdctl');
     const ours = await holder(name, ['--label', 'ours']);
     const ctl = spawnEtcdctl(endpoint, ['lock', name]);
@@ -425,7 +323,7 @@ describe('etcdctl connection flags and ETCDCTL_* variables', () => {
       own.pause(0);
       for (const [args, env] of [[['--endpoints', own.endpoints[0]!, '--command-timeout', '300ms'], {}], [[], { ETCDCTL_ENDPOINTS: own.endpoints[0]!, ETCDCTL_COMMAND_TIMEOUT: '300ms' }]] as const) {
         // --dial-timeout 60s: only the command timeout can end this before the hang guard.
-        const p = start(['inspect', 'x', '--dial-timeout', '60s', ...args], env);
+        const p = start(['inspect', 'x', '--dial-timeout', '60s', ...args], { env });
         const code = await Promise.race([p.exited, delay(15_000, 'hang')]);
         assert.equal(code, 1, `still running 15 s later, or wrong exit: ${p.stderr()}`);
         // The deadline reported is the command timeout's (300 ms), not the dial timeout's (60 s).
@@ -438,7 +336,7 @@ describe('etcdctl connection flags and ETCDCTL_* variables', () => {
     }
   });
 
-  describe('against a TLS cluster with authentication', { skip: !(hasOpenssl && hasEtcdctl) && 'needs openssl and etcdctl' }, () => {
+  describe('against a TLS cluster with authentication', { skip: !(hasOpenssl() && hasEtcdctl()) && 'needs openssl and etcdctl' }, () => {
     let dir: string;
     let secure: EtcdCluster;
     let url: string;

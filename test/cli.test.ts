@@ -3,136 +3,30 @@
 // output line, its exit, or etcd state; never on a sleep.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { once } from 'node:events';
-import { constants, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Client } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { CLI_MAIN, assertNoKeys, assertNoLeases, killEtcdctls, spawnCli, spawnEtcdctl, uniquePrefix, waitFor, closedPort } from './helpers.js';
+import { assertNoKeys, hasEtcdctl, hasOpenssl, assertNoLeases, assertOneErrorLine, etcdForCliFile, runCli as start, runCliToEnd as run, spawnEtcdctl, waitFor, closedPort, type CliProc } from './helpers.js';
 
 const ROOT = 'test/cli/';
-const hasEtcdctl = spawnSync('etcdctl', ['version'], { env: { ...process.env, ETCDCTL_API: '3' } }).status === 0;
-const hasOpenssl = spawnSync('openssl', ['version']).status === 0;
 
-let etcd: EtcdCluster;
 let client: Client;
 let endpoint: string;
 
-before(async () => {
-  assert.ok(existsSync(CLI_MAIN), `${CLI_MAIN} is missing: run \`npm run build\` first`);
-  etcd = await startEtcd({ members: 1 });
-  endpoint = etcd.endpoints[0]!;
-  client = new Client({ endpoints: etcd.endpoints });
-});
-
-after(async () => {
-  try {
-    await Promise.all([...running].map((p) => p.kill('SIGKILL')));
-    await killEtcdctls();
-    await assertNoKeys(client, ROOT);
-    await assertNoLeases(client);
-  } finally {
-    await client?.close();
-    await etcd?.stop();
-  }
-});
+const prefix = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)));
 
 /** A lock or election name no other test uses. */
-const fresh = (scope: string): string => `${ROOT}${uniquePrefix(scope).slice('test/'.length)}n`;
+const fresh = (scope: string): string => `${prefix(scope)}n`;
 
 /** The participant keys of `name`, oldest first. */
 async function keysOf(name: string): Promise<string[]> {
   const r = await client.getPrefix(`${name}/`);
   return r.kvs.sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1)).map((kv) => kv.key.toString());
-}
-
-/** A child process whose output is collected and can be awaited line by line, in order. */
-interface Proc {
-  readonly child: ChildProcess;
-  stdout(): string;
-  stderr(): string;
-  /** The next stdout line (after those already taken) that matches `re`; rejects if the child exits first. */
-  next(re: RegExp): Promise<string>;
-  /** Exit code, or 128 + n for a death by signal n (as a shell reports it). */
-  readonly exited: Promise<number>;
-  signal(sig: NodeJS.Signals): void;
-  kill(sig?: NodeJS.Signals): Promise<number>;
-}
-
-const running = new Set<Proc>();
-
-function start(args: string[], options: { env?: NodeJS.ProcessEnv; stdin?: boolean } = {}): Proc {
-  const child = spawnCli(args, options);
-  let out = '';
-  let err = '';
-  let taken = 0; // complete stdout lines already returned by next()
-  let ended = false;
-  const waiters: { re: RegExp; resolve: (l: string) => void; reject: (e: Error) => void }[] = [];
-  const check = (): void => {
-    const lines = out.split('\n');
-    if (!ended) lines.pop();
-    while (waiters.length > 0) {
-      const w = waiters[0]!;
-      const i = lines.findIndex((l, j) => j >= taken && w.re.test(l));
-      if (i < 0) {
-        if (ended) w.reject(new Error(`exited before printing ${w.re}; stdout: ${out}; stderr: ${err}`));
-        else return;
-      } else {
-        taken = i + 1;
-        w.resolve(lines[i]!);
-      }
-      waiters.shift();
-    }
-  };
-  child.stdout!.setEncoding('utf8').on('data', (d: string) => {
-    out += d;
-    check();
-  });
-  child.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
-  const exited = once(child, 'close').then((args) => {
-    const [code, sig] = args as [number | null, NodeJS.Signals | null];
-    ended = true;
-    check();
-    running.delete(p);
-    return code ?? 128 + constants.signals[sig!];
-  });
-  const p: Proc = {
-    child,
-    stdout: () => out,
-    stderr: () => err,
-    next: (re) =>
-      new Promise((resolve, reject) => {
-        waiters.push({ re, resolve, reject });
-        check();
-      }),
-    exited,
-    signal: (sig) => child.kill(sig),
-    kill(sig = 'SIGTERM') {
-      if (child.exitCode === null && child.signalCode === null) child.kill(sig);
-      return exited;
-    },
-  };
-  running.add(p);
-  return p;
-}
-
-/** Runs the CLI to completion. */
-async function run(args: string[], env?: NodeJS.ProcessEnv): Promise<{ code: number; stdout: string; stderr: string }> {
-  const p = start(args, { env });
-  const code = await p.exited;
-  return { code, stdout: p.stdout(), stderr: p.stderr() };
-}
-
-/** stderr is exactly one `etcd-concurrency: ...` line (no stack trace) and that line matches `re`. */
-function assertOneErrorLine(stderr: string, re: RegExp): void {
-  const lines = stderr.trimEnd().split('\n');
-  assert.equal(lines.length, 1, `expected one line on stderr, got: ${stderr}`);
-  assert.match(lines[0]!, /^etcd-concurrency: /);
-  assert.match(lines[0]!, re);
 }
 
 
@@ -426,7 +320,7 @@ describe('lock', () => {
     const name = fresh('lock-fifo');
     const holder = start(['lock', name, '--endpoints', endpoint]);
     await holder.next(/^key=/);
-    const waiters: Proc[] = [];
+    const waiters: CliProc[] = [];
     // Each command reports its fencing token and when it ran (the common clock of this machine),
     // and runs for a while, so that two commands running at once would overlap.
     const report = (i: number): string =>
@@ -522,7 +416,7 @@ describe('inspect', () => {
 
     const holder = start(['lock', name, '--endpoints', endpoint, '--ttl', '20']);
     await holder.next(/^key=/);
-    const waiters: Proc[] = [];
+    const waiters: CliProc[] = [];
     for (let i = 0; i < 2; i++) {
       waiters.push(start(['lock', name, '--endpoints', endpoint, '--', 'true']));
       await waitFor(async () => (await keysOf(name)).length === i + 2, `waiter ${i} to queue`);
@@ -678,7 +572,7 @@ function alive(pid: number): boolean {
  * its etcds and deletes its data dir), then, should it have died without doing so, its members
  * (found by their data dirs) are killed and the data dir removed.
  */
-async function stopDev(dev: Proc, dataDir: string | undefined): Promise<void> {
+async function stopDev(dev: CliProc, dataDir: string | undefined): Promise<void> {
   await dev.kill('SIGTERM');
   if (dataDir === undefined || !existsSync(dataDir)) return;
   const left = hasProc ? etcdPids((d) => d.startsWith(`${dataDir}${path.sep}`)) : [];
@@ -772,7 +666,7 @@ async function revokeEtcdctlLeases(ourLeases: string[]): Promise<void> {
 
 const leaseOf = (key: string): string => key.slice(key.lastIndexOf('/') + 1);
 
-describe('etcdctl interop', { skip: !hasEtcdctl && 'etcdctl is not installed' }, () => {
+describe('etcdctl interop', { skip: !hasEtcdctl() && 'etcdctl is not installed' }, () => {
   test('etcdctl lock holds: our lock waits (inspect shows both), then runs once etcdctl lets go', async () => {
     const name = fresh('interop-lock1');
     const ctl = spawnEtcdctl(endpoint, ['lock', name]);
@@ -882,7 +776,7 @@ describe('losing etcd', () => {
   });
 });
 
-describe('TLS and auth flags', { skip: !(hasOpenssl && hasEtcdctl) && 'needs openssl and etcdctl' }, () => {
+describe('TLS and auth flags', { skip: !(hasOpenssl() && hasEtcdctl()) && 'needs openssl and etcdctl' }, () => {
   let dir: string;
   let secure: EtcdCluster;
   let url: string;

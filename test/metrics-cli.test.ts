@@ -2,73 +2,23 @@
 // library's instruments in Prometheus text format; a real HTTP scrape while one process holds a
 // lock and another waits for it sees the held and waiting series. Every wait is on a child's output
 // line, its exit, or a scrape's content; never on a sleep.
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { once } from 'node:events';
-import type { ChildProcess } from 'node:child_process';
 import { type Client } from '../src/index.js';
 import { type EtcdCluster } from '../src/testing/index.js';
-import { etcdForFile, spawnCli, waitFor } from './helpers.js';
+import { etcdForCliFile, runCli, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/metrics-cli/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: () => killAll() });
+const fresh = etcdForCliFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
-/** A CLI child with its output collected; `line(re)` resolves with the first match on stdout or stderr. */
-interface Proc {
-  child: ChildProcess;
-  output(): string;
-  line(re: RegExp): Promise<RegExpMatchArray>;
-  exited: Promise<number>;
-}
-
-const running = new Set<Proc>();
-
-function cli(args: string[]): Proc {
-  const child = spawnCli([...args, '--endpoints', etcd.endpoints[0]!]);
-  let out = '';
-  const waiters: { re: RegExp; resolve: (m: RegExpMatchArray) => void }[] = [];
-  const check = (): void => {
-    for (const w of [...waiters]) {
-      const m = out.match(w.re);
-      if (m) {
-        waiters.splice(waiters.indexOf(w), 1);
-        w.resolve(m);
-      }
-    }
-  };
-  child.stdout!.setEncoding('utf8').on('data', (d: string) => ((out += d), check()));
-  child.stderr!.setEncoding('utf8').on('data', (d: string) => ((out += d), check()));
-  const exited = once(child, 'close').then(([code, signal]) => (code ?? 128 + (signal === 'SIGINT' ? 2 : 15)) as number);
-  const proc: Proc = {
-    child,
-    output: () => out,
-    line(re) {
-      return new Promise((resolve, reject) => {
-        waiters.push({ re, resolve });
-        check();
-        void exited.then(() => {
-          if (waiters.some((w) => w.re === re)) reject(new Error(`exited before printing ${re}; output:\n${out}`));
-        });
-      });
-    },
-    exited,
-  };
-  running.add(proc);
-  void exited.then(() => running.delete(proc));
-  return proc;
-}
-
-async function killAll(): Promise<void> {
-  await Promise.all([...running].map(async (p) => (p.child.kill('SIGKILL'), p.exited)));
-}
-
-after(killAll);
+/** A CLI child on this file's etcd (`--endpoints` goes last). */
+const cli = (args: string[]): CliProc => runCli([...args, '--endpoints', etcd.endpoints[0]!]);
 
 /** The metrics URL the child printed on stderr. */
-async function metricsUrl(p: Proc): Promise<string> {
-  return (await p.line(/metrics at (http:\/\/127\.0\.0\.1:\d+\/metrics)/))[1]!;
+async function metricsUrl(p: CliProc): Promise<string> {
+  return (await p.match(/metrics at (http:\/\/127\.0\.0\.1:\d+\/metrics)/, 'stderr'))[1]!;
 }
 
 async function scrape(url: string): Promise<string> {
@@ -94,7 +44,7 @@ describe('--metrics', () => {
     const labels = { etcd_concurrency_kind: 'lock', etcd_concurrency_name: name };
     const holder = cli(['lock', '--metrics', '127.0.0.1:0', name]);
     const holderUrl = await metricsUrl(holder);
-    await holder.line(/^key=\S+ rev=\d+$/m);
+    await holder.next(/^key=\S+ rev=\d+$/);
     const waiter = cli(['lock', name, '--metrics', '127.0.0.1:0']);
     const waiterUrl = await metricsUrl(waiter);
     assert.notEqual(holderUrl, waiterUrl);
@@ -115,7 +65,7 @@ describe('--metrics', () => {
     // The holder lets go: the waiter holds, and its scrape says so.
     holder.child.kill('SIGINT');
     assert.equal(await holder.exited, 0, holder.output());
-    await waiter.line(/^key=\S+ rev=\d+$/m);
+    await waiter.next(/^key=\S+ rev=\d+$/);
     const after = await scrape(waiterUrl);
     assert.equal(sample(after, 'etcd_concurrency_held', labels), 1, after);
     assert.equal(sample(after, 'etcd_concurrency_waiting', labels), 0, after);
@@ -128,7 +78,7 @@ describe('--metrics', () => {
     const name = `${fresh('elect')}scheduler`;
     const leader = cli(['elect', '--metrics', '127.0.0.1:0', name, 'one']);
     const url = await metricsUrl(leader);
-    await leader.line(/^leader key=/m);
+    await leader.next(/^leader key=/);
     const text = await scrape(url);
     assert.equal(sample(text, 'etcd_concurrency_election_leader', { etcd_concurrency_name: name }), 1, text);
     assert.equal(sample(text, 'etcd_concurrency_election_transitions_total', { etcd_concurrency_name: name, etcd_concurrency_leading: 'true' }), 1, text);
@@ -143,7 +93,7 @@ describe('--metrics', () => {
     const inspector = cli(['inspect', '--watch', name, '--metrics', '127.0.0.1:0']);
     const url = await metricsUrl(inspector);
     const holder = cli(['lock', name]);
-    await holder.line(/^key=\S+ rev=\d+$/m);
+    await holder.next(/^key=\S+ rev=\d+$/);
     const waiter = cli(['lock', name]);
     // Both participants, as the inspector last saw them.
     const text = await waitFor(async () => {
@@ -153,7 +103,7 @@ describe('--metrics', () => {
     assert.ok((sample(text, 'rpc_client_call_duration_count', { rpc_method: 'Range', rpc_grpc_status_code: '0' }) ?? 0) >= 1, text);
     holder.child.kill('SIGINT');
     assert.equal(await holder.exited, 0, holder.output());
-    await waiter.line(/^key=\S+ rev=\d+$/m);
+    await waiter.next(/^key=\S+ rev=\d+$/);
     await waitFor(async () => {
       const t = await scrape(url);
       return sample(t, 'etcd_concurrency_inspect_holders', labels) === 1 && sample(t, 'etcd_concurrency_inspect_waiting', labels) === 0;

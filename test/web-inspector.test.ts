@@ -5,20 +5,18 @@
 //
 // The screenshot test writes docs/inspector.png when WEB_INSPECTOR_SCREENSHOT=1 (to refresh the
 // README's picture), and a temporary file otherwise.
-import { after, before, describe, test, type TestContext } from 'node:test';
+import { before, describe, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
-import { once } from 'node:events';
 import { request } from 'node:http';
-import { constants, hostname, networkInterfaces, tmpdir } from 'node:os';
+import { hostname, networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { Client, Election, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
-import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { CLI_MAIN, assertNoKeys, assertNoLeases, closeAll, spawnCli, uniquePrefix, waitFor } from './helpers.js';
+import { startProxy } from '../src/testing/index.js';
+import { assertNoKeys, closeAll, etcdForCliFile, killClis, runCli, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/web/';
 /** The screenshot's scene lives under a short prefix, so that the picture reads well. */
@@ -27,17 +25,30 @@ const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 /** A hang guard for page waits on a loaded 2-core machine, not a timing assertion. */
 const PAGE_WAIT_MS = 45_000;
 
-let etcd: EtcdCluster;
 let client: Client;
 let endpoint: string;
 let browser: Browser | undefined;
 let skipReason: string | undefined;
+/** Commands run under `lock -- cmd` whose lock process we SIGKILLed: they run on until killed. */
+const orphans = new Set<number>();
+
+const fresh = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)), {
+  beforeChecks: async () => {
+    await browser?.close();
+    // SIGTERM first: lock and elect release their keys on it (after a failed test); then SIGKILL.
+    await killClis('SIGTERM', 15_000);
+    for (const pid of orphans) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    await assertNoKeys(client, SCENE);
+  },
+});
 
 before(async () => {
-  assert.ok(existsSync(CLI_MAIN), `${CLI_MAIN} is missing: run \`npm run build\` first`);
-  etcd = await startEtcd({ members: 1 });
-  endpoint = etcd.endpoints[0]!;
-  client = new Client({ endpoints: etcd.endpoints });
   if (!existsSync(CHROMIUM)) skipReason = `no browser at ${CHROMIUM} (install Debian's chromium, or set CHROMIUM_PATH)`;
   else {
     try {
@@ -49,29 +60,6 @@ before(async () => {
   if (skipReason) process.stderr.write(`web-inspector: skipping the browser tests: ${skipReason}\n`);
 });
 
-after(async () => {
-  try {
-    await browser?.close();
-    // SIGTERM first: lock and elect release their keys on it (after a failed test); then SIGKILL.
-    const guard = setTimeout(() => [...running].forEach((p) => p.child.kill('SIGKILL')), 15_000);
-    await Promise.all([...running].map((p) => p.kill('SIGTERM')));
-    clearTimeout(guard);
-    for (const pid of orphans) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-    await assertNoKeys(client, ROOT);
-    await assertNoKeys(client, SCENE);
-    await assertNoLeases(client);
-  } finally {
-    await client?.close();
-    await etcd?.stop();
-  }
-});
-
 /** Skips the test, with the reason printed, when no browser can run. */
 function needBrowser(t: TestContext): Browser | undefined {
   if (!browser) t.skip(skipReason ?? 'no browser');
@@ -80,80 +68,17 @@ function needBrowser(t: TestContext): Browser | undefined {
 
 // ── child processes ────────────────────────────────────────────────────────────────────────────
 
-interface Proc {
-  readonly child: ChildProcess;
-  stdout(): string;
-  stderr(): string;
-  /** The first stdout line (after those already taken) matching `re`; rejects if the child exits first. */
-  next(re: RegExp): Promise<RegExpExecArray>;
-  /** Exit code, or 128 + n for a death by signal n. */
-  readonly exited: Promise<number>;
-  kill(sig?: NodeJS.Signals): Promise<number>;
-}
-
-const running = new Set<Proc>();
-/** Commands run under `lock -- cmd` whose lock process we SIGKILLed: they run on until killed. */
-const orphans = new Set<number>();
-
-function start(args: string[]): Proc {
-  const child = spawnCli(args);
-  let out = '';
-  let err = '';
-  let taken = 0;
-  let ended = false;
-  const waiters: { re: RegExp; resolve: (m: RegExpExecArray) => void; reject: (e: Error) => void }[] = [];
-  const check = (): void => {
-    const lines = out.split('\n');
-    if (!ended) lines.pop();
-    while (waiters.length > 0) {
-      const w = waiters[0]!;
-      let hit: RegExpExecArray | null = null;
-      let i = taken;
-      for (; i < lines.length && !hit; i++) hit = w.re.exec(lines[i]!);
-      if (!hit) {
-        if (!ended) return;
-        w.reject(new Error(`exited before printing ${w.re}; stdout: ${out}; stderr: ${err}`));
-      } else {
-        taken = i;
-        w.resolve(hit);
-      }
-      waiters.shift();
-    }
-  };
-  child.stdout!.setEncoding('utf8').on('data', (d: string) => {
-    out += d;
-    check();
-  });
-  child.stderr!.setEncoding('utf8').on('data', (d: string) => (err += d));
-  // 'exit', not 'close': a command under `lock -- cmd` whose lock process was SIGKILLed keeps the
-  // stdout pipe open.
-  const exited = once(child, 'exit').then((a) => {
-    const [code, sig] = a as [number | null, NodeJS.Signals | null];
-    ended = true;
-    check();
-    running.delete(p);
-    return code ?? 128 + constants.signals[sig!];
-  });
-  const p: Proc = {
-    child,
-    stdout: () => out,
-    stderr: () => err,
-    next: (re) => new Promise((resolve, reject) => (waiters.push({ re, resolve, reject }), check())),
-    exited,
-    kill(sig = 'SIGTERM') {
-      if (child.exitCode === null && child.signalCode === null) child.kill(sig);
-      return exited;
-    },
-  };
-  running.add(p);
-  return p;
-}
+/**
+ * A CLI child. It has ended once it exits, not once its pipes close: a command under `lock -- cmd`
+ * whose lock process was SIGKILLed keeps the stdout pipe open.
+ */
+const start = (args: string[]): CliProc => runCli(args, { exitEvent: 'exit' });
 
 /** Starts the web inspector on `prefix`; resolves once it printed its URL. */
-async function inspector(prefix: string, extra: string[] = [], ep = endpoint): Promise<{ proc: Proc; url: string }> {
+async function inspector(prefix: string, extra: string[] = [], ep = endpoint): Promise<{ proc: CliProc; url: string }> {
   const port = extra.includes('--listen') ? [] : ['--port', '0'];
   const proc = start(['inspect', '--web', prefix, ...port, '--endpoints', ep, ...extra]);
-  const m = await proc.next(/^inspector: (http:\/\/\S+)/);
+  const m = await proc.match(/^inspector: (http:\/\/\S+)/);
   return { proc, url: m[1]! };
 }
 
@@ -245,7 +170,6 @@ function assertNoPageErrors(page: Page): void {
   assert.deepEqual((page as Page & { errors?: string[] }).errors, [], 'errors in the page');
 }
 
-const fresh = (scope: string): string => `${ROOT}${uniquePrefix(scope).slice('test/'.length)}`;
 
 // ── tests ──────────────────────────────────────────────────────────────────────────────────────
 
@@ -259,7 +183,7 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
     try {
       // TTL 2 s: the holder's lease must expire on its own once its process is SIGKILLed.
       const holder = start(['lock', name, '--ttl', '2', '--endpoints', endpoint, '--', ...HOLD]);
-      const running1 = await holder.next(/^running rev=(\d+) pid=(\d+)/);
+      const running1 = await holder.match(/^running rev=(\d+) pid=(\d+)/);
       const [, holderToken, holderCmdPid] = running1;
       const w1 = start(['lock', name, '--ttl', '30', '--endpoints', endpoint, '--', ...HOLD]);
       await waitFor(async () => (await queueOf(name)).length === 2, 'the first waiter queued');
@@ -293,7 +217,7 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       // SIGKILL: no unlock, no revoke. The lease expires after its TTL and the first waiter takes over.
       orphans.add(Number(holderCmdPid));
       await holder.kill('SIGKILL');
-      const [, w1Token] = await w1.next(/^running rev=(\d+)/);
+      const [, w1Token] = await w1.match(/^running rev=(\d+)/);
       assert.equal(w1Token, queue[1]!.token);
       await until(
         page,
@@ -315,7 +239,7 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
 
       // SIGTERM: each lock process passes it to its command and releases; then the lock is free.
       await w1.kill('SIGTERM');
-      await w2.next(/^running rev=/);
+      await w2.match(/^running rev=/);
       await w2.kill('SIGTERM');
       await until(page, `(function () { var c = card(${JSON.stringify(name)}); return c && /free/.test(c.innerText) && rows(${JSON.stringify(name)}).length === 0; })()`, 'the lock free');
       assertNoPageErrors(page);
@@ -334,7 +258,7 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
     const n = JSON.stringify(name);
     try {
       const a = start(['elect', name, 'proposal-a', '--ttl', '30', '--endpoints', endpoint]);
-      const [, termA] = await a.next(/^leader key=\S+ term=(\d+)/);
+      const [, termA] = await a.match(/^leader key=\S+ term=(\d+)/);
       const b = start(['elect', name, 'proposal-b', '--ttl', '30', '--endpoints', endpoint]);
       const q = await waitFor(async () => {
         const k = await queueOf(name);
@@ -347,7 +271,7 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       );
       // Resign (SIGINT): the next candidate leads at once.
       assert.equal(await a.kill('SIGINT'), 0);
-      const [, termB] = await b.next(/^leader key=\S+ term=(\d+)/);
+      const [, termB] = await b.match(/^leader key=\S+ term=(\d+)/);
       await until(page, `timeline(${n}).some(function (e) { return e.type === 'released' && e.token === '${termA}' && /resigned/.test(e.text); })`, 'the resignation');
       await until(page, `timeline(${n}).some(function (e) { return e.type === 'acquired' && e.token === '${termB}' && e.text.indexOf('handed over from token ${termA}') >= 0; })`, 'the new term');
       // The last candidate resigns: nobody leads, and the page counts the gap.
@@ -355,7 +279,7 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       await until(page, `timeline(${n}).some(function (e) { return e.type === 'gap' && /no leader for [0-9]/.test(e.text); })`, 'the gap so far');
       await until(page, `/no leader for/.test(card(${n}).innerText)`, 'the card saying nobody leads');
       const c = start(['elect', name, 'proposal-c', '--ttl', '30', '--endpoints', endpoint]);
-      const [, termC] = await c.next(/^leader key=\S+ term=(\d+)/);
+      const [, termC] = await c.match(/^leader key=\S+ term=(\d+)/);
       await until(page, `timeline(${n}).some(function (e) { return e.type === 'acquired' && e.token === '${termC}' && /after no leader for [0-9]/.test(e.text); })`, 'the next term, after the gap');
       await until(page, `!timeline(${n}).some(function (e) { return e.type === 'gap'; })`, 'the gap closed');
       const events = await evaluate<{ type: string; token: string }[]>(page, `timeline(${n})`);
