@@ -219,8 +219,10 @@ describe('the process group', () => {
   test('lock lost: a grandchild that ignores SIGTERM is SIGKILLed after --kill-grace, before we exit', async () => {
     const name = fresh('group-kill');
     const p = start(['lock', name, '--endpoints', endpoint, '--kill-grace', '1s', '-c', script(`sh -c 'trap "" TERM; echo armed; while :; do sleep 1; done'`)]);
-    const pid = Number(/(\d+)$/.exec(await p.next(/^grandchild \d+$/))![1]);
-    await p.next(/^armed$/);
+    // Two shells print these, in either order: take both lines as they come.
+    const lines = [await p.next(/^(grandchild \d+|armed)$/), await p.next(/^(grandchild \d+|armed)$/)];
+    const pid = Number(/^grandchild (\d+)$/.exec(lines.find((l) => l !== 'armed') ?? '')![1]);
+    assert.ok(lines.includes('armed'), lines.join(' | '));
     const [k] = await keysOf(name);
     await client.delete(k!.key);
     assert.equal(await p.exited, 3);
