@@ -289,6 +289,11 @@ class Leadership extends OwnerHandleBase implements LeaderHandle {
     return this.resign();
   }
 
+  /** Watches the term from now, whether or not anyone looks at `signal` (runAsLeader's terms). */
+  watch(): void {
+    this.own.watchNow();
+  }
+
   /** Ends the term locally (runAsLeader's shutdown): the signal aborts with `reason`. */
   revoke(reason: unknown): void {
     this.own.end(reason);
@@ -357,7 +362,7 @@ export async function runAsLeader<T>(
       }
       // Watch the term from its start, whether or not the task looks at leader.signal: whether the
       // term was lost (below) must not depend on what the task, or an installed SDK, touched.
-      void leader.signal;
+      leader.watch();
       const onShutdown = (): void => leader.revoke(shutdown!.reason);
       shutdown?.addEventListener('abort', onShutdown, { once: true });
       // The health check learns when leadership ends under the running task (watching the key).

@@ -75,6 +75,14 @@ export class Ownership {
    * released by us. Created on first use, so code that never looks pays nothing.
    */
   get signal(): AbortSignal {
+    return this.watchNow();
+  }
+
+  /**
+   * Starts watching now (what the first look at `signal` does): a loss is then noticed, and ends
+   * the holding, even if nobody ever looks at the signal. Returns the signal.
+   */
+  watchNow(): AbortSignal {
     if (!this.controller) {
       this.controller = new AbortController();
       if (this.ended) this.controller.abort(this.endReason());
