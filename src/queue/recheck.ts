@@ -43,7 +43,8 @@ class Rechecker {
     const e: Entry = { check, intervalMs, due: performance.now() + intervalMs, stale };
     this.entries.add(e);
     if (!this.timer) {
-      this.timer = setInterval(() => void this.tick(), TICK_MS);
+      // A failure here must not become an unhandled rejection: the checks stay due for the next tick.
+      this.timer = setInterval(() => void this.tick().catch(() => {}), TICK_MS);
       this.timer.unref(); // the waiters' watches keep the process alive, not this
     }
     return () => this.remove(e);

@@ -328,6 +328,8 @@ export async function leaveTicket(session: Session, ticket: Ticket): Promise<voi
  */
 export async function dropTicket(session: Session, ticket: { key: string; rev?: bigint }): Promise<void> {
   const attempt = () => deleteKey(session, ticket.key, ticket.rev);
+  // Stop retrying: the lease takes the key along, or a call of this process uses the key again.
+  const givenUp = (): boolean => session.signal.aborted || session.client.closed || useOf(session, ticket.key) !== undefined;
   const first = attempt();
   void (async () => {
     const backoff = new Backoff(100, 2000);
@@ -336,9 +338,11 @@ export async function dropTicket(session: Session, ticket: { key: string; rev?: 
         await next;
         return;
       } catch {
-        if (session.signal.aborted || session.client.closed) return;
-        if (useOf(session, ticket.key)) return; // this process queued the key again meanwhile
+        if (givenUp()) return;
         await sleep(backoff.next(), session.signal).catch(() => {});
+        // Again right before the next attempt: an enqueue that started during the sleep may have
+        // joined this very incarnation (nothing told it a delete was coming), and now holds it.
+        if (givenUp()) return;
       }
     }
   })();

@@ -192,10 +192,17 @@ export async function waitUntil(client: Client, rule: TurnRule, options: WaitUnt
           if (covered || (await retrying(() => b.stillBlocked(stop.signal)))) {
             pull ??= events.next();
             // A blocker whose check can be batched shares the client's re-checker (no timer of ours).
-            const check = b.check;
-            const stale = check && new Promise<'stale'>((resolve) => (unregister = recheckEvery(client, check, recheckMs, () => resolve('stale'))));
+            // A promise per pass, as the timer's: one living through the wait would keep a reaction
+            // for every event that did not end it.
+            let stale = false;
+            let wake: ((v: 'stale') => void) | undefined;
+            if (b.check) unregister = recheckEvery(client, b.check, recheckMs, () => ((stale = true), wake?.('stale')));
             for (;;) {
-              const tick = stale ?? new Promise<'recheck'>((resolve) => (timer = setTimeout(() => resolve('recheck'), recheckMs)));
+              const tick = b.check
+                ? stale
+                  ? Promise.resolve('stale' as const)
+                  : new Promise<'stale'>((resolve) => (wake = resolve))
+                : new Promise<'recheck'>((resolve) => (timer = setTimeout(() => resolve('recheck'), recheckMs)));
               const next = await Promise.race([pull, tick]);
               clearTimeout(timer);
               if (next === 'stale') break;
