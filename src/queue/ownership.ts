@@ -123,6 +123,8 @@ export class Ownership {
     const counted = !this.left;
     this.left = true;
     try {
+      // May leave the key in etcd: another call of this process still uses it, or an enqueue in
+      // flight takes it over (leaveKey); the last user's release deletes it.
       await releaseKey(this.session, this.key, this.fencingToken, counted);
     } catch (err) {
       // Still ours as far as we know: watch again (from now, then a read: nothing meanwhile is missed).
