@@ -323,16 +323,33 @@ describe('Mutex: fairness', () => {
       assert.deepEqual(order, Array.from({ length: n }, (_, i) => i + 1), 'acquired in enqueue order');
       assert.deepEqual(tokens, created, 'fencing token = the CreateRevision of each waiter’s key');
       for (let i = 1; i < n; i++) assert.ok(tokens[i]! > tokens[i - 1]!, 'tokens strictly increase');
-      // Between two holders nothing else happened under the prefix: only the holders' deletes, in order.
+      // Between two holders nothing else happened under the prefix: the holders' deletes, in order,
+      // and (the queue is longer than 32) each holder's one mark on its own key while it held.
       await log.deleted(`${name}/${ss[n]!.leaseId.toString(16)}`, handoffStart);
       const eventsSent = (await metric(etcd.clientUrls[0]!, 'etcd_debugging_mvcc_events_total')) - eventsBefore;
-      // etcd counts every event it sends to a watcher: our log got the n+1 deletes, so the rest
-      // went to waiters. One release, one wake-up: n events for the n handoffs.
-      assert.equal(eventsSent - (n + 1), n, 'watch events delivered to waiters during the handoffs');
+      const handoffs = log.events.slice(handoffStart);
       assert.deepEqual(
-        log.events.slice(handoffStart).map((e) => `${e.type} ${e.key}`),
-        ss.map((s) => `delete ${name}/${s.leaseId.toString(16)}`),
+        handoffs.filter((e) => e.type === 'delete').map((e) => e.key),
+        ss.map((s) => `${name}/${s.leaseId.toString(16)}`),
       );
+      let holding = `${name}/${ss[0]!.leaseId.toString(16)}`;
+      const marked = new Set<string>();
+      for (const e of handoffs) {
+        if (e.type === 'delete') {
+          holding = `${name}/${ss[ss.findIndex((s) => `${name}/${s.leaseId.toString(16)}` === e.key) + 1]?.leaseId.toString(16)}`;
+          continue;
+        }
+        assert.equal(e.key, holding, `a put during the handoffs is the current holder's mark: ${e.key}`);
+        assert.ok(!marked.has(e.key), `one mark per holder: ${e.key}`);
+        marked.add(e.key);
+      }
+      const marks = marked.size;
+      assert.ok(marks >= n - 2, `behind a queue of ${n}, the holders mark (${marks} of ${n})`);
+      // etcd counts every event it sends to a watcher: our log got its events, so the rest went to
+      // waiters. One release, one wake-up: n deletes for the n handoffs, plus each mark (but the
+      // last holder's) to the one waiter behind its key, which it does not wake.
+      const lastMarked = marked.has(`${name}/${ss[n]!.leaseId.toString(16)}`) ? 1 : 0;
+      assert.equal(eventsSent - handoffs.length, n + marks - lastMarked, 'watch events delivered to waiters during the handoffs');
       // And so one read per handoff, not a read by every waiter (a herd would cost about n*n/2).
       assert.ok(txns + ranges <= 3 * (n + 1), `handoffs cost ${txns} Txns and ${ranges} Ranges for ${n + 1} holders`);
     } finally {

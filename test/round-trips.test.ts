@@ -2,9 +2,10 @@
 // that one method on one client counts exactly what a lock costs. etcd itself is real.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, Mutex, Session } from '../src/index.js';
+import { Client, Mutex, Session, type LockHandle } from '../src/index.js';
+import type { TxnRequest } from '../src/proto/etcd.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, assertNoLeases, serverState, track, uniquePrefix, waitersBlocked } from './helpers.js';
+import { assertNoKeys, assertNoLeases, closeAll, openSessions, serverState, settleAll, settledOrHang, track, uniquePrefix, waitFor, waitersBlocked, type Tracked } from './helpers.js';
 
 let etcd: EtcdCluster;
 let admin: Client;
@@ -84,6 +85,61 @@ test('a contended handoff costs the waiter one read after the wake-up, and the h
     // process alive until the CI run's hang guard.
     await Promise.allSettled([hs.close(), ws.close()]);
     await Promise.allSettled([holder.client.close(), waiter.client.close()]);
+  }
+  await assertNoKeys(admin, prefix);
+});
+
+test('behind a long queue a holder marks its key, and the waiter behind it takes over with one O(1) Txn and no read', async (t) => {
+  const prefix = uniquePrefix('rt-marks');
+  const name = `${prefix}lock`;
+  const waiting = 40; // more than SHORT_QUEUE (32): the queue counts as long
+  const c = countingClient();
+  const requests: { method: string; ranges: number; puts: number }[] = [];
+  const unary = c.client.conn.unary.bind(c.client.conn);
+  c.client.conn.unary = ((method, request, ...rest) => {
+    const ops = method.path.endsWith('/Txn') ? [...((request as TxnRequest).success ?? []), ...((request as TxnRequest).failure ?? [])] : [];
+    requests.push({ method: method.path.slice(method.path.lastIndexOf('/') + 1), ranges: ops.filter((o) => o.requestRange).length, puts: ops.filter((o) => o.requestPut).length });
+    return unary(method, request, ...rest);
+  }) as typeof c.client.conn.unary;
+  const sessions = await openSessions(c.client, waiting + 1);
+  const pending: Tracked<LockHandle>[] = [];
+  try {
+    const first = await new Mutex(sessions[0]!, name).lock();
+    const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
+    for (let i = 1; i <= waiting; i++) pending.push(track(new Mutex(sessions[i]!, name).lock()));
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, waiting, `${waiting} waiters queued and watching`);
+    const version = async (s: Session): Promise<bigint> => (await admin.get(`${name}/${s.leaseId.toString(16)}`))?.version ?? 0n;
+    assert.equal(await version(sessions[0]!), 1n, 'an uncontended holder does not mark');
+    // The waiters enqueued concurrently: their order is that of their keys' CreateRevisions.
+    const byLease = new Map(sessions.map((s, i) => [s.leaseId, i]));
+    const queue = (await admin.range({ key: Buffer.from(`${name}/`), rangeEnd: Buffer.from(`${name}0`) })).kvs
+      .sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1))
+      .map((kv) => byLease.get(kv.lease)!);
+    assert.equal(queue.length, waiting + 1);
+    assert.equal(queue[0], 0);
+    let holder = first;
+    for (let i = 1; i <= 4; i++) {
+      requests.length = 0;
+      await holder.unlock();
+      const next = queue[i]!;
+      holder = await settledOrHang(pending[next - 1]!, `waiter ${next}, ${i}th in line, to take over`);
+      // Its key is marked: at once by the take-over Txn, or in the background by a holder that
+      // found itself first with a full look-up (the first hand-over: its predecessor never marked).
+      await waitFor(async () => (await version(sessions[next]!)) === 2n, `holder ${next}'s mark`);
+      const handover = requests.slice(1); // [0] is the release
+      t.diagnostic(`hand-over ${i}: ${JSON.stringify(requests)}`);
+      if (i === 1) {
+        assert.ok(handover.some((r) => r.ranges > 0), 'behind an unmarked holder the waiter looks up who is before it');
+      } else {
+        assert.deepEqual(handover, [{ method: 'Txn', ranges: 0, puts: 1 }], 'behind a marked holder: one guarded Txn that confirms our key and marks it, no read');
+      }
+    }
+    await holder.unlock();
+    for (const next of queue.slice(5)) await (await settledOrHang(pending[next - 1]!, `waiter ${next} to take over`)).unlock();
+  } finally {
+    await closeAll(sessions); // a failed assertion leaves locks pending: their sessions end them
+    await settleAll(pending);
+    await c.client.close();
   }
   await assertNoKeys(admin, prefix);
 });

@@ -106,6 +106,10 @@ export const op = {
   put(key: Bytes, value: Bytes, lease = 0n): pb.RequestOp {
     return { requestPut: { key: toBuffer(key), value: toBuffer(value), lease } };
   },
+  /** Writes the key again with its value and lease unchanged: only its ModRevision and Version move. */
+  touch(key: Bytes): pb.RequestOp {
+    return { requestPut: { key: toBuffer(key), value: Buffer.alloc(0), ignoreValue: true, ignoreLease: true } };
+  },
   range(request: pb.RangeRequest): pb.RequestOp {
     return { requestRange: request };
   },

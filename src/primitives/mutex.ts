@@ -66,7 +66,7 @@ export class Mutex {
       kind: 'lock',
       name,
       ticket: participantTicket(session, name, ownBuffer(label)),
-      rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost, { keepWatch: true }),
+      rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost, { keepWatch: true, marks: true }),
       lostError: lockLost,
       hold: (own) => new HeldLock(own),
     };

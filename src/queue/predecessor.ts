@@ -2,7 +2,7 @@ import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type Compare, 
 import type { WatchEvent } from '../client/watch.js';
 import { isParticipantKey, ownBuffer, participantKey, prefixOf } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
-import type { Ticket, TicketSpec } from './ticket.js';
+import { longQueue, type Ticket, type TicketSpec } from './ticket.js';
 import type { Blocker, LostErrorFactory, TurnRule } from './turn.js';
 
 /**
@@ -45,6 +45,22 @@ interface Predecessor {
   asOf: bigint;
   /** Its lease was read and is not 0 (a keys-only read on etcd 3.7 cannot tell). */
   leased: boolean;
+  /** Its owner wrote it again after creating it: a lock holder's mark (see `marks`). */
+  marked: boolean;
+}
+
+/** Options of {@link oldestRule}. */
+export interface OldestRuleOptions {
+  /** Keep the predecessor's watch open after the wait, for the session's next wait on the same key. */
+  keepWatch?: boolean;
+  /**
+   * Marks, for a lock (never an election: a Go candidate rewrites its key while it waits). Behind a
+   * long queue a waiter that gets its turn writes its key once more, value and lease unchanged, so
+   * its version passes 1: "I was the oldest". Keys are never created older than an existing one,
+   * so once such a predecessor is deleted nothing older than us is left, and the waiter behind it
+   * knows it is first with an O(1) Txn instead of a sorted read of the whole queue.
+   */
+  marks?: boolean;
 }
 
 /**
@@ -52,11 +68,18 @@ interface Predecessor {
  * key just before its own, so one release wakes one waiter. Stray keys (no lease: etcd issue 6631)
  * and keys that are not candidates (nested names under the prefix) are skipped.
  */
-export function oldestRule(session: Session, scope: Scope, ticket: Ticket, lostError: LostErrorFactory, options: { keepWatch?: boolean } = {}): TurnRule {
+export function oldestRule(session: Session, scope: Scope, ticket: Ticket, lostError: LostErrorFactory, options: OldestRuleOptions = {}): TurnRule {
   // Incarnations found to have no lease: skipped by every later look-up of this wait.
   const strays = new Set<string>();
+  const marks = options.marks ?? false;
+  // Our marked predecessor was deleted: nothing older than us is left (see OldestRuleOptions.marks).
+  let headGone = false;
   return {
     async blocker(signal: AbortSignal): Promise<Blocker | null> {
+      if (headGone) {
+        headGone = false;
+        return ourTurnAfterHead(session, scope, ticket, lostError, signal);
+      }
       let p: Predecessor | null | undefined;
       const pre = ticket.preceding;
       if (pre) {
@@ -65,7 +88,11 @@ export function oldestRule(session: Session, scope: Scope, ticket: Ticket, lostE
         p = fromPage(pre.kvs, pre.more, ticket.rev, scope, strays);
       }
       if (p === undefined) p = await findPredecessor(session, scope, ticket, lostError, signal, strays);
-      if (p === null) return null;
+      if (p === null) {
+        // First by a full look-up behind a long queue: mark, so the waiter behind us skips that read.
+        if (marks && longQueue(session.client, scope.prefix)) markHead(session, ticket);
+        return null;
+      }
       const pred = p;
       return {
         key: pred.key,
@@ -74,7 +101,15 @@ export function oldestRule(session: Session, scope: Scope, ticket: Ticket, lostE
         keep: options.keepWatch ?? false,
         // Changed: deleted, moved off any lease (stray now), or a new incarnation of the same key (a
         // delete we did not see). A put that keeps a lease and the CreateRevision (a proclaim) is none.
-        changed: (e: WatchEvent) => e.type === 'delete' || e.kv.lease === 0n || e.kv.createRevision !== pred.createRevision,
+        changed: (e: WatchEvent) => {
+          if (e.type === 'delete') {
+            headGone = marks && pred.marked;
+            return true;
+          }
+          if (e.kv.lease === 0n || e.kv.createRevision !== pred.createRevision) return true;
+          if (marks) pred.marked = true; // its owner's mark: it holds now
+          return false;
+        },
         stillBlocked: (s: AbortSignal) => stillQueued(session, ticket, pred, strays, s),
         // stillQueued's compares as reads (in full: a keys-only read on 3.7 reports no lease).
         check: {
@@ -129,7 +164,7 @@ function fromPage(kvs: KeyValue[], more: boolean, rev: bigint, scope: Scope, str
       strays.add(strayId(kv)); // stray data (etcd issue 6631): never our predecessor
       continue;
     }
-    return { key: ownBuffer(kv.key), createRevision: kv.createRevision, asOf: rev, leased: true };
+    return { key: ownBuffer(kv.key), createRevision: kv.createRevision, asOf: rev, leased: true, marked: kv.version > 1n };
   }
   return more ? undefined : null;
 }
@@ -180,13 +215,33 @@ async function findPredecessor(
   for (;;) {
     const found = page.kvs.find((kv) => scope.isCandidate(kv.key) && !strays.has(strayId(kv)));
     // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
-    if (found) return { key: ownBuffer(found.key), createRevision: found.createRevision, asOf, leased: found.lease !== 0n };
+    if (found) return { key: ownBuffer(found.key), createRevision: found.createRevision, asOf, leased: found.lease !== 0n, marked: found.version > 1n };
     const last = page.kvs[page.kvs.length - 1];
     if (!page.more || !last) return null;
     // Only keys of nested names or stray data so far: look further back.
     page = await client.range(before(last.createRevision - 1n, 64n), { signal });
     asOf = page.header.revision;
   }
+}
+
+/**
+ * Our marked predecessor is gone, so we are the oldest: one Txn of O(1) compares confirms our key
+ * still stands, and behind a long queue marks it in the same write for the waiter behind us.
+ */
+async function ourTurnAfterHead(session: Session, scope: Scope, ticket: Ticket, lostError: LostErrorFactory, signal: AbortSignal): Promise<null> {
+  const mark = longQueue(session.client, scope.prefix);
+  const t = await session.client.txn({ compare: ourKeyStands(session, ticket), success: mark ? [op.touch(ticket.key)] : [], failure: [] }, { idempotent: true, signal });
+  if (!t.succeeded) return ticketLost(session, ticket, lostError, signal);
+  return null;
+}
+
+/**
+ * Marks our key ("I was the oldest") in the background, guarded on our incarnation and lease: a mark
+ * landing after our release finds the key gone and writes nothing. If it is late, the waiter behind
+ * us only falls back to the full look-up.
+ */
+function markHead(session: Session, ticket: Ticket): void {
+  session.client.txn({ compare: ourKeyStands(session, ticket), success: [op.touch(ticket.key)], failure: [] }, { idempotent: true }).catch(() => {});
 }
 
 /** The compares of "our key is still the one we queued with, on our lease". */

@@ -61,6 +61,12 @@ function shortQueue(client: object, prefix: Buffer): boolean {
   return n !== undefined && n <= SHORT_QUEUE;
 }
 
+/** True when this client last counted the queue under `prefix` at more than SHORT_QUEUE keys. */
+export function longQueue(client: object, prefix: Buffer): boolean {
+  const n = lastCount.get(client)?.get(prefix.toString('latin1'));
+  return n !== undefined && n > SHORT_QUEUE;
+}
+
 function noteCount(client: object, prefix: Buffer, n: bigint): void {
   let m = lastCount.get(client);
   if (!m) lastCount.set(client, (m = new Map()));
