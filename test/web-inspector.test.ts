@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { Client, Election, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
 import { startProxy } from '../src/testing/index.js';
-import { assertNoKeys, closeAll, etcdForCliFile, killClis, runCli, waitFor, type CliProc } from './helpers.js';
+import { assertNoKeys, closeAll, etcdForCliFile, killClis, openSessions, runCli, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/web/';
 /** The screenshot's scene lives under a short prefix, so that the picture reads well. */
@@ -117,7 +117,9 @@ const HELPERS = String.raw`
   var card = function (name) { return Array.from(document.querySelectorAll('.card')).find(function (c) { return c.dataset.name === name; }); };
   var rows = function (name) {
     var c = card(name);
-    return c ? Array.from(c.querySelectorAll('tbody tr')).map(function (tr) { return { role: tr.dataset.role, token: tr.dataset.token, key: tr.dataset.key, text: tr.innerText }; }) : [];
+    return c ? Array.from(c.querySelectorAll('tbody tr')).map(function (tr) {
+      return { role: tr.dataset.role, token: tr.dataset.token, key: tr.dataset.key, label: tr.children[0].textContent, ttl: tr.children[3].textContent, text: tr.innerText };
+    }) : [];
   };
   var timeline = function (name) {
     return Array.from(document.querySelectorAll('#timeline li')).filter(function (li) { return li.dataset.name === name; })
@@ -339,6 +341,64 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
     }
   });
 
+  test('--elections names an election; a lock holder re-putting its key (same value) stays a lock; a proclaim with a new value makes an election', async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('kinds');
+    const scheduler = `${prefix}jobs/scheduler`; // an election whose name does not say so
+    const deploy = `${prefix}locks/deploy`; // a lock whose holder re-puts its key, value unchanged
+    const primary = `${prefix}tasks/primary`; // an election known only by its proclaim
+    const [sc, dp, pr] = [scheduler, deploy, primary].map((n) => JSON.stringify(n));
+    const ins = await inspector(prefix, ['--elections', `${prefix}jobs/*`]);
+    const page = await open(ins.url);
+    const ss = await openSessions(client, 3);
+    const others: CliProc[] = [];
+    try {
+      await new Election(ss[0]!, scheduler).campaign('node-a');
+      const held = await new Mutex(ss[1]!, deploy).lock({ label: 'ci-runner-3' });
+      const leader = await new Election(ss[2]!, primary).campaign('v1');
+      await until(
+        page,
+        `card(${sc}) && card(${sc}).dataset.kind === 'election' && rows(${sc})[0].label === 'leader' &&
+         card(${dp}) && card(${dp}).dataset.kind === 'lock' && rows(${dp}).length === 1 &&
+         card(${pr}) && card(${pr}).dataset.kind === 'lock' && rows(${pr})[0].label === 'holder'`,
+        'jobs/scheduler as an election (--elections), the other two as locks',
+      );
+
+      // The holder's mark: its key put again with ignore_value and ignore_lease (version 2, same value).
+      await client.txn({ success: [{ requestPut: { key: Buffer.from(held.key), ignoreValue: true, ignoreLease: true } }] });
+      const marked = await client.get(held.key);
+      assert.equal(marked?.version, 2n);
+      assert.equal(marked?.value.toString(), 'ci-runner-3');
+      // A proclaim: the same key and lease, a new value. The watch delivers events in order, so once
+      // the page shows this, it has seen the mark before it.
+      await leader.proclaim('v2');
+      await until(page, `card(${pr}).dataset.kind === 'election' && rows(${pr})[0].label === 'leader'`, 'tasks/primary as an election after its proclaim');
+      assert.equal(await evaluate(page, `card(${dp}).dataset.kind + ' ' + rows(${dp})[0].label + ' ' + rows(${dp}).length`), 'lock holder 1');
+
+      // A fresh read (another inspector): version 2 alone makes no election; --elections, as a comma
+      // list with a ** glob, does.
+      type State = { entities: { name: string; kind: string }[] };
+      const kindsOf = async (extra: string[]): Promise<Record<string, string>> => {
+        const other = await inspector(prefix, extra);
+        others.push(other.proc);
+        const state = (await (await fetch(`${other.url}state`)).json()) as State;
+        return Object.fromEntries(state.entities.map((e) => [e.name, e.kind]));
+      };
+      const plain = await kindsOf([]);
+      assert.equal(plain[deploy], 'lock');
+      assert.equal(plain[scheduler], 'lock', 'without --elections, jobs/scheduler is not known as an election');
+      const named = await kindsOf(['--elections', `${prefix}nothing/*,**/sched*`]);
+      assert.equal(named[deploy], 'lock');
+      assert.equal(named[scheduler], 'election');
+      assertNoPageErrors(page);
+    } finally {
+      await page.close();
+      for (const p of others) assert.equal(await p.kill('SIGTERM'), 0, p.stderr());
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+      await closeAll(ss);
+    }
+  });
+
   test('the screenshot: a lock, a semaphore, a readers-writer lock and an election with a history', async (t) => {
     if (!needBrowser(t)) return;
     const ss = await Promise.all(Array.from({ length: 11 }, () => Session.create(client, { ttl: 30 })));
@@ -444,6 +504,8 @@ describe('inspect --web without a browser', () => {
       [['inspect', 'x', '--port', '1'], /--port only applies with --web/],
       [['inspect', 'x', '--show-values'], /--show-values only applies with --web/],
       [['inspect', '--web', 'x/', '--json'], /does not go with --json/],
+      [['inspect', 'x', '--elections', 'x'], /--elections only applies with --web/],
+      [['inspect', '--web', 'x/', '--elections', 'a,,b'], /--elections needs a name or glob/],
     ];
     for (const [args, re] of cases) {
       const p = start(args);

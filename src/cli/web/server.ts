@@ -6,7 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { CompactedError, PermissionDeniedError, prefixRange, SortOrder, SortTarget, type Client, type KeyValue } from '../../index.js';
-import { Model, type Change } from './model.js';
+import { electionMatcher, Model, type Change } from './model.js';
 import { PAGE_CSS, PAGE_HTML, PAGE_JS } from './page.js';
 
 export interface InspectorOptions {
@@ -18,6 +18,8 @@ export interface InspectorOptions {
   showValues: boolean;
   /** How often the server checks that etcd answers, ms (default 2000). */
   probeMs?: number;
+  /** Globs of the names that are elections (`--elections`; see electionMatcher). */
+  elections?: readonly string[];
 }
 
 /** A lease's TimeToLive as last fetched: `ttl` seconds left at wall-clock `at` ms (-1: gone). */
@@ -72,7 +74,7 @@ export class Inspector {
     private readonly client: Client,
     private readonly options: InspectorOptions,
   ) {
-    this.model = new Model(options.prefix, options.showValues);
+    this.model = new Model(options.prefix, options.showValues, Date.now, electionMatcher(options.elections ?? []));
     this.firstPage = new Promise((resolve) => (this.onFirstPage = resolve));
     this.server = createServer((req, res) => this.handle(req, res));
   }
