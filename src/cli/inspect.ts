@@ -173,7 +173,8 @@ async function web(values: InspectValues, positionals: string[]): Promise<number
       throw err;
     }
     if (!isLoopback(host)) {
-      warn(`listening on ${host}:${port}, not only on loopback: anyone who can reach it sees every name, lease and holder under the prefix (there is no login); it never shows values unless --show-values`);
+      // The address bound (with --listen host:0, the port picked), as in the URL.
+      warn(`listening on ${new URL(url).host}, not only on loopback: anyone who can reach it sees every name, lease and holder under the prefix (there is no login); it never shows values unless --show-values`);
     }
     print(`inspector: ${url} (prefix ${prefix === '' ? '"" (every key)' : JSON.stringify(prefix)}; read-only; Ctrl-C to stop)`);
     if (values.open) openBrowser(url);
