@@ -218,14 +218,25 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
 
       // SIGKILL: no unlock, no revoke. The lease expires after its TTL and the first waiter takes over.
       orphans.add(Number(holderCmdPid));
+      const killedAt = performance.now();
       await holder.kill('SIGKILL');
-      const [, w1Token] = await w1.match(/^running rev=(\d+)/);
-      assert.equal(w1Token, queue[1]!.token);
+      const w1Token = queue[1]!.token;
       await until(
         page,
         `(function () { var r = rows(${JSON.stringify(name)}); return r.length === 2 && r[0].role === 'holder' && r[0].token === ${JSON.stringify(w1Token)} && r[1].token === ${JSON.stringify(queue[2]!.token)}; })()`,
         'the first waiter holding, the second waiting behind it',
       );
+      // "Within a few seconds": the lease runs out after at most its TTL (2 s), then the page shows
+      // the new holder. A generous bound for a loaded machine, as the issue asks.
+      const handOverMs = performance.now() - killedAt;
+      assert.ok(handOverMs <= (2 + 5) * 1000, `the page showed the hand-over ${Math.round(handOverMs)} ms after the SIGKILL (TTL 2 s + 5 s allowed)`);
+      assert.equal((await w1.match(/^running rev=(\d+)/))[1], w1Token);
+      // The new holder's lease (TTL 30 s) counts down in the page: a later reading is smaller.
+      const ttlOf = `(function () { var m = /^(\\d+) s \\/ 30 s$/.exec(rows(${JSON.stringify(name)})[0].ttl); return m ? Number(m[1]) : 0; })()`;
+      await until(page, `${ttlOf} > 0`, "the new holder's lease TTL");
+      const firstTtl = await evaluate<number>(page, ttlOf);
+      await until(page, `${ttlOf} > 0 && ${ttlOf} < ${firstTtl}`, `the TTL counting down from ${firstTtl} s`);
+      assert.ok((await evaluate<number>(page, ttlOf)) < firstTtl);
       await until(
         page,
         `timeline(${JSON.stringify(name)}).some(function (e) { return e.type === 'expired' && e.token === ${JSON.stringify(holderToken)} && /lease expired/.test(e.text); })`,
@@ -445,6 +456,21 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
         `document.querySelectorAll('.card').length === 4 && document.querySelectorAll('tbody tr').length === 10 && document.querySelectorAll('#timeline li').length >= 10 && !/…/.test(Array.from(document.querySelectorAll('tbody td')).map(function (td) { return td.textContent; }).join(''))`,
         'the whole scene, with every lease TTL',
       );
+      // Each kind told apart, each row in its role: holders first, then waiters in queue order.
+      const kinds = await evaluate<Record<string, string>>(page, `Object.fromEntries(Array.from(document.querySelectorAll('.card')).map(function (c) { return [c.dataset.name, c.dataset.kind]; }))`);
+      assert.deepEqual(kinds, {
+        [`${SCENE}config`]: 'rwlock',
+        [`${SCENE}election/scheduler`]: 'election',
+        [`${SCENE}jobs/encoders`]: 'semaphore',
+        [`${SCENE}locks/deploy`]: 'lock',
+      });
+      const roles = async (name: string): Promise<string[]> =>
+        (await evaluate<{ role: string; label: string }[]>(page, `rows(${JSON.stringify(name)})`)).map((r) => `${r.role} ${r.label}`);
+      assert.deepEqual(await roles(`${SCENE}locks/deploy`), ['holder holder', 'waiting #1', 'waiting #2']);
+      assert.deepEqual(await roles(`${SCENE}jobs/encoders`), ['holder permit', 'holder permit', 'waiting #1']);
+      assert.deepEqual(await roles(`${SCENE}config`), ['holder reader', 'holder reader', 'waiting #1 write']);
+      assert.deepEqual(await roles(`${SCENE}election/scheduler`), ['holder leader']);
+      assert.match(await evaluate<string>(page, `card(${JSON.stringify(`${SCENE}jobs/encoders`)}).innerText`), /semaphore · 2 permits/);
       const dir = mkdtempSync(path.join(tmpdir(), 'web-inspector-'));
       try {
         const file = process.env.WEB_INSPECTOR_SCREENSHOT === '1' ? fileURLToPath(new URL('../docs/inspector.png', import.meta.url)) : path.join(dir, 'inspector.png');
