@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { Client, Election, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
 import { startProxy } from '../src/testing/index.js';
-import { assertNoKeys, closeAll, etcdForCliFile, killClis, openSessions, runCli, waitFor, type CliProc } from './helpers.js';
+import { assertNoKeys, closeAll, etcdForCliFile, killClis, openSessions, runCli, settledOrHang, track, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/web/';
 /** The screenshot's scene lives under a short prefix, so that the picture reads well. */
@@ -407,6 +407,58 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       for (const p of others) assert.equal(await p.kill('SIGTERM'), 0, p.stderr());
       assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
       await closeAll(ss);
+    }
+  });
+
+  test('etcd compacted past a hand-over while the inspector was cut off: the page shows the new holder after a fresh read', async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('compact');
+    const name = `${prefix}locks/deploy`;
+    const n = JSON.stringify(name);
+    const proxy = await startProxy(endpoint);
+    const ins = await inspector(prefix, ['--dial-timeout', '500ms', '--command-timeout', '2s'], proxy.endpoint);
+    const page = await open(ins.url);
+    const [s1, s2] = await openSessions(client, 2);
+    try {
+      const first = await new Mutex(s1!, name).lock();
+      const next = track(new Mutex(s2!, name).lock());
+      const q = await waitFor(async () => {
+        const k = await queueOf(name);
+        return k.length === 2 ? k : undefined;
+      }, 'the waiter queued');
+      await until(page, `rows(${n}).length === 2 && rows(${n})[0].token === '${q[0]!.token}' && rows(${n})[1].token === '${q[1]!.token}'`, 'the holder and the waiter');
+
+      // Cut off: the watch stream and every connection reset, new ones refused.
+      proxy.refuse(true);
+      proxy.cut();
+      await until(page, `/disconnected, reconnecting/.test(document.getElementById('status').textContent)`, 'the lost connection to etcd');
+      // Meanwhile the lock changes hands and etcd forgets that history: the watch cannot resume.
+      await first.unlock();
+      const second = await settledOrHang(next, 'the waiter taking the lock');
+      const { header } = await client.getPrefix(name);
+      await client.compact(header.revision, { physical: true });
+      proxy.refuse(false);
+
+      await until(
+        page,
+        `document.querySelector('.status.live') && rows(${n}).length === 1 && rows(${n})[0].role === 'holder' && rows(${n})[0].token === '${q[1]!.token}'`,
+        'the new holder after reconnecting',
+      );
+      // What happened while away is in the timeline, marked as found on reconnecting.
+      await until(
+        page,
+        `timeline(${n}).some(function (e) { return e.type === 'released' && e.token === '${q[0]!.token}' && /seen on reconnecting/.test(e.text); }) &&
+         timeline(${n}).some(function (e) { return e.type === 'acquired' && e.token === '${q[1]!.token}' && e.text.indexOf('handed over from token ${q[0]!.token}') >= 0 && /seen on reconnecting/.test(e.text); })`,
+        'the hand-over, seen on reconnecting',
+      );
+      await second.unlock();
+      await until(page, `rows(${n}).length === 0`, 'the lock free');
+      assertNoPageErrors(page);
+    } finally {
+      await page.close();
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+      await closeAll([s1, s2]);
+            await proxy.close();
     }
   });
 
