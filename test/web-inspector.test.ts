@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { Client, Election, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
 import { startProxy } from '../src/testing/index.js';
-import { assertNoKeys, closeAll, etcdForCliFile, killClis, openSessions, runCli, settledOrHang, track, waitFor, type CliProc } from './helpers.js';
+import { assertNoKeys, closeAll, etcdForCliFile, grpcHandled, grpcStarted, killClis, openSessions, runCli, settledOrHang, track, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/web/';
 /** The screenshot's scene lives under a short prefix, so that the picture reads well. */
@@ -27,12 +27,14 @@ const PAGE_WAIT_MS = 45_000;
 
 let client: Client;
 let endpoint: string;
+/** etcd's client URL, for its /metrics. */
+let clientUrl: string;
 let browser: Browser | undefined;
 let skipReason: string | undefined;
 /** Commands run under `lock -- cmd` whose lock process we SIGKILLed: they run on until killed. */
 const orphans = new Set<number>();
 
-const fresh = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)), {
+const fresh = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!), (clientUrl = e.clientUrls[0]!)), {
   beforeChecks: async () => {
     await browser?.close();
     // SIGTERM first: lock and elect release their keys on it (after a failed test); then SIGKILL.
@@ -459,6 +461,53 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
       await closeAll([s1, s2]);
             await proxy.close();
+    }
+  });
+
+  test('one watch feeds every page: three pages cost etcd no more Watch, Range or TimeToLive calls than one', async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('pages');
+    const name = `${prefix}locks/deploy`;
+    const n = JSON.stringify(name);
+    const ins = await inspector(prefix);
+    const pages: Page[] = [];
+    const leases: bigint[] = [];
+    /** A participant key on a lease of its own, written directly: LeaseGrant and Put, nothing else. */
+    const join = async (): Promise<void> => {
+      const { id } = await client.leaseGrant(60);
+      leases.push(id);
+      await client.put(`${name}/${id.toString(16)}`, 'x', { lease: id });
+    };
+    /** Every page shows `count` rows, each with its lease's TTL (its TimeToLive answered). */
+    const allShow = async (count: number): Promise<void> => {
+      for (const page of pages) {
+        await until(page, `rows(${n}).length === ${count} && rows(${n}).every(function (r) { return /^\\d+ s \\/ 60 s$/.test(r.ttl); })`, `${count} rows with their TTLs`);
+      }
+    };
+    const counters = async (): Promise<Record<string, number>> => ({
+      Watch: await grpcStarted(clientUrl, 'Watch'),
+      Range: await grpcHandled(clientUrl, 'Range'),
+      LeaseTimeToLive: await grpcHandled(clientUrl, 'LeaseTimeToLive'),
+    });
+    try {
+      await join();
+      pages.push(await open(ins.url));
+      await allShow(1);
+      const one = await counters();
+      // The counters are read: the inspector's watch, its first read and its first call are in them.
+      assert.ok(one.Watch! >= 1 && one.Range! >= 1 && one.LeaseTimeToLive! >= 1, JSON.stringify(one));
+      pages.push(await open(ins.url), await open(ins.url));
+      await allShow(1);
+      assert.deepEqual(await counters(), one, 'two more pages made etcd calls');
+      // A change reaches all three pages through the one watch, and its new lease costs one call.
+      await join();
+      await allShow(2);
+      assert.deepEqual(await counters(), { ...one, LeaseTimeToLive: one.LeaseTimeToLive! + 1 });
+      for (const page of pages) assertNoPageErrors(page);
+    } finally {
+      for (const page of pages) await page.close();
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+      for (const id of leases) await client.leaseRevoke(id);
     }
   });
 
