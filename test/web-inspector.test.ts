@@ -7,6 +7,8 @@
 // README's picture), and a temporary file otherwise.
 import { before, describe, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { request } from 'node:http';
 import { hostname, networkInterfaces, tmpdir } from 'node:os';
@@ -15,8 +17,8 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { Client, Election, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
-import { startProxy } from '../src/testing/index.js';
-import { assertNoKeys, closeAll, etcdForCliFile, grpcHandled, grpcStarted, killClis, openSessions, runCli, settledOrHang, track, waitFor, type CliProc } from './helpers.js';
+import { startEtcd, startProxy } from '../src/testing/index.js';
+import { assertNoKeys, assertOneErrorLine, closeAll, etcdForCliFile, grpcHandled, grpcStarted, hasEtcdctl, killClis, openSessions, runCli, settledOrHang, track, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/web/';
 /** The screenshot's scene lives under a short prefix, so that the picture reads well. */
@@ -510,6 +512,69 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       for (const id of leases) await client.leaseRevoke(id);
     }
   });
+
+  test(
+    'an auth-enabled etcd and a user with a read-only role on the prefix: the page goes live, and no password shows anywhere',
+    { skip: !hasEtcdctl() && 'needs etcdctl (to set up users and enable auth)' },
+    async (t) => {
+      if (!needBrowser(t)) return;
+      const rootPw = `r00t-pw-${randomBytes(6).toString('hex')}`;
+      const viewerPw = `v1ewer-pw-${randomBytes(6).toString('hex')}`;
+      const wrongPw = `wr0ng-pw-${randomBytes(6).toString('hex')}`;
+      const prefix = 'secured/';
+      const name = `${prefix}locks/deploy`;
+      const n = JSON.stringify(name);
+      const secured = await startEtcd();
+      const ep = secured.endpoints[0]!;
+      const ctl = (...args: string[]): void => {
+        const r = spawnSync('etcdctl', [`--endpoints=${ep}`, ...args], { env: { ...process.env, ETCDCTL_API: '3' }, encoding: 'utf8' });
+        assert.equal(r.status, 0, `etcdctl ${args[0]} ${args[1]}: ${r.stderr}`);
+      };
+      let root: Client | undefined;
+      let ss: Session[] = [];
+      let ins: { proc: CliProc; url: string } | undefined;
+      let page: Page | undefined;
+      try {
+        ctl('user', 'add', `root:${rootPw}`, '--interactive=false');
+        ctl('user', 'add', `viewer:${viewerPw}`, '--interactive=false');
+        ctl('role', 'add', 'inspector');
+        ctl('role', 'grant-permission', 'inspector', '--prefix=true', 'read', prefix);
+        ctl('user', 'grant-role', 'viewer', 'inspector');
+        ctl('auth', 'enable');
+        root = new Client({ endpoints: secured.endpoints, auth: { username: 'root', password: rootPw } });
+        ss = await openSessions(root, 2);
+        const held = await new Mutex(ss[0]!, name).lock();
+        const waiting = track(new Mutex(ss[1]!, name).lock());
+        await waitFor(async () => (await root!.getPrefix(name)).kvs.length === 2, 'the waiter queued');
+
+        // A wrong password: one error line, without it.
+        const wrong = start(['inspect', '--web', prefix, '--port', '0', '--endpoints', ep, '--user', `viewer:${wrongPw}`]);
+        assert.equal(await wrong.exited, 1, wrong.stderr());
+        assertOneErrorLine(wrong.stderr(), /authentication failed/);
+        assert.ok(!wrong.output().includes(wrongPw), wrong.output());
+
+        ins = await inspector(prefix, ['--user', `viewer:${viewerPw}`], ep);
+        page = await open(ins.url);
+        // Live, with both participants and their leases' TTLs (TimeToLive answered for this user).
+        await until(page, `rows(${n}).length === 2 && rows(${n}).every(function (r) { return /^\\d+ s \\/ 30 s$/.test(r.ttl); })`, 'the holder and the waiter with their TTLs');
+        await held.unlock();
+        await settledOrHang(waiting, 'the waiter taking the lock');
+        await until(page, `document.querySelector('.status.live') && rows(${n}).length === 1 && timeline(${n}).some(function (e) { return e.type === 'acquired'; })`, 'the hand-over, still live');
+        const state = await (await fetch(`${ins.url}state`)).text();
+        const shown = [state, ins.proc.output(), await page.content(), await evaluate<string>(page, 'text()')];
+        for (const text of shown) {
+          for (const secret of [viewerPw, rootPw]) assert.ok(!text.includes(secret), `a password shows: ${text.slice(0, 300)}`);
+        }
+        assertNoPageErrors(page);
+      } finally {
+        await page?.close();
+        if (ins) assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+        await closeAll(ss);
+        await root?.close();
+        await secured.stop();
+      }
+    },
+  );
 
   test('the screenshot: a lock, a semaphore, a readers-writer lock and an election with a history', async (t) => {
     if (!needBrowser(t)) return;
