@@ -1,7 +1,8 @@
 // `etcd-concurrency inspect --web`, in a real browser: Debian's chromium, driven headless through
 // playwright-core, against a real etcd and real CLI processes (dist/cli/main.js: `npm run build`
 // first). Every wait is on the page's content (waitForFunction), a child's output, its exit or etcd
-// state; never on a sleep. Without a browser every test skips with the reason printed.
+// state; never on a sleep. Without a browser every browser test skips with the reason printed, or
+// fails when CI is set (unless WEB_INSPECTOR_ALLOW_SKIP=1).
 //
 // The screenshot test writes docs/inspector.png when WEB_INSPECTOR_SCREENSHOT=1 (to refresh the
 // README's picture), and a temporary file otherwise.
@@ -24,6 +25,12 @@ const ROOT = 'test/web/';
 /** The screenshot's scene lives under a short prefix, so that the picture reads well. */
 const SCENE = 'app/';
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+/**
+ * In CI (CI set, not "false" or "0") a browser test may not skip: "passes in CI" must mean it ran.
+ * WEB_INSPECTOR_ALLOW_SKIP=1 is the explicit opt-out, for a CI machine known to have no browser.
+ */
+const MUST_RUN = !!process.env.CI && !/^(false|0)$/i.test(process.env.CI) && process.env.WEB_INSPECTOR_ALLOW_SKIP !== '1';
+
 /** A hang guard for page waits on a loaded 2-core machine, not a timing assertion. */
 const PAGE_WAIT_MS = 45_000;
 
@@ -61,12 +68,19 @@ before(async () => {
       skipReason = `chromium at ${CHROMIUM} does not start: ${(err as Error).message.split('\n')[0]}`;
     }
   }
-  if (skipReason) process.stderr.write(`web-inspector: skipping the browser tests: ${skipReason}\n`);
+  if (skipReason) process.stderr.write(`web-inspector: ${MUST_RUN ? 'FAILING (CI; WEB_INSPECTOR_ALLOW_SKIP=1 to skip)' : 'skipping'} the browser tests: ${skipReason}\n`);
 });
 
-/** Skips the test, with the reason printed, when no browser can run. */
+/**
+ * Skips the test, with the reason printed, when no browser can run; fails it instead in CI (see
+ * MUST_RUN).
+ */
 function needBrowser(t: TestContext): Browser | undefined {
-  if (!browser) t.skip(skipReason ?? 'no browser');
+  if (!browser) {
+    const reason = skipReason ?? 'no browser';
+    if (MUST_RUN) assert.fail(`no browser under CI=${process.env.CI}: ${reason}. Install chromium, or set WEB_INSPECTOR_ALLOW_SKIP=1 to let the browser tests skip`);
+    t.skip(reason);
+  }
   return browser;
 }
 
