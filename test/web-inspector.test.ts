@@ -10,7 +10,7 @@ import { before, describe, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { hostname, networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
@@ -90,12 +90,12 @@ function needBrowser(t: TestContext): Browser | undefined {
  * A CLI child. It has ended once it exits, not once its pipes close: a command under `lock -- cmd`
  * whose lock process was SIGKILLed keeps the stdout pipe open.
  */
-const start = (args: string[]): CliProc => runCli(args, { exitEvent: 'exit' });
+const start = (args: string[], env?: NodeJS.ProcessEnv): CliProc => runCli(args, { exitEvent: 'exit', env });
 
 /** Starts the web inspector on `prefix`; resolves once it printed its URL. */
-async function inspector(prefix: string, extra: string[] = [], ep = endpoint): Promise<{ proc: CliProc; url: string }> {
+async function inspector(prefix: string, extra: string[] = [], ep = endpoint, env?: NodeJS.ProcessEnv): Promise<{ proc: CliProc; url: string }> {
   const port = extra.includes('--listen') ? [] : ['--port', '0'];
-  const proc = start(['inspect', '--web', prefix, ...port, '--endpoints', ep, ...extra]);
+  const proc = start(['inspect', '--web', prefix, ...port, '--endpoints', ep, ...extra], env);
   const m = await proc.match(/^inspector: (http:\/\/\S+)/);
   return { proc, url: m[1]! };
 }
@@ -701,6 +701,35 @@ describe('inspect --web without a browser', () => {
       assert.equal(await rawGet(`http://127.0.0.1:${port}/`, { host: `inspector.example:${port}` }), 200);
     } finally {
       assert.equal(await wide.proc.kill('SIGINT'), 0);
+    }
+  });
+
+  test('--open runs the desktop opener with the URL, or says how to open the page when there is none', { skip: process.platform !== 'linux' && 'xdg-open is the opener on Linux' }, async () => {
+    const prefix = fresh('open');
+    const dir = mkdtempSync(path.join(tmpdir(), 'web-open-'));
+    try {
+      // A fake xdg-open first on PATH: it records what it was asked to open, and exits.
+      const opened = path.join(dir, 'opened');
+      mkdirSync(path.join(dir, 'opener'));
+      writeFileSync(path.join(dir, 'opener', 'xdg-open'), `#!/bin/sh\nprintf '%s\\n' "$*" > '${opened}.tmp' && mv '${opened}.tmp' '${opened}'\n`, { mode: 0o755 });
+      const ins = await inspector(prefix, ['--open'], endpoint, { PATH: `${path.join(dir, 'opener')}:${process.env.PATH ?? ''}` });
+      try {
+        const got = await waitFor(() => existsSync(opened) && readFileSync(opened, 'utf8'), 'the opener run');
+        assert.equal(got, `${ins.url}\n`);
+      } finally {
+        assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+      }
+      // No opener on PATH (only a shell): the URL to open by hand.
+      mkdirSync(path.join(dir, 'bare'));
+      symlinkSync('/bin/sh', path.join(dir, 'bare', 'sh'));
+      const bare = await inspector(prefix, ['--open'], endpoint, { PATH: path.join(dir, 'bare') });
+      try {
+        await bare.proc.next(new RegExp(`^--open: no browser opener found \\(xdg-open\\); open ${bare.url.replace(/[.]/g, '\\.')} in a browser$`));
+      } finally {
+        assert.equal(await bare.proc.kill('SIGTERM'), 0, bare.proc.stderr());
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
