@@ -47,9 +47,10 @@ One watch on etcd feeds every open page; it only reads. Until interrupted.
   --elections <glob>      names that are elections (repeatable, or a comma list), matched against
                           the whole name: * any run but /, ** any run, ? one character but /;
                           e.g. --elections 'jobs/scheduler,**/leader-*'. Other names with the
-                          <name>/<lease> layout are elections once a candidate proclaims (a new
-                          value on its key) or when the name contains "elect" or "leader"; else
-                          a semaphore when every value starts with the same number, else a lock
+                          <name>/<lease> layout: an election once a candidate proclaims (a new
+                          value on its key); else a semaphore when every value starts with the
+                          same number; else an election when the name contains "elect" or
+                          "leader"; else a lock (docs/cli.md)
 
 ${COMMON_HELP}
 
