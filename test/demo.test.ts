@@ -1,9 +1,11 @@
 // The README's main command: `npm run demo`. Runs the whole narrated story in --fast --quiet mode as
 // a child process (its own 3-member etcd cluster, its own worker processes) and checks that it
-// exits 0 on its own and reports every invariant as held.
+// exits 0 on its own and reports every invariant as held. Then, cheaply, `npm run demo -- --web`:
+// the inspector's URL is printed and answers, and an interrupt stops it all.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { get } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 
@@ -49,4 +51,59 @@ test('npm run demo -- --fast --quiet: the story runs, every invariant holds, eve
   assert.doesNotMatch(stdout, /\x1b\[/, output);
   // The process ended on its own, not through the demo's "something kept the process alive" guard.
   assert.doesNotMatch(stderr, /kept the process alive/, output);
+});
+
+test('npm run demo -- --web: prints the web inspector\'s URL, which serves the page and its event stream; Ctrl-C stops everything', { timeout: 120_000 }, async () => {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'examples/demo/main.ts', '--fast', '--quiet', '--web'], {
+    cwd: root,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, NO_COLOR: '1' },
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+  const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+  // A hang guard, not a timing assertion.
+  const guard = setTimeout(() => child.kill('SIGKILL'), 110_000);
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      child.stdout.setEncoding('utf8').on('data', (d: string) => {
+        stdout += d;
+        const m = /^web inspector: (http:\/\/127\.0\.0\.1:\d+\/) /m.exec(stdout);
+        if (m) resolve(m[1]!);
+      });
+      void exited.then(([code, signal]) => reject(new Error(`the demo ended (${code ?? signal}) before printing its URL\n${stdout}\n${stderr}`)));
+    });
+    const page = await fetch(url);
+    assert.equal(page.status, 200);
+    assert.match(await page.text(), /etcd-concurrency inspector/);
+    // The first page to connect to the event stream starts the story (the demo waits for one).
+    const first = await new Promise<string>((resolve, reject) => {
+      get(`${url}events`, (res) => {
+        if (res.statusCode !== 200) reject(new Error(`/events answered ${res.statusCode}`));
+        res.setEncoding('utf8').once('data', (d: string) => {
+          res.destroy();
+          resolve(d);
+        });
+      }).on('error', reject);
+    });
+    assert.match(first, /^retry: \d+\nevent: snapshot\n/);
+    await new Promise<void>((resolve) => {
+      const check = (): void => void (/a browser is watching: starting/.test(stdout) && resolve());
+      child.stdout.on('data', check);
+      check();
+    });
+    child.kill('SIGINT');
+    const [code, signal] = await exited;
+    // It dies of the signal (as an interrupted process should) or exits 130, having stopped etcd and its workers.
+    assert.ok(signal === 'SIGINT' || code === 130, `exit ${code ?? signal}\n${stdout}\n${stderr}`);
+    assert.match(stderr, /demo: SIGINT: stopping workers and etcd/);
+    await assert.rejects(fetch(url), 'the inspector still answers after the demo ended');
+  } finally {
+    clearTimeout(guard);
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL');
+      await exited;
+    }
+  }
 });

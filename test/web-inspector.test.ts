@@ -1,13 +1,16 @@
 // `etcd-concurrency inspect --web`, in a real browser: Debian's chromium, driven headless through
 // playwright-core, against a real etcd and real CLI processes (dist/cli/main.js: `npm run build`
 // first). Every wait is on the page's content (waitForFunction), a child's output, its exit or etcd
-// state; never on a sleep. Without a browser every test skips with the reason printed.
+// state; never on a sleep. Without a browser every browser test skips with the reason printed, or
+// fails when CI is set (unless WEB_INSPECTOR_ALLOW_SKIP=1).
 //
 // The screenshot test writes docs/inspector.png when WEB_INSPECTOR_SCREENSHOT=1 (to refresh the
 // README's picture), and a temporary file otherwise.
 import { before, describe, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { hostname, networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
@@ -15,24 +18,32 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { Client, Election, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
-import { startProxy } from '../src/testing/index.js';
-import { assertNoKeys, closeAll, etcdForCliFile, killClis, runCli, waitFor, type CliProc } from './helpers.js';
+import { startEtcd, startProxy } from '../src/testing/index.js';
+import { assertNoKeys, assertOneErrorLine, closeAll, etcdForCliFile, grpcHandled, grpcStarted, hasEtcdctl, killClis, openSessions, runCli, settledOrHang, track, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/web/';
 /** The screenshot's scene lives under a short prefix, so that the picture reads well. */
 const SCENE = 'app/';
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+/**
+ * In CI (CI set, not "false" or "0") a browser test may not skip: "passes in CI" must mean it ran.
+ * WEB_INSPECTOR_ALLOW_SKIP=1 is the explicit opt-out, for a CI machine known to have no browser.
+ */
+const MUST_RUN = !!process.env.CI && !/^(false|0)$/i.test(process.env.CI) && process.env.WEB_INSPECTOR_ALLOW_SKIP !== '1';
+
 /** A hang guard for page waits on a loaded 2-core machine, not a timing assertion. */
 const PAGE_WAIT_MS = 45_000;
 
 let client: Client;
 let endpoint: string;
+/** etcd's client URL, for its /metrics. */
+let clientUrl: string;
 let browser: Browser | undefined;
 let skipReason: string | undefined;
 /** Commands run under `lock -- cmd` whose lock process we SIGKILLed: they run on until killed. */
 const orphans = new Set<number>();
 
-const fresh = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)), {
+const fresh = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!), (clientUrl = e.clientUrls[0]!)), {
   beforeChecks: async () => {
     await browser?.close();
     // SIGTERM first: lock and elect release their keys on it (after a failed test); then SIGKILL.
@@ -57,12 +68,19 @@ before(async () => {
       skipReason = `chromium at ${CHROMIUM} does not start: ${(err as Error).message.split('\n')[0]}`;
     }
   }
-  if (skipReason) process.stderr.write(`web-inspector: skipping the browser tests: ${skipReason}\n`);
+  if (skipReason) process.stderr.write(`web-inspector: ${MUST_RUN ? 'FAILING (CI; WEB_INSPECTOR_ALLOW_SKIP=1 to skip)' : 'skipping'} the browser tests: ${skipReason}\n`);
 });
 
-/** Skips the test, with the reason printed, when no browser can run. */
+/**
+ * Skips the test, with the reason printed, when no browser can run; fails it instead in CI (see
+ * MUST_RUN).
+ */
 function needBrowser(t: TestContext): Browser | undefined {
-  if (!browser) t.skip(skipReason ?? 'no browser');
+  if (!browser) {
+    const reason = skipReason ?? 'no browser';
+    if (MUST_RUN) assert.fail(`no browser under CI=${process.env.CI}: ${reason}. Install chromium, or set WEB_INSPECTOR_ALLOW_SKIP=1 to let the browser tests skip`);
+    t.skip(reason);
+  }
   return browser;
 }
 
@@ -72,12 +90,12 @@ function needBrowser(t: TestContext): Browser | undefined {
  * A CLI child. It has ended once it exits, not once its pipes close: a command under `lock -- cmd`
  * whose lock process was SIGKILLed keeps the stdout pipe open.
  */
-const start = (args: string[]): CliProc => runCli(args, { exitEvent: 'exit' });
+const start = (args: string[], env?: NodeJS.ProcessEnv): CliProc => runCli(args, { exitEvent: 'exit', env });
 
 /** Starts the web inspector on `prefix`; resolves once it printed its URL. */
-async function inspector(prefix: string, extra: string[] = [], ep = endpoint): Promise<{ proc: CliProc; url: string }> {
+async function inspector(prefix: string, extra: string[] = [], ep = endpoint, env?: NodeJS.ProcessEnv): Promise<{ proc: CliProc; url: string }> {
   const port = extra.includes('--listen') ? [] : ['--port', '0'];
-  const proc = start(['inspect', '--web', prefix, ...port, '--endpoints', ep, ...extra]);
+  const proc = start(['inspect', '--web', prefix, ...port, '--endpoints', ep, ...extra], env);
   const m = await proc.match(/^inspector: (http:\/\/\S+)/);
   return { proc, url: m[1]! };
 }
@@ -117,7 +135,9 @@ const HELPERS = String.raw`
   var card = function (name) { return Array.from(document.querySelectorAll('.card')).find(function (c) { return c.dataset.name === name; }); };
   var rows = function (name) {
     var c = card(name);
-    return c ? Array.from(c.querySelectorAll('tbody tr')).map(function (tr) { return { role: tr.dataset.role, token: tr.dataset.token, key: tr.dataset.key, text: tr.innerText }; }) : [];
+    return c ? Array.from(c.querySelectorAll('tbody tr')).map(function (tr) {
+      return { role: tr.dataset.role, token: tr.dataset.token, key: tr.dataset.key, label: tr.children[0].textContent, ttl: tr.children[3].textContent, text: tr.innerText };
+    }) : [];
   };
   var timeline = function (name) {
     return Array.from(document.querySelectorAll('#timeline li')).filter(function (li) { return li.dataset.name === name; })
@@ -216,14 +236,25 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
 
       // SIGKILL: no unlock, no revoke. The lease expires after its TTL and the first waiter takes over.
       orphans.add(Number(holderCmdPid));
+      const killedAt = performance.now();
       await holder.kill('SIGKILL');
-      const [, w1Token] = await w1.match(/^running rev=(\d+)/);
-      assert.equal(w1Token, queue[1]!.token);
+      const w1Token = queue[1]!.token;
       await until(
         page,
         `(function () { var r = rows(${JSON.stringify(name)}); return r.length === 2 && r[0].role === 'holder' && r[0].token === ${JSON.stringify(w1Token)} && r[1].token === ${JSON.stringify(queue[2]!.token)}; })()`,
         'the first waiter holding, the second waiting behind it',
       );
+      // "Within a few seconds": the lease runs out after at most its TTL (2 s), then the page shows
+      // the new holder. A generous bound for a loaded machine, as the issue asks.
+      const handOverMs = performance.now() - killedAt;
+      assert.ok(handOverMs <= (2 + 5) * 1000, `the page showed the hand-over ${Math.round(handOverMs)} ms after the SIGKILL (TTL 2 s + 5 s allowed)`);
+      assert.equal((await w1.match(/^running rev=(\d+)/))[1], w1Token);
+      // The new holder's lease (TTL 30 s) counts down in the page: a later reading is smaller.
+      const ttlOf = `(function () { var m = /^(\\d+) s \\/ 30 s$/.exec(rows(${JSON.stringify(name)})[0].ttl); return m ? Number(m[1]) : 0; })()`;
+      await until(page, `${ttlOf} > 0`, "the new holder's lease TTL");
+      const firstTtl = await evaluate<number>(page, ttlOf);
+      await until(page, `${ttlOf} > 0 && ${ttlOf} < ${firstTtl}`, `the TTL counting down from ${firstTtl} s`);
+      assert.ok((await evaluate<number>(page, ttlOf)) < firstTtl);
       await until(
         page,
         `timeline(${JSON.stringify(name)}).some(function (e) { return e.type === 'expired' && e.token === ${JSON.stringify(holderToken)} && /lease expired/.test(e.text); })`,
@@ -339,6 +370,226 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
     }
   });
 
+  test('--elections names an election; a lock holder re-putting its key (same value) stays a lock; a proclaim with a new value makes an election', async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('kinds');
+    const scheduler = `${prefix}jobs/scheduler`; // an election whose name does not say so
+    const deploy = `${prefix}locks/deploy`; // a lock whose holder re-puts its key, value unchanged
+    const primary = `${prefix}tasks/primary`; // an election known only by its proclaim
+    const [sc, dp, pr] = [scheduler, deploy, primary].map((n) => JSON.stringify(n));
+    const ins = await inspector(prefix, ['--elections', `${prefix}jobs/*`]);
+    const page = await open(ins.url);
+    const ss = await openSessions(client, 3);
+    const others: CliProc[] = [];
+    try {
+      await new Election(ss[0]!, scheduler).campaign('node-a');
+      const held = await new Mutex(ss[1]!, deploy).lock({ label: 'ci-runner-3' });
+      const leader = await new Election(ss[2]!, primary).campaign('v1');
+      await until(
+        page,
+        `card(${sc}) && card(${sc}).dataset.kind === 'election' && rows(${sc})[0].label === 'leader' &&
+         card(${dp}) && card(${dp}).dataset.kind === 'lock' && rows(${dp}).length === 1 &&
+         card(${pr}) && card(${pr}).dataset.kind === 'lock' && rows(${pr})[0].label === 'holder'`,
+        'jobs/scheduler as an election (--elections), the other two as locks',
+      );
+
+      // The holder's mark: its key put again with ignore_value and ignore_lease (version 2, same value).
+      await client.txn({ success: [{ requestPut: { key: Buffer.from(held.key), ignoreValue: true, ignoreLease: true } }] });
+      const marked = await client.get(held.key);
+      assert.equal(marked?.version, 2n);
+      assert.equal(marked?.value.toString(), 'ci-runner-3');
+      // A proclaim: the same key and lease, a new value. The watch delivers events in order, so once
+      // the page shows this, it has seen the mark before it.
+      await leader.proclaim('v2');
+      await until(page, `card(${pr}).dataset.kind === 'election' && rows(${pr})[0].label === 'leader'`, 'tasks/primary as an election after its proclaim');
+      assert.equal(await evaluate(page, `card(${dp}).dataset.kind + ' ' + rows(${dp})[0].label + ' ' + rows(${dp}).length`), 'lock holder 1');
+
+      // A fresh read (another inspector): version 2 alone makes no election; --elections, as a comma
+      // list with a ** glob, does.
+      type State = { entities: { name: string; kind: string }[] };
+      const kindsOf = async (extra: string[]): Promise<Record<string, string>> => {
+        const other = await inspector(prefix, extra);
+        others.push(other.proc);
+        const state = (await (await fetch(`${other.url}state`)).json()) as State;
+        return Object.fromEntries(state.entities.map((e) => [e.name, e.kind]));
+      };
+      const plain = await kindsOf([]);
+      assert.equal(plain[deploy], 'lock');
+      assert.equal(plain[scheduler], 'lock', 'without --elections, jobs/scheduler is not known as an election');
+      const named = await kindsOf(['--elections', `${prefix}nothing/*,**/sched*`]);
+      assert.equal(named[deploy], 'lock');
+      assert.equal(named[scheduler], 'election');
+      assertNoPageErrors(page);
+    } finally {
+      await page.close();
+      for (const p of others) assert.equal(await p.kill('SIGTERM'), 0, p.stderr());
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+      await closeAll(ss);
+    }
+  });
+
+  test('etcd compacted past a hand-over while the inspector was cut off: the page shows the new holder after a fresh read', async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('compact');
+    const name = `${prefix}locks/deploy`;
+    const n = JSON.stringify(name);
+    const proxy = await startProxy(endpoint);
+    const ins = await inspector(prefix, ['--dial-timeout', '500ms', '--command-timeout', '2s'], proxy.endpoint);
+    const page = await open(ins.url);
+    const [s1, s2] = await openSessions(client, 2);
+    try {
+      const first = await new Mutex(s1!, name).lock();
+      const next = track(new Mutex(s2!, name).lock());
+      const q = await waitFor(async () => {
+        const k = await queueOf(name);
+        return k.length === 2 ? k : undefined;
+      }, 'the waiter queued');
+      await until(page, `rows(${n}).length === 2 && rows(${n})[0].token === '${q[0]!.token}' && rows(${n})[1].token === '${q[1]!.token}'`, 'the holder and the waiter');
+
+      // Cut off: the watch stream and every connection reset, new ones refused.
+      proxy.refuse(true);
+      proxy.cut();
+      await until(page, `/disconnected, reconnecting/.test(document.getElementById('status').textContent)`, 'the lost connection to etcd');
+      // Meanwhile the lock changes hands and etcd forgets that history: the watch cannot resume.
+      await first.unlock();
+      const second = await settledOrHang(next, 'the waiter taking the lock');
+      const { header } = await client.getPrefix(name);
+      await client.compact(header.revision, { physical: true });
+      proxy.refuse(false);
+
+      await until(
+        page,
+        `document.querySelector('.status.live') && rows(${n}).length === 1 && rows(${n})[0].role === 'holder' && rows(${n})[0].token === '${q[1]!.token}'`,
+        'the new holder after reconnecting',
+      );
+      // What happened while away is in the timeline, marked as found on reconnecting.
+      await until(
+        page,
+        `timeline(${n}).some(function (e) { return e.type === 'released' && e.token === '${q[0]!.token}' && /seen on reconnecting/.test(e.text); }) &&
+         timeline(${n}).some(function (e) { return e.type === 'acquired' && e.token === '${q[1]!.token}' && e.text.indexOf('handed over from token ${q[0]!.token}') >= 0 && /seen on reconnecting/.test(e.text); })`,
+        'the hand-over, seen on reconnecting',
+      );
+      await second.unlock();
+      await until(page, `rows(${n}).length === 0`, 'the lock free');
+      assertNoPageErrors(page);
+    } finally {
+      await page.close();
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+      await closeAll([s1, s2]);
+            await proxy.close();
+    }
+  });
+
+  test('one watch feeds every page: three pages cost etcd no more Watch, Range or TimeToLive calls than one', async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('pages');
+    const name = `${prefix}locks/deploy`;
+    const n = JSON.stringify(name);
+    const ins = await inspector(prefix);
+    const pages: Page[] = [];
+    const leases: bigint[] = [];
+    /** A participant key on a lease of its own, written directly: LeaseGrant and Put, nothing else. */
+    const join = async (): Promise<void> => {
+      const { id } = await client.leaseGrant(60);
+      leases.push(id);
+      await client.put(`${name}/${id.toString(16)}`, 'x', { lease: id });
+    };
+    /** Every page shows `count` rows, each with its lease's TTL (its TimeToLive answered). */
+    const allShow = async (count: number): Promise<void> => {
+      for (const page of pages) {
+        await until(page, `rows(${n}).length === ${count} && rows(${n}).every(function (r) { return /^\\d+ s \\/ 60 s$/.test(r.ttl); })`, `${count} rows with their TTLs`);
+      }
+    };
+    const counters = async (): Promise<Record<string, number>> => ({
+      Watch: await grpcStarted(clientUrl, 'Watch'),
+      Range: await grpcHandled(clientUrl, 'Range'),
+      LeaseTimeToLive: await grpcHandled(clientUrl, 'LeaseTimeToLive'),
+    });
+    try {
+      await join();
+      pages.push(await open(ins.url));
+      await allShow(1);
+      const one = await counters();
+      // The counters are read: the inspector's watch, its first read and its first call are in them.
+      assert.ok(one.Watch! >= 1 && one.Range! >= 1 && one.LeaseTimeToLive! >= 1, JSON.stringify(one));
+      pages.push(await open(ins.url), await open(ins.url));
+      await allShow(1);
+      assert.deepEqual(await counters(), one, 'two more pages made etcd calls');
+      // A change reaches all three pages through the one watch, and its new lease costs one call.
+      await join();
+      await allShow(2);
+      assert.deepEqual(await counters(), { ...one, LeaseTimeToLive: one.LeaseTimeToLive! + 1 });
+      for (const page of pages) assertNoPageErrors(page);
+    } finally {
+      for (const page of pages) await page.close();
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+      for (const id of leases) await client.leaseRevoke(id);
+    }
+  });
+
+  test(
+    'an auth-enabled etcd and a user with a read-only role on the prefix: the page goes live, and no password shows anywhere',
+    { skip: !hasEtcdctl() && 'needs etcdctl (to set up users and enable auth)' },
+    async (t) => {
+      if (!needBrowser(t)) return;
+      const rootPw = `r00t-pw-${randomBytes(6).toString('hex')}`;
+      const viewerPw = `v1ewer-pw-${randomBytes(6).toString('hex')}`;
+      const wrongPw = `wr0ng-pw-${randomBytes(6).toString('hex')}`;
+      const prefix = 'secured/';
+      const name = `${prefix}locks/deploy`;
+      const n = JSON.stringify(name);
+      const secured = await startEtcd();
+      const ep = secured.endpoints[0]!;
+      const ctl = (...args: string[]): void => {
+        const r = spawnSync('etcdctl', [`--endpoints=${ep}`, ...args], { env: { ...process.env, ETCDCTL_API: '3' }, encoding: 'utf8' });
+        assert.equal(r.status, 0, `etcdctl ${args[0]} ${args[1]}: ${r.stderr}`);
+      };
+      let root: Client | undefined;
+      let ss: Session[] = [];
+      let ins: { proc: CliProc; url: string } | undefined;
+      let page: Page | undefined;
+      try {
+        ctl('user', 'add', `root:${rootPw}`, '--interactive=false');
+        ctl('user', 'add', `viewer:${viewerPw}`, '--interactive=false');
+        ctl('role', 'add', 'inspector');
+        ctl('role', 'grant-permission', 'inspector', '--prefix=true', 'read', prefix);
+        ctl('user', 'grant-role', 'viewer', 'inspector');
+        ctl('auth', 'enable');
+        root = new Client({ endpoints: secured.endpoints, auth: { username: 'root', password: rootPw } });
+        ss = await openSessions(root, 2);
+        const held = await new Mutex(ss[0]!, name).lock();
+        const waiting = track(new Mutex(ss[1]!, name).lock());
+        await waitFor(async () => (await root!.getPrefix(name)).kvs.length === 2, 'the waiter queued');
+
+        // A wrong password: one error line, without it.
+        const wrong = start(['inspect', '--web', prefix, '--port', '0', '--endpoints', ep, '--user', `viewer:${wrongPw}`]);
+        assert.equal(await wrong.exited, 1, wrong.stderr());
+        assertOneErrorLine(wrong.stderr(), /authentication failed/);
+        assert.ok(!wrong.output().includes(wrongPw), wrong.output());
+
+        ins = await inspector(prefix, ['--user', `viewer:${viewerPw}`], ep);
+        page = await open(ins.url);
+        // Live, with both participants and their leases' TTLs (TimeToLive answered for this user).
+        await until(page, `rows(${n}).length === 2 && rows(${n}).every(function (r) { return /^\\d+ s \\/ 30 s$/.test(r.ttl); })`, 'the holder and the waiter with their TTLs');
+        await held.unlock();
+        await settledOrHang(waiting, 'the waiter taking the lock');
+        await until(page, `document.querySelector('.status.live') && rows(${n}).length === 1 && timeline(${n}).some(function (e) { return e.type === 'acquired'; })`, 'the hand-over, still live');
+        const state = await (await fetch(`${ins.url}state`)).text();
+        const shown = [state, ins.proc.output(), await page.content(), await evaluate<string>(page, 'text()')];
+        for (const text of shown) {
+          for (const secret of [viewerPw, rootPw]) assert.ok(!text.includes(secret), `a password shows: ${text.slice(0, 300)}`);
+        }
+        assertNoPageErrors(page);
+      } finally {
+        await page?.close();
+        if (ins) assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+        await closeAll(ss);
+        await root?.close();
+        await secured.stop();
+      }
+    },
+  );
+
   test('the screenshot: a lock, a semaphore, a readers-writer lock and an election with a history', async (t) => {
     if (!needBrowser(t)) return;
     const ss = await Promise.all(Array.from({ length: 11 }, () => Session.create(client, { ttl: 30 })));
@@ -385,6 +636,21 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
         `document.querySelectorAll('.card').length === 4 && document.querySelectorAll('tbody tr').length === 10 && document.querySelectorAll('#timeline li').length >= 10 && !/…/.test(Array.from(document.querySelectorAll('tbody td')).map(function (td) { return td.textContent; }).join(''))`,
         'the whole scene, with every lease TTL',
       );
+      // Each kind told apart, each row in its role: holders first, then waiters in queue order.
+      const kinds = await evaluate<Record<string, string>>(page, `Object.fromEntries(Array.from(document.querySelectorAll('.card')).map(function (c) { return [c.dataset.name, c.dataset.kind]; }))`);
+      assert.deepEqual(kinds, {
+        [`${SCENE}config`]: 'rwlock',
+        [`${SCENE}election/scheduler`]: 'election',
+        [`${SCENE}jobs/encoders`]: 'semaphore',
+        [`${SCENE}locks/deploy`]: 'lock',
+      });
+      const roles = async (name: string): Promise<string[]> =>
+        (await evaluate<{ role: string; label: string }[]>(page, `rows(${JSON.stringify(name)})`)).map((r) => `${r.role} ${r.label}`);
+      assert.deepEqual(await roles(`${SCENE}locks/deploy`), ['holder holder', 'waiting #1', 'waiting #2']);
+      assert.deepEqual(await roles(`${SCENE}jobs/encoders`), ['holder permit', 'holder permit', 'waiting #1']);
+      assert.deepEqual(await roles(`${SCENE}config`), ['holder reader', 'holder reader', 'waiting #1 write']);
+      assert.deepEqual(await roles(`${SCENE}election/scheduler`), ['holder leader']);
+      assert.match(await evaluate<string>(page, `card(${JSON.stringify(`${SCENE}jobs/encoders`)}).innerText`), /semaphore · 2 permits/);
       const dir = mkdtempSync(path.join(tmpdir(), 'web-inspector-'));
       try {
         const file = process.env.WEB_INSPECTOR_SCREENSHOT === '1' ? fileURLToPath(new URL('../docs/inspector.png', import.meta.url)) : path.join(dir, 'inspector.png');
@@ -428,11 +694,42 @@ describe('inspect --web without a browser', () => {
     const wide = await inspector(prefix, ['--listen', '0.0.0.0:0']);
     try {
       assert.match(wide.url, /^http:\/\/0\.0\.0\.0:\d+\/$/);
-      await waitFor(() => /listening on 0\.0\.0\.0:0, not only on loopback/.test(wide.proc.stderr()), 'the warning');
       const port = new URL(wide.url).port;
+      // The warning names the address bound (the port picked for :0), as the URL does.
+      await waitFor(() => new RegExp(`listening on 0\\.0\\.0\\.0:${port}, not only on loopback`).test(wide.proc.stderr()), 'the warning');
+      assert.doesNotMatch(wide.proc.stderr(), /0\.0\.0\.0:0\b/);
       assert.equal(await rawGet(`http://127.0.0.1:${port}/`, { host: `inspector.example:${port}` }), 200);
     } finally {
       assert.equal(await wide.proc.kill('SIGINT'), 0);
+    }
+  });
+
+  test('--open runs the desktop opener with the URL, or says how to open the page when there is none', { skip: process.platform !== 'linux' && 'xdg-open is the opener on Linux' }, async () => {
+    const prefix = fresh('open');
+    const dir = mkdtempSync(path.join(tmpdir(), 'web-open-'));
+    try {
+      // A fake xdg-open first on PATH: it records what it was asked to open, and exits.
+      const opened = path.join(dir, 'opened');
+      mkdirSync(path.join(dir, 'opener'));
+      writeFileSync(path.join(dir, 'opener', 'xdg-open'), `#!/bin/sh\nprintf '%s\\n' "$*" > '${opened}.tmp' && mv '${opened}.tmp' '${opened}'\n`, { mode: 0o755 });
+      const ins = await inspector(prefix, ['--open'], endpoint, { PATH: `${path.join(dir, 'opener')}:${process.env.PATH ?? ''}` });
+      try {
+        const got = await waitFor(() => existsSync(opened) && readFileSync(opened, 'utf8'), 'the opener run');
+        assert.equal(got, `${ins.url}\n`);
+      } finally {
+        assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+      }
+      // No opener on PATH (only a shell): the URL to open by hand.
+      mkdirSync(path.join(dir, 'bare'));
+      symlinkSync('/bin/sh', path.join(dir, 'bare', 'sh'));
+      const bare = await inspector(prefix, ['--open'], endpoint, { PATH: path.join(dir, 'bare') });
+      try {
+        await bare.proc.next(new RegExp(`^--open: no browser opener found \\(xdg-open\\); open ${bare.url.replace(/[.]/g, '\\.')} in a browser$`));
+      } finally {
+        assert.equal(await bare.proc.kill('SIGTERM'), 0, bare.proc.stderr());
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
@@ -444,6 +741,8 @@ describe('inspect --web without a browser', () => {
       [['inspect', 'x', '--port', '1'], /--port only applies with --web/],
       [['inspect', 'x', '--show-values'], /--show-values only applies with --web/],
       [['inspect', '--web', 'x/', '--json'], /does not go with --json/],
+      [['inspect', 'x', '--elections', 'x'], /--elections only applies with --web/],
+      [['inspect', '--web', 'x/', '--elections', 'a,,b'], /--elections needs a name or glob/],
     ];
     for (const [args, re] of cases) {
       const p = start(args);

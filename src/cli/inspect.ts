@@ -12,7 +12,7 @@ import { Inspector, isLoopback } from './web/server.js';
 export const WEB_PORT = 8379;
 
 export const INSPECT_HELP = `Usage: etcd-concurrency inspect <name> [options]
-       etcd-concurrency inspect --web [prefix] [--port N] [--open] [--show-values]
+       etcd-concurrency inspect --web [prefix] [--port N] [--open] [--show-values] [--elections <glob>]
 
 Shows the owner of lock or election <name> (the participant with the oldest key) and the queue
 behind it in order: for a semaphore (\`lock --limit\`) its permit holders, for a readers-writer
@@ -44,6 +44,13 @@ One watch on etcd feeds every open page; it only reads. Until interrupted.
   --open                  open the page in a browser (xdg-open), else print how to
   --show-values           show the keys' values (labels, proposals); hidden by default as they
                           may hold data
+  --elections <glob>      names that are elections (repeatable, or a comma list), matched against
+                          the whole name: * any run but /, ** any run, ? one character but /;
+                          e.g. --elections 'jobs/scheduler,**/leader-*'. Other names with the
+                          <name>/<lease> layout: an election once a candidate proclaims (a new
+                          value on its key); else a semaphore when every value starts with the
+                          same number; else an election when the name contains "elect" or
+                          "leader"; else a lock (docs/cli.md)
 
 ${COMMON_HELP}
 
@@ -64,6 +71,7 @@ export async function inspectCommand(args: string[]): Promise<number> {
     listen: { type: 'string' },
     open: { type: 'boolean' },
     'show-values': { type: 'boolean' },
+    elections: { type: 'string', multiple: true },
     metrics: { type: 'string' },
   });
   if (values.help) {
@@ -74,7 +82,7 @@ export async function inspectCommand(args: string[]): Promise<number> {
     if (values.metrics !== undefined) throw new UsageError('--metrics only applies with --watch, not with --web');
     return web(values, positionals);
   }
-  for (const flag of ['port', 'listen', 'open', 'show-values'] as const) {
+  for (const flag of ['port', 'listen', 'open', 'show-values', 'elections'] as const) {
     if (values[flag] !== undefined) throw new UsageError(`--${flag} only applies with --web`);
   }
   if (values.metrics !== undefined && !values.watch) throw new UsageError('--metrics only applies with --watch (a one-shot inspect has nothing to serve)');
@@ -133,7 +141,15 @@ export async function inspectCommand(args: string[]): Promise<number> {
   }
 }
 
-type InspectValues = Parameters<typeof connectTo>[0] & { json?: boolean; watch?: boolean; port?: string; listen?: string; open?: boolean; 'show-values'?: boolean };
+type InspectValues = Parameters<typeof connectTo>[0] & {
+  json?: boolean;
+  watch?: boolean;
+  port?: string;
+  listen?: string;
+  open?: boolean;
+  'show-values'?: boolean;
+  elections?: string[];
+};
 
 /** `inspect --web [prefix]`: serves the live page until interrupted, then exits 0. */
 async function web(values: InspectValues, positionals: string[]): Promise<number> {
@@ -142,11 +158,12 @@ async function web(values: InspectValues, positionals: string[]): Promise<number
   const prefix = positionals[0] ?? '';
   if (prefix.includes('\0')) throw new UsageError('the prefix contains a NUL character');
   const { host, port } = listenAddress(values);
+  const elections = electionGlobs(values.elections ?? []);
   const client = await connectTo(values);
   const interrupts = new Interrupts();
   let inspector: Inspector | undefined;
   try {
-    inspector = new Inspector(client, { prefix, host, port, showValues: values['show-values'] ?? false });
+    inspector = new Inspector(client, { prefix, host, port, showValues: values['show-values'] ?? false, elections });
     let url: string;
     try {
       url = await inspector.start();
@@ -157,7 +174,8 @@ async function web(values: InspectValues, positionals: string[]): Promise<number
       throw err;
     }
     if (!isLoopback(host)) {
-      warn(`listening on ${host}:${port}, not only on loopback: anyone who can reach it sees every name, lease and holder under the prefix (there is no login); it never shows values unless --show-values`);
+      // The address bound (with --listen host:0, the port picked), as in the URL.
+      warn(`listening on ${new URL(url).host}, not only on loopback: anyone who can reach it sees every name, lease and holder under the prefix (there is no login); it never shows values unless --show-values`);
     }
     print(`inspector: ${url} (prefix ${prefix === '' ? '"" (every key)' : JSON.stringify(prefix)}; read-only; Ctrl-C to stop)`);
     if (values.open) openBrowser(url);
@@ -168,6 +186,13 @@ async function web(values: InspectValues, positionals: string[]): Promise<number
     await inspector?.close();
     await client.close();
   }
+}
+
+/** The --elections globs, each flag split at commas; an empty one is refused. */
+function electionGlobs(raw: string[]): string[] {
+  const globs = raw.flatMap((r) => r.split(','));
+  for (const g of globs) if (g.trim() === '') throw new UsageError('--elections needs a name or glob (an empty one matches nothing)');
+  return globs;
 }
 
 /** 127.0.0.1:--port by default; --listen host:port otherwise. */

@@ -64,8 +64,11 @@ a flag and its variable set together are refused, as etcdctl refuses them):
   --debug                 print stack traces with errors
   -h, --help              show this help`;
 
-type Spec = Record<string, { type: 'string' | 'boolean'; short?: string }>;
-type Values<O extends Spec> = { [K in keyof O]?: O[K]['type'] extends 'string' ? string : boolean };
+type Spec = Record<string, { type: 'string' | 'boolean'; short?: string; multiple?: boolean }>;
+/** A flag's value; a list for a flag given `multiple: true` (it may be repeated). */
+type Values<O extends Spec> = {
+  [K in keyof O]?: O[K] extends { multiple: true } ? (O[K]['type'] extends 'string' ? string[] : boolean[]) : O[K]['type'] extends 'string' ? string : boolean;
+};
 
 /** parseArgs, with its errors turned into usage errors (exit 2) in our own words. */
 export function parse<O extends Spec>(args: string[], options: O): { values: Values<O>; positionals: string[] } {

@@ -93,8 +93,14 @@ interface Entity {
   name: string;
   layout: EntityView['layout'];
   parts: Map<string, Part>;
-  /** A participant's key was written again (proclaim): this name is an election. */
+  /**
+   * A participant's key was written again with another value (a proclaim): this name is an
+   * election. A put that leaves the value as it was is not one: a lock holder may re-put its own key
+   * (same value, same lease) to mark it.
+   */
   proclaimed: boolean;
+  /** Named an election by the operator (`--elections`). */
+  declared: boolean;
   kind: Kind;
   permits?: number;
   holders: Set<string>;
@@ -104,8 +110,31 @@ interface Entity {
 }
 
 const HEX = /^[0-9a-f]+$/;
-/** A name that says it is an election: shown as one even before a proclaim proves it. */
+/** A name that says it is an election: shown as one even before a proclaim proves it (the fallback when no --elections glob matches). */
 const ELECTION_NAME = /elect|leader/i;
+
+/**
+ * A test for the names the operator says are elections (`--elections`), from globs matched against
+ * the whole name: `*` is any run of characters but `/`, `**` any run including `/`, `?` one
+ * character but `/`; anything else stands for itself. Undefined when there is no glob.
+ */
+export function electionMatcher(globs: readonly string[]): ((name: string) => boolean) | undefined {
+  if (globs.length === 0) return undefined;
+  const res = globs.map((g) => {
+    let re = '';
+    for (let i = 0; i < g.length; i++) {
+      const c = g[i]!;
+      if (c === '*' && g[i + 1] === '*') {
+        re += '.*';
+        i++;
+      } else if (c === '*') re += '[^/]*';
+      else if (c === '?') re += '[^/]';
+      else re += c.replace(/[\\^$.*+?()[\]{}|]/g, '\\$&');
+    }
+    return new RegExp(`^${re}$`, 's');
+  });
+  return (name) => res.some((re) => re.test(name));
+}
 /** At most this many names without participants are kept (shown as free), oldest dropped first. */
 const MAX_EMPTY = 200;
 /** Timeline events kept. */
@@ -148,6 +177,8 @@ export class Model {
     readonly prefix: string,
     readonly showValues: boolean,
     private readonly now: () => number = Date.now,
+    /** Names the operator says are elections (`--elections`); others fall back to the heuristics. */
+    private readonly isElection: (name: string) => boolean = () => false,
   ) {}
 
   /** The whole picture, for a page that just connected. */
@@ -187,16 +218,13 @@ export class Model {
       seen.add(key);
       const old = this.byKey.get(key);
       if (old && old.token === kv.createRevision && old.lease === kv.lease) {
-        if (!old.value.equals(kv.value)) {
-          old.value = kv.value;
-          ch.parts.push({ op: 'put', ...this.partView(old) });
-          touched.add(this.entities.get(old.name)!);
-        }
+        // The same participant, with another value since the last read: a proclaim. (Its version
+        // alone says nothing: a lock holder may re-put its key with the same value.)
+        if (!old.value.equals(kv.value)) this.proclaim(old, kv.value, ch, touched);
         continue;
       }
       if (old) this.remove(old, ch, touched);
-      const p = this.add(kv, initial ? null : this.now(), ch, touched);
-      if (p && kv.version > 1n) this.entities.get(p.name)!.proclaimed = true;
+      this.add(kv, initial ? null : this.now(), ch, touched);
     }
     for (const [key, p] of [...this.byKey]) if (!seen.has(key)) this.remove(p, ch, touched);
     this.settle(touched, ch, { initial, approximate: !initial, expiredLease });
@@ -216,13 +244,10 @@ export class Model {
         continue;
       }
       if (old && old.token === ev.kv.createRevision && old.lease === ev.kv.lease) {
-        // The same participant wrote its key again: an election's proclaim.
-        old.value = ev.kv.value;
-        const e = this.entities.get(old.name)!;
-        e.proclaimed = true;
-        touched.add(e);
-        ch.parts.push({ op: 'put', ...this.partView(old) });
-        if (!ch.leasesChanged.includes(old.leaseHex)) ch.leasesChanged.push(old.leaseHex);
+        // The same participant wrote its key again. With another value: an election's proclaim.
+        // With the same value: a lock holder's mark (Put with ignore_value/ignore_lease), nothing
+        // to show.
+        if (!old.value.equals(ev.kv.value)) this.proclaim(old, ev.kv.value, ch, touched);
         continue;
       }
       if (old) this.remove(old, ch, touched);
@@ -230,6 +255,15 @@ export class Model {
     }
     this.settle(touched, ch, { initial: false, approximate: false, expiredLease });
     return ch;
+  }
+
+  /** A participant's key got a new value on the same incarnation and lease: the name is an election. */
+  private proclaim(p: Part, value: Buffer, ch: Change, touched: Set<Entity>): void {
+    p.value = value;
+    const e = this.entities.get(p.name)!;
+    e.proclaimed = true;
+    touched.add(e);
+    ch.parts.push({ op: 'put', ...this.partView(p) });
   }
 
   private emptyChange(): Change {
@@ -243,7 +277,7 @@ export class Model {
     if (!c) return undefined;
     let e = this.entities.get(c.name);
     if (!e) {
-      e = { name: c.name, layout: 'plain', parts: new Map(), proclaimed: false, kind: 'lock', holders: new Set(), vacantSince: null };
+      e = { name: c.name, layout: 'plain', parts: new Map(), proclaimed: false, declared: this.isElection(c.name), kind: 'lock', holders: new Set(), vacantSince: null };
       this.entities.set(c.name, e);
     }
     delete e.emptySince;
@@ -346,7 +380,12 @@ export class Model {
     }
   }
 
-  /** Kind and holders of a name, as `inspect` decides them. */
+  /**
+   * Kind and holders of a name, as `inspect` decides them, plus elections: a name with the plain
+   * layout is an election when `--elections` names it, once a participant proclaims (a new value on
+   * the same key and lease), or when its name says so (`elect` or `leader` in it); otherwise a
+   * semaphore when every value starts with the same permit count, else a lock.
+   */
   private classify(e: Entity): void {
     const all = [...e.parts.values()];
     const rw = all.filter((p) => p.layout === 'read' || p.layout === 'write');
@@ -358,7 +397,7 @@ export class Model {
     if (plain.length > 0) {
       queue = plain;
       e.layout = 'plain';
-      kind = e.proclaimed || ELECTION_NAME.test(e.name) ? 'election' : 'lock';
+      kind = e.declared || e.proclaimed || ELECTION_NAME.test(e.name) ? 'election' : 'lock';
     } else if (rw.length > 0) {
       queue = rw;
       kind = 'rwlock';
@@ -380,7 +419,9 @@ export class Model {
       held = firstWriter === 0 ? 1 : firstWriter < 0 ? queue.length : firstWriter;
     } else if (kind === 'barrier') {
       held = queue.length;
-    } else if (!e.proclaimed) {
+    } else if (!e.proclaimed && !e.declared) {
+      // Only the name heuristic can be overruled: an election named for one whose candidates all
+      // propose the same number looks like a semaphore.
       const first = countOf(queue[0]!.value.toString('utf8'));
       if (/^[1-9][0-9]*$/.test(first) && queue.every((p) => countOf(p.value.toString('utf8')) === first)) {
         // A semaphore's value is its permit count, then the holder's label if it has one.

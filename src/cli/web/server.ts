@@ -6,7 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { CompactedError, PermissionDeniedError, prefixRange, SortOrder, SortTarget, type Client, type KeyValue } from '../../index.js';
-import { Model, type Change } from './model.js';
+import { electionMatcher, Model, type Change } from './model.js';
 import { PAGE_CSS, PAGE_HTML, PAGE_JS } from './page.js';
 
 export interface InspectorOptions {
@@ -18,6 +18,8 @@ export interface InspectorOptions {
   showValues: boolean;
   /** How often the server checks that etcd answers, ms (default 2000). */
   probeMs?: number;
+  /** Globs of the names that are elections (`--elections`; see electionMatcher). */
+  elections?: readonly string[];
 }
 
 /** A lease's TimeToLive as last fetched: `ttl` seconds left at wall-clock `at` ms (-1: gone). */
@@ -53,6 +55,8 @@ export class Inspector {
   private readonly leases = new Map<string, LeaseInfo>();
   private readonly leaseQueue: string[] = [];
   private readonly leaseQueued = new Set<string>();
+  /** Leases whose TimeToLive failed (etcd out of reach): asked again once it is back. */
+  private readonly leaseFailed = new Set<string>();
   private leaseInflight = 0;
   private connected = false;
   private lastError: string | undefined;
@@ -72,7 +76,7 @@ export class Inspector {
     private readonly client: Client,
     private readonly options: InspectorOptions,
   ) {
-    this.model = new Model(options.prefix, options.showValues);
+    this.model = new Model(options.prefix, options.showValues, Date.now, electionMatcher(options.elections ?? []));
     this.firstPage = new Promise((resolve) => (this.onFirstPage = resolve));
     this.server = createServer((req, res) => this.handle(req, res));
   }
@@ -188,7 +192,6 @@ export class Inspector {
         // Back: read afresh, so that what happened meanwhile (expired leases) shows at once.
         this.setConnected(true);
         this.resyncNow.abort();
-        for (const hex of this.leases.keys()) this.queueLease(hex);
       }
     } catch (err) {
       if (this.stop.signal.aborted) return;
@@ -205,6 +208,14 @@ export class Inspector {
   private setConnected(on: boolean, err?: unknown): void {
     const error = on ? undefined : safeMessage(err);
     if (on === this.connected && error === this.lastError) return;
+    if (on && !this.connected) {
+      // Back (the probe or the watch noticed first). Asked again: the holders' leases (renewed or
+      // not meanwhile, as at rest) and those whose call failed; not every known lease. Keys that
+      // changed meanwhile come with the fresh read (new leases, a new holder's).
+      for (const hex of this.model.holderLeases()) this.queueLease(hex, true);
+      for (const hex of this.leaseFailed) this.queueLease(hex);
+      this.leaseFailed.clear();
+    }
     this.connected = on;
     this.lastError = error;
     this.send('status', this.status());
@@ -248,12 +259,16 @@ export class Inspector {
         .leaseTimeToLive(BigInt(`0x${hex}`), { signal: this.stop.signal })
         .then(
           (t) => {
+            this.leaseFailed.delete(hex);
             if (!this.model.hasLease(hex)) return;
             const info = { ttl: t.ttl, granted: t.grantedTtl, at: Date.now() };
             this.leases.set(hex, info);
             this.send('leases', { now: Date.now(), leases: { [hex]: info } });
           },
-          () => {}, // etcd unreachable: the probe says so; the lease is fetched again once it is back
+          () => {
+            // etcd unreachable: the probe says so; the lease is asked again once it is back.
+            if (this.model.hasLease(hex) && !this.stop.signal.aborted) this.leaseFailed.add(hex);
+          },
         )
         .finally(() => {
           this.leaseInflight--;
@@ -284,6 +299,7 @@ export class Inspector {
     const gone: Record<string, null> = {};
     for (const hex of ch.leasesGone) {
       this.leases.delete(hex);
+      this.leaseFailed.delete(hex);
       gone[hex] = null;
     }
     for (const hex of ch.leasesNew) this.queueLease(hex, true);
