@@ -200,6 +200,37 @@ describe('metrics and spans with the real SDK', () => {
     await assertNoKeys(client, p);
   });
 
+  it('the queue position at enqueue: a holder has 0 keys ahead, the second caller 1, the third 2', async () => {
+    const p = fresh('ahead');
+    await using sdk = new Sdk();
+    const [a, b, c] = await Promise.all([Session.create(sdk.client), Session.create(sdk.client), Session.create(sdk.client)]);
+    try {
+      const m = (s: Session) => new Mutex(s, `${p}lock`);
+      const first = await m(a!).lock();
+      const second = track(m(b!).lock());
+      await sdk.until(METRIC.waiting, LOCK, 1);
+      const third = track(m(c!).lock());
+      await sdk.until(METRIC.waiting, LOCK, 2);
+      await first.unlock();
+      await (await settledOrHang(second, 'the second caller gets the lock')).unlock();
+      const h = await settledOrHang(third, 'the third caller gets the lock');
+      await h.unlock();
+      const spans = sdk.finished('lock.acquire').sort((x, y) => Number(x.attributes[ATTR.fencingToken]) - Number(y.attributes[ATTR.fencingToken]));
+      assert.deepEqual(
+        spans.map((s) => [s.attributes[ATTR.queueAhead], s.attributes[ATTR.queued]]),
+        [
+          [0, false],
+          [1, true],
+          [2, true],
+        ],
+      );
+      assert.equal(spans[2]!.attributes[ATTR.fencingToken], Number(h.fencingToken));
+    } finally {
+      await closeAll([a, b, c]);
+    }
+    await assertNoKeys(client, p);
+  });
+
   it('a permit, a read lock and a write lock are their own kinds', async () => {
     const p = fresh('kinds');
     await using sdk = new Sdk();
@@ -221,6 +252,11 @@ describe('metrics and spans with the real SDK', () => {
       assert.deepEqual(
         ['permit.acquire', 'rwlock.read.acquire', 'rwlock.write.acquire', 'permit.hold', 'rwlock.read.hold', 'rwlock.write.hold'].map((n) => sdk.finished(n).length),
         [1, 1, 1, 1, 1, 1],
+      );
+      // Nobody was ahead of any of them.
+      assert.deepEqual(
+        ['permit.acquire', 'rwlock.read.acquire', 'rwlock.write.acquire'].map((n) => sdk.finished(n)[0]!.attributes[ATTR.queueAhead]),
+        [0, 0, 0],
       );
     } finally {
       await closeAll([s]);
@@ -334,6 +370,14 @@ describe('elections', () => {
       assert.deepEqual(
         campaigns.map((c) => c.attributes[ATTR.fencingToken]).sort(),
         [Number(first.fencingToken), Number(leader.fencingToken)].sort(),
+      );
+      // The second candidate queued behind the first.
+      assert.deepEqual(
+        campaigns.map((c) => [c.attributes[ATTR.fencingToken], c.attributes[ATTR.queueAhead]]).sort((x, y) => Number(x[0]) - Number(y[0])),
+        [
+          [Number(first.fencingToken), 0],
+          [Number(leader.fencingToken), 1],
+        ],
       );
       assert.equal(sdk.finished('election.lead').length, 2);
     } finally {
