@@ -462,7 +462,12 @@ describe('failover across a 3-member cluster', () => {
       s = await Session.create(c);
       const h = await new Mutex(s, 'test/metrics/failover/lock').lock();
       const signal = h.signal; // the holder watches its key: a watch on the shared stream
-      await waitFor(() => c.watches.size > 0, 'the key watched');
+      // The shared stream really open on the member in use before it is killed (its 'created'
+      // answer came back): on the h2 transport unary calls do not open the grpc-js channel the
+      // stream uses, so without this the kill could land before the stream exists, and nothing resumes.
+      const ours = c.watch(h.key);
+      await ours.created;
+      await waitFor(() => c.watches.size > 1, 'the holder watches its key too');
       const used = cluster.endpoints.indexOf(c.activeEndpoint);
       assert.ok(used >= 0);
       assert.equal(await value(METRIC.failovers), 0);
@@ -472,6 +477,7 @@ describe('failover across a 3-member cluster', () => {
       await waitFor(async () => (await value(METRIC.watchResumes)) >= 1, 'the watch stream resumed elsewhere');
       assert.equal(signal.aborted, false, 'the lock is still held');
       h.assertHeld();
+      ours.cancel();
       await h.unlock();
       await assertNoKeys(c, 'test/metrics/failover/');
     } finally {
