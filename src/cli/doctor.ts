@@ -76,9 +76,9 @@ Examples:
   etcd-concurrency doctor --endpoints 10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379
   etcd-concurrency doctor --user app --prefix locks/ --json | jq .checks`;
 
-type Level = 'ok' | 'info' | 'warn' | 'fail' | 'skip';
+export type Level = 'ok' | 'info' | 'warn' | 'fail' | 'skip';
 
-interface Check {
+export interface Check {
   name: string;
   level: Level;
   message: string;
@@ -86,7 +86,7 @@ interface Check {
   fix?: string;
 }
 
-interface MemberReport {
+export interface MemberReport {
   /** Member id in hex, as etcdctl prints it; null when the member never answered and MemberList was unavailable. */
   id: string | null;
   name: string | null;
@@ -559,7 +559,12 @@ function reason(err: unknown): string {
   return why ? `unreachable: ${why[1]}` : m;
 }
 
-function versionCheck(versions: string[], answered: MemberReport[]): Check {
+/**
+ * The versions check, from the distinct versions that answered (sorted oldest first) and the members
+ * that told them: fail below 3.4 or when none did, warn on mixed versions and on end-of-life 3.4.
+ * Exported for its unit tests.
+ */
+export function versionCheck(versions: string[], answered: MemberReport[]): Check {
   if (versions.length === 0) return { name: 'versions', level: 'fail', message: 'no member told its version' };
   const old = versions.filter((v) => !etcdVersionAtLeast(v, '3.4'));
   if (old.length > 0) {
@@ -581,7 +586,11 @@ function versionCheck(versions: string[], answered: MemberReport[]): Check {
   return { name: 'versions', level: 'warn', message: problems.join('; '), fix: fixes.join('; ') };
 }
 
-function leaderCheck(members: MemberReport[]): Check {
+/**
+ * The leader check: fail when no member has a leader, warn when some have none or they disagree on
+ * who it is, else ok naming the leader (when Status told it). Exported for its unit tests.
+ */
+export function leaderCheck(members: MemberReport[]): Check {
   const leaderless = members.filter((m) => m.hasLeader === false);
   const withLeader = members.filter((m) => m.hasLeader === true);
   // Who leads is known only from Status.
