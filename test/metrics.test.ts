@@ -292,7 +292,28 @@ describe('losses', () => {
     await assertNoKeys(client, p);
   });
 
-  it('the lease is revoked: the session is lost (lease_gone) and so is the lock (lease_expired), with nobody watching the signal', async () => {
+  it("an operator deletes the holder's key while nobody looks at the signal: the recorded holding watches its key after a second, so held goes back to 0", async () => {
+    const p = fresh('deleted-unwatched');
+    await using sdk = new Sdk();
+    const s = await Session.create(sdk.client);
+    try {
+      const h = await new Mutex(s, `${p}lock`).lock();
+      assert.equal(sdk.client.watches.size, 0, 'a short holding pays for no watch');
+      await waitFor(() => sdk.client.watches.size === 1, 'the holding watches its key by itself');
+      assert.equal(await client.delete(h.key), 1n);
+      await sdk.until(METRIC.held, LOCK, 0);
+      assert.equal(await sdk.value(METRIC.losses, { ...LOCK, [ATTR.lossReason]: 'key_deleted' }), 1);
+      assert.equal(sdk.finished('lock.hold')[0]?.events[0]?.attributes?.[ATTR.lossReason], 'key_deleted');
+      assert.equal(h.signal.aborted, true, 'the signal, looked at only now, says so too');
+      await h.unlock();
+      assert.equal(await sdk.value(METRIC.losses), 1);
+    } finally {
+      await closeAll([s]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('the lease is revoked: the session is lost (lease_gone) and so is the lock, with nobody watching the signal', async () => {
     const p = fresh('revoked');
     await using sdk = new Sdk();
     // A short TTL: the session learns of the revoke from its next renewal, every TTL/3.
@@ -303,7 +324,11 @@ describe('losses', () => {
       await aborted(s.signal);
       assert.equal(await sdk.value(METRIC.sessionLosses, { [ATTR.sessionEndReason]: 'lease_gone' }), 1);
       assert.ok((await sdk.value(METRIC.keepaliveDuration)) >= 1, 'the renewal that told it was timed');
-      assert.equal(await sdk.value(METRIC.losses, { ...LOCK, [ATTR.lossReason]: 'lease_expired' }), 1);
+      // The revoke deletes the key: the holding's own watch almost always sees that (key_deleted)
+      // before the next renewal tells the session (lease_expired). Either way, one loss.
+      const deleted = await sdk.value(METRIC.losses, { ...LOCK, [ATTR.lossReason]: 'key_deleted' });
+      const expired = await sdk.value(METRIC.losses, { ...LOCK, [ATTR.lossReason]: 'lease_expired' });
+      assert.equal(deleted + expired, 1, `key_deleted ${deleted}, lease_expired ${expired}`);
       assert.equal(await sdk.value(METRIC.held, LOCK), 0);
     } finally {
       await closeAll([s]);
