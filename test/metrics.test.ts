@@ -1,14 +1,16 @@
 // OpenTelemetry metrics and spans with the real SDK (@opentelemetry/sdk-metrics with a reader we
 // collect from, @opentelemetry/sdk-trace-base with an in-memory exporter) on real etcd: values after
-// a lock, a wait behind a holder, losses (an operator's delete, a revoked lease, a closed session,
-// a session's deadline), a failover across a 3-member cluster and an election with a transition.
-// Without an SDK nothing is recorded, and names appear in attributes only when allowed.
+// a lock, a wait behind a holder (and the queue position), every acquire result, losses (an
+// operator's delete, a key moved to another lease, a revoked lease, a closed session, a session's
+// deadline), a failed call's status, a failover across a 3-member cluster and an election with a
+// transition and a loss. Without an SDK nothing is recorded, and names appear in attributes only
+// when allowed.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { metrics, trace, type Attributes } from '@opentelemetry/api';
+import { metrics, SpanStatusCode, trace, type Attributes } from '@opentelemetry/api';
 import { MeterProvider, MetricReader, DataPointType, type DataPoint, type Histogram, type MetricData } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
-import { Client, Election, Mutex, RWMutex, Semaphore, Session, type ClientOptions } from '../src/index.js';
+import { Client, Election, Mutex, PermitCountConflictError, RWMutex, Semaphore, Session, SessionExpiredError, type ClientOptions } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import { ATTR, METRIC } from '../src/metrics/names.js';
 import { aborted, assertNoKeys, assertNoLeases, closeAll, etcdForFile, settledOrHang, track, waitFor } from './helpers.js';
@@ -231,6 +233,48 @@ describe('metrics and spans with the real SDK', () => {
     await assertNoKeys(client, p);
   });
 
+  it('results session_lost (the lease revoked while queued) and error (a permit count conflict), with error spans', async () => {
+    const p = fresh('results');
+    await using sdk = new Sdk();
+    const a = await Session.create(sdk.client);
+    // A short TTL: the waiter learns of the revoke from its next renewal at the latest (TTL/3).
+    const b = await Session.create(sdk.client, { ttl: 3 });
+    try {
+      const holder = await new Mutex(a, `${p}lock`).lock();
+      const waiter = track(new Mutex(b, `${p}lock`).lock());
+      await sdk.until(METRIC.waiting, LOCK, 1);
+      await client.leaseRevoke(b.leaseId);
+      await assert.rejects(waiter.promise, SessionExpiredError);
+      assert.equal(await sdk.value(METRIC.acquireDuration, { ...LOCK, [ATTR.result]: 'session_lost' }), 1);
+      assert.equal(await sdk.value(METRIC.waiting, LOCK), 0);
+      const [lost] = sdk.finished('lock.acquire').filter((x) => x.attributes[ATTR.result] === 'session_lost');
+      assert.ok(lost);
+      assert.equal(lost.status.code, SpanStatusCode.ERROR);
+      assert.equal(lost.events.filter((e) => e.name === 'exception').length, 1, 'the exception is on the span');
+      await holder.unlock();
+
+      // A permit asked for with another count than the holder's: an error that is none of the others.
+      const permit = await new Semaphore(a, `${p}sem`, { permits: 2 }).acquire();
+      await assert.rejects(new Semaphore(a, `${p}sem`, { permits: 3 }).acquire({ label: 'other' }), PermitCountConflictError);
+      assert.equal(await sdk.value(METRIC.acquireDuration, { [ATTR.kind]: 'permit', [ATTR.result]: 'error' }), 1);
+      const [failed] = sdk.finished('permit.acquire').filter((x) => x.attributes[ATTR.result] === 'error');
+      assert.ok(failed);
+      assert.equal(failed.status.code, SpanStatusCode.ERROR);
+      assert.match(failed.status.message ?? '', /asked for with 3 permits/);
+      await permit.release();
+    } finally {
+      await closeAll([a, b]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('a failed call is timed with its gRPC status: revoking an unknown lease is NOT_FOUND (5)', async () => {
+    await using sdk = new Sdk();
+    await sdk.client.leaseRevoke(0x0bad_1eafn); // not an error to the caller: already gone is fine
+    assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcService]: 'etcdserverpb.Lease', [ATTR.rpcMethod]: 'LeaseRevoke', [ATTR.rpcGrpcStatusCode]: 5 }), 1);
+    assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcMethod]: 'LeaseRevoke', [ATTR.rpcGrpcStatusCode]: 0 }), 0);
+  });
+
   it('a permit, a read lock and a write lock are their own kinds', async () => {
     const p = fresh('kinds');
     await using sdk = new Sdk();
@@ -309,6 +353,27 @@ describe('losses', () => {
       assert.equal(await sdk.value(METRIC.losses), 1);
     } finally {
       await closeAll([s]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it("another client moves the holder's key onto its own lease: losses{moved_off_lease}", async () => {
+    const p = fresh('moved');
+    await using sdk = new Sdk();
+    const s = await Session.create(sdk.client);
+    const other = await client.leaseGrant(60);
+    try {
+      const h = await new Mutex(s, `${p}lock`).lock();
+      const lost = aborted(h.signal);
+      await client.put(h.key, 'mine now', { lease: other.id });
+      const reason = await lost;
+      assert.match(String(reason), /moved off its lease/);
+      assert.equal(await sdk.value(METRIC.losses, { ...LOCK, [ATTR.lossReason]: 'moved_off_lease' }), 1);
+      assert.equal(await sdk.value(METRIC.held, LOCK), 0);
+      assert.equal(sdk.finished('lock.hold')[0]?.attributes[ATTR.lossReason], 'moved_off_lease');
+    } finally {
+      await closeAll([s]);
+      await client.leaseRevoke(other.id); // and the key on it
     }
     await assertNoKeys(client, p);
   });
@@ -407,6 +472,35 @@ describe('elections', () => {
       assert.equal(sdk.finished('election.lead').length, 2);
     } finally {
       await closeAll([a, b]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it("an operator deletes the leader's key: leader 0, a transition to not leading, a lost event on election.lead", async () => {
+    const p = fresh('deposed');
+    const name = `${p}scheduler`;
+    await using sdk = new Sdk({ nameAttribute: true });
+    const s = await Session.create(sdk.client);
+    try {
+      const named = { [ATTR.name]: name };
+      const leader = await new Election(s, name).campaign('a');
+      const lost = aborted(leader.signal);
+      assert.equal(await client.delete(leader.key), 1n);
+      await lost;
+      assert.equal(await sdk.value(METRIC.electionLeader, named), 0);
+      assert.equal(await sdk.value(METRIC.electionTransitions, { ...named, [ATTR.leading]: false }), 1);
+      assert.equal(await sdk.value(METRIC.losses, { [ATTR.kind]: 'campaign', [ATTR.lossReason]: 'key_deleted' }), 1);
+      const [lead] = sdk.finished('election.lead');
+      assert.ok(lead, 'election.lead ended at the loss');
+      assert.deepEqual(
+        lead.events.map((e) => [e.name, e.attributes?.[ATTR.lossReason]]),
+        [['etcd_concurrency.lost', 'key_deleted']],
+      );
+      assert.equal(lead.status.code, SpanStatusCode.ERROR);
+      await leader.resign(); // already lost: nothing more is recorded
+      assert.equal(await sdk.value(METRIC.electionTransitions, { ...named, [ATTR.leading]: false }), 1);
+    } finally {
+      await closeAll([s]);
     }
     await assertNoKeys(client, p);
   });
