@@ -3,8 +3,8 @@
 // a lock, a wait behind a holder (and the queue position), every acquire result, losses (an
 // operator's delete, a key moved to another lease, a revoked lease, a closed session, a session's
 // deadline), a failed call's status, a failover across a 3-member cluster and an election with a
-// transition and a loss. Without an SDK nothing is recorded, and names appear in attributes only
-// when allowed.
+// transition and a loss. Without an SDK the hot path calls no instrument and starts no span, and
+// names appear in attributes only when allowed.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { metrics, SpanStatusCode, trace, type Attributes } from '@opentelemetry/api';
@@ -523,21 +523,83 @@ describe('elections', () => {
   });
 });
 
+/**
+ * Counts every call the library makes on a client's instruments (record, add) and its tracer
+ * (startSpan), by wrapping those methods on the objects the client holds. Without an SDK they are
+ * the API's shared no-op singletons, so the wrappers are removed again by `restore()`.
+ */
+function spyOnTelemetry(c: Client): { calls: Map<string, number>; restore(): void } {
+  const tel = c.telemetry;
+  const calls = new Map<string, number>();
+  const undo: (() => void)[] = [];
+  const wrap = (target: object, method: string, label: string): void => {
+    const own = Object.getOwnPropertyDescriptor(target, method);
+    const original = (target as Record<string, (...args: unknown[]) => unknown>)[method]!;
+    Object.defineProperty(target, method, {
+      configurable: true,
+      writable: true,
+      value: function (this: unknown, ...args: unknown[]) {
+        calls.set(label, (calls.get(label) ?? 0) + 1);
+        return original.apply(this, args);
+      },
+    });
+    undo.push(() => (own ? Object.defineProperty(target, method, own) : delete (target as Record<string, unknown>)[method]));
+  };
+  const instruments = {
+    acquireDuration: 'record', holdDuration: 'record', keepaliveDuration: 'record', rpcDuration: 'record',
+    held: 'add', waiting: 'add', losses: 'add', leader: 'add', transitions: 'add', sessionLosses: 'add', watchResumes: 'add', failovers: 'add',
+  } as const;
+  for (const [name, method] of Object.entries(instruments)) wrap(tel[name as keyof typeof instruments], method, `${name}.${method}`);
+  wrap(tel.tracer, 'startSpan', 'tracer.startSpan');
+  return { calls, restore: () => undo.reverse().forEach((u) => u()) };
+}
+
+/** A lock cycle, a wait behind a holder, a release, a loss to a delete and a closed session: every hot path. */
+async function exercise(c: Client, p: string): Promise<void> {
+  const [a, b] = await Promise.all([Session.create(c), Session.create(c)]);
+  try {
+    const holder = await new Mutex(a!, `${p}lock`).lock();
+    const waiter = track(new Mutex(b!, `${p}lock`).lock());
+    await waitFor(async () => (await client.getPrefix(`${p}lock/`)).kvs.length === 2, 'the waiter queued');
+    await holder.unlock();
+    const h = await settledOrHang(waiter, 'the waiter gets the lock');
+    const lost = aborted(h.signal);
+    await client.delete(h.key);
+    await lost;
+    await h.unlock();
+    await (await new Election(a!, `${p}election`).campaign('v')).resign();
+  } finally {
+    await closeAll([a, b]);
+  }
+}
+
 describe('without an SDK', () => {
-  it('nothing records: no probe, no span, and the hot path allocates nothing for telemetry', async () => {
+  it('the hot path makes no OpenTelemetry call: no probe, no instrument records, no span starts', async () => {
     const p = fresh('noop');
     const c = new Client({ endpoints: etcd.endpoints });
-    const s = await Session.create(c);
+    const spy = spyOnTelemetry(c);
     try {
       assert.equal(c.telemetry.metricsOn, false);
       assert.equal(c.telemetry.tracing(), false);
       assert.equal(c.telemetry.startAcquire('lock', `${p}lock`), undefined);
-      const h = await new Mutex(s, `${p}lock`).lock();
-      await h.unlock();
+      await exercise(c, p);
+      assert.deepEqual(Object.fromEntries(spy.calls), {}, 'no instrument or tracer was called');
     } finally {
-      await closeAll([s]);
+      spy.restore();
       await c.close();
     }
+    // The spy sees calls where there are some: the same paths with an SDK call every instrument used.
+    await using sdk = new Sdk();
+    const counted = spyOnTelemetry(sdk.client);
+    try {
+      await exercise(sdk.client, `${p}sdk/`);
+      for (const label of ['acquireDuration.record', 'holdDuration.record', 'rpcDuration.record', 'held.add', 'waiting.add', 'losses.add', 'leader.add', 'tracer.startSpan']) {
+        assert.ok((counted.calls.get(label) ?? 0) > 0, `${label} called with an SDK: ${JSON.stringify(Object.fromEntries(counted.calls))}`);
+      }
+    } finally {
+      counted.restore();
+    }
+    await assertNoKeys(client, p);
   });
 
   it('the global providers are used once an SDK registers them (and a provider registered earlier than the Client)', async () => {
