@@ -8,6 +8,9 @@ import {
   ClientClosedError,
   CompactedError,
   DeadlineExceededError,
+  EtcdError,
+  InvalidArgumentError,
+  LeaseNotFoundError,
   UnavailableError,
   WriteOutcomeUnknownError,
   compare,
@@ -660,6 +663,119 @@ describe('watch', () => {
       await c.close();
       await proxy.close();
       await cleanup(p);
+    }
+  });
+});
+
+describe('members, status, auth status, and one-shot renewals', () => {
+  it('status and memberList describe the one member; status pinned to an endpoint, given either way', async () => {
+    const s = await client.status();
+    assert.equal(s.version, etcd.version);
+    assert.equal(s.isLearner, false);
+    assert.deepEqual(s.alarms, []);
+    assert.equal(s.leader, s.header.memberId, 'a single member leads itself');
+    assert.ok(s.raftTerm > 0n && s.dbSize > 0n);
+    const members = await client.memberList();
+    assert.equal(members.length, 1);
+    const [m] = members;
+    assert.equal(m!.id, s.header.memberId);
+    assert.equal(typeof m!.id, 'bigint');
+    assert.equal(m!.isLearner, false);
+    assert.ok(m!.name.length > 0);
+    assert.ok(m!.peerUrls.length > 0);
+    assert.ok(m!.clientUrls.some((u) => u.endsWith(etcd.endpoints[0]!)), `${m!.clientUrls.join(', ')} names ${etcd.endpoints[0]}`);
+    for (const endpoint of [etcd.endpoints[0]!, `http://${etcd.endpoints[0]}`]) {
+      assert.equal((await client.status({ endpoint })).header.memberId, s.header.memberId, endpoint);
+    }
+    await assert.rejects(client.status({ endpoint: '127.0.0.1:1' }), (err: unknown) => {
+      assert.ok(err instanceof InvalidArgumentError, String(err));
+      assert.match(err.message, /127\.0\.0\.1:1 is not one of this client's endpoints/);
+      return true;
+    });
+  });
+
+  it('a call pinned to a dead endpoint fails naming it alone, and does not move the client off it', { timeout: 20_000 }, async () => {
+    const dead = `127.0.0.1:${await closedPort()}`;
+    const c = new Client({ endpoints: [dead, etcd.endpoints[0]!], dialTimeoutMs: 1000 });
+    try {
+      await assert.rejects(c.status({ endpoint: dead }), (err: unknown) => {
+        assert.ok(err instanceof UnavailableError, String(err));
+        assert.match(err.message, new RegExp(`could not connect to etcd at ${dead.replace(/\./g, '\\.')} \\(connection refused`));
+        assert.doesNotMatch(err.message, new RegExp(etcd.endpoints[0]!.replace(/\./g, '\\.')));
+        return true;
+      });
+      assert.equal(c.activeEndpoint, dead, 'no failover for a pinned call');
+      assert.equal((await c.status({ endpoint: etcd.endpoints[0]! })).version, etcd.version);
+      assert.equal(c.activeEndpoint, dead);
+      // An unpinned call fails over as ever.
+      assert.equal((await c.status()).version, etcd.version);
+      assert.equal(c.activeEndpoint, etcd.endpoints[0]);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('authStatus: off here; etcd 3.4 has no such call (UNIMPLEMENTED, code 12)', async () => {
+    if (etcd.version.startsWith('3.4.')) {
+      await assert.rejects(client.authStatus(), (err: unknown) => {
+        assert.ok(err instanceof EtcdError, String(err));
+        assert.equal(err.code, 12);
+        return true;
+      });
+      return;
+    }
+    const a = await client.authStatus();
+    assert.equal(a.enabled, false);
+    assert.equal(typeof a.authRevision, 'bigint');
+  });
+
+  it('callTimeoutMs and secure are the options as given', async () => {
+    const c = new Client({ endpoints: etcd.endpoints, callTimeoutMs: 1234 });
+    try {
+      assert.equal(c.callTimeoutMs, 1234);
+      assert.equal(c.secure, false);
+      assert.equal(client.callTimeoutMs, 10_000);
+    } finally {
+      await c.close();
+    }
+  });
+
+  it('leaseKeepAliveOnce renews (TTL back to full) and says LeaseNotFoundError once the lease is gone', async () => {
+    const { id } = await client.leaseGrant(60);
+    try {
+      assert.deepEqual(await client.leaseKeepAliveOnce(id), { ttl: 60 });
+      assert.deepEqual(await client.leaseKeepAliveOnce(id, { endpoint: etcd.endpoints[0]! }), { ttl: 60 });
+    } finally {
+      await client.leaseRevoke(id);
+    }
+    await assert.rejects(client.leaseKeepAliveOnce(id), (err: unknown) => {
+      assert.ok(err instanceof LeaseNotFoundError, String(err));
+      assert.match(err.message, /^renewing a lease: lease not found/);
+      return true;
+    });
+  });
+
+  it('leaseKeepAliveOnce without an answer: DeadlineExceededError at its timeout, or the signal\'s reason', async () => {
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const c = new Client({ endpoints: proxy.endpoint });
+    const { id } = await client.leaseGrant(60);
+    try {
+      assert.equal((await c.leaseKeepAliveOnce(id)).ttl, 60); // connected
+      proxy.blackhole(true);
+      await assert.rejects(c.leaseKeepAliveOnce(id, { timeoutMs: 300 }), (err: unknown) => {
+        assert.ok(err instanceof DeadlineExceededError, String(err));
+        assert.match(err.message, /renewing a lease: no answer within 300 ms/);
+        return true;
+      });
+      const ac = new AbortController();
+      const renewing = c.leaseKeepAliveOnce(id, { signal: ac.signal });
+      const reason = new Error('stop');
+      ac.abort(reason);
+      await assert.rejects(renewing, (err: unknown) => err === reason);
+    } finally {
+      await c.close();
+      await proxy.close();
+      await client.leaseRevoke(id);
     }
   });
 });

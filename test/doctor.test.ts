@@ -1,16 +1,20 @@
 // `etcd-concurrency doctor` (the built CLI, dist/cli/main.js) against real etcd: a healthy
 // three-member cluster, the same with one member down, users with and without permission on the
-// prefix, and a closed port. Run `npm run build` first. Every wait is on the child's exit or on
-// etcd state; nothing asserts on the latencies it measures, only that they were measured.
+// prefix, TLS with a wrong CA or without a client certificate, and a closed port. Run `npm run
+// build` first. Every wait is on the child's exit or on etcd state; of the latencies it measures
+// only the watch catch-up is asserted (etcd's 100 ms loop), the rest only that they were measured.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { once } from 'node:events';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { promisify } from 'node:util';
 import { Client } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { CLI_MAIN, assertNoKeys, assertNoLeases, closedPort, spawnCli, uniquePrefix } from './helpers.js';
+import { CLI_MAIN, assertNoKeys, assertNoLeases, assertOneErrorLine, closedPort, hasOpenssl, spawnCli, uniquePrefix } from './helpers.js';
 
 const run = promisify(execFile);
 const ROOT = 'test/doctor/';
@@ -104,14 +108,6 @@ function assertMeasured(s: Stats | null, samples: number, what: string): void {
   assert.ok(Number.isFinite(s.medianMs) && s.medianMs >= 0 && s.maxMs >= s.medianMs, `${what}: ${JSON.stringify(s)}`);
 }
 
-/** stderr is exactly one `etcd-concurrency: ...` line matching `re`. */
-function assertOneErrorLine(stderr: string, re: RegExp): void {
-  const lines = stderr.trimEnd().split('\n');
-  assert.equal(lines.length, 1, `expected one line on stderr, got: ${stderr}`);
-  assert.match(lines[0]!, /^etcd-concurrency: /);
-  assert.match(lines[0]!, re);
-}
-
 before(() => {
   assert.ok(existsSync(CLI_MAIN), `${CLI_MAIN} is missing: run \`npm run build\` first`);
 });
@@ -159,7 +155,11 @@ describe('doctor on a three-member cluster', () => {
     assert.deepEqual(report.auth, { enabled: false, user: null, renewalNeedsPutPermission: report.auth.renewalNeedsPutPermission });
     for (const kind of ['put', 'read', 'watch', 'renewal'] as const) assertMeasured(report.roundTrips[kind], 3, kind);
     assertMeasured(report.catchUp, 3, 'catch-up');
-    assert.equal(typeof report.catchUp!.paysDelay, 'boolean');
+    // Every etcd version serves a watch from a past revision from its 100 ms catch-up loop: the
+    // first sample waits for the loop's next pass (0 to 100 ms), and each later one is created just
+    // after the pass that served the last, so it waits most of a whole period: the median is above 50 ms.
+    assert.equal(report.catchUp!.paysDelay, true, JSON.stringify(report.catchUp));
+    assert.ok(report.catchUp!.medianMs >= 50, JSON.stringify(report.catchUp));
     assert.deepEqual(report.lease, { grant: 'ok', attach: 'ok', renew: 'ok', revoke: 'ok' });
     assert.ok(report.ttl && Number.isInteger(report.ttl.recommended) && report.ttl.recommended >= 2, JSON.stringify(report.ttl));
     assert.equal(report.clockRate, null);
@@ -331,6 +331,62 @@ describe('doctor with authentication', () => {
     assert.equal(none.stdout, '');
     assertOneErrorLine(none.stderr, /authentication enabled; pass a user and password/);
     await assertNoLeases(root);
+  });
+});
+
+describe('doctor over TLS', { skip: !hasOpenssl() && 'needs openssl' }, () => {
+  let dir: string;
+  let secure: EtcdCluster;
+  let url: string;
+  const file = (f: string): string => path.join(dir, f);
+
+  before(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'doctor-tls-'));
+    const openssl = (args: string[]): void => {
+      const r = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8' });
+      assert.equal(r.status, 0, r.stderr);
+    };
+    // The cluster's CA, one certificate for 127.0.0.1 that serves as server and client certificate,
+    // and another CA that signed nothing of the cluster's.
+    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
+    openssl(['req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', '/CN=doctor-test-ca']);
+    openssl(['req', '-x509', ...ec, '-keyout', 'other.key', '-out', 'other.pem', '-days', '1', '-subj', '/CN=doctor-other-ca']);
+    openssl(['req', ...ec, '-keyout', 'node.key', '-out', 'node.csr', '-subj', '/CN=127.0.0.1',
+      '-addext', 'subjectAltName=IP:127.0.0.1', '-addext', 'extendedKeyUsage=serverAuth,clientAuth']);
+    openssl(['x509', '-req', '-in', 'node.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'node.pem',
+      '-days', '1', '-copy_extensions', 'copy']);
+    secure = await startEtcd({
+      members: 1,
+      tls: { certFile: file('node.pem'), keyFile: file('node.key'), trustedCaFile: file('ca.pem'), clientCertAuth: true },
+    });
+    url = secure.clientUrls[0]!;
+  });
+
+  after(async () => {
+    await secure?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  test('the right CA and client certificate: the checks run over TLS', async () => {
+    const { code, report } = await doctorJson(['--endpoints', url, '--cacert', file('ca.pem'), '--cert', file('node.pem'), '--key', file('node.key'), '--samples', '1']);
+    assert.equal(code, healthyCode(secure.version), JSON.stringify(report.checks));
+    assert.equal(report.members.length, 1);
+    assert.equal(report.members[0]!.version, secure.version);
+    assert.deepEqual(report.lease, { grant: 'ok', attach: 'ok', renew: 'ok', revoke: 'ok' });
+  });
+
+  test("a CA that did not sign the server's certificate: the CLI's one-line TLS error, exit 1", async () => {
+    const r = await doctor(['--endpoints', url, '--cacert', file('other.pem'), '--cert', file('node.pem'), '--key', file('node.key')]);
+    assert.equal(r.code, 1, r.stdout + r.stderr);
+    assert.equal(r.stdout, '');
+    assertOneErrorLine(r.stderr, /could not connect to etcd at 127\.0\.0\.1:\d+ \(TLS handshake failed: .*check the CA certificate \(--cacert\)/);
+  });
+
+  test('no client certificate for a server that requires one: the one-line error says so, exit 1', async () => {
+    const r = await doctor(['--endpoints', url, '--cacert', file('ca.pem')]);
+    assert.equal(r.code, 1, r.stdout + r.stderr);
+    assert.equal(r.stdout, '');
+    assertOneErrorLine(r.stderr, /could not connect to etcd at 127\.0\.0\.1:\d+ \(.*client certificate \(--cert and --key\)/);
   });
 });
 

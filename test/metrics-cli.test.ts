@@ -5,6 +5,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { type Client } from '../src/index.js';
+import { metricsAddress } from '../src/cli/metrics.js';
+import { UsageError } from '../src/cli/output.js';
 import { type EtcdCluster } from '../src/testing/index.js';
 import { etcdForCliFile, runCli, waitFor, type CliProc } from './helpers.js';
 
@@ -125,9 +127,44 @@ describe('--metrics', () => {
     assert.match(web.output(), /--metrics only applies with --watch, not with --web/);
   });
 
+  it('a port alone listens on loopback: --metrics 0 and --metrics :0 serve at 127.0.0.1', { timeout: 60_000 }, async () => {
+    for (const flag of ['0', ':0']) {
+      const name = `${fresh('loopback')}job`;
+      const p = cli(['lock', '--metrics', flag, name]);
+      const url = (await p.match(/metrics at (http:\/\/\S+)/, 'stderr'))[1]!;
+      assert.match(url, /^http:\/\/127\.0\.0\.1:[1-9]\d*\/metrics$/, `--metrics ${flag}`);
+      await p.next(/^key=\S+ rev=\d+$/);
+      assert.equal(sample(await scrape(url), 'etcd_concurrency_held', { etcd_concurrency_name: name }), 1);
+      p.child.kill('SIGINT');
+      assert.equal(await p.exited, 0, p.output());
+    }
+  });
+
   it('a bad address is a usage error before anything connects', async () => {
     const p = cli(['lock', 'x', '--metrics', 'localhost:notaport']);
     assert.equal(await p.exited, 2, p.output());
     assert.match(p.output(), /--metrics must be host:port or a port/);
+  });
+});
+
+describe('metricsAddress: what --metrics accepts', () => {
+  it('a port alone, or after a colon, is loopback; a host or a bracketed IPv6 address is kept', () => {
+    assert.deepEqual(metricsAddress('9464'), { host: '127.0.0.1', port: 9464 });
+    assert.deepEqual(metricsAddress(':9464'), { host: '127.0.0.1', port: 9464 });
+    assert.deepEqual(metricsAddress('0'), { host: '127.0.0.1', port: 0 });
+    assert.deepEqual(metricsAddress('[::1]:9464'), { host: '::1', port: 9464 });
+    assert.deepEqual(metricsAddress('0.0.0.0:9464'), { host: '0.0.0.0', port: 9464 });
+    assert.deepEqual(metricsAddress('localhost:9464'), { host: 'localhost', port: 9464 });
+    assert.deepEqual(metricsAddress(' 127.0.0.1:65535 '), { host: '127.0.0.1', port: 65535 });
+  });
+
+  it('anything else is a usage error naming the value', () => {
+    for (const raw of ['', 'localhost', 'localhost:notaport', '65536', '::1:9464', '[::1]', 'http://127.0.0.1:9464']) {
+      assert.throws(
+        () => metricsAddress(raw),
+        (err: unknown) => err instanceof UsageError && err.message.includes(`got "${raw}"`),
+        JSON.stringify(raw),
+      );
+    }
   });
 });

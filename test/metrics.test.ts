@@ -1,14 +1,16 @@
 // OpenTelemetry metrics and spans with the real SDK (@opentelemetry/sdk-metrics with a reader we
 // collect from, @opentelemetry/sdk-trace-base with an in-memory exporter) on real etcd: values after
-// a lock, a wait behind a holder, losses (an operator's delete, a revoked lease, a closed session,
-// a session's deadline), a failover across a 3-member cluster and an election with a transition.
-// Without an SDK nothing is recorded, and names appear in attributes only when allowed.
+// a lock, a wait behind a holder (and the queue position), every acquire result, losses (an
+// operator's delete, a key moved to another lease, a revoked lease, a closed session, a session's
+// deadline), a failed call's status, a failover across a 3-member cluster and an election with a
+// transition and a loss. Without an SDK the hot path calls no instrument and starts no span, and
+// names appear in attributes only when allowed.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { metrics, trace, type Attributes } from '@opentelemetry/api';
+import { metrics, SpanStatusCode, trace, type Attributes } from '@opentelemetry/api';
 import { MeterProvider, MetricReader, DataPointType, type DataPoint, type Histogram, type MetricData } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
-import { Client, Election, Mutex, RWMutex, Semaphore, Session, type ClientOptions } from '../src/index.js';
+import { Client, Election, Mutex, PermitCountConflictError, RWMutex, Semaphore, Session, SessionExpiredError, type ClientOptions } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import { ATTR, METRIC } from '../src/metrics/names.js';
 import { aborted, assertNoKeys, assertNoLeases, closeAll, etcdForFile, settledOrHang, track, waitFor } from './helpers.js';
@@ -200,6 +202,79 @@ describe('metrics and spans with the real SDK', () => {
     await assertNoKeys(client, p);
   });
 
+  it('the queue position at enqueue: a holder has 0 keys ahead, the second caller 1, the third 2', async () => {
+    const p = fresh('ahead');
+    await using sdk = new Sdk();
+    const [a, b, c] = await Promise.all([Session.create(sdk.client), Session.create(sdk.client), Session.create(sdk.client)]);
+    try {
+      const m = (s: Session) => new Mutex(s, `${p}lock`);
+      const first = await m(a!).lock();
+      const second = track(m(b!).lock());
+      await sdk.until(METRIC.waiting, LOCK, 1);
+      const third = track(m(c!).lock());
+      await sdk.until(METRIC.waiting, LOCK, 2);
+      await first.unlock();
+      await (await settledOrHang(second, 'the second caller gets the lock')).unlock();
+      const h = await settledOrHang(third, 'the third caller gets the lock');
+      await h.unlock();
+      const spans = sdk.finished('lock.acquire').sort((x, y) => Number(x.attributes[ATTR.fencingToken]) - Number(y.attributes[ATTR.fencingToken]));
+      assert.deepEqual(
+        spans.map((s) => [s.attributes[ATTR.queueAhead], s.attributes[ATTR.queued]]),
+        [
+          [0, false],
+          [1, true],
+          [2, true],
+        ],
+      );
+      assert.equal(spans[2]!.attributes[ATTR.fencingToken], Number(h.fencingToken));
+    } finally {
+      await closeAll([a, b, c]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('results session_lost (the lease revoked while queued) and error (a permit count conflict), with error spans', async () => {
+    const p = fresh('results');
+    await using sdk = new Sdk();
+    const a = await Session.create(sdk.client);
+    // A short TTL: the waiter learns of the revoke from its next renewal at the latest (TTL/3).
+    const b = await Session.create(sdk.client, { ttl: 3 });
+    try {
+      const holder = await new Mutex(a, `${p}lock`).lock();
+      const waiter = track(new Mutex(b, `${p}lock`).lock());
+      await sdk.until(METRIC.waiting, LOCK, 1);
+      await client.leaseRevoke(b.leaseId);
+      await assert.rejects(waiter.promise, SessionExpiredError);
+      assert.equal(await sdk.value(METRIC.acquireDuration, { ...LOCK, [ATTR.result]: 'session_lost' }), 1);
+      assert.equal(await sdk.value(METRIC.waiting, LOCK), 0);
+      const [lost] = sdk.finished('lock.acquire').filter((x) => x.attributes[ATTR.result] === 'session_lost');
+      assert.ok(lost);
+      assert.equal(lost.status.code, SpanStatusCode.ERROR);
+      assert.equal(lost.events.filter((e) => e.name === 'exception').length, 1, 'the exception is on the span');
+      await holder.unlock();
+
+      // A permit asked for with another count than the holder's: an error that is none of the others.
+      const permit = await new Semaphore(a, `${p}sem`, { permits: 2 }).acquire();
+      await assert.rejects(new Semaphore(a, `${p}sem`, { permits: 3 }).acquire({ label: 'other' }), PermitCountConflictError);
+      assert.equal(await sdk.value(METRIC.acquireDuration, { [ATTR.kind]: 'permit', [ATTR.result]: 'error' }), 1);
+      const [failed] = sdk.finished('permit.acquire').filter((x) => x.attributes[ATTR.result] === 'error');
+      assert.ok(failed);
+      assert.equal(failed.status.code, SpanStatusCode.ERROR);
+      assert.match(failed.status.message ?? '', /asked for with 3 permits/);
+      await permit.release();
+    } finally {
+      await closeAll([a, b]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('a failed call is timed with its gRPC status: revoking an unknown lease is NOT_FOUND (5)', async () => {
+    await using sdk = new Sdk();
+    await sdk.client.leaseRevoke(0x0bad_1eafn); // not an error to the caller: already gone is fine
+    assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcService]: 'etcdserverpb.Lease', [ATTR.rpcMethod]: 'LeaseRevoke', [ATTR.rpcGrpcStatusCode]: 5 }), 1);
+    assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcMethod]: 'LeaseRevoke', [ATTR.rpcGrpcStatusCode]: 0 }), 0);
+  });
+
   it('a permit, a read lock and a write lock are their own kinds', async () => {
     const p = fresh('kinds');
     await using sdk = new Sdk();
@@ -221,6 +296,11 @@ describe('metrics and spans with the real SDK', () => {
       assert.deepEqual(
         ['permit.acquire', 'rwlock.read.acquire', 'rwlock.write.acquire', 'permit.hold', 'rwlock.read.hold', 'rwlock.write.hold'].map((n) => sdk.finished(n).length),
         [1, 1, 1, 1, 1, 1],
+      );
+      // Nobody was ahead of any of them.
+      assert.deepEqual(
+        ['permit.acquire', 'rwlock.read.acquire', 'rwlock.write.acquire'].map((n) => sdk.finished(n)[0]!.attributes[ATTR.queueAhead]),
+        [0, 0, 0],
       );
     } finally {
       await closeAll([s]);
@@ -256,7 +336,49 @@ describe('losses', () => {
     await assertNoKeys(client, p);
   });
 
-  it('the lease is revoked: the session is lost (lease_gone) and so is the lock (lease_expired), with nobody watching the signal', async () => {
+  it("an operator deletes the holder's key while nobody looks at the signal: the recorded holding watches its key after a second, so held goes back to 0", async () => {
+    const p = fresh('deleted-unwatched');
+    await using sdk = new Sdk();
+    const s = await Session.create(sdk.client);
+    try {
+      const h = await new Mutex(s, `${p}lock`).lock();
+      assert.equal(sdk.client.watches.size, 0, 'a short holding pays for no watch');
+      await waitFor(() => sdk.client.watches.size === 1, 'the holding watches its key by itself');
+      assert.equal(await client.delete(h.key), 1n);
+      await sdk.until(METRIC.held, LOCK, 0);
+      assert.equal(await sdk.value(METRIC.losses, { ...LOCK, [ATTR.lossReason]: 'key_deleted' }), 1);
+      assert.equal(sdk.finished('lock.hold')[0]?.events[0]?.attributes?.[ATTR.lossReason], 'key_deleted');
+      assert.equal(h.signal.aborted, true, 'the signal, looked at only now, says so too');
+      await h.unlock();
+      assert.equal(await sdk.value(METRIC.losses), 1);
+    } finally {
+      await closeAll([s]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it("another client moves the holder's key onto its own lease: losses{moved_off_lease}", async () => {
+    const p = fresh('moved');
+    await using sdk = new Sdk();
+    const s = await Session.create(sdk.client);
+    const other = await client.leaseGrant(60);
+    try {
+      const h = await new Mutex(s, `${p}lock`).lock();
+      const lost = aborted(h.signal);
+      await client.put(h.key, 'mine now', { lease: other.id });
+      const reason = await lost;
+      assert.match(String(reason), /moved off its lease/);
+      assert.equal(await sdk.value(METRIC.losses, { ...LOCK, [ATTR.lossReason]: 'moved_off_lease' }), 1);
+      assert.equal(await sdk.value(METRIC.held, LOCK), 0);
+      assert.equal(sdk.finished('lock.hold')[0]?.attributes[ATTR.lossReason], 'moved_off_lease');
+    } finally {
+      await closeAll([s]);
+      await client.leaseRevoke(other.id); // and the key on it
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('the lease is revoked: the session is lost (lease_gone) and so is the lock, with nobody watching the signal', async () => {
     const p = fresh('revoked');
     await using sdk = new Sdk();
     // A short TTL: the session learns of the revoke from its next renewal, every TTL/3.
@@ -267,7 +389,11 @@ describe('losses', () => {
       await aborted(s.signal);
       assert.equal(await sdk.value(METRIC.sessionLosses, { [ATTR.sessionEndReason]: 'lease_gone' }), 1);
       assert.ok((await sdk.value(METRIC.keepaliveDuration)) >= 1, 'the renewal that told it was timed');
-      assert.equal(await sdk.value(METRIC.losses, { ...LOCK, [ATTR.lossReason]: 'lease_expired' }), 1);
+      // The revoke deletes the key: the holding's own watch almost always sees that (key_deleted)
+      // before the next renewal tells the session (lease_expired). Either way, one loss.
+      const deleted = await sdk.value(METRIC.losses, { ...LOCK, [ATTR.lossReason]: 'key_deleted' });
+      const expired = await sdk.value(METRIC.losses, { ...LOCK, [ATTR.lossReason]: 'lease_expired' });
+      assert.equal(deleted + expired, 1, `key_deleted ${deleted}, lease_expired ${expired}`);
       assert.equal(await sdk.value(METRIC.held, LOCK), 0);
     } finally {
       await closeAll([s]);
@@ -335,9 +461,46 @@ describe('elections', () => {
         campaigns.map((c) => c.attributes[ATTR.fencingToken]).sort(),
         [Number(first.fencingToken), Number(leader.fencingToken)].sort(),
       );
+      // The second candidate queued behind the first.
+      assert.deepEqual(
+        campaigns.map((c) => [c.attributes[ATTR.fencingToken], c.attributes[ATTR.queueAhead]]).sort((x, y) => Number(x[0]) - Number(y[0])),
+        [
+          [Number(first.fencingToken), 0],
+          [Number(leader.fencingToken), 1],
+        ],
+      );
       assert.equal(sdk.finished('election.lead').length, 2);
     } finally {
       await closeAll([a, b]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it("an operator deletes the leader's key: leader 0, a transition to not leading, a lost event on election.lead", async () => {
+    const p = fresh('deposed');
+    const name = `${p}scheduler`;
+    await using sdk = new Sdk({ nameAttribute: true });
+    const s = await Session.create(sdk.client);
+    try {
+      const named = { [ATTR.name]: name };
+      const leader = await new Election(s, name).campaign('a');
+      const lost = aborted(leader.signal);
+      assert.equal(await client.delete(leader.key), 1n);
+      await lost;
+      assert.equal(await sdk.value(METRIC.electionLeader, named), 0);
+      assert.equal(await sdk.value(METRIC.electionTransitions, { ...named, [ATTR.leading]: false }), 1);
+      assert.equal(await sdk.value(METRIC.losses, { [ATTR.kind]: 'campaign', [ATTR.lossReason]: 'key_deleted' }), 1);
+      const [lead] = sdk.finished('election.lead');
+      assert.ok(lead, 'election.lead ended at the loss');
+      assert.deepEqual(
+        lead.events.map((e) => [e.name, e.attributes?.[ATTR.lossReason]]),
+        [['etcd_concurrency.lost', 'key_deleted']],
+      );
+      assert.equal(lead.status.code, SpanStatusCode.ERROR);
+      await leader.resign(); // already lost: nothing more is recorded
+      assert.equal(await sdk.value(METRIC.electionTransitions, { ...named, [ATTR.leading]: false }), 1);
+    } finally {
+      await closeAll([s]);
     }
     await assertNoKeys(client, p);
   });
@@ -360,21 +523,83 @@ describe('elections', () => {
   });
 });
 
+/**
+ * Counts every call the library makes on a client's instruments (record, add) and its tracer
+ * (startSpan), by wrapping those methods on the objects the client holds. Without an SDK they are
+ * the API's shared no-op singletons, so the wrappers are removed again by `restore()`.
+ */
+function spyOnTelemetry(c: Client): { calls: Map<string, number>; restore(): void } {
+  const tel = c.telemetry;
+  const calls = new Map<string, number>();
+  const undo: (() => void)[] = [];
+  const wrap = (target: object, method: string, label: string): void => {
+    const own = Object.getOwnPropertyDescriptor(target, method);
+    const original = (target as Record<string, (...args: unknown[]) => unknown>)[method]!;
+    Object.defineProperty(target, method, {
+      configurable: true,
+      writable: true,
+      value: function (this: unknown, ...args: unknown[]) {
+        calls.set(label, (calls.get(label) ?? 0) + 1);
+        return original.apply(this, args);
+      },
+    });
+    undo.push(() => (own ? Object.defineProperty(target, method, own) : delete (target as Record<string, unknown>)[method]));
+  };
+  const instruments = {
+    acquireDuration: 'record', holdDuration: 'record', keepaliveDuration: 'record', rpcDuration: 'record',
+    held: 'add', waiting: 'add', losses: 'add', leader: 'add', transitions: 'add', sessionLosses: 'add', watchResumes: 'add', failovers: 'add',
+  } as const;
+  for (const [name, method] of Object.entries(instruments)) wrap(tel[name as keyof typeof instruments], method, `${name}.${method}`);
+  wrap(tel.tracer, 'startSpan', 'tracer.startSpan');
+  return { calls, restore: () => undo.reverse().forEach((u) => u()) };
+}
+
+/** A lock cycle, a wait behind a holder, a release, a loss to a delete and a closed session: every hot path. */
+async function exercise(c: Client, p: string): Promise<void> {
+  const [a, b] = await Promise.all([Session.create(c), Session.create(c)]);
+  try {
+    const holder = await new Mutex(a!, `${p}lock`).lock();
+    const waiter = track(new Mutex(b!, `${p}lock`).lock());
+    await waitFor(async () => (await client.getPrefix(`${p}lock/`)).kvs.length === 2, 'the waiter queued');
+    await holder.unlock();
+    const h = await settledOrHang(waiter, 'the waiter gets the lock');
+    const lost = aborted(h.signal);
+    await client.delete(h.key);
+    await lost;
+    await h.unlock();
+    await (await new Election(a!, `${p}election`).campaign('v')).resign();
+  } finally {
+    await closeAll([a, b]);
+  }
+}
+
 describe('without an SDK', () => {
-  it('nothing records: no probe, no span, and the hot path allocates nothing for telemetry', async () => {
+  it('the hot path makes no OpenTelemetry call: no probe, no instrument records, no span starts', async () => {
     const p = fresh('noop');
     const c = new Client({ endpoints: etcd.endpoints });
-    const s = await Session.create(c);
+    const spy = spyOnTelemetry(c);
     try {
       assert.equal(c.telemetry.metricsOn, false);
       assert.equal(c.telemetry.tracing(), false);
       assert.equal(c.telemetry.startAcquire('lock', `${p}lock`), undefined);
-      const h = await new Mutex(s, `${p}lock`).lock();
-      await h.unlock();
+      await exercise(c, p);
+      assert.deepEqual(Object.fromEntries(spy.calls), {}, 'no instrument or tracer was called');
     } finally {
-      await closeAll([s]);
+      spy.restore();
       await c.close();
     }
+    // The spy sees calls where there are some: the same paths with an SDK call every instrument used.
+    await using sdk = new Sdk();
+    const counted = spyOnTelemetry(sdk.client);
+    try {
+      await exercise(sdk.client, `${p}sdk/`);
+      for (const label of ['acquireDuration.record', 'holdDuration.record', 'rpcDuration.record', 'held.add', 'waiting.add', 'losses.add', 'leader.add', 'tracer.startSpan']) {
+        assert.ok((counted.calls.get(label) ?? 0) > 0, `${label} called with an SDK: ${JSON.stringify(Object.fromEntries(counted.calls))}`);
+      }
+    } finally {
+      counted.restore();
+    }
+    await assertNoKeys(client, p);
   });
 
   it('the global providers are used once an SDK registers them (and a provider registered earlier than the Client)', async () => {
@@ -418,7 +643,12 @@ describe('failover across a 3-member cluster', () => {
       s = await Session.create(c);
       const h = await new Mutex(s, 'test/metrics/failover/lock').lock();
       const signal = h.signal; // the holder watches its key: a watch on the shared stream
-      await waitFor(() => c.watches.size > 0, 'the key watched');
+      // The shared stream really open on the member in use before it is killed (its 'created'
+      // answer came back): on the h2 transport unary calls do not open the grpc-js channel the
+      // stream uses, so without this the kill could land before the stream exists, and nothing resumes.
+      const ours = c.watch(h.key);
+      await ours.created;
+      await waitFor(() => c.watches.size > 1, 'the holder watches its key too');
       const used = cluster.endpoints.indexOf(c.activeEndpoint);
       assert.ok(used >= 0);
       assert.equal(await value(METRIC.failovers), 0);
@@ -428,6 +658,7 @@ describe('failover across a 3-member cluster', () => {
       await waitFor(async () => (await value(METRIC.watchResumes)) >= 1, 'the watch stream resumed elsewhere');
       assert.equal(signal.aborted, false, 'the lock is still held');
       h.assertHeld();
+      ours.cancel();
       await h.unlock();
       await assertNoKeys(c, 'test/metrics/failover/');
     } finally {

@@ -6,13 +6,17 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import * as http from 'node:http';
 import * as https from 'node:https';
-import { BinaryReader } from '@bufbuild/protobuf/wire';
-import { AuthenticationError, PermissionDeniedError, UnavailableError, WriteOutcomeUnknownError, type Client, type ResponseHeader } from '../index.js';
-import type { UnaryMethod } from '../client/connection.js';
+import {
+  AuthenticationError,
+  PermissionDeniedError,
+  UnavailableError,
+  WriteOutcomeUnknownError,
+  type Client,
+  type ClusterMember,
+  type ResponseHeader,
+} from '../index.js';
 import { parseEndpoint } from '../client/endpoints.js';
-import { fromGrpcError, isServiceError, isStaleToken } from '../client/errors.js';
 import { compareEtcdVersions, etcdVersionAtLeast } from '../launcher/binary.js';
-import * as pb from '../proto/etcd.js';
 import { COMMON, COMMON_HELP, connect, connectTo, envName, MIN_TTL, parse, parseGoBool, type ConnectionValues } from './options.js';
 import { EXIT, print, printJson, table, UsageError } from './output.js';
 import { Interrupts } from './signals.js';
@@ -29,11 +33,6 @@ export const DOCTOR_EXIT = {
 export const DEFAULT_PREFIX = 'etcd-concurrency-doctor/';
 const DEFAULT_SAMPLES = 5;
 const MAX_SAMPLES = 100;
-/**
- * Bound on each step (a call, a watch notification, a renewal): the client's call deadline
- * (--command-timeout, default 10 s), set by diagnose().
- */
-let stepTimeoutMs = 10_000;
 /** TTL of the scratch lease: short, so that a doctor killed mid-way leaves nothing for long. */
 const SCRATCH_LEASE_TTL = 10;
 /** etcd's default election timeout; the server does not tell its own, so the TTL estimate assumes it. */
@@ -77,9 +76,9 @@ Examples:
   etcd-concurrency doctor --endpoints 10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379
   etcd-concurrency doctor --user app --prefix locks/ --json | jq .checks`;
 
-type Level = 'ok' | 'info' | 'warn' | 'fail' | 'skip';
+export type Level = 'ok' | 'info' | 'warn' | 'fail' | 'skip';
 
-interface Check {
+export interface Check {
   name: string;
   level: Level;
   message: string;
@@ -87,7 +86,7 @@ interface Check {
   fix?: string;
 }
 
-interface MemberReport {
+export interface MemberReport {
   /** Member id in hex, as etcdctl prints it; null when the member never answered and MemberList was unavailable. */
   id: string | null;
   name: string | null;
@@ -221,7 +220,11 @@ interface DiagnoseOptions {
   /** Whether we authenticate (--user or --auth-jwt-token). */
   authenticated: boolean;
   signal: AbortSignal;
-  /** A Client on one endpoint, with the same TLS and auth options. */
+  /**
+   * A Client on one endpoint, with the same TLS and auth options: for a member that MemberList
+   * advertises at a URL that is not among the endpoints given (those are asked through the main
+   * client, pinned to each in turn).
+   */
   memberClient: (endpoint: string) => Client;
   /** The TLS material the options name, for the /version fallback. */
   tls: TlsFiles | undefined;
@@ -231,7 +234,6 @@ interface DiagnoseOptions {
 async function diagnose(client: Client, o: DiagnoseOptions): Promise<DoctorReport> {
   const { signal } = o;
   const checks: Check[] = [];
-  stepTimeoutMs = client.conn.callTimeoutMs;
   // The first call says whether we can talk to etcd at all: an unreachable endpoint, a TLS or an
   // authentication failure ends here with the CLI's usual one-line message (exit 1). A cluster
   // without a leader is reported instead: every member is asked directly, and what needs a leader
@@ -335,7 +337,7 @@ async function diagnose(client: Client, o: DiagnoseOptions): Promise<DoctorRepor
       // Everything we wrote is under the scratch prefix. Not under the interrupt signal: an
       // interrupted doctor still cleans up (a second Ctrl-C exits at once).
       if (scratch.wrote) {
-        await client.delete(scratch.prefix, { prefix: true, timeoutMs: stepTimeoutMs }).catch((err: unknown) => {
+        await client.delete(scratch.prefix, { prefix: true }).catch((err: unknown) => {
           checks.push({ name: 'cleanup', level: 'warn', message: `could not delete the scratch keys under ${scratch.prefix}: ${message(err)}`, fix: `etcdctl del --prefix ${scratch.prefix}` });
         });
       }
@@ -384,67 +386,10 @@ async function diagnose(client: Client, o: DiagnoseOptions): Promise<DoctorRepor
 
 // --------------------------------------------------------------------------------- members
 
-interface ListedMember {
-  id: bigint;
-  name: string;
-  clientURLs: string[];
-  isLearner: boolean;
-}
-
-/**
- * etcd's Cluster.MemberList, which this library's Client does not offer: its request is empty and
- * its answer is decoded here from the wire (MemberListResponse.members = 2; Member: ID = 1,
- * name = 2, peerURLs = 3, clientURLs = 4, isLearner = 5).
- */
-const MEMBER_LIST: UnaryMethod<Record<string, never>, ListedMember[]> = {
-  path: '/etcdserverpb.Cluster/MemberList',
-  requestSerialize: () => Buffer.alloc(0),
-  responseDeserialize: (buf) => {
-    const r = new BinaryReader(buf);
-    const out: ListedMember[] = [];
-    while (r.pos < r.len) {
-      const tag = r.uint32();
-      if (tag >>> 3 !== 2 || (tag & 7) !== 2) {
-        r.skip(tag & 7);
-        continue;
-      }
-      const m = new BinaryReader(r.bytes());
-      const member: ListedMember = { id: 0n, name: '', clientURLs: [], isLearner: false };
-      while (m.pos < m.len) {
-        const t = m.uint32();
-        const field = t >>> 3;
-        if (field === 1 && (t & 7) === 0) member.id = BigInt(m.uint64());
-        else if (field === 2 && (t & 7) === 2) member.name = m.string();
-        else if (field === 4 && (t & 7) === 2) member.clientURLs.push(m.string());
-        else if (field === 5 && (t & 7) === 0) member.isLearner = m.bool();
-        else m.skip(t & 7);
-      }
-      out.push(member);
-    }
-    return out;
-  },
-};
-
-/** etcd 3.5+'s Auth.AuthStatus (AuthStatusResponse.enabled = 2); 3.4 answers UNIMPLEMENTED. */
-const AUTH_STATUS: UnaryMethod<Record<string, never>, { enabled: boolean }> = {
-  path: '/etcdserverpb.Auth/AuthStatus',
-  requestSerialize: () => Buffer.alloc(0),
-  responseDeserialize: (buf) => {
-    const r = new BinaryReader(buf);
-    let enabled = false;
-    while (r.pos < r.len) {
-      const tag = r.uint32();
-      if (tag === 16) enabled = r.bool();
-      else r.skip(tag & 7);
-    }
-    return { enabled };
-  },
-};
-
 /** The members from MemberList, or undefined when it is not available (then the endpoints given are checked). */
-async function memberList(client: Client, signal: AbortSignal): Promise<ListedMember[] | undefined> {
+async function memberList(client: Client, signal: AbortSignal): Promise<ClusterMember[] | undefined> {
   try {
-    return await client.conn.unary(MEMBER_LIST, {}, 'idempotent', { signal, timeoutMs: stepTimeoutMs });
+    return await client.memberList({ signal });
   } catch (err) {
     if (err instanceof AuthenticationError || signal.aborted) throw err;
     return undefined;
@@ -456,9 +401,8 @@ async function memberList(client: Client, signal: AbortSignal): Promise<ListedMe
  * when the URLs members advertise are not), then for each listed member not seen that way, through
  * its advertised client URLs.
  */
-async function memberStatuses(client: Client, listed: ListedMember[] | undefined, o: DiagnoseOptions): Promise<MemberReport[]> {
-  const given = client.conn.endpoints.map((e) => `${e.secure ? 'https://' : ''}${e.target}`);
-  const byEndpoint = await Promise.all(given.map((e) => memberStatus(e, o)));
+async function memberStatuses(client: Client, listed: ClusterMember[] | undefined, o: DiagnoseOptions): Promise<MemberReport[]> {
+  const byEndpoint = await Promise.all(client.endpoints.map((e) => memberStatus(`${client.secure ? 'https://' : ''}${e}`, o, { client, endpoint: e })));
   const targetOf = (url: string): string | undefined => {
     try {
       return parseEndpoint(url).target;
@@ -470,7 +414,7 @@ async function memberStatuses(client: Client, listed: ListedMember[] | undefined
   const seen = new Set<string>();
   for (const r of byEndpoint) {
     // An endpoint that did not answer is still a member we know, when it is one a member advertises.
-    const m = listed?.find((l) => (r.id !== null ? l.id.toString(16) === r.id : l.clientURLs.some((u) => targetOf(u) === targetOf(r.endpoint))));
+    const m = listed?.find((l) => (r.id !== null ? l.id.toString(16) === r.id : l.clientUrls.some((u) => targetOf(u) === targetOf(r.endpoint))));
     if (m) {
       r.id = m.id.toString(16);
       r.name = m.name || null;
@@ -486,9 +430,9 @@ async function memberStatuses(client: Client, listed: ListedMember[] | undefined
   const more = await Promise.all(
     rest.map(async (m): Promise<MemberReport> => {
       const base = { id: m.id.toString(16), name: m.name || null, isLearner: m.isLearner };
-      if (m.clientURLs.length === 0) return { ...emptyMember('-'), ...base, error: 'not started yet (it advertises no client URL)' };
+      if (m.clientUrls.length === 0) return { ...emptyMember('-'), ...base, error: 'not started yet (it advertises no client URL)' };
       let last: MemberReport | undefined;
-      for (const url of m.clientURLs) {
+      for (const url of m.clientUrls) {
         last = await memberStatus(url, o);
         if (last.version !== null) break;
       }
@@ -507,8 +451,11 @@ function emptyMember(endpoint: string): MemberReport {
   return { id: null, name: null, endpoint, version: null, leader: null, hasLeader: null, statusRefused: false, isLeader: false, isLearner: false, raftTerm: null, dbSize: null, alarms: [], error: null };
 }
 
-/** One member's Status, through a Client on that endpoint alone (no failover to another member). */
-async function memberStatus(endpoint: string, o: DiagnoseOptions): Promise<MemberReport> {
+/**
+ * One member's Status, with no failover to another member: through `via`, the main client pinned
+ * to one of its endpoints, or else through a Client on that endpoint alone (closed after).
+ */
+async function memberStatus(endpoint: string, o: DiagnoseOptions, via?: { client: Client; endpoint: string }): Promise<MemberReport> {
   let target = endpoint;
   try {
     target = parseEndpoint(endpoint).target;
@@ -516,8 +463,8 @@ async function memberStatus(endpoint: string, o: DiagnoseOptions): Promise<Membe
     // shown as advertised
   }
   const r = emptyMember(target);
-  const c = o.memberClient(endpoint);
-  const call = { signal: o.signal, timeoutMs: stepTimeoutMs };
+  const c = via?.client ?? o.memberClient(endpoint);
+  const call = { signal: o.signal, timeoutMs: c.callTimeoutMs, ...(via ? { endpoint: via.endpoint } : {}) };
   const failed = (err: unknown): void => {
     if (o.signal.aborted) throw o.signal.reason;
     if (err instanceof AuthenticationError) throw err;
@@ -531,18 +478,18 @@ async function memberStatus(endpoint: string, o: DiagnoseOptions): Promise<Membe
     }
   };
   try {
-    const s = await c.conn.unary(pb.MaintenanceService.status, {}, 'idempotent', call);
-    const id = s.header?.memberId ?? 0n;
-    const leader = s.leader ?? 0n;
+    const s = await c.status(call);
+    const id = s.header.memberId;
+    const leader = s.leader;
     r.id = id.toString(16);
-    r.version = s.version ?? '';
+    r.version = s.version;
     r.leader = leader.toString(16);
     r.hasLeader = leader !== 0n;
     r.isLeader = leader !== 0n && leader === id;
-    r.isLearner = s.isLearner ?? false;
-    r.raftTerm = s.raftTerm ?? 0n;
-    r.dbSize = s.dbSize ?? 0n;
-    r.alarms = s.errors ?? [];
+    r.isLearner = s.isLearner;
+    r.raftTerm = s.raftTerm;
+    r.dbSize = s.dbSize;
+    r.alarms = s.alarms;
   } catch (err) {
     if (!(err instanceof PermissionDeniedError)) {
       failed(err);
@@ -571,7 +518,7 @@ async function memberStatus(endpoint: string, o: DiagnoseOptions): Promise<Membe
       }
     }
   } finally {
-    await c.close();
+    if (!via) await c.close();
   }
   return r;
 }
@@ -612,7 +559,12 @@ function reason(err: unknown): string {
   return why ? `unreachable: ${why[1]}` : m;
 }
 
-function versionCheck(versions: string[], answered: MemberReport[]): Check {
+/**
+ * The versions check, from the distinct versions that answered (sorted oldest first) and the members
+ * that told them: fail below 3.4 or when none did, warn on mixed versions and on end-of-life 3.4.
+ * Exported for its unit tests.
+ */
+export function versionCheck(versions: string[], answered: MemberReport[]): Check {
   if (versions.length === 0) return { name: 'versions', level: 'fail', message: 'no member told its version' };
   const old = versions.filter((v) => !etcdVersionAtLeast(v, '3.4'));
   if (old.length > 0) {
@@ -634,7 +586,11 @@ function versionCheck(versions: string[], answered: MemberReport[]): Check {
   return { name: 'versions', level: 'warn', message: problems.join('; '), fix: fixes.join('; ') };
 }
 
-function leaderCheck(members: MemberReport[]): Check {
+/**
+ * The leader check: fail when no member has a leader, warn when some have none or they disagree on
+ * who it is, else ok naming the leader (when Status told it). Exported for its unit tests.
+ */
+export function leaderCheck(members: MemberReport[]): Check {
   const leaderless = members.filter((m) => m.hasLeader === false);
   const withLeader = members.filter((m) => m.hasLeader === true);
   // Who leads is known only from Status.
@@ -661,7 +617,7 @@ function leaderCheck(members: MemberReport[]): Check {
 /** Whether etcd is on: AuthStatus on 3.5+, else what the connection showed (null: unknown). */
 async function authStatus(client: Client, authenticated: boolean, signal: AbortSignal): Promise<boolean | null> {
   try {
-    return (await client.conn.unary(AUTH_STATUS, {}, 'idempotent', { signal, timeoutMs: stepTimeoutMs })).enabled;
+    return (await client.authStatus({ signal })).enabled;
   } catch (err) {
     if (err instanceof AuthenticationError || signal.aborted) throw err;
     // 3.4: no AuthStatus. With a user, authenticating succeeded, which etcd refuses when auth is
@@ -689,7 +645,7 @@ interface Scratch {
 }
 
 /** A put under the scratch prefix that remembers whether it may have written. */
-async function scratchPut(client: Client, scratch: Scratch, key: string, value: string, options: { signal: AbortSignal; timeoutMs: number; lease?: bigint }): Promise<ResponseHeader> {
+async function scratchPut(client: Client, scratch: Scratch, key: string, value: string, options: { signal: AbortSignal; lease?: bigint }): Promise<ResponseHeader> {
   try {
     const h = await client.put(key, value, options);
     scratch.wrote = true;
@@ -700,15 +656,12 @@ async function scratchPut(client: Client, scratch: Scratch, key: string, value: 
   }
 }
 
-/** A step's signal: the interrupt, or stepTimeoutMs. */
-function stepSignal(signal: AbortSignal): AbortSignal {
-  return AbortSignal.any([signal, AbortSignal.timeout(stepTimeoutMs)]);
-}
-
 async function roundTrips(client: Client, scratch: Scratch, o: DiagnoseOptions, report: DoctorReport, grant: string): Promise<void> {
   const { signal, samples } = o;
   const key = `${scratch.prefix}round-trip`;
-  const call = { signal, timeoutMs: stepTimeoutMs };
+  const call = { signal };
+  // Watches have no deadline of their own: each step waits at most the client's call deadline.
+  const withTimeout = <T>(p: Promise<T>, what: string): Promise<T> => timeout(p, what, client.callTimeoutMs);
   const failed = (what: string, err: unknown): void => {
     if (signal.aborted) throw signal.reason;
     if (err instanceof AuthenticationError) throw err;
@@ -814,8 +767,8 @@ async function roundTrips(client: Client, scratch: Scratch, o: DiagnoseOptions, 
 
 async function leaseChecks(client: Client, scratch: Scratch, o: DiagnoseOptions, report: DoctorReport, grant: string): Promise<void> {
   const { signal } = o;
-  const call = { signal, timeoutMs: stepTimeoutMs };
   const key = `${scratch.prefix}lease`;
+  const call = { signal };
   const lease = report.lease;
   const versions = report.versions.filter(renewalChecksPermission);
   const problems: Check[] = [];
@@ -851,7 +804,9 @@ async function leaseChecks(client: Client, scratch: Scratch, o: DiagnoseOptions,
     if (lease.attach === 'ok') {
       try {
         const times: number[] = [];
-        for (let i = 0; i < o.samples; i++) times.push((await keepAliveOnce(client, id, signal)).ms);
+        // Each on a stream of its own, so that a refusal is seen as the error it is (the shared
+        // keepalive stream of a Session retries refusals quietly until the lease runs out).
+        for (let i = 0; i < o.samples; i++) times.push(await timed(() => client.leaseKeepAliveOnce(id, call)));
         report.roundTrips.renewal = stats(times);
         lease.renew = 'ok';
         done.push(`renewed it (${fmt(report.roundTrips.renewal.medianMs)})`);
@@ -859,7 +814,7 @@ async function leaseChecks(client: Client, scratch: Scratch, o: DiagnoseOptions,
         const needsPut = versions.length > 0 ? `etcd ${versions.join(', ')} renews a lease only for a user with put permission on every key attached to it` : undefined;
         fail(
           'renew',
-          'renewing the lease',
+          'renewing a lease',
           err,
           err instanceof PermissionDeniedError ? `${needsPut ?? 'the renewal was refused'}: ${grant}` : undefined,
         );
@@ -868,7 +823,7 @@ async function leaseChecks(client: Client, scratch: Scratch, o: DiagnoseOptions,
   } finally {
     if (granted) {
       try {
-        await client.leaseRevoke(id, { timeoutMs: stepTimeoutMs });
+        await client.leaseRevoke(id);
         lease.revoke = 'ok';
         done.push('revoked it');
       } catch (err) {
@@ -884,46 +839,6 @@ async function leaseChecks(client: Client, scratch: Scratch, o: DiagnoseOptions,
   }
   if (problems.length > 0) report.checks.push(...problems);
   else report.checks.push({ name: 'lease', level: 'ok', message: done.join(', ') });
-}
-
-/**
- * One renewal on a LeaseKeepAlive stream of its own, so that a refusal is seen as the error it is
- * (the client's shared keepalive stream retries refusals quietly until the lease runs out).
- */
-async function keepAliveOnce(client: Client, id: bigint, signal: AbortSignal, retried = false): Promise<{ ttl: number; ms: number }> {
-  const s = stepSignal(signal);
-  const { stream, token } = await client.conn.openStream(pb.LeaseService.leaseKeepAlive);
-  try {
-    return await new Promise((resolve, reject) => {
-      const t0 = performance.now();
-      const onAbort = (): void => reject(signal.aborted ? signal.reason : new Error(`renewing the lease: no answer within ${stepTimeoutMs} ms`));
-      s.addEventListener('abort', onAbort, { once: true });
-      stream.on('data', (r: pb.LeaseKeepAliveResponse) => {
-        s.removeEventListener('abort', onAbort);
-        const ttl = Number(r.TTL ?? 0n);
-        if (ttl <= 0) reject(new Error('renewing the lease: etcd says it no longer exists'));
-        else resolve({ ttl, ms: performance.now() - t0 });
-      });
-      stream.on('error', (err: Error) => {
-        s.removeEventListener('abort', onAbort);
-        reject(err);
-      });
-      stream.on('end', () => reject(new Error('renewing the lease: the stream ended without an answer')));
-      stream.write({ ID: id });
-    });
-  } catch (err) {
-    if (!isServiceError(err)) throw err;
-    // A token that expired or that the member forgot: fetch a new one, once.
-    if (!retried && token !== undefined && isStaleToken(err.details)) {
-      client.conn.tokens?.invalidate(token);
-      return keepAliveOnce(client, id, signal, true);
-    }
-    throw fromGrpcError(err, 'renewing the lease');
-  } finally {
-    stream.removeAllListeners();
-    stream.on('error', () => {});
-    stream.cancel();
-  }
 }
 
 // --------------------------------------------------------------------------------- ttl
@@ -960,11 +875,11 @@ async function timed(fn: () => Promise<unknown>): Promise<number> {
   return performance.now() - t0;
 }
 
-/** `p`, or an error naming `what` after stepTimeoutMs (watches have no deadline of their own). */
-function withTimeout<T>(p: Promise<T>, what: string): Promise<T> {
+/** `p`, or an error naming `what` after `ms`. */
+function timeout<T>(p: Promise<T>, what: string, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${stepTimeoutMs} ms`)), stepTimeoutMs);
+    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
   });
   return Promise.race([p, expired]).finally(() => clearTimeout(timer));
 }

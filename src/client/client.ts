@@ -1,7 +1,7 @@
 import * as pb from '../proto/etcd.js';
 import { Connection, type CallOptions, type CallProgress, type ConnectionOptions } from './connection.js';
 import { TokenSource, type AuthOptions } from './auth.js';
-import { EtcdError, InvalidArgumentError, etcdSays, isServiceError } from './errors.js';
+import { DeadlineExceededError, EtcdError, InvalidArgumentError, LeaseNotFoundError, UnavailableError, etcdSays, fromGrpcError, isServiceError, isStaleToken } from './errors.js';
 import { KeepAliveHub } from './lease.js';
 import { WatchHub, type Watch, type WatchOptions } from './watch.js';
 import { Telemetry, type TelemetryOptions } from '../metrics/telemetry.js';
@@ -41,12 +41,45 @@ export interface LeaseTimeToLive {
   keys: Buffer[];
 }
 
+/** One member's Status (etcd's Maintenance.Status). */
 export interface MemberStatus {
+  /** `header.memberId` is the id of the member that answered. */
   header: ResponseHeader;
+  /** The member's etcd version, e.g. `3.6.9`. */
   version: string;
+  /** The id of the Raft leader as this member sees it; 0n when it has none. */
   leader: bigint;
   raftTerm: bigint;
+  /** Size of the member's database file in bytes. */
   dbSize: bigint;
+  /** Whether the member is a learner (a non-voting member catching up). */
+  isLearner: boolean;
+  /**
+   * The alarms and errors the member reports (etcd's StatusResponse.errors), e.g.
+   * `memberID:... alarm:NOSPACE`; empty when all is well.
+   */
+  alarms: string[];
+}
+
+/** A member of the cluster, as MemberList gives it. */
+export interface ClusterMember {
+  /** The member id (etcdctl prints it in hex: `id.toString(16)`). */
+  id: bigint;
+  /** Its name; empty for a member added but not started yet. */
+  name: string;
+  /** The URLs it talks to its peers on. */
+  peerUrls: string[];
+  /** The URLs it serves clients on; empty for a member not started yet. */
+  clientUrls: string[];
+  /** Whether it is a learner (non-voting). */
+  isLearner: boolean;
+}
+
+/** Whether authentication is on (etcd's Auth.AuthStatus). */
+export interface AuthStatus {
+  enabled: boolean;
+  /** The revision of etcd's auth store: it grows with every change to users, roles and permissions. */
+  authRevision: bigint;
 }
 
 /**
@@ -87,6 +120,16 @@ export class Client implements AsyncDisposable {
   /** How long a connect attempt waits for one endpoint (ClientOptions.dialTimeoutMs). */
   get dialTimeoutMs(): number {
     return this.conn.dialTimeoutMs;
+  }
+
+  /** The default deadline of one call, failover retries included (ClientOptions.callTimeoutMs). */
+  get callTimeoutMs(): number {
+    return this.conn.callTimeoutMs;
+  }
+
+  /** Whether calls go over TLS (an `https://` endpoint, or ClientOptions.tls). */
+  get secure(): boolean {
+    return this.conn.secure;
   }
 
   /** Raw Range: full control over sorting, limits and revision bounds. */
@@ -208,7 +251,12 @@ export class Client implements AsyncDisposable {
     return this.watches.watch(key, options);
   }
 
-  /** Status of the member at the current endpoint. */
+  /**
+   * Status of the member at the current endpoint, or of the one `options.endpoint` names (then
+   * with no failover: a member that does not answer fails the call). Some etcd versions refuse
+   * Status to users without the root role (PermissionDeniedError); a member cut off from the Raft
+   * leader refuses it while `requireLeader` is on (UnavailableError saying it has no leader).
+   */
   async status(options?: CallOptions): Promise<MemberStatus> {
     const r = await this.conn.unary(pb.MaintenanceService.status, {}, 'idempotent', options);
     return {
@@ -217,7 +265,99 @@ export class Client implements AsyncDisposable {
       leader: r.leader ?? 0n,
       raftTerm: r.raftTerm ?? 0n,
       dbSize: r.dbSize ?? 0n,
+      isLearner: r.isLearner ?? false,
+      alarms: r.errors ?? [],
     };
+  }
+
+  /** Every member of the cluster (etcd's Cluster.MemberList), in the cluster's order. */
+  async memberList(options?: CallOptions): Promise<ClusterMember[]> {
+    const r = await this.conn.unary(pb.ClusterService.memberList, {}, 'idempotent', options);
+    return (r.members ?? []).map((m) => ({
+      id: m.ID ?? 0n,
+      name: m.name ?? '',
+      peerUrls: m.peerURLs ?? [],
+      clientUrls: m.clientURLs ?? [],
+      isLearner: m.isLearner ?? false,
+    }));
+  }
+
+  /**
+   * Whether authentication is on (etcd's Auth.AuthStatus). etcd 3.5 and later; 3.4 has no such
+   * call and fails it with an EtcdError whose `code` is 12 (gRPC UNIMPLEMENTED).
+   */
+  async authStatus(options?: CallOptions): Promise<AuthStatus> {
+    const r = await this.conn.unary(pb.AuthService.authStatus, {}, 'idempotent', options);
+    return { enabled: r.enabled ?? false, authRevision: r.authRevision ?? 0n };
+  }
+
+  /**
+   * Renews lease `id` once, on a LeaseKeepAlive stream of its own (Go's KeepAliveOnce), and returns
+   * the TTL etcd granted. Unlike a Session's renewals, which ride the shared stream and retry
+   * quietly, a refusal is thrown as it comes: PermissionDeniedError when etcd (3.4.42+, 3.5.28+,
+   * 3.6.9+, 3.7) wants put permission on a key attached to the lease, LeaseNotFoundError when the
+   * lease is gone. Bounded by `options.timeoutMs` (default callTimeoutMs; DeadlineExceededError)
+   * and `options.signal`; `options.endpoint` pins it to one endpoint. Never retried on another.
+   */
+  async leaseKeepAliveOnce(id: bigint, options?: CallOptions): Promise<{ ttl: number }> {
+    const what = 'renewing a lease';
+    const signal = options?.signal;
+    signal?.throwIfAborted();
+    const pinned = options?.endpoint === undefined ? undefined : this.conn.peerOf(options.endpoint);
+    const timeoutMs = options?.timeoutMs ?? this.conn.callTimeoutMs;
+    // One bound for the whole call: the caller's signal, or the deadline (typed as ours).
+    const bound = new AbortController();
+    const onAbort = (): void => bound.abort(signal!.reason);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    const timer = setTimeout(() => bound.abort(new DeadlineExceededError(`${what}: no answer within ${timeoutMs} ms`)), Math.max(1, timeoutMs));
+    try {
+      for (let retried = false; ; retried = true) {
+        const target = pinned === undefined ? this.activeEndpoint : this.conn.endpoints[pinned]!.target;
+        const opened = await untilAborted(this.conn.openStream(pb.LeaseService.leaseKeepAlive, pinned), bound.signal, (late) => closeStream(late.stream)).catch(
+          (err: unknown) => {
+            if (bound.signal.aborted || err instanceof EtcdError) throw err;
+            throw new UnavailableError(`${what}: could not connect to etcd at ${target} (${err instanceof Error ? err.message : String(err)})`, { cause: err });
+          },
+        );
+        const { stream } = opened;
+        try {
+          const ttl = await new Promise<bigint>((resolve, reject) => {
+            const stop = (): void => reject(bound.signal.reason);
+            if (bound.signal.aborted) return stop();
+            bound.signal.addEventListener('abort', stop, { once: true });
+            const done = (): void => bound.signal.removeEventListener('abort', stop);
+            stream.on('data', (r: pb.LeaseKeepAliveResponse) => {
+              done();
+              resolve(r.TTL ?? 0n);
+            });
+            stream.on('error', (err: Error) => {
+              done();
+              reject(err);
+            });
+            stream.on('end', () => {
+              done();
+              reject(new UnavailableError(`${what}: the stream ended without an answer`));
+            });
+            stream.write({ ID: id });
+          });
+          if (ttl <= 0n) throw new LeaseNotFoundError(`${what}: lease not found (expired or revoked)`);
+          return { ttl: Number(ttl) };
+        } catch (err) {
+          if (!isServiceError(err)) throw err;
+          // A token that expired or that the member forgot: fetch a new one, once.
+          if (!retried && opened.token !== undefined && isStaleToken(err.details) && this.conn.tokens) {
+            this.conn.tokens.invalidate(opened.token);
+            continue;
+          }
+          throw fromGrpcError(err, what);
+        } finally {
+          closeStream(stream);
+        }
+      }
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+    }
   }
 
   /**
@@ -252,6 +392,36 @@ export class Client implements AsyncDisposable {
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
   }
+}
+
+/**
+ * `p`, or the signal's reason once it aborts; what `p` yields after that goes to `discard` (a
+ * stream opened too late is closed, not leaked).
+ */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal, discard: (late: T) => void): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason);
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        if (signal.aborted) discard(v);
+        else resolve(v);
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(err);
+      },
+    );
+  });
+}
+
+/** Ends a stream of ours: no more events reach us, and its late error is swallowed. */
+function closeStream(stream: { removeAllListeners(): unknown; on(event: 'error', fn: () => void): unknown; cancel(): void }): void {
+  stream.removeAllListeners();
+  stream.on('error', () => {});
+  stream.cancel();
 }
 
 function isLeaseNotFound(err: unknown): boolean {

@@ -1,7 +1,7 @@
 import * as net from 'node:net';
 import * as tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
-import { parseEndpoints, type Endpoint } from './endpoints.js';
+import { parseEndpoint, parseEndpoints, type Endpoint } from './endpoints.js';
 import {
   ClientClosedError,
   DeadlineExceededError,
@@ -71,6 +71,12 @@ export interface CallOptions {
   signal?: AbortSignal | undefined;
   /** Deadline of this call in ms from now (monotonic); default the client's callTimeoutMs. */
   timeoutMs?: number | undefined;
+  /**
+   * Send this call to this one endpoint only (one of the client's endpoints, as given or as
+   * `host:port`), with no failover to the others: to ask one member about itself (a Status, a
+   * check that it has a leader). Its failures are reported as they come, retried on it alone.
+   */
+  endpoint?: string | undefined;
   /** @internal send no auth token (the Authenticate call itself). */
   anonymous?: boolean;
 }
@@ -198,6 +204,11 @@ export class Connection {
     return this.closed;
   }
 
+  /** Whether calls go over TLS. */
+  get secure(): boolean {
+    return this.tls !== null;
+  }
+
   /** The endpoint calls go to now. */
   get activeTarget(): string {
     return this.peers[this.current]!.endpoint.target;
@@ -298,20 +309,40 @@ export class Connection {
   }
 
   /**
-   * Opens a bidirectional stream on the current endpoint, connected and with auth metadata. On
-   * failure moves to the next endpoint and throws; the caller retries after a backoff.
+   * The index of `endpoint` (as given, or `host:port`) among the endpoints, for a call pinned to it
+   * (CallOptions.endpoint); an InvalidArgumentError when it is not one of them.
+   */
+  peerOf(endpoint: string): number {
+    let target: string | undefined;
+    try {
+      target = parseEndpoint(endpoint).target;
+    } catch {
+      target = undefined;
+    }
+    const i = target === undefined ? -1 : this.endpoints.findIndex((e) => e.target === target);
+    if (i < 0) {
+      throw new InvalidArgumentError(`endpoint ${endpoint} is not one of this client's endpoints (${this.endpoints.map((e) => e.target).join(', ')})`);
+    }
+    return i;
+  }
+
+  /**
+   * Opens a bidirectional stream on the current endpoint (or on endpoint `pinned` alone),
+   * connected and with auth metadata. On failure moves to the next endpoint (unless pinned) and
+   * throws; the caller retries after a backoff.
    */
   async openStream<Req, Res>(
     method: StreamMethod<Req, Res>,
+    pinned?: number,
   ): Promise<{ peer: number; stream: grpc.ClientDuplexStream<Req, Res>; token?: string }> {
     const md = await this.metadata();
     if (this.closed) throw new ClientClosedError();
-    const peer = this.current;
+    const peer = pinned ?? this.current;
     let client: grpc.Client;
     try {
       client = await this.ready(peer, performance.now() + this.dialTimeoutMs);
     } catch (err) {
-      this.failover(peer);
+      if (pinned === undefined) this.failover(peer);
       throw err;
     }
     if (this.closed) throw new ClientClosedError();
@@ -349,6 +380,8 @@ export class Connection {
     progress?: CallProgress,
   ): Promise<Res> {
     const what = doing(method.path);
+    // A call pinned to one endpoint (CallOptions.endpoint) never moves to another.
+    const pinned = options.endpoint === undefined ? undefined : this.peerOf(options.endpoint);
     const deadline = performance.now() + (options.timeoutMs ?? this.callTimeoutMs);
     const signal = options.signal;
     const backoff = new Backoff(25, 500);
@@ -365,7 +398,7 @@ export class Connection {
       if (lastFailure && deadline - performance.now() < 1) {
         throw new DeadlineExceededError(`${lastFailure.message}; no time left to retry before the deadline`, { cause: lastFailure });
       }
-      const peer = this.current;
+      const peer = pinned ?? this.current;
       let client: grpc.Client | H2Channel;
       try {
         // Bounded by the dial timeout, the call's deadline and its signal: a hung endpoint costs at
@@ -375,11 +408,11 @@ export class Connection {
         if (err instanceof ClientClosedError) throw err;
         if (signal?.aborted) throw signal.reason;
         if (!(err instanceof ConnectFailure)) throw err;
-        this.failover(peer);
+        if (pinned === undefined) this.failover(peer);
         unreachable.set(peer, err);
         // A full round over the endpoints without one connecting, or no time left: report, do not hang.
-        if (unreachable.size >= this.peers.length || performance.now() >= deadline) {
-          throw await this.unreachableError(what, unreachable, deadline, signal);
+        if (pinned !== undefined || unreachable.size >= this.peers.length || performance.now() >= deadline) {
+          throw await this.unreachableError(what, unreachable, deadline, signal, pinned !== undefined);
         }
         continue;
       }
@@ -389,7 +422,7 @@ export class Connection {
       // A member that stopped answering (paused, cut off) must not eat the whole budget: give each
       // attempt of a retryable call a share of it, then move on to the next endpoint.
       const attemptDeadline =
-        policy === 'idempotent' && this.peers.length > 1
+        policy === 'idempotent' && this.peers.length > 1 && pinned === undefined
           ? Math.min(deadline, performance.now() + Math.max(this.dialTimeoutMs, this.callTimeoutMs / 3))
           : deadline;
       try {
@@ -430,7 +463,7 @@ export class Connection {
         }
         if (performance.now() >= deadline) throw fromGrpcError(err, what);
         lastFailure = fromGrpcError(err, what);
-        this.failover(peer);
+        if (pinned === undefined) this.failover(peer);
         await sleep(Math.min(backoff.next(), Math.max(0, deadline - performance.now())), signal);
         unreachable.clear();
       }
@@ -441,8 +474,9 @@ export class Connection {
    * The UnavailableError for a round in which no endpoint connected. A refused or failed connection
    * is probed once more (a plain TCP or TLS handshake names the cause); a silent one is not, since
    * the dial already waited: the diagnosis never outlasts the call's deadline or its signal.
+   * `pinned`: the call was for that one endpoint, which the message names alone.
    */
-  private async unreachableError(what: string, failures: Map<number, ConnectFailure>, deadline: number, signal?: AbortSignal): Promise<Error> {
+  private async unreachableError(what: string, failures: Map<number, ConnectFailure>, deadline: number, signal?: AbortSignal, pinned = false): Promise<Error> {
     const reasons = await Promise.all(
       [...failures].map(async ([peer, f]) => {
         if (f.kind === 'timeout') return silence(Math.round(f.waitedMs));
@@ -457,7 +491,7 @@ export class Connection {
       new Set(reasons).size === 1 ? reasons[0]! : reasons.map((r, i) => `${targets[i]}: ${r}`).join('; ');
     const first = failures.values().next().value;
     return new UnavailableError(
-      `${what}: could not connect to etcd at ${this.endpoints.map((e) => e.target).join(', ')} ` +
+      `${what}: could not connect to etcd at ${(pinned ? targets : this.endpoints.map((e) => e.target)).join(', ')} ` +
         `(${why}); check that etcd runs there (for a local one: ` +
         '`etcd-concurrency dev`) or pass the right endpoints',
       { cause: first },
@@ -504,6 +538,8 @@ const DOING: Record<string, string> = {
   LeaseKeepAlive: 'renewing leases',
   Watch: 'watching keys',
   Status: "reading the member's status",
+  MemberList: 'listing the members',
+  AuthStatus: 'reading whether authentication is on',
   Authenticate: 'authenticating',
 };
 

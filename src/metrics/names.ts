@@ -39,6 +39,12 @@ export const ATTR = {
   fencingToken: 'etcd_concurrency.fencing_token',
   /** Span attribute: true when the acquire found others ahead and had to wait for its turn. */
   queued: 'etcd_concurrency.queued',
+  /**
+   * Span attribute: how many of the keys the enqueue counted were ahead of ours when it created our
+   * key (the queue position at enqueue; for a reader, the writers ahead). Absent when the call found
+   * its key already there (shared with another call of this process, or left on an adopted lease).
+   */
+  queueAhead: 'etcd_concurrency.queue.ahead',
   /** Span attribute: seconds from the call to holding (or to giving up). */
   waitDuration: 'etcd_concurrency.wait.duration',
   rpcSystem: 'rpc.system',

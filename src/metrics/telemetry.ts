@@ -295,6 +295,11 @@ export class AcquireProbe {
   /** The caller's context: the hold span is its sibling. */
   private readonly ctx: Context | undefined;
   private queued = false;
+  /**
+   * Given to the enqueue while a span records: how many counted keys were ahead of ours when it
+   * created our key. Goes straight onto the span; nothing is kept per waiter.
+   */
+  readonly ahead: ((keys: bigint) => void) | undefined;
 
   constructor(
     private readonly tel: Telemetry,
@@ -307,6 +312,7 @@ export class AcquireProbe {
       if (span.isRecording()) {
         this.span = span;
         this.ctx = context.active();
+        this.ahead = (keys) => span.setAttribute(ATTR.queueAhead, Number(keys));
       }
     }
   }

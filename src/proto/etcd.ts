@@ -28,7 +28,8 @@ export const protobufFileName = "etcd.proto";
 /**
  * Our subset of etcd's v3 gRPC API (etcdserverpb + mvccpb), written from the published wire
  * contract. Field names and numbers are wire facts and must match etcd; everything this library
- * does not use is left out. Only API present in etcd 3.4, 3.5 and 3.6 is used.
+ * does not use is left out. Only API present in etcd 3.4, 3.5 and 3.6 is used, except
+ * Auth.AuthStatus (3.5+; 3.4 answers UNIMPLEMENTED, and its callers expect that).
  */
 
 export interface ResponseHeader {
@@ -299,6 +300,32 @@ export interface StatusResponse {
   errors?: string[] | undefined;
   dbSizeInUse?: bigint | undefined;
   isLearner?: boolean | undefined;
+}
+
+export interface Member {
+  ID?: bigint | undefined;
+  name?: string | undefined;
+  peerURLs?: string[] | undefined;
+  clientURLs?: string[] | undefined;
+  isLearner?: boolean | undefined;
+}
+
+/** etcd 3.5 added `bool linearizable = 1`; left out: the default (false) is what 3.4 does. */
+export interface MemberListRequest {
+}
+
+export interface MemberListResponse {
+  header?: ResponseHeader | undefined;
+  members?: Member[] | undefined;
+}
+
+export interface AuthStatusRequest {
+}
+
+export interface AuthStatusResponse {
+  header?: ResponseHeader | undefined;
+  enabled?: boolean | undefined;
+  authRevision?: bigint | undefined;
 }
 
 export interface AuthenticateRequest {
@@ -3105,6 +3132,312 @@ export const StatusResponse: MessageFns<StatusResponse> = {
   },
 };
 
+function createBaseMember(): Member {
+  return { ID: 0n, name: "", peerURLs: [], clientURLs: [], isLearner: false };
+}
+
+export const Member: MessageFns<Member> = {
+  encode(message: Member, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.ID !== undefined && message.ID !== 0n) {
+      if (BigInt.asUintN(64, message.ID) !== message.ID) {
+        throw new globalThis.Error("value provided for field message.ID of type uint64 too large");
+      }
+      writer.uint32(8).uint64(message.ID);
+    }
+    if (message.name !== undefined && message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.peerURLs !== undefined && message.peerURLs.length !== 0) {
+      for (const v of message.peerURLs) {
+        writer.uint32(26).string(v!);
+      }
+    }
+    if (message.clientURLs !== undefined && message.clientURLs.length !== 0) {
+      for (const v of message.clientURLs) {
+        writer.uint32(34).string(v!);
+      }
+    }
+    if (message.isLearner !== undefined && message.isLearner !== false) {
+      writer.uint32(40).bool(message.isLearner);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Member {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMember();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.ID = reader.uint64() as bigint;
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            const el = reader.string();
+            if (el !== undefined) {
+              message.peerURLs!.push(el);
+            }
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            const el = reader.string();
+            if (el !== undefined) {
+              message.clientURLs!.push(el);
+            }
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.isLearner = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseMemberListRequest(): MemberListRequest {
+  return {};
+}
+
+export const MemberListRequest: MessageFns<MemberListRequest> = {
+  encode(_: MemberListRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): MemberListRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMemberListRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseMemberListResponse(): MemberListResponse {
+  return { header: undefined, members: [] };
+}
+
+export const MemberListResponse: MessageFns<MemberListResponse> = {
+  encode(message: MemberListResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.header !== undefined) {
+      ResponseHeader.encode(message.header, writer.uint32(10).fork()).join();
+    }
+    if (message.members !== undefined && message.members.length !== 0) {
+      for (const v of message.members) {
+        Member.encode(v!, writer.uint32(18).fork()).join();
+      }
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): MemberListResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMemberListResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.header = ResponseHeader.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            const el = Member.decode(reader, reader.uint32());
+            if (el !== undefined) {
+              message.members!.push(el);
+            }
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseAuthStatusRequest(): AuthStatusRequest {
+  return {};
+}
+
+export const AuthStatusRequest: MessageFns<AuthStatusRequest> = {
+  encode(_: AuthStatusRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuthStatusRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuthStatusRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseAuthStatusResponse(): AuthStatusResponse {
+  return { header: undefined, enabled: false, authRevision: 0n };
+}
+
+export const AuthStatusResponse: MessageFns<AuthStatusResponse> = {
+  encode(message: AuthStatusResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.header !== undefined) {
+      ResponseHeader.encode(message.header, writer.uint32(10).fork()).join();
+    }
+    if (message.enabled !== undefined && message.enabled !== false) {
+      writer.uint32(16).bool(message.enabled);
+    }
+    if (message.authRevision !== undefined && message.authRevision !== 0n) {
+      if (BigInt.asUintN(64, message.authRevision) !== message.authRevision) {
+        throw new globalThis.Error("value provided for field message.authRevision of type uint64 too large");
+      }
+      writer.uint32(24).uint64(message.authRevision);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuthStatusResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuthStatusResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.header = ResponseHeader.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.enabled = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.authRevision = reader.uint64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
 function createBaseAuthenticateRequest(): AuthenticateRequest {
   return { name: "", password: "" };
 }
@@ -3563,6 +3896,47 @@ export const MaintenanceClient = makeGenericClientConstructor(
   serviceName: string;
 };
 
+export type ClusterService = typeof ClusterService;
+export const ClusterService = {
+  memberList: {
+    path: "/etcdserverpb.Cluster/MemberList" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: MemberListRequest): Buffer => Buffer.from(MemberListRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): MemberListRequest => MemberListRequest.decode(value),
+    responseSerialize: (value: MemberListResponse): Buffer => Buffer.from(MemberListResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): MemberListResponse => MemberListResponse.decode(value),
+  },
+} as const;
+
+export interface ClusterServer extends UntypedServiceImplementation {
+  memberList: handleUnaryCall<MemberListRequest, MemberListResponse>;
+}
+
+export interface ClusterClient extends Client {
+  memberList(
+    request: MemberListRequest,
+    callback: (error: ServiceError | null, response: MemberListResponse) => void,
+  ): ClientUnaryCall;
+  memberList(
+    request: MemberListRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: MemberListResponse) => void,
+  ): ClientUnaryCall;
+  memberList(
+    request: MemberListRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: MemberListResponse) => void,
+  ): ClientUnaryCall;
+}
+
+export const ClusterClient = makeGenericClientConstructor(ClusterService, "etcdserverpb.Cluster") as unknown as {
+  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): ClusterClient;
+  service: typeof ClusterService;
+  serviceName: string;
+};
+
 export type AuthService = typeof AuthService;
 export const AuthService = {
   authenticate: {
@@ -3575,10 +3949,20 @@ export const AuthService = {
       Buffer.from(AuthenticateResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): AuthenticateResponse => AuthenticateResponse.decode(value),
   },
+  authStatus: {
+    path: "/etcdserverpb.Auth/AuthStatus" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: AuthStatusRequest): Buffer => Buffer.from(AuthStatusRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): AuthStatusRequest => AuthStatusRequest.decode(value),
+    responseSerialize: (value: AuthStatusResponse): Buffer => Buffer.from(AuthStatusResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): AuthStatusResponse => AuthStatusResponse.decode(value),
+  },
 } as const;
 
 export interface AuthServer extends UntypedServiceImplementation {
   authenticate: handleUnaryCall<AuthenticateRequest, AuthenticateResponse>;
+  authStatus: handleUnaryCall<AuthStatusRequest, AuthStatusResponse>;
 }
 
 export interface AuthClient extends Client {
@@ -3596,6 +3980,21 @@ export interface AuthClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: AuthenticateResponse) => void,
+  ): ClientUnaryCall;
+  authStatus(
+    request: AuthStatusRequest,
+    callback: (error: ServiceError | null, response: AuthStatusResponse) => void,
+  ): ClientUnaryCall;
+  authStatus(
+    request: AuthStatusRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: AuthStatusResponse) => void,
+  ): ClientUnaryCall;
+  authStatus(
+    request: AuthStatusRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: AuthStatusResponse) => void,
   ): ClientUnaryCall;
 }
 

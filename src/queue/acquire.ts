@@ -44,7 +44,7 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
     return Promise.reject(err);
   }
   // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
-  const ticket = enqueueOrClean(session, q.ticket);
+  const ticket = enqueueOrClean(session, q.ticket, probe?.ahead);
   // The spec's ticket part (key, value, count range) is not needed while waiting: not kept.
   return waitAndHold(session, ticket, { rule: q.rule, lostError: q.lostError, prepare: q.prepare, hold: q.hold }, options.signal, probe);
 }
@@ -85,7 +85,7 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   let ticket: Ticket;
   try {
     session.assertAlive();
-    ticket = await enqueueOrClean(session, q.ticket);
+    ticket = await enqueueOrClean(session, q.ticket, probe?.ahead);
   } catch (err) {
     probe?.failed(err, undefined, session.signal);
     throw err;

@@ -25,6 +25,13 @@ const WHY: Record<LossReason, string> = {
 const holdings = new WeakMap<Session, Map<string, Set<Ownership>>>();
 
 /**
+ * A holding recorded by an OpenTelemetry SDK starts watching its key once it has held this long,
+ * even if nobody looks at `signal`: a short holding is released before it would pay for a watch and
+ * a read (a fifth of an uncontended lock cycle), while the loss of a long one is still recorded.
+ */
+const RECORDED_WATCH_AFTER_MS = 1000;
+
+/**
  * What a lock holder and an election leader have in common: a key on the session's lease, created at
  * revision `fencingToken`. Ownership lasts while that incarnation of the key exists and the session
  * lives; every check and release is guarded on the CreateRevision, so nothing here can touch a later
@@ -42,6 +49,8 @@ export class Ownership {
   private left = false;
   /** Metrics and spans of this holding, when an OpenTelemetry SDK records them. */
   private readonly observer?: HoldObserver;
+  /** Starts watching a recorded holding (see RECORDED_WATCH_AFTER_MS). */
+  private watchTimer?: NodeJS.Timeout;
   private readonly onSessionLost = (): void => this.lose(this.session.signal.reason, sessionLoss(this.session.signal.reason));
 
   constructor(
@@ -62,11 +71,13 @@ export class Ownership {
     const observer = probe?.held(fencingToken, this.siblings(holders).length > 0);
     this.observer = observer;
     holders.add(this);
-    // Recorded holdings end with their session even if nobody looks at `signal`, so that the held
-    // gauge and the losses counter stay true. (Without telemetry this costs nothing: no listener.)
+    // Recorded holdings end with their session, and after a while watch their key, even if nobody
+    // looks at `signal`, so that the held gauge, the losses counter and the hold span stay true.
+    // (Without telemetry this costs nothing: no listener, no timer.)
     if (observer) {
       if (session.signal.aborted) this.onSessionLost();
       else session.signal.addEventListener('abort', this.onSessionLost, { once: true });
+      if (!this.ended) this.watchTimer = setTimeout(() => this.watchNow(), RECORDED_WATCH_AFTER_MS).unref();
     }
   }
 
@@ -116,7 +127,8 @@ export class Ownership {
    */
   async release(): Promise<void> {
     if (this.released) return;
-    // Stop watching first, or our own delete could be reported as a loss.
+    // Stop watching first (and do not start), or our own delete could be reported as a loss.
+    clearTimeout(this.watchTimer);
     const watching = this.watch !== undefined;
     this.watch?.cancel();
     this.watch = undefined;
@@ -143,6 +155,7 @@ export class Ownership {
   end(reason: unknown, make?: () => unknown, loss?: LossReason): void {
     if (this.ended) return;
     this.ended = make ? { make } : { reason };
+    clearTimeout(this.watchTimer);
     this.session.signal.removeEventListener('abort', this.onSessionLost);
     this.watch?.cancel();
     this.watch = undefined;

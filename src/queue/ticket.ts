@@ -237,7 +237,7 @@ async function sweepLateEnqueues(session: Session, key: string): Promise<void> {
  * range, while a count comes from its in-memory index. Finding what we wait for (a sorted read) is a
  * separate read-only request, served off the apply loop, paid only under contention.
  */
-async function enqueue(session: Session, spec: TicketSpec, use: KeyUse): Promise<Ticket> {
+async function enqueue(session: Session, spec: TicketSpec, use: KeyUse, ahead?: (keys: bigint) => void): Promise<Ticket> {
   const { key, value } = spec;
   const count = op.range({ ...spec.count, countOnly: true });
   const progress: CallProgress = { sent: false };
@@ -274,6 +274,8 @@ async function enqueue(session: Session, spec: TicketSpec, use: KeyUse): Promise
   const counted = txnRange(t, 1).count;
   noteCount(session.client, spec.count.key, counted);
   const first = spec.first(counted);
+  // Our key is the newest of those counted when this Txn created it: the rest are ahead of us.
+  if (ahead && t.succeeded) ahead(counted - (inRange(key, spec.count) ? 1n : 0n));
   const peeked = spec.peek ? txnRange(t, 2).kvs : [];
   let ticket: Ticket;
   if (t.succeeded) {
@@ -295,17 +297,26 @@ async function enqueue(session: Session, spec: TicketSpec, use: KeyUse): Promise
   return ticket;
 }
 
+/** Whether `key` falls inside `range` (etcd's rules: an empty rangeEnd is the key alone, "\0" no end). */
+function inRange(key: string, range: { key: Buffer; rangeEnd: Buffer }): boolean {
+  const k = Buffer.from(key);
+  if (k.compare(range.key) < 0) return false;
+  if (range.rangeEnd.length === 0) return k.equals(range.key);
+  return (range.rangeEnd.length === 1 && range.rangeEnd[0] === 0) || k.compare(range.rangeEnd) < 0;
+}
+
 /**
  * Takes a ticket (see enqueue) as one more user of the key. If the enqueue fails and no other call
  * of this process uses the key, the key is taken back: one a release left to this call goes, and
  * one an attempt whose answer was lost may have created (outcome unknown, the retry refused) too,
- * since nobody else knows to delete it.
+ * since nobody else knows to delete it. `ahead`, when given, is told how many of the counted keys
+ * were ahead of ours when the enqueue created it (not called when it found our key in place).
  */
-export async function enqueueOrClean(session: Session, spec: TicketSpec): Promise<Ticket> {
+export async function enqueueOrClean(session: Session, spec: TicketSpec, ahead?: (keys: bigint) => void): Promise<Ticket> {
   const { key } = spec;
   const use = beginEnqueue(session, key);
   try {
-    return await enqueue(session, spec, use);
+    return await enqueue(session, spec, use, ahead);
   } catch (err) {
     use.pending--;
     settleUse(session, key, use);
