@@ -233,6 +233,55 @@ test('semaphore overlap: only freezes of enough earlier holders, covering the la
   assert.equal(findExcess(four, 2, [fault('worker-pause', 's0#1', 100, 3990), fault('ghost-pause', 's1#1', 3100, 3700)]).report.unexplained, 0);
 });
 
+test('semaphore overlap: a ghost granted before its own freeze that records its start on waking is explained only if it never acted', () => {
+  // Seed 2581819897: s2 took permit 1997, was SIGSTOPped (4.7 s, TTL 3 s) before recording the hold,
+  // and recorded it on waking, 17 ms before its deadline timer ran; meanwhile its key expired and
+  // 2808 and 2815 were granted. Its enter was refused (evicted) and it wrote nothing.
+  const history = [iv('s3#1', 2815n, 27988, 28024), iv('s0#1', 2808n, 28004, 28038), iv('s2#1', 1997n, 28018, 28035, true)];
+  const pause = fault('worker-pause', 's2#1', 23300, 28000);
+  const never = (): boolean => false;
+  const found = findExcess(history, 2, [pause], never);
+  assert.equal(found.report.maxConcurrent, 3);
+  assert.equal(found.report.unexplained, 0);
+  assert.deepEqual(found.report.byCause, { 'worker-pause (late start)': 1 });
+  assert.deepEqual(excessViolations(found.excess, 2, 'semaphore-overlap'), []);
+  // Strict otherwise: without word on what it did, or if it wrote while stale, it is not excused.
+  assert.equal(findExcess(history, 2, [pause]).report.unexplained, 1);
+  assert.equal(findExcess(history, 2, [pause], (h) => h.token === 1997n).report.unexplained, 1);
+  const unexplained = (h: HeldInterval[], faults: FaultRecord[]): number => findExcess(h, 2, faults, never).report.unexplained;
+  for (const f of [
+    fault('worker-pause', 's2#1', 28000, 28010), // frozen only after 2815 started: it did not miss that grant
+    fault('worker-pause', 's2#1', 20000, 23900), // a freeze long over when it started
+    fault('proxy-blackhole', 's2#1', 23300, 28000), // not a freeze: its deadline should have fired first
+    fault('worker-pause', 's1#1', 23300, 28000), // someone else's freeze
+  ]) {
+    assert.equal(unexplained(history, [f]), 1, JSON.stringify(f));
+  }
+  // It went on believing long after it woke: its deadline did not stop it.
+  assert.equal(unexplained([history[0]!, history[1]!, iv('s2#1', 1997n, 28018, 28600, true)], [pause]), 1);
+  // The third holder is the newest (an over-grant), or only one of the others is newer than it.
+  assert.equal(unexplained([history[0]!, history[1]!, iv('s2#1', 2900n, 28018, 28035, true)], [pause]), 1);
+  assert.equal(unexplained([history[0]!, iv('s0#1', 1990n, 28004, 28038), history[2]!], [pause]), 1);
+});
+
+test('lock overlap: a ghost that records its start on waking, after a newer holder was granted during its freeze, is explained only if it never acted', () => {
+  const history = [iv('a#1', 50n, 1000, 1100), iv('b#1', 40n, 1050, 1060, true)];
+  const pause = fault('worker-pause', 'b#1', 0, 1040);
+  const never = (): boolean => false;
+  const found = findOverlaps(history, [pause], undefined, never);
+  assert.equal(found.report.unexplained, 0);
+  assert.deepEqual(found.report.byCause, { 'worker-pause (late start)': 1 });
+  assert.equal(findOverlaps(history, [pause]).report.unexplained, 1);
+  assert.equal(findOverlaps(history, [pause], undefined, () => true).report.unexplained, 1);
+  assert.equal(findOverlaps(history, [fault('worker-pause', 'b#1', 1010, 1040)], undefined, never).report.unexplained, 1);
+  assert.equal(findOverlaps([history[0]!, iv('b#1', 60n, 1050, 1060, true)], [pause], undefined, never).report.unexplained, 1);
+  // RW: a newer reader does not make an older reader stale (they may share), a newer writer does.
+  const rw = [rd('a#1', 50n, 1000, 1100), rd('b#1', 40n, 1050, 1060)];
+  assert.equal(findOverlaps(rw, [pause], rwConflict, never).report.overlaps, 0);
+  const w = [wr('a#1', 50n, 1000, 1100), rd('b#1', 40n, 1050, 1060)];
+  assert.equal(findOverlaps(w, [pause], rwConflict, never).report.unexplained, 0);
+});
+
 test('semaphore resource: a frozen holder pushed out by newer ones is refused; a careful write refused is a violation', () => {
   const res = new FencedPermits('permits', 2);
   assert.equal(res.enter('a', 10n, 0).ok, true);

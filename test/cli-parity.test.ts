@@ -17,7 +17,7 @@ import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Client } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, hasEtcdctl, hasOpenssl, assertOneErrorLine, etcdForCliFile, runCli as start, runCliToEnd as run, spawnEtcdctl, waitFor, type CliProc } from './helpers.js';
+import { assertNoKeys, hasEtcdctl, hasOpenssl, assertOneErrorLine, etcdForCliFile, runCli as start, runCliToEnd as run, spawnEtcdctl, testCerts, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/cli-parity/';
 
@@ -352,16 +352,9 @@ describe('etcdctl connection flags and ETCDCTL_* variables', () => {
     const tls = (): string[] => ['--cacert', file('ca.pem'), '--cert', file('node.pem'), '--key', file('node.key')];
 
     before(async () => {
-      dir = await mkdtemp(path.join(tmpdir(), 'cli-parity-tls-'));
-      const openssl = (args: string[]): void => {
-        const r = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8' });
-        assert.equal(r.status, 0, r.stderr);
-      };
-      const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
-      openssl(['req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', '/CN=cli-parity-ca']);
-      openssl(['req', ...ec, '-keyout', 'node.key', '-out', 'node.csr', '-subj', '/CN=127.0.0.1',
-        '-addext', 'subjectAltName=IP:127.0.0.1', '-addext', 'extendedKeyUsage=serverAuth,clientAuth']);
-      openssl(['x509', '-req', '-in', 'node.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'node.pem', '-days', '1', '-copy_extensions', 'copy']);
+      const certs = await testCerts('cli-parity-tls');
+      dir = certs.dir;
+      const openssl = certs.openssl;
       // JWT auth tokens (etcd --auth-token jwt), signed with a throwaway RSA key.
       openssl(['genrsa', '-out', 'jwt.key', '2048']);
       openssl(['rsa', '-in', 'jwt.key', '-pubout', '-out', 'jwt.pub']);

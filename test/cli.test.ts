@@ -5,13 +5,12 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Client } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, hasEtcdctl, hasOpenssl, assertNoLeases, assertOneErrorLine, etcdForCliFile, runCli as start, runCliToEnd as run, spawnEtcdctl, waitFor, closedPort, type CliProc } from './helpers.js';
+import { assertNoKeys, hasEtcdctl, hasOpenssl, assertNoLeases, assertOneErrorLine, etcdForCliFile, runCli as start, runCliToEnd as run, spawnEtcdctl, waitFor, closedPort, testCerts, type CliProc } from './helpers.js';
 
 const ROOT = 'test/cli/';
 
@@ -783,22 +782,10 @@ describe('TLS and auth flags', { skip: !(hasOpenssl() && hasEtcdctl()) && 'needs
   const file = (f: string): string => path.join(dir, f);
 
   before(async () => {
-    dir = await mkdtemp(path.join(tmpdir(), 'cli-tls-'));
     // A throwaway CA and one certificate for 127.0.0.1 that serves as both server and client certificate.
-    const openssl = (args: string[]): void => {
-      const r = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8' });
-      assert.equal(r.status, 0, r.stderr);
-    };
-    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
-    openssl(['req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', '/CN=cli-test-ca']);
-    openssl(['req', ...ec, '-keyout', 'node.key', '-out', 'node.csr', '-subj', '/CN=127.0.0.1',
-      '-addext', 'subjectAltName=IP:127.0.0.1', '-addext', 'extendedKeyUsage=serverAuth,clientAuth']);
-    openssl(['x509', '-req', '-in', 'node.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'node.pem',
-      '-days', '1', '-copy_extensions', 'copy']);
-    secure = await startEtcd({
-      members: 1,
-      tls: { certFile: file('node.pem'), keyFile: file('node.key'), trustedCaFile: file('ca.pem'), clientCertAuth: true },
-    });
+    const certs = await testCerts('cli-tls');
+    dir = certs.dir;
+    secure = await startEtcd({ members: 1, tls: certs.etcdTls });
     url = secure.clientUrls[0]!;
     const tlsArgs = [`--cacert=${file('ca.pem')}`, `--cert=${file('node.pem')}`, `--key=${file('node.key')}`];
     for (const args of [['user', 'add', 'root:s3cret-pw'], ['auth', 'enable']]) {

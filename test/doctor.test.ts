@@ -5,16 +5,15 @@
 // only the watch catch-up is asserted (etcd's 100 ms loop), the rest only that they were measured.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, spawnSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
 import { once } from 'node:events';
-import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Client } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { CLI_MAIN, assertNoKeys, assertNoLeases, assertOneErrorLine, closedPort, hasOpenssl, spawnCli, uniquePrefix } from './helpers.js';
+import { CLI_MAIN, assertNoKeys, assertNoLeases, assertOneErrorLine, closedPort, hasOpenssl, spawnCli, testCerts, uniquePrefix } from './helpers.js';
 
 const run = promisify(execFile);
 const ROOT = 'test/doctor/';
@@ -341,24 +340,9 @@ describe('doctor over TLS', { skip: !hasOpenssl() && 'needs openssl' }, () => {
   const file = (f: string): string => path.join(dir, f);
 
   before(async () => {
-    dir = await mkdtemp(path.join(tmpdir(), 'doctor-tls-'));
-    const openssl = (args: string[]): void => {
-      const r = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8' });
-      assert.equal(r.status, 0, r.stderr);
-    };
-    // The cluster's CA, one certificate for 127.0.0.1 that serves as server and client certificate,
-    // and another CA that signed nothing of the cluster's.
-    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
-    openssl(['req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', '/CN=doctor-test-ca']);
-    openssl(['req', '-x509', ...ec, '-keyout', 'other.key', '-out', 'other.pem', '-days', '1', '-subj', '/CN=doctor-other-ca']);
-    openssl(['req', ...ec, '-keyout', 'node.key', '-out', 'node.csr', '-subj', '/CN=127.0.0.1',
-      '-addext', 'subjectAltName=IP:127.0.0.1', '-addext', 'extendedKeyUsage=serverAuth,clientAuth']);
-    openssl(['x509', '-req', '-in', 'node.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'node.pem',
-      '-days', '1', '-copy_extensions', 'copy']);
-    secure = await startEtcd({
-      members: 1,
-      tls: { certFile: file('node.pem'), keyFile: file('node.key'), trustedCaFile: file('ca.pem'), clientCertAuth: true },
-    });
+    // The cluster's CA and certificate for 127.0.0.1 (server and client), and a CA that signed nothing of the cluster's.
+    ({ dir } = await testCerts('doctor-tls', ['other']));
+    secure = await startEtcd({ members: 1, tls: { certFile: file('node.pem'), keyFile: file('node.key'), trustedCaFile: file('ca.pem'), clientCertAuth: true } });
     url = secure.clientUrls[0]!;
   });
 

@@ -84,6 +84,10 @@ describe('the shared keepalive stream', () => {
     const { a, b } = eps;
     await using far = new Client({ endpoints: [a.endpoint, b.endpoint] });
     await far.get('warm-up'); // connected to a
+    // And the streams' connection (a second one on the h2 transport) too, before a slows down.
+    const warm = far.watch('warm-up');
+    await warm.created;
+    warm.cancel();
     // Every chunk through a is held 1.2 s each way: a renewal is answered 2.4 s after it was sent,
     // longer than the session's 2 s (TTL 20 / 10), well within its 20 s. The proxy shares this
     // process's event loop with the client: the margins are wide enough that a stall of the loop

@@ -143,3 +143,41 @@ test('behind a long queue a holder marks its key, and the waiter behind it takes
   }
   await assertNoKeys(admin, prefix);
 });
+
+test('a put that moves a waiting key onto another lease is no mark: the waiter behind it keeps waiting for the holder', async () => {
+  const prefix = uniquePrefix('rt-moved');
+  const name = `${prefix}lock`;
+  const waiting = 40; // a long queue: holders mark, and waiters trust marks
+  const client = new Client({ endpoints: etcd.endpoints });
+  const sessions = await openSessions(client, waiting + 1);
+  const pending: Tracked<LockHandle>[] = [];
+  const other = (await admin.leaseGrant(30)).id;
+  try {
+    const first = await new Mutex(sessions[0]!, name).lock();
+    const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
+    for (let i = 1; i <= waiting; i++) pending.push(track(new Mutex(sessions[i]!, name).lock()));
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, waiting, `${waiting} waiters queued and watching`);
+    const byLease = new Map(sessions.map((s, i) => [s.leaseId, i]));
+    const queue = (await admin.range({ key: Buffer.from(`${name}/`), rangeEnd: Buffer.from(`${name}0`) })).kvs
+      .sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1))
+      .map((kv) => byLease.get(kv.lease)!);
+    const [p, w] = [queue[1]!, queue[2]!];
+    const pKey = `${name}/${sessions[p]!.leaseId.toString(16)}`;
+    // Someone else rewrites P's key onto another lease (version 2, like a mark), then it goes.
+    await admin.put(pKey, '', { lease: other });
+    await admin.delete(pKey);
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, waiting - 1, 'the waiter behind it to look up again and watch the holder');
+    assert.equal(pending[w - 1]!.settled, false, 'the waiter behind the moved key does not take the lock while the first holder holds it');
+    await first.unlock();
+    await settledOrHang(pending[w - 1]!, 'the waiter behind the moved key to take over from the holder');
+    await assert.rejects(pending[p - 1]!.promise, (err: Error) => err.name === 'LockLostError', 'the moved key’s owner is told its key was lost');
+    await (await pending[w - 1]!.promise).unlock();
+    for (const next of queue.slice(3)) await (await settledOrHang(pending[next - 1]!, `waiter ${next} to take over`)).unlock();
+  } finally {
+    await closeAll(sessions);
+    await settleAll(pending);
+    await admin.leaseRevoke(other).catch(() => {});
+    await client.close();
+  }
+  await assertNoKeys(admin, prefix);
+});

@@ -74,7 +74,7 @@ export interface CallOptions {
   /**
    * Send this call to this one endpoint only (one of the client's endpoints, as given or as
    * `host:port`), with no failover to the others: to ask one member about itself (a Status, a
-   * check that it has a leader). Its failures are reported as they come, retried on it alone.
+   * check that it has a leader). Its failures are reported as they come: no other endpoint is tried.
    */
   endpoint?: string | undefined;
   /** @internal send no auth token (the Authenticate call itself). */

@@ -140,7 +140,8 @@ export class Ownership {
       await releaseKey(this.session, this.key, this.fencingToken, counted);
     } catch (err) {
       // Still ours as far as we know: watch again (from now, then a read: nothing meanwhile is missed).
-      if (watching && !this.ended) void this.watchKey();
+      // A recorded holding watches even if it was not yet, so that its gauge cannot stay stale.
+      if ((watching || this.observer) && !this.ended) void this.watchKey();
       throw err;
     }
     this.released = true;

@@ -58,7 +58,9 @@ export interface OldestRuleOptions {
    * long queue a waiter that gets its turn writes its key once more, value and lease unchanged, so
    * its version passes 1: "I was the oldest". Keys are never created older than an existing one,
    * so once such a predecessor is deleted nothing older than us is left, and the waiter behind it
-   * knows it is first with an O(1) Txn instead of a sorted read of the whole queue.
+   * knows it is first with an O(1) Txn instead of a sorted read of the whole queue. This trusts
+   * that only a key's holder rewrites it on its own lease: a lock's name must not be shared with an
+   * election or a semaphore (their keys are rewritten while waiting, or by non-first holders).
    */
   marks?: boolean;
 }
@@ -107,7 +109,8 @@ export function oldestRule(session: Session, scope: Scope, ticket: Ticket, lostE
             return true;
           }
           if (e.kv.lease === 0n || e.kv.createRevision !== pred.createRevision) return true;
-          if (marks) pred.marked = true; // its owner's mark: it holds now
+          // Its owner's mark: it holds now. Not a move onto another lease (someone else's write).
+          if (marks && onOwnLease(e.kv)) pred.marked = true;
           return false;
         },
         stillBlocked: (s: AbortSignal) => stillQueued(session, ticket, pred, strays, s),
@@ -164,9 +167,25 @@ function fromPage(kvs: KeyValue[], more: boolean, rev: bigint, scope: Scope, str
       strays.add(strayId(kv)); // stray data (etcd issue 6631): never our predecessor
       continue;
     }
-    return { key: ownBuffer(kv.key), createRevision: kv.createRevision, asOf: rev, leased: true, marked: kv.version > 1n };
+    return { key: ownBuffer(kv.key), createRevision: kv.createRevision, asOf: rev, leased: true, marked: marked(kv) };
   }
   return more ? undefined : null;
+}
+
+/**
+ * Written again since its creation, and still on the lease its name carries: a lock holder's mark
+ * (see OldestRuleOptions.marks). A keys-only read on etcd 3.7 reports lease 0: then not known.
+ */
+function marked(kv: KeyValue): boolean {
+  return kv.version > 1n && onOwnLease(kv);
+}
+
+/** The key is on the lease its name carries (`<name>/<lease hex>`): not moved by anyone. */
+function onOwnLease(kv: KeyValue): boolean {
+  if (kv.lease === 0n) return false;
+  const hex = kv.lease.toString(16);
+  const k = kv.key;
+  return k.length > hex.length && k[k.length - hex.length - 1] === 0x2f && k.toString('latin1', k.length - hex.length) === hex;
 }
 
 /** Identifies one incarnation of a key: its CreateRevision and the key itself. */
@@ -215,7 +234,7 @@ async function findPredecessor(
   for (;;) {
     const found = page.kvs.find((kv) => scope.isCandidate(kv.key) && !strays.has(strayId(kv)));
     // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
-    if (found) return { key: ownBuffer(found.key), createRevision: found.createRevision, asOf, leased: found.lease !== 0n, marked: found.version > 1n };
+    if (found) return { key: ownBuffer(found.key), createRevision: found.createRevision, asOf, leased: found.lease !== 0n, marked: marked(found) };
     const last = page.kvs[page.kvs.length - 1];
     if (!page.more || !last) return null;
     // Only keys of nested names or stray data so far: look further back.
