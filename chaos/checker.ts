@@ -210,13 +210,16 @@ export interface OverlapReport {
  * holder the overlap is measured from the first later holder's start to the end of its own belief:
  * the time it wrongly believed it held (several short holds inside one long stale belief count
  * once, at the length of the whole stale stretch). Only a freeze (SIGSTOP) of the earlier holder's
- * process that covers the later holder's start explains an overlap (see explain()). `conflicts`
- * says which pairs may not overlap (every pair, for a mutex; see rwConflict for the RW lock).
+ * process that covers the later holder's start explains an overlap (see explain()), or one of the
+ * later holder's own, when it was the stale one and recorded its start only on waking (see
+ * lateStart(), which needs `acted`). `conflicts` says which pairs may not overlap (every pair, for
+ * a mutex; see rwConflict for the RW lock).
  */
 export function findOverlaps(
   intervals: HeldInterval[],
   faults: FaultRecord[],
   conflicts: (a: HeldInterval, b: HeldInterval) => boolean = () => true,
+  acted?: (h: HeldInterval) => boolean,
 ): { report: OverlapReport; overlaps: Overlap[] } {
   const sorted = [...intervals].sort((x, y) => x.from - y.from);
   const overlaps: Overlap[] = [];
@@ -230,7 +233,11 @@ export function findOverlaps(
       pairs++;
       first ??= b;
     }
-    if (first) overlaps.push({ a, b: first, ms: a.to - first.from, cause: explain(a, first, faults) });
+    if (first) {
+      let cause = explain(a, first, faults);
+      if (cause.startsWith('unexplained')) cause = lateStart(first, [a], 1, faults, acted) ?? cause;
+      overlaps.push({ a, b: first, ms: a.to - first.from, cause });
+    }
   }
   const byCause: Record<string, number> = {};
   for (const o of overlaps) byCause[o.cause] = (byCause[o.cause] ?? 0) + 1;
@@ -280,6 +287,37 @@ export function explain(a: HeldInterval, b: HeldInterval, faults: FaultRecord[])
   return 'unexplained';
 }
 
+/**
+ * Why `b`, recorded as starting while newer holders held, was itself the stale one: a freeze of its
+ * own process began after it was granted (or after the answer that granted it was on its way) and
+ * before it could record the hold, lasted past its TTL (so etcd expired its key and granted `newer`
+ * meanwhile), and it recorded the start only on waking, before its deadline timer had run. Such a
+ * ghost is explained, as a frozen earlier holder is, only if all of this holds:
+ * - a freeze of `b`'s worker covers the start of at least `need` holders with newer tokens than
+ *   `b`'s (`need` is the capacity: a correct lock or semaphore grants the newest of them only once
+ *   `b`'s key is gone), and `b` recorded its start within WAKE_GRACE_MS of that freeze's end;
+ * - `b`'s belief ended (it saw the loss, or let go) within WAKE_GRACE_MS of that end too;
+ * - `b` never acted at the protected resource (`acted`: an accepted write, or whatever else the
+ *   workload's holder does under the lock): a stale holder that got anything done is not excused.
+ *   Without `acted` nothing is excused this way.
+ */
+export function lateStart(
+  b: HeldInterval,
+  newer: HeldInterval[],
+  need: number,
+  faults: FaultRecord[],
+  acted?: (h: HeldInterval) => boolean,
+): string | undefined {
+  if (!acted || acted(b)) return undefined;
+  for (const f of faults) {
+    if (!FREEZES.has(f.kind) || f.worker !== b.worker) continue;
+    if (b.from < f.start || b.from > f.end + WAKE_GRACE_MS || b.to > f.end + WAKE_GRACE_MS) continue;
+    const during = newer.filter((a) => a.token > b.token && a.from >= f.start && a.from <= f.end + WAKE_GRACE_MS);
+    if (during.length >= need) return `${f.kind} (late start)`;
+  }
+  return undefined;
+}
+
 /** One violation per overlap that no freeze of the earlier holder explains. */
 export function overlapViolations(overlaps: Overlap[], check: string): Violation[] {
   return overlaps
@@ -321,11 +359,18 @@ export interface ExcessReport extends OverlapReport {
  * Moments when more than `capacity` holders' "held" intervals overlap on the common clock: at each
  * holder's start, the others still holding. If they number `capacity` or more, the excess is
  * explained only when at least that many of them were frozen (worker-pause, ghost-pause) over the
- * new holder's start: each such one is a stale belief, as in explain(). Anything less (a network
- * fault, an early grant) fails the run. Measured from the new holder's start until enough of the
- * overlapping holds ended to bring the count back to `capacity`.
+ * new holder's start: each such one is a stale belief, as in explain(). The new holder itself is
+ * one more when it is a ghost that recorded its start on waking from a freeze during which
+ * `capacity` newer holders were granted (see lateStart(), which needs `acted`). Anything less (a
+ * network fault, an early grant) fails the run. Measured from the new holder's start until enough
+ * of the overlapping holds ended to bring the count back to `capacity`.
  */
-export function findExcess(intervals: HeldInterval[], capacity: number, faults: FaultRecord[]): { report: ExcessReport; excess: Excess[] } {
+export function findExcess(
+  intervals: HeldInterval[],
+  capacity: number,
+  faults: FaultRecord[],
+  acted?: (h: HeldInterval) => boolean,
+): { report: ExcessReport; excess: Excess[] } {
   const sorted = [...intervals].sort((x, y) => x.from - y.from);
   const open: HeldInterval[] = [];
   const excess: Excess[] = [];
@@ -339,7 +384,9 @@ export function findExcess(intervals: HeldInterval[], capacity: number, faults: 
     const over = others.length + 1 - capacity;
     const causes = others.map((a) => explain(a, b, faults));
     const frozen = causes.filter((c) => !c.startsWith('unexplained'));
-    const cause = frozen.length >= over ? frozen[0]! : (causes.find((c) => c.startsWith('unexplained (')) ?? 'unexplained');
+    const ghost = frozen.length >= over ? undefined : lateStart(b, others, capacity, faults, acted);
+    const stale = ghost ? [ghost, ...frozen] : frozen;
+    const cause = stale.length >= over ? stale[0]! : (causes.find((c) => c.startsWith('unexplained (')) ?? 'unexplained');
     const ends = [...others, b].map((x) => x.to).sort((x, y) => x - y);
     excess.push({ b, others, ms: Math.max(0, ends[over - 1]! - b.from), cause });
   }

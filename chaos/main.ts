@@ -46,6 +46,7 @@ import {
   type ElectionReport,
   type ExcessReport,
   type FencedReport,
+  type HeldInterval,
   type PermitsReport,
   type RWReport,
   type LeaseExpiryReport,
@@ -345,14 +346,23 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   const faults = nemesis.faults;
   const fenced = checkFencedLedger(store.register('ledger'));
   const election = checkElection(history.terms, store.register('election'), faults);
-  const unfencedFound = findOverlaps(history.held.unfenced, faults);
-  const fencedFound = findOverlaps(history.held.fenced, faults);
+  // What a holder did under its hold, by token (tokens are revisions: unique across workloads). Only
+  // a holder that did none of it may be excused as a ghost that recorded its start late (lateStart).
+  const actedTokens = new Set<bigint>([
+    ...store.register('ledger').log.filter((e) => e.ok && e.op === 'write').map((e) => e.token),
+    ...history.etcdIncrements.filter((e) => e.outcome !== 'rejected').map((e) => e.token),
+    ...store.permits.log.filter((e) => e.ok && e.op === 'write').map((e) => e.token),
+    ...store.rw.log.filter((e) => e.ok && e.op !== 'enter').map((e) => e.token),
+  ]);
+  const acted = (h: HeldInterval): boolean => actedTokens.has(h.token);
+  const unfencedFound = findOverlaps(history.held.unfenced, faults, undefined, acted);
+  const fencedFound = findOverlaps(history.held.fenced, faults, undefined, acted);
   const unfenced = unfencedFound.report;
   const fencedHolds = fencedFound.report;
   const semaphore = checkPermits(store.permits);
-  const semaphoreFound = findExcess(history.held.semaphore, PERMITS, faults);
+  const semaphoreFound = findExcess(history.held.semaphore, PERMITS, faults, acted);
   const rw = checkRW(store.rw);
-  const rwFound = findOverlaps(history.held.rwlock, faults, rwConflict);
+  const rwFound = findOverlaps(history.held.rwlock, faults, rwConflict, acted);
   // The members' own word on revocations that timed out (a deposed leader's stale batch still
   // draining, see etcd-logs.ts), on the common clock: etcd logs wall-clock time, `now()` is
   // timeOrigin + performance.now(), so the two differ by the drift since this process started.

@@ -27,6 +27,10 @@ const lockLost = (key: string) => (message: string, cause?: unknown) =>
  * Go, the key is counted: unlocking, aborting or failing one of them ends only that one, and the key
  * is deleted when the last of them goes. A loss (the key deleted by someone else, the session lost)
  * ends them all.
+ *
+ * Behind a long queue (more than 32 keys) the holder writes its key once more, value and lease
+ * unchanged, so that the waiter behind it can take over without reading the whole queue. Only a
+ * key's holder may write it: do not use a lock's name for an election or a semaphore as well.
  */
 export class Mutex {
   readonly name: string;
