@@ -13,7 +13,8 @@
 //
 // Exit status: 0 when every check holds; 1 on any violation (fenced, ownerCompare, election,
 // semaphore, RW lock, an overlap of holders or leaders (more than N permit holders, a writer and
-// anyone) that no freeze of the earlier one explains, a lease that etcd
+// anyone) that no freeze of the earlier one explains (nor one of the later one's own, when it was
+// the stale one: granted, frozen past its TTL, and recording its start on waking without acting), a lease that etcd
 // expired before the client's deadline, a careful write refused), an unexpected error, a lock wait
 // past 12 s, a fault the harness could not inject or heal, or anything left behind (keys, leases,
 // a worker that would not exit). checker.ts's verdict() is the list.
