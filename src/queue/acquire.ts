@@ -69,6 +69,9 @@ async function waitAndHold<H>(
     probe?.enqueued(ticket.first);
     await q.prepare?.(ticket, signal);
     await waitForTurn(session, ticket, q.rule(ticket, lost), signal);
+    // Our turn was proven by an answer that may have waited out a freeze of this process: a session
+    // whose deadline passed meanwhile (its timer not run yet) gets no handle.
+    session.assertAlive();
     return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe), ticket);
   } catch (err) {
     probe?.failed(err, signal, session.signal);
@@ -94,6 +97,7 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   try {
     await q.prepare?.(ticket, undefined);
     if (!(await blockedNow(ticket, q.rule(ticket, lost)))) {
+      session.assertAlive(); // as in waitAndHold: not a handle on a session past its deadline
       return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe), ticket);
     }
   } catch (err) {
