@@ -529,28 +529,27 @@ describe('elections', () => {
  * the API's shared no-op singletons, so the wrappers are removed again by `restore()`.
  */
 function spyOnTelemetry(c: Client): { calls: Map<string, number>; restore(): void } {
-  const tel = c.telemetry;
+  const tel = c.telemetry as unknown as Record<string, Record<string, (...args: unknown[]) => unknown>>;
   const calls = new Map<string, number>();
   const undo: (() => void)[] = [];
-  const wrap = (target: object, method: string, label: string): void => {
-    const own = Object.getOwnPropertyDescriptor(target, method);
-    const original = (target as Record<string, (...args: unknown[]) => unknown>)[method]!;
-    Object.defineProperty(target, method, {
-      configurable: true,
-      writable: true,
-      value: function (this: unknown, ...args: unknown[]) {
-        calls.set(label, (calls.get(label) ?? 0) + 1);
-        return original.apply(this, args);
-      },
-    });
-    undo.push(() => (own ? Object.defineProperty(target, method, own) : delete (target as Record<string, unknown>)[method]));
+  // Each of this client's instruments is replaced by a counting stand-in of its own: the no-op
+  // instruments are singletons of @opentelemetry/api, shared with every other client of this process.
+  const wrap = (field: string, method: string, label: string): void => {
+    const original = tel[field]!;
+    const standIn = Object.create(original) as Record<string, (...args: unknown[]) => unknown>;
+    standIn[method] = (...args: unknown[]) => {
+      calls.set(label, (calls.get(label) ?? 0) + 1);
+      return original[method]!.apply(original, args);
+    };
+    Object.defineProperty(tel, field, { configurable: true, writable: true, value: standIn });
+    undo.push(() => Object.defineProperty(tel, field, { configurable: true, writable: true, value: original }));
   };
   const instruments = {
     acquireDuration: 'record', holdDuration: 'record', keepaliveDuration: 'record', rpcDuration: 'record',
     held: 'add', waiting: 'add', losses: 'add', leader: 'add', transitions: 'add', sessionLosses: 'add', watchResumes: 'add', failovers: 'add',
   } as const;
-  for (const [name, method] of Object.entries(instruments)) wrap(tel[name as keyof typeof instruments], method, `${name}.${method}`);
-  wrap(tel.tracer, 'startSpan', 'tracer.startSpan');
+  for (const [name, method] of Object.entries(instruments)) wrap(name, method, `${name}.${method}`);
+  wrap('tracer', 'startSpan', 'tracer.startSpan');
   return { calls, restore: () => undo.reverse().forEach((u) => u()) };
 }
 
