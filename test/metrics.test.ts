@@ -11,7 +11,7 @@ import { metrics, SpanStatusCode, trace, type Attributes } from '@opentelemetry/
 import { MeterProvider, MetricReader, DataPointType, type DataPoint, type Histogram, type MetricData } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { Client, Election, Mutex, PermitCountConflictError, RWMutex, Semaphore, Session, SessionExpiredError, type ClientOptions } from '../src/index.js';
-import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
+import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { ATTR, METRIC } from '../src/metrics/names.js';
 import { aborted, assertNoKeys, assertNoLeases, closeAll, etcdForFile, settledOrHang, track, waitFor } from './helpers.js';
 
@@ -357,6 +357,32 @@ describe('losses', () => {
     await assertNoKeys(client, p);
   });
 
+  it('an unlock that failed, then the key goes: the recorded holding ends released, not lost', async () => {
+    const p = fresh('release-failed');
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    await using sdk = new Sdk({ endpoints: [proxy.endpoint], callTimeoutMs: 1000 });
+    const s = await Session.create(sdk.client, { ttl: 30 });
+    try {
+      const h = await new Mutex(s, `${p}lock`).lock();
+      proxy.blackhole(true);
+      await assert.rejects(h.unlock(), 'the delete gets no answer');
+      proxy.blackhole(false);
+      // A failed release leaves the holding ours as far as we know: a recorded one watches its key.
+      await waitFor(() => sdk.client.watches.size === 1, 'the holding to watch its key again');
+      // The delete held in the proxy may land now (its answer was lost); if not, someone else's does.
+      await client.delete(h.key);
+      await sdk.until(METRIC.held, LOCK, 0);
+      assert.equal(await sdk.value(METRIC.losses), 0, 'the key went after we let it go: no loss');
+      await h.unlock();
+      assert.equal(await sdk.value(METRIC.losses), 0);
+    } finally {
+      proxy.blackhole(false);
+      await closeAll([s]);
+      await proxy.close();
+    }
+    await assertNoKeys(client, p);
+  });
+
   it("another client moves the holder's key onto its own lease: losses{moved_off_lease}", async () => {
     const p = fresh('moved');
     await using sdk = new Sdk();
@@ -525,8 +551,8 @@ describe('elections', () => {
 
 /**
  * Counts every call the library makes on a client's instruments (record, add) and its tracer
- * (startSpan), by wrapping those methods on the objects the client holds. Without an SDK they are
- * the API's shared no-op singletons, so the wrappers are removed again by `restore()`.
+ * (startSpan), through counting stand-ins put on that client's telemetry object (the library reads
+ * its instruments from it at each call); `restore()` puts the originals back.
  */
 function spyOnTelemetry(c: Client): { calls: Map<string, number>; restore(): void } {
   const tel = c.telemetry as unknown as Record<string, Record<string, (...args: unknown[]) => unknown>>;

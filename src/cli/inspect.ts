@@ -111,19 +111,13 @@ export async function inspectCommand(args: string[]): Promise<number> {
   }
   const interrupts = new Interrupts();
   try {
-    let shown: string | undefined;
     const show = async (): Promise<void> => {
       const snap = await snapshot(client, name, interrupts.signal);
       last = snap;
-      // A change that alters nothing shown (a lock holder's mark rewrites its key) prints nothing.
-      const lines = json ? [] : render(snap);
-      const text = json ? JSON.stringify(snap, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v)) : lines.join('\n');
-      if (values.watch && text === shown) return;
-      shown = text;
       if (json) return printJson(snap);
       // A terminal gets a fresh screen per refresh; a pipe or file gets blocks separated by a blank line.
       if (values.watch && process.stdout.isTTY) process.stdout.write('\x1b[2J\x1b[H');
-      for (const line of lines) print(line);
+      for (const line of render(snap)) print(line);
       if (values.watch && !process.stdout.isTTY) print('');
     };
     if (!values.watch) {

@@ -168,9 +168,7 @@ async function runObserver(client: Client, name: string, signal: AbortSignal, ou
     const last = seen.last;
     if (last !== null) {
       if (!kv && !last) return;
-      // The same leader and value: a repeat, or a rewrite that changes nothing an observer sees (a
-      // lock holder's mark, when a lock's name is observed).
-      if (kv && last && kv.key.equals(last.key) && kv.createRevision === last.createRevision && (kv.modRevision === last.modRevision || (kv.lease === last.lease && kv.value.equals(last.value)))) return;
+      if (kv && last && kv.key.equals(last.key) && kv.createRevision === last.createRevision && kv.modRevision === last.modRevision) return;
     }
     seen.last = kv;
     out.push(kv ? { type: 'leader', leader: leaderInfo(kv), revision } : { type: 'none', revision });

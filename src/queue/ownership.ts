@@ -209,6 +209,16 @@ export class Ownership {
    * someone else can move our key to another lease (or none), which makes it a stray key that
    * waiters skip; proclaim's own puts keep the lease and the CreateRevision.
    */
+  /**
+   * Our key is gone. After a release whose answer was lost (this holding left the key), that was the
+   * release landing, or a sibling's that joined the key since: the holding ends released, not lost.
+   */
+  private keyGone(): void {
+    if (!this.left) return this.lose(undefined, 'key_deleted');
+    this.released = true;
+    this.end(undefined, () => this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`));
+  }
+
   private async watchKey(): Promise<void> {
     const client = this.session.client;
     while (!this.ended) {
@@ -221,12 +231,12 @@ export class Ownership {
         const kv = r.kvs[0];
         if (!this.isOurs(kv)) {
           const deleted = kv === undefined || kv.createRevision !== this.fencingToken;
-          return this.lose(undefined, deleted ? 'key_deleted' : 'moved_off_lease');
+          return deleted ? this.keyGone() : this.lose(undefined, 'moved_off_lease');
         }
         for await (const batch of w) {
           if (this.watch !== w) return; // cancelled by release(): our own delete is no loss
           for (const e of batch.events) {
-            if (e.type === 'delete') return this.lose(undefined, 'key_deleted');
+            if (e.type === 'delete') return this.keyGone();
             if (!this.isOurs(e.kv)) return this.lose(undefined, 'moved_off_lease');
           }
         }
