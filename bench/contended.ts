@@ -3,7 +3,7 @@
 // mutual exclusion in process.
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Etcd3, EtcdLockFailedError } from 'etcd3';
-import { Client, Mutex, Session } from '../src/index.js';
+import { Client, Mutex, Session } from '../dist/index.js';
 import { endpointsFor, etcd3Hosts, type BenchContext } from './context.js';
 import { mergeSummaries, runGoBench, type GoContendedRound } from './go.js';
 import { GoStyleQueue } from './reference.js';

@@ -3,7 +3,7 @@
 // take turns round by round, and each round also samples the floor (a put, a linearizable get, a
 // watch notification), so that the goal's bound is measured under the same conditions.
 import { Etcd3 } from 'etcd3';
-import { Client, Election, Session } from '../src/index.js';
+import { Client, Election, Session } from '../dist/index.js';
 import { endpointsFor, etcd3Hosts, type BenchContext } from './context.js';
 import { watchNotification } from './floor.js';
 import { runGoBench, type GoElectionRun } from './go.js';

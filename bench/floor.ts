@@ -1,6 +1,6 @@
 // The floor: what one Raft write, one linearizable read and one watch notification cost here.
 // Every other figure is judged against these, measured in the same run.
-import { Client } from '../src/index.js';
+import { Client } from '../dist/index.js';
 import type { BenchContext } from './context.js';
 import { sleep, summarize, timedLoop, within, type Summary } from './stats.js';
 

@@ -1,6 +1,7 @@
 // `npm run bench`: starts its own etcd, then measures our library, etcd's own Go package (interop/go),
 // the `etcd3` package and the floor (raw etcd operations) side by side in one run, and judges the
-// goals.
+// goals. It measures the compiled library (dist/, as users run it; `npm run bench` builds it first):
+// under tsx every closure would also carry the `name` property esbuild's keepNames gives it.
 //
 //   node --import tsx bench/main.ts [--quick] [--members 1|3] [--contenders 8] [--etcd 3.4,3.7]
 //        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions]
@@ -16,7 +17,7 @@ import { writeFile } from 'node:fs/promises';
 import { cpus, availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { Client } from '../src/index.js';
+import { Client } from '../dist/index.js';
 import { contendedSvg, electionSvg } from './charts.js';
 import { runContended, type LockImpl } from './contended.js';
 import type { BenchContext } from './context.js';

@@ -35,14 +35,14 @@ import { join } from 'node:path';
 import { Session as InspectorSession } from 'node:inspector/promises';
 import { parseArgs } from 'node:util';
 import type { Profiler } from 'node:inspector';
-import { Client, Mutex, Session } from '../src/index.js';
+import { Client, Mutex, Session } from '../dist/index.js';
 import { startBenchEtcd } from './etcd.js';
 import { goBinary, runGoBench } from './go.js';
 import type { BenchContext } from './context.js';
 import { gc, summarize, type Summary } from './stats.js';
-import * as pb from '../src/proto/etcd.js';
+import * as pb from '../dist/proto/etcd.js';
 import { syncBuiltinESMExports } from 'node:module';
-import { H2Channel } from '../src/client/h2.js';
+import { H2Channel } from '../dist/client/h2.js';
 
 // --- the HTTP/2 stream probe: timestamps of the current traced call (calls are sequential) ---
 

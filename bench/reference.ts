@@ -8,9 +8,9 @@ import {
   participantKey,
   type Client,
   type Session,
-} from '../src/index.js';
+} from '../dist/index.js';
 
-import { SortOrder, SortTarget } from '../src/client/kv.js';
+import { SortOrder, SortTarget } from '../dist/client/kv.js';
 
 const ASCEND = SortOrder.ASCEND;
 const DESCEND = SortOrder.DESCEND;

@@ -6,7 +6,7 @@
 // and that no key is left. Two critical sections, as the semaphore phase: one event-loop turn (the
 // lock's own cost) and a 20 ms timer (what readers sharing is for; a writer let in with readers is
 // seen at once).
-import { Client, Mutex, RWMutex, Session } from '../src/index.js';
+import { Client, Mutex, RWMutex, Session } from '../dist/index.js';
 import { endpointsFor, type BenchContext } from './context.js';
 import { HOLDS_MS, criticalSection, holdLabel } from './semaphore.js';
 import { pool, summarize, within, type Summary } from './stats.js';

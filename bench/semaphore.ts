@@ -9,7 +9,7 @@
 // once, so a semaphore letting one too many in would rarely be caught. With 20 ms they stay full,
 // and one holder too many is seen at once.
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { Client, Mutex, Semaphore, Session } from '../src/index.js';
+import { Client, Mutex, Semaphore, Session } from '../dist/index.js';
 import { endpointsFor, type BenchContext } from './context.js';
 import { pool, sleep, summarize, within, type Summary } from './stats.js';
 

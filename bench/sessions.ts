@@ -1,6 +1,6 @@
 // Sessions: many leases kept alive by one process. They should share one LeaseKeepAlive stream and
 // cost little CPU.
-import { Client, Session } from '../src/index.js';
+import { Client, Session } from '../dist/index.js';
 import type { BenchContext } from './context.js';
 import { RpcCounter, pool, sleep } from './stats.js';
 

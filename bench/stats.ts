@@ -1,7 +1,7 @@
 // Shared helpers for the benchmark phases: latency summaries, bounded loops, RPC counting, tables.
 import { runInNewContext } from 'node:vm';
 import { setFlagsFromString } from 'node:v8';
-import type { Client } from '../src/index.js';
+import type { Client } from '../dist/index.js';
 
 /** Latency summary in milliseconds. */
 export interface Summary {

@@ -5,7 +5,7 @@
 // drifts; besides the rate, the CPU time this process spends per cycle (the part telemetry adds to).
 import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, BatchSpanProcessor, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace-base';
-import { Client, Mutex, Session } from '../src/index.js';
+import { Client, Mutex, Session } from '../dist/index.js';
 import type { BenchContext } from './context.js';
 import { summarize, type Summary } from './stats.js';
 

@@ -5,7 +5,7 @@
 // sequential Put in blocks of the same size, timed inside the Go process) takes a turn after each
 // round of ours, so that ours ÷ Go is measured on the same etcd under the same load.
 import { Etcd3 } from 'etcd3';
-import { Client, Mutex, Session } from '../src/index.js';
+import { Client, Mutex, Session } from '../dist/index.js';
 import { etcd3Hosts, type BenchContext } from './context.js';
 import { goBinary, mergeSummaries, runGoBench, type GoUncontendedRound } from './go.js';
 import { RpcCounter, summarize, type Summary } from './stats.js';

@@ -55,12 +55,16 @@ export function isParticipantKey(prefix: Buffer, key: Buffer): boolean {
   return key.length > prefix.length && key.subarray(0, prefix.length).equals(prefix) && HEX.test(key.toString('latin1', prefix.length));
 }
 
+const EMPTY = Buffer.alloc(0);
+
 /**
  * `key` as a Buffer of its own, outside Node's shared 8 KB pool: a waiter keeps its prefix for the
  * length of its wait, and one long-lived small slice of the pool would pin the whole slab.
  */
 export function ownBuffer(key: string | Buffer): Buffer {
-  const b = Buffer.allocUnsafeSlow(typeof key === 'string' ? Buffer.byteLength(key) : key.length);
+  const n = typeof key === 'string' ? Buffer.byteLength(key) : key.length;
+  if (n === 0) return EMPTY; // nothing to write into it, so one serves all (an empty label, say)
+  const b = Buffer.allocUnsafeSlow(n);
   if (typeof key === 'string') b.write(key);
   else key.copy(b);
   return b;

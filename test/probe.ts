@@ -17,6 +17,7 @@ export class Probe {
     const txn = client.txn.bind(client);
     const range = client.range.bind(client);
     const watch = client.watch.bind(client);
+    const watchInto = client.watchInto.bind(client);
     client.txn = (...args: Parameters<Client['txn']>) => {
       this.txns++;
       this.inflight++;
@@ -27,8 +28,7 @@ export class Probe {
       this.inflight++;
       return range(...args).finally(() => this.inflight--);
     };
-    client.watch = (...args: Parameters<Client['watch']>) => {
-      const w = watch(...args);
+    const track = (w: Watch): Watch => {
       this.watches.push(w);
       w.created.then(
         () => this.confirmed.add(w),
@@ -36,6 +36,9 @@ export class Probe {
       );
       return w;
     };
+    client.watch = (...args: Parameters<Client['watch']>) => track(watch(...args));
+    // The queue's waiters watch through watchInto (batches handed to them, not to an iterator).
+    client.watchInto = (...args: Parameters<Client['watchInto']>) => track(watchInto(...args));
   }
 
   /** Watches not cancelled (each blocked waiter has exactly one). */

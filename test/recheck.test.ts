@@ -47,7 +47,7 @@ describe('the batched re-check of waiters', () => {
     });
     const before = await txnsNow();
     // Due at once (interval 0): each tick checks everyone still registered.
-    const unregister = checks.map((c, i) => recheckEvery(client, c, 0, () => (told.get(keys[i]!) ?? (() => assert.fail(`${keys[i]} told stale while its key exists`)))()));
+    const unregister = checks.map((c, i) => recheckEvery(client, c, 0, { stale: () => (told.get(keys[i]!) ?? (() => assert.fail(`${keys[i]} told stale while its key exists`)))() }));
     try {
       // Rounds of 200 checks: ceil(200 / 128) = 2 Txns each (one Txn per check would be 200).
       await waitFor(async () => checks.every((c) => c.judged >= 1), 'every check judged once');
@@ -63,7 +63,7 @@ describe('the batched re-check of waiters', () => {
       await waitFor(async () => checks[0]!.judged >= 2 + Math.max(...judged), 'two more rounds for the others');
       assert.deepEqual(goneChecks.map((c) => c.judged), judged, 'a stale check is not read again');
     } finally {
-      unregister.forEach((u) => u());
+      unregister.forEach((u) => u.cancel());
       await client.delete(p, { prefix: true });
     }
   });
@@ -72,9 +72,9 @@ describe('the batched re-check of waiters', () => {
     const p = fresh('unregister');
     await client.put(`${p}a`, '');
     const a = existsCheck(`${p}a`);
-    const un = recheckEvery(client, a, 0, () => assert.fail('never stale'));
+    const un = recheckEvery(client, a, 0, { stale: () => assert.fail('never stale') });
     await waitFor(async () => a.judged >= 1, 'judged once');
-    un();
+    un.cancel();
     const n = a.judged;
     const before = await txnsNow();
     // Another client's tick would be separate; this client has no check left: no Txn at all.

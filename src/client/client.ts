@@ -3,7 +3,7 @@ import { Connection, type CallOptions, type CallProgress, type ConnectionOptions
 import { TokenSource, type AuthOptions } from './auth.js';
 import { DeadlineExceededError, EtcdError, InvalidArgumentError, LeaseNotFoundError, UnavailableError, etcdSays, fromGrpcError, isServiceError, isStaleToken } from './errors.js';
 import { KeepAliveHub } from './lease.js';
-import { WatchHub, type Watch, type WatchOptions } from './watch.js';
+import { WatchHub, type Watch, type WatchOptions, type WatchSink } from './watch.js';
 import { Telemetry, type TelemetryOptions } from '../metrics/telemetry.js';
 import {
   header,
@@ -249,6 +249,11 @@ export class Client implements AsyncDisposable {
   /** Watches a key or prefix on the shared Watch stream. */
   watch(key: Bytes, options?: WatchOptions): Watch {
     return this.watches.watch(key, options);
+  }
+
+  /** @internal a watch that hands its batches to `sink` rather than to an iterator (a queue's waiter). */
+  watchInto(key: Bytes, options: WatchOptions, sink: WatchSink): Watch {
+    return this.watches.watch(key, options, sink);
   }
 
   /**

@@ -38,6 +38,18 @@ export interface WatchBatch {
 }
 
 /**
+ * Where a watch hands its batches: the QueuedIterator of `for await`, or (inside the library) a
+ * consumer that reacts to them directly, which costs a waiter no pending promise per batch.
+ */
+export interface WatchSink {
+  push(batch: WatchBatch): void;
+  /** The watch ended: with the error that ended it, or undefined once cancelled. */
+  end(err?: unknown): void;
+}
+
+const noop = (): void => {};
+
+/**
  * A watch on the client's shared Watch stream. Iterate it for event batches. It survives stream
  * drops and endpoint failover by resuming from the revision after the last delivered event, so no
  * event is lost or repeated; it ends with a CompactedError if that revision was compacted away.
@@ -53,18 +65,21 @@ export class Watch implements AsyncIterable<WatchBatch> {
   nextRevision: bigint;
   /** @internal set once the watch must be re-created after its stream broke. */
   resuming = false;
-  private resolveCreated!: (rev: bigint) => void;
-  private rejectCreated!: (err: unknown) => void;
-  private readonly queue: QueuedIterator<WatchBatch>;
+  private resolveCreated: (rev: bigint) => void = noop;
+  private rejectCreated: (err: unknown) => void = noop;
+  /** @internal where batches go; a library-internal consumer may hand the watch on (a kept watch). */
+  sink: WatchSink;
   private readonly onAbort?: () => void;
   private stopped = false;
 
   /** @internal */
   constructor(
     private readonly hub: WatchHub,
-    readonly key: Buffer,
+    /** The key as given: a string is encoded when a request needs it, not held twice by every waiter. */
+    private readonly k: string | Buffer,
     readonly rangeEnd: Buffer | undefined,
     private readonly options: WatchOptions,
+    sink?: WatchSink,
   ) {
     this.nextRevision = options.startRevision ?? 0n;
     this.created = new Promise((resolve, reject) => {
@@ -72,13 +87,18 @@ export class Watch implements AsyncIterable<WatchBatch> {
       this.rejectCreated = reject;
     });
     // A watch nobody awaits must not crash the process with an unhandled rejection.
-    this.created.catch(() => {});
-    this.queue = new QueuedIterator<WatchBatch>(() => this.cancel());
+    this.created.catch(noop);
+    this.sink = sink ?? new QueuedIterator<WatchBatch>(() => this.cancel());
     const signal = options.signal;
     if (signal) {
       this.onAbort = () => this.cancel();
       signal.addEventListener('abort', this.onAbort, { once: true });
     }
+  }
+
+  /** The watched key (the first key of the range for a prefix watch). */
+  get key(): Buffer {
+    return typeof this.k === 'string' ? Buffer.from(this.k) : this.k;
   }
 
   /** True once cancelled or failed. */
@@ -113,6 +133,12 @@ export class Watch implements AsyncIterable<WatchBatch> {
   onCreated(revision: bigint): void {
     if (this.nextRevision === 0n) this.nextRevision = revision + 1n;
     this.resolveCreated(revision);
+    this.settled(); // a waiter holds a watch for long: not its resolvers too
+  }
+
+  private settled(): void {
+    this.resolveCreated = noop;
+    this.rejectCreated = noop;
   }
 
   /** @internal */
@@ -126,20 +152,22 @@ export class Watch implements AsyncIterable<WatchBatch> {
       return ev;
     });
     if (out.length > 0) this.nextRevision = out[out.length - 1]!.kv.modRevision + 1n;
-    this.queue.push({ revision, events: out });
+    this.sink.push({ revision, events: out });
   }
 
   /** @internal ends the watch with an error (compaction, permission). */
   fail(err: unknown): void {
     if (this.stopped) return;
     this.rejectCreated(err);
+    this.settled();
     this.finish(err);
   }
 
   /** Stops the watch; pending iteration ends without error. Idempotent. */
   cancel(): void {
     if (this.stopped) return;
-    this.rejectCreated(new EtcdError('watch cancelled before it was created'));
+    if (this.rejectCreated !== noop) this.rejectCreated(new EtcdError('watch cancelled before it was created'));
+    this.settled();
     this.finish(undefined);
     this.hub.cancel(this);
   }
@@ -147,11 +175,12 @@ export class Watch implements AsyncIterable<WatchBatch> {
   private finish(err: unknown): void {
     this.stopped = true;
     if (this.onAbort) this.options.signal?.removeEventListener('abort', this.onAbort);
-    this.queue.end(err);
+    this.sink.end(err);
   }
 
   [Symbol.asyncIterator](): AsyncIterator<WatchBatch> {
-    return this.queue;
+    if (!(this.sink instanceof QueuedIterator)) throw new TypeError('this watch delivers to a consumer of its own; it cannot be iterated');
+    return this.sink;
   }
 }
 
@@ -174,10 +203,11 @@ export class WatchHub {
 
   constructor(private readonly conn: Connection) {}
 
-  watch(key: Bytes, options: WatchOptions = {}): Watch {
+  /** `sink`: deliver to it instead of the watch's own QueuedIterator (then the watch is not iterable). */
+  watch(key: Bytes, options: WatchOptions = {}, sink?: WatchSink): Watch {
     if (this.closed) throw new ClientClosedError();
-    const r = options.prefix ? prefixRange(key) : { key: toBuffer(key), rangeEnd: undefined };
-    const w = new Watch(this, r.key, r.rangeEnd, options);
+    const r = options.prefix ? prefixRange(key) : { key: typeof key === 'string' ? key : toBuffer(key), rangeEnd: undefined };
+    const w = new Watch(this, r.key, r.rangeEnd, options, sink);
     if (options.signal?.aborted) {
       w.cancel();
       return w;

@@ -99,23 +99,25 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
       kind: 'campaign',
       name,
       ticket: participantTicket(session, name, bytes),
-      rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost, { keepWatch: true }),
-      lostError: leadershipLost,
-      // Already a candidate (a sibling's key, or one an earlier process left on an adopted lease):
-      // keep its place and take the new value, as Go does, so etcd and the handle agree.
-      async prepare(ticket, signal) {
-        if (ticket.value.equals(bytes)) return;
-        const t = await session.client.txn(
-          {
-            compare: [compare.createRevision(ticket.key, '=', ticket.rev)],
-            success: [op.put(ticket.key, bytes, session.leaseId)],
-            failure: [],
-          },
-          { idempotent: true, signal },
-        );
-        if (!t.succeeded) throw leadershipLost(ticket.key)(`${ticket.key} vanished while updating its value`);
+      rules: {
+        rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost, { keepWatch: true }),
+        lostError: leadershipLost,
+        // Already a candidate (a sibling's key, or one an earlier process left on an adopted lease):
+        // keep its place and take the new value, as Go does, so etcd and the handle agree.
+        async prepare(ticket, signal) {
+          if (ticket.value.equals(bytes)) return;
+          const t = await session.client.txn(
+            {
+              compare: [compare.createRevision(ticket.key, '=', ticket.rev)],
+              success: [op.put(ticket.key, bytes, session.leaseId)],
+              failure: [],
+            },
+            { idempotent: true, signal },
+          );
+          if (!t.succeeded) throw leadershipLost(ticket.key)(`${ticket.key} vanished while updating its value`);
+        },
+        hold: (own) => new Leadership(own, bytes),
       },
-      hold: (own) => new Leadership(own, bytes),
     },
     options,
   );

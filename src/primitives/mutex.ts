@@ -1,7 +1,10 @@
 import { LockLostError } from '../errors.js';
 import { ownBuffer, validateName, participantKey } from '../keys.js';
 import type { Session } from '../session.js';
-import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
+import { acquire, tryAcquire, type AcquireOptions, type QueueRules, type QueueSpec } from '../queue/acquire.js';
+import type { Ownership } from '../queue/ownership.js';
+import type { Ticket } from '../queue/ticket.js';
+import type { LostErrorFactory, TurnRule } from '../queue/turn.js';
 import { HeldHandle, type OwnerHandle } from '../queue/ownership.js';
 import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
 
@@ -65,15 +68,29 @@ export class Mutex {
   /** The oldest of all holds: Go's Mutex, on `<name>/<lease hex>`. */
   private queue(label = ''): QueueSpec<LockHandle> {
     const { session, name } = this;
-    return {
-      session,
-      kind: 'lock',
-      name,
-      ticket: participantTicket(session, name, ownBuffer(label)),
-      rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost, { keepWatch: true, marks: true }),
-      lostError: lockLost,
-      hold: (own) => new HeldLock(own),
-    };
+    return { session, kind: 'lock', name, ticket: participantTicket(session, name, ownBuffer(label)), rules: (this.rules ??= new MutexRules(session, name)) };
+  }
+
+  private rules: MutexRules | undefined;
+}
+
+/** The Mutex's part of the queue engine, as methods: a waiter holds this one small object. */
+class MutexRules implements QueueRules<LockHandle> {
+  constructor(
+    private readonly session: Session,
+    private readonly name: string,
+  ) {}
+
+  rule(ticket: Ticket, lost: LostErrorFactory): TurnRule {
+    return oldestRule(this.session, participantScope(this.name), ticket, lost, { keepWatch: true, marks: true });
+  }
+
+  lostError(key: string): LostErrorFactory {
+    return lockLost(key);
+  }
+
+  hold(own: Ownership): LockHandle {
+    return new HeldLock(own);
   }
 }
 

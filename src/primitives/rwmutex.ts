@@ -82,9 +82,11 @@ export class RWMutex {
         count: { key: scope.prefix, rangeEnd: ownBuffer(prefixEnd(scope.prefix)) },
         first: (n) => n === mine,
       },
-      rule: (ticket, lost) => oldestRule(session, scope, ticket, lost),
-      lostError: rwLost,
-      hold: (own) => new HeldRWLock(own, mode),
+      rules: {
+        rule: (ticket, lost) => oldestRule(session, scope, ticket, lost),
+        lostError: rwLost,
+        hold: (own) => new HeldRWLock(own, mode),
+      },
     };
   }
 }

@@ -84,19 +84,21 @@ export class Semaphore {
       kind: 'permit',
       name,
       ticket,
-      rule: (t, lost) => permitRule(session, name, permits, value, t, lost),
-      lostError: permitLost,
-      prepare: async (t) => {
-        // Our own key found in place (a sibling's, or one left on an adopted lease) must agree too.
-        const ours = t.value.toString().split(' ', 1)[0]!;
-        if (ours !== String(permits)) throw new PermitCountConflictError(name, permits, t.key, ours);
-        for (const kv of t.peeked) {
-          const count = kv.value.toString().split(' ', 1)[0]!;
-          if (kv.key.toString() === t.key || !isParticipantKey(prefix, kv.key) || count === String(permits)) continue;
-          throw new PermitCountConflictError(name, permits, kv.key.toString(), count);
-        }
+      rules: {
+        rule: (t, lost) => permitRule(session, name, permits, value, t, lost),
+        lostError: permitLost,
+        prepare: async (t) => {
+          // Our own key found in place (a sibling's, or one left on an adopted lease) must agree too.
+          const ours = t.value.toString().split(' ', 1)[0]!;
+          if (ours !== String(permits)) throw new PermitCountConflictError(name, permits, t.key, ours);
+          for (const kv of t.peeked) {
+            const count = kv.value.toString().split(' ', 1)[0]!;
+            if (kv.key.toString() === t.key || !isParticipantKey(prefix, kv.key) || count === String(permits)) continue;
+            throw new PermitCountConflictError(name, permits, kv.key.toString(), count);
+          }
+        },
+        hold: (own) => new HeldPermit(own),
       },
-      hold: (own) => new HeldPermit(own),
     };
   }
 }

@@ -3,7 +3,7 @@ import type { Kind } from '../metrics/names.js';
 import type { AcquireProbe } from '../metrics/telemetry.js';
 import { Ownership } from './ownership.js';
 import { enqueueOrClean, leaveTicket, type Ticket, type TicketSpec } from './ticket.js';
-import { blockedNow, waitForTurn, type LostErrorFactory, type TurnRule } from './turn.js';
+import { blockedNow, Wait, type LostErrorFactory, type TurnRule } from './turn.js';
 
 /** Options of every acquire call: lock(), campaign(), acquire(), rLock(), lockAll(). */
 export interface AcquireOptions {
@@ -18,6 +18,14 @@ export interface QueueSpec<H> {
   kind: Kind;
   name: string;
   ticket: TicketSpec;
+  rules: QueueRules<H>;
+}
+
+/**
+ * The part of a {@link QueueSpec} kept while waiting (the ticket's spec is not). Called as methods,
+ * so a primitive may give one object with methods on its prototype rather than closures per call.
+ */
+export interface QueueRules<H> {
   /** The primitive's rule for this ticket; `lost` makes the error for our key vanishing meanwhile. */
   rule(ticket: Ticket, lost: LostErrorFactory): TurnRule;
   lostError(key: string): LostErrorFactory;
@@ -46,38 +54,77 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
   // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
   const ticket = enqueueOrClean(session, q.ticket, probe?.ahead);
   // The spec's ticket part (key, value, count range) is not needed while waiting: not kept.
-  return waitAndHold(session, ticket, { rule: q.rule, lostError: q.lostError, prepare: q.prepare, hold: q.hold }, options.signal, probe);
+  const a = new Acquisition(session, q.rules, options.signal, probe);
+  void a.run(ticket);
+  return a.promise;
 }
 
-async function waitAndHold<H>(
-  session: Session,
-  enqueued: Promise<Ticket>,
-  q: Pick<QueueSpec<H>, 'rule' | 'lostError' | 'prepare' | 'hold'>,
-  signal: AbortSignal | undefined,
-  probe: AcquireProbe | undefined,
-): Promise<H> {
-  let ticket: Ticket;
-  try {
-    ticket = await enqueued;
-  } catch (err) {
-    probe?.failed(err, signal, session.signal);
-    throw err;
+/**
+ * One acquire call from its enqueue answer to its handle, as one object: while it waits (perhaps
+ * behind 10,000 others) nothing else of it is alive, no suspended async frame or promise chain.
+ */
+class Acquisition<H> extends Wait<H> {
+  private ticket: Ticket | undefined;
+  private lost: LostErrorFactory | undefined;
+
+  constructor(
+    session: Session,
+    private readonly rules: QueueRules<H>,
+    signal: AbortSignal | undefined,
+    private readonly probe: AcquireProbe | undefined,
+  ) {
+    super(session.client, undefined, session, signal);
   }
-  const lost = q.lostError(ticket.key);
-  try {
-    signal?.throwIfAborted();
-    probe?.enqueued(ticket.first);
-    await q.prepare?.(ticket, signal);
-    await waitForTurn(session, ticket, q.rule(ticket, lost), signal);
-    // Our turn was proven by an answer that may have waited out a freeze of this process: a session
-    // whose deadline passed meanwhile (its timer not run yet) gets no handle.
-    session.assertAlive();
-    return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe), ticket);
-  } catch (err) {
-    probe?.failed(err, signal, session.signal);
+
+  /** Takes the enqueue's answer, prepares, and waits for our turn; the outcome settles `promise`. */
+  async run(enqueued: Promise<Ticket>): Promise<void> {
+    const session = this.session!;
+    let ticket: Ticket;
+    try {
+      ticket = await enqueued;
+    } catch (err) {
+      this.probe?.failed(err, this.signal, session.signal);
+      return this.reject(err);
+    }
+    this.ticket = ticket;
+    const lost = (this.lost = this.rules.lostError(ticket.key));
+    try {
+      this.signal?.throwIfAborted();
+      this.probe?.enqueued(ticket.first);
+      await this.rules.prepare?.(ticket, this.signal);
+    } catch (err) {
+      return this.onFail(err);
+    }
+    if (ticket.first) return this.onTurn();
+    try {
+      this.rule = this.rules.rule(ticket, lost);
+    } catch (err) {
+      return this.onFail(err);
+    }
+    void this.start();
+  }
+
+  protected override onTurn(): void {
+    const session = this.session!;
+    const ticket = this.ticket!;
+    try {
+      // Our turn was proven by an answer that may have waited out a freeze of this process: a
+      // session whose deadline passed meanwhile (its timer not run yet) gets no handle.
+      session.assertAlive();
+      this.resolve(this.rules.hold(new Ownership(session, ticket.key, ticket.rev, this.lost!, this.probe), ticket));
+    } catch (err) {
+      this.onFail(err);
+    }
+  }
+
+  protected override onFail(err: unknown): void {
+    const session = this.session!;
+    this.probe?.failed(err, this.signal, session.signal);
     // Our key leaves with us, unless another call of this process still uses it.
-    await leaveTicket(session, ticket);
-    throw err;
+    leaveTicket(session, this.ticket!).then(
+      () => this.reject(err),
+      (e: unknown) => this.reject(e),
+    );
   }
 }
 
@@ -93,12 +140,13 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
     probe?.failed(err, undefined, session.signal);
     throw err;
   }
-  const lost = q.lostError(ticket.key);
+  const r = q.rules;
+  const lost = r.lostError(ticket.key);
   try {
-    await q.prepare?.(ticket, undefined);
-    if (!(await blockedNow(ticket, q.rule(ticket, lost)))) {
-      session.assertAlive(); // as in waitAndHold: not a handle on a session past its deadline
-      return q.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe), ticket);
+    await r.prepare?.(ticket, undefined);
+    if (!(await blockedNow(ticket, r.rule(ticket, lost)))) {
+      session.assertAlive(); // as in Acquisition.onTurn: not a handle on a session past its deadline
+      return r.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe), ticket);
     }
   } catch (err) {
     probe?.failed(err, undefined, session.signal);

@@ -3,6 +3,7 @@ import type { WatchEvent } from '../client/watch.js';
 import { isParticipantKey, ownBuffer, participantKey, prefixOf } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
 import { longQueue, type Ticket, type TicketSpec } from './ticket.js';
+import type { BatchCheck } from './recheck.js';
 import type { Blocker, LostErrorFactory, TurnRule } from './turn.js';
 
 /**
@@ -32,14 +33,23 @@ export interface Scope {
 
 /** The participants of a lock or election: `<name>/<hex>` keys. */
 export function participantScope(name: string): Scope {
-  const prefix = ownBuffer(prefixOf(name));
-  return { prefix, isCandidate: (key) => isParticipantKey(prefix, key) };
+  let scope = scopes.get(name);
+  if (!scope) {
+    if (scopes.size >= SCOPES) scopes.delete(scopes.keys().next().value!);
+    const prefix = ownBuffer(prefixOf(name));
+    scopes.set(name, (scope = { prefix, isCandidate: (key) => isParticipantKey(prefix, key) }));
+  }
+  return scope;
 }
+
+/** Scopes by name, shared by every waiter of this process on the name (bounded: oldest out first). */
+const scopes = new Map<string, Scope>();
+const SCOPES = 256;
 
 /** The participant just before us: all a waiter keeps of it while it waits. */
 interface Predecessor {
-  /** A copy: the decoded key would pin the whole response buffer for the length of the wait. */
-  key: Buffer;
+  /** A copy (see keyCopy): the decoded key would pin the whole response buffer for the length of the wait. */
+  key: string | Buffer;
   createRevision: bigint;
   /** The revision of the read that found it: it was there, as described, at this revision. */
   asOf: bigint;
@@ -71,60 +81,109 @@ export interface OldestRuleOptions {
  * and keys that are not candidates (nested names under the prefix) are skipped.
  */
 export function oldestRule(session: Session, scope: Scope, ticket: Ticket, lostError: LostErrorFactory, options: OldestRuleOptions = {}): TurnRule {
-  // Incarnations found to have no lease: skipped by every later look-up of this wait.
-  const strays = new Set<string>();
-  const marks = options.marks ?? false;
-  // Our marked predecessor was deleted: nothing older than us is left (see OldestRuleOptions.marks).
-  let headGone = false;
-  return {
-    async blocker(signal: AbortSignal): Promise<Blocker | null> {
-      if (headGone) {
-        headGone = false;
-        return ourTurnAfterHead(session, scope, ticket, lostError, signal);
-      }
-      let p: Predecessor | null | undefined;
-      const pre = ticket.preceding;
-      if (pre) {
-        // Read by the enqueue, at our key's own revision: used once, then the normal look-up.
-        ticket.preceding = undefined;
-        p = fromPage(pre.kvs, pre.more, ticket.rev, scope, strays);
-      }
-      if (p === undefined) p = await findPredecessor(session, scope, ticket, lostError, signal, strays);
-      if (p === null) {
-        // First by a full look-up behind a long queue: mark, so the waiter behind us skips that read.
-        if (marks && longQueue(session.client, scope.prefix)) markHead(session, ticket);
-        return null;
-      }
-      const pred = p;
-      return {
-        key: pred.key,
-        asOf: pred.asOf,
-        confirmed: pred.leased,
-        keep: options.keepWatch ?? false,
-        // Changed: deleted, moved off any lease (stray now), or a new incarnation of the same key (a
-        // delete we did not see). A put that keeps a lease and the CreateRevision (a proclaim) is none.
-        changed: (e: WatchEvent) => {
-          if (e.type === 'delete') {
-            headGone = marks && pred.marked;
-            return true;
-          }
-          if (e.kv.lease === 0n || e.kv.createRevision !== pred.createRevision) return true;
-          // Its owner's mark: it holds now. Not a move onto another lease (someone else's write).
-          if (marks && onOwnLease(e.kv)) pred.marked = true;
-          return false;
-        },
-        stillBlocked: (s: AbortSignal) => stillQueued(session, ticket, pred, strays, s),
-        // stillQueued's compares as reads (in full: a keys-only read on 3.7 reports no lease).
-        check: {
-          keys: [ticket.key, pred.key],
-          blocked: ([mine, p]) => {
-            if (p && p.createRevision === pred.createRevision && p.lease === 0n) strays.add(strayId(p));
-            return mine?.createRevision === ticket.rev && mine.lease === session.leaseId && p?.createRevision === pred.createRevision && p.lease !== 0n;
-          },
-        },
-      };
-    },
-  };
+  return new OldestRule(session, scope, ticket, lostError, options.keepWatch ?? false, options.marks ?? false);
+}
+
+/** The rule's state for one wait: a class (not closures), as a long queue holds one per waiter. */
+class OldestRule implements TurnRule {
+  /** Incarnations found to have no lease: skipped by every later look-up of this wait (made when first needed). */
+  private strayIds: Set<string> | undefined;
+  /** Our marked predecessor was deleted: nothing older than us is left (see OldestRuleOptions.marks). */
+  headGone = false;
+
+  constructor(
+    readonly session: Session,
+    private readonly scope: Scope,
+    readonly ticket: Ticket,
+    private readonly lostError: LostErrorFactory,
+    readonly keepWatch: boolean,
+    readonly marks: boolean,
+  ) {}
+
+  isStray(kv: { key: Buffer; createRevision: bigint }): boolean {
+    return this.strayIds?.has(strayId(kv)) ?? false;
+  }
+
+  addStray(kv: { key: Buffer; createRevision: bigint }): void {
+    (this.strayIds ??= new Set()).add(strayId(kv));
+  }
+
+  async blocker(signal: AbortSignal): Promise<Blocker | null> {
+    const { session, scope, ticket, lostError } = this;
+    if (this.headGone) {
+      this.headGone = false;
+      return ourTurnAfterHead(session, scope, ticket, lostError, signal);
+    }
+    let p: Predecessor | null | undefined;
+    const pre = ticket.preceding;
+    if (pre) {
+      // Read by the enqueue, at our key's own revision: used once, then the normal look-up.
+      ticket.preceding = undefined;
+      p = fromPage(pre.kvs, pre.more, ticket.rev, scope, this);
+    }
+    if (p === undefined) p = await findPredecessor(session, scope, ticket, lostError, signal, this);
+    if (p === null) {
+      // First by a full look-up behind a long queue: mark, so the waiter behind us skips that read.
+      if (this.marks && longQueue(session.client, scope.prefix)) markHead(session, ticket);
+      return null;
+    }
+    return new PredecessorBlocker(this, p);
+  }
+}
+
+/** Waiting for the participant just before us: its watch, its checks, and how to tell it moved. */
+class PredecessorBlocker implements Blocker, BatchCheck {
+  readonly key: string | Buffer;
+  readonly asOf: bigint;
+  readonly confirmed: boolean;
+  readonly keep: boolean;
+  private readonly createRevision: bigint;
+  private marked: boolean;
+
+  constructor(
+    private readonly rule: OldestRule,
+    pred: Predecessor,
+  ) {
+    this.key = pred.key;
+    this.asOf = pred.asOf;
+    this.confirmed = pred.leased;
+    this.keep = rule.keepWatch;
+    this.createRevision = pred.createRevision;
+    this.marked = pred.marked;
+  }
+
+  // Changed: deleted, moved off any lease (stray now), or a new incarnation of the same key (a
+  // delete we did not see). A put that keeps a lease and the CreateRevision (a proclaim) is none.
+  changed(e: WatchEvent): boolean {
+    const marks = this.rule.marks;
+    if (e.type === 'delete') {
+      this.rule.headGone = marks && this.marked;
+      return true;
+    }
+    if (e.kv.lease === 0n || e.kv.createRevision !== this.createRevision) return true;
+    // Its owner's mark: it holds now. Not a move onto another lease (someone else's write).
+    if (marks && onOwnLease(e.kv)) this.marked = true;
+    return false;
+  }
+
+  stillBlocked(signal: AbortSignal): Promise<boolean> {
+    return stillQueued(this.rule, this.key, this.createRevision, signal);
+  }
+
+  /** stillQueued's compares as reads, for the batched safety net (in full: a keys-only read on 3.7 reports no lease). */
+  get check(): BatchCheck {
+    return this;
+  }
+
+  get keys(): readonly (string | Buffer)[] {
+    return [this.rule.ticket.key, this.key];
+  }
+
+  blocked([mine, p]: readonly (KeyValue | undefined)[]): boolean {
+    const { ticket, session } = this.rule;
+    if (p && p.createRevision === this.createRevision && p.lease === 0n) this.rule.addStray(p);
+    return mine?.createRevision === ticket.rev && mine.lease === session.leaseId && p?.createRevision === this.createRevision && p.lease !== 0n;
+  }
 }
 
 /**
@@ -134,24 +193,25 @@ export function oldestRule(session: Session, scope: Scope, ticket: Ticket, lostE
  * full look-up (which also tells a lost key from a gone predecessor); a predecessor found to have no
  * lease is stray data (etcd issue 6631) and goes into `strays`, which that look-up skips.
  */
-async function stillQueued(session: Session, ticket: Ticket, pred: Predecessor, strays: Set<string>, signal: AbortSignal): Promise<boolean> {
+async function stillQueued(rule: OldestRule, predKey: string | Buffer, predCreate: bigint, signal: AbortSignal): Promise<boolean> {
+  const { session, ticket } = rule;
   const t = await session.client.txn(
     {
       compare: [
         compare.createRevision(ticket.key, '=', ticket.rev),
         compare.lease(ticket.key, '=', session.leaseId),
-        compare.createRevision(pred.key, '=', pred.createRevision),
-        compare.lease(pred.key, '!=', 0n),
+        compare.createRevision(predKey, '=', predCreate),
+        compare.lease(predKey, '!=', 0n),
       ],
       success: [],
       // Only when a compare failed: the predecessor in full (not keys-only), to see its real lease.
-      failure: [op.get(pred.key)],
+      failure: [op.get(predKey)],
     },
     { idempotent: true, signal },
   );
   if (t.succeeded) return true;
   const kv = txnRange(t, 0).kvs[0];
-  if (kv && kv.createRevision === pred.createRevision && kv.lease === 0n) strays.add(strayId(kv));
+  if (kv && kv.createRevision === predCreate && kv.lease === 0n) rule.addStray(kv);
   return false;
 }
 
@@ -160,14 +220,14 @@ async function stillQueued(session: Session, ticket: Ticket, pred: Predecessor, 
  * keys, each with its lease): null when no participant is older and the page was complete,
  * undefined when the page cannot tell (only nested names or stray keys in it, and more beyond).
  */
-function fromPage(kvs: KeyValue[], more: boolean, rev: bigint, scope: Scope, strays: Set<string>): Predecessor | null | undefined {
+function fromPage(kvs: KeyValue[], more: boolean, rev: bigint, scope: Scope, strays: OldestRule): Predecessor | null | undefined {
   for (const kv of kvs) {
     if (kv.createRevision >= rev || !scope.isCandidate(kv.key)) continue;
     if (kv.lease === 0n) {
-      strays.add(strayId(kv)); // stray data (etcd issue 6631): never our predecessor
+      strays.addStray(kv); // stray data (etcd issue 6631): never our predecessor
       continue;
     }
-    return { key: ownBuffer(kv.key), createRevision: kv.createRevision, asOf: rev, leased: true, marked: marked(kv) };
+    return { key: keyCopy(kv.key), createRevision: kv.createRevision, asOf: rev, leased: true, marked: marked(kv) };
   }
   return more ? undefined : null;
 }
@@ -188,6 +248,16 @@ function onOwnLease(kv: KeyValue): boolean {
   return k.length > hex.length && k[k.length - hex.length - 1] === 0x2f && k.toString('latin1', k.length - hex.length) === hex;
 }
 
+/**
+ * A participant's key to keep while waiting: as a string when its bytes are UTF-8 (always, for a
+ * name given as a string, plus its hex), which costs about a third of a Buffer of its own; else a
+ * Buffer of its own.
+ */
+function keyCopy(key: Buffer): string | Buffer {
+  const s = key.toString();
+  return Buffer.from(s).equals(key) ? s : ownBuffer(key);
+}
+
 /** Identifies one incarnation of a key: its CreateRevision and the key itself. */
 function strayId(kv: { key: Buffer; createRevision: bigint }): string {
   return `${kv.createRevision}/${kv.key.toString('latin1')}`;
@@ -206,7 +276,7 @@ async function findPredecessor(
   ticket: Ticket,
   lostError: LostErrorFactory,
   signal: AbortSignal,
-  strays: Set<string>,
+  strays: OldestRule,
 ): Promise<Predecessor | null> {
   const client = session.client;
   const prefix = scope.prefix;
@@ -232,9 +302,9 @@ async function findPredecessor(
   let page = txnRange(t, 0);
   let asOf = t.header.revision;
   for (;;) {
-    const found = page.kvs.find((kv) => scope.isCandidate(kv.key) && !strays.has(strayId(kv)));
+    const found = page.kvs.find((kv) => scope.isCandidate(kv.key) && !strays.isStray(kv));
     // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
-    if (found) return { key: ownBuffer(found.key), createRevision: found.createRevision, asOf, leased: found.lease !== 0n, marked: marked(found) };
+    if (found) return { key: keyCopy(found.key), createRevision: found.createRevision, asOf, leased: found.lease !== 0n, marked: marked(found) };
     const last = page.kvs[page.kvs.length - 1];
     if (!page.more || !last) return null;
     // Only keys of nested names or stray data so far: look further back.

@@ -12,11 +12,43 @@ export interface BatchCheck {
   blocked(kvs: readonly (KeyValue | undefined)[]): boolean;
 }
 
-interface Entry {
-  check: BatchCheck;
-  intervalMs: number;
-  due: number;
+/** Told once when a check finds its waiter no longer blocked. */
+export interface RecheckTarget {
   stale(): void;
+}
+
+/**
+ * What the re-checker holds of a registered waiter: its check, how often, when next, and whom to
+ * tell. A waiter may be this itself (turn.ts's Wait is), so 10,000 waiters add no object each.
+ */
+export interface Due extends RecheckTarget {
+  readonly check: BatchCheck;
+  readonly intervalMs: number;
+  /** When the check is next due (performance.now()); set by the re-checker. */
+  due: number;
+}
+
+/** A registered check; `cancel()` unregisters it (a waiter's wait ended). */
+export interface Recheck {
+  cancel(): void;
+}
+
+class Entry implements Due, Recheck {
+  due = 0;
+  constructor(
+    private readonly client: Client,
+    readonly check: BatchCheck,
+    readonly intervalMs: number,
+    private readonly target: RecheckTarget,
+  ) {}
+
+  stale(): void {
+    this.target.stale();
+  }
+
+  cancel(): void {
+    removeRecheck(this.client, this);
+  }
 }
 
 /** Gets per read-only Txn: etcd's default --max-txn-ops. */
@@ -33,24 +65,23 @@ const TICK_MS = 1000;
  * gets, and one timer serves them all (a waiter holds no timer of its own).
  */
 class Rechecker {
-  private readonly entries = new Set<Entry>();
+  private readonly entries = new Set<Due>();
   private timer: NodeJS.Timeout | undefined;
   private busy = false;
 
   constructor(private readonly client: Client) {}
 
-  add(check: BatchCheck, intervalMs: number, stale: () => void): () => void {
-    const e: Entry = { check, intervalMs, due: performance.now() + intervalMs, stale };
+  add(e: Due): void {
+    e.due = performance.now() + e.intervalMs;
     this.entries.add(e);
     if (!this.timer) {
       // A failure here must not become an unhandled rejection: the checks stay due for the next tick.
       this.timer = setInterval(() => void this.tick().catch(() => {}), TICK_MS);
       this.timer.unref(); // the waiters' watches keep the process alive, not this
     }
-    return () => this.remove(e);
   }
 
-  private remove(e: Entry): void {
+  remove(e: Due): void {
     this.entries.delete(e);
     if (this.entries.size === 0 && this.timer) {
       clearInterval(this.timer);
@@ -61,21 +92,24 @@ class Rechecker {
   private async tick(): Promise<void> {
     if (this.busy || this.client.closed) return;
     const now = performance.now();
-    const due: Entry[] = [];
+    const due: Due[] = [];
     for (const e of this.entries) if (e.due <= now) due.push(e);
     if (due.length === 0) return;
     this.busy = true;
     try {
-      let batch: Entry[] = [];
+      let batch: Due[] = [];
       let ops = 0;
       for (const e of due) {
-        if (ops + e.check.keys.length > OPS_PER_TXN && batch.length > 0) {
+        if (!this.entries.has(e)) continue; // its wait ended while an earlier batch ran
+        const n = e.check.keys.length;
+        if (ops + n > OPS_PER_TXN && batch.length > 0) {
           await this.run(batch);
           batch = [];
           ops = 0;
+          if (!this.entries.has(e)) continue;
         }
         batch.push(e);
-        ops += e.check.keys.length;
+        ops += n;
       }
       if (batch.length > 0) await this.run(batch);
     } finally {
@@ -83,22 +117,26 @@ class Rechecker {
     }
   }
 
-  private async run(batch: Entry[]): Promise<void> {
+  private async run(batch: Due[]): Promise<void> {
     const live = batch.filter((e) => this.entries.has(e));
     if (live.length === 0) return;
+    // Taken now: a waiter that moves on meanwhile may register again with another check.
+    const checks = live.map((e) => e.check);
+    const keys = checks.map((c) => c.keys);
     let t;
     try {
-      t = await this.client.txn({ compare: [], success: live.flatMap((e) => e.check.keys.map((k) => op.get(k))), failure: [] }, { idempotent: true });
+      t = await this.client.txn({ compare: [], success: keys.flatMap((ks) => ks.map((k) => op.get(k))), failure: [] }, { idempotent: true });
     } catch {
       return; // an outage: these stay due and are tried on the next tick
     }
     let i = 0;
     const after = performance.now();
-    for (const e of live) {
-      const kvs = e.check.keys.map(() => txnRange(t, i++).kvs[0]);
-      // Removed meanwhile (its wait ended): nothing to tell it.
-      if (!this.entries.has(e)) continue;
-      if (e.check.blocked(kvs)) e.due = after + e.intervalMs;
+    for (let j = 0; j < live.length; j++) {
+      const e = live[j]!;
+      const kvs = keys[j]!.map(() => txnRange(t, i++).kvs[0]);
+      // Removed meanwhile (its wait ended or moved on to another check): nothing to tell it.
+      if (!this.entries.has(e) || e.check !== checks[j]) continue;
+      if (checks[j]!.blocked(kvs)) e.due = after + e.intervalMs;
       else {
         this.remove(e);
         e.stale();
@@ -111,11 +149,23 @@ const rechecker = new WeakMap<Client, Rechecker>();
 
 /**
  * Registers a waiter's check, made every `intervalMs` (batched with the client's other waiters);
- * `stale` is called once when a check finds the waiter no longer blocked. Returns the unregister.
+ * `target.stale()` is called once when a check finds the waiter no longer blocked.
  */
-export function recheckEvery(client: Client, check: BatchCheck, intervalMs: number, stale: () => void): () => void {
-  if (check.keys.length > MAX_CHECK_KEYS) throw new RangeError(`a batched check reads at most ${MAX_CHECK_KEYS} keys, got ${check.keys.length}`);
+export function recheckEvery(client: Client, check: BatchCheck, intervalMs: number, target: RecheckTarget): Recheck {
+  const e = new Entry(client, check, intervalMs, target);
+  addRecheck(client, e);
+  return e;
+}
+
+/** Registers `d` itself (see {@link Due}); {@link removeRecheck} unregisters it. */
+export function addRecheck(client: Client, d: Due): void {
+  const n = d.check.keys.length;
+  if (n > MAX_CHECK_KEYS) throw new RangeError(`a batched check reads at most ${MAX_CHECK_KEYS} keys, got ${n}`);
   let r = rechecker.get(client);
   if (!r) rechecker.set(client, (r = new Rechecker(client)));
-  return r.add(check, intervalMs, stale);
+  r.add(d);
+}
+
+export function removeRecheck(client: Client, d: Due): void {
+  rechecker.get(client)?.remove(d);
 }

@@ -23,7 +23,7 @@ export interface Ticket {
   /** Our turn already: the enqueue's count proved nobody we could wait for was there. */
   first: boolean;
   /** What the spec's `peek` read in the same Txn (a semaphore checks its peers' permit count). */
-  peeked: KeyValue[];
+  peeked: readonly KeyValue[];
   /**
    * What the spec's `lookup` read in the same Txn, after our put (so at revision `rev`): the keys
    * just before ours, newest first. Present only when the queue was short; the rule consumes it.
@@ -48,6 +48,9 @@ export interface TicketSpec {
    */
   lookup?: RangeRequest;
 }
+
+/** The `peeked` of a spec without `peek`: one empty array for every ticket a queue holds. */
+const NO_KVS: readonly KeyValue[] = Object.freeze([]);
 
 /** A sorted read in the write Txn is made while the queue last counted at most this many keys. */
 export const SHORT_QUEUE = 32n;
@@ -83,6 +86,7 @@ function noteCount(client: object, prefix: Buffer, n: bigint): void {
  * aborts or fails; one leaving ends only itself.
  */
 interface KeyUse {
+  key: string;
   /** The incarnation (CreateRevision) the users share, once an enqueue reported it. */
   rev?: bigint;
   /** Calls on that incarnation, waiting or holding, that have not left it. */
@@ -91,24 +95,35 @@ interface KeyUse {
   pending: number;
 }
 
-const uses = new WeakMap<Session, Map<string, KeyUse>>();
+/**
+ * The keys each session uses: the one use itself while a session has one key (the common case, and
+ * a queue of 10,000 sessions would otherwise hold 10,000 Maps), a Map by key from the second on.
+ */
+const uses = new WeakMap<Session, KeyUse | Map<string, KeyUse>>();
 
 function useOf(session: Session, key: string): KeyUse | undefined {
-  return uses.get(session)?.get(key);
+  const u = uses.get(session);
+  return u instanceof Map ? u.get(key) : u?.key === key ? u : undefined;
 }
 
 /** Forgets `use` once nobody uses or enqueues it: the next acquire on its key creates, not joins. */
 function settleUse(session: Session, key: string, use: KeyUse): void {
-  const m = uses.get(session);
-  if (use.users === 0 && use.pending === 0 && m?.get(key) === use) m.delete(key);
+  if (use.users !== 0 || use.pending !== 0) return;
+  const u = uses.get(session);
+  if (u === use) uses.delete(session);
+  else if (u instanceof Map && u.get(key) === use) u.delete(key);
 }
 
 /** An enqueue of `key` starts: until it answers, the key is in use (no sweeper takes it for a ghost). */
 function beginEnqueue(session: Session, key: string): KeyUse {
-  let m = uses.get(session);
-  if (!m) uses.set(session, (m = new Map()));
-  let use = m.get(key);
-  if (!use) m.set(key, (use = { users: 0, pending: 0 }));
+  const u = uses.get(session);
+  let use = u instanceof Map ? u.get(key) : u?.key === key ? u : undefined;
+  if (!use) {
+    use = { key, rev: undefined, users: 0, pending: 0 };
+    if (!u) uses.set(session, use);
+    else if (u instanceof Map) u.set(key, use);
+    else uses.set(session, new Map([[u.key, u], [key, use]]));
+  }
   use.pending++;
   return use;
 }
@@ -276,7 +291,7 @@ async function enqueue(session: Session, spec: TicketSpec, use: KeyUse, ahead?: 
   const first = spec.first(counted);
   // Our key is the newest of those counted when this Txn created it: the rest are ahead of us.
   if (ahead && t.succeeded) ahead(counted - (inRange(key, spec.count) ? 1n : 0n));
-  const peeked = spec.peek ? txnRange(t, 2).kvs : [];
+  const peeked = spec.peek ? txnRange(t, 2).kvs : NO_KVS;
   let ticket: Ticket;
   if (t.succeeded) {
     ticket = { key, rev: t.header.revision, joined: false, value, first, peeked };
