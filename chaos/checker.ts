@@ -201,6 +201,8 @@ export interface OverlapReport {
   longestMs: number;
   totalMs: number;
   unexplained: number;
+  /** Of the explained ones, those attributed to a deposed Raft leader's revoke (etcd 15247, see explain()). */
+  byDeposedLeader: number;
   byCause: Record<string, number>;
   worst: { ms: number; cause: string; a: string; b: string }[];
 }
@@ -210,7 +212,8 @@ export interface OverlapReport {
  * holder the overlap is measured from the first later holder's start to the end of its own belief:
  * the time it wrongly believed it held (several short holds inside one long stale belief count
  * once, at the length of the whole stale stretch). Only a freeze (SIGSTOP) of the earlier holder's
- * process that covers the later holder's start explains an overlap (see explain()), or one of the
+ * process that covers the later holder's start explains an overlap, or a deposed Raft leader's
+ * revoke of the earlier holder's live lease (etcd 15247; see explain() for both), or a freeze of the
  * later holder's own, when it was the stale one and recorded its start only on waking (see
  * lateStart(), which needs `acted`). `conflicts` says which pairs may not overlap (every pair, for
  * a mutex; see rwConflict for the RW lock).
@@ -255,13 +258,14 @@ export function findOverlaps(
       longestMs: round(overlaps.reduce((m, o) => Math.max(m, o.ms), 0)),
       totalMs: round(overlaps.reduce((s, o) => s + o.ms, 0)),
       unexplained: overlaps.filter((o) => o.cause.startsWith('unexplained')).length,
+      byDeposedLeader: overlaps.filter((o) => o.cause === DEPOSED_REVOKE_CAUSE).length,
       byCause,
       worst,
     },
   };
 }
 
-/** Fault kinds that freeze a worker process (SIGSTOP): the only faults that explain an overlap. */
+/** Fault kinds that freeze a worker process (SIGSTOP): the faults of ours that explain an overlap. */
 export const FREEZES = new Set(['worker-pause', 'ghost-pause']);
 
 /**
@@ -270,16 +274,33 @@ export const FREEZES = new Set(['worker-pause', 'ghost-pause']);
  */
 export const WAKE_GRACE_MS = 250;
 
+/** The cause of an overlap that a deposed Raft leader's revoke of a live lease explains (see explain()). */
+export const DEPOSED_REVOKE_CAUSE = 'etcd 15247 (a deposed leader revoked a live lease)';
+
 /**
- * Why `a` still believed it held when `b` started. The only explanation is a freeze of `a`'s own
- * process that covers `b`'s start (a frozen process cannot act on any signal). A network fault
- * (black hole, partition, member down) never explains one: the session's deadline is there so
- * that a holder cut off from etcd learns of its loss before the server can expire its lease.
+ * How long after the next holder started a holder whose live lease a deposed leader revoked may
+ * still believe it holds: it learns of its key's deletion through a watch, which may be served by a
+ * member that is still catching up on the log (the woken one among them).
+ */
+export const DEPOSED_REVOKE_NOTICE_MS = 2000;
+
+/**
+ * Why `a` still believed it held when `b` started. First, a freeze of `a`'s own process that covers
+ * `b`'s start (a frozen process cannot act on any signal). Then etcd's own bug, 15247 (see
+ * deposedLeaderRevoke()): a Raft leader frozen past the TTL wakes and revokes leases its successor
+ * had been renewing, `a`'s among them; its key goes, `b` is rightly granted, and `a` hears of the
+ * deletion through its watch a little later. Attributed only if `a`'s hold ended in a loss it saw
+ * (`lost`: its handle's signal aborted; a release, or a death, is recorded as not lost), `b`
+ * started at such a wake (leaderWake()), and `a` ended within DEPOSED_REVOKE_NOTICE_MS after `b`
+ * started. A network fault (black hole, partition, member
+ * down) never explains one: the session's deadline is there so that a holder cut off from etcd
+ * learns of its loss before the server can expire its lease.
  */
 export function explain(a: HeldInterval, b: HeldInterval, faults: FaultRecord[]): string {
   for (const f of faults) {
     if (FREEZES.has(f.kind) && f.worker === a.worker && f.start <= b.from && b.from <= f.end + WAKE_GRACE_MS) return f.kind;
   }
+  if (a.lost && a.to - b.from <= DEPOSED_REVOKE_NOTICE_MS && leaderWake(b.from, faults)) return DEPOSED_REVOKE_CAUSE;
   // Name the fault in force when the later holder started, for diagnosis.
   for (const f of faults) {
     if (f.start <= b.from && b.from <= f.end + 1000) return `unexplained (during ${f.kind} ${f.target})`;
@@ -318,7 +339,7 @@ export function lateStart(
   return undefined;
 }
 
-/** One violation per overlap that no freeze of the earlier holder explains. */
+/** One violation per overlap that nothing explains (neither a freeze nor etcd 15247, see explain()). */
 export function overlapViolations(overlaps: Overlap[], check: string): Violation[] {
   return overlaps
     .filter((o) => o.cause.startsWith('unexplained'))
@@ -345,7 +366,7 @@ export interface Excess {
   others: HeldInterval[];
   /** From `b`'s start until enough of them (b included) ended to bring the count back to `capacity`. */
   ms: number;
-  /** Why, when freezes explain it; otherwise 'unexplained …'. */
+  /** Why, when freezes (or etcd 15247) explain it; otherwise 'unexplained …'. */
   cause: string;
 }
 
@@ -359,7 +380,8 @@ export interface ExcessReport extends OverlapReport {
  * Moments when more than `capacity` holders' "held" intervals overlap on the common clock: at each
  * holder's start, the others still holding. If they number `capacity` or more, the excess is
  * explained only when at least that many of them were frozen (worker-pause, ghost-pause) over the
- * new holder's start: each such one is a stale belief, as in explain(). The new holder itself is
+ * new holder's start, or had their live lease revoked by a deposed Raft leader (etcd 15247): each
+ * such one is a stale belief, as in explain(). The new holder itself is
  * one more when it is a ghost that recorded its start on waking from a freeze during which
  * `capacity` newer holders were granted (see lateStart(), which needs `acted`). Anything less (a
  * network fault, an early grant) fails the run. Measured from the new holder's start until enough
@@ -383,9 +405,12 @@ export function findExcess(
     if (others.length < capacity) continue;
     const over = others.length + 1 - capacity;
     const causes = others.map((a) => explain(a, b, faults));
-    const frozen = causes.filter((c) => !c.startsWith('unexplained'));
-    const ghost = frozen.length >= over ? undefined : lateStart(b, others, capacity, faults, acted);
-    const stale = ghost ? [ghost, ...frozen] : frozen;
+    // Freezes first, then etcd 15247: the cause named is the first of these.
+    const frozen = causes.filter((c) => !c.startsWith('unexplained') && c !== DEPOSED_REVOKE_CAUSE);
+    const revoked = causes.filter((c) => c === DEPOSED_REVOKE_CAUSE);
+    const explained = [...frozen, ...revoked];
+    const ghost = explained.length >= over ? undefined : lateStart(b, others, capacity, faults, acted);
+    const stale = ghost ? [ghost, ...explained] : explained;
     const cause = stale.length >= over ? stale[0]! : (causes.find((c) => c.startsWith('unexplained (')) ?? 'unexplained');
     const ends = [...others, b].map((x) => x.to).sort((x, y) => x - y);
     excess.push({ b, others, ms: Math.max(0, ends[over - 1]! - b.from), cause });
@@ -408,13 +433,14 @@ export function findExcess(
       longestMs: round(excess.reduce((m, e) => Math.max(m, e.ms), 0)),
       totalMs: round(excess.reduce((t, e) => t + e.ms, 0)),
       unexplained: excess.filter((e) => e.cause.startsWith('unexplained')).length,
+      byDeposedLeader: excess.filter((e) => e.cause === DEPOSED_REVOKE_CAUSE).length,
       byCause,
       worst,
     },
   };
 }
 
-/** One violation per moment of more than `capacity` holders that freezes do not explain. */
+/** One violation per moment of more than `capacity` holders that freezes (or etcd 15247) do not explain. */
 export function excessViolations(excess: Excess[], capacity: number, check: string): Violation[] {
   return excess
     .filter((e) => e.cause.startsWith('unexplained'))
@@ -626,8 +652,9 @@ export interface ElectionReport {
 
 /**
  * Single leadership, judged on the terms' intervals on the common clock:
- * - `election-two-leaders`: two terms (different tokens) overlap in real time and no freeze of the
- *   earlier leader's process covers the later one's start (see explain()).
+ * - `election-two-leaders`: two terms (different tokens) overlap in real time and neither a freeze
+ *   of the earlier leader's process covering the later one's start nor a deposed Raft leader's
+ *   revoke of the earlier leader's live lease (etcd 15247) explains it (see explain()).
  * - `election-term-claimed-twice`: one token reported by two workers.
  * - `election-term-order`: a term began after another term had ended, with an older token. A
  *   candidate key that older must have been gone before the newer term could lead, so the older
@@ -713,6 +740,19 @@ export const DEPOSED_LEADER_WINDOW_MS = 2000;
  */
 export const DEPOSED_BATCH_MS = 30_000;
 
+/** `member-pause` faults of the member that was the Raft leader. */
+function leaderPauses(faults: FaultRecord[]): FaultRecord[] {
+  return faults.filter((f) => f.kind === 'member-pause' && f.target.includes('(leader)'));
+}
+
+/**
+ * The pause of the Raft leader whose wake `at` falls just after (from WAKE_GRACE_MS before its end
+ * to DEPOSED_LEADER_WINDOW_MS after it): when the woken leader's stale lessor revokes live leases.
+ */
+export function leaderWake(at: number, faults: FaultRecord[]): FaultRecord | undefined {
+  return leaderPauses(faults).find((f) => at >= f.end - WAKE_GRACE_MS && at <= f.end + DEPOSED_LEADER_WINDOW_MS);
+}
+
 /** A member logged that its revocation of a lease it thought expired timed out (etcd-logs.ts). */
 export interface StaleRevoke {
   member: string;
@@ -738,10 +778,9 @@ export interface StaleRevoke {
  * logged by that member, up to DEPOSED_BATCH_MS after its wake.
  */
 export function deposedLeaderRevoke(r: LeaseGoneReport, faults: FaultRecord[], staleRevokes: StaleRevoke[] = []): FaultRecord | undefined {
-  const leaderPauses = faults.filter((f) => f.kind === 'member-pause' && f.target.includes('(leader)'));
-  const atWake = leaderPauses.find((f) => r.at >= f.end - WAKE_GRACE_MS && r.at <= f.end + DEPOSED_LEADER_WINDOW_MS);
+  const atWake = leaderWake(r.at, faults);
   if (atWake) return atWake;
-  return leaderPauses.find((f) => {
+  return leaderPauses(faults).find((f) => {
     const member = f.target.split(' ')[0];
     return staleRevokes.some(
       (e) =>

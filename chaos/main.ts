@@ -14,8 +14,9 @@
 // Exit status: 0 when every check holds; 1 on any violation (fenced, ownerCompare, election,
 // semaphore, RW lock, an overlap of holders or leaders (more than N permit holders, a writer and
 // anyone) that no freeze of the earlier one explains (nor one of the later one's own, when it was
-// the stale one: granted, frozen past its TTL, and recording its start on waking without acting), a lease that etcd
-// expired before the client's deadline, a careful write refused), an unexpected error, a lock wait
+// the stale one: granted, frozen past its TTL, and recording its start on waking without acting),
+// nor etcd 15247 (a woken deposed Raft leader revoking the earlier one's live lease: reported, not
+// failed), a lease that etcd expired before the client's deadline, a careful write refused), an unexpected error, a lock wait
 // past 12 s, a fault the harness could not inject or heal, or anything left behind (keys, leases,
 // a worker that would not exit). checker.ts's verdict() is the list.
 import { execFileSync } from 'node:child_process';
@@ -503,6 +504,7 @@ function summarize() {
       unexplainedFencedHoldOverlaps: sum((r) => r.fencedHolds.unexplained),
       unexplainedSemaphoreOverlaps: sum((r) => r.semaphoreHolds.unexplained),
       unexplainedRWOverlaps: sum((r) => r.rwHolds.unexplained),
+      overlapsByDeposedLeader: sum((r) => overlapsByDeposedLeader(r).reduce((a, b) => a + b, 0)),
       semaphoreCarefulRefused: sum((r) => r.semaphore.carefulRefused),
       rwCarefulRefused: sum((r) => r.rw.carefulRefused),
       leaseExpiredEarly: sum((r) => r.leaseGone.violations.length),
@@ -516,6 +518,14 @@ function summarize() {
     },
     phases: results,
   };
+}
+
+/**
+ * Overlaps attributed to a deposed Raft leader's revoke of a live lease (etcd 15247): explained, so
+ * not violations, but shown. Unfenced / fenced / election / semaphore / rwlock.
+ */
+function overlapsByDeposedLeader(r: PhaseResult): number[] {
+  return [r.unfenced, r.fencedHolds, r.election.overlaps, r.semaphoreHolds, r.rwHolds].map((o) => o.byDeposedLeader);
 }
 
 function etcdVersion(): string {
@@ -552,6 +562,7 @@ function printTable(): void {
   row('  semaphore / rwlock (resource, careful refused)', (r) => `${r.semaphore.violations.length} / ${r.rw.violations.length} (careful ${r.semaphore.carefulRefused} / ${r.rw.carefulRefused})`);
   row('  lease gone before client deadline', (r) => `${r.leaseGone.violations.length} (of ${r.leaseGone.reports} lease-gone)`);
   row('lease revoked by a deposed leader (etcd 15247)', (r) => `${r.leaseGone.byDeposedLeader} (late wave ${r.leaseGone.byDeposedLeaderLate})${r.leaseGone.latestMs !== undefined && r.leaseGone.latestMs > 0 ? `, up to ${r.leaseGone.latestMs} ms early` : ''}`);
+  row('stale holders from a deposed leader (etcd 15247) unf/fen/elect/sem/rw', (r) => overlapsByDeposedLeader(r).join('/'));
   row('unfenced stale holders (unexplained)', (r) => `${r.unfenced.overlaps} (${r.unfenced.unexplained})`);
   row('fenced stale holders (unexplained)', (r) => `${r.fencedHolds.overlaps} (${r.fencedHolds.unexplained})`);
   row(`over ${PERMITS} permit holders (unexplained), max at once`, (r) => `${r.semaphoreHolds.overlaps} (${r.semaphoreHolds.unexplained}), ${r.semaphoreHolds.maxConcurrent}`);

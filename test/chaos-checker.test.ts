@@ -12,6 +12,9 @@ import {
   checkLeaseExpiries,
   checkPermits,
   checkRW,
+  DEPOSED_LEADER_WINDOW_MS,
+  DEPOSED_REVOKE_CAUSE,
+  DEPOSED_REVOKE_NOTICE_MS,
   excessViolations,
   findExcess,
   findOverlaps,
@@ -177,6 +180,111 @@ test('leases: an early expiry right after a frozen Raft leader wakes is etcd 152
   ]) {
     assert.deepEqual(checkLeaseExpiries([r], [f]).violations.map((v) => v.check), ['lease-expired-early'], JSON.stringify(f));
   }
+});
+
+// ---------------------------------------------------------------- etcd 15247 behind an overlap
+
+// The 4-minute run on etcd 3.7.3: m0, the Raft leader, frozen 4.4 s (TTL 3 s) while the new leader
+// renewed election-2's lease; on waking, m0's stale lessor revoked it, election-2's key went,
+// election-0 (next in line) took over, and election-2 saw the deletion through its watch 444 ms later.
+const leaderPause: FaultRecord = { kind: 'member-pause', target: 'm0 (leader)', start: 10_000, end: 14_400 };
+const wokenAt = leaderPause.end;
+/** The earlier holder `a` (token 9360) and the next one `b` (token 9374), `b` starting `after` ms after the wake. */
+const revokedPair = (after = 300, noticedMs = 444, lost = true): [HeldInterval, HeldInterval] => [
+  iv('election-2#2', 9360n, 12_000, wokenAt + after + noticedMs, lost),
+  iv('election-0#1', 9374n, wokenAt + after, wokenAt + after + 800),
+];
+const twoLeaders = (terms: HeldInterval[], faults: FaultRecord[]) => checkElection(terms, emptyRegister(), faults);
+
+test('election overlap: a leader whose live lease a woken deposed Raft leader revoked, noticed 444 ms late, is etcd 15247 (reported, not failed)', () => {
+  const report = twoLeaders(revokedPair(), [leaderPause]);
+  assert.deepEqual(report.violations, []);
+  assert.equal(report.overlaps.overlaps, 1);
+  assert.equal(report.overlaps.unexplained, 0);
+  assert.equal(report.overlaps.byDeposedLeader, 1);
+  assert.deepEqual(report.overlaps.byCause, { [DEPOSED_REVOKE_CAUSE]: 1 });
+  assert.equal(report.overlaps.longestMs, 444);
+  // A freeze of the earlier leader's own worker stays the first explanation.
+  const frozen = twoLeaders(revokedPair(), [leaderPause, fault('worker-pause', 'election-2#2', 12_500, wokenAt + 200)]);
+  assert.deepEqual(frozen.overlaps.byCause, { 'worker-pause': 1 });
+  assert.equal(frozen.overlaps.byDeposedLeader, 0);
+  // Without the leader's pause it fails as it did.
+  const bare = twoLeaders(revokedPair(), []);
+  assert.deepEqual(bare.violations.map((v) => v.check), ['election-two-leaders']);
+  assert.match(bare.violations[0]!.detail, /election-2#2 \(token 9360\) still held until 444 ms after election-0#1 \(token 9374\) started: unexplained/);
+});
+
+test('election overlap: etcd 15247 does not excuse a leader that released its term (or died) rather than saw it lost', () => {
+  assert.deepEqual(twoLeaders(revokedPair(300, 444, true), [leaderPause]).violations, []); // lost: attributed
+  const released = twoLeaders(revokedPair(300, 444, false), [leaderPause]);
+  assert.deepEqual(released.violations.map((v) => v.check), ['election-two-leaders']);
+  assert.match(released.violations[0]!.detail, /unexplained \(during member-pause m0 \(leader\)\)/);
+  const [a, b] = revokedPair();
+  // A worker that dies holding is recorded as not having seen a loss (workers.ts onExit).
+  const died = twoLeaders([{ ...a, lost: false, died: true }, b], [leaderPause]);
+  assert.deepEqual(died.violations.map((v) => v.check), ['election-two-leaders']);
+});
+
+test('election overlap: etcd 15247 does not excuse a next leader that started outside the window after the leader woke', () => {
+  // Just inside the window on both sides: attributed.
+  assert.deepEqual(twoLeaders(revokedPair(DEPOSED_LEADER_WINDOW_MS), [leaderPause]).violations, []);
+  assert.deepEqual(twoLeaders(revokedPair(-250), [leaderPause]).violations, []);
+  // Just outside: too long after the wake, or while the leader was still frozen.
+  for (const after of [DEPOSED_LEADER_WINDOW_MS + 1, -251, -2000]) {
+    const report = twoLeaders(revokedPair(after), [leaderPause]);
+    assert.deepEqual(report.violations.map((v) => v.check), ['election-two-leaders'], `b ${after} ms after the wake`);
+    assert.equal(report.overlaps.byDeposedLeader, 0);
+  }
+});
+
+test('election overlap: etcd 15247 does not excuse a leader that noticed the loss more than DEPOSED_REVOKE_NOTICE_MS after the next one started', () => {
+  assert.deepEqual(twoLeaders(revokedPair(300, DEPOSED_REVOKE_NOTICE_MS), [leaderPause]).violations, []);
+  const late = twoLeaders(revokedPair(300, DEPOSED_REVOKE_NOTICE_MS + 1), [leaderPause]);
+  assert.deepEqual(late.violations.map((v) => v.check), ['election-two-leaders']);
+  assert.equal(late.overlaps.byDeposedLeader, 0);
+});
+
+test('election overlap: etcd 15247 needs a pause of the Raft leader: a follower\'s pause, or a leader killed, explains nothing', () => {
+  assert.deepEqual(twoLeaders(revokedPair(), [leaderPause]).violations, []); // m0 (leader) paused: attributed
+  for (const f of [
+    { ...leaderPause, target: 'm1' },
+    { ...leaderPause, kind: 'member-kill' },
+    { ...leaderPause, kind: 'partition', target: 'm0 (leader) | m1 m2' },
+    { ...leaderPause, kind: 'proxy-blackhole', target: 'election-2#2', worker: 'election-2#2' },
+  ]) {
+    const report = twoLeaders(revokedPair(), [f]);
+    assert.deepEqual(report.violations.map((v) => v.check), ['election-two-leaders'], JSON.stringify(f));
+    assert.equal(report.overlaps.byDeposedLeader, 0);
+  }
+});
+
+test('lock, RW lock and semaphore overlaps: etcd 15247 explains them on the same terms as leaders\' ones', () => {
+  const [a, b] = revokedPair();
+  const [aLate, bLate] = revokedPair(DEPOSED_LEADER_WINDOW_MS + 1);
+  const follower = { ...leaderPause, target: 'm1' };
+  // A lock.
+  const lock = findOverlaps([a, b], [leaderPause]);
+  assert.deepEqual(overlapViolations(lock.overlaps, 'unfenced-overlap'), []);
+  assert.deepEqual([lock.report.overlaps, lock.report.byDeposedLeader], [1, 1]);
+  assert.equal(findOverlaps([{ ...a, lost: false }, b], [leaderPause]).report.unexplained, 1);
+  assert.equal(findOverlaps([aLate, bLate], [leaderPause]).report.unexplained, 1);
+  assert.equal(findOverlaps([a, b], [follower]).report.unexplained, 1);
+  // An RW lock: a reader whose lease was revoked, and the writer let in.
+  const rw = [{ ...a, mode: 'read' as const }, { ...b, mode: 'write' as const }];
+  assert.deepEqual(findOverlaps(rw, [leaderPause], rwConflict).report.byCause, { [DEPOSED_REVOKE_CAUSE]: 1 });
+  assert.equal(findOverlaps([{ ...rw[0]!, to: b.from + DEPOSED_REVOKE_NOTICE_MS + 1 }, rw[1]!], [leaderPause], rwConflict).report.unexplained, 1);
+  // A semaphore of two permits: s1 holds, s0's lease is revoked, b takes its permit.
+  const s1 = iv('s1#1', 9300n, 11_000, 20_000);
+  const sem = findExcess([a, s1, b], 2, [leaderPause]);
+  assert.equal(sem.report.maxConcurrent, 3);
+  assert.deepEqual(excessViolations(sem.excess, 2, 'semaphore-overlap'), []);
+  assert.deepEqual([sem.report.unexplained, sem.report.byDeposedLeader], [0, 1]);
+  assert.equal(findExcess([{ ...a, lost: false }, s1, b], 2, [leaderPause]).report.unexplained, 1);
+  assert.equal(findExcess([aLate, s1, bLate], 2, [leaderPause]).report.unexplained, 1);
+  assert.equal(findExcess([a, s1, b], 2, [follower]).report.unexplained, 1);
+  assert.equal(findExcess([{ ...a, to: b.from + DEPOSED_REVOKE_NOTICE_MS + 1 }, s1, b], 2, [leaderPause]).report.unexplained, 1);
+  // One revoked holder does not explain two over capacity.
+  assert.equal(findExcess([a, s1, b, iv('s3#1', 9380n, b.from + 10, b.from + 20)], 2, [leaderPause]).report.unexplained, 1);
 });
 
 test('verdict: unexpected errors, stuck waits, harness problems, cleanup and a harness error each fail the run', () => {
