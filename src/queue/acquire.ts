@@ -76,19 +76,24 @@ class Acquisition<H> extends Wait<H> {
     super(session.client, undefined, session, signal);
   }
 
-  /** Takes the enqueue's answer, prepares, and waits for our turn; the outcome settles `promise`. */
+  /** Takes the enqueue's answer, prepares, and waits for our turn; the outcome settles `promise` (run() never rejects). */
   async run(enqueued: Promise<Ticket>): Promise<void> {
     const session = this.session!;
     let ticket: Ticket;
     try {
       ticket = await enqueued;
     } catch (err) {
-      this.probe?.failed(err, this.signal, session.signal);
-      return this.reject(err);
+      try {
+        this.probe?.failed(err, this.signal, session.signal);
+      } finally {
+        this.reject(err);
+      }
+      return;
     }
     this.ticket = ticket;
-    const lost = (this.lost = this.rules.lostError(ticket.key));
+    let lost: LostErrorFactory;
     try {
+      lost = this.lost = this.rules.lostError(ticket.key);
       this.signal?.throwIfAborted();
       this.probe?.enqueued(ticket.first);
       await this.rules.prepare?.(ticket, this.signal);
@@ -119,7 +124,11 @@ class Acquisition<H> extends Wait<H> {
 
   protected override onFail(err: unknown): void {
     const session = this.session!;
-    this.probe?.failed(err, this.signal, session.signal);
+    try {
+      this.probe?.failed(err, this.signal, session.signal);
+    } catch {
+      // telemetry must not keep the key in the queue or the caller waiting
+    }
     // Our key leaves with us, unless another call of this process still uses it.
     leaveTicket(session, this.ticket!).then(
       () => this.reject(err),

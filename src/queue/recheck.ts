@@ -100,16 +100,16 @@ class Rechecker {
       let batch: Due[] = [];
       let ops = 0;
       for (const e of due) {
-        if (!this.entries.has(e)) continue; // its wait ended while an earlier batch ran
-        const n = e.check.keys.length;
-        if (ops + n > OPS_PER_TXN && batch.length > 0) {
+        // Its wait ended, or moved on and registered again (not due yet), while an earlier batch ran.
+        if (!this.entries.has(e) || e.due > now) continue;
+        if (ops + e.check.keys.length > OPS_PER_TXN && batch.length > 0) {
           await this.run(batch);
           batch = [];
           ops = 0;
-          if (!this.entries.has(e)) continue;
+          if (!this.entries.has(e) || e.due > now) continue;
         }
         batch.push(e);
-        ops += n;
+        ops += e.check.keys.length;
       }
       if (batch.length > 0) await this.run(batch);
     } finally {

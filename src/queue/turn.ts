@@ -73,7 +73,8 @@ class Kept implements WatchSink {
 
 /** A kept watch's id: what it watches and how (built when needed, not kept by every waiter). */
 function keptId(b: Blocker): string {
-  return `${b.prefix ? 'p' : 'k'}${b.noPut ? 'n' : ''}${b.noDelete ? 'd' : ''}/${typeof b.key === 'string' ? b.key : b.key.toString()}`;
+  // A Buffer key by its bytes (latin1 is lossless), a string key as itself: a key is always one or the other.
+  return `${b.prefix ? 'p' : 'k'}${b.noPut ? 'n' : ''}${b.noDelete ? 'd' : ''}${typeof b.key === 'string' ? `s/${b.key}` : `b/${b.key.toString('latin1')}`}`;
 }
 
 const PLAIN: WatchOptions = Object.freeze({});
@@ -329,7 +330,10 @@ export class Wait<T = void> implements WatchSink, Due {
     return this.recheckMs();
   }
 
-  /** A blocker whose check cannot be batched re-checks alone, on a timer. */
+  /**
+   * A blocker whose check cannot be batched re-checks alone, on a timer that events which do not
+   * move the wait leave running: under steady traffic the safety net still runs.
+   */
   private armTimer(gen: number): void {
     this.timer = setTimeout(() => void this.checkAlone(gen), this.recheckMs());
   }
@@ -361,10 +365,14 @@ export class Wait<T = void> implements WatchSink, Due {
     const b = this.b!;
     const asOf = b.asOf;
     let moved = false;
-    for (const e of batch.events) {
-      if (e.kv.modRevision > this.through) this.through = e.kv.modRevision;
-      // A kept watch may still hold events from before our read: those were seen by it.
-      if (!moved && (asOf === undefined || e.kv.modRevision > asOf) && b.changed(e)) moved = true;
+    try {
+      for (const e of batch.events) {
+        if (e.kv.modRevision > this.through) this.through = e.kv.modRevision;
+        // A kept watch may still hold events from before our read: those were seen by it.
+        if (!moved && (asOf === undefined || e.kv.modRevision > asOf) && b.changed(e)) moved = true;
+      }
+    } catch (err) {
+      return this.fail(err); // a rule's bug ends this wait, not the client's watch stream
     }
     if (moved) this.moved();
   }
