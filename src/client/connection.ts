@@ -53,9 +53,9 @@ export interface ConnectionOptions {
   /** How long a ping may go unanswered before the connection is dropped (etcdctl's --keepalive-timeout). Default 3000. */
   keepaliveTimeoutMs?: number;
   /**
-   * What carries unary calls: 'grpc-js' (@grpc/grpc-js), or 'h2', the lean gRPC transport on
-   * node:http2 in h2.ts (about half the client CPU per call). Streams (Watch, LeaseKeepAlive) use
-   * grpc-js either way. Default: the environment variable ETCD_CONCURRENCY_TRANSPORT, else 'grpc-js'.
+   * What carries unary calls: 'h2', the lean gRPC transport on node:http2 in h2.ts (about half the
+   * client CPU per call of grpc-js), or 'grpc-js' (@grpc/grpc-js). Streams (Watch, LeaseKeepAlive)
+   * use grpc-js either way. Default: the environment variable ETCD_CONCURRENCY_TRANSPORT, else 'h2'.
    */
   transport?: 'grpc-js' | 'h2';
 }
@@ -685,8 +685,8 @@ function makeTlsCredentials(tls: TlsOptions | undefined): grpc.ChannelCredential
 }
 
 function transportOption(v: string | undefined): 'grpc-js' | 'h2' {
-  if (v === undefined || v === '' || v === 'grpc-js') return 'grpc-js';
-  if (v === 'h2') return 'h2';
+  if (v === undefined || v === '' || v === 'h2') return 'h2';
+  if (v === 'grpc-js') return 'grpc-js';
   throw new InvalidArgumentError(`transport (or ETCD_CONCURRENCY_TRANSPORT) must be 'grpc-js' or 'h2', got '${v}'`);
 }
 
