@@ -327,7 +327,7 @@ async function main(): Promise<void> {
   if (goBin && 'error' in goBin) log(`no Go: ${goBin.error}`);
   const etcd = await startBenchEtcd(1);
   const prefix = `profile/${process.pid}/`;
-  const ours = new Client({ endpoints: etcd.endpoints });
+  const ours = new Client({ endpoints: etcd.endpoints, transport: 'grpc-js' }); // `ours-put`: the grpc-js path (h2 is the default)
   const lean = new Client({ endpoints: etcd.endpoints });
   const raw = new RawUnary(etcd.endpoints[0]!);
   leanClient(lean, raw);

@@ -85,10 +85,10 @@ class Acquisition<H> extends Wait<H> {
     } catch (err) {
       try {
         this.probe?.failed(err, this.signal, session.signal);
-      } finally {
-        this.reject(err);
+      } catch {
+        // telemetry must not keep the caller waiting
       }
-      return;
+      return this.reject(err);
     }
     this.ticket = ticket;
     let lost: LostErrorFactory;
@@ -150,8 +150,8 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
     throw err;
   }
   const r = q.rules;
-  const lost = r.lostError(ticket.key);
   try {
+    const lost = r.lostError(ticket.key);
     await r.prepare?.(ticket, undefined);
     if (!(await blockedNow(ticket, r.rule(ticket, lost)))) {
       session.assertAlive(); // as in Acquisition.onTurn: not a handle on a session past its deadline

@@ -136,7 +136,13 @@ class Rechecker {
       const kvs = keys[j]!.map(() => txnRange(t, i++).kvs[0]);
       // Removed meanwhile (its wait ended or moved on to another check): nothing to tell it.
       if (!this.entries.has(e) || e.check !== checks[j]) continue;
-      if (checks[j]!.blocked(kvs)) e.due = after + e.intervalMs;
+      let blocked: boolean;
+      try {
+        blocked = checks[j]!.blocked(kvs);
+      } catch {
+        blocked = false; // a check that fails sends its waiter back to its rule, which reports the error
+      }
+      if (blocked) e.due = after + e.intervalMs;
       else {
         this.remove(e);
         e.stale();
