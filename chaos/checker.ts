@@ -30,6 +30,16 @@ export interface HeldInterval {
   died?: boolean;
   /** RW lock holds: a read (shared) or a write (exclusive) hold. */
   mode?: 'read' | 'write';
+  /** Why the handle said it was lost, as the worker reported it (worker.ts lossClock()); only when `lost`. */
+  lostReason?: string;
+  /**
+   * When the session (lease) the hold was on is first known to have existed, on the common clock:
+   * when the worker reported its lease granted (a 'session' event). Absent when unknown: the hold's
+   * own start (`from`) then stands in, the latest moment the session certainly existed.
+   */
+  sessionFrom?: number;
+  /** The TTL (seconds) its session asked for (the chaos run's --ttl, the worker's Session option). */
+  ttl?: number;
 }
 
 // ---------------------------------------------------------------- fenced ledger
@@ -285,22 +295,77 @@ export const DEPOSED_REVOKE_CAUSE = 'etcd 15247 (a deposed leader revoked a live
 export const DEPOSED_REVOKE_NOTICE_MS = 2000;
 
 /**
+ * The losses a revoked lease can cause, as the worker reports them (`lostReason`, worker.ts
+ * lossClock()): the library's message `<key> (token <n>) is no longer owned: <why>` (WHY in
+ * src/queue/ownership.ts), matched on its end. Only these two:
+ * - `its key was deleted`: the key watch saw the revoke delete the key (how a holder learns it);
+ * - `its session was lost (session lease-gone)`: the session ended because etcd said its lease no
+ *   longer exists (a keepalive answer with TTL 0, or LeaseNotFound on a call); the ` (session …)`
+ *   part is the worker's, from the SessionExpiredError behind the loss.
+ * Never a session deadline (`… (session deadline)`: the client gave up renewing, which a revoke on
+ * the server does not cause), a key moved off its lease, a failed watch, a release or a shutdown.
+ */
+export const REVOKE_LOSS_REASONS = ['is no longer owned: its key was deleted', 'is no longer owned: its session was lost (session lease-gone)'] as const;
+
+/** Whether a hold's `lostReason` is one a revoked lease causes (REVOKE_LOSS_REASONS). */
+export function lostToRevoke(reason: string | undefined): boolean {
+  return reason !== undefined && REVOKE_LOSS_REASONS.some((r) => reason.endsWith(r));
+}
+
+/**
+ * How often per TTL a session renews its lease: every TTL/3 (src/session.ts, renewIntervalMs()).
+ * The chaos workers' sessions are the library's defaults but for the TTL (worker.ts: Session.create
+ * and runAsLeader with `ttl: cfg.ttl`, the run's --ttl, 3 s by default).
+ */
+export const RENEWALS_PER_TTL = 3;
+
+/**
+ * The shortest freeze of the Raft leader after which its stale lessor can find a renewed lease
+ * expired: the TTL minus one renewal interval. The last renewal the leader applied before it froze
+ * came at most one renewal interval (TTL/RENEWALS_PER_TTL) earlier and set the lease to expire a TTL
+ * after it, so a shorter freeze wakes to a lease still alive in its own view. 2000 ms at TTL 3 s.
+ */
+export function staleLessorPauseMs(ttlSeconds: number): number {
+  return ttlSeconds * 1000 - (ttlSeconds * 1000) / RENEWALS_PER_TTL;
+}
+
+/**
+ * The Raft leader's pause whose wake revoked `a`'s live lease (etcd 15247), letting `b` in, if all of
+ * these hold (else undefined):
+ * 1. `a` saw its hold lost (`lost`; a release or a death is not) for a reason a revoke causes: its
+ *    key deleted, or its lease gone (lostToRevoke(), REVOKE_LOSS_REASONS), never its own deadline;
+ * 2. `b` started at the wake of a pause of the member that was leader (leaderWake()), and that pause
+ *    lasted at least staleLessorPauseMs(`a`'s TTL) (no TTL known: not attributed);
+ * 3. `a`'s lease existed before the pause began (`sessionFrom`, else its own start `from`, before the
+ *    pause's start): a lease granted while the leader was frozen is unknown to its stale lessor;
+ * 4. `a` noticed the loss within DEPOSED_REVOKE_NOTICE_MS after `b` started.
+ */
+export function deposedRevokeOf(a: HeldInterval, b: HeldInterval, faults: FaultRecord[]): FaultRecord | undefined {
+  if (!a.lost || !lostToRevoke(a.lostReason) || a.ttl === undefined) return undefined;
+  if (a.to - b.from > DEPOSED_REVOKE_NOTICE_MS) return undefined;
+  const pause = leaderWake(b.from, faults);
+  if (!pause || pause.end - pause.start < staleLessorPauseMs(a.ttl)) return undefined;
+  if ((a.sessionFrom ?? a.from) >= pause.start) return undefined;
+  return pause;
+}
+
+/**
  * Why `a` still believed it held when `b` started. First, a freeze of `a`'s own process that covers
  * `b`'s start (a frozen process cannot act on any signal). Then etcd's own bug, 15247 (see
  * deposedLeaderRevoke()): a Raft leader frozen past the TTL wakes and revokes leases its successor
  * had been renewing, `a`'s among them; its key goes, `b` is rightly granted, and `a` hears of the
- * deletion through its watch a little later. Attributed only if `a`'s hold ended in a loss it saw
- * (`lost`: its handle's signal aborted; a release, or a death, is recorded as not lost), `b`
- * started at such a wake (leaderWake()), and `a` ended within DEPOSED_REVOKE_NOTICE_MS after `b`
- * started. A network fault (black hole, partition, member
- * down) never explains one: the session's deadline is there so that a holder cut off from etcd
- * learns of its loss before the server can expire its lease.
+ * deletion through its watch a little later. Attributed only on all of deposedRevokeOf()'s
+ * conditions: `a` saw the loss as its key deleted or its lease gone, `b` started at the wake of a
+ * leader pause long enough for the stale lessor to find a renewed lease expired, `a`'s lease is
+ * older than that pause, and `a` noticed within DEPOSED_REVOKE_NOTICE_MS. A network fault (black
+ * hole, partition, member down) never explains one: the session's deadline is there so that a
+ * holder cut off from etcd learns of its loss before the server can expire its lease.
  */
 export function explain(a: HeldInterval, b: HeldInterval, faults: FaultRecord[]): string {
   for (const f of faults) {
     if (FREEZES.has(f.kind) && f.worker === a.worker && f.start <= b.from && b.from <= f.end + WAKE_GRACE_MS) return f.kind;
   }
-  if (a.lost && a.to - b.from <= DEPOSED_REVOKE_NOTICE_MS && leaderWake(b.from, faults)) return DEPOSED_REVOKE_CAUSE;
+  if (deposedRevokeOf(a, b, faults)) return DEPOSED_REVOKE_CAUSE;
   // Name the fault in force when the later holder started, for diagnosis.
   for (const f of faults) {
     if (f.start <= b.from && b.from <= f.end + 1000) return `unexplained (during ${f.kind} ${f.target})`;

@@ -16,9 +16,11 @@
 // anyone) that no freeze of the earlier one explains (nor one of the later one's own, when it was
 // the stale one: granted, frozen past its TTL, and recording its start on waking without acting),
 // nor etcd 15247 (a woken deposed Raft leader revoking the earlier one's live lease: reported, not
-// failed), a lease that etcd expired before the client's deadline, a careful write refused), an unexpected error, a lock wait
-// past 12 s, a fault the harness could not inject or heal, or anything left behind (keys, leases,
-// a worker that would not exit). checker.ts's verdict() is the list.
+// failed; only for a loss seen as its key deleted or its lease gone, after a leader pause of at
+// least the TTL minus one renewal interval, on a lease granted before that pause: see explain()),
+// a lease that etcd expired before the client's deadline, a careful write refused), an unexpected
+// error, a lock wait past 12 s, a fault the harness could not inject or heal, or anything left
+// behind (keys, leases, a worker that would not exit). checker.ts's verdict() is the list.
 import { execFileSync } from 'node:child_process';
 import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
 import { createWriteStream } from 'node:fs';

@@ -23,6 +23,7 @@ import {
   RWMutex,
   Semaphore,
   Session,
+  SessionExpiredError,
   compare,
   op,
   runAsLeader,
@@ -140,6 +141,20 @@ const between = ([a, b]: [number, number]): number => rng.between(a, b);
 
 const client = new Client({ endpoints: cfg.endpoints, dialTimeoutMs: cfg.dialTimeoutMs, callTimeoutMs: cfg.callTimeoutMs });
 
+// An election worker's sessions are made by runAsLeader (one per term, see electionCycle), which
+// does not say when: report each lease grant as it is answered, as currentSession() does for the
+// lock roles, so that the parent knows how old a term's lease is (term-start names its lease). The
+// checker needs that to tell a lease a frozen Raft leader knew of (etcd 15247) from one granted
+// while it was frozen (see explain() in checker.ts).
+if (cfg.role === 'election') {
+  const grant = client.leaseGrant.bind(client);
+  client.leaseGrant = async (...args: Parameters<typeof grant>) => {
+    const granted = await grant(...args);
+    emit({ t: 'session', lease: granted.id.toString(16), at: now() });
+    return granted;
+  };
+}
+
 // ---- sessions (lock roles): one at a time, a new one after a loss ----
 let session: Session | undefined;
 /** The cycle running now, settled when it ends (a lost session's revoke waits for it). */
@@ -199,13 +214,27 @@ async function reportStuck(key: string, started: number): Promise<void> {
   }
 }
 
-/** Watches the handle: the first moment it said "not held any more". */
+/**
+ * Watches the handle: the first moment it said "not held any more", and why (`lostReason`): the
+ * message of the handle's abort reason as the library wrote it (a loss reads `<key> (token <n>) is
+ * no longer owned: <why>`, see src/queue/ownership.ts), followed, when the loss came from the
+ * session, by ` (session <reason>)` with the SessionExpiredError's reason (`deadline`,
+ * `lease-gone`, `closed`, `client-closed`): the library's message says "its session was lost" for
+ * both a deadline and a lease etcd said was gone, and the checker must tell them apart (see
+ * REVOKE_LOSS_REASONS in checker.ts).
+ */
 function lossClock(handle: { signal: AbortSignal }): { lostAt: () => number | undefined; reason: () => string | undefined } {
   let at: number | undefined;
   const sig = handle.signal;
   if (sig.aborted) at = now();
   else sig.addEventListener('abort', () => (at ??= now()), { once: true });
-  return { lostAt: () => at, reason: () => (sig.aborted ? String((sig.reason as Error)?.message ?? sig.reason).slice(0, 200) : undefined) };
+  const reason = (): string | undefined => {
+    if (!sig.aborted) return undefined;
+    const r = sig.reason as (Error & { cause?: unknown }) | undefined;
+    const message = String(r?.message ?? sig.reason).slice(0, 200);
+    return r?.cause instanceof SessionExpiredError ? `${message} (session ${r.cause.reason})` : message;
+  };
+  return { lostAt: () => at, reason };
 }
 
 async function fencedCycle(): Promise<void> {

@@ -81,8 +81,19 @@ export class WorkerProc {
   proxies: TcpProxy[] = [];
   alive = false;
   paused = false;
-  /** What it holds (lock roles) or leads (election) right now, per its reports. */
-  holding?: { token: bigint; from: number; mode?: RWMode };
+  /**
+   * What it holds (lock roles) or leads (election) right now, per its reports, with when the session
+   * it holds on was reported granted (see sessionAt).
+   */
+  holding?: { token: bigint; from: number; mode?: RWMode; sessionFrom?: number };
+  /**
+   * When each of this incarnation's sessions was reported granted ('session' events), by lease id
+   * (hex), until a term names it; and the latest one, which is a lock role's current session: its
+   * worker has one session at a time and reports a new one (currentSession()) before the cycle
+   * that uses it acquires anything.
+   */
+  private sessionAt = new Map<string, number>();
+  private lastSessionAt?: number;
   private correction = 0;
   private stdin?: NodeJS.WritableStream;
   exited: Promise<void> = Promise.resolve();
@@ -144,6 +155,8 @@ export class WorkerProc {
     this.killedByUs = false;
     this.holding = undefined;
     this.leases = new Set();
+    this.sessionAt = new Map();
+    this.lastSessionAt = undefined;
     this.ready = new Promise((resolve) => (this.readyResolve = resolve));
     const label = this.label;
     child.stdout!.setEncoding('utf8').on(
@@ -199,6 +212,8 @@ export class WorkerProc {
       case 'session':
         this.leases.add(e.lease);
         h.leaseOwner.set(e.lease, label);
+        this.lastSessionAt = this.t(e.at);
+        if (this.spec.role === 'election') this.sessionAt.set(e.lease, this.t(e.at));
         break;
       case 'session-lost':
         h.sessionsLost.set(e.reason, (h.sessionsLost.get(e.reason) ?? 0) + 1);
@@ -206,11 +221,11 @@ export class WorkerProc {
         if (e.leftMs !== undefined) h.leaseGone.push({ worker: label, lease: e.lease, leftMs: e.leftMs, at: this.t(e.at) });
         break;
       case 'acquired':
-        this.holding = { token: BigInt(e.token), from: this.t(e.at), ...(e.mode ? { mode: e.mode } : {}) };
+        this.holding = { token: BigInt(e.token), from: this.t(e.at), ...(e.mode ? { mode: e.mode } : {}), ...this.sessionFrom(this.lastSessionAt) };
         h.acquisitions[this.spec.role].push(this.t(e.at));
         break;
       case 'releasing': {
-        const iv: HeldInterval = { worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost };
+        const iv: HeldInterval = { worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost, ...this.holdFacts(e.lostReason) };
         if (e.mode) iv.mode = e.mode;
         h.held[this.lockRole()].push(iv);
         this.holding = undefined;
@@ -258,14 +273,15 @@ export class WorkerProc {
         h.carefulSkips.push(this.t(e.at));
         break;
       case 'term-start':
-        this.holding = { token: BigInt(e.token), from: this.t(e.at) };
+        this.holding = { token: BigInt(e.token), from: this.t(e.at), ...this.sessionFrom(this.sessionAt.get(e.lease)) };
+        this.sessionAt.delete(e.lease);
         h.termStarts.push({ worker: label, token: BigInt(e.token), at: this.t(e.at) });
         h.acquisitions.election.push(this.t(e.at));
         this.leases.add(e.lease);
         h.leaseOwner.set(e.lease, label);
         break;
       case 'term-end':
-        h.terms.push({ worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost });
+        h.terms.push({ worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost, ...this.holdFacts(e.lostReason) });
         this.holding = undefined;
         h.cycles++;
         break;
@@ -298,6 +314,23 @@ export class WorkerProc {
     }
   }
 
+  private sessionFrom(at: number | undefined): { sessionFrom?: number } {
+    return at !== undefined ? { sessionFrom: at } : {};
+  }
+
+  /**
+   * What the checker needs of the hold now ending (this.holding) besides its interval, to judge
+   * etcd 15247 (see explain() in checker.ts): why the worker saw it lost, when its session was
+   * reported granted, and the TTL its sessions ask for.
+   */
+  private holdFacts(lostReason: string | undefined): Pick<HeldInterval, 'lostReason' | 'sessionFrom' | 'ttl'> {
+    return {
+      ...(lostReason !== undefined ? { lostReason } : {}),
+      ...this.sessionFrom(this.holding?.sessionFrom),
+      ttl: this.pool.options.ttl,
+    };
+  }
+
   private countError(op: string, name: string): void {
     const h = this.pool.options.history;
     const k = `${op}:${name}`;
@@ -311,7 +344,7 @@ export class WorkerProc {
     this.paused = false;
     // Died holding: its belief ends with it (its lease lives on until the TTL runs out).
     if (this.holding) {
-      const iv: HeldInterval = { worker: label, token: this.holding.token, from: this.holding.from, to: at, lost: false, died: true };
+      const iv: HeldInterval = { worker: label, token: this.holding.token, from: this.holding.from, to: at, lost: false, died: true, ...this.holdFacts(undefined) };
       if (this.holding.mode) iv.mode = this.holding.mode;
       if (this.spec.role === 'election') h.terms.push(iv);
       else h.held[this.lockRole()].push(iv);

@@ -16,6 +16,8 @@ import {
   DEPOSED_REVOKE_CAUSE,
   DEPOSED_REVOKE_NOTICE_MS,
   excessViolations,
+  REVOKE_LOSS_REASONS,
+  staleLessorPauseMs,
   findExcess,
   findOverlaps,
   overlapViolations,
@@ -185,15 +187,33 @@ test('leases: an early expiry right after a frozen Raft leader wakes is etcd 152
 // ---------------------------------------------------------------- etcd 15247 behind an overlap
 
 // The 4-minute run on etcd 3.7.3: m0, the Raft leader, frozen 4.4 s (TTL 3 s) while the new leader
-// renewed election-2's lease; on waking, m0's stale lessor revoked it, election-2's key went,
-// election-0 (next in line) took over, and election-2 saw the deletion through its watch 444 ms later.
+// renewed election-2's lease, granted just before the freeze (its term began only after it); on
+// waking, m0's stale lessor revoked it, election-2's key went, election-0 (next in line) took over,
+// and election-2 saw the deletion through its watch 444 ms later.
+const TTL = 3;
 const leaderPause: FaultRecord = { kind: 'member-pause', target: 'm0 (leader)', start: 10_000, end: 14_400 };
 const wokenAt = leaderPause.end;
-/** The earlier holder `a` (token 9360) and the next one `b` (token 9374), `b` starting `after` ms after the wake. */
-const revokedPair = (after = 300, noticedMs = 444, lost = true): [HeldInterval, HeldInterval] => [
-  iv('election-2#2', 9360n, 12_000, wokenAt + after + noticedMs, lost),
+/** How the worker reports a loss (worker.ts lossClock()): the library's message, and the session's reason. */
+const lossOf = (why: string): string => `chaos-loopback/election/463715ccc681a866 (token 9360) is no longer owned: ${why}`;
+const keyDeleted = lossOf('its key was deleted');
+const leaseGone = lossOf('its session was lost (session lease-gone)');
+/**
+ * The earlier holder `a` (token 9360; its lease granted 100 ms before the pause, its term begun
+ * inside it, lost as its key deleted) and the next one `b` (token 9374), `b` starting `after` ms
+ * after the wake; `aOver` overrides `a`'s fields.
+ */
+const revokedPair = (after = 300, noticedMs = 444, lost = true, aOver: Partial<HeldInterval> = {}): [HeldInterval, HeldInterval] => [
+  { ...iv('election-2#2', 9360n, 12_000, wokenAt + after + noticedMs, lost), ...(lost ? { lostReason: keyDeleted } : {}), sessionFrom: leaderPause.start - 100, ttl: TTL, ...aOver },
   iv('election-0#1', 9374n, wokenAt + after, wokenAt + after + 800),
 ];
+const attributed = (report: { violations: unknown[]; overlaps: { byDeposedLeader: number } }): void => {
+  assert.deepEqual(report.violations, []);
+  assert.equal(report.overlaps.byDeposedLeader, 1);
+};
+const failed = (report: ReturnType<typeof checkElection>, why: string): void => {
+  assert.deepEqual(report.violations.map((v) => v.check), ['election-two-leaders'], why);
+  assert.equal(report.overlaps.byDeposedLeader, 0, why);
+};
 const twoLeaders = (terms: HeldInterval[], faults: FaultRecord[]) => checkElection(terms, emptyRegister(), faults);
 
 test('election overlap: a leader whose live lease a woken deposed Raft leader revoked, noticed 444 ms late, is etcd 15247 (reported, not failed)', () => {
@@ -204,6 +224,8 @@ test('election overlap: a leader whose live lease a woken deposed Raft leader re
   assert.equal(report.overlaps.byDeposedLeader, 1);
   assert.deepEqual(report.overlaps.byCause, { [DEPOSED_REVOKE_CAUSE]: 1 });
   assert.equal(report.overlaps.longestMs, 444);
+  // Its lease reported gone, rather than its key deleted, is the same revoke.
+  attributed(twoLeaders(revokedPair(300, 444, true, { lostReason: leaseGone }), [leaderPause]));
   // A freeze of the earlier leader's own worker stays the first explanation.
   const frozen = twoLeaders(revokedPair(), [leaderPause, fault('worker-pause', 'election-2#2', 12_500, wokenAt + 200)]);
   assert.deepEqual(frozen.overlaps.byCause, { 'worker-pause': 1 });
@@ -242,6 +264,55 @@ test('election overlap: etcd 15247 does not excuse a leader that noticed the los
   const late = twoLeaders(revokedPair(300, DEPOSED_REVOKE_NOTICE_MS + 1), [leaderPause]);
   assert.deepEqual(late.violations.map((v) => v.check), ['election-two-leaders']);
   assert.equal(late.overlaps.byDeposedLeader, 0);
+});
+
+test('election overlap: etcd 15247 does not excuse a loss seen as the session\'s own deadline, or as anything but its key deleted or its lease gone', () => {
+  assert.equal(REVOKE_LOSS_REASONS.length, 2);
+  attributed(twoLeaders(revokedPair(300, 444, true, { lostReason: keyDeleted }), [leaderPause]));
+  attributed(twoLeaders(revokedPair(300, 444, true, { lostReason: leaseGone }), [leaderPause]));
+  const [a, b] = revokedPair();
+  const { lostReason: _, ...unknownReason } = a;
+  failed(twoLeaders([unknownReason, b], [leaderPause]), 'no reason reported');
+  for (const why of [
+    lossOf('its session was lost (session deadline)'), // the client stopped trusting its lease: no revoke needed
+    lossOf('its session was lost'), // a session loss whose reason the worker could not tell
+    lossOf('its key was moved off its lease'),
+    lossOf('its watch failed'),
+    'chaos-loopback/election/463715ccc681a866 (token 9360) was released',
+    'worker stopping',
+  ]) {
+    failed(twoLeaders([{ ...a, lostReason: why }, b], [leaderPause]), why);
+  }
+});
+
+test('election overlap: etcd 15247 needs the leader frozen at least the TTL minus one renewal interval (2 s at TTL 3 s)', () => {
+  assert.equal(staleLessorPauseMs(TTL), 2000);
+  assert.equal(staleLessorPauseMs(6), 4000);
+  const pauseOf = (ms: number): FaultRecord => ({ ...leaderPause, start: wokenAt - ms });
+  attributed(twoLeaders(revokedPair(), [pauseOf(2000)]));
+  failed(twoLeaders(revokedPair(), [pauseOf(1999)]), 'a 1999 ms pause at TTL 3 s');
+  failed(twoLeaders(revokedPair(), [pauseOf(1000)]), 'a 1 s pause at TTL 3 s');
+  // Computed from the hold's TTL: 4.4 s is enough at TTL 6 s (4 s), not at TTL 7 s (4.67 s).
+  attributed(twoLeaders(revokedPair(300, 444, true, { ttl: 6 }), [leaderPause]));
+  failed(twoLeaders(revokedPair(300, 444, true, { ttl: 7 }), [leaderPause]), 'a 4.4 s pause at TTL 7 s');
+  // No TTL known: the pause cannot be judged, nothing is excused.
+  const [a, b] = revokedPair();
+  const { ttl: _, ...noTtl } = a;
+  failed(twoLeaders([noTtl, b], [leaderPause]), 'no TTL');
+});
+
+test('election overlap: etcd 15247 does not excuse a holder whose lease was granted while the leader was frozen', () => {
+  // Granted just before the freeze: the stale lessor knew it (the run's case).
+  attributed(twoLeaders(revokedPair(300, 444, true, { sessionFrom: leaderPause.start - 1 }), [leaderPause]));
+  // Granted at or after the freeze began: unknown to the stale lessor, which cannot have revoked it.
+  for (const at of [leaderPause.start, leaderPause.start + 1, 12_000]) {
+    failed(twoLeaders(revokedPair(300, 444, true, { sessionFrom: at }), [leaderPause]), `lease granted at ${at}`);
+  }
+  // No grant reported: the hold's own start stands in, and must come before the freeze.
+  const [a, b] = revokedPair();
+  const { sessionFrom: _, ...noSession } = a;
+  failed(twoLeaders([noSession, b], [leaderPause]), 'no grant reported, term begun inside the pause');
+  attributed(twoLeaders([{ ...noSession, from: leaderPause.start - 1 }, b], [leaderPause]));
 });
 
 test('election overlap: etcd 15247 needs a pause of the Raft leader: a follower\'s pause, or a leader killed, explains nothing', () => {
