@@ -38,6 +38,8 @@ export interface HeldInterval {
    * own start (`from`) then stands in, the latest moment the session certainly existed.
    */
   sessionFrom?: number;
+  /** The lease (hex id) of the session the hold was on, as the worker's 'session' or 'term-start' report named it. */
+  lease?: string;
   /** The TTL (seconds) its session asked for (the chaos run's --ttl, the worker's Session option). */
   ttl?: number;
 }
@@ -233,6 +235,7 @@ export function findOverlaps(
   faults: FaultRecord[],
   conflicts: (a: HeldInterval, b: HeldInterval) => boolean = () => true,
   acted?: (h: HeldInterval) => boolean,
+  leases?: LeaseEvidence,
 ): { report: OverlapReport; overlaps: Overlap[] } {
   const sorted = [...intervals].sort((x, y) => x.from - y.from);
   const overlaps: Overlap[] = [];
@@ -247,7 +250,7 @@ export function findOverlaps(
       first ??= b;
     }
     if (first) {
-      let cause = explain(a, first, faults);
+      let cause = explain(a, first, faults, leases);
       if (cause.startsWith('unexplained')) cause = lateStart(first, [a], 1, faults, acted) ?? cause;
       overlaps.push({ a, b: first, ms: a.to - first.from, cause });
     }
@@ -329,24 +332,47 @@ export function staleLessorPauseMs(ttlSeconds: number): number {
   return ttlSeconds * 1000 - (ttlSeconds * 1000) / RENEWALS_PER_TTL;
 }
 
+/** etcd's own word on leases, for deposedRevokeOf(): what sessions were told and what members logged. */
+export interface LeaseEvidence {
+  /** Sessions told their lease was gone (checkLeaseExpiries()'s input). */
+  leaseGone: LeaseGoneReport[];
+  /** Members' timed-out revokes (etcd-logs.ts), for deposedLeaderRevoke(). */
+  staleRevokes?: StaleRevoke[];
+}
+
 /**
  * The Raft leader's pause whose wake revoked `a`'s live lease (etcd 15247), letting `b` in, if all of
  * these hold (else undefined):
- * 1. `a` saw its hold lost (`lost`; a release or a death is not) for a reason a revoke causes: its
- *    key deleted, or its lease gone (lostToRevoke(), REVOKE_LOSS_REASONS), never its own deadline;
+ * 1. `a` saw its hold lost (`lost`) for a reason a revoke causes: its key deleted, or its lease gone
+ *    (lostToRevoke(), REVOKE_LOSS_REASONS), never its own deadline; or `a` released (not lost, not
+ *    died) before any notice reached it, and etcd then told `a`'s worker that `a`'s own lease
+ *    (`lease`) was gone while its deadline still lay ahead (a LeaseGoneReport with leftMs > 0), within
+ *    DEPOSED_REVOKE_NOTICE_MS after `b` started, a report deposedLeaderRevoke() attributes to this
+ *    same pause (as checkLeaseExpiries() does);
  * 2. `b` started at the wake of a pause of the member that was leader (leaderWake()), and that pause
  *    lasted at least staleLessorPauseMs(`a`'s TTL) (no TTL known: not attributed);
  * 3. `a`'s lease existed before the pause began (`sessionFrom`, else its own start `from`, before the
  *    pause's start): a lease granted while the leader was frozen is unknown to its stale lessor;
  * 4. `a` noticed the loss within DEPOSED_REVOKE_NOTICE_MS after `b` started.
  */
-export function deposedRevokeOf(a: HeldInterval, b: HeldInterval, faults: FaultRecord[]): FaultRecord | undefined {
-  if (!a.lost || !lostToRevoke(a.lostReason) || a.ttl === undefined) return undefined;
-  if (a.to - b.from > DEPOSED_REVOKE_NOTICE_MS) return undefined;
+export function deposedRevokeOf(a: HeldInterval, b: HeldInterval, faults: FaultRecord[], leases?: LeaseEvidence): FaultRecord | undefined {
+  if (a.lost ? !lostToRevoke(a.lostReason) : a.died || a.lease === undefined) return undefined;
+  if (a.ttl === undefined || a.to - b.from > DEPOSED_REVOKE_NOTICE_MS) return undefined;
   const pause = leaderWake(b.from, faults);
   if (!pause || pause.end - pause.start < staleLessorPauseMs(a.ttl)) return undefined;
   if ((a.sessionFrom ?? a.from) >= pause.start) return undefined;
-  return pause;
+  if (a.lost) return pause;
+  // Released before the loss reached it: etcd's own word that its lease went at this wake.
+  const revoked = (leases?.leaseGone ?? []).some(
+    (r) =>
+      r.worker === a.worker &&
+      r.lease === a.lease &&
+      r.leftMs > 0 &&
+      r.at >= b.from &&
+      r.at - b.from <= DEPOSED_REVOKE_NOTICE_MS &&
+      deposedLeaderRevoke(r, faults, leases?.staleRevokes) === pause,
+  );
+  return revoked ? pause : undefined;
 }
 
 /**
@@ -355,17 +381,18 @@ export function deposedRevokeOf(a: HeldInterval, b: HeldInterval, faults: FaultR
  * deposedLeaderRevoke()): a Raft leader frozen past the TTL wakes and revokes leases its successor
  * had been renewing, `a`'s among them; its key goes, `b` is rightly granted, and `a` hears of the
  * deletion through its watch a little later. Attributed only on all of deposedRevokeOf()'s
- * conditions: `a` saw the loss as its key deleted or its lease gone, `b` started at the wake of a
+ * conditions: `a` saw the loss as its key deleted or its lease gone (or released first, and etcd
+ * then told its worker its lease was gone early, at that wake: `leases`), `b` started at the wake of a
  * leader pause long enough for the stale lessor to find a renewed lease expired, `a`'s lease is
  * older than that pause, and `a` noticed within DEPOSED_REVOKE_NOTICE_MS. A network fault (black
  * hole, partition, member down) never explains one: the session's deadline is there so that a
  * holder cut off from etcd learns of its loss before the server can expire its lease.
  */
-export function explain(a: HeldInterval, b: HeldInterval, faults: FaultRecord[]): string {
+export function explain(a: HeldInterval, b: HeldInterval, faults: FaultRecord[], leases?: LeaseEvidence): string {
   for (const f of faults) {
     if (FREEZES.has(f.kind) && f.worker === a.worker && f.start <= b.from && b.from <= f.end + WAKE_GRACE_MS) return f.kind;
   }
-  if (deposedRevokeOf(a, b, faults)) return DEPOSED_REVOKE_CAUSE;
+  if (deposedRevokeOf(a, b, faults, leases)) return DEPOSED_REVOKE_CAUSE;
   // Name the fault in force when the later holder started, for diagnosis.
   for (const f of faults) {
     if (f.start <= b.from && b.from <= f.end + 1000) return `unexplained (during ${f.kind} ${f.target})`;
@@ -457,6 +484,7 @@ export function findExcess(
   capacity: number,
   faults: FaultRecord[],
   acted?: (h: HeldInterval) => boolean,
+  leases?: LeaseEvidence,
 ): { report: ExcessReport; excess: Excess[] } {
   const sorted = [...intervals].sort((x, y) => x.from - y.from);
   const open: HeldInterval[] = [];
@@ -469,7 +497,7 @@ export function findExcess(
     maxConcurrent = Math.max(maxConcurrent, others.length + 1);
     if (others.length < capacity) continue;
     const over = others.length + 1 - capacity;
-    const causes = others.map((a) => explain(a, b, faults));
+    const causes = others.map((a) => explain(a, b, faults, leases));
     // Freezes first, then etcd 15247: the cause named is the first of these.
     const frozen = causes.filter((c) => !c.startsWith('unexplained') && c !== DEPOSED_REVOKE_CAUSE);
     const revoked = causes.filter((c) => c === DEPOSED_REVOKE_CAUSE);
@@ -729,7 +757,7 @@ export interface ElectionReport {
  *   below the highest it has seen, so its accepted tokens never decrease by construction: the order
  *   of terms is judged on the intervals instead.)
  */
-export function checkElection(terms: Term[], reg: FencedRegister, faults: FaultRecord[]): ElectionReport {
+export function checkElection(terms: Term[], reg: FencedRegister, faults: FaultRecord[], leases?: LeaseEvidence): ElectionReport {
   const violations: Violation[] = [];
   const owner = new Map<bigint, string>();
   for (const t of terms) {
@@ -771,7 +799,7 @@ export function checkElection(terms: Term[], reg: FencedRegister, faults: FaultR
       }
     }
   }
-  const found = findOverlaps(terms, faults);
+  const found = findOverlaps(terms, faults, undefined, undefined, leases);
   violations.push(...overlapViolations(found.overlaps, 'election-two-leaders'));
   return {
     terms: terms.length,

@@ -51,6 +51,7 @@ import {
   type ExcessReport,
   type FencedReport,
   type HeldInterval,
+  type LeaseEvidence,
   type PermitsReport,
   type RWReport,
   type LeaseExpiryReport,
@@ -348,25 +349,6 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   current = {};
 
   const faults = nemesis.faults;
-  const fenced = checkFencedLedger(store.register('ledger'));
-  const election = checkElection(history.terms, store.register('election'), faults);
-  // What a holder did under its hold, by token (tokens are revisions: unique across workloads). Only
-  // a holder that did none of it may be excused as a ghost that recorded its start late (lateStart).
-  const actedTokens = new Set<bigint>([
-    ...store.register('ledger').log.filter((e) => e.ok && e.op === 'write').map((e) => e.token),
-    ...history.etcdIncrements.filter((e) => e.outcome !== 'rejected').map((e) => e.token),
-    ...store.permits.log.filter((e) => e.ok && e.op === 'write').map((e) => e.token),
-    ...store.rw.log.filter((e) => e.ok && e.op !== 'enter').map((e) => e.token),
-  ]);
-  const acted = (h: HeldInterval): boolean => actedTokens.has(h.token);
-  const unfencedFound = findOverlaps(history.held.unfenced, faults, undefined, acted);
-  const fencedFound = findOverlaps(history.held.fenced, faults, undefined, acted);
-  const unfenced = unfencedFound.report;
-  const fencedHolds = fencedFound.report;
-  const semaphore = checkPermits(store.permits);
-  const semaphoreFound = findExcess(history.held.semaphore, PERMITS, faults, acted);
-  const rw = checkRW(store.rw);
-  const rwFound = findOverlaps(history.held.rwlock, faults, rwConflict, acted);
   // The members' own word on revocations that timed out (a deposed leader's stale batch still
   // draining, see etcd-logs.ts), on the common clock: etcd logs wall-clock time, `now()` is
   // timeOrigin + performance.now(), so the two differ by the drift since this process started.
@@ -376,6 +358,27 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     file: plan.name === 'loopback' ? join(phaseDir, `m${i}.log`) : join(phaseDir, 'etcd', `m${i}.log`),
   }));
   const revokeTimeouts = await readRevokeTimeouts(memberLogs, (wall) => wall - wallOffset);
+  // etcd's word on leases, for the etcd 15247 attribution of overlaps (checker.ts deposedRevokeOf()).
+  const leases: LeaseEvidence = { leaseGone: history.leaseGone, staleRevokes: revokeTimeouts };
+  const fenced = checkFencedLedger(store.register('ledger'));
+  const election = checkElection(history.terms, store.register('election'), faults, leases);
+  // What a holder did under its hold, by token (tokens are revisions: unique across workloads). Only
+  // a holder that did none of it may be excused as a ghost that recorded its start late (lateStart).
+  const actedTokens = new Set<bigint>([
+    ...store.register('ledger').log.filter((e) => e.ok && e.op === 'write').map((e) => e.token),
+    ...history.etcdIncrements.filter((e) => e.outcome !== 'rejected').map((e) => e.token),
+    ...store.permits.log.filter((e) => e.ok && e.op === 'write').map((e) => e.token),
+    ...store.rw.log.filter((e) => e.ok && e.op !== 'enter').map((e) => e.token),
+  ]);
+  const acted = (h: HeldInterval): boolean => actedTokens.has(h.token);
+  const unfencedFound = findOverlaps(history.held.unfenced, faults, undefined, acted, leases);
+  const fencedFound = findOverlaps(history.held.fenced, faults, undefined, acted, leases);
+  const unfenced = unfencedFound.report;
+  const fencedHolds = fencedFound.report;
+  const semaphore = checkPermits(store.permits);
+  const semaphoreFound = findExcess(history.held.semaphore, PERMITS, faults, acted, leases);
+  const rw = checkRW(store.rw);
+  const rwFound = findOverlaps(history.held.rwlock, faults, rwConflict, acted, leases);
   const leaseExpiries = checkLeaseExpiries(history.leaseGone, faults, revokeTimeouts);
   const leaseViolations = leaseExpiries.violations;
 

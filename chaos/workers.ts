@@ -85,7 +85,7 @@ export class WorkerProc {
    * What it holds (lock roles) or leads (election) right now, per its reports, with when the session
    * it holds on was reported granted (see sessionAt).
    */
-  holding?: { token: bigint; from: number; mode?: RWMode; sessionFrom?: number };
+  holding?: { token: bigint; from: number; mode?: RWMode; sessionFrom?: number; lease?: string };
   /**
    * When each of this incarnation's sessions was reported granted ('session' events), by lease id
    * (hex), until a term names it; and the latest one, which is a lock role's current session: its
@@ -94,6 +94,8 @@ export class WorkerProc {
    */
   private sessionAt = new Map<string, number>();
   private lastSessionAt?: number;
+  /** The lease (hex) of that latest session: a lock role's current one. */
+  private lastLease?: string;
   private correction = 0;
   private stdin?: NodeJS.WritableStream;
   exited: Promise<void> = Promise.resolve();
@@ -157,6 +159,7 @@ export class WorkerProc {
     this.leases = new Set();
     this.sessionAt = new Map();
     this.lastSessionAt = undefined;
+    this.lastLease = undefined;
     this.ready = new Promise((resolve) => (this.readyResolve = resolve));
     const label = this.label;
     child.stdout!.setEncoding('utf8').on(
@@ -213,6 +216,7 @@ export class WorkerProc {
         this.leases.add(e.lease);
         h.leaseOwner.set(e.lease, label);
         this.lastSessionAt = this.t(e.at);
+        this.lastLease = e.lease;
         if (this.spec.role === 'election') this.sessionAt.set(e.lease, this.t(e.at));
         break;
       case 'session-lost':
@@ -221,7 +225,7 @@ export class WorkerProc {
         if (e.leftMs !== undefined) h.leaseGone.push({ worker: label, lease: e.lease, leftMs: e.leftMs, at: this.t(e.at) });
         break;
       case 'acquired':
-        this.holding = { token: BigInt(e.token), from: this.t(e.at), ...(e.mode ? { mode: e.mode } : {}), ...this.sessionFrom(this.lastSessionAt) };
+        this.holding = { token: BigInt(e.token), from: this.t(e.at), ...(e.mode ? { mode: e.mode } : {}), ...this.sessionFrom(this.lastSessionAt), ...this.leaseOf(this.lastLease) };
         h.acquisitions[this.spec.role].push(this.t(e.at));
         break;
       case 'releasing': {
@@ -273,7 +277,7 @@ export class WorkerProc {
         h.carefulSkips.push(this.t(e.at));
         break;
       case 'term-start':
-        this.holding = { token: BigInt(e.token), from: this.t(e.at), ...this.sessionFrom(this.sessionAt.get(e.lease)) };
+        this.holding = { token: BigInt(e.token), from: this.t(e.at), ...this.sessionFrom(this.sessionAt.get(e.lease)), lease: e.lease };
         this.sessionAt.delete(e.lease);
         h.termStarts.push({ worker: label, token: BigInt(e.token), at: this.t(e.at) });
         h.acquisitions.election.push(this.t(e.at));
@@ -318,15 +322,20 @@ export class WorkerProc {
     return at !== undefined ? { sessionFrom: at } : {};
   }
 
+  private leaseOf(lease: string | undefined): { lease?: string } {
+    return lease !== undefined ? { lease } : {};
+  }
+
   /**
    * What the checker needs of the hold now ending (this.holding) besides its interval, to judge
    * etcd 15247 (see explain() in checker.ts): why the worker saw it lost, when its session was
-   * reported granted, and the TTL its sessions ask for.
+   * reported granted and its lease (to match etcd's lease-gone reports), and the TTL its sessions ask for.
    */
-  private holdFacts(lostReason: string | undefined): Pick<HeldInterval, 'lostReason' | 'sessionFrom' | 'ttl'> {
+  private holdFacts(lostReason: string | undefined): Pick<HeldInterval, 'lostReason' | 'sessionFrom' | 'lease' | 'ttl'> {
     return {
       ...(lostReason !== undefined ? { lostReason } : {}),
       ...this.sessionFrom(this.holding?.sessionFrom),
+      ...this.leaseOf(this.holding?.lease),
       ttl: this.pool.options.ttl,
     };
   }

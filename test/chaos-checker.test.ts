@@ -25,7 +25,9 @@ import {
   verdict,
   type FaultRecord,
   type HeldInterval,
+  type LeaseGoneReport,
   type PhaseVerdictInput,
+  type StaleRevoke,
 } from '../chaos/checker.js';
 import { FencedPermits, FencedRegister, FencedRW, type PermitEntry, type RWEntry } from '../chaos/fenced-store.js';
 
@@ -356,6 +358,91 @@ test('lock, RW lock and semaphore overlaps: etcd 15247 explains them on the same
   assert.equal(findExcess([{ ...a, to: b.from + DEPOSED_REVOKE_NOTICE_MS + 1 }, s1, b], 2, [leaderPause]).report.unexplained, 1);
   // One revoked holder does not explain two over capacity.
   assert.equal(findExcess([a, s1, b, iv('s3#1', 9380n, b.from + 10, b.from + 20)], 2, [leaderPause]).report.unexplained, 1);
+});
+
+// Seed 20261209 on etcd 3.7.3: m0, the Raft leader, paused 4,467 ms (78.3 s to 82.77 s);
+// unfenced-1 was granted 20928 at 82.86 s, unfenced-0 released 20923 4.5 ms later without having
+// noticed anything, and some 40 ms after that its session was told its lease was gone, 1684.4 ms
+// before its own deadline (the lease-gone report that checkLeaseExpiries() attributes to m0's wake).
+const runPause: FaultRecord = { kind: 'member-pause', target: 'm0 (leader)', start: 78_300, end: 82_767 };
+const runLease = '7addb624266e8e8b';
+const runB = iv('unfenced-1#1', 20928n, 82_860, 83_500);
+const runA: HeldInterval = { ...iv('unfenced-0#1', 20923n, 77_000, runB.from + 4.5), sessionFrom: 70_000, lease: runLease, ttl: TTL };
+const runGone = (over: Partial<LeaseGoneReport> = {}): LeaseGoneReport => ({ worker: 'unfenced-0#1', lease: runLease, leftMs: 1684.4, at: runB.from + 40, ...over });
+/** The unfenced lock's overlap of runA (with `aOver`) and `b`, judged with `gone` and `staleRevokes`. */
+const runOverlap = (gone: LeaseGoneReport[], staleRevokes: StaleRevoke[] = [], aOver: Partial<HeldInterval> = {}, b = runB) =>
+  findOverlaps([{ ...runA, ...aOver }, b], [runPause], undefined, undefined, { leaseGone: gone, staleRevokes });
+const runAttributed = (found: ReturnType<typeof findOverlaps>, why = 'attributed'): void => {
+  assert.deepEqual(overlapViolations(found.overlaps, 'unfenced-overlap'), [], why);
+  assert.deepEqual(found.report.byCause, { [DEPOSED_REVOKE_CAUSE]: 1 }, why);
+};
+const runFailed = (found: ReturnType<typeof findOverlaps>, why: string): void => {
+  assert.deepEqual(overlapViolations(found.overlaps, 'unfenced-overlap').map((v) => v.check), ['unfenced-overlap'], why);
+  assert.equal(found.report.byDeposedLeader, 0, why);
+};
+
+test('lock overlap: a holder that released before its loss reached it, whose lease etcd then said was gone at the leader\'s wake, is etcd 15247 (seed 20261209)', () => {
+  // The lease-gone report itself is etcd 15247 to the lease check.
+  const leases = checkLeaseExpiries([runGone()], [runPause]);
+  assert.deepEqual([leases.byDeposedLeader, leases.violations.length], [1, 0]);
+  runAttributed(runOverlap([runGone()]));
+  // Without that report it fails as it did in the run.
+  const bare = runOverlap([]);
+  runFailed(bare, 'no lease-gone report');
+  assert.equal(
+    overlapViolations(bare.overlaps, 'unfenced-overlap')[0]!.detail,
+    'unfenced-0#1 (token 20923) still held until 4.5 ms after unfenced-1#1 (token 20928) started: unexplained (during member-pause m0 (leader))',
+  );
+  runFailed(findOverlaps([runA, runB], [runPause]), 'no lease evidence passed');
+  // Every other condition still applies: a died hold, no lease known, a lease granted during the pause,
+  // a pause shorter than the TTL minus a renewal, a release later than the notice bound.
+  runFailed(runOverlap([runGone()], [], { died: true }), 'died');
+  const { lease: _, ...noLease } = runA;
+  runFailed(findOverlaps([noLease, runB], [runPause], undefined, undefined, { leaseGone: [runGone()] }), 'no lease known');
+  runFailed(runOverlap([runGone()], [], { sessionFrom: runPause.start }), 'lease granted during the pause');
+  runFailed(runOverlap([runGone()], [], { ttl: 7 }), 'a 4.5 s pause at TTL 7 s');
+  runFailed(runOverlap([runGone({ at: runB.from + DEPOSED_REVOKE_NOTICE_MS })], [], { to: runB.from + DEPOSED_REVOKE_NOTICE_MS + 1 }), 'released too late');
+  // The same evidence reaches leaders' and permit holders' overlaps.
+  const leaders = checkElection([runA, runB], emptyRegister(), [runPause], { leaseGone: [runGone()] });
+  assert.deepEqual([leaders.violations, leaders.overlaps.byDeposedLeader], [[], 1]);
+  const s1 = iv('s1#1', 20900n, 76_000, 90_000);
+  assert.equal(findExcess([runA, s1, runB], 2, [runPause], undefined, { leaseGone: [runGone()] }).report.byDeposedLeader, 1);
+  assert.equal(findExcess([runA, s1, runB], 2, [runPause]).report.unexplained, 1);
+});
+
+test('lock overlap: etcd 15247 after a release needs the report for the holder\'s own lease, from its own worker', () => {
+  runAttributed(runOverlap([runGone()]));
+  runFailed(runOverlap([runGone({ lease: '7addb624266e8e8c' })]), 'another lease');
+  runFailed(runOverlap([runGone({ lease: '(keepalive)' })]), 'a LeaseNotFound on a call');
+  runFailed(runOverlap([runGone({ worker: 'unfenced-0#2' })]), 'another worker');
+});
+
+test('lock overlap: etcd 15247 after a release needs the lease gone before the client\'s deadline (leftMs > 0)', () => {
+  runAttributed(runOverlap([runGone({ leftMs: 0.1 })]));
+  for (const leftMs of [0, -0.1, -500]) runFailed(runOverlap([runGone({ leftMs })]), `leftMs ${leftMs}: expired by its deadline, our bug`);
+});
+
+test('lock overlap: etcd 15247 after a release needs the report within DEPOSED_REVOKE_NOTICE_MS after the next holder started', () => {
+  // A timed-out revoke logged by m0 keeps the later reports attributed to its stale batch.
+  const wave: StaleRevoke[] = [{ member: 'm0', at: runB.from + DEPOSED_REVOKE_NOTICE_MS }];
+  runAttributed(runOverlap([runGone({ at: runB.from })], wave));
+  runAttributed(runOverlap([runGone({ at: runB.from + DEPOSED_REVOKE_NOTICE_MS })], wave));
+  for (const after of [DEPOSED_REVOKE_NOTICE_MS + 1, -1]) {
+    const r = runGone({ at: runB.from + after });
+    assert.ok(checkLeaseExpiries([r], [runPause], wave).byDeposedLeader === 1, 'the report alone is attributed');
+    runFailed(runOverlap([r], wave), `report ${after} ms after the next holder started`);
+  }
+});
+
+test('lock overlap: etcd 15247 after a release needs the report attributed to the same leader pause (its wake, or its stale batch)', () => {
+  // The next holder starts late in the wake window; the report comes after the window ends.
+  const lateB = { ...runB, from: runPause.end + DEPOSED_LEADER_WINDOW_MS - 100 };
+  const lateA = { to: lateB.from + 4.5 };
+  const r = runGone({ at: lateB.from + 200 });
+  runAttributed(runOverlap([runGone({ at: lateB.from + 99 })], [], lateA, lateB), 'report at the wake');
+  runFailed(runOverlap([r], [], lateA, lateB), 'report after the wake window, no timed-out revoke');
+  runAttributed(runOverlap([r], [{ member: 'm0', at: r.at - 100 }], lateA, lateB), 'a timed-out revoke of the woken leader');
+  runFailed(runOverlap([r], [{ member: 'm1', at: r.at - 100 }], lateA, lateB), 'a timed-out revoke of another member');
 });
 
 test('verdict: unexpected errors, stuck waits, harness problems, cleanup and a harness error each fail the run', () => {
