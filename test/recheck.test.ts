@@ -5,7 +5,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { recheckEvery, type BatchCheck } from '../src/queue/recheck.js';
+import { addRecheck, removeRecheck, type BatchCheck, type Due } from '../src/queue/recheck.js';
 import { etcdForFile, serverState, waitFor } from './helpers.js';
 
 const ROOT = 'test/recheck/';
@@ -19,6 +19,13 @@ before(() => void (hold = setInterval(() => {}, 1000)));
 after(() => clearInterval(hold));
 
 const txnsNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).txns;
+
+/** Registers `check`, due at once every tick (interval 0); `stale` is told when it finds its waiter unblocked. */
+function register(c: Client, check: BatchCheck, stale: () => void): Due {
+  const d: Due = { check, intervalMs: 0, due: 0, stale };
+  addRecheck(c, d);
+  return d;
+}
 
 /** A check that is blocked while `key` exists, and how often it was judged. */
 function existsCheck(key: string): BatchCheck & { judged: number } {
@@ -47,7 +54,7 @@ describe('the batched re-check of waiters', () => {
     });
     const before = await txnsNow();
     // Due at once (interval 0): each tick checks everyone still registered.
-    const unregister = checks.map((c, i) => recheckEvery(client, c, 0, { stale: () => (told.get(keys[i]!) ?? (() => assert.fail(`${keys[i]} told stale while its key exists`)))() }));
+    const unregister = checks.map((c, i) => register(client, c, () => (told.get(keys[i]!) ?? (() => assert.fail(`${keys[i]} told stale while its key exists`)))()));
     try {
       // Rounds of 200 checks: ceil(200 / 128) = 2 Txns each (one Txn per check would be 200).
       await waitFor(async () => checks.every((c) => c.judged >= 1), 'every check judged once');
@@ -63,7 +70,7 @@ describe('the batched re-check of waiters', () => {
       await waitFor(async () => checks[0]!.judged >= 2 + Math.max(...judged), 'two more rounds for the others');
       assert.deepEqual(goneChecks.map((c) => c.judged), judged, 'a stale check is not read again');
     } finally {
-      unregister.forEach((u) => u.cancel());
+      unregister.forEach((d) => removeRecheck(client, d));
       await client.delete(p, { prefix: true });
     }
   });
@@ -72,9 +79,9 @@ describe('the batched re-check of waiters', () => {
     const p = fresh('unregister');
     await client.put(`${p}a`, '');
     const a = existsCheck(`${p}a`);
-    const un = recheckEvery(client, a, 0, { stale: () => assert.fail('never stale') });
+    const un = register(client, a, () => assert.fail('never stale'));
     await waitFor(async () => a.judged >= 1, 'judged once');
-    un.cancel();
+    removeRecheck(client, un);
     const n = a.judged;
     const before = await txnsNow();
     // Another client's tick would be separate; this client has no check left: no Txn at all.

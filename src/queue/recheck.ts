@@ -12,43 +12,17 @@ export interface BatchCheck {
   blocked(kvs: readonly (KeyValue | undefined)[]): boolean;
 }
 
-/** Told once when a check finds its waiter no longer blocked. */
-export interface RecheckTarget {
-  stale(): void;
-}
-
 /**
  * What the re-checker holds of a registered waiter: its check, how often, when next, and whom to
  * tell. A waiter may be this itself (turn.ts's Wait is), so 10,000 waiters add no object each.
  */
-export interface Due extends RecheckTarget {
+export interface Due {
   readonly check: BatchCheck;
   readonly intervalMs: number;
   /** When the check is next due (performance.now()); set by the re-checker. */
   due: number;
-}
-
-/** A registered check; `cancel()` unregisters it (a waiter's wait ended). */
-export interface Recheck {
-  cancel(): void;
-}
-
-class Entry implements Due, Recheck {
-  due = 0;
-  constructor(
-    private readonly client: Client,
-    readonly check: BatchCheck,
-    readonly intervalMs: number,
-    private readonly target: RecheckTarget,
-  ) {}
-
-  stale(): void {
-    this.target.stale();
-  }
-
-  cancel(): void {
-    removeRecheck(this.client, this);
-  }
+  /** Told once when a check finds the waiter no longer blocked (it is unregistered then). */
+  stale(): void;
 }
 
 /** Gets per read-only Txn: etcd's default --max-txn-ops. */
@@ -154,16 +128,10 @@ class Rechecker {
 const rechecker = new WeakMap<Client, Rechecker>();
 
 /**
- * Registers a waiter's check, made every `intervalMs` (batched with the client's other waiters);
- * `target.stale()` is called once when a check finds the waiter no longer blocked.
+ * Registers a waiter's check (`d`, see {@link Due}), made every `d.intervalMs`, batched with the
+ * client's other waiters; `d.stale()` is called once when a check finds the waiter no longer
+ * blocked (it is then unregistered). {@link removeRecheck} unregisters it.
  */
-export function recheckEvery(client: Client, check: BatchCheck, intervalMs: number, target: RecheckTarget): Recheck {
-  const e = new Entry(client, check, intervalMs, target);
-  addRecheck(client, e);
-  return e;
-}
-
-/** Registers `d` itself (see {@link Due}); {@link removeRecheck} unregisters it. */
 export function addRecheck(client: Client, d: Due): void {
   const n = d.check.keys.length;
   if (n > MAX_CHECK_KEYS) throw new RangeError(`a batched check reads at most ${MAX_CHECK_KEYS} keys, got ${n}`);
