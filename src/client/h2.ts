@@ -1,4 +1,4 @@
-// A lean unary transport for etcd's gRPC, directly on node:http2 (issue 13, goal 2). gRPC over
+// A lean unary transport for etcd's gRPC, on our own HTTP/2 framing (h2/wire.ts; issue 13). gRPC over
 // HTTP/2 is, for a unary call, a POST with `content-type: application/grpc` and `te: trailers`,
 // one message behind a 5-byte prefix (a compressed flag and a big-endian length) each way, and
 // the status in the trailers (`grpc-status`, percent-encoded `grpc-message`), or in the response
@@ -15,22 +15,22 @@
 // reached the server (REFUSED_STREAM, or a GOAWAY whose last stream id is below ours). Failures are
 // H2ServiceErrors, shaped as grpc-js's ServiceError with the same codes and details, so that
 // errors.ts maps them unchanged.
-import * as http2 from 'node:http2';
 import * as net from 'node:net';
 import * as tls from 'node:tls';
+import { encodeHeaders, type HeaderField } from './h2/hpack.js';
 import { H2Metadata, H2ServiceError, Status, decodeGrpcMessage, fromHttpStatus, grpcTimeout, seconds } from './h2/status.js';
+import { ErrorCode, WireConnection, type HeaderMap, type StreamHandler, type WireStream } from './h2/wire.js';
 
 export { H2Metadata, H2ServiceError, Status } from './h2/status.js';
 
 const {
-  NGHTTP2_NO_ERROR,
-  NGHTTP2_CANCEL,
-  NGHTTP2_REFUSED_STREAM,
-  NGHTTP2_ENHANCE_YOUR_CALM,
-  NGHTTP2_INADEQUATE_SECURITY,
-  NGHTTP2_INTERNAL_ERROR,
-  NGHTTP2_FLAG_END_STREAM,
-} = http2.constants;
+  NO_ERROR: NGHTTP2_NO_ERROR,
+  CANCEL: NGHTTP2_CANCEL,
+  REFUSED_STREAM: NGHTTP2_REFUSED_STREAM,
+  ENHANCE_YOUR_CALM: NGHTTP2_ENHANCE_YOUR_CALM,
+  INADEQUATE_SECURITY: NGHTTP2_INADEQUATE_SECURITY,
+  INTERNAL_ERROR: NGHTTP2_INTERNAL_ERROR,
+} = ErrorCode;
 
 /** TLS material, as the Connection's TlsOptions, plus the name to verify the server by. */
 export interface H2TlsOptions {
@@ -94,43 +94,31 @@ class Conn {
   goawayLastId = -1;
   /** Set when we decided the connection is dead (keepalive): the details of the calls it fails. */
   dropReason?: string;
-  /** The session's last error, for the details of calls that die with it. */
+  /** The connection's last error, for the details of calls that die with it. */
   lastError?: Error;
   readonly calls = new Set<UnaryCall<unknown>>();
+  /** The wire connection; set right after construction (its events come here). */
+  wire!: WireConnection;
   private keepaliveTimer: NodeJS.Timeout | undefined;
   private pendingPing = false;
 
   private gone = false;
 
-  constructor(
-    readonly channel: H2Channel,
-    readonly session: http2.ClientHttp2Session,
-    socket: net.Socket | undefined,
-  ) {
-    session.on('error', (err: Error) => (this.lastError = err));
-    // The session does not always report its socket's end (see dial): the socket's own events count too.
-    socket?.on('error', (err: Error) => {
-      this.lastError ??= err;
-      session.destroy();
-      this.onGone();
-    });
-    socket?.on('close', () => this.onGone());
-    session.on('goaway', (_code: number, lastStreamId: number) => {
-      this.goawayLastId = this.goawayLastId < 0 ? lastStreamId : Math.min(this.goawayLastId, lastStreamId);
-      channel.detach(this); // no new call goes here; calls in flight up to the last id finish
-      // The server never processed streams above its last id: those calls go to a new connection now.
-      for (const call of [...this.calls]) call.goaway(this);
-      // Node may destroy the session for a GOAWAY (an error code, or a second one) without closing
-      // its streams' events or its own: what is still pending then died with it.
-      setImmediate(() => {
-        if (session.destroyed) this.onGone();
-      });
-    });
-    session.once('close', () => this.onGone());
+  constructor(readonly channel: H2Channel) {}
+
+  onError(err: Error): void {
+    this.lastError = err;
+  }
+
+  onGoaway(_code: number, lastStreamId: number): void {
+    this.goawayLastId = this.goawayLastId < 0 ? lastStreamId : Math.min(this.goawayLastId, lastStreamId);
+    this.channel.detach(this); // no new call goes here; calls in flight up to the last id finish
+    // The server never processed streams above its last id: those calls go to a new connection now.
+    for (const call of [...this.calls]) call.goaway(this);
   }
 
   /** The connection is gone: whatever is still pending died with it (streams normally close first). */
-  private onGone(): void {
+  onGone(): void {
     if (this.gone) return;
     this.gone = true;
     this.clearKeepalive();
@@ -139,26 +127,26 @@ class Conn {
   }
 
   get usable(): boolean {
-    return !this.session.destroyed && !this.session.closed && this.goawayLastId < 0 && this.dropReason === undefined;
+    return this.wire.usable && this.goawayLastId < 0 && this.dropReason === undefined;
   }
 
   callStarted(call: UnaryCall<unknown>): void {
     this.calls.add(call);
     if (++this.active === 1) {
-      this.session.ref();
+      this.wire.ref();
       this.maybeStartKeepalive();
     }
   }
 
   callEnded(call: UnaryCall<unknown>): void {
     if (!this.calls.delete(call)) return;
-    if (--this.active === 0 && !this.session.destroyed) this.session.unref();
+    if (--this.active === 0 && !this.wire.destroyed) this.wire.unref();
   }
 
   /** grpc-js's keepalive: a timer while calls are in flight; a ping when it fires (or at the next call). */
   private maybeStartKeepalive(): void {
     const time = this.channel.keepaliveTimeMs;
-    if (time <= 0 || this.active === 0 || this.session.destroyed) return;
+    if (time <= 0 || this.active === 0 || this.wire.destroyed) return;
     if (this.pendingPing) {
       this.pendingPing = false;
       this.sendPing();
@@ -181,7 +169,7 @@ class Conn {
     this.keepaliveTimer.unref();
     let sent = false;
     try {
-      sent = this.session.ping((err) => {
+      sent = this.wire.ping((err) => {
         this.clearKeepalive();
         if (err) return this.drop(`Connection dropped: keepalive ping failed (${err.message})`);
         this.maybeStartKeepalive();
@@ -200,12 +188,12 @@ class Conn {
 
   /** Declares the connection dead: its calls fail UNAVAILABLE with `reason`, and it is closed. */
   drop(reason: string): void {
-    if (this.dropReason !== undefined || this.session.destroyed) return;
+    if (this.dropReason !== undefined || this.wire.destroyed) return;
     this.dropReason = reason;
     this.clearKeepalive();
     this.channel.detach(this);
     for (const call of [...this.calls]) call.connectionDied(this);
-    this.session.destroy();
+    this.wire.destroy();
   }
 }
 
@@ -219,7 +207,9 @@ export class H2Channel {
   readonly dialTimeoutMs: number;
   readonly maxReceive: number;
   readonly maxSend: number;
-  private readonly authority: string;
+  /** The header block of each method's fixed headers (:method to te), by path: HPACK blocks concatenate. */
+  private readonly fixed = new Map<string, Buffer>();
+  private readonly scheme: string;
   private readonly host: string;
   private readonly port: number;
   private readonly tls: H2TlsOptions | null;
@@ -239,7 +229,7 @@ export class H2Channel {
     this.host = target.slice(0, i).replace(/^\[|\]$/g, '');
     this.port = Number(target.slice(i + 1));
     this.tls = options.tls ?? null;
-    this.authority = `${this.tls ? 'https' : 'http'}://${target}`;
+    this.scheme = this.tls ? 'https' : 'http';
     this.dialTimeoutMs = options.dialTimeoutMs ?? 2000;
     this.keepaliveTimeMs = options.keepaliveTimeMs ?? 6000;
     this.keepaliveTimeoutMs = options.keepaliveTimeoutMs ?? 3000;
@@ -307,50 +297,50 @@ export class H2Channel {
     const attempt = new Promise<Conn>((resolve, reject) => {
       let settled = false;
       let lastError: Error | undefined;
-      let socket: net.Socket | undefined;
-      const session = http2.connect(this.authority, {
-        createConnection: () => (socket = this.socket()),
-        settings: { enablePush: false },
-      });
-      // Node 20 destroys the session on a socket error after the TLS handshake (a TLS 1.3 alert
-      // such as "certificate required") without emitting 'error' or 'close' on it: watch the socket.
-      socket?.on('error', (err: Error) => {
-        lastError = err;
-        fail(new H2ConnectError('failed', performance.now() - started, { cause: err }));
-      });
+      const socket = this.socket();
+      const conn = new Conn(this);
       const fail = (err: H2ConnectError): void => {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
-        session.destroy();
+        wire.destroy();
         reject(err);
       };
+      const wire = new WireConnection(socket, {
+        onRemoteSettings: () => {
+          if (settled) return;
+          settled = true;
+          clearTimeout(timer);
+          if (this.closed) {
+            wire.destroy();
+            return reject(new H2ConnectError('closed', performance.now() - started));
+          }
+          // Idle: an open channel must not keep the process alive (grpc-js unrefs idle sessions too).
+          wire.unref();
+          this.conn = conn;
+          resolve(conn);
+        },
+        onGoaway: (code, last) => conn.onGoaway(code, last),
+        onError: (err) => {
+          lastError = err;
+          conn.onError(err);
+        },
+        onClose: () => {
+          if (settled) return conn.onGone();
+          fail(new H2ConnectError('failed', performance.now() - started, { cause: lastError ?? new Error('the server closed the connection before the HTTP/2 handshake') }));
+        },
+      });
+      conn.wire = wire;
+      if (socket instanceof tls.TLSSocket) {
+        socket.once('secureConnect', () => {
+          if (socket.alpnProtocol !== 'h2') wire.destroy(new Error(`the server did not agree to HTTP/2 (ALPN ${socket.alpnProtocol || 'none'})`));
+        });
+      }
       const timer = setTimeout(() => fail(new H2ConnectError('timeout', this.dialTimeoutMs)), this.dialTimeoutMs);
       // The socket keeps the process alive while it connects; the timer need not.
       timer.unref();
       // close() while connecting: end the attempt now (its callers see 'closed'), not at the dial timeout.
       this.cancelDial = () => fail(new H2ConnectError('closed', performance.now() - started));
-      session.on('error', (err: Error) => {
-        lastError = err;
-        fail(new H2ConnectError('failed', performance.now() - started, { cause: err }));
-      });
-      session.once('close', () =>
-        fail(new H2ConnectError('failed', performance.now() - started, { cause: lastError ?? new Error('the server closed the connection before the HTTP/2 handshake') })),
-      );
-      session.once('remoteSettings', () => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        if (this.closed) {
-          session.destroy();
-          return reject(new H2ConnectError('closed', performance.now() - started));
-        }
-        const conn = new Conn(this, session, socket);
-        // Idle: an open channel must not keep the process alive (grpc-js unrefs idle sessions too).
-        session.unref();
-        this.conn = conn;
-        resolve(conn);
-      });
     });
     this.dialing = attempt;
     const clear = (): void => {
@@ -377,6 +367,24 @@ export class H2Channel {
     });
     socket.setNoDelay(true);
     return socket;
+  }
+
+  /** The fixed part of a call's header block: pseudo-headers, content-type, te. */
+  fixedHeaders(path: string): Buffer {
+    let block = this.fixed.get(path);
+    if (!block) {
+      block = encodeHeaders([
+        { name: ':method', value: 'POST' },
+        { name: ':scheme', value: this.scheme },
+        { name: ':path', value: path },
+        { name: ':authority', value: this.target },
+        { name: 'content-type', value: 'application/grpc' },
+        { name: 'te', value: 'trailers' },
+      ]);
+      if (this.fixed.size >= 64) this.fixed.clear(); // a handful of methods; bounded all the same
+      this.fixed.set(path, block);
+    }
+    return block;
   }
 
   /** Called by a Conn that must take no new calls (GOAWAY, closed, dropped). */
@@ -436,9 +444,9 @@ export class H2Channel {
     this.cancelDial = undefined;
     const conn = this.conn;
     this.conn = undefined;
-    if (conn && !conn.session.destroyed) {
-      if (conn.active === 0) conn.session.destroy();
-      else conn.session.close();
+    if (conn && !conn.wire.destroyed) {
+      if (conn.active === 0) conn.wire.destroy();
+      else conn.wire.close();
     }
   }
 }
@@ -457,22 +465,26 @@ function headersOf(md: H2RequestMetadata | undefined): Record<string, string> | 
   return out;
 }
 
+/** Headers whose values are credentials: sent as never-indexed literals. */
+const SENSITIVE = new Set(['token', 'authorization']);
+
 /** One unary call: the call-wide deadline, signal and promise, and the state of its current attempt. */
-class UnaryCall<Res> {
+class UnaryCall<Res> implements StreamHandler {
   settled = false;
   readonly startedAt = performance.now();
   private retried = false;
   private timer: NodeJS.Timeout | undefined;
   // the current attempt
   private conn: Conn | undefined;
-  private stream: http2.ClientHttp2Stream | undefined;
+  private stream: WireStream | undefined;
+  /** The current attempt's first header block (the response headers) arrived. */
+  private gotResponse = false;
   private chunks: Buffer[] = [];
   private received = 0;
   private httpStatus = 0;
   private status = -1;
   private message = '';
-  private trailers: http2.IncomingHttpHeaders | undefined;
-  private streamError: Error | undefined;
+  private trailers: HeaderMap | undefined;
 
   constructor(
     private readonly channel: H2Channel,
@@ -494,53 +506,37 @@ class UnaryCall<Res> {
   attempt(conn: Conn): void {
     if (this.settled) return;
     const left = this.deadline - performance.now();
-    const headers: http2.OutgoingHttpHeaders = {
-      ':method': 'POST',
-      ':path': this.path,
-      'content-type': 'application/grpc',
-      te: 'trailers',
-      'grpc-timeout': grpcTimeout(left),
-    };
-    if (this.md) for (const k in this.md) headers[k] = this.md[k];
-    let stream: http2.ClientHttp2Stream;
+    const fields: HeaderField[] = [{ name: 'grpc-timeout', value: grpcTimeout(left) }];
+    if (this.md) for (const k in this.md) fields.push({ name: k.toLowerCase(), value: this.md[k]!, sensitive: SENSITIVE.has(k.toLowerCase()) });
+    const fixed = this.channel.fixedHeaders(this.path);
+    const block = Buffer.concat([fixed, encodeHeaders(fields)]);
+    this.conn = conn;
+    conn.callStarted(this as UnaryCall<unknown>);
     try {
-      stream = conn.session.request(headers);
+      // request() only writes: the stream's events (onClose too) come from later reads.
+      this.stream = conn.wire.request(block, this.frame, this);
     } catch (err) {
-      // The session took no new stream (GOAWAY, closing): nothing was sent. Use a new connection.
+      // The connection took no new stream (GOAWAY, closing): nothing was sent. Use a new connection.
+      conn.callEnded(this as UnaryCall<unknown>);
+      this.conn = undefined;
       this.channel.detach(conn);
       return this.fail(new H2ServiceError(Status.UNAVAILABLE, `No connection established. Last error: ${(err as Error).message}`, { notSent: true, cause: err }));
     }
-    this.conn = conn;
-    this.stream = stream;
-    conn.callStarted(this as UnaryCall<unknown>);
-    stream.on('response', (h: http2.IncomingHttpHeaders & http2.IncomingHttpStatusHeader, flags: number) => {
+  }
+
+  onHeaders(h: HeaderMap, end: boolean): void {
+    if (!this.gotResponse) {
+      this.gotResponse = true;
       this.httpStatus = Number(h[':status'] ?? 0);
       // Trailers-only: the status comes with the headers, and nothing else follows.
-      if (flags & NGHTTP2_FLAG_END_STREAM) this.onTrailers(h);
-    });
-    stream.on('trailers', (h: http2.IncomingHttpHeaders) => this.onTrailers(h));
-    stream.on('data', (c: Buffer) => this.onData(stream, c));
-    stream.on('end', () => {
-      if (stream === this.stream && this.status >= 0) this.finish();
-    });
-    stream.on('error', (err: Error) => {
-      if (stream === this.stream) this.streamError = err;
-    });
-    stream.on('close', () => this.onClose(stream));
-    stream.end(this.frame);
+      if (end) this.onTrailers(h);
+      return;
+    }
+    this.onTrailers(h);
   }
 
-  private onTrailers(h: http2.IncomingHttpHeaders): void {
-    const s = h['grpc-status'];
-    if (s === undefined) return;
-    this.status = Number(s);
-    const m = h['grpc-message'];
-    this.message = typeof m === 'string' ? decodeGrpcMessage(m) : '';
-    this.trailers = h;
-  }
-
-  private onData(stream: http2.ClientHttp2Stream, c: Buffer): void {
-    if (stream !== this.stream || this.settled) return;
+  onData(c: Buffer): void {
+    if (this.settled) return;
     this.chunks.push(c);
     this.received += c.length;
     if (this.received >= 5 && this.channel.maxReceive !== Infinity) {
@@ -550,6 +546,19 @@ class UnaryCall<Res> {
         this.fail(new H2ServiceError(Status.RESOURCE_EXHAUSTED, `Received message larger than max (${len} vs ${this.channel.maxReceive})`));
       }
     }
+  }
+
+  onClose(rstCode: number): void {
+    this.closed(rstCode);
+  }
+
+  private onTrailers(h: HeaderMap): void {
+    const s = h['grpc-status'];
+    if (s === undefined) return;
+    this.status = Number(s);
+    const m = h['grpc-message'];
+    this.message = typeof m === 'string' ? decodeGrpcMessage(m) : '';
+    this.trailers = h;
   }
 
   /** The stream ended with a status. */
@@ -575,18 +584,18 @@ class UnaryCall<Res> {
   }
 
   /** The stream closed: a status already read wins; otherwise why it closed decides, as in grpc-js. */
-  private onClose(stream: http2.ClientHttp2Stream): void {
-    if (stream !== this.stream || this.settled) return;
+  private closed(rst: number): void {
+    const stream = this.stream;
+    if (stream === undefined || this.settled) return;
+    this.stream = undefined;
     if (this.status >= 0) return this.finish();
     const conn = this.conn!;
-    const id = stream.id ?? 0;
-    const rst = stream.rstCode ?? NGHTTP2_NO_ERROR;
+    const id = stream.id;
     if (conn.goawayLastId >= 0 && (id === 0 || id > conn.goawayLastId)) {
       return this.fail(new H2ServiceError(Status.UNAVAILABLE, `Stream refused by server (GOAWAY with last stream id ${conn.goawayLastId}, ours ${id})`, { notSent: true, rstCode: rst }));
     }
     if (rst === NGHTTP2_REFUSED_STREAM) return this.fail(new H2ServiceError(Status.UNAVAILABLE, 'Stream refused by server', { notSent: true, rstCode: rst }));
-    if (conn.session.destroyed || conn.dropReason !== undefined) return this.connectionDied(conn);
-    const err = this.streamError;
+    if (conn.wire.destroyed || conn.dropReason !== undefined) return this.connectionDied(conn, id);
     let code: number;
     let details: string;
     switch (rst) {
@@ -607,17 +616,11 @@ class UnaryCall<Res> {
         code = Status.PERMISSION_DENIED;
         details = 'Protocol not secure enough';
         break;
-      case NGHTTP2_INTERNAL_ERROR: {
-        const sys = (err as NodeJS.ErrnoException | undefined)?.code;
-        if (err && (sys === 'ECONNRESET' || sys === 'ETIMEDOUT')) {
-          code = Status.UNAVAILABLE;
-          details = err.message;
-        } else {
-          code = Status.INTERNAL;
-          details = `Received RST_STREAM with code ${rst} (Internal server error)`;
-        }
+      case NGHTTP2_INTERNAL_ERROR:
+        // (A connection that died, where grpc-js reads ECONNRESET here, was handled above.)
+        code = Status.INTERNAL;
+        details = `Received RST_STREAM with code ${rst} (Internal server error)`;
         break;
-      }
       default:
         code = Status.INTERNAL;
         details = `Received RST_STREAM with code ${rst}`;
@@ -634,11 +637,12 @@ class UnaryCall<Res> {
     }
   }
 
-  /** The connection under this call died (dropped by keepalive, reset, closed). */
-  connectionDied(conn: Conn): void {
+  /**
+   * The connection under this call died (dropped by keepalive, reset, closed). `id`: our stream's,
+   * 0 when it was never sent (queued behind the server's stream limit).
+   */
+  connectionDied(conn: Conn, id = this.stream?.id ?? 0): void {
     if (this.settled || conn !== this.conn) return;
-    const stream = this.stream;
-    const id = stream?.id ?? 0;
     if (conn.goawayLastId >= 0 && (id === 0 || id > conn.goawayLastId)) {
       return this.fail(new H2ServiceError(Status.UNAVAILABLE, `Stream refused by server (GOAWAY with last stream id ${conn.goawayLastId}, ours ${id})`, { notSent: true }));
     }
@@ -672,17 +676,20 @@ class UnaryCall<Res> {
   /** Leaves the current attempt: resets its stream if still open, and forgets its state. */
   private endAttempt(rst: number): void {
     const stream = this.stream;
-    if (stream && !stream.closed && !stream.destroyed) stream.close(rst);
-    if (this.conn) this.conn.callEnded(this as UnaryCall<unknown>);
-    this.conn = undefined;
+    const conn = this.conn;
+    // Forgotten first: closing the stream calls onClose at once, and may end its connection (after a
+    // GOAWAY), which must find no attempt of ours to judge.
     this.stream = undefined;
+    this.conn = undefined;
+    if (conn) conn.callEnded(this as UnaryCall<unknown>);
+    if (stream && !stream.closed) stream.close(rst);
     this.chunks = [];
     this.received = 0;
     this.httpStatus = 0;
     this.status = -1;
     this.message = '';
     this.trailers = undefined;
-    this.streamError = undefined;
+    this.gotResponse = false;
   }
 
   private settle(): void {
