@@ -1,5 +1,5 @@
 import * as pb from '../proto/etcd.js';
-import { Connection, type CallOptions, type CallProgress, type ConnectionOptions } from './connection.js';
+import { closeStream, Connection, type CallOptions, type CallProgress, type ConnectionOptions } from './connection.js';
 import { TokenSource, type AuthOptions } from './auth.js';
 import { DeadlineExceededError, EtcdError, InvalidArgumentError, LeaseNotFoundError, UnavailableError, etcdSays, fromGrpcError, isServiceError, isStaleToken } from './errors.js';
 import { KeepAliveHub } from './lease.js';
@@ -420,13 +420,6 @@ function untilAborted<T>(p: Promise<T>, signal: AbortSignal, discard: (late: T) 
       },
     );
   });
-}
-
-/** Ends a stream of ours: no more events reach us, and its late error is swallowed. */
-function closeStream(stream: { removeAllListeners(): unknown; on(event: 'error', fn: () => void): unknown; cancel(): void }): void {
-  stream.removeAllListeners();
-  stream.on('error', () => {});
-  stream.cancel();
 }
 
 function isLeaseNotFound(err: unknown): boolean {

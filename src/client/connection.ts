@@ -95,6 +95,27 @@ export interface StreamMethod<Req, Res> {
   responseDeserialize: (value: Buffer) => Res;
 }
 
+/**
+ * A bidirectional stream (Watch, LeaseKeepAlive) on either transport: grpc-js's ClientDuplexStream,
+ * or the h2 transport's H2Stream. 'error' when it fails or the server ends it with a status other
+ * than OK, 'end' when the server ends it with OK.
+ */
+export interface BidiStream<Req, Res> {
+  write(message: Req): unknown;
+  cancel(): void;
+  on(event: 'data', listener: (message: Res) => void): unknown;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  on(event: 'end', listener: () => void): unknown;
+  removeAllListeners(event?: string): unknown;
+}
+
+/** Ends a stream of ours: no more events reach us, and its late error is swallowed. */
+export function closeStream(stream: Pick<BidiStream<unknown, unknown>, 'removeAllListeners' | 'on' | 'cancel'>): void {
+  stream.removeAllListeners();
+  stream.on('error', () => {});
+  stream.cancel();
+}
+
 /** Supplies the auth token; the connection asks again after the server calls it invalid. */
 export interface TokenProvider {
   token(signal?: AbortSignal): Promise<string | undefined> | string | undefined;
@@ -331,22 +352,26 @@ export class Connection {
    * connected and with auth metadata. On failure moves to the next endpoint (unless pinned) and
    * throws; the caller retries after a backoff.
    */
-  async openStream<Req, Res>(
-    method: StreamMethod<Req, Res>,
-    pinned?: number,
-  ): Promise<{ peer: number; stream: grpc.ClientDuplexStream<Req, Res>; token?: string }> {
+  async openStream<Req, Res>(method: StreamMethod<Req, Res>, pinned?: number): Promise<{ peer: number; stream: BidiStream<Req, Res>; token?: string }> {
     const md = await this.metadata();
     if (this.closed) throw new ClientClosedError();
     const peer = pinned ?? this.current;
-    let client: grpc.Client;
+    let stream: BidiStream<Req, Res>;
     try {
-      client = await this.ready(peer, performance.now() + this.dialTimeoutMs);
+      if (this.transport === 'h2') {
+        // The same connection as the member's unary calls, as Go's client: one per member.
+        const ch = await this.readyH2(peer, performance.now() + this.dialTimeoutMs);
+        if (this.closed) throw new ClientClosedError();
+        stream = ch.stream(method, md);
+      } else {
+        const client = await this.ready(peer, performance.now() + this.dialTimeoutMs);
+        if (this.closed) throw new ClientClosedError();
+        stream = client.makeBidiStreamRequest(method.path, method.requestSerialize, method.responseDeserialize, md, {});
+      }
     } catch (err) {
-      if (pinned === undefined) this.failover(peer);
+      if (pinned === undefined && !(err instanceof ClientClosedError)) this.failover(peer);
       throw err;
     }
-    if (this.closed) throw new ClientClosedError();
-    const stream = client.makeBidiStreamRequest(method.path, method.requestSerialize, method.responseDeserialize, md, {});
     const token = md.get('token')[0];
     return { peer, stream, ...(typeof token === 'string' ? { token } : {}) };
   }

@@ -15,6 +15,7 @@
 // reached the server (REFUSED_STREAM, or a GOAWAY whose last stream id is below ours). Failures are
 // H2ServiceErrors, shaped as grpc-js's ServiceError with the same codes and details, so that
 // errors.ts maps them unchanged.
+import { EventEmitter } from 'node:events';
 import * as net from 'node:net';
 import * as tls from 'node:tls';
 import { encodeHeaders, type HeaderField } from './h2/hpack.js';
@@ -68,6 +69,13 @@ export interface H2UnaryMethod<Req, Res> {
   responseDeserialize: (value: Buffer) => Res;
 }
 
+/** A streaming method descriptor: the Connection's StreamMethod (src/proto's WatchService.watch). */
+export interface H2StreamMethod<Req, Res> {
+  path: string;
+  requestSerialize: (value: Req) => Uint8Array;
+  responseDeserialize: (value: Buffer) => Res;
+}
+
 /** Why connect() gave up: nothing answered in time, the connection failed, or the channel is closed. */
 export class H2ConnectError extends Error {
   constructor(
@@ -87,7 +95,13 @@ export class H2ConnectError extends Error {
   }
 }
 
-/** One HTTP/2 connection that reached "ready", with its keepalive and its calls in flight. */
+/** A unary call or a stream, as its connection sees it: told of a GOAWAY and of the connection's end. */
+interface Call {
+  goaway(conn: Conn): void;
+  connectionDied(conn: Conn): void;
+}
+
+/** One HTTP/2 connection that reached "ready", with its keepalive and its calls and streams in flight. */
 class Conn {
   active = 0;
   /** The last stream id of a GOAWAY received, or -1. Streams above it were never processed. */
@@ -96,7 +110,7 @@ class Conn {
   dropReason?: string;
   /** The connection's last error, for the details of calls that die with it. */
   lastError?: Error;
-  readonly calls = new Set<UnaryCall<unknown>>();
+  readonly calls = new Set<Call>();
   /** The wire connection; set right after construction (its events come here). */
   wire!: WireConnection;
   private keepaliveTimer: NodeJS.Timeout | undefined;
@@ -130,7 +144,7 @@ class Conn {
     return this.wire.usable && this.goawayLastId < 0 && this.dropReason === undefined;
   }
 
-  callStarted(call: UnaryCall<unknown>): void {
+  callStarted(call: Call): void {
     this.calls.add(call);
     if (++this.active === 1) {
       this.wire.ref();
@@ -138,7 +152,7 @@ class Conn {
     }
   }
 
-  callEnded(call: UnaryCall<unknown>): void {
+  callEnded(call: Call): void {
     if (!this.calls.delete(call)) return;
     if (--this.active === 0 && !this.wire.destroyed) this.wire.unref();
   }
@@ -415,6 +429,15 @@ export class H2Channel {
       const call = new UnaryCall<Res>(this, path, frame, headersOf(md), decode, deadline, signal, resolve, reject);
       this.start(call as UnaryCall<unknown>);
     });
+  }
+
+  /**
+   * A bidirectional stream (Watch, LeaseKeepAlive) on the connection that is ready now; when there
+   * is none, or it takes no new stream, the stream fails at once (an 'error' on the next tick).
+   * Callers connect first (connect()); a stream is never retried here, its owner reopens it.
+   */
+  stream<Req, Res>(method: H2StreamMethod<Req, Res>, md: H2RequestMetadata | undefined): H2Stream<Req, Res> {
+    return new H2Stream(this, this.conn !== undefined && this.conn.usable ? this.conn : undefined, method, headersOf(md));
   }
 
   /** Starts (or restarts) `call` on the ready connection, connecting first when there is none. */
@@ -700,3 +723,176 @@ class UnaryCall<Res> implements StreamHandler {
     if (this.conn) this.conn.callEnded(this as UnaryCall<unknown>);
   }
 }
+
+/**
+ * A bidirectional gRPC stream, shaped as the part of grpc-js's ClientDuplexStream that watch.ts and
+ * lease.ts use: write(), cancel(), and the events 'data' (a decoded message), 'error' (an
+ * H2ServiceError: the stream failed or the server ended it with a status other than OK) and 'end'
+ * (the server ended it with OK). After cancel() no event comes.
+ */
+export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, Call {
+  private stream: WireStream | undefined;
+  private conn: Conn | undefined;
+  private done = false;
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+  private gotResponse = false;
+  private httpStatus = 0;
+  private status = -1;
+  private message = '';
+  private trailers: HeaderMap | undefined;
+
+  constructor(
+    private readonly channel: H2Channel,
+    conn: Conn | undefined,
+    private readonly method: H2StreamMethod<Req, Res>,
+    md: Record<string, string> | undefined,
+  ) {
+    super();
+    if (!conn) {
+      this.done = true;
+      process.nextTick(() => this.emitError(new H2ServiceError(Status.UNAVAILABLE, 'No connection established', { notSent: true })));
+      return;
+    }
+    const fields: HeaderField[] = [];
+    if (md) for (const k in md) fields.push({ name: k.toLowerCase(), value: md[k]!, sensitive: SENSITIVE.has(k.toLowerCase()) });
+    const block = fields.length > 0 ? Buffer.concat([channel.fixedHeaders(method.path), encodeHeaders(fields)]) : channel.fixedHeaders(method.path);
+    this.conn = conn;
+    conn.callStarted(this);
+    try {
+      this.stream = conn.wire.request(block, EMPTY, this, false);
+    } catch (err) {
+      // The connection took no new stream (GOAWAY, closing): said once the caller listens.
+      this.done = true;
+      this.detach();
+      process.nextTick(() => this.emitError(new H2ServiceError(Status.UNAVAILABLE, `No connection established. Last error: ${(err as Error).message}`, { notSent: true, cause: err })));
+    }
+  }
+
+  /** Sends one message; false (and nothing sent) once the stream is over. */
+  write(message: Req): boolean {
+    const stream = this.stream;
+    if (this.done || !stream) return false;
+    const body = this.method.requestSerialize(message);
+    if (body.length > this.channel.maxSend) {
+      this.end(new H2ServiceError(Status.RESOURCE_EXHAUSTED, `Sent message larger than max (${body.length} vs. ${this.channel.maxSend})`));
+      return false;
+    }
+    const frame = Buffer.allocUnsafe(5 + body.length);
+    frame[0] = 0;
+    frame.writeUInt32BE(body.length, 1);
+    frame.set(body, 5);
+    stream.send(frame);
+    return true;
+  }
+
+  /** Ends the stream from our side (RST_STREAM CANCEL). No event follows. */
+  cancel(): void {
+    if (this.done) return;
+    this.done = true;
+    this.detach()?.close(NGHTTP2_CANCEL);
+  }
+
+  onHeaders(h: HeaderMap, end: boolean): void {
+    if (!this.gotResponse) {
+      this.gotResponse = true;
+      this.httpStatus = Number(h[':status'] ?? 0);
+      if (!end) return;
+    }
+    const s = h['grpc-status'];
+    if (s === undefined) return;
+    this.status = Number(s);
+    const m = h['grpc-message'];
+    this.message = typeof m === 'string' ? decodeGrpcMessage(m) : '';
+    this.trailers = h;
+  }
+
+  onData(chunk: Buffer): void {
+    if (this.done) return;
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+    // Every whole message in what arrived: 5 bytes (compressed flag, length), then the message.
+    while (this.buffered >= 5 && !this.done) {
+      const head = this.chunks[0]!.length >= 5 ? this.chunks[0]! : this.join();
+      const len = head.readUInt32BE(1);
+      if (len > this.channel.maxReceive) {
+        return this.end(new H2ServiceError(Status.RESOURCE_EXHAUSTED, `Received message larger than max (${len} vs ${this.channel.maxReceive})`));
+      }
+      if (this.buffered < 5 + len) return;
+      const all = this.chunks.length === 1 ? this.chunks[0]! : this.join();
+      if (all[0] !== 0) return this.end(new H2ServiceError(Status.INTERNAL, 'Received a compressed message, but no compression was negotiated'));
+      const msg = all.subarray(5, 5 + len);
+      const rest = all.subarray(5 + len);
+      this.chunks = rest.length > 0 ? [rest] : [];
+      this.buffered = rest.length;
+      let res: Res;
+      try {
+        res = this.method.responseDeserialize(msg);
+      } catch (err) {
+        return this.end(new H2ServiceError(Status.INTERNAL, `Response message parsing error: ${(err as Error).message}`, { cause: err }));
+      }
+      this.emit('data', res);
+    }
+  }
+
+  onClose(rst: number): void {
+    const stream = this.stream;
+    if (this.done || !stream) return;
+    const conn = this.conn!;
+    this.detach();
+    if (this.status === Status.OK) return this.end(undefined, true);
+    if (this.status >= 0) return this.end(new H2ServiceError(this.status, this.message, { metadata: H2Metadata.fromHeaders(this.trailers ?? {}) }), true);
+    if (conn.wire.destroyed || conn.dropReason !== undefined) return this.connectionDied(conn, true);
+    if (rst === NGHTTP2_NO_ERROR && this.httpStatus !== 0 && this.httpStatus !== 200) return this.end(fromHttpStatus(this.httpStatus), true);
+    if (rst === NGHTTP2_REFUSED_STREAM) return this.end(new H2ServiceError(Status.UNAVAILABLE, 'Stream refused by server', { notSent: true, rstCode: rst }), true);
+    const code = rst === NGHTTP2_CANCEL ? Status.CANCELLED : rst === NGHTTP2_ENHANCE_YOUR_CALM ? Status.RESOURCE_EXHAUSTED : Status.INTERNAL;
+    this.end(new H2ServiceError(code, `Received RST_STREAM with code ${rst}${rst === NGHTTP2_NO_ERROR ? ' (Call ended without gRPC status)' : ''}`, { rstCode: rst }), true);
+  }
+
+  goaway(conn: Conn): void {
+    const id = this.stream?.id ?? 0;
+    if (this.done || conn !== this.conn || (id !== 0 && id <= conn.goawayLastId)) return;
+    this.end(new H2ServiceError(Status.UNAVAILABLE, `Stream refused by server (GOAWAY with last stream id ${conn.goawayLastId}, ours ${id})`, { notSent: true }));
+  }
+
+  connectionDied(conn: Conn, closed = false): void {
+    if (this.done || (!closed && conn !== this.conn)) return;
+    const why = conn.dropReason ?? (conn.lastError ? `Connection dropped (${conn.lastError.message})` : 'Connection dropped');
+    this.end(new H2ServiceError(Status.UNAVAILABLE, why, { cause: conn.lastError }), closed);
+  }
+
+  private join(): Buffer {
+    const all = Buffer.concat(this.chunks, this.buffered);
+    this.chunks = [all];
+    return all;
+  }
+
+  /** Leaves the connection; the wire stream, if still open, for the caller to close. */
+  private detach(): WireStream | undefined {
+    const stream = this.stream;
+    const conn = this.conn;
+    this.stream = undefined;
+    this.conn = undefined;
+    this.chunks = [];
+    this.buffered = 0;
+    if (conn) conn.callEnded(this);
+    return stream !== undefined && !stream.closed ? stream : undefined;
+  }
+
+  /** The stream is over: `err` (or 'end' without one). `closed`: the wire stream is already gone. */
+  private end(err: H2ServiceError | undefined, closed = false): void {
+    if (this.done && !closed) return;
+    this.done = true;
+    const open = this.detach();
+    if (!closed) open?.close(err ? NGHTTP2_CANCEL : NGHTTP2_NO_ERROR);
+    if (err) this.emitError(err);
+    else this.emit('end');
+  }
+
+  /** An 'error' nobody listens to is dropped, not thrown (a stream given up on keeps no listener). */
+  private emitError(err: H2ServiceError): void {
+    if (this.listenerCount('error') > 0) this.emit('error', err);
+  }
+}
+
+const EMPTY = Buffer.alloc(0);

@@ -1,6 +1,5 @@
-import type * as grpc from '@grpc/grpc-js';
 import * as pb from '../proto/etcd.js';
-import type { Connection } from './connection.js';
+import { closeStream, type BidiStream, type Connection } from './connection.js';
 import { Backoff } from './backoff.js';
 import { isServiceError, isStaleToken } from './errors.js';
 
@@ -20,7 +19,7 @@ export interface KeepAliveListener {
  * that owners can compute a deadline from when the renewal left, not when its answer came back.
  */
 export class KeepAliveHub {
-  private stream?: grpc.ClientDuplexStream<pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse>;
+  private stream?: BidiStream<pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse>;
   /** When the current stream last answered (or opened): its progress, for `stalled`. */
   private lastAnswerAt = 0;
   private peer = 0;
@@ -88,8 +87,7 @@ export class KeepAliveHub {
     try {
       const { peer, stream: s, token } = await this.conn.openStream(pb.LeaseService.leaseKeepAlive);
       if (this.closed || this.listeners.size === 0) {
-        s.on('error', () => {});
-        s.cancel();
+        closeStream(s);
         return;
       }
       this.peer = peer;
@@ -151,9 +149,7 @@ export class KeepAliveHub {
     this.stream = undefined;
     this.sent.clear();
     if (!s) return;
-    s.removeAllListeners();
-    s.on('error', () => {});
-    s.cancel();
+    closeStream(s);
   }
 
   private endStream(): void {

@@ -1,6 +1,5 @@
-import type * as grpc from '@grpc/grpc-js';
 import * as pb from '../proto/etcd.js';
-import type { Connection } from './connection.js';
+import { closeStream, type BidiStream, type Connection } from './connection.js';
 import { Backoff } from './backoff.js';
 import { ClientClosedError, CompactedError, EtcdError, PermissionDeniedError, etcdSays, isServiceError, isStaleToken } from './errors.js';
 import { prefixRange, toBuffer, type Bytes, type KeyValue } from './kv.js';
@@ -189,7 +188,7 @@ export class Watch implements AsyncIterable<WatchBatch> {
  * etcd answers them in order, so the n-th "created" response belongs to the n-th pending watch.
  */
 export class WatchHub {
-  private stream?: grpc.ClientDuplexStream<pb.WatchRequest, pb.WatchResponse>;
+  private stream?: BidiStream<pb.WatchRequest, pb.WatchResponse>;
   private peer = 0;
   private readonly active = new Map<bigint, Watch>();
   private pending: Watch[] = [];
@@ -266,8 +265,7 @@ export class WatchHub {
     try {
       const { peer, stream: s } = await this.conn.openStream(pb.WatchService.watch);
       if (this.closed) {
-        s.on('error', () => {});
-        s.cancel();
+        closeStream(s);
         return;
       }
       this.peer = peer;
@@ -285,7 +283,7 @@ export class WatchHub {
     this.flush();
   }
 
-  private onResponse(s: grpc.ClientDuplexStream<pb.WatchRequest, pb.WatchResponse>, r: pb.WatchResponse): void {
+  private onResponse(s: BidiStream<pb.WatchRequest, pb.WatchResponse>, r: pb.WatchResponse): void {
     if (s !== this.stream) return;
     const id = r.watchId ?? 0n;
     const revision = r.header?.revision ?? 0n;
@@ -336,9 +334,7 @@ export class WatchHub {
     if (s !== this.stream || !this.stream) return;
     const old = this.stream;
     this.stream = undefined;
-    old.removeAllListeners('data');
-    old.on('error', () => {});
-    old.cancel();
+    closeStream(old);
     if (tokenExpired && this.conn.tokens) this.conn.tokens.invalidate();
     const live = [...this.active.values(), ...this.pending].filter((w) => !w.ended);
     this.active.clear();
@@ -371,9 +367,7 @@ export class WatchHub {
       if (this.size > 0 || !this.stream) return;
       const s = this.stream;
       this.stream = undefined;
-      s.removeAllListeners();
-      s.on('error', () => {});
-      s.cancel();
+      closeStream(s);
     }, 1000);
     this.idleTimer.unref();
   }
@@ -390,9 +384,7 @@ export class WatchHub {
     const s = this.stream;
     this.stream = undefined;
     if (s) {
-      s.removeAllListeners();
-      s.on('error', () => {});
-      s.cancel();
+      closeStream(s);
     }
     for (const w of all) w.fail(new ClientClosedError());
   }

@@ -40,13 +40,14 @@ export const ErrorCode = {
   INADEQUATE_SECURITY: 0xc,
 } as const;
 
+const EMPTY = Buffer.alloc(0);
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 const MAX_WINDOW = 0x7fffffff;
 const DEFAULT_WINDOW = 65535;
 const DEFAULT_FRAME = 16384;
 /** What we announce, and so the largest frame we accept: larger DATA frames mean fewer of them. */
 const OUR_MAX_FRAME = 1 << 20;
-/** Replenish the connection's receive window once this much of it is used. */
+/** Replenish a receive window (the connection's, a stream's) once this much of it is used. */
 const WINDOW_REFILL = 1 << 30;
 /** The highest stream id a client may open (odd). */
 const LAST_STREAM_ID = 0x7fffffff;
@@ -79,9 +80,13 @@ export class WireStream {
   sendWindow = 0;
   /** The header block, until sent. */
   block: Buffer | undefined;
-  /** Request body still to send (flow control); localDone once all of it went, with END_STREAM. */
+  /** Request bytes still to send (flow control); localDone once all went and END_STREAM with them. */
   pending: Buffer | undefined;
+  /** END_STREAM follows the pending bytes: a unary request is one body; a stream ends when told. */
+  endAfter: boolean;
   localDone = false;
+  /** DATA received since our last WINDOW_UPDATE for the stream (a long-lived stream refills it). */
+  received = 0;
   /** A first header block arrived (later ones are trailers). */
   gotHeaders = false;
   closed = false;
@@ -92,9 +97,16 @@ export class WireStream {
     readonly handler: StreamHandler,
     block: Buffer,
     body: Buffer,
+    end: boolean,
   ) {
     this.block = block;
     this.pending = body;
+    this.endAfter = end;
+  }
+
+  /** Sends more of the request: `data` after what is pending; with `end`, END_STREAM after it. */
+  send(data: Buffer, end = false): void {
+    this.conn.send(this, data, end);
   }
 
   /** Ends the stream from our side with RST_STREAM `code` (CANCEL for an abort); onClose follows at once. */
@@ -185,13 +197,14 @@ export class WireConnection {
   }
 
   /**
-   * Opens a stream: the header block (HPACK, from encodeHeaders), then `body` with END_STREAM, as
-   * flow control allows. Past the server's MAX_CONCURRENT_STREAMS it waits for a stream to end.
-   * Throws when no new stream can be opened.
+   * Opens a stream: the header block (HPACK, from encodeHeaders), then `body`, with END_STREAM
+   * unless `end` is false (a stream that sends more later), as flow control allows. Past the
+   * server's MAX_CONCURRENT_STREAMS it waits for a stream to end. Throws when no new stream can be
+   * opened.
    */
-  request(block: Buffer, body: Buffer, handler: StreamHandler): WireStream {
+  request(block: Buffer, body: Buffer, handler: StreamHandler, end = true): WireStream {
     if (!this.usable) throw new Error(this.destroyed ? 'The session has been destroyed' : 'The session is closing');
-    const stream = new WireStream(this, handler, block, body);
+    const stream = new WireStream(this, handler, block, body, end);
     if (this.queued.length > 0 || this.streams.size >= this.peerMaxStreams) this.queued.push(stream);
     else this.open(stream);
     return stream;
@@ -310,21 +323,39 @@ export class WireConnection {
     if (this.closing && this.streams.size === 0 && this.queued.length === 0) this.finish();
   }
 
-  /** Adds DATA frames of the stream's pending body to `out`, as far as both send windows allow. */
+  /** WireStream.send. */
+  send(stream: WireStream, data: Buffer, end: boolean): void {
+    if (stream.closed || stream.localDone || stream.endAfter) return;
+    const p = stream.pending;
+    stream.pending = p !== undefined && p.length > 0 ? Buffer.concat([p, data]) : data;
+    stream.endAfter = end;
+    // Not opened yet (queued), or waiting for window: its turn comes.
+    if (stream.id === 0 || this.blocked.includes(stream)) return;
+    const out: Buffer[] = [];
+    this.sendBody(stream, out);
+    if (out.length > 0) this.socket.write(out.length === 1 ? out[0]! : Buffer.concat(out));
+  }
+
+  /** Adds DATA frames of the stream's pending bytes to `out`, as far as both send windows allow. */
   private sendBody(stream: WireStream, out: Buffer[]): void {
-    let body = stream.pending!;
+    let body = stream.pending ?? EMPTY;
     for (;;) {
+      if (body.length === 0 && !stream.endAfter) {
+        stream.pending = undefined;
+        return;
+      }
       // An empty DATA frame (END_STREAM alone) needs no window.
       const n = Math.max(0, Math.min(body.length, this.peerMaxFrame, this.sendWindow, stream.sendWindow));
       if (n === 0 && body.length > 0) break; // no window: wait for a WINDOW_UPDATE
       const last = n === body.length;
-      out.push(frame(DATA, last ? END_STREAM : 0, stream.id, body.subarray(0, n)));
+      const end = last && stream.endAfter;
+      out.push(frame(DATA, end ? END_STREAM : 0, stream.id, body.subarray(0, n)));
       this.sendWindow -= n;
       stream.sendWindow -= n;
       body = body.subarray(n);
       if (last) {
         stream.pending = undefined;
-        stream.localDone = true;
+        if (end) stream.localDone = true;
         return;
       }
     }
@@ -337,7 +368,7 @@ export class WireConnection {
     const out: Buffer[] = [];
     const waiting = this.blocked;
     this.blocked = [];
-    for (const s of waiting) if (!s.closed && s.pending) this.sendBody(s, out);
+    for (const s of waiting) if (!s.closed && !s.localDone) this.sendBody(s, out);
     if (out.length > 0) this.socket.write(Buffer.concat(out));
   }
 
@@ -491,6 +522,13 @@ export class WireConnection {
     const s = this.streams.get(id);
     if (!s) return;
     if (!s.gotHeaders) throw new Http2ProtocolError(`DATA before HEADERS on stream ${id}`);
+    s.received += payload.length;
+    if (s.received >= WINDOW_REFILL && !(flags & END_STREAM)) {
+      const b = Buffer.alloc(4);
+      b.writeUInt32BE(s.received, 0);
+      s.received = 0;
+      this.socket.write(frame(WINDOW_UPDATE, 0, id, b));
+    }
     const data = flags & PADDED ? unpad(payload) : payload;
     if (data.length > 0) s.handler.onData(data);
     if (flags & END_STREAM) this.remoteEnd(s);
