@@ -53,9 +53,9 @@ export interface ConnectionOptions {
   /** How long a ping may go unanswered before the connection is dropped (etcdctl's --keepalive-timeout). Default 3000. */
   keepaliveTimeoutMs?: number;
   /**
-   * What carries unary calls: 'h2', the lean gRPC transport on node:http2 in h2.ts (about half the
-   * client CPU per call of grpc-js), or 'grpc-js' (@grpc/grpc-js). Streams (Watch, LeaseKeepAlive)
-   * use grpc-js either way. Default: the environment variable ETCD_CONCURRENCY_TRANSPORT, else 'h2'.
+   * What carries the calls, unary and streams (Watch, LeaseKeepAlive): 'h2', the library's own gRPC
+   * client on its own HTTP/2 framing (h2.ts, h2/wire.ts; one connection per member), or 'grpc-js'
+   * (@grpc/grpc-js). Default: the environment variable ETCD_CONCURRENCY_TRANSPORT, else 'h2'.
    */
   transport?: 'grpc-js' | 'h2';
 }
@@ -137,7 +137,7 @@ const CHANNEL_OPTIONS: grpc.ChannelOptions = {
   'grpc.keepalive_permit_without_calls': 0,
 };
 
-/** One endpoint's lazily created gRPC channel, and its node:http2 channel for unary calls when the transport is 'h2'. */
+/** One endpoint's lazily created channel: grpc-js's, or the h2 transport's (every call of that endpoint, streams too). */
 class Peer {
   private client?: grpc.Client;
   private lean?: H2Channel;
@@ -312,7 +312,7 @@ export class Connection {
     });
   }
 
-  /** ready() for the 'h2' transport: endpoint `peer`'s node:http2 channel, connected, or a ConnectFailure. */
+  /** ready() for the 'h2' transport: endpoint `peer`'s h2 channel, connected, or a ConnectFailure. */
   private readyH2(peer: number, deadline: number, signal?: AbortSignal): Promise<H2Channel> {
     const ch = this.peers[peer]!.h2;
     if (ch.isReady) return Promise.resolve(ch);

@@ -1,9 +1,10 @@
-// A lean unary transport for etcd's gRPC, on our own HTTP/2 framing (h2/wire.ts; issue 13). gRPC over
-// HTTP/2 is, for a unary call, a POST with `content-type: application/grpc` and `te: trailers`,
-// one message behind a 5-byte prefix (a compressed flag and a big-endian length) each way, and
-// the status in the trailers (`grpc-status`, percent-encoded `grpc-message`), or in the response
-// headers alone when the server sends no message ("trailers-only"). That is all this file speaks,
-// for one endpoint; Watch and LeaseKeepAlive streams stay on @grpc/grpc-js.
+// The h2 transport: etcd's gRPC on the library's own HTTP/2 framing (h2/wire.ts; issue 13), one
+// connection per endpoint for every call. gRPC over HTTP/2 is, for a unary call, a POST with
+// `content-type: application/grpc` and `te: trailers`, one message behind a 5-byte prefix (a
+// compressed flag and a big-endian length) each way, and the status in the trailers
+// (`grpc-status`, percent-encoded `grpc-message`), or in the response headers alone when the
+// server sends no message ("trailers-only"); a stream (Watch, LeaseKeepAlive: H2Stream) is the
+// same with any number of messages each way.
 //
 // What it keeps of the grpc-js channel the Connection uses: plain or TLS connections (CA, client
 // certificate and key, server name, insecure-skip-verify; ALPN h2), "ready" meaning the server's

@@ -1,4 +1,4 @@
-// The gRPC side of the lean node:http2 transport (../h2.ts): status codes, the error it rejects
+// The gRPC side of the h2 transport (../h2.ts): status codes, the error it rejects
 // with, trailer metadata, and the wire helpers (grpc-timeout, grpc-message percent-decoding).
 //
 // The error has the shape of @grpc/grpc-js's ServiceError (an Error with a numeric `code`,
