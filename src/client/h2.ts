@@ -832,7 +832,14 @@ export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, C
       } catch (err) {
         return this.end(new H2ServiceError(Status.INTERNAL, `Response message parsing error: ${(err as Error).message}`, { cause: err }));
       }
-      this.emit('data', res);
+      try {
+        this.emit('data', res);
+      } catch (err) {
+        // A listener's own failure is not the connection's: it surfaces as it would from grpc-js.
+        process.nextTick(() => {
+          throw err;
+        });
+      }
     }
   }
 
