@@ -147,17 +147,17 @@ export function judgeGoals(r: Results): Goal[] {
   if (r.election && r.electionFloor) {
     for (const queued of ['long-before', '5ms-before'] as const) {
       const e = r.election.find((x) => x.impl === 'ours' && x.queued === queued);
-      // The long-before resign comes after 250 ms of quiet: compare with the floor sampled likewise.
-      const cold = queued === 'long-before' && r.electionColdFloor !== undefined;
-      const f = cold ? r.electionColdFloor! : r.electionFloor;
       if (!e) continue;
+      // Issue 13's bound is the floor sampled back to back, for both cases. The long-before resign
+      // comes after 250 ms of quiet, which costs every client more: that floor is shown beside it.
+      const f = r.electionFloor;
       const bound = f.put.p50 + f.watchNotify.p50 + f.get.p50;
+      const c = queued === 'long-before' ? r.electionColdFloor : undefined;
+      const idle = c ? `; each after 250 ms idle: ${ms(c.put.p50 + c.watchNotify.p50 + c.get.p50)} ms` : '';
       goals.push({
         id: `election-${queued}`,
-        goal:
-          `election (follower queued ${queued.replace('-', ' ')}): resign -> next leader <= 1 put + 1 watch notification + 1 read ` +
-          `(p50s, interleaved${cold ? ', each after 250 ms idle' : ''})`,
-        measured: `${ms(e.handover.p50)} ms vs ${ms(f.put.p50)} + ${ms(f.watchNotify.p50)} + ${ms(f.get.p50)} = ${ms(bound)} ms`,
+        goal: `election (follower queued ${queued.replace('-', ' ')}): resign -> next leader <= 1 put + 1 watch notification + 1 read (p50s, interleaved, back to back)`,
+        measured: `${ms(e.handover.p50)} ms vs ${ms(f.put.p50)} + ${ms(f.watchNotify.p50)} + ${ms(f.get.p50)} = ${ms(bound)} ms${idle}`,
         met: e.handover.p50 <= bound,
       });
     }

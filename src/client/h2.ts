@@ -489,6 +489,28 @@ function headersOf(md: H2RequestMetadata | undefined): Record<string, string> | 
   return out;
 }
 
+/**
+ * A stream that closed without a gRPC status (a unary call's or a stream's): the HTTP status when
+ * it was not 200, else the RST_STREAM code, mapped as grpc-js maps them. (A connection that died,
+ * where grpc-js reads ECONNRESET for INTERNAL_ERROR, and REFUSED_STREAM are the callers' cases.)
+ */
+function closedWithoutStatus(rst: number, httpStatus: number): H2ServiceError {
+  if (rst === NGHTTP2_NO_ERROR && httpStatus !== 0 && httpStatus !== 200) return fromHttpStatus(httpStatus);
+  const [code, details] =
+    rst === NGHTTP2_NO_ERROR
+      ? [Status.INTERNAL, `Received RST_STREAM with code ${rst} (Call ended without gRPC status)`]
+      : rst === NGHTTP2_CANCEL
+        ? [Status.CANCELLED, 'Call cancelled']
+        : rst === NGHTTP2_ENHANCE_YOUR_CALM
+          ? [Status.RESOURCE_EXHAUSTED, 'Bandwidth exhausted or memory limit exceeded']
+          : rst === NGHTTP2_INADEQUATE_SECURITY
+            ? [Status.PERMISSION_DENIED, 'Protocol not secure enough']
+            : rst === NGHTTP2_INTERNAL_ERROR
+              ? [Status.INTERNAL, `Received RST_STREAM with code ${rst} (Internal server error)`]
+              : [Status.INTERNAL, `Received RST_STREAM with code ${rst}`];
+  return new H2ServiceError(code, details, { rstCode: rst });
+}
+
 /** Headers whose values are credentials: sent as never-indexed literals. */
 const SENSITIVE = new Set(['token', 'authorization']);
 
@@ -620,36 +642,7 @@ class UnaryCall<Res> implements StreamHandler {
     }
     if (rst === NGHTTP2_REFUSED_STREAM) return this.fail(new H2ServiceError(Status.UNAVAILABLE, 'Stream refused by server', { notSent: true, rstCode: rst }));
     if (conn.wire.destroyed || conn.dropReason !== undefined) return this.connectionDied(conn, id);
-    let code: number;
-    let details: string;
-    switch (rst) {
-      case NGHTTP2_NO_ERROR:
-        if (this.httpStatus !== 0 && this.httpStatus !== 200) return this.fail(fromHttpStatus(this.httpStatus));
-        code = Status.INTERNAL;
-        details = `Received RST_STREAM with code ${rst} (Call ended without gRPC status)`;
-        break;
-      case NGHTTP2_CANCEL:
-        code = Status.CANCELLED;
-        details = 'Call cancelled';
-        break;
-      case NGHTTP2_ENHANCE_YOUR_CALM:
-        code = Status.RESOURCE_EXHAUSTED;
-        details = 'Bandwidth exhausted or memory limit exceeded';
-        break;
-      case NGHTTP2_INADEQUATE_SECURITY:
-        code = Status.PERMISSION_DENIED;
-        details = 'Protocol not secure enough';
-        break;
-      case NGHTTP2_INTERNAL_ERROR:
-        // (A connection that died, where grpc-js reads ECONNRESET here, was handled above.)
-        code = Status.INTERNAL;
-        details = `Received RST_STREAM with code ${rst} (Internal server error)`;
-        break;
-      default:
-        code = Status.INTERNAL;
-        details = `Received RST_STREAM with code ${rst}`;
-    }
-    this.fail(new H2ServiceError(code, details, { rstCode: rst }));
+    this.fail(closedWithoutStatus(rst, this.httpStatus));
   }
 
   /** A GOAWAY arrived on `conn`: a stream above its last id was never processed. */
@@ -776,7 +769,11 @@ export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, C
     if (this.done || !stream) return false;
     const body = this.method.requestSerialize(message);
     if (body.length > this.channel.maxSend) {
-      this.end(new H2ServiceError(Status.RESOURCE_EXHAUSTED, `Sent message larger than max (${body.length} vs. ${this.channel.maxSend})`));
+      // Said on the next tick, as grpc-js does: not from inside the caller's write().
+      const err = new H2ServiceError(Status.RESOURCE_EXHAUSTED, `Sent message larger than max (${body.length} vs. ${this.channel.maxSend})`);
+      this.done = true;
+      this.detach()?.close(NGHTTP2_CANCEL);
+      process.nextTick(() => this.emitError(err));
       return false;
     }
     const frame = Buffer.allocUnsafe(5 + body.length);
@@ -851,10 +848,8 @@ export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, C
     if (this.status === Status.OK) return this.end(undefined, true);
     if (this.status >= 0) return this.end(new H2ServiceError(this.status, this.message, { metadata: H2Metadata.fromHeaders(this.trailers ?? {}) }), true);
     if (conn.wire.destroyed || conn.dropReason !== undefined) return this.connectionDied(conn, true);
-    if (rst === NGHTTP2_NO_ERROR && this.httpStatus !== 0 && this.httpStatus !== 200) return this.end(fromHttpStatus(this.httpStatus), true);
     if (rst === NGHTTP2_REFUSED_STREAM) return this.end(new H2ServiceError(Status.UNAVAILABLE, 'Stream refused by server', { notSent: true, rstCode: rst }), true);
-    const code = rst === NGHTTP2_CANCEL ? Status.CANCELLED : rst === NGHTTP2_ENHANCE_YOUR_CALM ? Status.RESOURCE_EXHAUSTED : Status.INTERNAL;
-    this.end(new H2ServiceError(code, `Received RST_STREAM with code ${rst}${rst === NGHTTP2_NO_ERROR ? ' (Call ended without gRPC status)' : ''}`, { rstCode: rst }), true);
+    this.end(closedWithoutStatus(rst, this.httpStatus), true);
   }
 
   goaway(conn: Conn): void {

@@ -254,6 +254,11 @@ export class WatchHub {
     this.waiting = [];
     for (const w of batch) {
       if (w.ended) continue;
+      // The stream may break between two writes: the rest wait for the next one.
+      if (!this.stream) {
+        this.waiting.push(w);
+        continue;
+      }
       this.pending.push(w);
       this.stream.write(w.createRequest());
     }
