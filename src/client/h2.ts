@@ -489,6 +489,36 @@ function headersOf(md: H2RequestMetadata | undefined): Record<string, string> | 
   return out;
 }
 
+/** What a stream's header blocks said: the HTTP status, then the gRPC status in the trailers. */
+class Reply {
+  private gotResponse = false;
+  httpStatus = 0;
+  /** The grpc-status, -1 until the trailers (or trailers-only headers) carried one. */
+  status = -1;
+  private message = '';
+  private trailers: HeaderMap | undefined;
+
+  /** A header block: the response headers first (with the status too when `end`: trailers-only), then the trailers. */
+  onHeaders(h: HeaderMap, end: boolean): void {
+    if (!this.gotResponse) {
+      this.gotResponse = true;
+      this.httpStatus = Number(h[':status'] ?? 0);
+      if (!end) return;
+    }
+    const s = h['grpc-status'];
+    if (s === undefined) return;
+    this.status = Number(s);
+    const m = h['grpc-message'];
+    this.message = typeof m === 'string' ? decodeGrpcMessage(m) : '';
+    this.trailers = h;
+  }
+
+  /** The failure the status says (when it is not OK), with the trailers' metadata. */
+  error(): H2ServiceError {
+    return new H2ServiceError(this.status, this.message, { metadata: H2Metadata.fromHeaders(this.trailers ?? {}) });
+  }
+}
+
 /**
  * A stream that closed without a gRPC status (a unary call's or a stream's): the HTTP status when
  * it was not 200, else the RST_STREAM code, mapped as grpc-js maps them. (A connection that died,
@@ -523,14 +553,10 @@ class UnaryCall<Res> implements StreamHandler {
   // the current attempt
   private conn: Conn | undefined;
   private stream: WireStream | undefined;
-  /** The current attempt's first header block (the response headers) arrived. */
-  private gotResponse = false;
+  /** What the current attempt's header blocks said. */
+  private reply = new Reply();
   private chunks: Buffer[] = [];
   private received = 0;
-  private httpStatus = 0;
-  private status = -1;
-  private message = '';
-  private trailers: HeaderMap | undefined;
 
   constructor(
     private readonly channel: H2Channel,
@@ -571,14 +597,7 @@ class UnaryCall<Res> implements StreamHandler {
   }
 
   onHeaders(h: HeaderMap, end: boolean): void {
-    if (!this.gotResponse) {
-      this.gotResponse = true;
-      this.httpStatus = Number(h[':status'] ?? 0);
-      // Trailers-only: the status comes with the headers, and nothing else follows.
-      if (end) this.onTrailers(h);
-      return;
-    }
-    this.onTrailers(h);
+    this.reply.onHeaders(h, end);
   }
 
   onData(c: Buffer): void {
@@ -598,22 +617,10 @@ class UnaryCall<Res> implements StreamHandler {
     this.closed(rstCode);
   }
 
-  private onTrailers(h: HeaderMap): void {
-    const s = h['grpc-status'];
-    if (s === undefined) return;
-    this.status = Number(s);
-    const m = h['grpc-message'];
-    this.message = typeof m === 'string' ? decodeGrpcMessage(m) : '';
-    this.trailers = h;
-  }
-
   /** The stream ended with a status. */
   private finish(): void {
     if (this.settled) return;
-    if (this.status !== Status.OK) {
-      const metadata = H2Metadata.fromHeaders(this.trailers ?? {});
-      return this.fail(new H2ServiceError(this.status, this.message, { metadata }));
-    }
+    if (this.reply.status !== Status.OK) return this.fail(this.reply.error());
     const buf = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks);
     if (buf.length === 0) return this.fail(new H2ServiceError(Status.UNIMPLEMENTED, 'No message received'));
     if (buf[0] !== 0) return this.fail(new H2ServiceError(Status.INTERNAL, 'Received a compressed message, but no compression was negotiated'));
@@ -634,7 +641,7 @@ class UnaryCall<Res> implements StreamHandler {
     const stream = this.stream;
     if (stream === undefined || this.settled) return;
     this.stream = undefined;
-    if (this.status >= 0) return this.finish();
+    if (this.reply.status >= 0) return this.finish();
     const conn = this.conn!;
     const id = stream.id;
     if (conn.goawayLastId >= 0 && (id === 0 || id > conn.goawayLastId)) {
@@ -642,7 +649,7 @@ class UnaryCall<Res> implements StreamHandler {
     }
     if (rst === NGHTTP2_REFUSED_STREAM) return this.fail(new H2ServiceError(Status.UNAVAILABLE, 'Stream refused by server', { notSent: true, rstCode: rst }));
     if (conn.wire.destroyed || conn.dropReason !== undefined) return this.connectionDied(conn, id);
-    this.fail(closedWithoutStatus(rst, this.httpStatus));
+    this.fail(closedWithoutStatus(rst, this.reply.httpStatus));
   }
 
   /** A GOAWAY arrived on `conn`: a stream above its last id was never processed. */
@@ -702,11 +709,7 @@ class UnaryCall<Res> implements StreamHandler {
     if (stream && !stream.closed) stream.close(rst);
     this.chunks = [];
     this.received = 0;
-    this.httpStatus = 0;
-    this.status = -1;
-    this.message = '';
-    this.trailers = undefined;
-    this.gotResponse = false;
+    this.reply = new Reply();
   }
 
   private settle(): void {
@@ -730,11 +733,7 @@ export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, C
   private done = false;
   private chunks: Buffer[] = [];
   private buffered = 0;
-  private gotResponse = false;
-  private httpStatus = 0;
-  private status = -1;
-  private message = '';
-  private trailers: HeaderMap | undefined;
+  private readonly reply = new Reply();
 
   constructor(
     private readonly channel: H2Channel,
@@ -792,17 +791,7 @@ export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, C
   }
 
   onHeaders(h: HeaderMap, end: boolean): void {
-    if (!this.gotResponse) {
-      this.gotResponse = true;
-      this.httpStatus = Number(h[':status'] ?? 0);
-      if (!end) return;
-    }
-    const s = h['grpc-status'];
-    if (s === undefined) return;
-    this.status = Number(s);
-    const m = h['grpc-message'];
-    this.message = typeof m === 'string' ? decodeGrpcMessage(m) : '';
-    this.trailers = h;
+    this.reply.onHeaders(h, end);
   }
 
   onData(chunk: Buffer): void {
@@ -845,11 +834,11 @@ export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, C
     if (this.done || !stream) return;
     const conn = this.conn!;
     this.detach();
-    if (this.status === Status.OK) return this.end(undefined, true);
-    if (this.status >= 0) return this.end(new H2ServiceError(this.status, this.message, { metadata: H2Metadata.fromHeaders(this.trailers ?? {}) }), true);
+    if (this.reply.status === Status.OK) return this.end(undefined, true);
+    if (this.reply.status >= 0) return this.end(this.reply.error(), true);
     if (conn.wire.destroyed || conn.dropReason !== undefined) return this.connectionDied(conn, true);
     if (rst === NGHTTP2_REFUSED_STREAM) return this.end(new H2ServiceError(Status.UNAVAILABLE, 'Stream refused by server', { notSent: true, rstCode: rst }), true);
-    this.end(closedWithoutStatus(rst, this.httpStatus), true);
+    this.end(closedWithoutStatus(rst, this.reply.httpStatus), true);
   }
 
   goaway(conn: Conn): void {
