@@ -125,7 +125,9 @@ class Conn {
     this.lastError = err;
   }
 
-  onGoaway(_code: number, lastStreamId: number): void {
+  onGoaway(code: number, lastStreamId: number, debug: string): void {
+    // etcd's answer to pings more often than its --grpc-keepalive-min-time: ping half as often, as grpc-js does.
+    if (code === NGHTTP2_ENHANCE_YOUR_CALM && debug === 'too_many_pings') this.channel.keepaliveTimeMs = Math.min(2 * this.channel.keepaliveTimeMs, 0x7fffffff);
     this.goawayLastId = this.goawayLastId < 0 ? lastStreamId : Math.min(this.goawayLastId, lastStreamId);
     this.channel.detach(this); // no new call goes here; calls in flight up to the last id finish
     // The server never processed streams above its last id: those calls go to a new connection now.
@@ -207,8 +209,9 @@ class Conn {
     this.dropReason = reason;
     this.clearKeepalive();
     this.channel.detach(this);
-    for (const call of [...this.calls]) call.connectionDied(this);
+    // The socket first: failing a call must not let a queued request go out on a dead connection.
     this.wire.destroy();
+    for (const call of [...this.calls]) call.connectionDied(this);
   }
 }
 
@@ -217,7 +220,8 @@ class Conn {
  * and again on the next call after the connection closed.
  */
 export class H2Channel {
-  readonly keepaliveTimeMs: number;
+  /** Doubled after a GOAWAY "too_many_pings" (grpc-js's back-off). */
+  keepaliveTimeMs: number;
   readonly keepaliveTimeoutMs: number;
   readonly dialTimeoutMs: number;
   readonly maxReceive: number;
@@ -335,7 +339,7 @@ export class H2Channel {
           this.conn = conn;
           resolve(conn);
         },
-        onGoaway: (code, last) => conn.onGoaway(code, last),
+        onGoaway: (code, last, debug) => conn.onGoaway(code, last, debug),
         onError: (err) => {
           lastError = err;
           conn.onError(err);
@@ -667,6 +671,8 @@ class UnaryCall<Res> implements StreamHandler {
    */
   connectionDied(conn: Conn, id = this.stream?.id ?? 0): void {
     if (this.settled || conn !== this.conn) return;
+    // Still queued behind the server's stream limit: never written, so safe to send elsewhere.
+    if (id === 0) return this.fail(new H2ServiceError(Status.UNAVAILABLE, 'Connection dropped before the request was sent', { notSent: true, cause: conn.lastError }));
     if (conn.goawayLastId >= 0 && (id === 0 || id > conn.goawayLastId)) {
       return this.fail(new H2ServiceError(Status.UNAVAILABLE, `Stream refused by server (GOAWAY with last stream id ${conn.goawayLastId}, ours ${id})`, { notSent: true }));
     }
@@ -731,6 +737,8 @@ export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, C
   private stream: WireStream | undefined;
   private conn: Conn | undefined;
   private done = false;
+  /** cancel() was called: not even an error said on a later tick reaches anyone. */
+  private cancelled = false;
   private chunks: Buffer[] = [];
   private buffered = 0;
   private readonly reply = new Reply();
@@ -744,7 +752,7 @@ export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, C
     super();
     if (!conn) {
       this.done = true;
-      process.nextTick(() => this.emitError(new H2ServiceError(Status.UNAVAILABLE, 'No connection established', { notSent: true })));
+      this.emitLater(new H2ServiceError(Status.UNAVAILABLE, 'No connection established', { notSent: true }));
       return;
     }
     const fields: HeaderField[] = [];
@@ -758,7 +766,7 @@ export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, C
       // The connection took no new stream (GOAWAY, closing): said once the caller listens.
       this.done = true;
       this.detach();
-      process.nextTick(() => this.emitError(new H2ServiceError(Status.UNAVAILABLE, `No connection established. Last error: ${(err as Error).message}`, { notSent: true, cause: err })));
+      this.emitLater(new H2ServiceError(Status.UNAVAILABLE, `No connection established. Last error: ${(err as Error).message}`, { notSent: true, cause: err }));
     }
   }
 
@@ -772,7 +780,7 @@ export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, C
       const err = new H2ServiceError(Status.RESOURCE_EXHAUSTED, `Sent message larger than max (${body.length} vs. ${this.channel.maxSend})`);
       this.done = true;
       this.detach()?.close(NGHTTP2_CANCEL);
-      process.nextTick(() => this.emitError(err));
+      this.emitLater(err);
       return false;
     }
     const frame = Buffer.allocUnsafe(5 + body.length);
@@ -785,6 +793,7 @@ export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, C
 
   /** Ends the stream from our side (RST_STREAM CANCEL). No event follows. */
   cancel(): void {
+    this.cancelled = true;
     if (this.done) return;
     this.done = true;
     this.detach()?.close(NGHTTP2_CANCEL);
@@ -818,14 +827,7 @@ export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, C
       } catch (err) {
         return this.end(new H2ServiceError(Status.INTERNAL, `Response message parsing error: ${(err as Error).message}`, { cause: err }));
       }
-      try {
-        this.emit('data', res);
-      } catch (err) {
-        // A listener's own failure is not the connection's: it surfaces as it would from grpc-js.
-        process.nextTick(() => {
-          throw err;
-        });
-      }
+      this.emitSafely('data', res);
     }
   }
 
@@ -878,12 +880,34 @@ export class H2Stream<Req, Res> extends EventEmitter implements StreamHandler, C
     const open = this.detach();
     if (!closed) open?.close(err ? NGHTTP2_CANCEL : NGHTTP2_NO_ERROR);
     if (err) this.emitError(err);
-    else this.emit('end');
+    else this.emitSafely('end');
   }
 
   /** An 'error' nobody listens to is dropped, not thrown (a stream given up on keeps no listener). */
   private emitError(err: H2ServiceError): void {
-    if (this.listenerCount('error') > 0) this.emit('error', err);
+    if (this.listenerCount('error') > 0) this.emitSafely('error', err);
+  }
+
+  /** An error said on the next tick, as grpc-js says it: never from inside the caller's own call. */
+  private emitLater(err: H2ServiceError): void {
+    process.nextTick(() => {
+      if (!this.cancelled) this.emitError(err);
+    });
+  }
+
+  /**
+   * Events come from inside the connection's read loop: a listener that throws must not be taken
+   * for the server's protocol error (which would end every call on the connection). Its exception
+   * surfaces on the next tick, as it would from grpc-js.
+   */
+  private emitSafely(event: 'data' | 'error' | 'end', arg?: unknown): void {
+    try {
+      this.emit(event, arg);
+    } catch (err) {
+      process.nextTick(() => {
+        throw err;
+      });
+    }
   }
 }
 

@@ -49,6 +49,8 @@ const DEFAULT_FRAME = 16384;
 const OUR_MAX_FRAME = 1 << 20;
 /** Replenish a receive window (the connection's, a stream's) once this much of it is used. */
 const WINDOW_REFILL = 1 << 30;
+/** The largest header block accepted (HEADERS and its CONTINUATIONs): an endless one is an attack. */
+const MAX_HEADER_BLOCK = 1 << 20;
 /** The highest stream id a client may open (odd). */
 const LAST_STREAM_ID = 0x7fffffff;
 
@@ -121,7 +123,7 @@ export interface WireEvents {
   /** The server's first SETTINGS frame arrived: the connection is ready. */
   onRemoteSettings(): void;
   /** The server sent GOAWAY: streams above `lastStreamId` were not processed. */
-  onGoaway(code: number, lastStreamId: number): void;
+  onGoaway(code: number, lastStreamId: number, debug: string): void;
   /** A socket or protocol error; onClose follows. */
   onError(err: Error): void;
   /** The connection is gone (every stream got onClose before this). */
@@ -155,7 +157,9 @@ export class WireConnection {
   private inboxLength = 0;
   private need = 9;
   /** A header block in progress (HEADERS without END_HEADERS): its stream and fragments. */
-  private continuing: { id: number; end: boolean; parts: Buffer[] } | undefined;
+  private continuing: { id: number; end: boolean; parts: Buffer[]; length: number } | undefined;
+  /** A GOAWAY came: queued streams are not opened here any more. */
+  private draining = false;
 
   constructor(
     readonly socket: net.Socket,
@@ -215,6 +219,7 @@ export class WireConnection {
     const id = this.nextId;
     this.nextId += 2;
     stream.id = id;
+    if (this.nextId > LAST_STREAM_ID) this.exhausted();
     stream.sendWindow = this.peerInitialWindow;
     this.streams.set(id, stream);
     const block = stream.block!;
@@ -230,9 +235,23 @@ export class WireConnection {
     this.socket.write(out.length === 1 ? out[0]! : Buffer.concat(out));
   }
 
+  /**
+   * The last stream id is taken: no new streams here (the caller's channel dials a new connection),
+   * the waiting ones are refused unsent, and the connection closes once its open streams end.
+   */
+  private exhausted(): void {
+    this.closing = true;
+    this.draining = true;
+    const waiting = this.queued;
+    this.queued = [];
+    queueMicrotask(() => {
+      for (const s of waiting) this.closeStream(s, ErrorCode.REFUSED_STREAM, false);
+    });
+  }
+
   /** Opens queued streams while the server's limit allows. */
   private openQueued(): void {
-    while (this.queued.length > 0 && this.streams.size < this.peerMaxStreams && !this.destroyed && this.nextId <= LAST_STREAM_ID) {
+    while (this.queued.length > 0 && this.streams.size < this.peerMaxStreams && !this.destroyed && !this.draining && this.nextId <= LAST_STREAM_ID) {
       this.open(this.queued.shift()!);
     }
   }
@@ -428,13 +447,15 @@ export class WireConnection {
         if (flags & PADDED) p = unpad(p);
         if (flags & PRIORITY) p = p.subarray(5);
         if (flags & END_HEADERS) return this.onHeaderBlock(id, p, (flags & END_STREAM) !== 0);
-        this.continuing = { id, end: (flags & END_STREAM) !== 0, parts: [Buffer.from(p)] };
+        this.continuing = { id, end: (flags & END_STREAM) !== 0, parts: [Buffer.from(p)], length: p.length };
         return;
       }
       case CONTINUATION: {
         const c = this.continuing;
         if (!c || c.id !== id) throw new Http2ProtocolError('CONTINUATION without its HEADERS');
         c.parts.push(Buffer.from(payload));
+        c.length += payload.length;
+        if (c.length > MAX_HEADER_BLOCK) throw new Http2ProtocolError(`a header block above ${MAX_HEADER_BLOCK} bytes`, ErrorCode.ENHANCE_YOUR_CALM);
         if (flags & END_HEADERS) {
           this.continuing = undefined;
           this.onHeaderBlock(id, Buffer.concat(c.parts), c.end);
@@ -442,8 +463,9 @@ export class WireConnection {
         return;
       }
       case RST_STREAM: {
+        if (payload.length !== 4) throw new Http2ProtocolError('a RST_STREAM not of 4 bytes', ErrorCode.FRAME_SIZE_ERROR);
         const s = this.streams.get(id);
-        if (s) this.closeStream(s, payload.length >= 4 ? payload.readUInt32BE(0) : ErrorCode.PROTOCOL_ERROR, true);
+        if (s) this.closeStream(s, payload.readUInt32BE(0), true);
         return;
       }
       case SETTINGS:
@@ -456,23 +478,30 @@ export class WireConnection {
         else this.socket.write(frame(PING, ACK, 0, payload));
         return;
       case GOAWAY: {
+        if (payload.length < 8) throw new Http2ProtocolError('a GOAWAY shorter than 8 bytes', ErrorCode.FRAME_SIZE_ERROR);
         const last = payload.readUInt32BE(0) & 0x7fffffff;
-        const code = payload.length >= 8 ? payload.readUInt32BE(4) : ErrorCode.NO_ERROR;
+        const code = payload.readUInt32BE(4);
+        // Before anyone hears of it: a stream that ends meanwhile must not let a queued one open here.
         this.closing = true;
-        this.events.onGoaway(code, last);
+        this.draining = true;
+        this.events.onGoaway(code, last, payload.toString('latin1', 8));
         // The server will not answer streams above its last id: they end now (as refused).
         for (const s of [...this.queued, ...this.streams.values()]) if (s.id === 0 || s.id > last) this.closeStream(s, ErrorCode.REFUSED_STREAM, true);
         if (!this.destroyed && this.streams.size === 0) this.finish();
         return;
       }
       case WINDOW_UPDATE: {
+        if (payload.length !== 4) throw new Http2ProtocolError('a WINDOW_UPDATE not of 4 bytes', ErrorCode.FRAME_SIZE_ERROR);
         const n = payload.readUInt32BE(0) & 0x7fffffff;
         if (id === 0) {
+          if (n === 0) throw new Http2ProtocolError('a WINDOW_UPDATE of 0 for the connection');
           this.sendWindow += n;
           if (this.sendWindow > MAX_WINDOW) throw new Http2ProtocolError('connection send window above 2^31-1', ErrorCode.FLOW_CONTROL_ERROR);
         } else {
           const s = this.streams.get(id);
           if (!s) return;
+          // A stream error (RFC 9113, 6.9): that stream ends, the connection goes on.
+          if (n === 0 || s.sendWindow + n > MAX_WINDOW) return this.reset(s, n === 0 ? ErrorCode.PROTOCOL_ERROR : ErrorCode.FLOW_CONTROL_ERROR);
           s.sendWindow += n;
         }
         return this.flushBlocked();
@@ -494,7 +523,10 @@ export class WireConnection {
         if (value > MAX_WINDOW) throw new Http2ProtocolError('INITIAL_WINDOW_SIZE above 2^31-1', ErrorCode.FLOW_CONTROL_ERROR);
         const delta = value - this.peerInitialWindow;
         this.peerInitialWindow = value;
-        for (const s of this.streams.values()) s.sendWindow += delta;
+        for (const s of this.streams.values()) {
+          s.sendWindow += delta;
+          if (s.sendWindow > MAX_WINDOW) throw new Http2ProtocolError('a stream send window above 2^31-1', ErrorCode.FLOW_CONTROL_ERROR);
+        }
       } else if (key === 0x5) {
         if (value < DEFAULT_FRAME || value > 0xffffff) throw new Http2ProtocolError(`MAX_FRAME_SIZE ${value}`);
         this.peerMaxFrame = value;
