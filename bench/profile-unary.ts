@@ -6,7 +6,8 @@
 //               node:http2 unary call (below): our client.ts wrappers and codec, no grpc-js
 //   raw-put     the raw node:http2 unary Put alone: a 5-byte length prefix + the protobuf body
 //               (encoded by src/proto), status in the trailers; what a lean transport costs at least
-//   h2-put      the lean transport in src/client/h2.ts alone (H2Channel.unary: hasleader metadata,
+//   h2-put      the h2 transport in src/client/h2.ts alone, on its own HTTP/2 framing since issue 13's
+//               last round (so it has no row in the node:http2 latency split) (H2Channel.unary: hasleader metadata,
 //               grpc-timeout and a local deadline, keepalive, error mapping to grpc-js's shape)
 //   h2c-put     Client.put with this Client instance's Connection.unary replaced by H2Channel.unary
 //               (what the Connection's 'h2' transport will cost, minus its retry loop)
@@ -454,6 +455,8 @@ async function main(): Promise<void> {
         parts.total!.push(t1 - t0);
       }
       tracing = false;
+      // h2-put and h2c-put frame HTTP/2 themselves (src/client/h2/wire.ts): no node:http2 stream to time.
+      if (parts.total!.length === 0) continue;
       split[n] = Object.fromEntries(Object.entries(parts).map(([k, v]) => [k, summarize(v).p50]));
       (split[n] as Record<string, number>).n = parts.total!.length;
     }
