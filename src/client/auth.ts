@@ -1,4 +1,4 @@
-import * as pb from '../proto/etcd.js';
+import * as rpc from './methods.js';
 import type { Connection, TokenProvider } from './connection.js';
 
 export interface AuthOptions {
@@ -23,7 +23,7 @@ export class TokenSource implements TokenProvider {
   token(signal?: AbortSignal): Promise<string> | string {
     if (this.current !== undefined) return this.current;
     this.inflight ??= this.conn
-      .unary(pb.AuthService.authenticate, { name: this.auth.username, password: this.auth.password }, 'idempotent', {
+      .unary(rpc.Auth.authenticate, { name: this.auth.username, password: this.auth.password }, 'idempotent', {
         signal,
         anonymous: true,
       })

@@ -1,7 +1,8 @@
 import * as pb from '../proto/etcd.js';
+import * as rpc from './methods.js';
 import { closeStream, Connection, type CallOptions, type CallProgress, type ConnectionOptions } from './connection.js';
 import { TokenSource, type AuthOptions } from './auth.js';
-import { DeadlineExceededError, EtcdError, InvalidArgumentError, LeaseNotFoundError, UnavailableError, etcdSays, fromGrpcError, isServiceError, isStaleToken } from './errors.js';
+import { DeadlineExceededError, EtcdError, InvalidArgumentError, LeaseNotFoundError, UnavailableError, etcdSays, fromTransportError, isTransportError, isStaleToken } from './errors.js';
 import { KeepAliveHub } from './lease.js';
 import { WatchHub, type Watch, type WatchOptions, type WatchSink } from './watch.js';
 import { Telemetry, type TelemetryOptions } from '../metrics/telemetry.js';
@@ -134,7 +135,7 @@ export class Client implements AsyncDisposable {
 
   /** Raw Range: full control over sorting, limits and revision bounds. */
   async range(request: pb.RangeRequest, options?: CallOptions): Promise<RangeResult> {
-    const r = rangeResult(await this.conn.unary(pb.KVService.range, request, 'idempotent', options));
+    const r = rangeResult(await this.conn.unary(rpc.KV.range, request, 'idempotent', options));
     this.saw(r.header);
     return r;
   }
@@ -159,7 +160,7 @@ export class Client implements AsyncDisposable {
    */
   async put(key: Bytes, value: Bytes, options?: CallOptions & { lease?: bigint }): Promise<ResponseHeader> {
     const r = await this.conn.unary(
-      pb.KVService.put,
+      rpc.KV.put,
       { key: toBuffer(key), value: toBuffer(value), lease: options?.lease ?? 0n },
       'at-most-once',
       options,
@@ -170,7 +171,7 @@ export class Client implements AsyncDisposable {
   /** Deletes a key (or a prefix) and returns how many were deleted. */
   async delete(key: Bytes, options?: CallOptions & { prefix?: boolean }): Promise<bigint> {
     const r = await this.conn.unary(
-      pb.KVService.deleteRange,
+      rpc.KV.deleteRange,
       options?.prefix ? prefixRange(key) : { key: toBuffer(key) },
       'at-most-once',
       options,
@@ -185,13 +186,13 @@ export class Client implements AsyncDisposable {
    * applied later.
    */
   async txn(request: pb.TxnRequest, options?: CallOptions & { idempotent?: boolean }, progress?: CallProgress): Promise<TxnResult> {
-    const r = await this.conn.unary(pb.KVService.txn, request, options?.idempotent ? 'idempotent' : 'at-most-once', options, progress);
+    const r = await this.conn.unary(rpc.KV.txn, request, options?.idempotent ? 'idempotent' : 'at-most-once', options, progress);
     return { header: this.saw(header(r.header)), succeeded: r.succeeded ?? false, responses: r.responses ?? [] };
   }
 
   /** Discards history up to `revision` (tests and operators). */
   async compact(revision: bigint, options?: CallOptions & { physical?: boolean }): Promise<void> {
-    await this.conn.unary(pb.KVService.compact, { revision, physical: options?.physical ?? false }, 'idempotent', options);
+    await this.conn.unary(rpc.KV.compact, { revision, physical: options?.physical ?? false }, 'idempotent', options);
   }
 
   /**
@@ -204,7 +205,7 @@ export class Client implements AsyncDisposable {
     const progress = { sent: false };
     try {
       const r = await this.conn.unary(
-        pb.LeaseService.leaseGrant,
+        rpc.Lease.leaseGrant,
         { TTL: BigInt(ttlSeconds), ID: id },
         id === 0n ? 'at-most-once' : 'idempotent',
         options,
@@ -228,7 +229,7 @@ export class Client implements AsyncDisposable {
   async leaseRevoke(id: bigint, options?: CallOptions): Promise<void> {
     if (this.unsentGrants.delete(id)) return;
     try {
-      await this.conn.unary(pb.LeaseService.leaseRevoke, { ID: id }, 'idempotent', options);
+      await this.conn.unary(rpc.Lease.leaseRevoke, { ID: id }, 'idempotent', options);
     } catch (err) {
       if (isLeaseNotFound(err)) return;
       throw err;
@@ -236,13 +237,13 @@ export class Client implements AsyncDisposable {
   }
 
   async leaseTimeToLive(id: bigint, options?: CallOptions & { keys?: boolean }): Promise<LeaseTimeToLive> {
-    const r = await this.conn.unary(pb.LeaseService.leaseTimeToLive, { ID: id, keys: options?.keys ?? false }, 'idempotent', options);
+    const r = await this.conn.unary(rpc.Lease.leaseTimeToLive, { ID: id, keys: options?.keys ?? false }, 'idempotent', options);
     return { ttl: Number(r.TTL ?? -1n), grantedTtl: Number(r.grantedTTL ?? 0n), keys: r.keys ?? [] };
   }
 
   /** Every lease the cluster knows (tests use it to prove nothing leaked). */
   async leaseLeases(options?: CallOptions): Promise<bigint[]> {
-    const r = await this.conn.unary(pb.LeaseService.leaseLeases, {}, 'idempotent', options);
+    const r = await this.conn.unary(rpc.Lease.leaseLeases, {}, 'idempotent', options);
     return (r.leases ?? []).map((l) => l.ID ?? 0n);
   }
 
@@ -263,7 +264,7 @@ export class Client implements AsyncDisposable {
    * leader refuses it while `requireLeader` is on (UnavailableError saying it has no leader).
    */
   async status(options?: CallOptions): Promise<MemberStatus> {
-    const r = await this.conn.unary(pb.MaintenanceService.status, {}, 'idempotent', options);
+    const r = await this.conn.unary(rpc.Maintenance.status, {}, 'idempotent', options);
     return {
       header: header(r.header),
       version: r.version ?? '',
@@ -277,7 +278,7 @@ export class Client implements AsyncDisposable {
 
   /** Every member of the cluster (etcd's Cluster.MemberList), in the cluster's order. */
   async memberList(options?: CallOptions): Promise<ClusterMember[]> {
-    const r = await this.conn.unary(pb.ClusterService.memberList, {}, 'idempotent', options);
+    const r = await this.conn.unary(rpc.Cluster.memberList, {}, 'idempotent', options);
     return (r.members ?? []).map((m) => ({
       id: m.ID ?? 0n,
       name: m.name ?? '',
@@ -292,7 +293,7 @@ export class Client implements AsyncDisposable {
    * call and fails it with an EtcdError whose `code` is 12 (gRPC UNIMPLEMENTED).
    */
   async authStatus(options?: CallOptions): Promise<AuthStatus> {
-    const r = await this.conn.unary(pb.AuthService.authStatus, {}, 'idempotent', options);
+    const r = await this.conn.unary(rpc.Auth.authStatus, {}, 'idempotent', options);
     return { enabled: r.enabled ?? false, authRevision: r.authRevision ?? 0n };
   }
 
@@ -318,7 +319,7 @@ export class Client implements AsyncDisposable {
     try {
       for (let retried = false; ; retried = true) {
         const target = pinned === undefined ? this.activeEndpoint : this.conn.endpoints[pinned]!.target;
-        const opened = await untilAborted(this.conn.openStream(pb.LeaseService.leaseKeepAlive, pinned), bound.signal, (late) => closeStream(late.stream)).catch(
+        const opened = await untilAborted(this.conn.openStream(rpc.Lease.leaseKeepAlive, pinned), bound.signal, (late) => closeStream(late.stream)).catch(
           (err: unknown) => {
             if (bound.signal.aborted || err instanceof EtcdError) throw err;
             throw new UnavailableError(`${what}: could not connect to etcd at ${target} (${err instanceof Error ? err.message : String(err)})`, { cause: err });
@@ -348,13 +349,13 @@ export class Client implements AsyncDisposable {
           if (ttl <= 0n) throw new LeaseNotFoundError(`${what}: lease not found (expired or revoked)`);
           return { ttl: Number(ttl) };
         } catch (err) {
-          if (!isServiceError(err)) throw err;
+          if (!isTransportError(err)) throw err;
           // A token that expired or that the member forgot: fetch a new one, once.
           if (!retried && opened.token !== undefined && isStaleToken(err.details) && this.conn.tokens) {
             this.conn.tokens.invalidate(opened.token);
             continue;
           }
-          throw fromGrpcError(err, what);
+          throw fromTransportError(err, what);
         } finally {
           closeStream(stream);
         }
@@ -428,6 +429,6 @@ function isLeaseNotFound(err: unknown): boolean {
 
 function isAlreadyExists(err: unknown): boolean {
   const cause = err instanceof EtcdError ? err.cause : err;
-  return isServiceError(cause) && etcdSays(cause.details, 'leaseExists');
+  return isTransportError(cause) && etcdSays(cause.details, 'leaseExists');
 }
 

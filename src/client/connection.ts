@@ -1,6 +1,5 @@
 import * as net from 'node:net';
 import * as tls from 'node:tls';
-import * as grpc from '@grpc/grpc-js';
 import { parseEndpoint, parseEndpoints, type Endpoint } from './endpoints.js';
 import {
   ClientClosedError,
@@ -10,15 +9,17 @@ import {
   UnavailableError,
   WriteOutcomeUnknownError,
   etcdSays,
-  fromGrpcError,
+  fromTransportError,
   isEndpointFailure,
   isStaleToken,
-  isServiceError,
   provablyNotApplied,
 } from './errors.js';
 import { Backoff, sleep } from './backoff.js';
-import { H2Channel, H2ConnectError, type H2ChannelOptions } from './h2.js';
+import { Http2Transport, type TlsSettings } from './transport/http2.js';
+import { type BidiStream, ConnectError, type Method, type RequestHeaders, type Transport, TransportError } from './transport/transport.js';
 import type { Telemetry } from '../metrics/telemetry.js';
+
+export { closeStream, type BidiStream, type Method } from './transport/transport.js';
 
 /** PEM material for TLS. Pass file contents (Buffer or string), not paths. */
 export interface TlsOptions {
@@ -28,6 +29,12 @@ export interface TlsOptions {
   cert?: Buffer | string;
   /** Client private key, with `cert`. */
   key?: Buffer | string;
+  /**
+   * The name the members' certificates must carry (and the TLS SNI), when it differs from the
+   * endpoints' hosts: to connect by IP address to members whose certificates name a DNS name, without
+   * turning verification off. Default: each endpoint's host.
+   */
+  serverName?: string;
   /**
    * Accept any server certificate, unverified (etcdctl's --insecure-skip-tls-verify): the traffic
    * is encrypted but anyone in the path can pose as the server. For tests and emergencies only.
@@ -48,16 +55,17 @@ export interface ConnectionOptions {
    * instead of serving stale state, and we move on to another member. Default true.
    */
   requireLeader?: boolean;
-  /** How often to ping an idle connection (gRPC keepalive; etcdctl's --keepalive-time). Default 6000; etcd refuses pings more often than every 5 s unless its --grpc-keepalive-min-time allows. */
+  /** How often to ping a connection with calls in flight (etcdctl's --keepalive-time). Default 6000; etcd refuses pings more often than every 5 s unless its --grpc-keepalive-min-time allows. */
   keepaliveTimeMs?: number;
   /** How long a ping may go unanswered before the connection is dropped (etcdctl's --keepalive-timeout). Default 3000. */
   keepaliveTimeoutMs?: number;
   /**
-   * What carries the calls, unary and streams (Watch, LeaseKeepAlive): 'h2', the library's own gRPC
-   * client on its own HTTP/2 framing (h2.ts, h2/wire.ts; one connection per member), or 'grpc-js'
-   * (@grpc/grpc-js). Default: the environment variable ETCD_CONCURRENCY_TRANSPORT, else 'h2'.
+   * The largest message accepted from etcd, in bytes (a Range answer, a watch response). A larger
+   * one fails the call with a RESOURCE_EXHAUSTED error as soon as its length is announced, before
+   * any of it is buffered. Default 64 MiB (etcd's own server refuses requests above 1.5 MiB; a
+   * Range over a huge prefix is the usual reason to raise it).
    */
-  transport?: 'grpc-js' | 'h2';
+  maxReceiveMessageBytes?: number;
 }
 
 /** How a call may be retried on another endpoint after an ambiguous failure. */
@@ -81,41 +89,6 @@ export interface CallOptions {
   anonymous?: boolean;
 }
 
-/** A method descriptor as ts-proto generates it for grpc-js. */
-export interface UnaryMethod<Req, Res> {
-  path: string;
-  requestSerialize: (value: Req) => Buffer;
-  responseDeserialize: (value: Buffer) => Res;
-}
-
-/** A streaming method descriptor as ts-proto generates it for grpc-js. */
-export interface StreamMethod<Req, Res> {
-  path: string;
-  requestSerialize: (value: Req) => Buffer;
-  responseDeserialize: (value: Buffer) => Res;
-}
-
-/**
- * A bidirectional stream (Watch, LeaseKeepAlive) on either transport: grpc-js's ClientDuplexStream,
- * or the h2 transport's H2Stream. 'error' when it fails or the server ends it with a status other
- * than OK, 'end' when the server ends it with OK.
- */
-export interface BidiStream<Req, Res> {
-  write(message: Req): unknown;
-  cancel(): void;
-  on(event: 'data', listener: (message: Res) => void): unknown;
-  on(event: 'error', listener: (err: Error) => void): unknown;
-  on(event: 'end', listener: () => void): unknown;
-  removeAllListeners(event?: string): unknown;
-}
-
-/** Ends a stream of ours: no more events reach us, and its late error is swallowed. */
-export function closeStream(stream: Pick<BidiStream<unknown, unknown>, 'removeAllListeners' | 'on' | 'cancel'>): void {
-  stream.removeAllListeners();
-  stream.on('error', () => {});
-  stream.cancel();
-}
-
 /** Supplies the auth token; the connection asks again after the server calls it invalid. */
 export interface TokenProvider {
   token(signal?: AbortSignal): Promise<string | undefined> | string | undefined;
@@ -123,57 +96,13 @@ export interface TokenProvider {
   invalidate(token?: string): void;
 }
 
-const CHANNEL_OPTIONS: grpc.ChannelOptions = {
-  // etcd can send watch responses larger than gRPC's 4 MiB default.
-  'grpc.max_receive_message_length': -1,
-  'grpc.max_send_message_length': 2 * 1024 * 1024,
-  // Reconnect quickly after a member restarts; the default backoff grows to two minutes.
-  'grpc.initial_reconnect_backoff_ms': 100,
-  'grpc.max_reconnect_backoff_ms': 1000,
-  // Notice a dead TCP peer (paused member, black-holed link) on idle streams.
-  // etcd refuses pings more often than every 5 s (--grpc-keepalive-min-time).
-  'grpc.keepalive_time_ms': 6_000,
-  'grpc.keepalive_timeout_ms': 3_000,
-  'grpc.keepalive_permit_without_calls': 0,
-};
-
-/** One endpoint's lazily created channel: grpc-js's, or the h2 transport's (every call of that endpoint, streams too). */
-class Peer {
-  private client?: grpc.Client;
-  private lean?: H2Channel;
-  constructor(
-    readonly endpoint: Endpoint,
-    private readonly credentials: grpc.ChannelCredentials,
-    private readonly channelOptions: grpc.ChannelOptions,
-    private readonly h2Options: H2ChannelOptions,
-  ) {}
-
-  get grpc(): grpc.Client {
-    this.client ??= new grpc.Client(this.endpoint.target, this.credentials, this.channelOptions);
-    return this.client;
-  }
-
-  /** Reconnects by itself on the next call after a close, without backoff. */
-  get h2(): H2Channel {
-    this.lean ??= new H2Channel(this.endpoint.target, this.h2Options);
-    return this.lean;
-  }
-
-  /** Drops the channel: gRPC backs off reconnecting to a failed endpoint, a fresh channel does not. */
-  reset(): void {
-    this.client?.close();
-    this.client = undefined;
-  }
-
-  close(): void {
-    this.reset();
-    this.lean?.close();
-    this.lean = undefined;
-  }
-}
+/** The default of ConnectionOptions.maxReceiveMessageBytes. */
+export const DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024;
+/** etcd's server refuses requests above 1.5 MiB (--max-request-bytes); we refuse to send above 2 MiB. */
+const MAX_SEND_MESSAGE_BYTES = 2 * 1024 * 1024;
 
 /**
- * Owns the channels to every endpoint and the choice of the current one, and runs unary calls
+ * Owns the transports to every endpoint and the choice of the current one, and runs unary calls
  * with deadlines, cancellation, auth metadata and failover. It knows nothing of keys or locks.
  */
 export class Connection {
@@ -181,9 +110,7 @@ export class Connection {
   readonly dialTimeoutMs: number;
   readonly callTimeoutMs: number;
   readonly requireLeader: boolean;
-  /** What carries unary calls (streams are on grpc-js either way). */
-  readonly transport: 'grpc-js' | 'h2';
-  private readonly peers: Peer[];
+  private readonly peers: Transport[];
   private current = 0;
   private closed = false;
   /** TLS material when TLS is on, null for plaintext (kept for the unreachable-endpoint diagnosis). */
@@ -201,24 +128,23 @@ export class Connection {
     this.dialTimeoutMs = positive(options.dialTimeoutMs ?? 2000, 'dialTimeoutMs');
     this.callTimeoutMs = positive(options.callTimeoutMs ?? 10_000, 'callTimeoutMs');
     this.requireLeader = options.requireLeader ?? true;
-    this.transport = transportOption(options.transport ?? process.env.ETCD_CONCURRENCY_TRANSPORT);
     const secure = this.endpoints[0]!.secure || options.tls !== undefined;
     this.tls = secure ? options.tls : null;
-    const credentials = secure ? makeTlsCredentials(options.tls) : grpc.credentials.createInsecure();
-    const channelOptions: grpc.ChannelOptions = {
-      ...CHANNEL_OPTIONS,
-      'grpc.keepalive_time_ms': positive(options.keepaliveTimeMs ?? 6_000, 'keepaliveTimeMs'),
-      'grpc.keepalive_timeout_ms': positive(options.keepaliveTimeoutMs ?? 3_000, 'keepaliveTimeoutMs'),
-    };
-    const h2Options: H2ChannelOptions = {
-      tls: secure ? { ...options.tls } : null,
-      dialTimeoutMs: this.dialTimeoutMs,
-      keepaliveTimeMs: channelOptions['grpc.keepalive_time_ms'],
-      keepaliveTimeoutMs: channelOptions['grpc.keepalive_timeout_ms'],
-      maxReceiveMessageLength: CHANNEL_OPTIONS['grpc.max_receive_message_length'],
-      maxSendMessageLength: CHANNEL_OPTIONS['grpc.max_send_message_length'],
-    };
-    this.peers = this.endpoints.map((e) => new Peer(e, credentials, channelOptions, h2Options));
+    const tlsSettings = secure ? tlsSettingsOf(options.tls) : null;
+    const keepaliveTimeMs = positive(options.keepaliveTimeMs ?? 6_000, 'keepaliveTimeMs');
+    const keepaliveTimeoutMs = positive(options.keepaliveTimeoutMs ?? 3_000, 'keepaliveTimeoutMs');
+    const maxReceiveMessageBytes = positive(options.maxReceiveMessageBytes ?? DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, 'maxReceiveMessageBytes', 'bytes');
+    this.peers = this.endpoints.map(
+      (e) =>
+        new Http2Transport(e.target, {
+          tls: tlsSettings,
+          dialTimeoutMs: this.dialTimeoutMs,
+          keepaliveTimeMs,
+          keepaliveTimeoutMs,
+          maxReceiveMessageBytes,
+          maxSendMessageBytes: MAX_SEND_MESSAGE_BYTES,
+        }),
+    );
   }
 
   get isClosed(): boolean {
@@ -232,7 +158,7 @@ export class Connection {
 
   /** The endpoint calls go to now. */
   get activeTarget(): string {
-    return this.peers[this.current]!.endpoint.target;
+    return this.endpoints[this.current]!.target;
   }
 
   /** Moves to the next endpoint, unless someone already moved away from `peer`. */
@@ -242,88 +168,35 @@ export class Connection {
     if (this.peers.length > 1 && this.telemetry?.metricsOn) this.telemetry.failovers.add(1);
   }
 
-  /** Metadata every call carries: the auth token and, unless disabled, `hasleader`. */
-  metadata(signal?: AbortSignal, anonymous = false): grpc.Metadata | Promise<grpc.Metadata> {
-    const md = new grpc.Metadata();
-    if (this.requireLeader) md.set('hasleader', 'true');
+  /** Headers every call carries: the auth token and, unless disabled, `hasleader`. */
+  metadata(signal?: AbortSignal, anonymous = false): RequestHeaders | Promise<RequestHeaders> {
     const token = this.tokens && !anonymous ? this.tokens.token(signal) : undefined;
     // Synchronous unless a token must be fetched: the hot path pays no extra await.
-    if (token instanceof Promise) {
-      return token.then((t) => {
-        if (t !== undefined) md.set('token', t);
-        return md;
-      });
-    }
-    if (token !== undefined) md.set('token', token);
-    return md;
+    if (token instanceof Promise) return token.then((t) => this.headers(t));
+    return this.headers(token);
+  }
+
+  private headers(token: string | undefined): RequestHeaders {
+    if (token === undefined) return this.requireLeader ? HAS_LEADER : NO_HEADERS;
+    return this.requireLeader ? { hasleader: 'true', token } : { token };
   }
 
   /**
-   * Connects endpoint `peer` and returns its gRPC client, or fails within the dial timeout (or the
-   * caller's deadline, or when `signal` aborts, with its reason). A channel already in
-   * TRANSIENT_FAILURE is replaced, so every call makes a real attempt instead of waiting out gRPC's
-   * reconnect backoff (a restarted member is used at once, a dead one fails at once).
+   * Connects endpoint `peer`, or fails within the dial timeout (or the caller's deadline, or when
+   * `signal` aborts, with its reason) with a ConnectFailure. Every call makes a real attempt: a
+   * restarted member is used at once, a dead one fails at once.
    */
-  ready(peer: number, deadline: number, signal?: AbortSignal): Promise<grpc.Client> {
-    const p = this.peers[peer]!;
-    let client = p.grpc;
-    let state = client.getChannel().getConnectivityState(true);
-    if (state === grpc.connectivityState.READY) return Promise.resolve(client);
-    if (signal?.aborted) return Promise.reject(signal.reason);
-    if (state === grpc.connectivityState.TRANSIENT_FAILURE) {
-      p.reset();
-      client = p.grpc;
-      state = client.getChannel().getConnectivityState(true);
-    }
-    const channel = client.getChannel();
+  private ready(peer: number, deadline: number, signal?: AbortSignal): Promise<Transport> {
+    const t = this.peers[peer]!;
+    if (t.isReady) return Promise.resolve(t);
     const started = performance.now();
     const until = Math.min(deadline, started + this.dialTimeoutMs);
-    return new Promise((resolve, reject) => {
-      let settled = false;
-      const finish = (err: unknown, value?: grpc.Client): void => {
-        if (settled) return;
-        settled = true;
-        signal?.removeEventListener('abort', onAbort);
-        if (err === undefined) resolve(value!);
-        else reject(err);
-      };
-      // gRPC's watch cannot be cancelled: an abort settles now, and the watch ends by `until` at the latest.
-      const onAbort = (): void => finish(signal!.reason);
-      signal?.addEventListener('abort', onAbort, { once: true });
-      // Reported as the time allowed, not the time measured (timers may fire a little late).
-      const timedOut = (): ConnectFailure => new ConnectFailure('timeout', Math.max(0, until - started));
-      const step = (): void => {
-        if (settled) return;
-        const left = until - performance.now();
-        if (left <= 0) return finish(timedOut());
-        channel.watchConnectivityState(state, Date.now() + left, (err) => {
-          if (settled) return;
-          if (err) return finish(timedOut());
-          state = channel.getConnectivityState(true);
-          if (state === grpc.connectivityState.READY) return finish(undefined, client);
-          if (state === grpc.connectivityState.TRANSIENT_FAILURE) return finish(new ConnectFailure('failed', performance.now() - started));
-          if (state === grpc.connectivityState.SHUTDOWN) {
-            return finish(this.closed ? new ClientClosedError() : new ConnectFailure('failed', performance.now() - started));
-          }
-          step();
-        });
-      };
-      step();
-    });
-  }
-
-  /** ready() for the 'h2' transport: endpoint `peer`'s h2 channel, connected, or a ConnectFailure. */
-  private readyH2(peer: number, deadline: number, signal?: AbortSignal): Promise<H2Channel> {
-    const ch = this.peers[peer]!.h2;
-    if (ch.isReady) return Promise.resolve(ch);
-    const started = performance.now();
-    const until = Math.min(deadline, started + this.dialTimeoutMs);
-    return ch.connect(until, signal).then(
-      () => ch,
+    return t.connect(until, signal).then(
+      () => t,
       (err: unknown) => {
-        if (!(err instanceof H2ConnectError)) throw err;
+        if (!(err instanceof ConnectError)) throw err;
         if (err.kind === 'closed' && this.closed) throw new ClientClosedError();
-        // Reported as the time allowed, not the time measured, as ready() does.
+        // Reported as the time allowed, not the time measured (timers may fire a little late).
         throw new ConnectFailure(err.kind === 'timeout' ? 'timeout' : 'failed', err.kind === 'timeout' ? Math.max(0, until - started) : performance.now() - started);
       },
     );
@@ -352,28 +225,21 @@ export class Connection {
    * connected and with auth metadata. On failure moves to the next endpoint (unless pinned) and
    * throws; the caller retries after a backoff.
    */
-  async openStream<Req, Res>(method: StreamMethod<Req, Res>, pinned?: number): Promise<{ peer: number; stream: BidiStream<Req, Res>; token?: string }> {
+  async openStream<Req, Res>(method: Method<Req, Res>, pinned?: number): Promise<{ peer: number; stream: BidiStream<Req, Res>; token?: string }> {
     const md = await this.metadata();
     if (this.closed) throw new ClientClosedError();
     const peer = pinned ?? this.current;
     let stream: BidiStream<Req, Res>;
     try {
-      if (this.transport === 'h2') {
-        // The same connection as the member's unary calls, as Go's client: one per member.
-        const ch = await this.readyH2(peer, performance.now() + this.dialTimeoutMs);
-        if (this.closed) throw new ClientClosedError();
-        stream = ch.stream(method, md);
-      } else {
-        const client = await this.ready(peer, performance.now() + this.dialTimeoutMs);
-        if (this.closed) throw new ClientClosedError();
-        stream = client.makeBidiStreamRequest(method.path, method.requestSerialize, method.responseDeserialize, md, {});
-      }
+      // The same connection as the member's unary calls, as Go's client: one per member.
+      const t = await this.ready(peer, performance.now() + this.dialTimeoutMs);
+      if (this.closed) throw new ClientClosedError();
+      stream = t.stream(method, md);
     } catch (err) {
       if (pinned === undefined && !(err instanceof ClientClosedError)) this.failover(peer);
       throw err;
     }
-    const token = md.get('token')[0];
-    return { peer, stream, ...(typeof token === 'string' ? { token } : {}) };
+    return { peer, stream, ...(md.token !== undefined ? { token: md.token } : {}) };
   }
 
   /**
@@ -381,7 +247,7 @@ export class Connection {
    * leaves a write's outcome unknown is retried only under the 'idempotent' policy. Its duration
    * (retries included) is `rpc.client.call.duration`, recorded here and nowhere else.
    */
-  unary<Req, Res>(method: UnaryMethod<Req, Res>, request: Req, policy: RetryPolicy, options?: CallOptions, progress?: CallProgress): Promise<Res> {
+  unary<Req, Res>(method: Method<Req, Res>, request: Req, policy: RetryPolicy, options?: CallOptions, progress?: CallProgress): Promise<Res> {
     const tel = this.telemetry;
     if (!tel?.metricsOn) return this.call(method, request, policy, options, progress);
     const startedAt = performance.now();
@@ -398,7 +264,7 @@ export class Connection {
   }
 
   private async call<Req, Res>(
-    method: UnaryMethod<Req, Res>,
+    method: Method<Req, Res>,
     request: Req,
     policy: RetryPolicy,
     options: CallOptions = {},
@@ -424,11 +290,11 @@ export class Connection {
         throw new DeadlineExceededError(`${lastFailure.message}; no time left to retry before the deadline`, { cause: lastFailure });
       }
       const peer = pinned ?? this.current;
-      let client: grpc.Client | H2Channel;
+      let transport: Transport;
       try {
         // Bounded by the dial timeout, the call's deadline and its signal: a hung endpoint costs at
         // most the dial timeout before the next one is tried, and never more than the caller allowed.
-        client = await (this.transport === 'h2' ? this.readyH2(peer, deadline, signal) : this.ready(peer, deadline, signal));
+        transport = await this.ready(peer, deadline, signal);
       } catch (err) {
         if (err instanceof ClientClosedError) throw err;
         if (signal?.aborted) throw signal.reason;
@@ -452,29 +318,26 @@ export class Connection {
           : deadline;
       try {
         if (progress) progress.sent = true;
-        return await (client instanceof H2Channel
-          ? client.unary(method, request, md, attemptDeadline, signal)
-          : callUnary(client, method, request, md, attemptDeadline, signal));
+        return await transport.unary(method, request, md, attemptDeadline, signal);
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
-        if (!isServiceError(err)) throw err;
-        const details = err.details ?? '';
-        if (isStaleToken(details) && this.tokens && md.get('token').length > 0 && performance.now() < deadline) {
+        if (!(err instanceof TransportError)) throw err;
+        if (this.closed) throw new ClientClosedError();
+        const details = err.details;
+        if (isStaleToken(details) && this.tokens && md.token !== undefined && performance.now() < deadline) {
           // The token expired or the member forgot it (etcd 17623): the request was refused, so
           // fetch a new one and retry.
-          const stale = md.get('token')[0];
-          if (typeof stale === 'string') this.tokens.invalidate(stale);
+          this.tokens.invalidate(md.token);
           continue;
         }
-        if (!isEndpointFailure(err) && !etcdSays(details, 'tooManyRequests')) throw fromGrpcError(err, what);
+        if (!isEndpointFailure(err) && !etcdSays(details, 'tooManyRequests')) throw fromTransportError(err, what);
         const notApplied = provablyNotApplied(err);
         // Retried below although this attempt may yet be applied (a request held by a slow member).
         if (progress && !notApplied) progress.ambiguous = true;
         if (!notApplied && policy === 'at-most-once') {
           throw new WriteOutcomeUnknownError(
-            `${what}: the request may or may not have been applied (${details || err.message}); ` +
-              'read the state before deciding to retry',
-            { cause: err, code: err.code },
+            `${what}: the request may or may not have been applied (${details}); ` + 'read the state before deciding to retry',
+            { cause: err, code: err.status },
           );
         }
         if (etcdSays(details, 'noLeader')) {
@@ -482,12 +345,12 @@ export class Connection {
           if (performance.now() - noLeaderSince > Math.max(2000, this.dialTimeoutMs) || performance.now() >= deadline) {
             throw new UnavailableError(
               `${what}: etcd has no Raft leader (the cluster may have lost quorum: are a majority of its members up?)`,
-              { cause: err, code: err.code },
+              { cause: err, code: err.status },
             );
           }
         }
-        if (performance.now() >= deadline) throw fromGrpcError(err, what);
-        lastFailure = fromGrpcError(err, what);
+        if (performance.now() >= deadline) throw fromTransportError(err, what);
+        lastFailure = fromTransportError(err, what);
         if (pinned === undefined) this.failover(peer);
         await sleep(Math.min(backoff.next(), Math.max(0, deadline - performance.now())), signal);
         unreachable.clear();
@@ -507,11 +370,11 @@ export class Connection {
         if (f.kind === 'timeout') return silence(Math.round(f.waitedMs));
         const budget = Math.min(this.dialTimeoutMs, deadline - performance.now());
         if (budget < 50) return 'the connection failed';
-        return diagnose(this.peers[peer]!.endpoint, budget, this.tls, signal);
+        return diagnose(this.endpoints[peer]!, budget, this.tls, signal);
       }),
     );
     if (signal?.aborted) return signal.reason as Error;
-    const targets = [...failures.keys()].map((peer) => this.peers[peer]!.endpoint.target);
+    const targets = [...failures.keys()].map((peer) => this.endpoints[peer]!.target);
     const why =
       new Set(reasons).size === 1 ? reasons[0]! : reasons.map((r, i) => `${targets[i]}: ${r}`).join('; ');
     const first = failures.values().next().value;
@@ -529,6 +392,9 @@ export class Connection {
     for (const p of this.peers) p.close();
   }
 }
+
+const HAS_LEADER: RequestHeaders = Object.freeze({ hasleader: 'true' });
+const NO_HEADERS: RequestHeaders = Object.freeze({});
 
 /** What a unary call did, for callers that must know: whether a request left, and whether one may land late. */
 export interface CallProgress {
@@ -610,36 +476,6 @@ function within<T>(p: Promise<T>, deadline: number, signal: AbortSignal | undefi
   });
 }
 
-function callUnary<Req, Res>(
-  client: grpc.Client,
-  method: UnaryMethod<Req, Res>,
-  request: Req,
-  md: grpc.Metadata,
-  deadline: number,
-  signal: AbortSignal | undefined,
-): Promise<Res> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    // gRPC takes an epoch deadline; we derive it from our monotonic one at the last moment.
-    const options: grpc.CallOptions = { deadline: Date.now() + Math.max(1, deadline - performance.now()) };
-    const call = client.makeUnaryRequest(
-      method.path,
-      method.requestSerialize,
-      method.responseDeserialize,
-      request,
-      md,
-      options,
-      (err, res) => {
-        signal?.removeEventListener('abort', onAbort);
-        if (err) reject(err);
-        else resolve(res as Res);
-      },
-    );
-    const onAbort = (): void => call.cancel();
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
-}
-
 /**
  * Finds out why an endpoint could not be reached, for the error message: gRPC only says the
  * channel failed, while a plain TCP or TLS handshake names the cause (refused, timeout, wrong CA).
@@ -655,7 +491,8 @@ function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsOptions 
         : tls.connect({
             host,
             port,
-            servername: net.isIP(host) ? '' : host, // SNI takes names, not addresses
+            // SNI takes names, not addresses; the name the certificate must carry, when given.
+            ...((tlsOptions?.serverName ?? (net.isIP(host) ? undefined : host)) !== undefined && { servername: tlsOptions?.serverName ?? host }),
             ALPNProtocols: ['h2'],
             ...(tlsOptions?.ca !== undefined && { ca: tlsOptions.ca }),
             ...(tlsOptions?.cert !== undefined && { cert: tlsOptions.cert }),
@@ -696,26 +533,34 @@ function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsOptions 
   });
 }
 
-function makeTlsCredentials(tls: TlsOptions | undefined): grpc.ChannelCredentials {
-  const buf = (v: Buffer | string | undefined): Buffer | null => (v === undefined ? null : Buffer.from(v));
+function tlsSettingsOf(tls: TlsOptions | undefined): TlsSettings {
   if ((tls?.cert === undefined) !== (tls?.key === undefined)) {
     throw new InvalidArgumentError('TLS: give both a client certificate and its key, or neither');
   }
+  // Parsed once here, so that bad PEM is reported now and not on every connection attempt.
   try {
-    const verify = tls?.insecureSkipVerify ? { rejectUnauthorized: false, checkServerIdentity: () => undefined } : {};
-    return grpc.credentials.createSsl(buf(tls?.ca), buf(tls?.key), buf(tls?.cert), verify);
+    loadSecureContext(tls);
   } catch (err) {
     throw new InvalidArgumentError(`TLS: could not load the certificates (${(err as Error).message}); pass PEM contents`, { cause: err });
   }
+  return {
+    ca: tls?.ca,
+    cert: tls?.cert,
+    key: tls?.key,
+    serverName: tls?.serverName,
+    insecureSkipVerify: tls?.insecureSkipVerify,
+  };
 }
 
-function transportOption(v: string | undefined): 'grpc-js' | 'h2' {
-  if (v === undefined || v === '' || v === 'h2') return 'h2';
-  if (v === 'grpc-js') return 'grpc-js';
-  throw new InvalidArgumentError(`transport (or ETCD_CONCURRENCY_TRANSPORT) must be 'grpc-js' or 'h2', got '${v}'`);
+function loadSecureContext(t: TlsOptions | undefined): void {
+  tls.createSecureContext({
+    ...(t?.ca !== undefined && { ca: t.ca }),
+    ...(t?.cert !== undefined && { cert: t.cert }),
+    ...(t?.key !== undefined && { key: t.key }),
+  });
 }
 
-function positive(n: number, name: string): number {
-  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${name} must be a positive number of milliseconds, got ${n}`);
+function positive(n: number, name: string, unit = 'milliseconds'): number {
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${name} must be a positive number of ${unit}, got ${n}`);
   return n;
 }

@@ -1,4 +1,4 @@
-import { status as GrpcStatus, type ServiceError } from '@grpc/grpc-js';
+import { Status, TransportError } from './transport/transport.js';
 
 /** Base class of every error this library throws, so callers can catch ours apart from theirs. */
 export class EtcdError extends Error {
@@ -95,55 +95,51 @@ export function isStaleToken(text: string | undefined): boolean {
   return etcdSays(text, 'invalidAuthToken') || etcdSays(text, 'authOldRevision') || etcdSays(text, 'userEmpty');
 }
 
-/** The failures that prove a request was rejected before it was applied. */
+/** etcd's refusals that prove a request was rejected before it was applied. */
 const NOT_APPLIED = [ETCD_SAYS.noLeader, ETCD_SAYS.notCapable, ETCD_SAYS.tooManyRequests, ETCD_SAYS.invalidAuthToken];
-const NOT_SENT = ['No connection established', 'ECONNREFUSED', 'Name resolution failed'];
 
-export function isServiceError(err: unknown): err is ServiceError {
-  return err instanceof Error && typeof (err as ServiceError).code === 'number' && 'details' in err;
+export function isTransportError(err: unknown): err is TransportError {
+  return err instanceof TransportError;
 }
 
 /** True when the failure proves the request never took effect, so even a write may be retried. */
-export function provablyNotApplied(err: ServiceError): boolean {
-  // The h2 transport knows when a request never left (no stream, a deadline while connecting).
-  if ((err as { notSent?: unknown }).notSent === true) return true;
-  const d = err.details ?? '';
-  return NOT_APPLIED.some((s) => d.includes(s)) || NOT_SENT.some((s) => d.includes(s));
+export function provablyNotApplied(err: TransportError): boolean {
+  return err.notSent || NOT_APPLIED.some((s) => err.details.includes(s));
 }
 
 /** True when the failure is about the endpoint (so another endpoint may do better). */
-export function isEndpointFailure(err: ServiceError): boolean {
+export function isEndpointFailure(err: TransportError): boolean {
   return (
-    err.code === GrpcStatus.UNAVAILABLE ||
-    err.code === GrpcStatus.DEADLINE_EXCEEDED ||
-    (err.code === GrpcStatus.CANCELLED && !(err.details ?? '').includes('Cancelled on client')) ||
-    err.code === GrpcStatus.INTERNAL ||
-    err.code === GrpcStatus.UNKNOWN
+    err.status === Status.UNAVAILABLE ||
+    err.status === Status.DEADLINE_EXCEEDED ||
+    (err.status === Status.CANCELLED && !err.local) ||
+    err.status === Status.INTERNAL ||
+    err.status === Status.UNKNOWN
   );
 }
 
-/** Converts a gRPC failure into our typed errors; the original stays attached as `cause`. */
-export function fromGrpcError(err: ServiceError, what: string): EtcdError {
-  const d = err.details ?? err.message;
-  const opts = { cause: err, code: err.code };
+/** Converts a transport failure into our typed errors; the original stays attached as `cause`. */
+export function fromTransportError(err: TransportError, what: string): EtcdError {
+  const d = err.details;
+  const opts = { cause: err, code: err.status };
   if (etcdSays(d, 'compacted')) return new CompactedError(0n, opts);
   if (etcdSays(d, 'leaseNotFound')) return new LeaseNotFoundError(`${what}: lease not found (expired or revoked)`, opts);
-  switch (err.code) {
-    case GrpcStatus.PERMISSION_DENIED:
+  switch (err.status) {
+    case Status.PERMISSION_DENIED:
       return new PermissionDeniedError(`${what}: permission denied; grant the user's role access to this key range`, opts);
-    case GrpcStatus.UNAUTHENTICATED:
+    case Status.UNAUTHENTICATED:
       return new AuthenticationError(`${what}: not authenticated (${d}); check the user and password`, opts);
-    case GrpcStatus.INVALID_ARGUMENT:
+    case Status.INVALID_ARGUMENT:
       if (etcdSays(d, 'authFailed')) return new AuthenticationError(`${what}: authentication failed: wrong user name or password`, opts);
       if (etcdSays(d, 'userEmpty')) {
         return new AuthenticationError(`${what}: etcd has authentication enabled; pass a user and password (auth option, or --user)`, opts);
       }
       return new InvalidArgumentError(`${what}: ${d}`, opts);
-    case GrpcStatus.DEADLINE_EXCEEDED:
+    case Status.DEADLINE_EXCEEDED:
       return new DeadlineExceededError(`${what}: no answer before the deadline`, opts);
-    case GrpcStatus.UNAVAILABLE:
+    case Status.UNAVAILABLE:
       return new UnavailableError(`${what}: etcd unavailable (${d})`, opts);
     default:
-      return new EtcdError(`${what}: ${d}`, opts);
+      return new EtcdError(`${what}: ${err.message}`, opts);
   }
 }

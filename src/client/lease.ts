@@ -1,7 +1,8 @@
 import * as pb from '../proto/etcd.js';
+import * as rpc from './methods.js';
 import { closeStream, type BidiStream, type Connection } from './connection.js';
 import { Backoff } from './backoff.js';
-import { isServiceError, isStaleToken } from './errors.js';
+import { isTransportError, isStaleToken } from './errors.js';
 
 /** What a lease's owner hears from the shared keepalive stream. */
 export interface KeepAliveListener {
@@ -85,7 +86,7 @@ export class KeepAliveHub {
     if (this.opening || this.stream || this.retryTimer || this.closed) return;
     this.opening = true;
     try {
-      const { peer, stream: s, token } = await this.conn.openStream(pb.LeaseService.leaseKeepAlive);
+      const { peer, stream: s, token } = await this.conn.openStream(rpc.Lease.leaseKeepAlive);
       if (this.closed || this.listeners.size === 0) {
         closeStream(s);
         return;
@@ -98,7 +99,7 @@ export class KeepAliveHub {
         // etcd (3.4.42+, 3.5.28+, 3.6.9+, 3.7) checks the token on every renewal: one that expired
         // or that a restarted member forgot must be replaced, or every reopen fails the same way
         // until the leases expire. The member itself is fine: stay on it.
-        const stale = token !== undefined && isServiceError(err) && isStaleToken(err.details);
+        const stale = token !== undefined && isTransportError(err) && isStaleToken(err.details);
         if (stale) this.conn.tokens?.invalidate(token);
         this.broken(s, !stale);
       });

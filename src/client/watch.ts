@@ -1,7 +1,8 @@
 import * as pb from '../proto/etcd.js';
+import * as rpc from './methods.js';
 import { closeStream, type BidiStream, type Connection } from './connection.js';
 import { Backoff } from './backoff.js';
-import { ClientClosedError, CompactedError, EtcdError, PermissionDeniedError, etcdSays, isServiceError, isStaleToken } from './errors.js';
+import { ClientClosedError, CompactedError, EtcdError, PermissionDeniedError, etcdSays, isTransportError, isStaleToken } from './errors.js';
 import { prefixRange, toBuffer, type Bytes, type KeyValue } from './kv.js';
 import { QueuedIterator } from './queued-iterator.js';
 
@@ -268,7 +269,7 @@ export class WatchHub {
     if (this.opening || this.stream || this.retryTimer || this.closed) return;
     this.opening = true;
     try {
-      const { peer, stream: s } = await this.conn.openStream(pb.WatchService.watch);
+      const { peer, stream: s } = await this.conn.openStream(rpc.Watch.watch);
       if (this.closed) {
         closeStream(s);
         return;
@@ -277,7 +278,7 @@ export class WatchHub {
       this.stream = s;
       s.on('data', (r: pb.WatchResponse) => this.onResponse(s, r));
       // A stream etcd ended over its token must reopen with a new one, not the same one elsewhere.
-      s.on('error', (err: Error) => this.onBroken(s, err, isServiceError(err) && isStaleToken(err.details) && !!this.conn.tokens));
+      s.on('error', (err: Error) => this.onBroken(s, err, isTransportError(err) && isStaleToken(err.details) && !!this.conn.tokens));
       s.on('end', () => this.onBroken(s, new Error('watch stream ended')));
     } catch (err) {
       this.scheduleReopen(err);

@@ -6,20 +6,6 @@
 
 /* eslint-disable */
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
-import {
-  type CallOptions,
-  type ChannelCredentials,
-  Client,
-  type ClientDuplexStream,
-  type ClientOptions,
-  type ClientUnaryCall,
-  type handleBidiStreamingCall,
-  type handleUnaryCall,
-  makeGenericClientConstructor,
-  type Metadata,
-  type ServiceError,
-  type UntypedServiceImplementation,
-} from "@grpc/grpc-js";
 
 export const protobufPackage = "etcdserverpb";
 
@@ -3552,457 +3538,173 @@ export const AuthenticateResponse: MessageFns<AuthenticateResponse> = {
   },
 };
 
-export type KVService = typeof KVService;
-export const KVService = {
-  range: {
-    path: "/etcdserverpb.KV/Range" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: RangeRequest): Buffer => Buffer.from(RangeRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): RangeRequest => RangeRequest.decode(value),
-    responseSerialize: (value: RangeResponse): Buffer => Buffer.from(RangeResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): RangeResponse => RangeResponse.decode(value),
-  },
-  put: {
-    path: "/etcdserverpb.KV/Put" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: PutRequest): Buffer => Buffer.from(PutRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): PutRequest => PutRequest.decode(value),
-    responseSerialize: (value: PutResponse): Buffer => Buffer.from(PutResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): PutResponse => PutResponse.decode(value),
-  },
-  deleteRange: {
-    path: "/etcdserverpb.KV/DeleteRange" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: DeleteRangeRequest): Buffer => Buffer.from(DeleteRangeRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): DeleteRangeRequest => DeleteRangeRequest.decode(value),
-    responseSerialize: (value: DeleteRangeResponse): Buffer => Buffer.from(DeleteRangeResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): DeleteRangeResponse => DeleteRangeResponse.decode(value),
-  },
-  txn: {
-    path: "/etcdserverpb.KV/Txn" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: TxnRequest): Buffer => Buffer.from(TxnRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): TxnRequest => TxnRequest.decode(value),
-    responseSerialize: (value: TxnResponse): Buffer => Buffer.from(TxnResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): TxnResponse => TxnResponse.decode(value),
-  },
-  compact: {
-    path: "/etcdserverpb.KV/Compact" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: CompactionRequest): Buffer => Buffer.from(CompactionRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): CompactionRequest => CompactionRequest.decode(value),
-    responseSerialize: (value: CompactionResponse): Buffer => Buffer.from(CompactionResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): CompactionResponse => CompactionResponse.decode(value),
-  },
-} as const;
-
-export interface KVServer extends UntypedServiceImplementation {
-  range: handleUnaryCall<RangeRequest, RangeResponse>;
-  put: handleUnaryCall<PutRequest, PutResponse>;
-  deleteRange: handleUnaryCall<DeleteRangeRequest, DeleteRangeResponse>;
-  txn: handleUnaryCall<TxnRequest, TxnResponse>;
-  compact: handleUnaryCall<CompactionRequest, CompactionResponse>;
-}
-
-export interface KVClient extends Client {
-  range(
-    request: RangeRequest,
-    callback: (error: ServiceError | null, response: RangeResponse) => void,
-  ): ClientUnaryCall;
-  range(
-    request: RangeRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: RangeResponse) => void,
-  ): ClientUnaryCall;
-  range(
-    request: RangeRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: RangeResponse) => void,
-  ): ClientUnaryCall;
-  put(request: PutRequest, callback: (error: ServiceError | null, response: PutResponse) => void): ClientUnaryCall;
-  put(
-    request: PutRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: PutResponse) => void,
-  ): ClientUnaryCall;
-  put(
-    request: PutRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: PutResponse) => void,
-  ): ClientUnaryCall;
-  deleteRange(
-    request: DeleteRangeRequest,
-    callback: (error: ServiceError | null, response: DeleteRangeResponse) => void,
-  ): ClientUnaryCall;
-  deleteRange(
-    request: DeleteRangeRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: DeleteRangeResponse) => void,
-  ): ClientUnaryCall;
-  deleteRange(
-    request: DeleteRangeRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: DeleteRangeResponse) => void,
-  ): ClientUnaryCall;
-  txn(request: TxnRequest, callback: (error: ServiceError | null, response: TxnResponse) => void): ClientUnaryCall;
-  txn(
-    request: TxnRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: TxnResponse) => void,
-  ): ClientUnaryCall;
-  txn(
-    request: TxnRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: TxnResponse) => void,
-  ): ClientUnaryCall;
-  compact(
-    request: CompactionRequest,
-    callback: (error: ServiceError | null, response: CompactionResponse) => void,
-  ): ClientUnaryCall;
-  compact(
-    request: CompactionRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: CompactionResponse) => void,
-  ): ClientUnaryCall;
-  compact(
-    request: CompactionRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: CompactionResponse) => void,
-  ): ClientUnaryCall;
-}
-
-export const KVClient = makeGenericClientConstructor(KVService, "etcdserverpb.KV") as unknown as {
-  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): KVClient;
-  service: typeof KVService;
-  serviceName: string;
-};
-
-export type WatchService = typeof WatchService;
-export const WatchService = {
-  watch: {
-    path: "/etcdserverpb.Watch/Watch" as const,
-    requestStream: true as const,
-    responseStream: true as const,
-    requestSerialize: (value: WatchRequest): Buffer => Buffer.from(WatchRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): WatchRequest => WatchRequest.decode(value),
-    responseSerialize: (value: WatchResponse): Buffer => Buffer.from(WatchResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): WatchResponse => WatchResponse.decode(value),
+export type KVDefinition = typeof KVDefinition;
+export const KVDefinition = {
+  name: "KV",
+  fullName: "etcdserverpb.KV",
+  methods: {
+    range: {
+      name: "Range",
+      requestType: RangeRequest as typeof RangeRequest,
+      requestStream: false,
+      responseType: RangeResponse as typeof RangeResponse,
+      responseStream: false,
+      options: {},
+    },
+    put: {
+      name: "Put",
+      requestType: PutRequest as typeof PutRequest,
+      requestStream: false,
+      responseType: PutResponse as typeof PutResponse,
+      responseStream: false,
+      options: {},
+    },
+    deleteRange: {
+      name: "DeleteRange",
+      requestType: DeleteRangeRequest as typeof DeleteRangeRequest,
+      requestStream: false,
+      responseType: DeleteRangeResponse as typeof DeleteRangeResponse,
+      responseStream: false,
+      options: {},
+    },
+    txn: {
+      name: "Txn",
+      requestType: TxnRequest as typeof TxnRequest,
+      requestStream: false,
+      responseType: TxnResponse as typeof TxnResponse,
+      responseStream: false,
+      options: {},
+    },
+    compact: {
+      name: "Compact",
+      requestType: CompactionRequest as typeof CompactionRequest,
+      requestStream: false,
+      responseType: CompactionResponse as typeof CompactionResponse,
+      responseStream: false,
+      options: {},
+    },
   },
 } as const;
 
-export interface WatchServer extends UntypedServiceImplementation {
-  watch: handleBidiStreamingCall<WatchRequest, WatchResponse>;
-}
-
-export interface WatchClient extends Client {
-  watch(): ClientDuplexStream<WatchRequest, WatchResponse>;
-  watch(options: Partial<CallOptions>): ClientDuplexStream<WatchRequest, WatchResponse>;
-  watch(metadata: Metadata, options?: Partial<CallOptions>): ClientDuplexStream<WatchRequest, WatchResponse>;
-}
-
-export const WatchClient = makeGenericClientConstructor(WatchService, "etcdserverpb.Watch") as unknown as {
-  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): WatchClient;
-  service: typeof WatchService;
-  serviceName: string;
-};
-
-export type LeaseService = typeof LeaseService;
-export const LeaseService = {
-  leaseGrant: {
-    path: "/etcdserverpb.Lease/LeaseGrant" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: LeaseGrantRequest): Buffer => Buffer.from(LeaseGrantRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): LeaseGrantRequest => LeaseGrantRequest.decode(value),
-    responseSerialize: (value: LeaseGrantResponse): Buffer => Buffer.from(LeaseGrantResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): LeaseGrantResponse => LeaseGrantResponse.decode(value),
-  },
-  leaseRevoke: {
-    path: "/etcdserverpb.Lease/LeaseRevoke" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: LeaseRevokeRequest): Buffer => Buffer.from(LeaseRevokeRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): LeaseRevokeRequest => LeaseRevokeRequest.decode(value),
-    responseSerialize: (value: LeaseRevokeResponse): Buffer => Buffer.from(LeaseRevokeResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): LeaseRevokeResponse => LeaseRevokeResponse.decode(value),
-  },
-  leaseKeepAlive: {
-    path: "/etcdserverpb.Lease/LeaseKeepAlive" as const,
-    requestStream: true as const,
-    responseStream: true as const,
-    requestSerialize: (value: LeaseKeepAliveRequest): Buffer =>
-      Buffer.from(LeaseKeepAliveRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): LeaseKeepAliveRequest => LeaseKeepAliveRequest.decode(value),
-    responseSerialize: (value: LeaseKeepAliveResponse): Buffer =>
-      Buffer.from(LeaseKeepAliveResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): LeaseKeepAliveResponse => LeaseKeepAliveResponse.decode(value),
-  },
-  leaseTimeToLive: {
-    path: "/etcdserverpb.Lease/LeaseTimeToLive" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: LeaseTimeToLiveRequest): Buffer =>
-      Buffer.from(LeaseTimeToLiveRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): LeaseTimeToLiveRequest => LeaseTimeToLiveRequest.decode(value),
-    responseSerialize: (value: LeaseTimeToLiveResponse): Buffer =>
-      Buffer.from(LeaseTimeToLiveResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): LeaseTimeToLiveResponse => LeaseTimeToLiveResponse.decode(value),
-  },
-  leaseLeases: {
-    path: "/etcdserverpb.Lease/LeaseLeases" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: LeaseLeasesRequest): Buffer => Buffer.from(LeaseLeasesRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): LeaseLeasesRequest => LeaseLeasesRequest.decode(value),
-    responseSerialize: (value: LeaseLeasesResponse): Buffer => Buffer.from(LeaseLeasesResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): LeaseLeasesResponse => LeaseLeasesResponse.decode(value),
+export type WatchDefinition = typeof WatchDefinition;
+export const WatchDefinition = {
+  name: "Watch",
+  fullName: "etcdserverpb.Watch",
+  methods: {
+    watch: {
+      name: "Watch",
+      requestType: WatchRequest as typeof WatchRequest,
+      requestStream: true,
+      responseType: WatchResponse as typeof WatchResponse,
+      responseStream: true,
+      options: {},
+    },
   },
 } as const;
 
-export interface LeaseServer extends UntypedServiceImplementation {
-  leaseGrant: handleUnaryCall<LeaseGrantRequest, LeaseGrantResponse>;
-  leaseRevoke: handleUnaryCall<LeaseRevokeRequest, LeaseRevokeResponse>;
-  leaseKeepAlive: handleBidiStreamingCall<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
-  leaseTimeToLive: handleUnaryCall<LeaseTimeToLiveRequest, LeaseTimeToLiveResponse>;
-  leaseLeases: handleUnaryCall<LeaseLeasesRequest, LeaseLeasesResponse>;
-}
-
-export interface LeaseClient extends Client {
-  leaseGrant(
-    request: LeaseGrantRequest,
-    callback: (error: ServiceError | null, response: LeaseGrantResponse) => void,
-  ): ClientUnaryCall;
-  leaseGrant(
-    request: LeaseGrantRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: LeaseGrantResponse) => void,
-  ): ClientUnaryCall;
-  leaseGrant(
-    request: LeaseGrantRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: LeaseGrantResponse) => void,
-  ): ClientUnaryCall;
-  leaseRevoke(
-    request: LeaseRevokeRequest,
-    callback: (error: ServiceError | null, response: LeaseRevokeResponse) => void,
-  ): ClientUnaryCall;
-  leaseRevoke(
-    request: LeaseRevokeRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: LeaseRevokeResponse) => void,
-  ): ClientUnaryCall;
-  leaseRevoke(
-    request: LeaseRevokeRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: LeaseRevokeResponse) => void,
-  ): ClientUnaryCall;
-  leaseKeepAlive(): ClientDuplexStream<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
-  leaseKeepAlive(options: Partial<CallOptions>): ClientDuplexStream<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
-  leaseKeepAlive(
-    metadata: Metadata,
-    options?: Partial<CallOptions>,
-  ): ClientDuplexStream<LeaseKeepAliveRequest, LeaseKeepAliveResponse>;
-  leaseTimeToLive(
-    request: LeaseTimeToLiveRequest,
-    callback: (error: ServiceError | null, response: LeaseTimeToLiveResponse) => void,
-  ): ClientUnaryCall;
-  leaseTimeToLive(
-    request: LeaseTimeToLiveRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: LeaseTimeToLiveResponse) => void,
-  ): ClientUnaryCall;
-  leaseTimeToLive(
-    request: LeaseTimeToLiveRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: LeaseTimeToLiveResponse) => void,
-  ): ClientUnaryCall;
-  leaseLeases(
-    request: LeaseLeasesRequest,
-    callback: (error: ServiceError | null, response: LeaseLeasesResponse) => void,
-  ): ClientUnaryCall;
-  leaseLeases(
-    request: LeaseLeasesRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: LeaseLeasesResponse) => void,
-  ): ClientUnaryCall;
-  leaseLeases(
-    request: LeaseLeasesRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: LeaseLeasesResponse) => void,
-  ): ClientUnaryCall;
-}
-
-export const LeaseClient = makeGenericClientConstructor(LeaseService, "etcdserverpb.Lease") as unknown as {
-  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): LeaseClient;
-  service: typeof LeaseService;
-  serviceName: string;
-};
-
-export type MaintenanceService = typeof MaintenanceService;
-export const MaintenanceService = {
-  status: {
-    path: "/etcdserverpb.Maintenance/Status" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: StatusRequest): Buffer => Buffer.from(StatusRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): StatusRequest => StatusRequest.decode(value),
-    responseSerialize: (value: StatusResponse): Buffer => Buffer.from(StatusResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): StatusResponse => StatusResponse.decode(value),
+export type LeaseDefinition = typeof LeaseDefinition;
+export const LeaseDefinition = {
+  name: "Lease",
+  fullName: "etcdserverpb.Lease",
+  methods: {
+    leaseGrant: {
+      name: "LeaseGrant",
+      requestType: LeaseGrantRequest as typeof LeaseGrantRequest,
+      requestStream: false,
+      responseType: LeaseGrantResponse as typeof LeaseGrantResponse,
+      responseStream: false,
+      options: {},
+    },
+    leaseRevoke: {
+      name: "LeaseRevoke",
+      requestType: LeaseRevokeRequest as typeof LeaseRevokeRequest,
+      requestStream: false,
+      responseType: LeaseRevokeResponse as typeof LeaseRevokeResponse,
+      responseStream: false,
+      options: {},
+    },
+    leaseKeepAlive: {
+      name: "LeaseKeepAlive",
+      requestType: LeaseKeepAliveRequest as typeof LeaseKeepAliveRequest,
+      requestStream: true,
+      responseType: LeaseKeepAliveResponse as typeof LeaseKeepAliveResponse,
+      responseStream: true,
+      options: {},
+    },
+    leaseTimeToLive: {
+      name: "LeaseTimeToLive",
+      requestType: LeaseTimeToLiveRequest as typeof LeaseTimeToLiveRequest,
+      requestStream: false,
+      responseType: LeaseTimeToLiveResponse as typeof LeaseTimeToLiveResponse,
+      responseStream: false,
+      options: {},
+    },
+    leaseLeases: {
+      name: "LeaseLeases",
+      requestType: LeaseLeasesRequest as typeof LeaseLeasesRequest,
+      requestStream: false,
+      responseType: LeaseLeasesResponse as typeof LeaseLeasesResponse,
+      responseStream: false,
+      options: {},
+    },
   },
 } as const;
 
-export interface MaintenanceServer extends UntypedServiceImplementation {
-  status: handleUnaryCall<StatusRequest, StatusResponse>;
-}
-
-export interface MaintenanceClient extends Client {
-  status(
-    request: StatusRequest,
-    callback: (error: ServiceError | null, response: StatusResponse) => void,
-  ): ClientUnaryCall;
-  status(
-    request: StatusRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: StatusResponse) => void,
-  ): ClientUnaryCall;
-  status(
-    request: StatusRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: StatusResponse) => void,
-  ): ClientUnaryCall;
-}
-
-export const MaintenanceClient = makeGenericClientConstructor(
-  MaintenanceService,
-  "etcdserverpb.Maintenance",
-) as unknown as {
-  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): MaintenanceClient;
-  service: typeof MaintenanceService;
-  serviceName: string;
-};
-
-export type ClusterService = typeof ClusterService;
-export const ClusterService = {
-  memberList: {
-    path: "/etcdserverpb.Cluster/MemberList" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: MemberListRequest): Buffer => Buffer.from(MemberListRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): MemberListRequest => MemberListRequest.decode(value),
-    responseSerialize: (value: MemberListResponse): Buffer => Buffer.from(MemberListResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): MemberListResponse => MemberListResponse.decode(value),
+export type MaintenanceDefinition = typeof MaintenanceDefinition;
+export const MaintenanceDefinition = {
+  name: "Maintenance",
+  fullName: "etcdserverpb.Maintenance",
+  methods: {
+    status: {
+      name: "Status",
+      requestType: StatusRequest as typeof StatusRequest,
+      requestStream: false,
+      responseType: StatusResponse as typeof StatusResponse,
+      responseStream: false,
+      options: {},
+    },
   },
 } as const;
 
-export interface ClusterServer extends UntypedServiceImplementation {
-  memberList: handleUnaryCall<MemberListRequest, MemberListResponse>;
-}
-
-export interface ClusterClient extends Client {
-  memberList(
-    request: MemberListRequest,
-    callback: (error: ServiceError | null, response: MemberListResponse) => void,
-  ): ClientUnaryCall;
-  memberList(
-    request: MemberListRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: MemberListResponse) => void,
-  ): ClientUnaryCall;
-  memberList(
-    request: MemberListRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: MemberListResponse) => void,
-  ): ClientUnaryCall;
-}
-
-export const ClusterClient = makeGenericClientConstructor(ClusterService, "etcdserverpb.Cluster") as unknown as {
-  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): ClusterClient;
-  service: typeof ClusterService;
-  serviceName: string;
-};
-
-export type AuthService = typeof AuthService;
-export const AuthService = {
-  authenticate: {
-    path: "/etcdserverpb.Auth/Authenticate" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: AuthenticateRequest): Buffer => Buffer.from(AuthenticateRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): AuthenticateRequest => AuthenticateRequest.decode(value),
-    responseSerialize: (value: AuthenticateResponse): Buffer =>
-      Buffer.from(AuthenticateResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): AuthenticateResponse => AuthenticateResponse.decode(value),
-  },
-  authStatus: {
-    path: "/etcdserverpb.Auth/AuthStatus" as const,
-    requestStream: false as const,
-    responseStream: false as const,
-    requestSerialize: (value: AuthStatusRequest): Buffer => Buffer.from(AuthStatusRequest.encode(value).finish()),
-    requestDeserialize: (value: Buffer): AuthStatusRequest => AuthStatusRequest.decode(value),
-    responseSerialize: (value: AuthStatusResponse): Buffer => Buffer.from(AuthStatusResponse.encode(value).finish()),
-    responseDeserialize: (value: Buffer): AuthStatusResponse => AuthStatusResponse.decode(value),
+export type ClusterDefinition = typeof ClusterDefinition;
+export const ClusterDefinition = {
+  name: "Cluster",
+  fullName: "etcdserverpb.Cluster",
+  methods: {
+    memberList: {
+      name: "MemberList",
+      requestType: MemberListRequest as typeof MemberListRequest,
+      requestStream: false,
+      responseType: MemberListResponse as typeof MemberListResponse,
+      responseStream: false,
+      options: {},
+    },
   },
 } as const;
 
-export interface AuthServer extends UntypedServiceImplementation {
-  authenticate: handleUnaryCall<AuthenticateRequest, AuthenticateResponse>;
-  authStatus: handleUnaryCall<AuthStatusRequest, AuthStatusResponse>;
-}
-
-export interface AuthClient extends Client {
-  authenticate(
-    request: AuthenticateRequest,
-    callback: (error: ServiceError | null, response: AuthenticateResponse) => void,
-  ): ClientUnaryCall;
-  authenticate(
-    request: AuthenticateRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: AuthenticateResponse) => void,
-  ): ClientUnaryCall;
-  authenticate(
-    request: AuthenticateRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: AuthenticateResponse) => void,
-  ): ClientUnaryCall;
-  authStatus(
-    request: AuthStatusRequest,
-    callback: (error: ServiceError | null, response: AuthStatusResponse) => void,
-  ): ClientUnaryCall;
-  authStatus(
-    request: AuthStatusRequest,
-    metadata: Metadata,
-    callback: (error: ServiceError | null, response: AuthStatusResponse) => void,
-  ): ClientUnaryCall;
-  authStatus(
-    request: AuthStatusRequest,
-    metadata: Metadata,
-    options: Partial<CallOptions>,
-    callback: (error: ServiceError | null, response: AuthStatusResponse) => void,
-  ): ClientUnaryCall;
-}
-
-export const AuthClient = makeGenericClientConstructor(AuthService, "etcdserverpb.Auth") as unknown as {
-  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): AuthClient;
-  service: typeof AuthService;
-  serviceName: string;
-};
+export type AuthDefinition = typeof AuthDefinition;
+export const AuthDefinition = {
+  name: "Auth",
+  fullName: "etcdserverpb.Auth",
+  methods: {
+    authenticate: {
+      name: "Authenticate",
+      requestType: AuthenticateRequest as typeof AuthenticateRequest,
+      requestStream: false,
+      responseType: AuthenticateResponse as typeof AuthenticateResponse,
+      responseStream: false,
+      options: {},
+    },
+    authStatus: {
+      name: "AuthStatus",
+      requestType: AuthStatusRequest as typeof AuthStatusRequest,
+      requestStream: false,
+      responseType: AuthStatusResponse as typeof AuthStatusResponse,
+      responseStream: false,
+      options: {},
+    },
+  },
+} as const;
 
 export interface MessageFns<T> {
   encode(message: T, writer?: BinaryWriter): BinaryWriter;
