@@ -1,20 +1,15 @@
 // Where one unary call's time goes (issue 13, goal 2: uncontended >= 0.7x Go's package). Starts its
 // own etcd and measures, on one Node process and that etcd:
 //
-//   ours-put    Client.put: our client.ts + connection.ts, @grpc/grpc-js, ts-proto on @bufbuild/protobuf
+//   ours-put    Client.put: our client.ts + connection.ts + transport/http2.ts on node:http2,
+//               ts-proto on @bufbuild/protobuf
 //   lean-put    the same Client.put, with this Client instance's Connection.unary replaced by a raw
-//               node:http2 unary call (below): our client.ts wrappers and codec, no grpc-js
+//               node:http2 unary call (below): our client.ts wrappers and codec, no Connection or
+//               transport (no deadline, retry, failover, status validation)
 //   raw-put     the raw node:http2 unary Put alone: a 5-byte length prefix + the protobuf body
-//               (encoded by src/proto), status in the trailers; what a lean transport costs at least
-//   h2-put      the h2 transport in src/client/h2.ts alone, on its own HTTP/2 framing since issue 13's
-//               last round (so it has no row in the node:http2 latency split) (H2Channel.unary: hasleader metadata,
-//               grpc-timeout and a local deadline, keepalive, error mapping to grpc-js's shape)
-//   h2c-put     Client.put with this Client instance's Connection.unary replaced by H2Channel.unary
-//               (what the Connection's 'h2' transport will cost, minus its retry loop)
+//               (encoded by src/proto), status in the trailers; what a node:http2 transport costs at least
 //   ours-lock   Mutex.lock() + unlock() on one session (2 Txns)
-//   lean-lock   the same on a Client whose unary calls go over the raw node:http2 path (the session's
-//               keepalive stream stays on grpc-js)
-//   h2-lock     the same on a Client whose unary calls go over H2Channel
+//   lean-lock   the same on a Client whose unary calls go over the raw node:http2 path
 //   go          etcd's own Go package (go-interop bench-uncontended: Mutex.Lock + Unlock and a
 //               sequential Put, interleaved), a fresh process after each round of the above
 //
@@ -43,7 +38,6 @@ import type { BenchContext } from './context.js';
 import { gc, summarize, type Summary } from './stats.js';
 import * as pb from '../dist/proto/etcd.js';
 import { syncBuiltinESMExports } from 'node:module';
-import { H2Channel } from '../dist/client/h2.js';
 
 // --- the HTTP/2 stream probe: timestamps of the current traced call (calls are sequential) ---
 
@@ -83,12 +77,11 @@ function probe(session: http2.ClientHttp2Session): http2.ClientHttp2Session {
   return session;
 }
 
-// grpc-js calls http2.connect() (a CommonJS property lookup at call time): every session it opens
-// from now on is probed. So is ours below.
+// Every session opened from now on is probed: the transport's and the raw one below.
 const connect = http2.connect;
 (http2 as { connect: typeof http2.connect }).connect = ((...args: Parameters<typeof http2.connect>) =>
   probe(connect(...args))) as typeof http2.connect;
-// src/client/h2.ts imports node:http2's named export: make it see the probed connect too.
+// src/client/transport/http2.ts imports node:http2's namespace: make it see the probed connect too.
 syncBuiltinESMExports();
 
 // --- the raw node:http2 unary call ---
@@ -145,23 +138,13 @@ class RawUnary {
 function leanClient(client: Client, raw: RawUnary): void {
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   const conn = client.conn as any;
-  conn.unary = async (method: { path: string; requestSerialize(r: unknown): Buffer; responseDeserialize(b: Buffer): unknown }, request: unknown) =>
-    method.responseDeserialize(await raw.call(method.path, method.requestSerialize(request)));
-}
-
-/** Routes this Client instance's unary calls over H2Channel (bench-only, until Connection has the option). */
-function h2Client(client: Client, ch: H2Channel): void {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  const conn = client.conn as any;
-  const md = { hasleader: 'true' };
-  conn.unary = (method: { path: string; requestSerialize(r: unknown): Buffer; responseDeserialize(b: Buffer): unknown }, request: unknown, _policy: unknown, options?: { timeoutMs?: number; signal?: AbortSignal }) =>
-    ch.unary(method, request, md, performance.now() + (options?.timeoutMs ?? 10_000), options?.signal);
+  conn.unary = async (method: { path: string; encode(r: unknown): Uint8Array; decode(b: Uint8Array): unknown }, request: unknown) =>
+    method.decode(await raw.call(method.path, method.encode(request)));
 }
 
 // --- CPU profile analysis ---
 
 type Layer =
-  | 'grpc-js'
   | 'protobuf runtime (@bufbuild/protobuf)'
   | 'generated codec (src/proto)'
   | 'our client (src/client)'
@@ -180,7 +163,6 @@ type Layer =
 
 function layerOf(url: string): Layer | undefined {
   if (!url) return undefined;
-  if (url.includes('/@grpc/grpc-js/')) return 'grpc-js';
   if (url.includes('/@bufbuild/protobuf/')) return 'protobuf runtime (@bufbuild/protobuf)';
   if (url.includes('/src/proto/')) return 'generated codec (src/proto)';
   if (url.includes('/src/client/')) return 'our client (src/client)';
@@ -328,35 +310,25 @@ async function main(): Promise<void> {
   if (goBin && 'error' in goBin) log(`no Go: ${goBin.error}`);
   const etcd = await startBenchEtcd(1);
   const prefix = `profile/${process.pid}/`;
-  const ours = new Client({ endpoints: etcd.endpoints, transport: 'grpc-js' }); // `ours-put`: the grpc-js path (h2 is the default)
+  const ours = new Client({ endpoints: etcd.endpoints });
   const lean = new Client({ endpoints: etcd.endpoints });
   const raw = new RawUnary(etcd.endpoints[0]!);
   leanClient(lean, raw);
-  const h2c = new Client({ endpoints: etcd.endpoints });
-  const channel = new H2Channel(etcd.endpoints[0]!);
-  h2Client(h2c, channel);
-  const hasleader = { hasleader: 'true' };
   let oursSession: Session | undefined;
   let leanSession: Session | undefined;
-  let h2Session: Session | undefined;
   const result: Record<string, unknown> = { etcd: etcd.version, node: process.version, load: { start: load0 } };
   try {
     oursSession = await Session.create(ours);
     leanSession = await Session.create(lean);
-    h2Session = await Session.create(h2c);
     const oursMutex = new Mutex(oursSession, `${prefix}ours`);
     const leanMutex = new Mutex(leanSession, `${prefix}lean`);
-    const h2Mutex = new Mutex(h2Session, `${prefix}h2`);
-    const putReq = (key: string): Buffer => pb.KVService.put.requestSerialize({ key: Buffer.from(key), value: Buffer.from('v'), lease: 0n });
+    const putReq = (key: string): Uint8Array => pb.PutRequest.encode({ key: Buffer.from(key), value: Buffer.from('v'), lease: 0n }).finish();
     const impls: Record<string, () => Promise<unknown>> = {
       'ours-put': () => ours.put(`${prefix}ours-put`, 'v'),
       'lean-put': () => lean.put(`${prefix}lean-put`, 'v'),
-      'raw-put': async () => pb.KVService.put.responseDeserialize(await raw.call(pb.KVService.put.path, putReq(`${prefix}raw-put`))),
-      'h2-put': () => channel.unary(pb.KVService.put, { key: Buffer.from(`${prefix}h2-put`), value: Buffer.from('v'), lease: 0n }, hasleader, performance.now() + 10_000),
-      'h2c-put': () => h2c.put(`${prefix}h2c-put`, 'v'),
+      'raw-put': async () => pb.PutResponse.decode(await raw.call('/etcdserverpb.KV/Put', putReq(`${prefix}raw-put`))),
       'ours-lock': async () => (await oursMutex.lock()).unlock(),
       'lean-lock': async () => (await leanMutex.lock()).unlock(),
-      'h2-lock': async () => (await h2Mutex.lock()).unlock(),
     };
     const names = Object.keys(impls);
     if (opts.loop) {
@@ -431,13 +403,13 @@ async function main(): Promise<void> {
       );
     const get = (n: string): TimingRow | undefined => timing.find((t) => t.impl === n);
     const ratio = (a?: TimingRow, b?: TimingRow): string => (a && b ? `${(a.perSec / b.perSec).toFixed(2)}x` : '-');
-    lines.push(`ours-lock ÷ go-lock ${ratio(get('ours-lock'), get('go-lock'))}; lean-lock ÷ go-lock ${ratio(get('lean-lock'), get('go-lock'))}; h2-lock ÷ go-lock ${ratio(get('h2-lock'), get('go-lock'))}`);
-    lines.push(`ours-put ÷ go-put ${ratio(get('ours-put'), get('go-put'))}; raw-put ÷ go-put ${ratio(get('raw-put'), get('go-put'))}; h2-put ÷ go-put ${ratio(get('h2-put'), get('go-put'))}; h2c-put ÷ go-put ${ratio(get('h2c-put'), get('go-put'))}`);
+    lines.push(`ours-lock ÷ go-lock ${ratio(get('ours-lock'), get('go-lock'))}; lean-lock ÷ go-lock ${ratio(get('lean-lock'), get('go-lock'))}`);
+    lines.push(`ours-put ÷ go-put ${ratio(get('ours-put'), get('go-put'))}; raw-put ÷ go-put ${ratio(get('raw-put'), get('go-put'))}`);
     process.stdout.write(`Timing (interleaved blocks of ${BLOCK}, ${rounds} rounds; Go: a process after each round)\n${lines.join('\n')}\n\n`);
 
     // (2) latency split of one Put, at the HTTP/2 stream
     const split: Record<string, Record<string, number>> = {};
-    for (const n of ['ours-put', 'raw-put', 'lean-put', 'h2-put', 'h2c-put']) {
+    for (const n of ['ours-put', 'raw-put', 'lean-put']) {
       const parts: Record<string, number[]> = { 'call -> stream created': [], 'stream created -> body written': [], 'body written -> response headers': [], 'response headers -> trailers': [], 'trailers -> caller resumes': [], total: [] };
       tracing = true;
       for (let i = 0; i < Math.min(N, 1000); i++) {
@@ -455,7 +427,6 @@ async function main(): Promise<void> {
         parts.total!.push(t1 - t0);
       }
       tracing = false;
-      // h2-put and h2c-put frame HTTP/2 themselves (src/client/h2/wire.ts): no node:http2 stream to time.
       if (parts.total!.length === 0) continue;
       split[n] = Object.fromEntries(Object.entries(parts).map(([k, v]) => [k, summarize(v).p50]));
       (split[n] as Record<string, number>).n = parts.total!.length;
@@ -492,11 +463,8 @@ async function main(): Promise<void> {
   } finally {
     await oursSession?.close();
     await leanSession?.close();
-    await h2Session?.close();
     await ours.close();
     await lean.close();
-    await h2c.close();
-    channel.close();
     raw.close();
     await etcd.stop();
   }

@@ -669,8 +669,7 @@ describe('failover across a 3-member cluster', () => {
       const h = await new Mutex(s, 'test/metrics/failover/lock').lock();
       const signal = h.signal; // the holder watches its key: a watch on the shared stream
       // The shared stream really open on the member in use before it is killed (its 'created'
-      // answer came back): on the h2 transport unary calls do not open the grpc-js channel the
-      // stream uses, so without this the kill could land before the stream exists, and nothing resumes.
+      // answer came back): without this the kill could land before the stream exists, and nothing resumes.
       const ours = c.watch(h.key);
       await ours.created;
       await waitFor(() => c.watches.size > 1, 'the holder watches its key too');

@@ -6,7 +6,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { cp, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readFile, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -70,6 +70,32 @@ before(async () => {
 after(async () => {
   if (work) await rm(work, { recursive: true, force: true });
 });
+
+/** Every package installed under `modules` (nested node_modules too), by name. */
+async function packagesUnder(modules: string): Promise<string[]> {
+  const out: string[] = [];
+  const entries = await readdir(modules, { withFileTypes: true }).catch(() => []);
+  for (const e of entries) {
+    if (!e.isDirectory() || e.name.startsWith('.')) continue;
+    const dirs = e.name.startsWith('@') ? (await readdir(path.join(modules, e.name))).map((n) => path.join(e.name, n)) : [e.name];
+    for (const d of dirs) {
+      out.push(d.split(path.sep).join('/'));
+      out.push(...(await packagesUnder(path.join(modules, d, 'node_modules'))));
+    }
+  }
+  return out;
+}
+
+/** Bytes of the files under `dir`. */
+async function sizeOf(dir: string): Promise<number> {
+  let total = 0;
+  for (const e of await readdir(dir, { withFileTypes: true })) {
+    const p = path.join(dir, e.name);
+    if (e.isDirectory()) total += await sizeOf(p);
+    else if (e.isFile()) total += (await stat(p)).size;
+  }
+  return total;
+}
 
 /** The README's programs in one: a lock with its fencing token, withLock guarding a Txn, an election. */
 function program(kind: 'esm' | 'cjs' | 'ts'): string {
@@ -190,6 +216,24 @@ describe('npm pack', () => {
     const links = [...readme.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)].map((m) => m[1]!).filter((l) => !/^[a-z]+:/i.test(l));
     assert.ok(links.length > 0);
     for (const l of links) assert.ok(files.includes(path.posix.normalize(l)), `README links ${l}, which the package does not contain`);
+  });
+
+  test('npm install brings 3 packages (this one, @bufbuild/protobuf, @opentelemetry/api) and at most 10 MB', async () => {
+    const modules = path.join(consumer, 'node_modules');
+    const installed = await packagesUnder(modules);
+    assert.deepEqual(installed.sort(), ['@bufbuild/protobuf', '@opentelemetry/api', 'etcd-concurrency']);
+    const bytes = await sizeOf(modules);
+    assert.ok(bytes <= 10 * 2 ** 20, `node_modules holds ${(bytes / 2 ** 20).toFixed(1)} MB`);
+  });
+
+  test('--metrics without the optional OpenTelemetry SDK: exit 2 and the packages to install', async () => {
+    const cli = path.join(consumer, 'node_modules/etcd-concurrency/dist/cli/main.js');
+    const r = await run(process.execPath, [cli, 'lock', `${fresh('metrics')}x`, '--endpoints', etcd.endpoints[0]!, '--metrics', '127.0.0.1:0', '--', 'true'], { cwd: consumer }).then(
+      () => assert.fail('--metrics ran without the SDK'),
+      (err: { code?: number; stderr?: string }) => err,
+    );
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr ?? '', /npm install @opentelemetry\/sdk-metrics @opentelemetry\/exporter-prometheus/);
   });
 
   test('LICENSE is the Apache License 2.0 text', async () => {

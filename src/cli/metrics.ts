@@ -43,13 +43,30 @@ export function metricsAddress(raw: string): { host: string; port: number } {
   return { host, port };
 }
 
+/** The packages --metrics needs: optional peer dependencies, installed by whoever uses --metrics. */
+export const METRICS_PACKAGES = ['@opentelemetry/sdk-metrics', '@opentelemetry/exporter-prometheus'] as const;
+
+/** The OpenTelemetry SDK and Prometheus exporter, loaded only when --metrics is used; a CliError naming them when missing. */
+async function loadSdk(): Promise<[typeof import('@opentelemetry/sdk-metrics'), typeof import('@opentelemetry/exporter-prometheus')]> {
+  try {
+    return await Promise.all([import('@opentelemetry/sdk-metrics'), import('@opentelemetry/exporter-prometheus')]);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ERR_MODULE_NOT_FOUND') throw err;
+    throw new CliError(
+      `--metrics needs the OpenTelemetry SDK, which is not installed: run npm install ${METRICS_PACKAGES.join(' ')} (next to etcd-concurrency, or globally beside a global install)`,
+      EXIT.usage,
+      { cause: err },
+    );
+  }
+}
+
 /**
  * Starts a MeterProvider with a Prometheus exporter and an HTTP server for it on `hostPort`
  * (see {@link metricsAddress}); `/metrics` answers a scrape, anything else 404.
  */
 export async function serveMetrics(hostPort: string): Promise<MetricsServer> {
   const { host, port } = metricsAddress(hostPort);
-  const [{ MeterProvider }, { PrometheusExporter }] = await Promise.all([import('@opentelemetry/sdk-metrics'), import('@opentelemetry/exporter-prometheus')]);
+  const [{ MeterProvider }, { PrometheusExporter }] = await loadSdk();
   const exporter = new PrometheusExporter({ preventServerStart: true });
   const provider = new MeterProvider({ readers: [exporter] });
   const server = createServer((req, res) => {

@@ -247,7 +247,13 @@ export class Client implements AsyncDisposable {
     return (r.leases ?? []).map((l) => l.ID ?? 0n);
   }
 
-  /** Watches a key or prefix on the shared Watch stream. */
+  /**
+   * Watches a key or prefix on the shared Watch stream. A watch whose consumer leaves 1,024 batches
+   * unread is taken off the stream (etcd sends it nothing more) until the consumer is down to 256;
+   * then it resumes from the revision after the last batch it delivered, so nothing is lost or
+   * repeated, unless compaction removed that history meanwhile (it then ends with a CompactedError).
+   * Memory stays bounded, and the other watches never wait for a slow consumer.
+   */
   watch(key: Bytes, options?: WatchOptions): Watch {
     return this.watches.watch(key, options);
   }

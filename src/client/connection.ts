@@ -515,9 +515,11 @@ function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsOptions 
       done(err.message);
     });
     if (tlsOptions !== null) {
-      socket.once('secureConnect', () =>
-        done('the TLS handshake went through but the server then refused: it may require a client certificate (--cert and --key) signed by its CA, or this is not an etcd client port'),
-      );
+      socket.once('secureConnect', () => {
+        const alpn = (socket as tls.TLSSocket).alpnProtocol;
+        if (alpn !== 'h2') return done(`the TLS handshake went through but the server does not speak HTTP/2 (ALPN ${alpn || 'none'}): is this an etcd client port?`);
+        done('the TLS handshake went through but the server then refused: it may require a client certificate (--cert and --key) signed by its CA, or this is not an etcd client port');
+      });
     } else {
       // Speak first, as an HTTP/2 client does: the answer (or silence) tells what is listening.
       socket.once('connect', () => socket.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0])])));

@@ -11,7 +11,11 @@ export class QueuedIterator<T> implements AsyncIterableIterator<T> {
   private error: unknown;
   private closed = false;
 
-  constructor(private readonly onClose?: () => void) {}
+  constructor(
+    private readonly onClose?: () => void,
+    /** Called after the consumer pulled a queued value, with how many remain. */
+    private readonly onPull?: (pending: number) => void,
+  ) {}
 
   /** Queued values not yet pulled: a growing number means a slow consumer. */
   get pending(): number {
@@ -48,7 +52,11 @@ export class QueuedIterator<T> implements AsyncIterableIterator<T> {
   }
 
   next(): Promise<IteratorResult<T>> {
-    if (this.queue.length > 0) return Promise.resolve({ value: this.queue.shift()!, done: false });
+    if (this.queue.length > 0) {
+      const value = this.queue.shift()!;
+      this.onPull?.(this.queue.length);
+      return Promise.resolve({ value, done: false });
+    }
     if (this.done) {
       if (this.error !== undefined) {
         const e = this.error;

@@ -50,6 +50,14 @@ export interface WatchSink {
 const noop = (): void => {};
 
 /**
+ * A watch whose consumer has this many batches unread is taken off the stream, so that a watch
+ * nobody reads holds a bounded amount and holds up no other; it is created again, from the next
+ * revision it owes, once the consumer is down to RESUME_BELOW.
+ */
+const PAUSE_AT = 1024;
+const RESUME_BELOW = 256;
+
+/**
  * A watch on the client's shared Watch stream. Iterate it for event batches. It survives stream
  * drops and endpoint failover by resuming from the revision after the last delivered event, so no
  * event is lost or repeated; it ends with a CompactedError if that revision was compacted away.
@@ -88,7 +96,7 @@ export class Watch implements AsyncIterable<WatchBatch> {
     });
     // A watch nobody awaits must not crash the process with an unhandled rejection.
     this.created.catch(noop);
-    this.sink = sink ?? new QueuedIterator<WatchBatch>(() => this.cancel());
+    this.sink = sink ?? new QueuedIterator<WatchBatch>(() => this.cancel(), (left) => left <= RESUME_BELOW && this.hub.caughtUp(this));
     const signal = options.signal;
     if (signal) {
       this.onAbort = () => this.cancel();
@@ -153,6 +161,7 @@ export class Watch implements AsyncIterable<WatchBatch> {
     });
     if (out.length > 0) this.nextRevision = out[out.length - 1]!.kv.modRevision + 1n;
     this.sink.push({ revision, events: out });
+    if (this.sink instanceof QueuedIterator && this.sink.pending >= PAUSE_AT) this.hub.lagging(this);
   }
 
   /** @internal ends the watch with an error (compaction, permission). */
@@ -174,6 +183,7 @@ export class Watch implements AsyncIterable<WatchBatch> {
 
   private finish(err: unknown): void {
     this.stopped = true;
+    this.hub.caughtUp(this);
     if (this.onAbort) this.options.signal?.removeEventListener('abort', this.onAbort);
     this.sink.end(err);
   }
@@ -200,8 +210,34 @@ export class WatchHub {
   private retryTimer?: NodeJS.Timeout;
   private idleTimer?: NodeJS.Timeout;
   private closed = false;
+  /** Watches taken off the stream while their consumers lag. */
+  private readonly behind = new Set<Watch>();
 
   constructor(private readonly conn: Connection) {}
+
+  /** @internal `w`'s consumer fell behind: etcd sends it nothing more until it catches up. */
+  lagging(w: Watch): void {
+    if (this.behind.has(w) || w.ended) return;
+    if (w.id !== undefined && this.active.get(w.id) === w) {
+      this.active.delete(w.id);
+      this.stream?.write({ cancelRequest: { watchId: w.id } });
+    } else {
+      const i = this.waiting.indexOf(w);
+      // Its create request is in flight: it is suspended when the next batch shows it still lags.
+      if (i < 0) return;
+      this.waiting.splice(i, 1);
+    }
+    w.id = undefined;
+    w.resuming = true;
+    this.behind.add(w);
+  }
+
+  /** @internal `w`'s consumer caught up (or `w` ended): back on the stream from where it stopped. */
+  caughtUp(w: Watch): void {
+    if (!this.behind.delete(w) || w.ended || this.closed) return;
+    this.waiting.push(w);
+    this.flush();
+  }
 
   /** `sink`: deliver to it instead of the watch's own QueuedIterator (then the watch is not iterable). */
   watch(key: Bytes, options: WatchOptions = {}, sink?: WatchSink): Watch {
@@ -224,11 +260,12 @@ export class WatchHub {
 
   /** Number of watches on the stream or queued for it. */
   get size(): number {
-    return this.active.size + this.pending.length + this.waiting.length;
+    return this.active.size + this.pending.length + this.waiting.length + this.behind.size;
   }
 
   /** @internal */
   cancel(w: Watch): void {
+    this.behind.delete(w);
     if (w.id !== undefined && this.active.get(w.id) === w) {
       this.active.delete(w.id);
       this.stream?.write({ cancelRequest: { watchId: w.id } });
@@ -383,7 +420,8 @@ export class WatchHub {
     this.closed = true;
     clearTimeout(this.retryTimer);
     clearTimeout(this.idleTimer);
-    const all = [...this.active.values(), ...this.pending, ...this.waiting];
+    const all = [...this.active.values(), ...this.pending, ...this.waiting, ...this.behind];
+    this.behind.clear();
     this.active.clear();
     this.pending = [];
     this.waiting = [];

@@ -538,7 +538,8 @@ class UnaryCall<Res> implements Call {
   }
 
   private onData(req: http2.ClientHttp2Stream, chunk: Buffer): void {
-    if (req !== this.req) return;
+    // Not gRPC (a wrong content-type): its body is no message of ours.
+    if (req !== this.req || this.reply.problem) return;
     let messages: Buffer[];
     try {
       messages = this.decoder.push(chunk);
@@ -698,7 +699,7 @@ class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStream<Req, 
   }
 
   private onData(chunk: Buffer): void {
-    if (this.done) return;
+    if (this.done || this.reply.problem) return;
     let messages: Buffer[];
     try {
       messages = this.decoder.push(chunk);

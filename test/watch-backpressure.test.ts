@@ -1,0 +1,54 @@
+// A watch the application stops reading holds a bounded number of batches and holds up no other
+// watch: past 1,024 unread batches it is taken off the stream, and once its consumer is down to 256
+// it is created again from the revision it owes, so every event still arrives once, in order.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { Client } from '../src/index.js';
+import { etcdForFile, waitFor } from './helpers.js';
+
+let client: Client;
+const fresh = etcdForFile('test/watch-backpressure/', (_e, c) => (client = c));
+
+/** Puts `n` keys under `prefix`, 64 at a time (each its own revision, so mostly its own batch). */
+async function putMany(prefix: string, n: number, from = 0): Promise<void> {
+  for (let i = from; i < from + n; i += 64) {
+    await Promise.all(Array.from({ length: Math.min(64, from + n - i) }, (_, j) => client.put(`${prefix}${String(i + j).padStart(6, '0')}`, 'v')));
+  }
+}
+
+describe('a watch nobody reads', () => {
+  it('is taken off the stream past 1,024 unread batches; read later, it delivers every event once, in order; another watch is not held up', async () => {
+    const prefix = fresh('unread');
+    const slow = client.watch(prefix, { prefix: true });
+    const other = client.watch(`${prefix}other`);
+    await Promise.all([slow.created, other.created]);
+    const total = 3000;
+    await putMany(prefix, total);
+    // Suspended: no longer on the stream, and its queue stopped growing near the threshold.
+    await waitFor(() => slow.id === undefined && slow.resuming, 'the slow watch to be taken off the stream');
+    const unread = (slow as unknown as { sink: { pending: number } }).sink.pending;
+    assert.ok(unread >= 1024 && unread < 1024 + 64, `${unread} batches queued`);
+    // The other watch still gets its events at once.
+    await client.put(`${prefix}other`, 'x');
+    const it = other[Symbol.asyncIterator]();
+    const got = await it.next();
+    assert.equal(got.value?.events[0]?.kv.key.toString(), `${prefix}other`);
+    // Reading the slow one brings it back: every key once, in revision order.
+    const seen: string[] = [];
+    let last = 0n;
+    for await (const batch of slow) {
+      for (const e of batch.events) {
+        assert.ok(e.kv.modRevision > last, 'in revision order, no repeat');
+        last = e.kv.modRevision;
+        seen.push(e.kv.key.toString());
+      }
+      if (seen.length >= total + 1) break;
+    }
+    const expected = Array.from({ length: total }, (_, i) => `${prefix}${String(i).padStart(6, '0')}`);
+    const keys = seen.filter((k) => k !== `${prefix}other`);
+    assert.equal(keys.length, total, 'each event once');
+    assert.deepEqual([...keys].sort(), expected);
+    other.cancel();
+    await client.delete(prefix, { prefix: true });
+  });
+});
