@@ -10,6 +10,8 @@ import { describe, it } from 'node:test';
 import * as rpc from '../src/client/methods.js';
 import { Http2Transport, LIMITS } from '../src/client/transport/http2.js';
 import { Status, TransportError } from '../src/client/transport/transport.js';
+import { Client, ClientClosedError } from '../src/index.js';
+import { waitFor } from './helpers.js';
 import {
   FRAME,
   GRPC_RESPONSE_HEADERS,
@@ -296,6 +298,17 @@ describe('hostile servers: each bad answer is a clear error with the right statu
       } finally {
         t.close();
       }
+    });
+  });
+
+  it('Client.close() while a call waits on a server that never answers SETTINGS: ClientClosedError at once, not at the dial timeout', async () => {
+    const server = await rawServer({ silent: true });
+    await withServer(server, async () => {
+      const client = new Client({ endpoints: `127.0.0.1:${server.port}`, dialTimeoutMs: 600_000, callTimeoutMs: 600_000 });
+      const call = client.get('k');
+      await waitFor(() => server.connections() > 0, 'the client to connect');
+      await client.close();
+      await assert.rejects(call, (e: unknown) => e instanceof ClientClosedError);
     });
   });
 

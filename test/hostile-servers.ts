@@ -8,6 +8,8 @@ export interface HostileServer {
   port: number;
   /** Streams (requests) the server saw. */
   streams(): number;
+  /** Connections the server accepted. */
+  connections(): number;
   close(): Promise<void>;
 }
 
@@ -71,8 +73,10 @@ export async function rawServer(options: {
   onConnect?: (socket: net.Socket) => void;
 }): Promise<HostileServer> {
   let streams = 0;
+  let connections = 0;
   const sockets = new Set<net.Socket>();
   const server = net.createServer((socket) => {
+    connections++;
     sockets.add(socket);
     socket.on('close', () => sockets.delete(socket));
     socket.on('error', () => {});
@@ -107,6 +111,7 @@ export async function rawServer(options: {
   return {
     port: (server.address() as net.AddressInfo).port,
     streams: () => streams,
+    connections: () => connections,
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();
@@ -136,7 +141,9 @@ export async function grpcServer(
   settings: http2.Settings = {},
 ): Promise<HostileServer> {
   let streams = 0;
+  let connections = 0;
   const server = http2.createServer({ settings });
+  server.on('connection', () => connections++);
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on('session', (s) => {
     sessions.add(s);
@@ -152,6 +159,7 @@ export async function grpcServer(
   return {
     port: (server.address() as net.AddressInfo).port,
     streams: () => streams,
+    connections: () => connections,
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sessions) s.destroy();
