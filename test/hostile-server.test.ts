@@ -10,7 +10,7 @@ import { describe, it } from 'node:test';
 import * as rpc from '../src/client/methods.js';
 import { Http2Transport, LIMITS } from '../src/client/transport/http2.js';
 import { Status, TransportError } from '../src/client/transport/transport.js';
-import { Client, ClientClosedError } from '../src/index.js';
+import { Client, ClientClosedError, InvalidArgumentError, WriteOutcomeUnknownError } from '../src/index.js';
 import { waitFor } from './helpers.js';
 import {
   FRAME,
@@ -333,43 +333,95 @@ describe('hostile servers: each bad answer is a clear error with the right statu
     });
   });
 
-  it('a watch the application does not read: the server stops at the flow-control window', async () => {
-    let written = 0;
-    let blocked!: () => void;
-    const stalled = new Promise<void>((resolve) => (blocked = resolve));
-    const server = await grpcServer((stream) => {
-      stream.respond({ ':status': 200, 'content-type': 'application/grpc' });
-      const msg = grpcMessage(Buffer.alloc(16 * 1024));
-      const pump = (): void => {
-        while (written < 64 * 1024 * 1024 && !stream.destroyed) {
-          written += msg.length;
-          if (!stream.write(msg)) {
-            // Our window is full: wait a moment for more (a paused reader gives none).
-            const t = setTimeout(blocked, 200);
-            stream.once('drain', () => {
-              clearTimeout(t);
-              pump();
-            });
-            return;
-          }
-        }
-      };
-      pump();
+  it('a GOAWAY with code REFUSED_STREAM naming our stream as processed: not sent again (the write may have landed)', async () => {
+    const server = await rawServer({ onRequest: (socket, id) => socket.write(goaway(id, http2.constants.NGHTTP2_REFUSED_STREAM)) });
+    await withServer(server, async () => {
+      const t = transport(server.port);
+      try {
+        const err = await rangeFailure(t);
+        assert.equal(err.notSent, false, err.message);
+        assert.equal(server.streams(), 1, 'not sent again');
+      } finally {
+        t.close();
+      }
+    });
+  });
+
+  it('a GOAWAY while a stream is open: the stream ends at once with UNAVAILABLE, for its owner to reopen elsewhere', { timeout: 20_000 }, async () => {
+    const server = await rawServer({
+      onRequest: (socket, id) => socket.write(Buffer.concat([h2frame(FRAME.HEADERS, 4, id, GRPC_RESPONSE_HEADERS), goaway(id)])),
     });
     await withServer(server, async () => {
       const t = transport(server.port);
       try {
         await t.connect(performance.now() + 2000);
         const s = t.stream(rpc.Watch.watch, {});
-        s.pause();
-        s.on('error', () => {});
+        const ended = new Promise<Error>((resolve) => s.on('error', resolve));
         s.write({ createRequest: { key: Buffer.from('k') } });
-        await stalled;
-        assert.ok(written < 4 * 1024 * 1024, `the server got ${written} bytes out to a paused watch`);
-        s.cancel();
+        const err = await ended;
+        assert.ok(err instanceof TransportError);
+        assert.equal(err.status, Status.UNAVAILABLE);
+        assert.match(err.details, /going away/);
       } finally {
         t.close();
       }
     });
+  });
+
+  it('a peer that goes silent between short calls is found out by a ping at the next call, and the next connection is new', async () => {
+    let silent = false;
+    const server = await rawServer({ onRequest: (socket, id) => !silent && socket.write(rawAnswer(id)) });
+    await withServer(server, async () => {
+      // Pings after 300 ms of silence, 200 ms to answer; every call is shorter than that.
+      const t = transport(server.port, { keepaliveTimeMs: 300, keepaliveTimeoutMs: 200 });
+      try {
+        await t.unary(rpc.KV.range, { key: Buffer.from('k') }, {}, performance.now() + 2000);
+        silent = true;
+        // A server that reads but never answers, not even pings: without a ping, every call would
+        // time out on this connection for as long as the kernel keeps it.
+        for (let i = 0; i < 40 && server.connections() < 2; i++) {
+          await t.unary(rpc.KV.range, { key: Buffer.from('k') }, {}, performance.now() + 100).catch(() => {});
+        }
+        assert.equal(server.connections(), 2, 'the silent connection was dropped and a new one made');
+      } finally {
+        t.close();
+      }
+    });
+  });
+
+  it('an answer above maxReceiveMessageBytes to a write: WriteOutcomeUnknownError (it was sent, it may have landed)', async () => {
+    const server = await grpcServer(answer(grpcMessage(Buffer.alloc(4096)), { 'grpc-status': '0' }));
+    await withServer(server, async () => {
+      const client = new Client({ endpoints: `127.0.0.1:${server.port}`, maxReceiveMessageBytes: 1024 });
+      try {
+        await assert.rejects(client.txn({ compare: [], success: [], failure: [] }), (e: unknown) => e instanceof WriteOutcomeUnknownError && /4096 bytes, above the limit of 1024/.test(e.message));
+      } finally {
+        await client.close();
+      }
+    });
+  });
+
+  it('trailers above 16 KiB are refused on the first call of a connection too', async () => {
+    const server = await grpcServer(answer(grpcMessage(Buffer.alloc(0)), { 'grpc-status': '0', 'x-big': 'y'.repeat(20_000) }));
+    await withServer(server, async () => {
+      const t = transport(server.port);
+      try {
+        const err = await rangeFailure(t);
+        assert.notEqual(err.status, Status.OK);
+      } finally {
+        t.close();
+      }
+    });
+  });
+
+  it('timeoutMs beyond what a timer can hold (or NaN) is refused before anything is sent, instead of firing at once', async () => {
+    const client = new Client({ endpoints: '127.0.0.1:1' });
+    try {
+      for (const timeoutMs of [Infinity, 2 ** 31, Number.NaN]) {
+        await assert.rejects(client.get('k', { timeoutMs }), (e: unknown) => e instanceof InvalidArgumentError && /timeoutMs/.test(e.message));
+      }
+    } finally {
+      await client.close();
+    }
   });
 });

@@ -273,7 +273,7 @@ export class Connection {
     const what = doing(method.path);
     // A call pinned to one endpoint (CallOptions.endpoint) never moves to another.
     const pinned = options.endpoint === undefined ? undefined : this.peerOf(options.endpoint);
-    const deadline = performance.now() + (options.timeoutMs ?? this.callTimeoutMs);
+    const deadline = performance.now() + (options.timeoutMs === undefined ? this.callTimeoutMs : callTimeout(options.timeoutMs));
     const signal = options.signal;
     const backoff = new Backoff(25, 500);
     // Why each endpoint of the current round failed to connect, for the error when all of them did.
@@ -330,7 +330,16 @@ export class Connection {
           this.tokens.invalidate(md.token);
           continue;
         }
-        if (!isEndpointFailure(err) && !etcdSays(details, 'tooManyRequests')) throw fromTransportError(err, what);
+        if (!isEndpointFailure(err) && !etcdSays(details, 'tooManyRequests')) {
+          // Refused on our side after it was sent (an answer above our limits): the write may have landed.
+          if (policy === 'at-most-once' && !err.fromServer && !err.notSent) {
+            throw new WriteOutcomeUnknownError(`${what}: the request may or may not have been applied (${details}); read the state before deciding to retry`, {
+              cause: err,
+              code: err.status,
+            });
+          }
+          throw fromTransportError(err, what);
+        }
         const notApplied = provablyNotApplied(err);
         // Retried below although this attempt may yet be applied (a request held by a slow member).
         if (progress && !notApplied) progress.ambiguous = true;
@@ -562,7 +571,17 @@ function loadSecureContext(t: TlsOptions | undefined): void {
   });
 }
 
+/** Timers take at most 2^31 - 1 ms (about 24.8 days); a longer one would fire at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** A call's `timeoutMs`: any number up to MAX_TIMER_MS (zero or less: the deadline has passed). */
+function callTimeout(n: number): number {
+  if (Number.isNaN(n) || n > MAX_TIMER_MS) throw new InvalidArgumentError(`timeoutMs must be a number of milliseconds up to ${MAX_TIMER_MS} (about 24 days), got ${n}`);
+  return n;
+}
+
 function positive(n: number, name: string, unit = 'milliseconds'): number {
   if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${name} must be a positive number of ${unit}, got ${n}`);
+  if (unit === 'milliseconds' && n > MAX_TIMER_MS) throw new InvalidArgumentError(`${name} must be at most ${MAX_TIMER_MS} ms (about 24 days), got ${n}`);
   return n;
 }

@@ -14,7 +14,7 @@ export class QueuedIterator<T> implements AsyncIterableIterator<T> {
   constructor(
     private readonly onClose?: () => void,
     /** Called after the consumer pulled a queued value, with how many remain. */
-    private readonly onPull?: (pending: number) => void,
+    private readonly onPull?: (value: T, pending: number) => void,
   ) {}
 
   /** Queued values not yet pulled: a growing number means a slow consumer. */
@@ -54,7 +54,7 @@ export class QueuedIterator<T> implements AsyncIterableIterator<T> {
   next(): Promise<IteratorResult<T>> {
     if (this.queue.length > 0) {
       const value = this.queue.shift()!;
-      this.onPull?.(this.queue.length);
+      this.onPull?.(value, this.queue.length);
       return Promise.resolve({ value, done: false });
     }
     if (this.done) {

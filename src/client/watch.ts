@@ -56,6 +56,16 @@ const noop = (): void => {};
  */
 const PAUSE_AT = 1024;
 const RESUME_BELOW = 256;
+/** The same by the bytes of keys and values unread: a few huge batches count as many. */
+const PAUSE_AT_BYTES = 8 * 1024 * 1024;
+const RESUME_BELOW_BYTES = 2 * 1024 * 1024;
+
+/** The bytes of keys and values a batch holds. */
+function batchBytes(events: readonly WatchEvent[]): number {
+  let n = 0;
+  for (const e of events) n += e.kv.key.length + (e.kv.value?.length ?? 0) + (e.prevKv ? e.prevKv.key.length + (e.prevKv.value?.length ?? 0) : 0);
+  return n;
+}
 
 /**
  * A watch on the client's shared Watch stream. Iterate it for event batches. It survives stream
@@ -79,6 +89,8 @@ export class Watch implements AsyncIterable<WatchBatch> {
   sink: WatchSink;
   private readonly onAbort?: () => void;
   private stopped = false;
+  /** Bytes of keys and values delivered to our own iterator and not yet pulled. */
+  private unreadBytes = 0;
 
   /** @internal */
   constructor(
@@ -96,7 +108,15 @@ export class Watch implements AsyncIterable<WatchBatch> {
     });
     // A watch nobody awaits must not crash the process with an unhandled rejection.
     this.created.catch(noop);
-    this.sink = sink ?? new QueuedIterator<WatchBatch>(() => this.cancel(), (left) => left <= RESUME_BELOW && this.hub.caughtUp(this));
+    this.sink =
+      sink ??
+      new QueuedIterator<WatchBatch>(
+        () => this.cancel(),
+        (batch, left) => {
+          this.unreadBytes -= batchBytes(batch.events);
+          if (left <= RESUME_BELOW && this.unreadBytes <= RESUME_BELOW_BYTES) this.hub.caughtUp(this);
+        },
+      );
     const signal = options.signal;
     if (signal) {
       this.onAbort = () => this.cancel();
@@ -161,7 +181,10 @@ export class Watch implements AsyncIterable<WatchBatch> {
     });
     if (out.length > 0) this.nextRevision = out[out.length - 1]!.kv.modRevision + 1n;
     this.sink.push({ revision, events: out });
-    if (this.sink instanceof QueuedIterator && this.sink.pending >= PAUSE_AT) this.hub.lagging(this);
+    if (this.sink instanceof QueuedIterator) {
+      this.unreadBytes += batchBytes(out);
+      if (this.sink.pending >= PAUSE_AT || this.unreadBytes >= PAUSE_AT_BYTES) this.hub.lagging(this);
+    }
   }
 
   /** @internal ends the watch with an error (compaction, permission). */

@@ -15,7 +15,7 @@ const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL, NGHTTP2_REFUSED_STREAM, NGHTTP2_ENHANC
 
 /** The bounds a member's connection lives within, whatever the server sends. */
 export const LIMITS = {
-  /** nghttp2's memory for one session (MB): header tables, queued frames; above it, new streams are refused. */
+  /** nghttp2's memory for one session (MB): header tables, queued frames; a header block received above it resets its stream. */
   maxSessionMemoryMb: 32,
   /** Header fields in one received header block. */
   maxHeaderListPairs: 64,
@@ -28,6 +28,11 @@ export const LIMITS = {
   /** Characters of a server's grpc-message kept in an error. */
   grpcMessageChars: 512,
 } as const;
+
+/** Each stream's receive window (we read at once, so it bounds nothing but throughput). */
+const STREAM_WINDOW = 1024 * 1024;
+/** The connection's receive window, shared by every call and stream to the member. */
+const CONNECTION_WINDOW = 8 * 1024 * 1024;
 
 /** TLS material and the name to verify the server by. */
 export interface TlsSettings {
@@ -59,9 +64,14 @@ export interface Http2TransportOptions {
 interface Call {
   /** The session was dropped by us (keepalive): end now, not when nghttp2 gets round to it. */
   dropped(session: Session): void;
+  /** The server is going away: a stream ends now, so that its owner reopens it elsewhere. */
+  goingAway(session: Session): void;
 }
 
-/** One HTTP/2 connection that reached "ready" (the server's SETTINGS arrived). */
+/** Stream ids are 31 bits: well before they run out, new calls go to a new connection. */
+const LAST_STREAM_ID = 2 ** 31 - 2 ** 20;
+
+/** One HTTP/2 connection that reached "ready" (both sides' SETTINGS acknowledged). */
 class Session {
   private active = 0;
   private readonly calls = new Set<Call>();
@@ -70,6 +80,13 @@ class Session {
   /** Why we dropped the connection (keepalive), for the calls it fails. */
   dropReason?: string;
   lastError?: Error;
+  /** No new call goes here (GOAWAY, stream ids nearly used up, closing). */
+  retired = false;
+  /** When anything last arrived on the connection (performance.now()): a live peer needs no ping. */
+  private heardAt = performance.now();
+  private pingedAt = -Infinity;
+  /** A ping is awaiting its answer: its timeout runs whether or not calls remain. */
+  private pinging = false;
   private keepaliveTimer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -78,7 +95,19 @@ class Session {
   ) {}
 
   get usable(): boolean {
-    return !this.h2.closed && !this.h2.destroyed && this.goawayLastId < 0 && this.dropReason === undefined;
+    return !this.retired && !this.h2.closed && !this.h2.destroyed && this.goawayLastId < 0 && this.dropReason === undefined;
+  }
+
+  /** Something arrived from the server. */
+  heard(): void {
+    this.heardAt = performance.now();
+  }
+
+  /** Takes no new call; the calls in flight finish, then the connection closes. */
+  retire(): void {
+    this.retired = true;
+    this.transport.detach(this);
+    if (!this.h2.closed && !this.h2.destroyed) this.h2.close();
   }
 
   onGoaway(code: number, lastStreamId: number, opaque: Buffer | undefined): void {
@@ -86,6 +115,7 @@ class Session {
     if (code === NGHTTP2_ENHANCE_YOUR_CALM && opaque?.toString() === 'too_many_pings') this.transport.slowKeepalive();
     this.goawayLastId = this.goawayLastId < 0 ? lastStreamId : Math.min(this.goawayLastId, lastStreamId);
     this.transport.detach(this);
+    for (const call of [...this.calls]) call.goingAway(this);
   }
 
   onClose(): void {
@@ -97,47 +127,66 @@ class Session {
     this.calls.add(call);
     if (++this.active === 1) {
       this.h2.ref();
-      this.scheduleKeepalive();
+      // Quiet for a whole interval: the peer may have gone while we had nothing to ask; ask now.
+      const now = performance.now();
+      const time = this.transport.keepaliveTimeMs;
+      if (time > 0 && !this.pinging && now - this.heardAt >= time && now - this.pingedAt >= time) this.ping();
+      else this.scheduleKeepalive();
     }
   }
 
   callEnded(call: Call): void {
     if (!this.calls.delete(call)) return;
     if (--this.active === 0) {
-      this.clearKeepalive();
+      // An outstanding ping keeps its timeout: its answer is owed either way.
+      if (!this.pinging) this.clearKeepalive();
       if (!this.h2.destroyed) this.h2.unref();
     }
   }
 
-  /** A ping every keepaliveTimeMs while calls are in flight; one unanswered within the timeout drops the connection. */
+  /** While calls are in flight, a ping once nothing has arrived for keepaliveTimeMs. */
   private scheduleKeepalive(): void {
     const time = this.transport.keepaliveTimeMs;
-    if (time <= 0 || this.active === 0 || this.keepaliveTimer || !this.usable) return;
+    if (time <= 0 || this.active === 0 || this.keepaliveTimer || this.h2.closed || this.h2.destroyed) return;
+    const due = Math.max(this.heardAt, this.pingedAt) + time - performance.now();
     this.keepaliveTimer = setTimeout(() => {
       this.keepaliveTimer = undefined;
-      if (this.active > 0) this.ping();
-    }, time);
+      if (this.active === 0) return;
+      if (performance.now() - Math.max(this.heardAt, this.pingedAt) >= time) this.ping();
+      else this.scheduleKeepalive();
+    }, Math.max(0, due));
     this.keepaliveTimer.unref();
   }
 
   private ping(): void {
+    // A connection that is closing sends no ping (Node refuses); its streams end by themselves.
+    if (this.h2.closed || this.h2.destroyed) return;
     const timeout = this.transport.keepaliveTimeoutMs;
+    this.clearKeepalive();
+    this.pinging = true;
+    this.pingedAt = performance.now();
     this.keepaliveTimer = setTimeout(() => this.drop(`the connection was dropped: a keepalive ping went unanswered for ${timeout} ms`), timeout);
     this.keepaliveTimer.unref();
     let sent = false;
     try {
       sent = this.h2.ping((err) => {
+        this.pinging = false;
         this.clearKeepalive();
         if (err) {
           if (this.usable) this.drop(`the connection was dropped: a keepalive ping failed (${err.message})`);
           return;
         }
+        this.heard();
         this.scheduleKeepalive();
       });
     } catch (err) {
       this.lastError = err as Error;
     }
-    if (!sent) this.drop('the connection was dropped: a keepalive ping could not be sent');
+    if (!sent) {
+      this.pinging = false;
+      this.clearKeepalive();
+      if (!this.h2.closed && !this.h2.destroyed) this.drop('the connection was dropped: a keepalive ping could not be sent');
+    }
   }
 
   private clearKeepalive(): void {
@@ -149,6 +198,7 @@ class Session {
   drop(reason: string): void {
     if (this.dropReason !== undefined || this.h2.destroyed) return;
     this.dropReason = reason;
+    this.pinging = false;
     this.clearKeepalive();
     this.transport.detach(this);
     for (const call of [...this.calls]) call.dropped(this);
@@ -257,7 +307,7 @@ export class Http2Transport implements Transport {
         maxHeaderListPairs: LIMITS.maxHeaderListPairs,
         maxOutstandingPings: LIMITS.maxOutstandingPings,
         maxSettings: LIMITS.maxSettings,
-        settings: { enablePush: false, maxHeaderListSize: LIMITS.maxHeaderListSize },
+        settings: { enablePush: false, maxHeaderListSize: LIMITS.maxHeaderListSize, initialWindowSize: STREAM_WINDOW },
       });
       const session = new Session(this, h2);
       const fail = (err: ConnectError): void => {
@@ -272,18 +322,31 @@ export class Http2Transport implements Transport {
         session.lastError = err;
       });
       h2.on('goaway', (code: number, last: number, opaque?: Buffer) => session.onGoaway(code, last, opaque));
-      h2.once('remoteSettings', () => {
-        if (settled) return;
+      // Ready once both sides' SETTINGS are acknowledged: our header-list limit binds only from then on.
+      let remote = false;
+      let local = false;
+      const ready = (): void => {
+        if (settled || !remote || !local) return;
         settled = true;
         clearTimeout(timer);
         if (this.closed) {
           h2.destroy();
           return reject(new ConnectError('closed', performance.now() - started));
         }
+        // The connection window: Node's default 64 KiB would cap every member's traffic per round trip.
+        h2.setLocalWindowSize(CONNECTION_WINDOW);
         // Idle: an open connection must not keep the process alive.
         h2.unref();
         this.session = session;
         resolve(session);
+      };
+      h2.once('remoteSettings', () => {
+        remote = true;
+        ready();
+      });
+      h2.once('localSettings', () => {
+        local = true;
+        ready();
       });
       h2.once('close', () => {
         session.onClose();
@@ -297,7 +360,8 @@ export class Http2Transport implements Transport {
           }
         });
       }
-      const timer = setTimeout(() => fail(new ConnectError('timeout', this.dialTimeoutMs)), this.dialTimeoutMs);
+      // After the I/O already waiting: a busy event loop must not fail a dial whose answer has arrived.
+      const timer = setTimeout(() => setImmediate(() => fail(new ConnectError('timeout', this.dialTimeoutMs))), this.dialTimeoutMs);
       // The socket keeps the process alive while it connects; the timer need not.
       timer.unref();
       this.cancelDial = () => fail(new ConnectError('closed', performance.now() - started));
@@ -431,7 +495,7 @@ class Reply {
   /** The call's failure, when the reply says it failed. */
   error(): TransportError | undefined {
     if (this.problem) return this.problem;
-    if (this.status > 0) return new TransportError(this.status, this.message);
+    if (this.status > 0) return new TransportError(this.status, this.message, { fromServer: true });
     return undefined;
   }
 }
@@ -472,10 +536,19 @@ function lostWith(session: Session, id: number | undefined, rst: number, err: Er
   if (session.goawayLastId >= 0 && id > session.goawayLastId) {
     return new TransportError(Status.UNAVAILABLE, `the server is going away and did not process the request (GOAWAY last stream ${session.goawayLastId}, ours ${id})`, { notSent: true });
   }
-  if (rst === NGHTTP2_REFUSED_STREAM) return new TransportError(Status.UNAVAILABLE, 'the server refused the stream before processing it', { notSent: true });
+  // REFUSED_STREAM proves nothing was processed only from a live connection: a GOAWAY's code (7 too)
+  // becomes every stream's code when Node destroys the session.
+  if (rst === NGHTTP2_REFUSED_STREAM && !session.h2.destroyed && session.goawayLastId < 0) {
+    return new TransportError(Status.UNAVAILABLE, 'the server refused the stream before processing it', { notSent: true });
+  }
   if (session.dropReason !== undefined) return new TransportError(Status.UNAVAILABLE, session.dropReason);
   if (session.h2.destroyed || session.h2.closed) return new TransportError(Status.UNAVAILABLE, `the connection was lost${why(err ?? session.lastError)}`, { cause: err ?? session.lastError });
   return undefined;
+}
+
+/** Node fails a new stream, not its session, when stream ids run out: the session must go. */
+function outOfStreams(session: Session, err: Error): void {
+  if ((err as NodeJS.ErrnoException).code === 'ERR_HTTP2_OUT_OF_STREAMS') session.retire();
 }
 
 function why(err: Error | undefined): string {
@@ -521,17 +594,30 @@ class UnaryCall<Res> implements Call {
       req = session.h2.request(this.transport.headers(this.method.path, this.extra, this.deadline - performance.now()), { endStream: false });
     } catch (err) {
       // The session takes no new stream (GOAWAY, closing): nothing was sent.
-      this.transport.detach(session);
+      session.retire();
       return this.fail(new TransportError(Status.UNAVAILABLE, `no connection: ${(err as Error).message}`, { notSent: true, cause: err }));
     }
     this.session = session;
     this.req = req;
     session.callStarted(this);
-    req.on('response', (h, flags) => this.reply.onResponse(h, (flags & NGHTTP2_FLAG_END_STREAM) !== 0));
-    req.on('trailers', (h) => this.reply.onTrailers(h));
-    req.on('data', (chunk: Buffer) => this.onData(req, chunk));
+    req.on('response', (h, flags) => {
+      session.heard();
+      this.reply.onResponse(h, (flags & NGHTTP2_FLAG_END_STREAM) !== 0);
+    });
+    req.on('trailers', (h) => {
+      session.heard();
+      this.reply.onTrailers(h);
+    });
+    req.on('data', (chunk: Buffer) => {
+      session.heard();
+      this.onData(req, chunk);
+    });
     req.on('error', (err: Error) => {
       this.streamError = err;
+      outOfStreams(session, err);
+    });
+    req.on('ready', () => {
+      if (req.id !== undefined && req.id >= LAST_STREAM_ID) session.retire();
     });
     req.on('close', () => this.onClose(req));
     req.end(this.body);
@@ -579,6 +665,9 @@ class UnaryCall<Res> implements Call {
     const notSent = this.req?.id === undefined;
     this.fail(new TransportError(Status.UNAVAILABLE, session.dropReason ?? 'the connection was dropped', { notSent }));
   }
+
+  /** A unary call the server took finishes on the draining connection, by its deadline. */
+  goingAway(): void {}
 
   private readonly onDeadline = (): void => {
     this.timer = undefined;
@@ -654,18 +743,31 @@ class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStream<Req, 
       req = session.h2.request(transport.headers(method.path, headers), { endStream: false });
     } catch (err) {
       this.done = true;
-      transport.detach(session);
+      session.retire();
       this.emitLater(new TransportError(Status.UNAVAILABLE, `no connection: ${(err as Error).message}`, { notSent: true, cause: err }));
       return;
     }
     this.req = req;
     this.session = session;
     session.callStarted(this);
-    req.on('response', (h, flags) => this.reply.onResponse(h, (flags & NGHTTP2_FLAG_END_STREAM) !== 0));
-    req.on('trailers', (h) => this.reply.onTrailers(h));
-    req.on('data', (chunk: Buffer) => this.onData(chunk));
+    req.on('response', (h, flags) => {
+      session.heard();
+      this.reply.onResponse(h, (flags & NGHTTP2_FLAG_END_STREAM) !== 0);
+    });
+    req.on('trailers', (h) => {
+      session.heard();
+      this.reply.onTrailers(h);
+    });
+    req.on('data', (chunk: Buffer) => {
+      session.heard();
+      this.onData(chunk);
+    });
     req.on('error', (err: Error) => {
       this.streamError = err;
+      outOfStreams(session, err);
+    });
+    req.on('ready', () => {
+      if (req.id !== undefined && req.id >= LAST_STREAM_ID) session.retire();
     });
     req.on('close', () => this.onClose(req));
   }
@@ -681,14 +783,6 @@ class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStream<Req, 
     }
     req.write(frame(body));
     return true;
-  }
-
-  pause(): void {
-    this.req?.pause();
-  }
-
-  resume(): void {
-    this.req?.resume();
   }
 
   cancel(): void {
@@ -732,6 +826,12 @@ class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStream<Req, 
   dropped(session: Session): void {
     if (this.done || session !== this.session) return;
     this.end(new TransportError(Status.UNAVAILABLE, session.dropReason ?? 'the connection was dropped'));
+  }
+
+  /** A stream lives as long as its connection: on a GOAWAY it ends now, and its owner reopens it on a new one. */
+  goingAway(session: Session): void {
+    if (this.done || session !== this.session) return;
+    this.end(new TransportError(Status.UNAVAILABLE, 'the server is going away (GOAWAY): reopen the stream on a new connection'));
   }
 
   /** Leaves the session, resetting the stream if it is still open. */

@@ -47,14 +47,17 @@ export class TransportError extends Error {
   readonly notSent: boolean;
   /** The call was cancelled by us (an AbortSignal), not by the server or the network. */
   readonly local: boolean;
+  /** The status is the server's own answer (a valid grpc-status): the request was processed and refused. */
+  readonly fromServer: boolean;
 
-  constructor(status: number, details: string, options: { notSent?: boolean; local?: boolean; cause?: unknown } = {}) {
+  constructor(status: number, details: string, options: { notSent?: boolean; local?: boolean; fromServer?: boolean; cause?: unknown } = {}) {
     super(`${STATUS_NAME[status] ?? `status ${status}`}: ${details}`, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'TransportError';
     this.status = status;
     this.details = details;
     this.notSent = options.notSent ?? false;
     this.local = options.local ?? false;
+    this.fromServer = options.fromServer ?? false;
   }
 }
 
@@ -80,15 +83,11 @@ export class ConnectError extends Error {
 /**
  * A bidirectional stream (Watch, LeaseKeepAlive). 'data' for each decoded message; 'error' (a
  * TransportError) when it fails or the server ends it with a status other than OK; 'end' when the
- * server ends it with OK. After cancel() no event comes. pause() stops reading: the server's
- * HTTP/2 flow-control window then fills and it stops sending, so a consumer that falls behind
- * buffers a bounded amount.
+ * server ends it with OK. After cancel() no event comes.
  */
 export interface BidiStream<Req, Res> {
   write(message: Req): unknown;
   cancel(): void;
-  pause(): void;
-  resume(): void;
   on(event: 'data', listener: (message: Res) => void): unknown;
   on(event: 'error', listener: (err: Error) => void): unknown;
   on(event: 'end', listener: () => void): unknown;
