@@ -196,13 +196,13 @@ class Session {
 
   /** Declares the connection dead: its calls fail UNAVAILABLE with `reason`, and it is destroyed. */
   drop(reason: string): void {
-    if (this.dropReason !== undefined || this.h2.destroyed) return;
+    if (this.dropReason !== undefined) return;
     this.dropReason = reason;
     this.pinging = false;
     this.clearKeepalive();
     this.transport.detach(this);
     for (const call of [...this.calls]) call.dropped(this);
-    this.h2.destroy();
+    if (!this.h2.destroyed) this.h2.destroy();
   }
 }
 
@@ -320,6 +320,16 @@ export class Http2Transport implements Transport {
       };
       h2.on('error', (err: Error) => {
         session.lastError = err;
+      });
+      // A socket that fails before the session is set up (a TLS alert right after the handshake)
+      // destroys the session without its 'close': watch the socket too.
+      socket.on('error', (err: Error) => {
+        session.lastError ??= err;
+        if (!settled) fail(new ConnectError('failed', performance.now() - started, { cause: err }));
+        else session.drop(`the connection failed (${clean(err.message)})`);
+      });
+      socket.once('close', () => {
+        if (!settled) fail(new ConnectError('failed', performance.now() - started, { cause: session.lastError ?? new Error('the connection closed during the handshake') }));
       });
       h2.on('goaway', (code: number, last: number, opaque?: Buffer) => session.onGoaway(code, last, opaque));
       // Ready once both sides' SETTINGS are acknowledged: our header-list limit binds only from then on.
