@@ -12,6 +12,8 @@ const MUST_RUN = !!process.env.CI && !/^(false|0)$/i.test(process.env.CI) && pro
 /** A server of the test file: `need(t)` returns it, or skips the test (fails it under CI) without it. */
 export interface FileServer<S> {
   need(t: TestContext): S | undefined;
+  /** The server, once started (in the file's `before`); undefined without it. */
+  readonly server: S | undefined;
 }
 
 function serverForFile<S extends { stop(): Promise<void> }>(what: string, start: () => Promise<S>): FileServer<S> {
@@ -30,6 +32,9 @@ function serverForFile<S extends { stop(): Promise<void> }>(what: string, start:
     await server?.stop();
   });
   return {
+    get server() {
+      return server;
+    },
     need(t) {
       if (server) return server;
       const reason = skipReason ?? `${what} did not start`;
