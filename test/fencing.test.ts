@@ -9,6 +9,7 @@ import { describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { createClient } from 'redis';
 import pg from 'pg';
 import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import { Client, Election, InvalidArgumentError, LockLostError, Mutex, RWMutex, Semaphore, Session, type LockHandle } from '../src/index.js';
@@ -405,6 +406,26 @@ describe('RedisFence on a real Redis', () => {
     await fence.set(token(max), key, 'max');
     assert.equal(await redis.get(key), 'max');
     assert.equal(await redis.get(`${key}:fence`), String(max));
+  });
+
+  it('a node-redis client: set, eval and del are fenced the same way', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    const nodeRedis = createClient({ url: server.url });
+    await nodeRedis.connect();
+    try {
+      const fence = new RedisFence(nodeRedis);
+      const key = unique('node_redis');
+      assert.equal(await fence.set(token(5n), key, 'five'), 'OK');
+      assert.deepEqual(await fence.eval(token(6n), key, "return {KEYS[1], ARGV[1], redis.call('GET', KEYS[1])}", [key], ['six']), [key, 'six', 'five']);
+      await assert.rejects(fence.set(token(5n), key, 'stale'), (err: Error) => err instanceof StaleTokenError && err.highestToken === 6n);
+      await assert.rejects(fence.del(token(4n), key), StaleTokenError);
+      assert.equal(await nodeRedis.get(key), 'five');
+      assert.equal(await fence.del(token(6n), key), 1);
+      assert.equal(await nodeRedis.get(`${key}:fence`), '6');
+    } finally {
+      await nodeRedis.quit();
+    }
   });
 
   it('eval: a custom script sees its own KEYS and ARGV; one failing midway stores no token; a bad handle or client is refused', async (t) => {

@@ -45,9 +45,13 @@ export function findRedis(binary = process.env.REDIS_SERVER): string | undefined
  * ```
  */
 export async function startRedis(options: StartRedisOptions = {}): Promise<RedisServer> {
-  const binary = findRedis(options.binary ?? process.env.REDIS_SERVER);
+  const named = options.binary ?? process.env.REDIS_SERVER;
+  const binary = findRedis(named);
   if (!binary) {
-    throw new ServerNotFoundError('redis', 'redis-server was not found on PATH; install it (Debian: apt-get install redis-server) or set REDIS_SERVER');
+    throw new ServerNotFoundError(
+      'redis',
+      `redis-server was not found ${named ? `at ${named}` : 'on PATH'}; install it (Debian: apt-get install redis-server) or set REDIS_SERVER`,
+    );
   }
   const dir = await mkdtemp(path.join(tmpdir(), 'etcd-concurrency-redis-'));
   const [port] = await freePorts(1);
