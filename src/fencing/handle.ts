@@ -4,7 +4,7 @@ import { Session } from '../session.js';
 
 /**
  * What a fence needs from a holder: its fencing token, and a check that it still holds. A
- * {@link LockHandle} (Mutex), an RWMutex write lock, or any object of your own with these two.
+ * `LockHandle` (Mutex), an RWMutex write lock, or any object of your own with these two.
  */
 export interface HeldFencingHandle {
   /** Strictly larger for every later holder of the same lock (the key's CreateRevision). */
@@ -13,7 +13,7 @@ export interface HeldFencingHandle {
   assertHeld(): void;
 }
 
-/** What a fence needs from a leader: a {@link LeaderHandle}, or any object with these two. */
+/** What a fence needs from a leader: a `LeaderHandle`, or any object with these two. */
 export interface LeaderFencingHandle {
   /** Strictly larger for every later term of the same election. */
   readonly fencingToken: bigint;
