@@ -211,6 +211,30 @@ describe('PostgresFence on a real PostgreSQL', () => {
     assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
   });
 
+  it('a connection killed mid-transaction: the run fails, nothing is written, and the pool gets rid of that client', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using db = pool(server);
+    const fence = new PostgresFence(db, { table: 'fences' });
+    await fence.install();
+    const resource = unique('killed');
+    await logTable(db, resource);
+    const pids: number[] = [];
+    const write = (value: string, kill: boolean) =>
+      fence.run(token(3n), resource, async (tx) => {
+        const pid = (await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+        pids.push(pid);
+        await tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES (3, $1)`, [value]);
+        if (kill) await db.query('SELECT pg_terminate_backend($1)', [pid]); // from another connection of the pool
+        await tx.query('SELECT 1');
+      });
+    await assert.rejects(write('killed', true));
+    for (let i = 0; i < 4; i++) await write(`after ${i}`, false); // as many as the pool holds: none gets the dead client
+    assert.ok(!pids.slice(1).includes(pids[0]!), 'the killed connection was not handed out again');
+    assert.deepEqual((await logRows(db, resource)).map((r) => r.value), ['after 0', 'after 1', 'after 2', 'after 3']);
+    assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
+  });
+
   it('the same holder writes twice (equal token); a lower token is refused with the resource and both tokens, counted on the metrics', async (t) => {
     const server = need(t);
     if (!server) return;

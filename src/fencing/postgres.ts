@@ -169,6 +169,13 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
         { cause },
       );
     }
+    // A connection that breaks while we hold it emits 'error' on the client, which pg leaves to the
+    // borrower: unheard, it would crash the process. The failed query reports it; we destroy the client.
+    const events = client as unknown as Partial<Pick<NodeJS.EventEmitter, 'on' | 'removeListener'>>;
+    const onError = (err: unknown): void => {
+      conn.broken ??= err instanceof Error ? err : new Error(String(err));
+    };
+    events.on?.('error', onError);
     try {
       return await use(client, conn);
     } catch (err) {
@@ -178,6 +185,7 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
       }
       throw err;
     } finally {
+      events.removeListener?.('error', onError);
       client.release(conn.broken);
     }
   }
