@@ -16,6 +16,17 @@ export interface FileServer<S> {
   readonly server: S | undefined;
 }
 
+/**
+ * For a test that starts its own server: false (go on) when `missing` is undefined; else skips the
+ * test with that reason and returns true, or fails it under CI.
+ */
+export function skipWithout(t: TestContext, what: string, missing: string | undefined): boolean {
+  if (missing === undefined) return false;
+  if (MUST_RUN) assert.fail(`no ${what} under CI=${process.env.CI}: ${missing}. Install it (.ci/run does), or set FENCING_ALLOW_SKIP=1 to let these tests skip`);
+  t.skip(missing);
+  return true;
+}
+
 function serverForFile<S extends { stop(): Promise<void> }>(what: string, start: () => Promise<S>): FileServer<S> {
   let server: S | undefined;
   let skipReason: string | undefined;
@@ -37,9 +48,7 @@ function serverForFile<S extends { stop(): Promise<void> }>(what: string, start:
     },
     need(t) {
       if (server) return server;
-      const reason = skipReason ?? `${what} did not start`;
-      if (MUST_RUN) assert.fail(`no ${what} under CI=${process.env.CI}: ${reason}. Install it (.ci/run does), or set FENCING_ALLOW_SKIP=1 to let these tests skip`);
-      t.skip(reason);
+      skipWithout(t, what, skipReason ?? `${what} did not start`);
       return undefined;
     },
   };

@@ -22,6 +22,8 @@ export interface PostgresServer extends AsyncDisposable {
   readonly pid: number;
   /** PostgreSQL's major version, e.g. `15`. */
   readonly version: string;
+  /** The server's temp dir (data, socket, `server.log`), removed by stop(). */
+  readonly dir: string;
   /** Stops the server (fast shutdown: open connections are ended) and removes its files. Idempotent. */
   stop(): Promise<void>;
 }
@@ -95,6 +97,7 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
     user: 'postgres',
     database: 'postgres',
     pid: proc.pid,
+    dir,
     version: /^\d+$/.test(version) ? version : (await logTail(proc.logFile)).match(/PostgreSQL (\d+)/)?.[1] ?? 'unknown',
     stop,
     [Symbol.asyncDispose]: stop,

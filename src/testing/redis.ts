@@ -15,6 +15,8 @@ export interface RedisServer extends AsyncDisposable {
   readonly port: number;
   /** The server's process id. */
   readonly pid: number;
+  /** The server's temp dir (`server.log`), removed by stop(). */
+  readonly dir: string;
   /** Stops the server and removes its dir. Idempotent. */
   stop(): Promise<void>;
 }
@@ -59,5 +61,5 @@ export async function startRedis(options: StartRedisOptions = {}): Promise<Redis
   const proc = await startServer('redis-server', binary, args, dir, /Ready to accept connections/);
   let stopped: Promise<void> | undefined;
   const stop = (): Promise<void> => (stopped ??= proc.stop('SIGTERM'));
-  return { url: `redis://127.0.0.1:${port}`, host: '127.0.0.1', port: port!, pid: proc.pid, stop, [Symbol.asyncDispose]: stop };
+  return { url: `redis://127.0.0.1:${port}`, host: '127.0.0.1', port: port!, pid: proc.pid, dir, stop, [Symbol.asyncDispose]: stop };
 }

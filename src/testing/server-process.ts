@@ -52,6 +52,7 @@ function setHooks(on: boolean): void {
 /** A running server process: its pid, and stop(), which also removes its dir. */
 export interface ServerProcess {
   readonly pid: number;
+  readonly dir: string;
   readonly logFile: string;
   stop(signal: NodeJS.Signals): Promise<void>;
 }
@@ -112,6 +113,7 @@ export async function startServer(
   for (const stream of [child.stdout!, child.stderr!]) (stream as unknown as { unref?: () => void }).unref?.();
   return {
     pid: child.pid!,
+    dir,
     logFile,
     async stop(signal) {
       if (child.exitCode === null && child.signalCode === null) {
