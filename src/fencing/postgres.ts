@@ -11,7 +11,7 @@ export interface PgQueryable {
 export interface PgPool<Tx extends PgQueryable = PgQueryable> {
   connect(): Promise<Tx & { release(err?: Error | boolean): void }>;
   // pg's callback form, never called: TypeScript infers `Tx` (pg's PoolClient) from the last overload.
-  connect(callback: (err: Error | undefined, client: Tx | undefined, done: (release?: any) => void) => void): void;
+  connect(callback: (err: Error | undefined, client: Tx | undefined, done: (release?: unknown) => void) => void): void;
   readonly totalCount: number;
 }
 
