@@ -99,6 +99,7 @@ export class Telemetry {
   readonly rpcDuration: Histogram;
   readonly watchResumes: Counter;
   readonly failovers: Counter;
+  readonly leaderRetries: Counter;
 
   private readonly sessions = new Set<TrackedSession>();
   /** The live clients of this client's meter, for the time-left gauge (see the constructor). */
@@ -161,6 +162,11 @@ export class Telemetry {
     this.failovers = meter.createCounter(METRIC.failovers, {
       description: 'Moves of the client to the next endpoint after a failure',
       unit: '{failover}',
+      valueType: ValueType.INT,
+    });
+    this.leaderRetries = meter.createCounter(METRIC.electionRetries, {
+      description: 'Attempts of runAsLeader to campaign again after a failure (etcd unreachable, session lost), each followed by a wait',
+      unit: '{retry}',
       valueType: ValueType.INT,
     });
     this.metricsOn = this.acquireDuration !== NOOP_HISTOGRAM;
