@@ -1,10 +1,14 @@
+// What runAsLeader's retries between terms use.
 import { channel } from 'node:diagnostics_channel';
+import { Backoff, sleep } from '../client/backoff.js';
+import { AuthenticationError, ClientClosedError, EtcdError, PermissionDeniedError } from '../client/errors.js';
+import { SessionExpiredError } from '../errors.js';
 import type { Client } from '../client/client.js';
-import { Backoff, retryWhile, sleep } from '../client/backoff.js';
-import { AuthenticationError, ClientClosedError, CompactedError, EtcdError, InvalidArgumentError, isTransient, PermissionDeniedError } from '../client/errors.js';
+import { retryWhile } from '../client/backoff.js';
+import { CompactedError, InvalidArgumentError, isTransient } from '../client/errors.js';
 import { compare, op, toBuffer, type Bytes, type KeyValue } from '../client/kv.js';
 import { QueuedIterator } from '../client/queued-iterator.js';
-import { LeadershipLostError, NotLeaderError, SessionExpiredError } from '../errors.js';
+import { LeadershipLostError, NotLeaderError } from '../errors.js';
 import { participantKey, validateName } from '../keys.js';
 import { Session } from '../session.js';
 import { acquire, type AcquireOptions } from '../queue/acquire.js';

@@ -7,6 +7,7 @@ import { SessionExpiredError, type OwnershipLostError } from '../errors.js';
 import type { LossReason } from '../metrics/names.js';
 import type { AcquireProbe, HoldObserver } from '../metrics/telemetry.js';
 import { releaseKey } from './ticket.js';
+import { rethrown } from '../rethrow.js';
 
 /** How a loss reads in the lost error: `<key> (token <n>) is no longer owned: <why>`. */
 const WHY: Record<LossReason, string> = {
@@ -111,7 +112,7 @@ export class Ownership {
         this.lose(err, sessionLoss(err));
       }
     }
-    if (this.ended) throw this.endReason();
+    if (this.ended) throw rethrown(this.endReason());
   }
 
   /** A Txn compare that holds only while this owner's key is the one it created. */
