@@ -25,7 +25,8 @@ etcdctl elect does: run it under a supervisor that starts it again, or use runAs
 which campaigns again by itself.
 
 Options:
-  --ttl <seconds>         lease TTL: how long leadership outlives a crashed leader (default 30, min 2)
+  --ttl <seconds>         lease TTL: how long leadership outlives a crashed leader, e.g. 30 or 30s
+                          (whole seconds; default 30, min 2)
   -l, --listen            observe instead of campaigning
   --json                  one JSON object per line instead
 ${METRICS_HELP}
