@@ -1,3 +1,4 @@
+import { rethrown } from '../rethrow.js';
 import { retryWhile } from '../client/backoff.js';
 import { CompactedError, isTransient } from '../client/errors.js';
 import { compare, type Compare, type KeyValue } from '../client/kv.js';
@@ -7,7 +8,6 @@ import { SessionExpiredError, type OwnershipLostError } from '../errors.js';
 import type { LossReason } from '../metrics/names.js';
 import type { AcquireProbe, HoldObserver } from '../metrics/telemetry.js';
 import { releaseKey } from './ticket.js';
-import { rethrown } from '../rethrow.js';
 
 /** How a loss reads in the lost error: `<key> (token <n>) is no longer owned: <why>`. */
 const WHY: Record<LossReason, string> = {
