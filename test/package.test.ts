@@ -322,3 +322,39 @@ function listenOn(port: number): Promise<Server> {
     s.listen(port, '127.0.0.1', () => resolve(s));
   });
 }
+
+describe("the README's project setup (issue 28, item 5)", () => {
+  test('an ES module project with the README tsconfig compiles `await using` and runs it on this Node', { timeout: 120_000 }, async () => {
+    const readme = await readFile(path.join(consumer, 'node_modules/etcd-concurrency/README.md'), 'utf8');
+    const box = /### Setting up a project[\s\S]*?```json\n([\s\S]*?)```/.exec(readme);
+    assert.ok(box, 'the README has a tsconfig under "Setting up a project"');
+    assert.match(readme, /npm pkg set type=module/, 'and makes the project a module');
+    const tsconfig = JSON.parse(box[1]!) as { compilerOptions: Record<string, unknown> };
+    const dir = path.join(consumer, 'setup-box');
+    await mkdir(dir, { recursive: true });
+    await writeFile(path.join(dir, 'package.json'), JSON.stringify({ type: 'module' }));
+    await writeFile(
+      path.join(dir, 'tsconfig.json'),
+      JSON.stringify({ compilerOptions: { ...tsconfig.compilerOptions, types: ['node'], typeRoots: [path.join(root, 'node_modules/@types')] }, files: ['main.ts'] }),
+    );
+    await writeFile(
+      path.join(dir, 'main.ts'),
+      `import { Client, Mutex, Session } from 'etcd-concurrency';
+const client = new Client(); // ETCDCTL_ENDPOINTS, as dev prints it
+{
+  await using session = await Session.create(client);
+  await using lock = await new Mutex(session, process.env.PREFIX + 'setup-box').lock();
+  console.log('held', String(lock.fencingToken));
+}
+await client.close();
+`,
+    );
+    await run(process.execPath, [TSC, '-p', dir], { cwd: dir }).catch((err: { stdout?: string }) => assert.fail(`tsc: ${err.stdout ?? ''}`));
+    const { stdout } = await run(process.execPath, [path.join(dir, String(tsconfig.compilerOptions.outDir ?? '.'), 'main.js')], {
+      cwd: dir,
+      env: { ...process.env, ETCDCTL_ENDPOINTS: etcd.endpoints.join(','), PREFIX: fresh('setup-box') },
+    });
+    assert.match(stdout, /^held \d+$/m);
+    assert.deepEqual(await client.leaseLeases(), [], 'await using closed the session');
+  });
+});
