@@ -123,6 +123,7 @@ async function listen(client: Client, name: string, interrupts: Interrupts, json
     try {
       // observeLeader reports the state at start, then each change; it ends (without error) on the signal.
       for await (const event of observeLeader(client, name, { signal })) {
+        first = false;
         const id = event.type === 'none' ? 'none' : `${event.leader.key}|${event.leader.fencingToken}|${event.leader.value}`;
         if (id === last) continue;
         last = id;
@@ -130,12 +131,11 @@ async function listen(client: Client, name: string, interrupts: Interrupts, json
         else print(eventLine(event));
       }
     } catch (err) {
-      // The very first read fails at once (a wrong endpoint is reported, not waited out).
+      // Until the first answer, a failure is reported (a wrong endpoint is not waited out).
       if (first || interrupts.signal.aborted) throw err;
       if (!down) warn(`etcd does not answer (${err instanceof Error ? err.message : String(err)}); still listening for the leader of ${name}`);
       await untilAnswers(client, `${name}/`, interrupts.signal);
     } finally {
-      first = false;
       round.abort();
       await monitor;
     }
