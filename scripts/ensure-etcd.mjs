@@ -8,12 +8,9 @@
 // else `etcd` on PATH.
 
 import { spawnSync } from 'node:child_process';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { binaryVersion, cacheDir, EtcdInstallError, findCached, goFor, install, LINES, VERSIONS } from './etcd.mjs';
+import { binaryVersion, etcdCacheDir as cacheDir, ETCD_LINES as VERSIONS, EtcdInstallError, findCached, goFor, install, LINES, moduleDir } from './etcd.mjs';
 
 const say = (msg) => process.stderr.write(`ensure-etcd: ${msg}\n`);
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const newest = LINES[LINES.length - 1];
 
 function tryInstall(line) {
@@ -41,7 +38,7 @@ function chosen() {
   }
   const top = findCached(newest);
   if (top) return top.dir;
-  const go = goFor(join(ROOT, VERSIONS[newest].module));
+  const go = goFor(moduleDir(newest));
   if (go.error) say(`etcd ${newest} is built from Go modules and ${go.error}`);
   else {
     const built = tryInstall(newest);

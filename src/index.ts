@@ -66,6 +66,8 @@ export {
   type LeaderInfo,
   type LeaderEvent,
   type RunAsLeaderOptions,
+  type LeaderRetryEvent,
+  LEADER_RETRY_CHANNEL,
 } from './primitives/election.js';
 export { listParticipants, oldestParticipant } from './queue/participants.js';
 export {

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
+import { rethrown } from './rethrow.js';
 import type { Client } from './client/client.js';
 import { InvalidArgumentError, LeaseNotFoundError } from './client/errors.js';
 import { SessionExpiredError, type SessionEndReason } from './errors.js';
@@ -127,7 +128,7 @@ export class Session implements AsyncDisposable {
    */
   assertAlive(): void {
     if (!this.signal.aborted && performance.now() >= this.lossAt()) this.end('deadline');
-    if (this.signal.aborted) throw this.signal.reason;
+    if (this.signal.aborted) throw rethrown(this.signal.reason);
   }
 
   /**

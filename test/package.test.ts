@@ -5,7 +5,9 @@
 // Node >= 20.19), and as TypeScript compiled with --strict under `nodenext`, both module kinds.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer, type Server } from 'node:net';
 import { cp, mkdir, mkdtemp, readFile, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -47,7 +49,7 @@ before(async () => {
   const stage = path.join(work, 'stage');
   const manifest = JSON.parse(await readFile(path.join(root, 'package.json'), 'utf8')) as { files: string[] };
   await mkdir(stage);
-  for (const f of ['package.json', 'tsconfig.json', 'README.md', 'LICENSE', 'src', 'docs']) {
+  for (const f of ['package.json', 'tsconfig.json', 'README.md', 'LICENSE', 'src', 'docs', 'etcd']) {
     await cp(path.join(root, f), path.join(stage, f), { recursive: true });
   }
   assert.ok(manifest.files.includes('dist'), 'files lists dist');
@@ -205,10 +207,17 @@ describe('npm pack', () => {
       'dist/fencing/index.d.ts',
       'dist/cli/main.js',
       'src/index.ts',
+      // The installer's Go modules (etcd-concurrency etcd install 3.6/3.7 builds them).
+      'etcd/v3.7/go.mod',
+      'etcd/v3.7/go.sum',
+      'etcd/v3.7/etcd/main.go',
+      'etcd/v3.7/etcdctl/main.go',
+      'etcd/v3.6/go.mod',
     ]) {
       assert.ok(files.includes(f), `${f} is missing from the package`);
     }
-    const outside = files.filter((f) => /^(test|bench|chaos|examples|scripts|interop|etcd|scratch|\.ci)\//.test(f) || f.startsWith('.'));
+    const goModule = /^etcd\/(README\.md|v\d+\.\d+\/(go\.mod|go\.sum|etcd\/main\.go|etcdctl\/main\.go))$/;
+    const outside = files.filter((f) => (/^(test|bench|chaos|examples|scripts|interop|etcd|scratch|\.ci)\//.test(f) && !goModule.test(f)) || f.startsWith('.'));
     assert.deepEqual(outside, [], 'development files in the package');
     // dist holds the build of src and nothing stale: each compiled file has its source.
     const stale = files.filter((f) => f.startsWith('dist/') && !files.includes(`src/${f.slice(5).replace(/\.(js|d\.ts)(\.map)?$/, '.ts')}`));
@@ -274,5 +283,127 @@ describe('the installed package runs a README program against a real etcd', () =
     const out = await typescriptProject('ts-cjs', 'commonjs');
     assert.match(await readFile(out, 'utf8'), /require\("etcd-concurrency"\)/);
     await runProgram(out, 'ts-cjs');
+  });
+});
+
+/** The installed package's command, as `npx etcd-concurrency` runs it. */
+function bin(args: string[], env: NodeJS.ProcessEnv): Promise<{ stdout: string; stderr: string }> {
+  return run(path.join(consumer, 'node_modules/.bin/etcd-concurrency'), args, { cwd: consumer, env: { ...process.env, ...env }, maxBuffer: 16 << 20 });
+}
+
+/** Debian's etcd 3.4.23 in /usr/bin: the installer copies it, so this needs no network. */
+const debianEtcd = (() => {
+  const r = spawnSync('/usr/bin/etcd', ['--version'], { encoding: 'utf8' });
+  return /etcd Version: 3\.4\.23\b/.test(r.stdout ?? '');
+})();
+
+describe('a package user gets an etcd (issue 28, item 1)', () => {
+  test('`etcd-concurrency etcd install 3.4` fills an empty cache; `etcd list` shows it; `dev` runs it; a README program locks on it', { timeout: 120_000, skip: !debianEtcd && "needs Debian's etcd 3.4.23 in /usr/bin (apt-get install etcd-server etcd-client)" }, async () => {
+    const cache = path.join(work, 'etcd-cache');
+    const env = { ETCD_CACHE_DIR: cache, ETCD_VERSION: '' };
+    const before = await bin(['etcd', 'list'], env);
+    assert.match(before.stdout, /^3\.4 +not installed: etcd-concurrency etcd install 3\.4/m, before.stdout);
+    const installed = await bin(['etcd', 'install', '3.4'], env);
+    assert.equal(installed.stdout.trim(), path.join(cache, '3.4.23'), installed.stdout + installed.stderr);
+    const after = await bin(['etcd', 'list'], env);
+    assert.match(after.stdout, new RegExp(`^3\\.4\\.23 +${path.join(cache, '3.4.23')}`, 'm'), after.stdout);
+
+    // dev finds it in the cache (free ports: this test must not depend on 2379).
+    const [port] = await freePortPair();
+    const dev = spawn(path.join(consumer, 'node_modules/.bin/etcd-concurrency'), ['dev', '--base-port', String(port)], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    try {
+      const endpoints = await new Promise<string>((resolve, reject) => {
+        let out = '';
+        dev.stdout!.on('data', (d: Buffer) => {
+          out += d.toString();
+          const m = /^export ETCDCTL_ENDPOINTS=(\S+)$/m.exec(out);
+          if (m) resolve(m[1]!);
+        });
+        dev.once('exit', (code) => reject(new Error(`dev exited with ${code}: ${out}`)));
+      });
+      await writeFile(path.join(consumer, 'dev.mjs'), program('esm'));
+      const { stdout } = await run(process.execPath, ['dev.mjs'], { cwd: consumer, env: { ...process.env, ENDPOINTS: endpoints, PREFIX: 'pkg-dev/' } });
+      assert.match(stdout, /leader instance-01\ndone/);
+    } finally {
+      dev.kill('SIGINT');
+      await once(dev, 'exit');
+    }
+  });
+
+  test('`dev --etcd-binary` runs the etcd it is given', { timeout: 60_000, skip: !debianEtcd && "needs Debian's etcd 3.4.23 in /usr/bin" }, async () => {
+    const [port] = await freePortPair();
+    const dev = spawn(path.join(consumer, 'node_modules/.bin/etcd-concurrency'), ['dev', '--etcd-binary', '/usr/bin/etcd', '--base-port', String(port)], {
+      env: { ...process.env, ETCD_CACHE_DIR: path.join(work, 'empty-cache'), ETCD_VERSION: '' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    try {
+      let out = '';
+      for await (const d of dev.stdout!) {
+        out += (d as Buffer).toString();
+        if (/export ETCDCTL_ENDPOINTS=/.test(out)) break;
+      }
+      assert.match(out, /^etcd 3\.4\.23 is running/m, out);
+    } finally {
+      dev.kill('SIGINT');
+      await once(dev, 'exit');
+    }
+  });
+});
+
+/** Two adjacent free ports (client, peer) for a one-member dev, found by asking the OS. */
+async function freePortPair(): Promise<number[]> {
+  for (;;) {
+    const a = await listenOn(0);
+    const port = (a.address() as { port: number }).port;
+    const b = await listenOn(port + 1).catch(() => undefined);
+    await new Promise((r) => a.close(r));
+    if (b) {
+      await new Promise((r) => b.close(r));
+      return [port, port + 1];
+    }
+  }
+}
+
+function listenOn(port: number): Promise<Server> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(port, '127.0.0.1', () => resolve(s));
+  });
+}
+
+describe("the README's project setup (issue 28, item 5)", () => {
+  test('an ES module project with the README tsconfig compiles `await using` and runs it on this Node', { timeout: 120_000 }, async () => {
+    const readme = await readFile(path.join(consumer, 'node_modules/etcd-concurrency/README.md'), 'utf8');
+    const box = /### Setting up a project[\s\S]*?```json\n([\s\S]*?)```/.exec(readme);
+    assert.ok(box, 'the README has a tsconfig under "Setting up a project"');
+    assert.match(readme, /npm pkg set type=module/, 'and makes the project a module');
+    const tsconfig = JSON.parse(box[1]!) as { compilerOptions: Record<string, unknown> };
+    const dir = path.join(consumer, 'setup-box');
+    await mkdir(dir, { recursive: true });
+    await writeFile(path.join(dir, 'package.json'), JSON.stringify({ type: 'module' }));
+    await writeFile(
+      path.join(dir, 'tsconfig.json'),
+      JSON.stringify({ compilerOptions: { ...tsconfig.compilerOptions, types: ['node'], typeRoots: [path.join(root, 'node_modules/@types')] }, files: ['main.ts'] }),
+    );
+    await writeFile(
+      path.join(dir, 'main.ts'),
+      `import { Client, Mutex, Session } from 'etcd-concurrency';
+const client = new Client(); // ETCDCTL_ENDPOINTS, as dev prints it
+{
+  await using session = await Session.create(client);
+  await using lock = await new Mutex(session, process.env.PREFIX + 'setup-box').lock();
+  console.log('held', String(lock.fencingToken));
+}
+await client.close();
+`,
+    );
+    await run(process.execPath, [TSC, '-p', dir], { cwd: dir }).catch((err: { stdout?: string }) => assert.fail(`tsc: ${err.stdout ?? ''}`));
+    const { stdout } = await run(process.execPath, [path.join(dir, String(tsconfig.compilerOptions.outDir ?? '.'), 'main.js')], {
+      cwd: dir,
+      env: { ...process.env, ETCDCTL_ENDPOINTS: etcd.endpoints.join(','), PREFIX: fresh('setup-box') },
+    });
+    assert.match(stdout, /^held \d+$/m);
+    assert.deepEqual(await client.leaseLeases(), [], 'await using closed the session');
   });
 });

@@ -17,9 +17,9 @@ import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { Client, Election, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
+import { Client, Election, Mutex, RWMutex, runAsLeader, Semaphore, Session } from '../src/index.js';
 import { startEtcd, startProxy } from '../src/testing/index.js';
-import { assertNoKeys, assertOneErrorLine, closeAll, etcdForCliFile, grpcHandled, grpcStarted, hasEtcdctl, killClis, openSessions, runCli, settledOrHang, track, waitFor, type CliProc } from './helpers.js';
+import { assertNoKeys, assertOneErrorLine, closeAll, etcdForCliFile, grpcHandled, grpcStarted, hasEtcdctl, killClis, openSessions, runCli, runCliToEnd, settledOrHang, track, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/web/';
 /** The screenshot's scene lives under a short prefix, so that the picture reads well. */
@@ -227,12 +227,11 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       assert.match(shown[2]!.text, /^#2/);
       assert.match(shown[2]!.text, /waiting \d/);
       assert.match(shown[0]!.text, /\d+ s \/ 2 s|≤ 0 s \/ 2 s/, 'the holder lease TTL, counting down');
-      // The default label is <host>:<pid>: values are hidden unless --show-values.
+      // The default label is <host>:<pid>: shown by default on loopback, so that a holder is more
+      // than a lease id (issue 28, item 6); --hide-values hides it (below).
       const body = await evaluate<string>(page, 'text()');
-      assert.ok(!body.includes(`${hostname()}:${holder.child.pid}`), 'a value (the holder label) shown without --show-values');
-      assert.match(body, /values hidden/);
-      const state = await (await fetch(`${ins.url}state`)).text();
-      assert.ok(!state.includes(`${hostname()}:`), 'the event stream carries values without --show-values');
+      assert.ok(body.includes(`${hostname()}:${holder.child.pid}`), 'the holder label shown by default on loopback');
+      assert.match(body, /showing values/);
 
       // SIGKILL: no unlock, no revoke. The lease expires after its TTL and the first waiter takes over.
       orphans.add(Number(holderCmdPid));
@@ -320,7 +319,7 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
         [`acquired ${termC}`, `released ${termB}`, `acquired ${termB}`, `released ${termA}`, `acquired ${termA}`],
       );
       const body = await evaluate<string>(page, 'text()');
-      assert.ok(!/proposal-[abc]/.test(body), 'a proposal (a value) shown without --show-values');
+      assert.ok(/proposal-c/.test(body), 'the leader\'s proposal shown (values are shown by default on loopback)');
       assert.equal(await c.kill('SIGINT'), 0);
       assertNoPageErrors(page);
     } finally {
@@ -388,9 +387,9 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       await until(
         page,
         `card(${sc}) && card(${sc}).dataset.kind === 'election' && rows(${sc})[0].label === 'leader' &&
-         card(${dp}) && card(${dp}).dataset.kind === 'lock' && rows(${dp}).length === 1 &&
-         card(${pr}) && card(${pr}).dataset.kind === 'lock' && rows(${pr})[0].label === 'holder'`,
-        'jobs/scheduler as an election (--elections), the other two as locks',
+         card(${dp}) && card(${dp}).dataset.kind === 'lock-or-election' && rows(${dp}).length === 1 &&
+         card(${pr}) && card(${pr}).dataset.kind === 'lock-or-election' && rows(${pr})[0].label === 'holder'`,
+        'jobs/scheduler as an election (--elections), the other two as "lock or election" (a label and a proposal look the same)',
       );
 
       // The holder's mark: its key put again with ignore_value and ignore_lease (version 2, same value).
@@ -402,7 +401,7 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       // the page shows this, it has seen the mark before it.
       await leader.proclaim('v2');
       await until(page, `card(${pr}).dataset.kind === 'election' && rows(${pr})[0].label === 'leader'`, 'tasks/primary as an election after its proclaim');
-      assert.equal(await evaluate(page, `card(${dp}).dataset.kind + ' ' + rows(${dp})[0].label + ' ' + rows(${dp}).length`), 'lock holder 1');
+      assert.equal(await evaluate(page, `card(${dp}).dataset.kind + ' ' + rows(${dp})[0].label + ' ' + rows(${dp}).length`), 'lock-or-election holder 1');
 
       // A fresh read (another inspector): version 2 alone makes no election; --elections, as a comma
       // list with a ** glob, does.
@@ -414,10 +413,10 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
         return Object.fromEntries(state.entities.map((e) => [e.name, e.kind]));
       };
       const plain = await kindsOf([]);
-      assert.equal(plain[deploy], 'lock');
-      assert.equal(plain[scheduler], 'lock', 'without --elections, jobs/scheduler is not known as an election');
+      assert.equal(plain[deploy], 'lock-or-election');
+      assert.equal(plain[scheduler], 'lock-or-election', 'without --elections, jobs/scheduler is not known as an election');
       const named = await kindsOf(['--elections', `${prefix}nothing/*,**/sched*`]);
-      assert.equal(named[deploy], 'lock');
+      assert.equal(named[deploy], 'lock-or-election');
       assert.equal(named[scheduler], 'election');
       assertNoPageErrors(page);
     } finally {
@@ -490,14 +489,15 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
     const leases: bigint[] = [];
     /** A participant key on a lease of its own, written directly: LeaseGrant and Put, nothing else. */
     const join = async (): Promise<void> => {
-      const { id } = await client.leaseGrant(60);
+      // 600 s: a holder's lease is asked again every sixth of its TTL, which this test must not see.
+      const { id } = await client.leaseGrant(600);
       leases.push(id);
       await client.put(`${name}/${id.toString(16)}`, 'x', { lease: id });
     };
     /** Every page shows `count` rows, each with its lease's TTL (its TimeToLive answered). */
     const allShow = async (count: number): Promise<void> => {
       for (const page of pages) {
-        await until(page, `rows(${n}).length === ${count} && rows(${n}).every(function (r) { return /^\\d+ s \\/ 60 s$/.test(r.ttl); })`, `${count} rows with their TTLs`);
+        await until(page, `rows(${n}).length === ${count} && rows(${n}).every(function (r) { return /^\\d+ s \\/ 600 s$/.test(r.ttl); })`, `${count} rows with their TTLs`);
       }
     };
     const counters = async (): Promise<Record<string, number>> => ({
@@ -749,6 +749,148 @@ describe('inspect --web without a browser', () => {
       assert.equal(await p.exited, 2, `${args.join(' ')}: ${p.stderr()}`);
       assert.match(p.stderr(), re);
       assert.equal(p.stderr().trimEnd().split('\n').length, 1, p.stderr());
+    }
+  });
+});
+
+describe('what the inspector misread for a newcomer (issue 28, item 6)', { timeout: 240_000 }, () => {
+  test('runAsLeader and elect elections do not show as locks; a CLI lock does; --elections names them', async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('misread-kinds');
+    const cron = `${prefix}app/cron`; // runAsLeader, value worker-7: the README's own names
+    const scheduler = `${prefix}app/scheduler`; // etcd-concurrency elect
+    const deploy = `${prefix}locks/deploy`; // etcd-concurrency lock: its default label <host>:<pid>
+    const [cr, sc, dp] = [cron, scheduler, deploy].map((n) => JSON.stringify(n));
+    const ins = await inspector(prefix);
+    const page = await open(ins.url);
+    const shutdown = new AbortController();
+    let nowLeading!: () => void;
+    const leading = { promise: new Promise<void>((resolve) => (nowLeading = resolve)) };
+    const run = runAsLeader(client, cron, { value: 'worker-7', signal: shutdown.signal }, async (leader) => {
+      nowLeading();
+      await new Promise((resolve) => leader.signal.addEventListener('abort', resolve, { once: true }));
+    });
+    const elect = start(['elect', scheduler, 'instance-01', '--endpoints', endpoint]);
+    const lock = start(['lock', deploy, '--endpoints', endpoint]);
+    try {
+      await leading.promise;
+      await elect.match(/^leader key=/);
+      await lock.match(/^key=/);
+      await until(
+        page,
+        `card(${cr}) && card(${cr}).dataset.kind === 'lock-or-election' && card(${sc}) && card(${sc}).dataset.kind === 'lock-or-election' && card(${dp}) && card(${dp}).dataset.kind === 'lock'`,
+        'the two elections as "lock or election", the CLI lock as a lock',
+      );
+      const badge = await evaluate<{ text: string; title: string }>(page, `(function () { var b = card(${cr}).querySelector('.badge'); return { text: b.textContent, title: b.title }; })()`);
+      assert.equal(badge.text, 'lock or election');
+      assert.match(badge.title, /cannot tell .*--elections/);
+      const named = await inspector(prefix, ['--elections', `${prefix}app/*`]);
+      const state = (await (await fetch(`${named.url}state`)).json()) as { entities: { name: string; kind: string }[] };
+      const kinds = Object.fromEntries(state.entities.map((e) => [e.name, e.kind]));
+      assert.deepEqual([kinds[cron], kinds[scheduler], kinds[deploy]], ['election', 'election', 'lock']);
+      assert.equal(await named.proc.kill('SIGTERM'), 0);
+      assertNoPageErrors(page);
+    } finally {
+      shutdown.abort();
+      await run;
+      await elect.kill('SIGINT');
+      await lock.kill('SIGINT');
+      await page.close();
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+    }
+  });
+
+  test("a healthy holder's TTL is refreshed from etcd: it never counts down into the warning", async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('misread-ttl');
+    const name = `${prefix}locks/ttl`;
+    const n = JSON.stringify(name);
+    const ins = await inspector(prefix);
+    const page = await open(ins.url);
+    // TTL 6: the holder renews every 2 s. Before, the page asked etcd again only a second before the
+    // known deadline, so it showed 1 s (orange) while etcd had 4 to 6 s.
+    const holder = start(['lock', name, '--ttl', '6', '--endpoints', endpoint]);
+    try {
+      await holder.match(/^key=/);
+      await until(page, `rows(${n}).length === 1 && /^\\d+ s \\/ 6 s$/.test(rows(${n})[0].ttl)`, "the holder's TTL");
+      // The page's own clock watches the cell for more than two TTLs.
+      await evaluate(page, `(function () {
+        var s = window.__ttl = { min: Infinity, warn: false, start: Date.now(), samples: 0 };
+        setInterval(function () {
+          var c = card(${n}); if (!c) return;
+          var td = c.querySelector('tbody tr').children[3], m = /^(\\d+) s \\/ 6 s$/.exec(td.textContent);
+          s.samples++;
+          if (m) s.min = Math.min(s.min, Number(m[1])); else s.min = -1;
+          if (/warn|bad/.test(td.className)) s.warn = true;
+        }, 100);
+        return true;
+      })()`);
+      await until(page, 'Date.now() - window.__ttl.start > 14000', 'two TTLs and more of samples');
+      const seen = await evaluate<{ min: number; warn: boolean; samples: number }>(page, 'window.__ttl');
+      assert.ok(seen.samples > 50, JSON.stringify(seen));
+      assert.equal(seen.warn, false, `the healthy holder's TTL went into the warning: ${JSON.stringify(seen)}`);
+      assert.ok(seen.min >= 3, `the lowest TTL shown, ${seen.min} s, is below what a holder renewing every 2 s can have`);
+      assertNoPageErrors(page);
+    } finally {
+      await holder.kill('SIGINT');
+      await page.close();
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+    }
+  });
+
+  test('an emptied semaphore keeps its permit count (not "undefined permits"); a free lock puts no "no holder for" line in the timeline', async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('misread-empty');
+    const sem = `${prefix}jobs/encoders`;
+    const lockName = `${prefix}locks/free`;
+    const electionName = `${prefix}elect/primary`;
+    const [sm, lk, el] = [sem, lockName, electionName].map((n) => JSON.stringify(n));
+    const ins = await inspector(prefix);
+    const page = await open(ins.url);
+    const s = await Session.create(client);
+    try {
+      const permit = await new Semaphore(s, sem, { permits: 3 }).acquire();
+      const held = await new Mutex(s, lockName).lock();
+      const leader = await new Election(s, electionName).campaign('a');
+      await until(page, `rows(${sm}).length === 1 && rows(${lk}).length === 1 && rows(${el}).length === 1`, 'the three held');
+      await permit.release();
+      await held.unlock();
+      await leader.resign();
+      await until(page, `rows(${sm}).length === 0 && rows(${lk}).length === 0 && rows(${el}).length === 0 && timeline(${el}).some(function (e) { return e.type === 'gap'; })`, 'all three free');
+      const semText = await evaluate<string>(page, `card(${sm}).innerText`);
+      assert.doesNotMatch(semText, /undefined/);
+      assert.match(semText, /semaphore · 3 permits/);
+      assert.equal(await evaluate<number>(page, `timeline(${lk}).filter(function (e) { return e.type === 'gap'; }).length`), 0, 'a free lock is no event');
+      assert.match(await evaluate<string>(page, `card(${lk}).innerText`), /free/, 'the card still says so');
+      assertNoPageErrors(page);
+    } finally {
+      await s.close();
+      await page.close();
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+    }
+  });
+
+  test('labels show by default on loopback; --hide-values hides them from the page and the event stream', async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('misread-labels');
+    const name = `${prefix}locks/label`;
+    const n = JSON.stringify(name);
+    const s = await Session.create(client);
+    const shown = await inspector(prefix);
+    const hidden = await inspector(prefix, ['--hide-values']);
+    const page = await open(shown.url);
+    try {
+      await new Mutex(s, name).lock({ label: 'ci-runner-42' });
+      await until(page, `rows(${n}).length === 1 && /ci-runner-42/.test(rows(${n})[0].text)`, 'the label next to the holder');
+      const state = await (await fetch(`${hidden.url}state`)).text();
+      assert.ok(state.includes(name) && !state.includes('ci-runner-42'), 'a value in the stream despite --hide-values');
+      const both = await runCliToEnd(['inspect', '--web', prefix, '--hide-values', '--show-values', '--endpoints', endpoint]);
+      assert.equal(both.code, 2);
+      assertNoPageErrors(page);
+    } finally {
+      await s.close();
+      await page.close();
+      for (const p of [shown.proc, hidden.proc]) assert.equal(await p.kill('SIGTERM'), 0, p.stderr());
     }
   });
 });

@@ -3,6 +3,7 @@ import { Election, observeLeader, Session, type Client, type LeaderEvent } from 
 import { COMMON, COMMON_HELP, connectTo, nameArg, parse, ttlArg } from './options.js';
 import { EXIT, print, printJson, token, UsageError, warn } from './output.js';
 import { firstAborted, Interrupts } from './signals.js';
+import { untilAnswers, watchReachability } from './reachability.js';
 import { METRICS_HELP, startMetrics } from './metrics.js';
 
 export const ELECT_HELP = `Usage: etcd-concurrency elect <name> <proposal> [options]
@@ -15,10 +16,17 @@ candidate takes over at once. Interoperates with \`etcdctl elect\`.
 With --listen, prints the current leader and then every change, one line each:
   leader key=<key> term=<token> lease=<hex> value=<value>
   no leader
-(values with spaces or quotes are JSON-quoted).
+(values with spaces or quotes are JSON-quoted). It keeps listening through an outage, saying on
+stderr when etcd stops answering and when it answers again (then it reads the leader afresh, also
+when a fresh cluster took the old one's place).
+
+A campaign ends with exit 3 when leadership is lost (an outage longer than --ttl loses it), as
+etcdctl elect does: run it under a supervisor that starts it again, or use runAsLeader in a program,
+which campaigns again by itself.
 
 Options:
-  --ttl <seconds>         lease TTL: how long leadership outlives a crashed leader (default 30, min 2)
+  --ttl <seconds>         lease TTL: how long leadership outlives a crashed leader, e.g. 30 or 30s
+                          (whole seconds; default 30, min 2)
   -l, --listen            observe instead of campaigning
   --json                  one JSON object per line instead
 ${METRICS_HELP}
@@ -90,11 +98,47 @@ async function campaign(client: Client, name: string, proposal: string, ttl: num
   }
 }
 
+/**
+ * --listen: prints the leader and every change. Through an outage it says on stderr that etcd does
+ * not answer and that it still listens; once etcd answers again (or a fresh cluster answers in its
+ * place) it reads the leader afresh, and prints it unless it is the one last printed.
+ */
 async function listen(client: Client, name: string, interrupts: Interrupts, json: boolean): Promise<number> {
-  // observeLeader reports the state at start, then each change; it ends (without error) on the signal.
-  for await (const event of observeLeader(client, name, { signal: interrupts.signal })) {
-    if (json) printJson(eventJson(event));
-    else print(eventLine(event));
+  let last: string | undefined;
+  let first = true;
+  while (!interrupts.signal.aborted) {
+    const round = new AbortController();
+    const signal = AbortSignal.any([interrupts.signal, round.signal]);
+    let down = false;
+    const monitor = watchReachability(client, `${name}/`, signal, {
+      down(err) {
+        down = true;
+        warn(`etcd does not answer (${err instanceof Error ? err.message : String(err)}); still listening for the leader of ${name}`);
+      },
+      changed(why) {
+        warn(why === 'back' ? 'etcd answers again; reading the leader afresh' : 'another etcd cluster answers at these endpoints (new data); reading the leader afresh');
+        round.abort();
+      },
+    });
+    try {
+      // observeLeader reports the state at start, then each change; it ends (without error) on the signal.
+      for await (const event of observeLeader(client, name, { signal })) {
+        first = false;
+        const id = event.type === 'none' ? 'none' : `${event.leader.key}|${event.leader.fencingToken}|${event.leader.value}`;
+        if (id === last) continue;
+        last = id;
+        if (json) printJson(eventJson(event));
+        else print(eventLine(event));
+      }
+    } catch (err) {
+      // Until the first answer, a failure is reported (a wrong endpoint is not waited out).
+      if (first || interrupts.signal.aborted) throw err;
+      if (!down) warn(`etcd does not answer (${err instanceof Error ? err.message : String(err)}); still listening for the leader of ${name}`);
+      await untilAnswers(client, `${name}/`, interrupts.signal);
+    } finally {
+      round.abort();
+      await monitor;
+    }
   }
   return EXIT.ok;
 }

@@ -12,7 +12,7 @@ import { Inspector, isLoopback } from './web/server.js';
 export const WEB_PORT = 8379;
 
 export const INSPECT_HELP = `Usage: etcd-concurrency inspect <name> [options]
-       etcd-concurrency inspect --web [prefix] [--port N] [--open] [--show-values] [--elections <glob>]
+       etcd-concurrency inspect --web [prefix] [--port N] [--open] [--hide-values] [--elections <glob>]
 
 Shows the owner of lock or election <name> (the participant with the oldest key) and the queue
 behind it in order: for a semaphore (\`lock --limit\`) its permit holders, for a readers-writer
@@ -42,15 +42,18 @@ One watch on etcd feeds every open page; it only reads. Until interrupted.
   --listen <host:port>    listen on another address, e.g. 0.0.0.0:${WEB_PORT} (warns: anyone who
                           can reach it sees the names and leases; there is no login)
   --open                  open the page in a browser (xdg-open), else print how to
-  --show-values           show the keys' values (labels, proposals); hidden by default as they
-                          may hold data
+  --hide-values           do not show the keys' values (labels, proposals), which may hold data;
+                          shown by default on loopback, hidden by default with --listen elsewhere
+  --show-values           show them with --listen on a non-loopback address too
   --elections <glob>      names that are elections (repeatable, or a comma list), matched against
                           the whole name: * any run but /, ** any run, ? one character but /;
                           e.g. --elections 'jobs/scheduler,**/leader-*'. Other names with the
                           <name>/<lease> layout: an election once a candidate proclaims (a new
                           value on its key); else a semaphore when every value starts with the
                           same number; else an election when the name contains "elect" or
-                          "leader"; else a lock (docs/cli.md)
+                          "leader"; else a lock when every value is a lock's (empty, or the
+                          CLI's <host>:<pid>); else "lock or election": the keys cannot tell
+                          (docs/cli.md)
 
 ${COMMON_HELP}
 
@@ -71,6 +74,7 @@ export async function inspectCommand(args: string[]): Promise<number> {
     listen: { type: 'string' },
     open: { type: 'boolean' },
     'show-values': { type: 'boolean' },
+    'hide-values': { type: 'boolean' },
     elections: { type: 'string', multiple: true },
     metrics: { type: 'string' },
   });
@@ -82,7 +86,7 @@ export async function inspectCommand(args: string[]): Promise<number> {
     if (values.metrics !== undefined) throw new UsageError('--metrics only applies with --watch, not with --web');
     return web(values, positionals);
   }
-  for (const flag of ['port', 'listen', 'open', 'show-values', 'elections'] as const) {
+  for (const flag of ['port', 'listen', 'open', 'show-values', 'hide-values', 'elections'] as const) {
     if (values[flag] !== undefined) throw new UsageError(`--${flag} only applies with --web`);
   }
   if (values.metrics !== undefined && !values.watch) throw new UsageError('--metrics only applies with --watch (a one-shot inspect has nothing to serve)');
@@ -148,6 +152,7 @@ type InspectValues = Parameters<typeof connectTo>[0] & {
   listen?: string;
   open?: boolean;
   'show-values'?: boolean;
+  'hide-values'?: boolean;
   elections?: string[];
 };
 
@@ -163,7 +168,10 @@ async function web(values: InspectValues, positionals: string[]): Promise<number
   const interrupts = new Interrupts();
   let inspector: Inspector | undefined;
   try {
-    inspector = new Inspector(client, { prefix, host, port, showValues: values['show-values'] ?? false, elections });
+    if (values['hide-values'] && values['show-values']) throw new UsageError('--hide-values and --show-values exclude each other');
+    // Labels say who holds: shown on loopback (this machine's users); hidden where others may look.
+    const showValues = values['hide-values'] ? false : (values['show-values'] ?? isLoopback(host));
+    inspector = new Inspector(client, { prefix, host, port, showValues, elections });
     let url: string;
     try {
       url = await inspector.start();
@@ -175,7 +183,7 @@ async function web(values: InspectValues, positionals: string[]): Promise<number
     }
     if (!isLoopback(host)) {
       // The address bound (with --listen host:0, the port picked), as in the URL.
-      warn(`listening on ${new URL(url).host}, not only on loopback: anyone who can reach it sees every name, lease and holder under the prefix (there is no login); it never shows values unless --show-values`);
+      warn(`listening on ${new URL(url).host}, not only on loopback: anyone who can reach it sees every name, lease and holder under the prefix (there is no login); ${showValues ? 'values are shown (--show-values)' : 'values are hidden (--show-values shows them)'}`);
     }
     print(`inspector: ${url} (prefix ${prefix === '' ? '"" (every key)' : JSON.stringify(prefix)}; read-only; Ctrl-C to stop)`);
     if (values.open) openBrowser(url);

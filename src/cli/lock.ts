@@ -17,7 +17,7 @@ import {
   type LockHandle,
   type PermitHandle,
 } from '../index.js';
-import { COMMON, COMMON_HELP, connectTo, durationArg, nameArg, parse, splitAtDashes, ttlArg } from './options.js';
+import { COMMON, COMMON_HELP, connectTo, durationArg, durationText, nameArg, parse, splitAtDashes, ttlArg } from './options.js';
 import { CliError, EXIT, print, printJson, signalExitCode, token, UsageError, warn } from './output.js';
 import { firstAborted, Interrupts } from './signals.js';
 import { METRICS_HELP, startMetrics } from './metrics.js';
@@ -54,7 +54,8 @@ Options:
   --limit <n>             a semaphore of n permits (1 to ${MAX_PERMITS}) instead of a lock
   --read                  take a shared read lock of the readers-writer lock <name>
   --write                 take the exclusive write lock of the readers-writer lock <name>
-  --ttl <seconds>         lease TTL: how long the lock outlives a crashed holder (default 30, min 2)
+  --ttl <seconds>         lease TTL: how long the lock outlives a crashed holder, e.g. 30 or 30s
+                          (whole seconds; default 30, min 2)
   --kill-grace <dur>      with a command: time between SIGTERM and SIGKILL to its process group
                           when the lock is lost (default 10s)
   --json                  without a command: print {"key","rev","lease","ttl"} as one JSON line
@@ -169,7 +170,7 @@ export async function lockCommand(args: string[]): Promise<number> {
     read: { type: 'boolean' },
     write: { type: 'boolean' },
     metrics: { type: 'string' },
-  });
+  }, { runsCommand: true });
   if (values.help) {
     print(LOCK_HELP);
     return EXIT.ok;
@@ -214,7 +215,7 @@ export async function lockCommand(args: string[]): Promise<number> {
     } catch (err) {
       if (timedOut()) {
         throw new CliError(
-          `timed out after ${values.timeout} connecting to etcd at ${client.endpoints.join(', ')} (granting the session's lease); ` +
+          `timed out after ${durationText(values.timeout!)} connecting to etcd at ${client.endpoints.join(', ')} (granting the session's lease); ` +
             'check that etcd runs there and answers, or pass the right --endpoints',
           EXIT.timeout,
           { cause: err },
@@ -236,7 +237,7 @@ export async function lockCommand(args: string[]): Promise<number> {
         queueWatch.abort();
         if (timedOut()) {
           // The acquire has already removed our key; say who holds the lock, which is what one wants to know.
-          throw new CliError(`timed out after ${values.timeout} waiting for ${what(kind)} ${name}${await heldBy(client, name, kind)}`, conflictCode);
+          throw new CliError(`timed out after ${durationText(values.timeout!)} waiting for ${what(kind)} ${name}${await heldBy(client, name, kind)}`, conflictCode);
         }
         throw err;
       }

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { devCommand, DEV_HELP } from './dev.js';
 import { doctorCommand, DOCTOR_HELP } from './doctor.js';
 import { electCommand, ELECT_HELP } from './elect.js';
+import { etcdCommand, ETCD_HELP } from './etcd.js';
 import { inspectCommand, INSPECT_HELP } from './inspect.js';
 import { lockCommand, LOCK_HELP } from './lock.js';
 import { COMMON_HELP, COMMON_WITH_VALUE } from './options.js';
@@ -15,6 +16,7 @@ const COMMANDS: Record<string, { run: (args: string[]) => Promise<number>; help:
   inspect: { run: inspectCommand, help: INSPECT_HELP },
   dev: { run: devCommand, help: DEV_HELP },
   doctor: { run: doctorCommand, help: DOCTOR_HELP },
+  etcd: { run: etcdCommand, help: ETCD_HELP },
 };
 
 const HELP = `Usage: etcd-concurrency <command> [options]
@@ -28,6 +30,7 @@ Commands:
   inspect <name>            show the owner and the waiting queue (--json, --watch)
   inspect --web [prefix]    a live page of every lock, queue and leader under prefix
   dev                       run a throwaway local etcd until Ctrl-C
+  etcd install <3.4..3.7>   get an etcd (Debian's package, or a build from Go modules); etcd list
   doctor                    check that the cluster and this user are ready for locks
   help <command>            show a command's help
 

@@ -70,8 +70,12 @@ type Values<O extends Spec> = {
   [K in keyof O]?: O[K] extends { multiple: true } ? (O[K]['type'] extends 'string' ? string[] : boolean[]) : O[K]['type'] extends 'string' ? string : boolean;
 };
 
-/** parseArgs, with its errors turned into usage errors (exit 2) in our own words. */
-export function parse<O extends Spec>(args: string[], options: O): { values: Values<O>; positionals: string[] } {
+/**
+ * parseArgs, with its errors turned into usage errors (exit 2) in our own words. An unknown option
+ * gets the nearest known one ("did you mean"); with `runsCommand` (lock), a hint to put `--` before
+ * a command whose options were read as ours.
+ */
+export function parse<O extends Spec>(args: string[], options: O, { runsCommand = false } = {}): { values: Values<O>; positionals: string[] } {
   let parsed: { values: Values<O>; positionals: string[] };
   const bools = new Map<string, boolean>();
   try {
@@ -82,7 +86,7 @@ export function parse<O extends Spec>(args: string[], options: O): { values: Val
     // The option as parseArgs quotes it: '--ttl <value>', or '-l, --listen' for one with a short
     // form, whose long name is the one to show.
     const opt = /'(?:-[^-' ], )?(-[^' ]*)/.exec(e.message)?.[1] ?? e.message;
-    if (e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') throw new UsageError(`unknown option ${opt}`);
+    if (e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') throw new UsageError(unknownOption(opt, options, runsCommand));
     if (e.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
       if (/argument missing/.test(e.message)) throw new UsageError(`${opt} needs a value`);
       if (/does not take an argument/.test(e.message)) throw new UsageError(`${opt} takes no value`);
@@ -94,6 +98,37 @@ export function parse<O extends Spec>(args: string[], options: O): { values: Val
   // Commands that connect to etcd check the ETCDCTL_* variables against the flags.
   if (Object.hasOwn(options, 'endpoints')) checkEnvironment(parsed.values as Record<string, unknown>);
   return parsed;
+}
+
+/** Edit distance (insertions, deletions, substitutions, swaps of neighbours) between two short words. */
+function distance(a: string, b: string): number {
+  const d = Array.from({ length: a.length + 1 }, (_, i) => [i, ...Array<number>(b.length).fill(0)]);
+  for (let j = 1; j <= b.length; j++) d[0]![j] = j;
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d[i]![j] = Math.min(d[i]![j]!, d[i - 2]![j - 2]! + 1);
+    }
+  }
+  return d[a.length]![b.length]!;
+}
+
+/** "unknown option --tll; did you mean --ttl?", and for a command's own option, where `--` goes. */
+function unknownOption(opt: string, options: Spec, runsCommand: boolean): string {
+  let message = `unknown option ${opt}`;
+  const word = opt.replace(/^--?/, '').replace(/=.*$/, '');
+  if (opt.startsWith('--') && word.length > 1) {
+    const near = Object.keys(options)
+      .map((k) => ({ k, d: k.startsWith(word) ? 0.5 : distance(word, k) }))
+      .filter((c) => c.d <= Math.min(2, Math.max(1, Math.floor(word.length / 3))))
+      .sort((x, y) => x.d - y.d)[0];
+    if (near) return `${message}; did you mean --${near.k}?`;
+  }
+  if (runsCommand) {
+    message += `; if it is meant for the command to run, put -- before the command: lock <name> [options] -- <command> ${opt} ...`;
+  }
+  return message;
 }
 
 /** Go's strconv.ParseBool, which etcdctl uses for its boolean flags and variables. */
@@ -198,25 +233,34 @@ export function splitAtDashes(args: string[]): [string[], string[] | undefined] 
   return i < 0 ? [args, undefined] : [args.slice(0, i), args.slice(i + 1)];
 }
 
-/** A lock or election name, checked before anything is sent. */
+/**
+ * A lock or election name, checked before anything is sent. Leading or trailing white space is
+ * refused (a quoting slip, and a different key); white space inside and a leading `/` are allowed,
+ * as etcdctl allows them, with a warning: keys are not paths, `/jobs/x` and `jobs/x` are two names.
+ */
 export function nameArg(name: string | undefined, what: string): string {
   if (name === undefined) throw new UsageError(`missing the ${what}`);
   try {
-    return validateName(name, what);
+    validateName(name, what);
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
+  if (name.trim() !== name) throw new UsageError(`${what} ${JSON.stringify(name)} starts or ends with white space; drop it (it would be part of the key)`);
+  if (/\s/.test(name)) warn(`${what} ${JSON.stringify(name)} contains white space: every participant must quote it the same way`);
+  if (name.startsWith('/')) warn(`${what} "${name}" starts with "/": keys are not paths, so "${name}" and "${name.replace(/^\/+/, '')}" are different names`);
+  return name;
 }
 
 /** etcd's smallest lease TTL with its default election timeout (1 s): 1.5 election timeouts, rounded up. */
 export const MIN_TTL = 2;
 
-/** A lease TTL in whole seconds (etcdctl's --ttl). */
+/** A lease TTL in whole seconds (etcdctl's --ttl): `30`, or a duration such as `30s` or `2m`. */
 export function ttlArg(raw: string | undefined, fallback: number): number {
   if (raw === undefined) return fallback;
-  const n = /^\d+$/.test(raw) ? Number(raw) : NaN;
+  const m = /^(\d+)(s|m|h)?$/.exec(raw.trim());
+  const n = m ? Number(m[1]) * { s: 1, m: 60, h: 3600 }[m[2] ?? 's']! : NaN;
   if (!Number.isSafeInteger(n) || n < 1 || n > MAX_TTL) {
-    throw new UsageError(`--ttl must be a whole number of seconds from ${MIN_TTL} to ${MAX_TTL}, got "${raw}"`);
+    throw new UsageError(`--ttl must be a whole number of seconds from ${MIN_TTL} to ${MAX_TTL}, got "${raw}" (e.g. 30, 30s or 2m)`);
   }
   if (n < MIN_TTL) {
     // etcd grants at least its minimum TTL (1.5 election timeouts, rounded up: 2 s by default).
@@ -235,6 +279,11 @@ export function durationArg(raw: string, flag: string, { allowZero = false } = {
     throw new UsageError(`${flag} must be a duration like 500ms, 10s or 2m${allowZero ? '' : ' (above zero)'}, got "${raw}"`);
   }
   return ms;
+}
+
+/** A duration as given, with its unit: `2` (seconds) reads `2s`. */
+export function durationText(raw: string): string {
+  return /^\d+(\.\d+)?$/.test(raw.trim()) ? `${raw.trim()}s` : raw.trim();
 }
 
 /** The connection flags as parsed (parse() with COMMON). */

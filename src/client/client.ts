@@ -97,9 +97,14 @@ export class Client implements AsyncDisposable {
   /** Ids of grants that failed before their request was sent: no such lease exists. */
   private readonly unsentGrants = new Set<bigint>();
 
+  /**
+   * With no `endpoints`, the client uses `ETCDCTL_ENDPOINTS` (comma-separated, as etcdctl and
+   * `etcd-concurrency dev` print it) when set and not empty, else `127.0.0.1:2379`.
+   */
   constructor(options: ClientOptions = {}) {
     this.telemetry = new Telemetry(options);
-    this.conn = new Connection(options, this.telemetry);
+    const fromEnv = options.endpoints === undefined ? process.env.ETCDCTL_ENDPOINTS?.trim() : undefined;
+    this.conn = new Connection(fromEnv ? { ...options, endpoints: fromEnv } : options, this.telemetry);
     if (options.auth) {
       if (!options.auth.username) throw new InvalidArgumentError('auth: the user name is empty; pass user:password');
       this.conn.tokens = new TokenSource(this.conn, options.auth);

@@ -161,9 +161,9 @@ function installHint(request: string | undefined): string {
   const line = request?.split('.').slice(0, 2).join('.') ?? NEWEST_LINE;
   const known = (SUPPORTED_ETCD_LINES as readonly string[]).includes(line);
   return (
-    (known ? `In the etcd-concurrency repository run \`npm run etcd -- install ${line}\`. ` : '') +
-    `Or put etcd${request ? ` ${request}` : ''} (\`etcd\` and \`etcdctl\`) in ${join(etcdCacheDir(), '<version>')}/ or on PATH, ` +
-    'or pass `etcdBinary`.'
+    (known ? `Get one with \`npx etcd-concurrency etcd install ${line}\` (\`npm run etcd -- install ${line}\` in this repository). ` : '') +
+    `Or install etcd${request ? ` ${request}` : ''} yourself (Debian/Ubuntu: apt-get install etcd-server etcd-client; macOS: brew install etcd) ` +
+    `and put it on PATH, or pass its path (\`etcdBinary\`, \`dev --etcd-binary\`); the README's "Getting an etcd" lists every way.`
   );
 }
 

@@ -13,6 +13,7 @@ export const METRIC = {
   losses: 'etcd_concurrency.losses',
   electionLeader: 'etcd_concurrency.election.leader',
   electionTransitions: 'etcd_concurrency.election.transitions',
+  electionRetries: 'etcd_concurrency.election.retries',
   keepaliveDuration: 'etcd_concurrency.session.keepalive.duration',
   sessionTimeLeft: 'etcd_concurrency.session.time_left',
   sessionLosses: 'etcd_concurrency.session.losses',

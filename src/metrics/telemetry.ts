@@ -100,6 +100,7 @@ export class Telemetry {
   readonly watchResumes: Counter;
   readonly failovers: Counter;
   readonly fencingRefused: Counter;
+  readonly leaderRetries: Counter;
 
   private readonly sessions = new Set<TrackedSession>();
   /** The live clients of this client's meter, for the time-left gauge (see the constructor). */
@@ -167,6 +168,11 @@ export class Telemetry {
     this.fencingRefused = meter.createCounter(METRIC.fencingRefused, {
       description: 'Writes a fence (etcd-concurrency/fencing) refused because the resource had stored a higher fencing token',
       unit: '{write}',
+      valueType: ValueType.INT,
+    });
+    this.leaderRetries = meter.createCounter(METRIC.electionRetries, {
+      description: 'Attempts of runAsLeader to campaign again after a failure (etcd unreachable, session lost), each followed by a wait',
+      unit: '{retry}',
       valueType: ValueType.INT,
     });
     this.metricsOn = this.acquireDuration !== NOOP_HISTOGRAM;

@@ -1,3 +1,8 @@
+// What runAsLeader's retries between terms use.
+import { channel } from 'node:diagnostics_channel';
+import { Backoff, sleep } from '../client/backoff.js';
+import { AuthenticationError, ClientClosedError, EtcdError, PermissionDeniedError } from '../client/errors.js';
+import { SessionExpiredError } from '../errors.js';
 import type { Client } from '../client/client.js';
 import { retryWhile } from '../client/backoff.js';
 import { CompactedError, InvalidArgumentError, isTransient } from '../client/errors.js';
@@ -324,6 +329,43 @@ export interface RunAsLeaderOptions {
    * with `healthHandler(health)` on your `/healthz`.
    */
   health?: LeaderHealth;
+  /**
+   * The longest wait between two attempts to campaign again while etcd cannot be reached (the wait
+   * doubles from half a second up to this, with jitter). Default 5000.
+   */
+  maxRetryDelayMs?: number;
+}
+
+/**
+ * What runAsLeader publishes on the `etcd-concurrency:leader:retry` diagnostics channel each time
+ * a campaign (or the session for it) failed and it will try again after `delayMs`.
+ */
+export interface LeaderRetryEvent {
+  /** The election name. */
+  name: string;
+  /** 1 for the first retry after a success (or the start), then 2, 3, ... */
+  attempt: number;
+  /** How long it waits before the next attempt. */
+  delayMs: number;
+  /** Why the attempt failed (UnavailableError while etcd is unreachable, a lost session, ...). */
+  error: unknown;
+}
+
+/** `node:diagnostics_channel` name of {@link LeaderRetryEvent}s. */
+export const LEADER_RETRY_CHANNEL = 'etcd-concurrency:leader:retry';
+const leaderRetry = channel(LEADER_RETRY_CHANNEL);
+
+/**
+ * Whether runAsLeader tries again after `err` ended an attempt to campaign: it does for anything the
+ * cluster may get over (unreachable, timeouts, a write of unknown outcome, a lost lease or session
+ * when it makes its own), not for bad input, refused credentials or permissions, or a closed client.
+ */
+function campaignAgainAfter(err: unknown, ownSession: boolean): boolean {
+  if (err instanceof InvalidArgumentError || err instanceof ClientClosedError) return false;
+  if (err instanceof PermissionDeniedError || err instanceof AuthenticationError) return false;
+  if (err instanceof SessionExpiredError) return ownSession && err.reason !== 'client-closed';
+  // Anything else of ours is the cluster's (a bug, a TypeError, ends the loop where it can be seen).
+  return err instanceof EtcdError;
 }
 
 /**
@@ -332,8 +374,14 @@ export interface RunAsLeaderOptions {
  * outlives its term (a pause, a partition) is told to stop before anyone else can lead.
  * When leadership is lost the task's settling is awaited and, unless `once`, we campaign again.
  * Resolves with the task's result (after resigning), or undefined when `signal` stopped it.
- * With a Session, a lost session ends the loop with SessionExpiredError; with a Client, a fresh
- * session is created for the next term.
+ *
+ * An outage does not end it: while etcd cannot be reached (or the session for the next term cannot
+ * be made), it tries again with backoff capped at `maxRetryDelayMs`, counting each retry in
+ * `etcd_concurrency.election.retries` and publishing a {@link LeaderRetryEvent} on the
+ * `etcd-concurrency:leader:retry` diagnostics channel, until `signal` aborts. Only bad input
+ * (InvalidArgumentError), refused credentials or permissions, or a closed client end it with an
+ * error. With a Session, a lost session ends the loop with SessionExpiredError (a session never
+ * recovers); with a Client, a fresh session is created for the next term, after an outage too.
  */
 export async function runAsLeader<T>(
   target: Session | Client,
@@ -345,23 +393,45 @@ export async function runAsLeader<T>(
   if (health !== undefined && !(health instanceof LeaderHealthState)) {
     throw new InvalidArgumentError('options.health must be made by leaderHealth({ graceMs })');
   }
+  validateName(name, 'election name');
   const owned = !(target instanceof Session);
   let session: Session | undefined = owned ? undefined : target;
   const shutdown = options.signal;
+  const client = owned ? (target as Client) : (target as Session).client;
+  // Between terms, an unreachable cluster is waited out: tries again with capped backoff.
+  const maxDelayMs = options.maxRetryDelayMs ?? 5000;
+  if (!(maxDelayMs >= 1)) throw new InvalidArgumentError(`options.maxRetryDelayMs must be 1 or more, got ${maxDelayMs}`);
+  const backoff = new Backoff(Math.min(500, maxDelayMs), maxDelayMs);
+  let attempt = 0;
   try {
     for (;;) {
       if (shutdown?.aborted) return undefined;
-      if (!session || (owned && session.signal.aborted)) {
-        session = await Session.create(target as Client, { ttl: options.ttl ?? 30, signal: shutdown });
-      }
       let leader: Leadership;
       try {
+        if (!session || (owned && session.signal.aborted)) {
+          if (session) await session.close().catch(() => {});
+          session = undefined;
+          session = await Session.create(client, { ttl: options.ttl ?? 30, signal: shutdown });
+        }
         leader = await campaignTerm(new Election(session, name), options.value, { signal: shutdown });
       } catch (err) {
         if (shutdown?.aborted) return undefined;
-        if (owned && session.signal.aborted) continue;
-        throw err;
+        // With the caller's session, its loss ends the loop: only a Client lets us make another.
+        if (!owned && session?.signal.aborted) throw err;
+        if (!campaignAgainAfter(err, owned)) throw err;
+        const delayMs = backoff.next();
+        attempt++;
+        if (client.telemetry.metricsOn) client.telemetry.leaderRetries.add(1, client.telemetry.attrs('campaign', name));
+        if (leaderRetry.hasSubscribers) leaderRetry.publish({ name, attempt, delayMs, error: err } satisfies LeaderRetryEvent);
+        try {
+          await sleep(delayMs, shutdown);
+        } catch {
+          return undefined; // shutdown while waiting
+        }
+        continue;
       }
+      backoff.reset();
+      attempt = 0;
       // Watch the term from its start, whether or not the task looks at leader.signal: whether the
       // term was lost (below) must not depend on what the task, or an installed SDK, touched.
       leader.watch();

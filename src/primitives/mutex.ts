@@ -111,7 +111,14 @@ class HeldLock extends HeldHandle implements LockHandle {
   }
 }
 
-/** Runs `fn` while holding the lock `name`, and always unlocks afterwards. */
+/**
+ * Runs `fn` while holding the lock `name`, and always unlocks afterwards.
+ *
+ * It does not retry through an outage, unlike runAsLeader: it is one critical section on the
+ * caller's session, and once etcd is unreachable for longer than the TTL that session is lost for
+ * good. It rejects instead (SessionExpiredError, LockLostError, or UnavailableError while waiting),
+ * and the caller decides: a worker loop makes a new session and calls it again (see the README).
+ */
 export async function withLock<T>(
   session: Session,
   name: string,

@@ -1,3 +1,4 @@
+import { rethrown } from '../rethrow.js';
 import { retryWhile } from '../client/backoff.js';
 import { CompactedError, isTransient } from '../client/errors.js';
 import { compare, type Compare, type KeyValue } from '../client/kv.js';
@@ -111,7 +112,7 @@ export class Ownership {
         this.lose(err, sessionLoss(err));
       }
     }
-    if (this.ended) throw this.endReason();
+    if (this.ended) throw rethrown(this.endReason());
   }
 
   /** A Txn compare that holds only while this owner's key is the one it created. */

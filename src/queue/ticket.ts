@@ -4,6 +4,7 @@ import { compare, op, txnRange, type KeyValue, type RangeRequest } from '../clie
 import type { CallProgress } from '../client/connection.js';
 import { ownBuffer } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
+import { rethrown } from '../rethrow.js';
 
 /** Our place in a queue: our key and its CreateRevision (the ticket, and once we hold, the fencing token). */
 export interface Ticket {
@@ -278,7 +279,7 @@ async function enqueue(session: Session, spec: TicketSpec, use: KeyUse, ahead?: 
     .catch((err: unknown) => {
       if (err instanceof LeaseNotFoundError) {
         markLeaseGone(session);
-        throw session.signal.reason;
+        throw rethrown(session.signal.reason);
       }
       throw err;
     })

@@ -3,8 +3,11 @@
 // recent hand-overs. Fed by a fresh range (resync) and by watch events; knows nothing of HTTP.
 import type { KeyValue } from '../../index.js';
 
-/** What a name's keys look like. */
-export type Kind = 'lock' | 'election' | 'semaphore' | 'rwlock' | 'barrier';
+/**
+ * What a name's keys look like. `lock-or-election`: one holder at a time, and the keys cannot say
+ * which (a lock with a label and a candidate with a proposal look the same until one proclaims).
+ */
+export type Kind = 'lock' | 'election' | 'lock-or-election' | 'semaphore' | 'rwlock' | 'barrier';
 
 /** One participant key, as sent to the page. */
 export interface PartView {
@@ -112,6 +115,11 @@ interface Entity {
 const HEX = /^[0-9a-f]+$/;
 /** A name that says it is an election: shown as one even before a proclaim proves it (the fallback when no --elections glob matches). */
 const ELECTION_NAME = /elect|leader/i;
+/**
+ * Values only a lock writes: none (Go's Mutex, etcdctl lock, our Mutex without a label) or the CLI's
+ * default label `<host>:<pid>`. A candidate always proposes a value, and rarely one of that shape.
+ */
+const LOCK_VALUE = /^(|[^\s:]+:\d+)$/;
 
 /**
  * A test for the names the operator says are elections (`--elections`), from globs matched against
@@ -345,7 +353,7 @@ export class Model {
       }
       const acquired = [...e.holders].filter((k) => !before.has(k)).map((k) => e.parts.get(k)!);
       acquired.sort((a, b) => (a.token < b.token ? -1 : 1));
-      const from = released.length > 0 && (e.kind === 'lock' || e.kind === 'election') ? released[released.length - 1] : undefined;
+      const from = released.length > 0 && (e.kind === 'lock' || e.kind === 'election' || e.kind === 'lock-or-election') ? released[released.length - 1] : undefined;
       for (const p of acquired) {
         p.heldSince = how.initial ? null : now;
         const i = ch.parts.findIndex((op) => op.op === 'put' && op.key === p.key);
@@ -384,7 +392,8 @@ export class Model {
    * Kind and holders of a name, as `inspect` decides them, plus elections: a name with the plain
    * layout is an election when `--elections` names it, once a participant proclaims (a new value on
    * the same key and lease), or when its name says so (`elect` or `leader` in it); otherwise a
-   * semaphore when every value starts with the same permit count, else a lock.
+   * semaphore when every value starts with the same permit count, a lock when every value is a
+   * lock's (empty, or the CLI's `<host>:<pid>`), else `lock-or-election`: the keys cannot tell.
    */
   private classify(e: Entity): void {
     const all = [...e.parts.values()];
@@ -393,7 +402,7 @@ export class Model {
     const plain = all.filter((p) => p.layout === 'plain');
     let queue: Part[];
     let kind: Kind;
-    delete e.permits;
+    if (all.length > 0) delete e.permits; // emptied, a semaphore keeps its count
     if (plain.length > 0) {
       queue = plain;
       e.layout = 'plain';
@@ -430,6 +439,8 @@ export class Model {
         held = Math.min(e.permits, queue.length);
       }
     }
+    // Neither named, proclaimed nor counted: a lock only if its values are a lock's, else say so.
+    if (kind === 'lock' && !queue.every((p) => LOCK_VALUE.test(p.value.toString('utf8')))) kind = 'lock-or-election';
     e.kind = kind;
     e.holders = new Set(queue.slice(0, held).map((p) => p.key));
   }

@@ -59,6 +59,7 @@ aside { background: var(--card); border: 1px solid var(--line); border-radius: 8
 .card .name { font-family: var(--mono); font-weight: 650; font-size: 14.5px; word-break: break-all; }
 .badge { font-size: 11.5px; padding: 1px 8px; border-radius: 10px; background: #eef2fb; color: var(--accent); font-weight: 600; white-space: nowrap; }
 .badge.election { background: #f3ecfb; color: #7b3fc4; }
+.badge.lock-or-election { background: #f1f2f5; color: #4a5060; }
 .badge.semaphore { background: #e9f6f6; color: #147a7a; }
 .badge.rwlock { background: #fbf1e6; color: #a35d0b; }
 .summary { color: var(--dim); }
@@ -198,10 +199,15 @@ export const PAGE_JS = String.raw`(function () {
     return kind === 'election' ? 'leader' : kind === 'semaphore' ? 'permit holder' : kind === 'barrier' ? 'member' : 'holder';
   }
   function kindLabel(v) {
-    if (v.kind === 'semaphore') return 'semaphore · ' + v.permits + (v.permits === 1 ? ' permit' : ' permits');
+    if (v.kind === 'semaphore') return v.permits === undefined ? 'semaphore' : 'semaphore · ' + v.permits + (v.permits === 1 ? ' permit' : ' permits');
     if (v.kind === 'rwlock') return 'readers-writer lock';
     if (v.kind === 'barrier') return 'double barrier';
+    if (v.kind === 'lock-or-election') return 'lock or election';
     return v.kind;
+  }
+  function kindTitle(v) {
+    if (v.kind === 'lock-or-election') return 'the keys cannot tell a lock with labels from an election with proposals until a leader proclaims: name the elections with --elections';
+    return '';
   }
   function inLayout(v, p) {
     return v.layout === 'rw' ? p.layout === 'read' || p.layout === 'write' : v.layout === 'member' ? p.layout === 'member' : p.layout === 'plain';
@@ -226,7 +232,8 @@ export const PAGE_JS = String.raw`(function () {
     td.className = 'mono';
     if (!l) { td.textContent = '…'; return; }
     if (l.ttl < 0) { td.textContent = 'expired'; td.className = 'mono bad'; return; }
-    var left = l.ttl - (now() - l.at) / 1000;
+    // etcd reports whole seconds, rounded down: the lease had between ttl and ttl + 1 left.
+    var left = Math.min(l.granted, l.ttl + 0.5) - (now() - l.at) / 1000;
     if (left <= 0 && !holding) {
       // Still there after its known deadline: renewed since. Only holders' leases are asked again.
       td.textContent = 'renewed, ≤ ' + l.granted + ' s'; td.className = 'mono dim';
@@ -267,7 +274,7 @@ export const PAGE_JS = String.raw`(function () {
       return { live: function () { return 'free · no ' + holderWord(v.kind) + ' for ' + dur(now() - v.vacantSince); }, vacant: true };
     }
     var h = o.holders[0];
-    if (v.kind === 'semaphore') return { text: o.holders.length + ' of ' + v.permits + ' permits held · ' + w };
+    if (v.kind === 'semaphore') return { text: o.holders.length + ' of ' + (v.permits === undefined ? '?' : v.permits) + ' permits held · ' + w };
     if (v.kind === 'rwlock') return { text: (h.layout === 'write' ? 'write-locked by token ' + h.token : 'read-locked by ' + o.holders.length + (o.holders.length === 1 ? ' reader' : ' readers')) + ' · ' + w };
     if (v.kind === 'barrier') return { text: o.holders.length + ' members in' };
     return { text: (v.kind === 'election' ? 'led by token ' : 'held by token ') + h.token + ' · ' + w };
@@ -320,7 +327,9 @@ export const PAGE_JS = String.raw`(function () {
     c.dataset.name = v.name; c.dataset.kind = v.kind;
     var head = el('div', 'head');
     head.appendChild(el('span', 'name', v.name));
-    head.appendChild(el('span', 'badge ' + v.kind, kindLabel(v)));
+    var badge = el('span', 'badge ' + v.kind, kindLabel(v));
+    badge.title = kindTitle(v);
+    head.appendChild(badge);
     var s = summary(e, o), sum = el('span', 'summary' + (s.vacant ? ' vacant' : ''), s.text);
     if (s.live) { sum.textContent = s.live(); live.push(function () { sum.textContent = s.live(); }); }
     head.appendChild(sum);
@@ -341,14 +350,14 @@ export const PAGE_JS = String.raw`(function () {
         c.appendChild(more);
       }
     }
-    if (v.kind === 'lock' || v.kind === 'election') c.appendChild(bar(e));
+    if (v.kind === 'lock' || v.kind === 'election' || v.kind === 'lock-or-election') c.appendChild(bar(e));
     return c;
   }
   function describe(ev) {
     var who = 'token ' + ev.token + ' (lease ' + ev.lease + ')';
     var election = ev.kind === 'election', s;
     if (ev.type === 'acquired') {
-      s = (election ? 'leads: ' : ev.kind === 'semaphore' ? 'takes a permit: ' : ev.kind === 'barrier' ? 'enters: ' : 'takes the lock: ') + who;
+      s = (election ? 'leads: ' : ev.kind === 'semaphore' ? 'takes a permit: ' : ev.kind === 'barrier' ? 'enters: ' : ev.kind === 'lock-or-election' ? 'holds: ' : 'takes the lock: ') + who;
       if (ev.from) s += ', handed over from token ' + ev.from.token + (ev.gapMs ? ' after ' + dur(ev.gapMs) : ' at once');
       else if (ev.gapMs !== undefined) s += ' after no ' + holderWord(ev.kind) + ' for ' + dur(ev.gapMs);
     } else if (ev.type === 'released') {
@@ -363,10 +372,11 @@ export const PAGE_JS = String.raw`(function () {
   function timeline() {
     var ol = el('ol');
     ol.id = 'timeline';
-    // Names nobody holds now, with a history here: the gap so far, on top.
+    // Elections nobody leads now, with a history here: the gap so far, on top. (A free lock is the
+    // normal state: its card says so, the timeline does not.)
     S.entities.forEach(function (e) {
       var v = e.view;
-      if (v.holders.length > 0 || v.vacantSince === null || v.vacantSince === undefined || !byName.has(v.name)) return;
+      if (v.kind !== 'election' || v.holders.length > 0 || v.vacantSince === null || v.vacantSince === undefined || !byName.has(v.name)) return;
       var li = el('li', 'gap');
       li.dataset.name = v.name;
       li.appendChild(el('span', 'when', 'now'));

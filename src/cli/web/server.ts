@@ -1,7 +1,7 @@
 // `inspect --web`: one prefix watch on etcd feeds every browser through server-sent events. The
 // server keeps the picture (model.ts), fetches a lease's TimeToLive when the lease appears, when its
-// keys change, and, for holders only, when its last known deadline nears while its keys are still
-// there (it was renewed); the page counts the time down itself. Read-only: nothing here writes.
+// keys change, and, for holders only, every sixth of its TTL while its keys are still there (it is
+// renewed every third); the page counts the time down itself. Read-only: nothing here writes.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -14,7 +14,7 @@ export interface InspectorOptions {
   prefix: string;
   host: string;
   port: number;
-  /** Send key values to the page (they may hold data). */
+  /** Send key values (labels, proposals) to the page; they may hold data. */
   showValues: boolean;
   /** How often the server checks that etcd answers, ms (default 2000). */
   probeMs?: number;
@@ -278,17 +278,19 @@ export class Inspector {
   }
 
   /**
-   * Holders' leases whose last known deadline is less than a second away while their keys are still
-   * there: a live holder has renewed meanwhile; ask again, so that a holder's known deadline that
-   * passes means its lease expired. Waiters' leases are not asked again (their countdown ends at
-   * "renewed, ≤ TTL"): the cost stays one call per holder per TTL, however long the queue.
+   * Holders' leases, asked again every sixth of their TTL while their keys are there: a live holder
+   * renews every third of its TTL (ours, Go's and etcdctl's sessions), so what the page counts down
+   * stays what etcd has (a healthy holder never counts down into the warning; a holder that stopped
+   * renewing shows it within a sixth of its TTL), and a holder's known deadline that passes means
+   * its lease expired. Waiters' leases are not asked again (their countdown ends at "renewed, ≤
+   * TTL"): the cost is six calls per holder per TTL, however long the queue.
    */
   private refreshDueLeases(): void {
     if (!this.connected) return;
     const now = Date.now();
     for (const hex of this.model.holderLeases()) {
       const l = this.leases.get(hex);
-      if (l && l.ttl >= 0 && now >= l.at + l.ttl * 1000 - 1000) this.queueLease(hex, true);
+      if (l && l.ttl >= 0 && now >= l.at + Math.max(1, l.granted / 6) * 1000) this.queueLease(hex, true);
     }
   }
 
