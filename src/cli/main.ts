@@ -83,8 +83,7 @@ function version(): string {
 const argv = process.argv.slice(2);
 // Set before parsing, so that even a parse error shows its stack.
 setDebug(argv.includes('--debug'));
-// Deprecation warnings speak to developers, not to users of the command; e.g. grpc-js triggers
-// DEP0123 on every TLS connection to an IP address. --debug shows them.
+// Deprecation warnings speak to developers, not to users of the command; --debug shows them.
 process.noDeprecation = !argv.includes('--debug');
 main(argv).then(
   (code) => process.exit(code),
