@@ -24,6 +24,7 @@ export {
   EtcdError,
   InvalidArgumentError,
   UnavailableError,
+  NoLeaderError,
   WriteOutcomeUnknownError,
   CompactedError,
   LeaseNotFoundError,
@@ -31,6 +32,7 @@ export {
   AuthenticationError,
   DeadlineExceededError,
   ClientClosedError,
+  type EtcdErrorOptions,
 } from './client/errors.js';
 export {
   SessionExpiredError,
@@ -44,6 +46,7 @@ export {
   TooManyClientsError,
   BarrierKeyLostError,
   type SessionEndReason,
+  type OwnershipEndReason,
 } from './errors.js';
 export { Session, MAX_TTL, type SessionOptions } from './session.js';
 export { Mutex, withLock, type LockHandle, type LockOptions } from './primitives/mutex.js';

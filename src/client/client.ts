@@ -423,7 +423,7 @@ function untilAborted<T>(p: Promise<T>, signal: AbortSignal, discard: (late: T) 
 }
 
 function isLeaseNotFound(err: unknown): boolean {
-  return err instanceof Error && (err.name === 'LeaseNotFoundError' || /lease not found/.test(err.message));
+  return err instanceof LeaseNotFoundError;
 }
 
 function isAlreadyExists(err: unknown): boolean {

@@ -7,6 +7,7 @@ import {
   DeadlineExceededError,
   type EtcdError,
   InvalidArgumentError,
+  NoLeaderError,
   UnavailableError,
   WriteOutcomeUnknownError,
   etcdSays,
@@ -474,15 +475,15 @@ export class Connection {
           throw new WriteOutcomeUnknownError(
             `${what}: the request may or may not have been applied (${details || err.message}); ` +
               'read the state before deciding to retry',
-            { cause: err, code: err.code },
+            { cause: err, grpcCode: err.code },
           );
         }
         if (etcdSays(details, 'noLeader')) {
           noLeaderSince ??= performance.now();
           if (performance.now() - noLeaderSince > Math.max(2000, this.dialTimeoutMs) || performance.now() >= deadline) {
-            throw new UnavailableError(
+            throw new NoLeaderError(
               `${what}: etcd has no Raft leader (the cluster may have lost quorum: are a majority of its members up?)`,
-              { cause: err, code: err.code },
+              { cause: err, grpcCode: err.code },
             );
           }
         }
