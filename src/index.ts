@@ -49,6 +49,16 @@ export {
   type OwnershipEndReason,
 } from './errors.js';
 export { Session, MAX_TTL, type SessionOptions } from './session.js';
+export {
+  CHANNEL as DIAGNOSTICS_CHANNEL,
+  type Logger,
+  type DiagnosticsOptions,
+  type FailoverEvent,
+  type ReconnectEvent,
+  type LateRenewalEvent,
+  type SessionLostEvent,
+  type OwnershipLostEvent,
+} from './diagnostics.js';
 export { Mutex, withLock, type LockHandle, type LockOptions } from './primitives/mutex.js';
 export { Semaphore, withPermit, MAX_PERMITS, type PermitHandle, type PermitOptions } from './primitives/semaphore.js';
 export { RWMutex, type RWLockHandle } from './primitives/rwmutex.js';

@@ -3,6 +3,7 @@ import { setMaxListeners } from 'node:events';
 import type { Client } from './client/client.js';
 import { InvalidArgumentError, LeaseNotFoundError } from './client/errors.js';
 import { SessionExpiredError, type SessionEndReason } from './errors.js';
+import { publishLateRenewal, publishSessionLost } from './diagnostics.js';
 
 /** etcd's upper bound on a lease TTL, in seconds. */
 export const MAX_TTL = 9_000_000_000;
@@ -54,6 +55,7 @@ export class Session implements AsyncDisposable {
   private renewTimer?: NodeJS.Timeout;
   private expiryTimer?: NodeJS.Timeout;
   private awaiting = false;
+  private renewSentAt = 0;
   private renewing = true;
   private closing?: Promise<void>;
 
@@ -200,6 +202,7 @@ export class Session implements AsyncDisposable {
   private renew(): void {
     if (this.signal.aborted || !this.renewing) return;
     this.client.keepAlives.renew(this.leaseId);
+    this.renewSentAt = performance.now();
     this.awaiting = true;
     this.checkAnswered();
   }
@@ -211,6 +214,7 @@ export class Session implements AsyncDisposable {
       if (!this.awaiting || this.signal.aborted || !this.renewing) return;
       // A stuck stream is replaced on the next endpoint, where every lease is renewed again.
       this.client.keepAlives.stalled(this.retryMs());
+      publishLateRenewal(this.client.telemetry.logger, this.leaseId, performance.now() - this.renewSentAt, this.remainingMs());
       this.checkAnswered();
     }, this.retryMs());
   }
@@ -247,6 +251,7 @@ export class Session implements AsyncDisposable {
     const err = new SessionExpiredError(reason, this.leaseId, cause === undefined ? undefined : { cause });
     this.client.telemetry.sessionEnded(this, reason);
     this.controller.abort(err);
+    if (reason === 'deadline' || reason === 'lease-gone') publishSessionLost(this.client.telemetry.logger, this.leaseId, reason, err);
     this.resolveDone(err);
   }
 }

@@ -10,14 +10,12 @@ import { fileURLToPath } from 'node:url';
 import * as api from '../src/index.js';
 import * as testing from '../src/testing/index.js';
 import { Client, Election, EtcdError, LeadershipLostError, LeaseNotFoundError, LockLostError, Mutex, NotLeaderError, OwnershipLostError, Session } from '../src/index.js';
-import type { EtcdCluster } from '../src/testing/index.js';
 import { aborted, etcdForFile } from './helpers.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const ROOT = 'test/error-codes/';
-let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
+const fresh = etcdForFile(ROOT, (_etcd, c) => (client = c));
 
 type ErrorClass = (abstract new (...args: never[]) => Error) & { code?: unknown };
 

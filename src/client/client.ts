@@ -5,6 +5,7 @@ import { DeadlineExceededError, EtcdError, InvalidArgumentError, LeaseNotFoundEr
 import { KeepAliveHub } from './lease.js';
 import { WatchHub, type Watch, type WatchOptions, type WatchSink } from './watch.js';
 import { Telemetry, type TelemetryOptions } from '../metrics/telemetry.js';
+import type { DiagnosticsOptions } from '../diagnostics.js';
 import {
   header,
   prefixRange,
@@ -21,7 +22,7 @@ import {
  * How to reach etcd (endpoints, TLS, timeouts), who to be (auth), and where metrics and spans go
  * (OpenTelemetry providers, default the global ones: no-ops until an SDK is installed).
  */
-export interface ClientOptions extends ConnectionOptions, TelemetryOptions {
+export interface ClientOptions extends ConnectionOptions, TelemetryOptions, DiagnosticsOptions {
   /** etcd user and password; the token is fetched on first use and refreshed when it expires. */
   auth?: AuthOptions;
 }

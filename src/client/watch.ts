@@ -4,6 +4,7 @@ import { Backoff } from './backoff.js';
 import { ClientClosedError, CompactedError, EtcdError, PermissionDeniedError, etcdSays, isServiceError, isStaleToken } from './errors.js';
 import { prefixRange, toBuffer, type Bytes, type KeyValue } from './kv.js';
 import { QueuedIterator } from './queued-iterator.js';
+import { publishWatchReconnect } from '../diagnostics.js';
 
 export interface WatchOptions {
   /** Watch every key that starts with `key`. */
@@ -351,6 +352,7 @@ export class WatchHub {
     this.waiting = [...live, ...this.waiting];
     if (this.closed) return;
     if (live.length > 0 && this.conn.telemetry?.metricsOn) this.conn.telemetry.watchResumes.add(1);
+    if (live.length > 0) publishWatchReconnect(this.conn.telemetry?.logger, this.conn.endpoints[this.peer]?.target ?? '?', live.length, err);
     if (!tokenExpired) this.conn.failover(this.peer);
     if (this.waiting.length === 0) return;
     this.scheduleReopen(err);

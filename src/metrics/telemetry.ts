@@ -21,6 +21,7 @@ import {
   type UpDownCounter,
 } from '@opentelemetry/api';
 import { ClientClosedError, DeadlineExceededError, EtcdError, UnavailableError } from '../client/errors.js';
+import type { DiagnosticsOptions, Logger } from '../diagnostics.js';
 import { SessionExpiredError } from '../errors.js';
 import { ATTR, LOST_EVENT, METRIC, SCOPE, SPAN, type AcquireResult, type Kind, type LossReason } from './names.js';
 
@@ -114,7 +115,11 @@ export class Telemetry {
   private readonly resultAttrs = new Map<string, Attributes>();
   private readonly rpcAttrs = new Map<string, Attributes>();
 
-  constructor(options: TelemetryOptions = {}) {
+  /** The client's logger (ClientOptions.logger), for the diagnostics events (src/diagnostics.ts). */
+  readonly logger?: Logger;
+
+  constructor(options: TelemetryOptions & DiagnosticsOptions = {}) {
+    if (options.logger) this.logger = options.logger;
     const meter = (options.meterProvider ?? metrics.getMeterProvider()).getMeter(SCOPE);
     const tracerProvider = options.tracerProvider ?? trace.getTracerProvider();
     this.proxy = tracerProvider instanceof ProxyTracerProvider ? tracerProvider : undefined;

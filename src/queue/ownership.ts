@@ -8,6 +8,7 @@ import type { LossReason } from '../metrics/names.js';
 import type { AcquireProbe, HoldObserver } from '../metrics/telemetry.js';
 import { releaseKey } from './ticket.js';
 import type { LostErrorFactory } from './turn.js';
+import { publishOwnershipLost } from '../diagnostics.js';
 
 /** How a loss reads in the lost error: `<key> (token <n>) is no longer owned: <why>`. */
 const WHY: Record<LossReason, string> = {
@@ -254,7 +255,9 @@ export class Ownership {
 
   private lose(cause: unknown, loss: LossReason): void {
     if (this.ended) return;
-    this.end(this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${WHY[loss]}`, { reason: loss, cause }), undefined, loss);
+    const err = this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${WHY[loss]}`, { reason: loss, cause });
+    this.end(err, undefined, loss);
+    publishOwnershipLost(this.session.client.telemetry.logger, this.key, this.fencingToken, loss, err);
   }
 }
 
