@@ -4,6 +4,7 @@ import { TokenSource, type AuthOptions } from './auth.js';
 import { DeadlineExceededError, EtcdError, InvalidArgumentError, LeaseNotFoundError, UnavailableError, etcdSays, fromGrpcError, isServiceError, isStaleToken } from './errors.js';
 import { KeepAliveHub } from './lease.js';
 import { WatchHub, type Watch, type WatchOptions, type WatchSink } from './watch.js';
+import { Namespace } from './namespace.js';
 import { Telemetry, type TelemetryOptions } from '../metrics/telemetry.js';
 import type { DiagnosticsOptions } from '../diagnostics.js';
 import {
@@ -25,6 +26,13 @@ import {
 export interface ClientOptions extends ConnectionOptions, TelemetryOptions, DiagnosticsOptions {
   /** etcd user and password; the token is fetched on first use and refreshed when it expires. */
   auth?: AuthOptions;
+  /**
+   * A key prefix, such as `tenant-a/`: every key this client reads, writes, compares and watches
+   * gets it, and every key it returns loses it, as with Go's `namespace` package (so a namespaced Go
+   * client on the same prefix sees the same keys). Locks and elections of two namespaces never meet.
+   * Default: none.
+   */
+  namespace?: string;
 }
 
 export interface GetOptions extends CallOptions {
@@ -91,6 +99,8 @@ export interface AuthStatus {
 export class Client implements AsyncDisposable {
   /** @internal */ readonly conn: Connection;
   /** @internal */ readonly watches: WatchHub;
+  /** @internal the key prefix of ClientOptions.namespace, if any. */
+  readonly namespace?: Namespace;
   /** @internal */ readonly keepAlives: KeepAliveHub;
   /** @internal metrics and spans (no-ops without an OpenTelemetry SDK). */ readonly telemetry: Telemetry;
   private closing?: Promise<void>;
@@ -104,7 +114,8 @@ export class Client implements AsyncDisposable {
       if (!options.auth.username) throw new InvalidArgumentError('auth: the user name is empty; pass user:password');
       this.conn.tokens = new TokenSource(this.conn, options.auth);
     }
-    this.watches = new WatchHub(this.conn);
+    if (options.namespace !== undefined) this.namespace = new Namespace(options.namespace);
+    this.watches = new WatchHub(this.conn, this.namespace);
     this.keepAlives = new KeepAliveHub(this.conn);
   }
 
@@ -135,8 +146,10 @@ export class Client implements AsyncDisposable {
 
   /** Raw Range: full control over sorting, limits and revision bounds. */
   async range(request: pb.RangeRequest, options?: CallOptions): Promise<RangeResult> {
-    const r = rangeResult(await this.conn.unary(pb.KVService.range, request, 'idempotent', options));
+    const ns = this.namespace;
+    const r = rangeResult(await this.conn.unary(pb.KVService.range, ns ? ns.rangeRequest(request) : request, 'idempotent', options));
     this.saw(r.header);
+    if (ns) ns.kvs(r.kvs);
     return r;
   }
 
@@ -161,7 +174,7 @@ export class Client implements AsyncDisposable {
   async put(key: Bytes, value: Bytes, options?: CallOptions & { lease?: bigint }): Promise<ResponseHeader> {
     const r = await this.conn.unary(
       pb.KVService.put,
-      { key: toBuffer(key), value: toBuffer(value), lease: options?.lease ?? 0n },
+      { key: this.namespace ? this.namespace.key(key) : toBuffer(key), value: toBuffer(value), lease: options?.lease ?? 0n },
       'at-most-once',
       options,
     );
@@ -170,12 +183,8 @@ export class Client implements AsyncDisposable {
 
   /** Deletes a key (or a prefix) and returns how many were deleted. */
   async delete(key: Bytes, options?: CallOptions & { prefix?: boolean }): Promise<bigint> {
-    const r = await this.conn.unary(
-      pb.KVService.deleteRange,
-      options?.prefix ? prefixRange(key) : { key: toBuffer(key) },
-      'at-most-once',
-      options,
-    );
+    const request = options?.prefix ? prefixRange(key) : { key: toBuffer(key) };
+    const r = await this.conn.unary(pb.KVService.deleteRange, this.namespace ? this.namespace.deleteRequest(request) : request, 'at-most-once', options);
     return r.deleted ?? 0n;
   }
 
@@ -186,8 +195,10 @@ export class Client implements AsyncDisposable {
    * applied later.
    */
   async txn(request: pb.TxnRequest, options?: CallOptions & { idempotent?: boolean }, progress?: CallProgress): Promise<TxnResult> {
-    const r = await this.conn.unary(pb.KVService.txn, request, options?.idempotent ? 'idempotent' : 'at-most-once', options, progress);
-    return { header: this.saw(header(r.header)), succeeded: r.succeeded ?? false, responses: r.responses ?? [] };
+    const ns = this.namespace;
+    const r = await this.conn.unary(pb.KVService.txn, ns ? ns.txnRequest(request) : request, options?.idempotent ? 'idempotent' : 'at-most-once', options, progress);
+    const responses = r.responses ?? [];
+    return { header: this.saw(header(r.header)), succeeded: r.succeeded ?? false, responses: ns ? ns.txnResponses(responses) : responses };
   }
 
   /** Discards history up to `revision` (tests and operators). */
@@ -238,7 +249,8 @@ export class Client implements AsyncDisposable {
 
   async leaseTimeToLive(id: bigint, options?: CallOptions & { keys?: boolean }): Promise<LeaseTimeToLive> {
     const r = await this.conn.unary(pb.LeaseService.leaseTimeToLive, { ID: id, keys: options?.keys ?? false }, 'idempotent', options);
-    return { ttl: Number(r.TTL ?? -1n), grantedTtl: Number(r.grantedTTL ?? 0n), keys: r.keys ?? [] };
+    const keys = r.keys ?? [];
+    return { ttl: Number(r.TTL ?? -1n), grantedTtl: Number(r.grantedTTL ?? 0n), keys: this.namespace ? this.namespace.ownKeys(keys) : keys };
   }
 
   /** Every lease the cluster knows (tests use it to prove nothing leaked). */

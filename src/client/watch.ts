@@ -5,6 +5,7 @@ import { ClientClosedError, CompactedError, EtcdError, PermissionDeniedError, et
 import { prefixRange, toBuffer, type Bytes, type KeyValue } from './kv.js';
 import { QueuedIterator } from './queued-iterator.js';
 import { publishWatchReconnect } from '../diagnostics.js';
+import type { Namespace } from './namespace.js';
 
 export interface WatchOptions {
   /** Watch every key that starts with `key`. */
@@ -118,10 +119,10 @@ export class Watch implements AsyncIterable<WatchBatch> {
     const filters: pb.WatchCreateRequest_FilterType[] = [];
     if (this.options.noPut) filters.push(pb.WatchCreateRequest_FilterType.NOPUT);
     if (this.options.noDelete) filters.push(pb.WatchCreateRequest_FilterType.NODELETE);
+    const ns = this.hub.namespace;
     return {
       createRequest: {
-        key: this.key,
-        rangeEnd: this.rangeEnd,
+        ...(ns ? ns.interval(this.key, this.rangeEnd) : { key: this.key, rangeEnd: this.rangeEnd }),
         startRevision: start,
         filters,
         prevKv: this.options.prevKv ?? false,
@@ -146,7 +147,12 @@ export class Watch implements AsyncIterable<WatchBatch> {
     const from = this.nextRevision;
     const fresh = events[0]!.kv!.modRevision! >= from ? events : events.filter((e) => e.kv!.modRevision! >= from);
     if (fresh.length === 0) return;
+    const ns = this.hub.namespace;
     const out: WatchEvent[] = fresh.map((e) => {
+      if (ns) {
+        ns.stripKv(e.kv);
+        ns.stripKv(e.prevKv);
+      }
       const ev: WatchEvent = { type: e.type === pb.Event_EventType.DELETE ? 'delete' : 'put', kv: e.kv as KeyValue };
       if (e.prevKv) ev.prevKv = e.prevKv as KeyValue;
       return ev;
@@ -201,7 +207,11 @@ export class WatchHub {
   private idleTimer?: NodeJS.Timeout;
   private closed = false;
 
-  constructor(private readonly conn: Connection) {}
+  constructor(
+    private readonly conn: Connection,
+    /** @internal ClientOptions.namespace: watched keys get it, delivered keys lose it. */
+    readonly namespace?: Namespace,
+  ) {}
 
   /** `sink`: deliver to it instead of the watch's own QueuedIterator (then the watch is not iterable). */
   watch(key: Bytes, options: WatchOptions = {}, sink?: WatchSink): Watch {
