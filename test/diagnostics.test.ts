@@ -35,7 +35,7 @@ function recordingLogger(): Logger & { lines: { level: string; fields: Record<st
   return { lines, debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
 }
 
-describe('diagnostics channels', () => {
+describe('diagnostics channels', { timeout: 60_000 }, () => {
   it('the names are etcd-concurrency:<area>:<event>, and nothing listens by default', () => {
     for (const name of Object.values(DIAGNOSTICS_CHANNEL)) assert.match(name, /^etcd-concurrency:[a-z]+:[a-z-]+$/);
     for (const [k, ch] of Object.entries(channels)) assert.equal(ch.hasSubscribers, false, k);

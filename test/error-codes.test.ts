@@ -83,7 +83,7 @@ describe('error codes: one per class, in the README', () => {
   });
 });
 
-describe('lost errors carry reason', () => {
+describe('lost errors carry reason', { timeout: 60_000 }, () => {
   it('a deleted lock key: key_deleted; after unlock: released', async () => {
     const p = fresh('deleted');
     const s = await Session.create(client);

@@ -17,7 +17,7 @@ const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeCh
 
 const keysUnder = async (c: Client, prefix: string): Promise<string[]> => (await c.getPrefix(prefix)).kvs.map((kv) => kv.key.toString());
 
-describe('namespaces: two tenants on one cluster', () => {
+describe('namespaces: two tenants on one cluster', { timeout: 60_000 }, () => {
   let a: Client;
   let b: Client;
   let nsA: string;
