@@ -30,7 +30,7 @@ export interface HeldInterval {
   died?: boolean;
   /** RW lock holds: a read (shared) or a write (exclusive) hold. */
   mode?: 'read' | 'write';
-  /** Why the handle said it was lost, as the worker reported it (worker.ts lossClock()); only when `lost`. */
+  /** Why the handle said it was lost, as the worker reported it (worker.ts lossClock(): `key_deleted`, `lease_expired/deadline`, ...); only when `lost`. */
   lostReason?: string;
   /**
    * When the session (lease) the hold was on is first known to have existed, on the common clock:
@@ -299,20 +299,19 @@ export const DEPOSED_REVOKE_NOTICE_MS = 2000;
 
 /**
  * The losses a revoked lease can cause, as the worker reports them (`lostReason`, worker.ts
- * lossClock()): the library's message `<key> (token <n>) is no longer owned: <why>` (WHY in
- * src/queue/ownership.ts), matched on its end. Only these two:
- * - `its key was deleted`: the key watch saw the revoke delete the key (how a holder learns it);
- * - `its session was lost (session lease-gone)`: the session ended because etcd said its lease no
- *   longer exists (a keepalive answer with TTL 0, or LeaseNotFound on a call); the ` (session …)`
- *   part is the worker's, from the SessionExpiredError behind the loss.
- * Never a session deadline (`… (session deadline)`: the client gave up renewing, which a revoke on
+ * lossClock()): the lost error's `reason` (OwnershipLostError.reason), with `/<session end reason>`
+ * when the session's end caused it. Only these two:
+ * - `key_deleted`: the key watch saw the revoke delete the key (how a holder learns it);
+ * - `lease_expired/lease-gone`: the session ended because etcd said its lease no longer exists (a
+ *   keepalive answer with TTL 0, or LeaseNotFound on a call).
+ * Never a session deadline (`lease_expired/deadline`: the client gave up renewing, which a revoke on
  * the server does not cause), a key moved off its lease, a failed watch, a release or a shutdown.
  */
-export const REVOKE_LOSS_REASONS = ['is no longer owned: its key was deleted', 'is no longer owned: its session was lost (session lease-gone)'] as const;
+export const REVOKE_LOSS_REASONS = ['key_deleted', 'lease_expired/lease-gone'] as const;
 
 /** Whether a hold's `lostReason` is one a revoked lease causes (REVOKE_LOSS_REASONS). */
 export function lostToRevoke(reason: string | undefined): boolean {
-  return reason !== undefined && REVOKE_LOSS_REASONS.some((r) => reason.endsWith(r));
+  return (REVOKE_LOSS_REASONS as readonly (string | undefined)[]).includes(reason);
 }
 
 /**

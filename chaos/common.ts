@@ -148,8 +148,12 @@ export type WorkerEvent =
   | { t: 'careful-skip'; token: string; at: number }
   | { t: 'term-start'; token: string; lease: string; at: number }
   | { t: 'term-end'; token: string; from: number; to: number; lost: boolean; lostReason?: string }
-  /** `leftMs` (LeaseNotFoundError only): as in session-lost, for the session the failed call used; absent if unknown. */
-  | { t: 'error'; op: string; name: string; message: string; at: number; leftMs?: number }
+  /**
+   * `code`: the error's stable code (the library's `code`, or ABORTED for our own abort or timeout);
+   * absent for an error the library should not throw. `name` and `message` are for the log only.
+   * `leftMs` (LeaseNotFoundError only): as in session-lost, for the session the failed call used; absent if unknown.
+   */
+  | { t: 'error'; op: string; name: string; code?: string; message: string; at: number; leftMs?: number }
   /** A lock wait longer than the stall limit: the queue as etcd has it, for diagnosis. */
   | { t: 'stuck'; at: number; waitedMs: number; key: string; queue: { key: string; createRevision: string; lease: string; leaseTtl: number }[] }
   | { t: 'bye'; at: number; cycles: number; errors: number };

@@ -18,6 +18,8 @@
 import {
   Client,
   EtcdError,
+  LeaseNotFoundError,
+  OwnershipLostError,
   prefixEnd,
   Mutex,
   RWMutex,
@@ -60,11 +62,24 @@ function reportError(opName: string, err: unknown, used?: Session): void {
   const e = err as Error;
   const message = String(e?.message ?? err).slice(0, 300);
   const ev: WorkerEvent = { t: 'error', op: opName, name: e?.name ?? typeof err, message, at: now() };
+  const code = codeOf(err);
+  if (code !== undefined) ev.code = code;
   // "Lease not found" while the session that made the call still counted its lease as proven alive
   // would mean the server expired it earlier than the client's conservative deadline: the parent
   // fails the run on it (leftMs > 0).
-  if (e?.name === 'LeaseNotFoundError' && used) ev.leftMs = leftMs(used);
+  if (err instanceof LeaseNotFoundError && used) ev.leftMs = leftMs(used);
   emit(ev);
+}
+
+/**
+ * The error's stable code: the library's `code`, or ABORTED for the DOMException of our own lock-wait
+ * limit (AbortSignal.timeout) or shutdown (told apart by DOMException's own numeric codes); else
+ * undefined, an error the library should not have thrown.
+ */
+function codeOf(err: unknown): string | undefined {
+  if (err instanceof EtcdError) return err.code;
+  if (err instanceof DOMException && (err.code === DOMException.TIMEOUT_ERR || err.code === DOMException.ABORT_ERR)) return 'ABORTED';
+  return undefined;
 }
 
 /**
@@ -216,12 +231,11 @@ async function reportStuck(key: string, started: number): Promise<void> {
 
 /**
  * Watches the handle: the first moment it said "not held any more", and why (`lostReason`): the
- * message of the handle's abort reason as the library wrote it (a loss reads `<key> (token <n>) is
- * no longer owned: <why>`, see src/queue/ownership.ts), followed, when the loss came from the
- * session, by ` (session <reason>)` with the SessionExpiredError's reason (`deadline`,
- * `lease-gone`, `closed`, `client-closed`): the library's message says "its session was lost" for
- * both a deadline and a lease etcd said was gone, and the checker must tell them apart (see
- * REVOKE_LOSS_REASONS in checker.ts).
+ * `reason` of the handle's abort reason (an OwnershipLostError: `key_deleted`, `lease_expired`,
+ * `released`, ...), followed, when the loss came from the session, by `/<reason>` with the
+ * SessionExpiredError's reason (`deadline`, `lease-gone`, `closed`, `client-closed`): a session lost
+ * to its deadline and one whose lease etcd said was gone are both `lease_expired`, and the checker
+ * must tell them apart (see REVOKE_LOSS_REASONS in checker.ts). `other` for any other abort reason.
  */
 function lossClock(handle: { signal: AbortSignal }): { lostAt: () => number | undefined; reason: () => string | undefined } {
   let at: number | undefined;
@@ -230,9 +244,9 @@ function lossClock(handle: { signal: AbortSignal }): { lostAt: () => number | un
   else sig.addEventListener('abort', () => (at ??= now()), { once: true });
   const reason = (): string | undefined => {
     if (!sig.aborted) return undefined;
-    const r = sig.reason as (Error & { cause?: unknown }) | undefined;
-    const message = String(r?.message ?? sig.reason).slice(0, 200);
-    return r?.cause instanceof SessionExpiredError ? `${message} (session ${r.cause.reason})` : message;
+    const r: unknown = sig.reason;
+    if (!(r instanceof OwnershipLostError)) return 'other';
+    return r.cause instanceof SessionExpiredError ? `${r.reason}/${r.cause.reason}` : r.reason;
   };
   return { lostAt: () => at, reason };
 }

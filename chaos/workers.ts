@@ -6,6 +6,25 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import {
+  AuthenticationError,
+  ClientClosedError,
+  CompactedError,
+  DeadlineExceededError,
+  EtcdError,
+  InvalidArgumentError,
+  LeadershipLostError,
+  LeaseNotFoundError,
+  LockLostError,
+  NotLeaderError,
+  OwnershipLostError,
+  PermissionDeniedError,
+  PermitLostError,
+  RWLockLostError,
+  SessionExpiredError,
+  UnavailableError,
+  WriteOutcomeUnknownError,
+} from '../src/index.js';
 import { startProxy, type TcpProxy } from '../src/testing/index.js';
 import type { EtcdIncrementReport, HeldInterval, LeaseGoneReport, Term } from './checker.js';
 import { clockOffset, lineSplitter, now, type LockRole, type ParentMessage, type Role, type RWMode, type WorkerConfig, type WorkerEvent } from './common.js';
@@ -40,12 +59,12 @@ export class History {
 
 // LeaseNotFoundError is not on this list: it is judged by the session's deadline at that moment
 // (History.leaseGone), and is unexpected when the worker could not say which session made the call.
-const OUR_ERRORS = new Set([
-  'EtcdError', 'InvalidArgumentError', 'UnavailableError', 'WriteOutcomeUnknownError', 'CompactedError',
-  'PermissionDeniedError', 'AuthenticationError', 'DeadlineExceededError', 'ClientClosedError', 'SessionExpiredError',
-  'OwnershipLostError', 'LockLostError', 'LeadershipLostError', 'NotLeaderError', 'PermitLostError', 'RWLockLostError',
-  // our own lock-wait limit (AbortSignal.timeout) and shutdown
-  'TimeoutError', 'AbortError',
+const OUR_ERRORS = new Set<string>([
+  ...[EtcdError, InvalidArgumentError, UnavailableError, WriteOutcomeUnknownError, CompactedError, PermissionDeniedError, AuthenticationError].map((c) => c.code),
+  ...[DeadlineExceededError, ClientClosedError, SessionExpiredError, OwnershipLostError, LockLostError, LeadershipLostError].map((c) => c.code),
+  ...[NotLeaderError, PermitLostError, RWLockLostError].map((c) => c.code),
+  // our own lock-wait limit (AbortSignal.timeout) and shutdown (worker.ts codeOf())
+  'ABORTED',
 ]);
 
 export interface WorkerSpec {
@@ -291,9 +310,9 @@ export class WorkerProc {
         break;
       case 'error':
         this.countError(e.op, e.name);
-        if (e.name === 'LeaseNotFoundError' && e.leftMs !== undefined) {
+        if (e.code === LeaseNotFoundError.code && e.leftMs !== undefined) {
           h.leaseGone.push({ worker: label, lease: `(${e.op})`, leftMs: e.leftMs, at: this.t(e.at) });
-        } else if (!OUR_ERRORS.has(e.name)) h.unexpectedErrors.push(`${label} ${e.op}: ${e.name}: ${e.message}`);
+        } else if (e.code === undefined || !OUR_ERRORS.has(e.code)) h.unexpectedErrors.push(`${label} ${e.op}: ${e.name}: ${e.message}`);
         this.logStream?.write(`${this.pool.options.stamp(this.t(e.at))} error ${e.op}: ${e.name}: ${e.message}\n`);
         break;
       case 'stuck': {

@@ -1,4 +1,5 @@
 import { EtcdError } from './client/errors.js';
+import type { LossReason } from './metrics/names.js';
 
 /** Why a session ended. */
 export type SessionEndReason =
@@ -16,6 +17,7 @@ export type SessionEndReason =
  * (locks, leadership) must be treated as lost. A session never recovers; create a new one.
  */
 export class SessionExpiredError extends EtcdError {
+  static override readonly code: string = 'ERR_SESSION_EXPIRED';
   constructor(
     readonly reason: SessionEndReason,
     readonly leaseId: bigint,
@@ -39,29 +41,46 @@ function sessionMessage(reason: SessionEndReason, leaseId: bigint): string {
   }
 }
 
+/**
+ * Why ownership ended: a {@link LossReason} when it was lost, or `released` when its holder gave
+ * it up (the reason a handle's `signal` aborts with after `unlock()`, `release()` or `resign()`).
+ */
+export type OwnershipEndReason = LossReason | 'released';
+
 /** Ownership of a lock or of leadership ended while the holder may still be working. */
 export class OwnershipLostError extends EtcdError {
+  static override readonly code: string = 'ERR_OWNERSHIP_LOST';
+  /** Why it ended: branch on this, never on the message. */
+  readonly reason: OwnershipEndReason;
   constructor(
     message: string,
     readonly key: string,
-    options?: { cause?: unknown },
+    options: { cause?: unknown; reason: OwnershipEndReason },
   ) {
-    super(message, options);
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.reason = options.reason;
   }
 }
 
 /** The lock is no longer held: its session was lost, or its key was deleted or replaced. */
-export class LockLostError extends OwnershipLostError {}
+export class LockLostError extends OwnershipLostError {
+  static override readonly code: string = 'ERR_LOCK_LOST';
+}
 
 /** Leadership ended: the session was lost, or the leader key was deleted or replaced. */
-export class LeadershipLostError extends OwnershipLostError {}
+export class LeadershipLostError extends OwnershipLostError {
+  static override readonly code: string = 'ERR_LEADERSHIP_LOST';
+}
 
 /** An operation that needs leadership (proclaim) found that this candidate does not lead. */
-export class NotLeaderError extends LeadershipLostError {}
+export class NotLeaderError extends LeadershipLostError {
+  static override readonly code: string = 'ERR_NOT_LEADER';
+}
 
 
 /** A semaphore's participants disagree on its permit count: every one of them must use the same. */
 export class PermitCountConflictError extends EtcdError {
+  static override readonly code: string = 'ERR_PERMIT_COUNT_CONFLICT';
   constructor(
     readonly semaphore: string,
     readonly permits: number,
@@ -78,16 +97,21 @@ export class PermitCountConflictError extends EtcdError {
 }
 
 /** The permit is no longer held: its session was lost, or its key was deleted or replaced. */
-export class PermitLostError extends OwnershipLostError {}
+export class PermitLostError extends OwnershipLostError {
+  static override readonly code: string = 'ERR_PERMIT_LOST';
+}
 
 /** A read or write lock of an RWMutex is no longer held: its session was lost, or its key was deleted or replaced. */
-export class RWLockLostError extends LockLostError {}
+export class RWLockLostError extends LockLostError {
+  static override readonly code: string = 'ERR_RWLOCK_LOST';
+}
 
 /**
  * The double barrier already has `count` members entering: Go's `ErrTooManyClients`. Nothing of
  * the refused call is left in etcd.
  */
 export class TooManyClientsError extends EtcdError {
+  static override readonly code: string = 'ERR_TOO_MANY_CLIENTS';
   constructor(
     /** The double barrier's name. */
     readonly barrier: string,
@@ -103,6 +127,7 @@ export class TooManyClientsError extends EtcdError {
 
 /** Our waiter key was deleted by someone else while enter() waited: the others no longer count us. */
 export class BarrierKeyLostError extends EtcdError {
+  static override readonly code: string = 'ERR_BARRIER_KEY_LOST';
   constructor(readonly key: string) {
     super(`${key} was deleted while waiting in enter(), so the other members no longer count this one; call enter() again`);
   }

@@ -24,6 +24,7 @@ export {
   EtcdError,
   InvalidArgumentError,
   UnavailableError,
+  NoLeaderError,
   WriteOutcomeUnknownError,
   CompactedError,
   LeaseNotFoundError,
@@ -31,6 +32,7 @@ export {
   AuthenticationError,
   DeadlineExceededError,
   ClientClosedError,
+  type EtcdErrorOptions,
 } from './client/errors.js';
 export {
   SessionExpiredError,
@@ -44,10 +46,21 @@ export {
   TooManyClientsError,
   BarrierKeyLostError,
   type SessionEndReason,
+  type OwnershipEndReason,
 } from './errors.js';
 // The fences live in etcd-concurrency/fencing; their errors are here too, for one catch site.
 export { StaleTokenError, FenceNotInstalledError, FenceUnavailableError } from './fencing/errors.js';
 export { Session, MAX_TTL, type SessionOptions } from './session.js';
+export {
+  CHANNEL as DIAGNOSTICS_CHANNEL,
+  type Logger,
+  type DiagnosticsOptions,
+  type FailoverEvent,
+  type ReconnectEvent,
+  type LateRenewalEvent,
+  type SessionLostEvent,
+  type OwnershipLostEvent,
+} from './diagnostics.js';
 export { Mutex, withLock, type LockHandle, type LockOptions } from './primitives/mutex.js';
 export { Semaphore, withPermit, MAX_PERMITS, type PermitHandle, type PermitOptions } from './primitives/semaphore.js';
 export { RWMutex, type RWLockHandle } from './primitives/rwmutex.js';

@@ -4,6 +4,7 @@ import { rethrown } from './rethrow.js';
 import type { Client } from './client/client.js';
 import { InvalidArgumentError, LeaseNotFoundError } from './client/errors.js';
 import { SessionExpiredError, type SessionEndReason } from './errors.js';
+import { publishLateRenewal, publishSessionLost } from './diagnostics.js';
 
 /** etcd's upper bound on a lease TTL, in seconds. */
 export const MAX_TTL = 9_000_000_000;
@@ -55,6 +56,7 @@ export class Session implements AsyncDisposable {
   private renewTimer?: NodeJS.Timeout;
   private expiryTimer?: NodeJS.Timeout;
   private awaiting = false;
+  private renewSentAt = 0;
   private renewing = true;
   private closing?: Promise<void>;
 
@@ -201,6 +203,7 @@ export class Session implements AsyncDisposable {
   private renew(): void {
     if (this.signal.aborted || !this.renewing) return;
     this.client.keepAlives.renew(this.leaseId);
+    this.renewSentAt = performance.now();
     this.awaiting = true;
     this.checkAnswered();
   }
@@ -212,6 +215,7 @@ export class Session implements AsyncDisposable {
       if (!this.awaiting || this.signal.aborted || !this.renewing) return;
       // A stuck stream is replaced on the next endpoint, where every lease is renewed again.
       this.client.keepAlives.stalled(this.retryMs());
+      publishLateRenewal(this.client.telemetry.logger, this.leaseId, performance.now() - this.renewSentAt, this.remainingMs());
       this.checkAnswered();
     }, this.retryMs());
   }
@@ -248,6 +252,7 @@ export class Session implements AsyncDisposable {
     const err = new SessionExpiredError(reason, this.leaseId, cause === undefined ? undefined : { cause });
     this.client.telemetry.sessionEnded(this, reason);
     this.controller.abort(err);
+    if (reason === 'deadline' || reason === 'lease-gone') publishSessionLost(this.client.telemetry.logger, this.leaseId, reason, err);
     this.resolveDone(err);
   }
 }

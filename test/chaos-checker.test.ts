@@ -195,10 +195,9 @@ test('leases: an early expiry right after a frozen Raft leader wakes is etcd 152
 const TTL = 3;
 const leaderPause: FaultRecord = { kind: 'member-pause', target: 'm0 (leader)', start: 10_000, end: 14_400 };
 const wokenAt = leaderPause.end;
-/** How the worker reports a loss (worker.ts lossClock()): the library's message, and the session's reason. */
-const lossOf = (why: string): string => `chaos-loopback/election/463715ccc681a866 (token 9360) is no longer owned: ${why}`;
-const keyDeleted = lossOf('its key was deleted');
-const leaseGone = lossOf('its session was lost (session lease-gone)');
+/** How the worker reports a loss (worker.ts lossClock()): the lost error's reason, and the session's. */
+const keyDeleted = 'key_deleted';
+const leaseGone = 'lease_expired/lease-gone';
 /**
  * The earlier holder `a` (token 9360; its lease granted 100 ms before the pause, its term begun
  * inside it, lost as its key deleted) and the next one `b` (token 9374), `b` starting `after` ms
@@ -276,12 +275,15 @@ test('election overlap: etcd 15247 does not excuse a loss seen as the session\'s
   const { lostReason: _, ...unknownReason } = a;
   failed(twoLeaders([unknownReason, b], [leaderPause]), 'no reason reported');
   for (const why of [
-    lossOf('its session was lost (session deadline)'), // the client stopped trusting its lease: no revoke needed
-    lossOf('its session was lost'), // a session loss whose reason the worker could not tell
-    lossOf('its key was moved off its lease'),
-    lossOf('its watch failed'),
-    'chaos-loopback/election/463715ccc681a866 (token 9360) was released',
-    'worker stopping',
+    'lease_expired/deadline', // the client stopped trusting its lease: no revoke needed
+    'lease_expired', // a session loss whose reason the worker could not tell
+    'session_closed/closed',
+    'moved_off_lease',
+    'watch_failed',
+    'released',
+    'other', // an abort reason that is no OwnershipLostError (the worker stopping)
+    // The library's old message text is no reason: nothing matches messages any more.
+    'chaos-loopback/election/463715ccc681a866 (token 9360) is no longer owned: its key was deleted',
   ]) {
     failed(twoLeaders([{ ...a, lostReason: why }, b], [leaderPause]), why);
   }

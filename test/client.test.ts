@@ -719,7 +719,8 @@ describe('members, status, auth status, and one-shot renewals', () => {
     if (etcd.version.startsWith('3.4.')) {
       await assert.rejects(client.authStatus(), (err: unknown) => {
         assert.ok(err instanceof EtcdError, String(err));
-        assert.equal(err.code, 12);
+        assert.equal(err.grpcCode, 12, 'the gRPC status is grpcCode');
+        assert.equal(err.code, 'ERR_ETCD', 'code is the stable string code of the class');
         return true;
       });
       return;

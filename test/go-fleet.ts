@@ -49,8 +49,9 @@ export class GoFleet {
   /** Resolves with the `ready` line (client module version, endpoints, TTL). */
   readonly ready: Promise<GoEvent>;
 
-  constructor(binary: string, endpoints: string[], { ttl = 60 }: { ttl?: number } = {}) {
-    this.child = spawn(binary, [`--endpoints=${endpoints.join(',')}`, `--ttl=${ttl}`, 'serve'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  constructor(binary: string, endpoints: string[], { ttl = 60, namespace }: { ttl?: number; namespace?: string } = {}) {
+    const ns = namespace === undefined ? [] : [`--namespace=${namespace}`];
+    this.child = spawn(binary, [`--endpoints=${endpoints.join(',')}`, `--ttl=${ttl}`, ...ns, 'serve'], { stdio: ['pipe', 'pipe', 'pipe'] });
     live.add(this);
     let buf = '';
     this.child.stdout!.setEncoding('utf8').on('data', (d: string) => {

@@ -55,7 +55,7 @@ describe('--metrics', () => {
     assert.equal(sample(held, 'etcd_concurrency_held', labels), 1, held);
     assert.match(held, /# TYPE etcd_concurrency_acquire_duration histogram/);
     assert.equal(sample(held, 'etcd_concurrency_acquire_duration_count', { ...labels, etcd_concurrency_result: 'acquired' }), 1, held);
-    assert.ok((sample(held, 'rpc_client_call_duration_count', { rpc_method: 'Txn', rpc_grpc_status_code: '0' }) ?? 0) >= 1, held);
+    assert.ok((sample(held, 'rpc_client_call_duration_count', { rpc_method: 'etcdserverpb.KV/Txn', rpc_response_status_code: 'OK' }) ?? 0) >= 1, held);
     // The waiter counts itself once its key is queued.
     const waiting = await waitFor(async () => {
       const text = await scrape(waiterUrl);
@@ -102,7 +102,7 @@ describe('--metrics', () => {
       const t = await scrape(url);
       return sample(t, 'etcd_concurrency_inspect_holders', labels) === 1 && sample(t, 'etcd_concurrency_inspect_waiting', labels) === 1 ? t : undefined;
     }, 'the inspector reports 1 holder and 1 waiter');
-    assert.ok((sample(text, 'rpc_client_call_duration_count', { rpc_method: 'Range', rpc_grpc_status_code: '0' }) ?? 0) >= 1, text);
+    assert.ok((sample(text, 'rpc_client_call_duration_count', { rpc_method: 'etcdserverpb.KV/Range', rpc_response_status_code: 'OK' }) ?? 0) >= 1, text);
     holder.child.kill('SIGINT');
     assert.equal(await holder.exited, 0, holder.output());
     await waiter.next(/^key=\S+ rev=\d+$/);

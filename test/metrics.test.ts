@@ -117,8 +117,8 @@ describe('metrics and spans with the real SDK', () => {
       assert.equal(hold.events.length, 0);
       assert.equal(hold.parentSpanContext?.spanId, acq.parentSpanContext?.spanId, 'the hold span is a sibling of the acquire span');
       // The calls behind it: a lease grant and two Txns (enqueue, release), all OK.
-      assert.ok((await sdk.value(METRIC.rpcDuration, { [ATTR.rpcService]: 'etcdserverpb.KV', [ATTR.rpcMethod]: 'Txn', [ATTR.rpcGrpcStatusCode]: 0 })) >= 2);
-      assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcSystem]: 'grpc', [ATTR.rpcMethod]: 'LeaseGrant' }), 1);
+      assert.ok((await sdk.value(METRIC.rpcDuration, { [ATTR.rpcMethod]: 'etcdserverpb.KV/Txn', [ATTR.rpcResponseStatusCode]: 'OK' })) >= 2);
+      assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcSystemName]: 'grpc', [ATTR.rpcMethod]: 'etcdserverpb.Lease/LeaseGrant' }), 1);
       const left = await sdk.points(METRIC.sessionTimeLeft);
       assert.equal(left.length, 1, 'one time-left series');
       assert.deepEqual(left[0]!.attributes, {});
@@ -268,11 +268,27 @@ describe('metrics and spans with the real SDK', () => {
     await assertNoKeys(client, p);
   });
 
-  it('a failed call is timed with its gRPC status: revoking an unknown lease is NOT_FOUND (5)', async () => {
+  it('a failed call is timed with its gRPC status: revoking an unknown lease is NOT_FOUND', async () => {
     await using sdk = new Sdk();
     await sdk.client.leaseRevoke(0x0bad_1eafn); // not an error to the caller: already gone is fine
-    assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcService]: 'etcdserverpb.Lease', [ATTR.rpcMethod]: 'LeaseRevoke', [ATTR.rpcGrpcStatusCode]: 5 }), 1);
-    assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcMethod]: 'LeaseRevoke', [ATTR.rpcGrpcStatusCode]: 0 }), 0);
+    assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcMethod]: 'etcdserverpb.Lease/LeaseRevoke', [ATTR.rpcResponseStatusCode]: 'NOT_FOUND' }), 1);
+    assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcMethod]: 'etcdserverpb.Lease/LeaseRevoke', [ATTR.rpcResponseStatusCode]: 'OK' }), 0);
+  });
+
+  it('rpc.client.call.duration carries exactly the attributes of semantic conventions v1.40.0', async () => {
+    await using sdk = new Sdk();
+    await sdk.client.leaseRevoke(0x0bad_1eafn);
+    await sdk.client.get('semconv-probe');
+    const byMethod = new Map((await sdk.points(METRIC.rpcDuration)).map((p) => [p.attributes[ATTR.rpcMethod], p.attributes]));
+    // A success: the system, the fully-qualified method and the status by name; no error.type.
+    assert.deepEqual(byMethod.get('etcdserverpb.KV/Range'), { 'rpc.system.name': 'grpc', 'rpc.method': 'etcdserverpb.KV/Range', 'rpc.response.status_code': 'OK' });
+    // A failure: error.type too, the status again (gRPC counts every status but OK an error).
+    assert.deepEqual(byMethod.get('etcdserverpb.Lease/LeaseRevoke'), {
+      'rpc.system.name': 'grpc',
+      'rpc.method': 'etcdserverpb.Lease/LeaseRevoke',
+      'rpc.response.status_code': 'NOT_FOUND',
+      'error.type': 'NOT_FOUND',
+    });
   });
 
   it('a permit, a read lock and a write lock are their own kinds', async () => {

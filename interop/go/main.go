@@ -3,7 +3,7 @@
 // project's tests can run Go and TypeScript contenders side by side on one etcd, and so that
 // `npm run bench` can measure the real Go package.
 //
-//	go-interop [--endpoints=127.0.0.1:2379,...] [--ttl=60] [serve]
+//	go-interop [--endpoints=127.0.0.1:2379,...] [--ttl=60] [--namespace=P] [serve]
 //	go-interop [--endpoints=...] [--ttl=60] bench-contended [--name=N] [--duration=5s] [--contenders=8]
 //	go-interop [--endpoints=...] [--ttl=60] bench-election [--name=N] [--rounds=20] [--queued=long-before|5ms-before]
 //	go-interop [--endpoints=...] [--ttl=60] bench-uncontended [--name=N] [--duration=2s] [--block=25] [--put=true]
@@ -80,6 +80,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
+	"go.etcd.io/etcd/client/v3/namespace"
 	"go.uber.org/zap"
 )
 
@@ -148,6 +149,7 @@ func main() {
 	endpoints := flag.String("endpoints", "127.0.0.1:2379", "comma-separated etcd endpoints")
 	ttl := flag.Int("ttl", 60, "session TTL in seconds (Go's default is 60)")
 	dialTimeout := flag.Duration("dial-timeout", 5*time.Second, "client dial timeout")
+	ns := flag.String("namespace", "", "a key prefix for every key, through go.etcd.io/etcd/client/v3/namespace")
 	flag.Parse()
 	mode := "serve"
 	args := flag.Args()
@@ -164,6 +166,13 @@ func main() {
 		os.Exit(1)
 	}
 	defer cli.Close()
+	if *ns != "" {
+		// As namespace's doc says: KV, Watcher and Lease wrapped, so concurrency's sessions, mutexes
+		// and elections all live under the prefix.
+		cli.KV = namespace.NewKV(cli.KV, *ns)
+		cli.Watcher = namespace.NewWatcher(cli.Watcher, *ns)
+		cli.Lease = namespace.NewLease(cli.Lease, *ns)
+	}
 	switch mode {
 	case "serve":
 		if len(args) > 0 {

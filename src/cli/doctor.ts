@@ -9,7 +9,7 @@ import * as https from 'node:https';
 import {
   AuthenticationError,
   PermissionDeniedError,
-  UnavailableError,
+  NoLeaderError,
   WriteOutcomeUnknownError,
   type Client,
   type ClusterMember,
@@ -245,7 +245,7 @@ async function diagnose(client: Client, o: DiagnoseOptions): Promise<DoctorRepor
     // Refused for want of the root role (some versions): etcd answered, and authenticated us.
     if (err instanceof PermissionDeniedError) {
       // nothing to do: each member is asked again below, with fallbacks
-    } else if (err instanceof UnavailableError && /no Raft leader/.test(err.message)) {
+    } else if (err instanceof NoLeaderError) {
       leaderless = true;
     } else {
       throw err;
@@ -470,7 +470,7 @@ async function memberStatus(endpoint: string, o: DiagnoseOptions, via?: { client
     if (err instanceof AuthenticationError) throw err;
     // A member cut off from the leader refuses calls that carry `hasleader`, as every call of this
     // library does: it answers, but has no leader.
-    if (/no Raft leader/.test(message(err))) {
+    if (err instanceof NoLeaderError) {
       r.hasLeader = false;
       r.error = 'no leader: the member answers, but has no Raft leader';
     } else {

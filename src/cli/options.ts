@@ -87,10 +87,9 @@ export function parse<O extends Spec>(args: string[], options: O, { runsCommand 
     // form, whose long name is the one to show.
     const opt = /'(?:-[^-' ], )?(-[^' ]*)/.exec(e.message)?.[1] ?? e.message;
     if (e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') throw new UsageError(unknownOption(opt, options, runsCommand));
-    if (e.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
-      if (/argument missing/.test(e.message)) throw new UsageError(`${opt} needs a value`);
-      if (/does not take an argument/.test(e.message)) throw new UsageError(`${opt} takes no value`);
-    }
+    // The same code for both mistakes: the option's own type says which one was made.
+    const spec = options[opt.replace(/^-+/, '')];
+    if (e.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && spec) throw new UsageError(spec.type === 'string' ? `${opt} needs a value` : `${opt} takes no value`);
     if (e.code?.startsWith('ERR_PARSE_ARGS')) throw new UsageError(e.message.split(/\.\s/)[0]!);
     throw err;
   }

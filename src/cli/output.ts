@@ -67,11 +67,9 @@ export function report(err: unknown): number {
   let message = err instanceof Error ? err.message : String(err);
   message = message.replace(/\s*\n\s*/g, ' ');
   if (err instanceof UsageError) message += ' (see --help)';
-  if (err instanceof UnavailableError && !message.includes('--endpoints')) {
+  if (err instanceof UnavailableError) {
     // Name the flag: the library's message cannot know it is running under this CLI.
-    message += message.includes('etcd-concurrency dev')
-      ? ' (--endpoints or ETCDCTL_ENDPOINTS)'
-      : '; start a local etcd with `etcd-concurrency dev` or pass --endpoints (or set ETCDCTL_ENDPOINTS)';
+    message += '; start a local etcd with `etcd-concurrency dev` or pass --endpoints (or set ETCDCTL_ENDPOINTS)';
   }
   warn(message);
   if (debug) {

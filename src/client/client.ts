@@ -5,7 +5,9 @@ import { TokenSource, type AuthOptions } from './auth.js';
 import { DeadlineExceededError, EtcdError, InvalidArgumentError, LeaseNotFoundError, UnavailableError, etcdSays, fromTransportError, isTransportError, isStaleToken } from './errors.js';
 import { KeepAliveHub } from './lease.js';
 import { WatchHub, type Watch, type WatchOptions, type WatchSink } from './watch.js';
+import { Namespace } from './namespace.js';
 import { Telemetry, type TelemetryOptions } from '../metrics/telemetry.js';
+import type { DiagnosticsOptions } from '../diagnostics.js';
 import {
   header,
   prefixRange,
@@ -22,9 +24,16 @@ import {
  * How to reach etcd (endpoints, TLS, timeouts), who to be (auth), and where metrics and spans go
  * (OpenTelemetry providers, default the global ones: no-ops until an SDK is installed).
  */
-export interface ClientOptions extends ConnectionOptions, TelemetryOptions {
+export interface ClientOptions extends ConnectionOptions, TelemetryOptions, DiagnosticsOptions {
   /** etcd user and password; the token is fetched on first use and refreshed when it expires. */
   auth?: AuthOptions;
+  /**
+   * A key prefix, such as `tenant-a/`: every key this client reads, writes, compares and watches
+   * gets it, and every key it returns loses it, as with Go's `namespace` package (so a namespaced Go
+   * client on the same prefix sees the same keys). Locks and elections of two namespaces never meet.
+   * Default: none.
+   */
+  namespace?: string;
 }
 
 export interface GetOptions extends CallOptions {
@@ -91,6 +100,8 @@ export interface AuthStatus {
 export class Client implements AsyncDisposable {
   /** @internal */ readonly conn: Connection;
   /** @internal */ readonly watches: WatchHub;
+  /** @internal the key prefix of ClientOptions.namespace, if any. */
+  readonly namespace?: Namespace;
   /** @internal */ readonly keepAlives: KeepAliveHub;
   /** @internal metrics and spans (no-ops without an OpenTelemetry SDK). */ readonly telemetry: Telemetry;
   private closing?: Promise<void>;
@@ -109,7 +120,8 @@ export class Client implements AsyncDisposable {
       if (!options.auth.username) throw new InvalidArgumentError('auth: the user name is empty; pass user:password');
       this.conn.tokens = new TokenSource(this.conn, options.auth);
     }
-    this.watches = new WatchHub(this.conn);
+    if (options.namespace !== undefined) this.namespace = new Namespace(options.namespace);
+    this.watches = new WatchHub(this.conn, this.namespace);
     this.keepAlives = new KeepAliveHub(this.conn);
   }
 
@@ -140,8 +152,10 @@ export class Client implements AsyncDisposable {
 
   /** Raw Range: full control over sorting, limits and revision bounds. */
   async range(request: pb.RangeRequest, options?: CallOptions): Promise<RangeResult> {
-    const r = rangeResult(await this.conn.unary(rpc.KV.range, request, 'idempotent', options));
+    const ns = this.namespace;
+    const r = rangeResult(await this.conn.unary(rpc.KV.range, ns ? ns.rangeRequest(request) : request, 'idempotent', options));
     this.saw(r.header);
+    if (ns) ns.kvs(r.kvs);
     return r;
   }
 
@@ -166,7 +180,7 @@ export class Client implements AsyncDisposable {
   async put(key: Bytes, value: Bytes, options?: CallOptions & { lease?: bigint }): Promise<ResponseHeader> {
     const r = await this.conn.unary(
       rpc.KV.put,
-      { key: toBuffer(key), value: toBuffer(value), lease: options?.lease ?? 0n },
+      { key: this.namespace ? this.namespace.key(key) : toBuffer(key), value: toBuffer(value), lease: options?.lease ?? 0n },
       'at-most-once',
       options,
     );
@@ -175,12 +189,8 @@ export class Client implements AsyncDisposable {
 
   /** Deletes a key (or a prefix) and returns how many were deleted. */
   async delete(key: Bytes, options?: CallOptions & { prefix?: boolean }): Promise<bigint> {
-    const r = await this.conn.unary(
-      rpc.KV.deleteRange,
-      options?.prefix ? prefixRange(key) : { key: toBuffer(key) },
-      'at-most-once',
-      options,
-    );
+    const request = options?.prefix ? prefixRange(key) : { key: toBuffer(key) };
+    const r = await this.conn.unary(rpc.KV.deleteRange, this.namespace ? this.namespace.deleteRequest(request) : request, 'at-most-once', options);
     return r.deleted ?? 0n;
   }
 
@@ -191,8 +201,10 @@ export class Client implements AsyncDisposable {
    * applied later.
    */
   async txn(request: pb.TxnRequest, options?: CallOptions & { idempotent?: boolean }, progress?: CallProgress): Promise<TxnResult> {
-    const r = await this.conn.unary(rpc.KV.txn, request, options?.idempotent ? 'idempotent' : 'at-most-once', options, progress);
-    return { header: this.saw(header(r.header)), succeeded: r.succeeded ?? false, responses: r.responses ?? [] };
+    const ns = this.namespace;
+    const r = await this.conn.unary(rpc.KV.txn, ns ? ns.txnRequest(request) : request, options?.idempotent ? 'idempotent' : 'at-most-once', options, progress);
+    const responses = r.responses ?? [];
+    return { header: this.saw(header(r.header)), succeeded: r.succeeded ?? false, responses: ns ? ns.txnResponses(responses) : responses };
   }
 
   /** Discards history up to `revision` (tests and operators). */
@@ -243,7 +255,8 @@ export class Client implements AsyncDisposable {
 
   async leaseTimeToLive(id: bigint, options?: CallOptions & { keys?: boolean }): Promise<LeaseTimeToLive> {
     const r = await this.conn.unary(rpc.Lease.leaseTimeToLive, { ID: id, keys: options?.keys ?? false }, 'idempotent', options);
-    return { ttl: Number(r.TTL ?? -1n), grantedTtl: Number(r.grantedTTL ?? 0n), keys: r.keys ?? [] };
+    const keys = r.keys ?? [];
+    return { ttl: Number(r.TTL ?? -1n), grantedTtl: Number(r.grantedTTL ?? 0n), keys: this.namespace ? this.namespace.ownKeys(keys) : keys };
   }
 
   /** Every lease the cluster knows (tests use it to prove nothing leaked). */
@@ -435,7 +448,7 @@ function untilAborted<T>(p: Promise<T>, signal: AbortSignal, discard: (late: T) 
 }
 
 function isLeaseNotFound(err: unknown): boolean {
-  return err instanceof Error && (err.name === 'LeaseNotFoundError' || /lease not found/.test(err.message));
+  return err instanceof LeaseNotFoundError;
 }
 
 function isAlreadyExists(err: unknown): boolean {

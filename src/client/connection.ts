@@ -6,6 +6,7 @@ import {
   DeadlineExceededError,
   type EtcdError,
   InvalidArgumentError,
+  NoLeaderError,
   UnavailableError,
   WriteOutcomeUnknownError,
   etcdSays,
@@ -18,6 +19,7 @@ import { Backoff, sleep } from './backoff.js';
 import { Http2Transport, type TlsSettings } from './transport/http2.js';
 import { type BidiStream, ConnectError, type Method, type RequestHeaders, type Transport, TransportError } from './transport/transport.js';
 import type { Telemetry } from '../metrics/telemetry.js';
+import { publishFailover } from '../diagnostics.js';
 
 export { closeStream, type BidiStream, type Method } from './transport/transport.js';
 
@@ -166,6 +168,7 @@ export class Connection {
     if (this.current !== peer) return;
     this.current = (peer + 1) % this.peers.length;
     if (this.peers.length > 1 && this.telemetry?.metricsOn) this.telemetry.failovers.add(1);
+    if (this.peers.length > 1) publishFailover(this.telemetry?.logger, this.endpoints[peer]!.target, this.endpoints[this.current]!.target);
   }
 
   /** Headers every call carries: the auth token and, unless disabled, `hasleader`. */
@@ -335,7 +338,7 @@ export class Connection {
           if (policy === 'at-most-once' && !err.fromServer && !err.notSent) {
             throw new WriteOutcomeUnknownError(`${what}: the request may or may not have been applied (${details}); read the state before deciding to retry`, {
               cause: err,
-              code: err.status,
+              grpcCode: err.status,
             });
           }
           throw fromTransportError(err, what);
@@ -346,15 +349,15 @@ export class Connection {
         if (!notApplied && policy === 'at-most-once') {
           throw new WriteOutcomeUnknownError(
             `${what}: the request may or may not have been applied (${details}); ` + 'read the state before deciding to retry',
-            { cause: err, code: err.status },
+            { cause: err, grpcCode: err.status },
           );
         }
         if (etcdSays(details, 'noLeader')) {
           noLeaderSince ??= performance.now();
           if (performance.now() - noLeaderSince > Math.max(2000, this.dialTimeoutMs) || performance.now() >= deadline) {
-            throw new UnavailableError(
+            throw new NoLeaderError(
               `${what}: etcd has no Raft leader (the cluster may have lost quorum: are a majority of its members up?)`,
-              { cause: err, code: err.status },
+              { cause: err, grpcCode: err.status },
             );
           }
         }

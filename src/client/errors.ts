@@ -1,33 +1,64 @@
 import { Status, TransportError } from './transport/transport.js';
 
-/** Base class of every error this library throws, so callers can catch ours apart from theirs. */
-export class EtcdError extends Error {
+/** What every error class of this library takes besides its message. */
+export interface EtcdErrorOptions {
+  /** The failure behind this one. */
+  cause?: unknown;
   /** gRPC status code of the underlying failure, when there was one. */
-  readonly code?: number;
-  constructor(message: string, options?: { cause?: unknown; code?: number }) {
+  grpcCode?: number;
+}
+
+/**
+ * Base class of every error this library throws, so callers can catch ours apart from theirs.
+ * Each class has a stable string `code` (its static `code`, on every instance too), as Node's and
+ * undici's errors do: test `err.code === 'ERR_ETCD_UNAVAILABLE'` rather than the message, which may
+ * change. Errors about etcd and the connection to it are `ERR_ETCD_*`; the primitives' own are
+ * `ERR_*` (README, "Error codes").
+ */
+export class EtcdError extends Error {
+  /** This class's code; every subclass sets its own. */
+  static readonly code: string = 'ERR_ETCD';
+  /** Stable string code of the error's class (see the README's table); never changes with the message. */
+  readonly code: string;
+  /** gRPC status code of the underlying failure, when there was one. */
+  readonly grpcCode?: number;
+  constructor(message: string, options?: EtcdErrorOptions) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
-    if (options?.code !== undefined) this.code = options.code;
+    this.code = (new.target as typeof EtcdError).code;
+    if (options?.grpcCode !== undefined) this.grpcCode = options.grpcCode;
   }
 }
 
 /** Bad input, detected before anything was sent. The message says what to change. */
-export class InvalidArgumentError extends EtcdError {}
+export class InvalidArgumentError extends EtcdError {
+  static override readonly code: string = 'ERR_ETCD_INVALID_ARGUMENT';
+}
 
 /** No endpoint answered (down, unreachable, or cut off from the cluster's leader). */
-export class UnavailableError extends EtcdError {}
+export class UnavailableError extends EtcdError {
+  static override readonly code: string = 'ERR_ETCD_UNAVAILABLE';
+}
+
+/** The cluster has no Raft leader (it may have lost quorum): a kind of {@link UnavailableError}. */
+export class NoLeaderError extends UnavailableError {
+  static override readonly code: string = 'ERR_ETCD_NO_LEADER';
+}
 
 /**
  * A write was sent but its outcome is unknown (deadline, reset stream, leader change).
  * It may or may not have been applied; we never retry such a write blindly.
  */
-export class WriteOutcomeUnknownError extends EtcdError {}
+export class WriteOutcomeUnknownError extends EtcdError {
+  static override readonly code: string = 'ERR_ETCD_WRITE_OUTCOME_UNKNOWN';
+}
 
 /** A read or watch asked for a revision that compaction has already discarded. */
 export class CompactedError extends EtcdError {
+  static override readonly code: string = 'ERR_ETCD_COMPACTED';
   constructor(
     readonly compactRevision: bigint,
-    options?: { cause?: unknown; code?: number },
+    options?: EtcdErrorOptions,
   ) {
     super(
       `etcd compacted the revision asked for${compactRevision > 0n ? ` (history starts at ${compactRevision})` : ''}; ` +
@@ -38,19 +69,28 @@ export class CompactedError extends EtcdError {
 }
 
 /** The lease does not exist (expired, revoked, or never granted). */
-export class LeaseNotFoundError extends EtcdError {}
+export class LeaseNotFoundError extends EtcdError {
+  static override readonly code: string = 'ERR_ETCD_LEASE_NOT_FOUND';
+}
 
 /** The authenticated user lacks permission for this key or operation. */
-export class PermissionDeniedError extends EtcdError {}
+export class PermissionDeniedError extends EtcdError {
+  static override readonly code: string = 'ERR_ETCD_PERMISSION_DENIED';
+}
 
 /** Authentication failed: wrong user or password, or auth misconfigured. Never carries secrets. */
-export class AuthenticationError extends EtcdError {}
+export class AuthenticationError extends EtcdError {
+  static override readonly code: string = 'ERR_ETCD_AUTHENTICATION';
+}
 
 /** The request did not complete within its deadline (reads only; writes get WriteOutcomeUnknownError). */
-export class DeadlineExceededError extends EtcdError {}
+export class DeadlineExceededError extends EtcdError {
+  static override readonly code: string = 'ERR_ETCD_DEADLINE_EXCEEDED';
+}
 
 /** The client was closed; create a new one. */
 export class ClientClosedError extends EtcdError {
+  static override readonly code: string = 'ERR_ETCD_CLIENT_CLOSED';
   constructor() {
     super('the etcd client is closed; create a new Client');
   }
@@ -121,7 +161,7 @@ export function isEndpointFailure(err: TransportError): boolean {
 /** Converts a transport failure into our typed errors; the original stays attached as `cause`. */
 export function fromTransportError(err: TransportError, what: string): EtcdError {
   const d = err.details;
-  const opts = { cause: err, code: err.status };
+  const opts = { cause: err, grpcCode: err.status };
   if (etcdSays(d, 'compacted')) return new CompactedError(0n, opts);
   if (etcdSays(d, 'leaseNotFound')) return new LeaseNotFoundError(`${what}: lease not found (expired or revoked)`, opts);
   switch (err.status) {

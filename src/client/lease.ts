@@ -3,6 +3,7 @@ import * as rpc from './methods.js';
 import { closeStream, type BidiStream, type Connection } from './connection.js';
 import { Backoff } from './backoff.js';
 import { isTransportError, isStaleToken } from './errors.js';
+import { publishLeaseReconnect } from '../diagnostics.js';
 
 /** What a lease's owner hears from the shared keepalive stream. */
 export interface KeepAliveListener {
@@ -101,7 +102,7 @@ export class KeepAliveHub {
         // until the leases expire. The member itself is fine: stay on it.
         const stale = token !== undefined && isTransportError(err) && isStaleToken(err.details);
         if (stale) this.conn.tokens?.invalidate(token);
-        this.broken(s, !stale);
+        this.broken(s, !stale, err);
       });
       s.on('end', () => this.broken(s));
     } catch {
@@ -129,9 +130,10 @@ export class KeepAliveHub {
   }
 
   /** The stream failed or stalled: forget in-flight renewals, fail over, renew everything again. */
-  private broken(s: unknown, failover = true): void {
+  private broken(s: unknown, failover = true, error?: unknown): void {
     if (s !== this.stream || !this.stream) return;
     this.dropStream();
+    publishLeaseReconnect(this.conn.telemetry?.logger, this.conn.endpoints[this.peer]?.target ?? '?', this.listeners.size, error);
     if (failover) this.conn.failover(this.peer);
     for (const id of this.listeners.keys()) this.queued.add(id);
     this.scheduleReopen();

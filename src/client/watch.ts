@@ -5,6 +5,8 @@ import { Backoff } from './backoff.js';
 import { ClientClosedError, CompactedError, EtcdError, PermissionDeniedError, etcdSays, isTransportError, isStaleToken } from './errors.js';
 import { prefixRange, toBuffer, type Bytes, type KeyValue } from './kv.js';
 import { QueuedIterator } from './queued-iterator.js';
+import { publishWatchReconnect } from '../diagnostics.js';
+import type { Namespace } from './namespace.js';
 
 export interface WatchOptions {
   /** Watch every key that starts with `key`. */
@@ -146,10 +148,10 @@ export class Watch implements AsyncIterable<WatchBatch> {
     const filters: pb.WatchCreateRequest_FilterType[] = [];
     if (this.options.noPut) filters.push(pb.WatchCreateRequest_FilterType.NOPUT);
     if (this.options.noDelete) filters.push(pb.WatchCreateRequest_FilterType.NODELETE);
+    const ns = this.hub.namespace;
     return {
       createRequest: {
-        key: this.key,
-        rangeEnd: this.rangeEnd,
+        ...(ns ? ns.interval(this.key, this.rangeEnd) : { key: this.key, rangeEnd: this.rangeEnd }),
         startRevision: start,
         filters,
         prevKv: this.options.prevKv ?? false,
@@ -174,7 +176,12 @@ export class Watch implements AsyncIterable<WatchBatch> {
     const from = this.nextRevision;
     const fresh = events[0]!.kv!.modRevision! >= from ? events : events.filter((e) => e.kv!.modRevision! >= from);
     if (fresh.length === 0) return;
+    const ns = this.hub.namespace;
     const out: WatchEvent[] = fresh.map((e) => {
+      if (ns) {
+        ns.stripKv(e.kv);
+        ns.stripKv(e.prevKv);
+      }
       const ev: WatchEvent = { type: e.type === pb.Event_EventType.DELETE ? 'delete' : 'put', kv: e.kv as KeyValue };
       if (e.prevKv) ev.prevKv = e.prevKv as KeyValue;
       return ev;
@@ -236,7 +243,11 @@ export class WatchHub {
   /** Watches taken off the stream while their consumers lag. */
   private readonly behind = new Set<Watch>();
 
-  constructor(private readonly conn: Connection) {}
+  constructor(
+    private readonly conn: Connection,
+    /** @internal ClientOptions.namespace: watched keys get it, delivered keys lose it. */
+    readonly namespace?: Namespace,
+  ) {}
 
   /** @internal `w`'s consumer fell behind: etcd sends it nothing more until it catches up. */
   lagging(w: Watch): void {
@@ -412,6 +423,7 @@ export class WatchHub {
     this.waiting = [...live, ...this.waiting];
     if (this.closed) return;
     if (live.length > 0 && this.conn.telemetry?.metricsOn) this.conn.telemetry.watchResumes.add(1);
+    if (live.length > 0) publishWatchReconnect(this.conn.telemetry?.logger, this.conn.endpoints[this.peer]?.target ?? '?', live.length, err);
     if (!tokenExpired) this.conn.failover(this.peer);
     if (this.waiting.length === 0) return;
     this.scheduleReopen(err);

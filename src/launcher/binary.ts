@@ -38,6 +38,8 @@ export interface ResolveEtcdOptions {
 
 /** No etcd of the requested version (or none at all) on this machine. The message says how to get one. */
 export class EtcdNotFoundError extends Error {
+  static readonly code = 'ERR_ETCD_BINARY_NOT_FOUND';
+  readonly code = EtcdNotFoundError.code;
   override readonly name = 'EtcdNotFoundError';
   /** The version asked for (`3.7`, `3.7.3`), or undefined when any would have done. */
   readonly requested: string | undefined;
@@ -49,6 +51,8 @@ export class EtcdNotFoundError extends Error {
 
 /** `etcdBinary` and `version` disagree, or a binary does not report a version. */
 export class EtcdVersionError extends Error {
+  static readonly code = 'ERR_ETCD_BINARY_VERSION';
+  readonly code = EtcdVersionError.code;
   override readonly name = 'EtcdVersionError';
 }
 

@@ -268,9 +268,12 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
       const probes = await members.probeAll(members.list);
       const failed = dead() ?? members.list[probes.find((p) => !p.healthy)?.index ?? 0]!;
       await Promise.all(members.list.map((m) => m.kill('SIGKILL')));
-      throw new Error(
+      const tail = await failed.logTail();
+      throw new StartFailure(
         `etcd: cluster (etcd ${install.version}, ${install.etcd}) failed to start: ${(err as Error).message}\n` +
-          `--- ${failed.member.name} log tail (${failed.logFile}) ---\n${await failed.logTail()}`,
+          `--- ${failed.member.name} log tail (${failed.logFile}) ---\n${tail}`,
+        // etcd says so only in its log.
+        /address already in use/.test(tail),
       );
     }
   };
@@ -285,7 +288,7 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
       } catch (err) {
         // OS-chosen ports are probed then released, so another process can grab one in between:
         // retry that case only (fixed ports would just collide again).
-        const portRace = options.basePort === undefined && /address already in use/.test((err as Error).message);
+        const portRace = options.basePort === undefined && err instanceof StartFailure && err.portInUse;
         if (!portRace || attempt >= START_ATTEMPTS) throw err;
       }
     }
@@ -339,4 +342,14 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
     },
   };
   return cluster;
+}
+
+/** The cluster did not start; `portInUse` when a member's log says one of its ports was taken. */
+class StartFailure extends Error {
+  constructor(
+    message: string,
+    readonly portInUse: boolean,
+  ) {
+    super(message);
+  }
 }

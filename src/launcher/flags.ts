@@ -21,6 +21,8 @@ export interface MemberFlagSettings {
 
 /** A flag in `extraArgs` that the chosen etcd version does not have. */
 export class EtcdFlagError extends Error {
+  static readonly code = 'ERR_ETCD_FLAG';
+  readonly code = EtcdFlagError.code;
   override readonly name = 'EtcdFlagError';
 }
 

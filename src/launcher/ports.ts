@@ -4,6 +4,8 @@ import { createServer, type Server } from 'node:net';
 
 /** A fixed port from `basePort` is taken; unlike OS-chosen ports, retrying would not help. */
 export class EtcdPortError extends Error {
+  static readonly code = 'ERR_ETCD_PORT';
+  readonly code = EtcdPortError.code;
   override readonly name = 'EtcdPortError';
 }
 

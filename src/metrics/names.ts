@@ -2,7 +2,8 @@
 // README's table and the tests read the same strings. OpenTelemetry has no semantic convention for
 // locks or elections, so ours live under the `etcd_concurrency.` namespace, following OTel's naming
 // rules (lowercase, dot-separated namespaces, units in UCUM and never in the name, no `_total`).
-// The gRPC calls follow the RPC semantic conventions (`rpc.client.call.duration`).
+// The gRPC calls follow the RPC semantic conventions of v1.40.0 (`rpc.client.call.duration` with
+// `rpc.system.name`, a fully-qualified `rpc.method`, the string `rpc.response.status_code` and `error.type`).
 
 /** Instrument names. */
 export const METRIC = {
@@ -51,10 +52,14 @@ export const ATTR = {
   queueAhead: 'etcd_concurrency.queue.ahead',
   /** Span attribute: seconds from the call to holding (or to giving up). */
   waitDuration: 'etcd_concurrency.wait.duration',
-  rpcSystem: 'rpc.system',
-  rpcService: 'rpc.service',
+  /** Semantic conventions v1.40.0: `grpc`. */
+  rpcSystemName: 'rpc.system.name',
+  /** Semantic conventions v1.40.0: fully qualified, `etcdserverpb.KV/Range`. */
   rpcMethod: 'rpc.method',
-  rpcGrpcStatusCode: 'rpc.grpc.status_code',
+  /** Semantic conventions v1.40.0: the gRPC status by name, `OK`, `UNAVAILABLE`. */
+  rpcResponseStatusCode: 'rpc.response.status_code',
+  /** Semantic conventions v1.40.0: on a failed call only, the status by name (gRPC counts every status but OK an error). */
+  errorType: 'error.type',
 } as const;
 
 /** What was acquired: a lock (Mutex, and each lock of lockAll), a semaphore permit, an RWMutex read or write lock, or leadership. */

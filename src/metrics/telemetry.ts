@@ -20,6 +20,8 @@ import {
   type TracerProvider,
   type UpDownCounter,
 } from '@opentelemetry/api';
+import { ClientClosedError, DeadlineExceededError, EtcdError, UnavailableError } from '../client/errors.js';
+import type { DiagnosticsOptions, Logger } from '../diagnostics.js';
 import { SessionExpiredError } from '../errors.js';
 import { ATTR, LOST_EVENT, METRIC, SCOPE, SPAN, type AcquireResult, type Kind, type LossReason } from './names.js';
 
@@ -75,7 +77,12 @@ const NOOP_TRACER_PROVIDER = new ProxyTracerProvider().getDelegate();
 const EMPTY: Attributes = Object.freeze({});
 
 /** gRPC status codes we name ourselves (the rest come from the failure). */
-const GRPC = { ok: 0, cancelled: 1, unknown: 2, deadlineExceeded: 4, unavailable: 14 } as const;
+/** gRPC status codes by number, as `rpc.response.status_code` spells them (grpc's doc/statuscodes.md). */
+const GRPC_STATUS = [
+  'OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 'NOT_FOUND', 'ALREADY_EXISTS', 'PERMISSION_DENIED',
+  'RESOURCE_EXHAUSTED', 'FAILED_PRECONDITION', 'ABORTED', 'OUT_OF_RANGE', 'UNIMPLEMENTED', 'INTERNAL', 'UNAVAILABLE', 'DATA_LOSS',
+  'UNAUTHENTICATED',
+] as const;
 
 /** The live clients per meter, observed by that meter's one time-left gauge. */
 const timeLeftByMeter = new WeakMap<object, Set<Telemetry>>();
@@ -110,7 +117,11 @@ export class Telemetry {
   private readonly resultAttrs = new Map<string, Attributes>();
   private readonly rpcAttrs = new Map<string, Attributes>();
 
-  constructor(options: TelemetryOptions = {}) {
+  /** The client's logger (ClientOptions.logger), for the diagnostics events (src/diagnostics.ts). */
+  readonly logger?: Logger;
+
+  constructor(options: TelemetryOptions & DiagnosticsOptions = {}) {
+    if (options.logger) this.logger = options.logger;
     const meter = (options.meterProvider ?? metrics.getMeterProvider()).getMeter(SCOPE);
     const tracerProvider = options.tracerProvider ?? trace.getTracerProvider();
     this.proxy = tracerProvider instanceof ProxyTracerProvider ? tracerProvider : undefined;
@@ -265,16 +276,17 @@ export class Telemetry {
 
   /** A unary call to `path` (`/etcdserverpb.KV/Range`) that started at monotonic `startedAt` ended, failing with `err` if given. */
   rpc(path: string, startedAt: number, err?: unknown): void {
-    const code = err === undefined ? GRPC.ok : grpcCode(err);
+    const code = err === undefined ? 'OK' : statusOf(err);
     const id = `${path}|${code}`;
     let a = this.rpcAttrs.get(id);
     if (!a) {
-      const slash = path.lastIndexOf('/');
+      // Semantic conventions v1.40.0: the fully-qualified method, the status as a string, and
+      // error.type (the status again) on every status but OK, which gRPC clients count as errors.
       a = Object.freeze({
-        [ATTR.rpcSystem]: 'grpc',
-        [ATTR.rpcService]: path.slice(path.startsWith('/') ? 1 : 0, slash),
-        [ATTR.rpcMethod]: path.slice(slash + 1),
-        [ATTR.rpcGrpcStatusCode]: code,
+        [ATTR.rpcSystemName]: 'grpc',
+        [ATTR.rpcMethod]: path.startsWith('/') ? path.slice(1) : path,
+        [ATTR.rpcResponseStatusCode]: code,
+        ...(code === 'OK' ? {} : { [ATTR.errorType]: code }),
       });
       this.rpcAttrs.set(id, a);
     }
@@ -282,21 +294,23 @@ export class Telemetry {
   }
 }
 
-/** The gRPC status code of a failed call: the failure's own, else what our error type stands for. */
-function grpcCode(err: unknown): number {
-  const code = (err as { code?: unknown } | undefined)?.code;
-  if (typeof code === 'number') return code;
-  const name = (err as { name?: unknown } | undefined)?.name;
-  if (name === 'AbortError' || name === 'TimeoutError' || name === 'ClientClosedError') return GRPC.cancelled;
-  if (name === 'DeadlineExceededError') return GRPC.deadlineExceeded;
-  if (name === 'UnavailableError') return GRPC.unavailable;
-  return GRPC.unknown;
+/**
+ * The gRPC status of a failed call, as its name: the failure's own status when the server (or the
+ * transport) gave one, else what our error class stands for; an abort (the caller's signal) is CANCELLED.
+ */
+function statusOf(err: unknown): (typeof GRPC_STATUS)[number] {
+  const n = err instanceof EtcdError ? err.grpcCode : (err as { code?: unknown } | undefined)?.code;
+  if (typeof n === 'number') return GRPC_STATUS[n] ?? 'UNKNOWN';
+  if (err instanceof ClientClosedError || err instanceof DOMException) return 'CANCELLED';
+  if (err instanceof DeadlineExceededError) return 'DEADLINE_EXCEEDED';
+  if (err instanceof UnavailableError) return 'UNAVAILABLE';
+  return 'UNKNOWN';
 }
 
 /** How an acquire that threw ended. */
 function resultOf(err: unknown, signal: AbortSignal | undefined, sessionSignal: AbortSignal): AcquireResult {
   if (signal?.aborted && err === signal.reason) {
-    return (err as { name?: unknown } | undefined)?.name === 'TimeoutError' ? 'timed_out' : 'aborted';
+    return err instanceof DOMException && err.code === DOMException.TIMEOUT_ERR ? 'timed_out' : 'aborted';
   }
   if (err instanceof SessionExpiredError || sessionSignal.aborted) return 'session_lost';
   return 'error';

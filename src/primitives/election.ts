@@ -8,7 +8,7 @@ import { retryWhile } from '../client/backoff.js';
 import { CompactedError, InvalidArgumentError, isTransient } from '../client/errors.js';
 import { compare, op, toBuffer, type Bytes, type KeyValue } from '../client/kv.js';
 import { QueuedIterator } from '../client/queued-iterator.js';
-import { LeadershipLostError, NotLeaderError } from '../errors.js';
+import { LeadershipLostError, NotLeaderError, OwnershipLostError } from '../errors.js';
 import { participantKey, validateName } from '../keys.js';
 import { Session } from '../session.js';
 import { acquire, type AcquireOptions } from '../queue/acquire.js';
@@ -16,6 +16,7 @@ import { OwnerHandleBase, type Ownership, type OwnerHandle } from '../queue/owne
 import { oldestParticipant } from '../queue/participants.js';
 import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
 import { LeaderHealthState, type LeaderHealth } from './health.js';
+import type { LostErrorFactory } from '../queue/turn.js';
 
 /** Who leads an election. */
 export interface LeaderInfo {
@@ -40,8 +41,7 @@ export type LeaderEvent =
   | { type: 'leader'; leader: LeaderInfo; revision: bigint }
   | { type: 'none'; revision: bigint };
 
-const leadershipLost = (key: string) => (message: string, cause?: unknown) =>
-  new LeadershipLostError(message, key, cause === undefined ? undefined : { cause });
+const leadershipLost = (key: string): LostErrorFactory => (message, options) => new LeadershipLostError(message, key, options);
 
 function leaderInfo(kv: KeyValue): LeaderInfo {
   return {
@@ -119,7 +119,7 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
             },
             { idempotent: true, signal },
           );
-          if (!t.succeeded) throw leadershipLost(ticket.key)(`${ticket.key} vanished while updating its value`);
+          if (!t.succeeded) throw leadershipLost(ticket.key)(`${ticket.key} vanished while updating its value`, { reason: 'key_deleted' });
         },
         hold: (own) => new Leadership(own, bytes),
       },
@@ -272,7 +272,8 @@ class Leadership extends OwnerHandleBase implements LeaderHandle {
     try {
       this.own.assert();
     } catch (cause) {
-      throw new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key, { cause });
+      const reason = cause instanceof OwnershipLostError ? cause.reason : 'lease_expired';
+      throw new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key, { cause, reason });
     }
     const bytes = toBuffer(value);
     const t = await this.own.session.client.txn(
@@ -280,7 +281,7 @@ class Leadership extends OwnerHandleBase implements LeaderHandle {
       { idempotent: true },
     );
     if (!t.succeeded) {
-      const err = new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key);
+      const err = new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key, { reason: 'key_deleted' });
       // The compare is on our key's CreateRevision: it fails only when the key was deleted.
       this.own.end(err, undefined, 'key_deleted');
       throw err;

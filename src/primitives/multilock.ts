@@ -117,13 +117,16 @@ async function confirmAll(session: Session, held: readonly LockHandle[], signal:
     { idempotent: true, signal },
   );
   if (t.succeeded) return;
-  const lost = held.find((h, i) => {
-    const kv = txnRange(t, i).kvs[0];
+  const i = held.findIndex((h, j) => {
+    const kv = txnRange(t, j).kvs[0];
     return kv === undefined || kv.createRevision !== h.fencingToken || kv.lease !== session.leaseId;
-  })!;
+  });
+  const lost = held[i]!;
+  const kv = txnRange(t, i).kvs[0];
   throw new LockLostError(
     `${lost.key} (token ${lost.fencingToken}) is no longer owned: its key was deleted or moved off its lease while lockAll waited for the locks after it; nothing is held, call lockAll again`,
     lost.key,
+    { reason: kv === undefined || kv.createRevision !== lost.fencingToken ? 'key_deleted' : 'moved_off_lease' },
   );
 }
 
@@ -195,7 +198,7 @@ class MultiLock implements MultiLockHandle {
 
   unlock(): Promise<void> {
     // Work under `signal` must stop before the first key goes.
-    if (!this.ended) this.end(new LockLostError(`locks ${this.names.join(', ')} were released by unlock()`, this.held[0]!.key));
+    if (!this.ended) this.end(new LockLostError(`locks ${this.names.join(', ')} were released by unlock()`, this.held[0]!.key, { reason: 'released' }));
     return (this.unlocking ??= this.releaseAll());
   }
 

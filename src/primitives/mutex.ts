@@ -17,8 +17,7 @@ export interface LockOptions extends AcquireOptions {
   label?: string;
 }
 
-const lockLost = (key: string) => (message: string, cause?: unknown) =>
-  new LockLostError(message, key, cause === undefined ? undefined : { cause });
+const lockLost = (key: string): LostErrorFactory => (message, options) => new LockLostError(message, key, options);
 
 /**
  * A fair distributed lock: waiters are served in the order of their keys' CreateRevision, each

@@ -6,9 +6,9 @@ import { acquire, tryAcquire, type QueueSpec } from '../queue/acquire.js';
 import type { LockOptions } from './mutex.js';
 import { HeldHandle, type OwnerHandle, type Ownership } from '../queue/ownership.js';
 import { oldestRule, type Scope } from '../queue/predecessor.js';
+import type { LostErrorFactory } from '../queue/turn.js';
 
-const rwLost = (key: string) => (message: string, cause?: unknown) =>
-  new RWLockLostError(message, key, cause === undefined ? undefined : { cause });
+const rwLost = (key: string): LostErrorFactory => (message, options) => new RWLockLostError(message, key, options);
 
 /**
  * A fair readers-writer lock in the key layout of Go's `recipe.RWMutex`: readers queue as

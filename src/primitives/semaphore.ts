@@ -17,8 +17,7 @@ import type { WatchEvent } from '../client/watch.js';
  */
 export const MAX_PERMITS = 60;
 
-const permitLost = (key: string) => (message: string, cause?: unknown) =>
-  new PermitLostError(message, key, cause === undefined ? undefined : { cause });
+const permitLost = (key: string): LostErrorFactory => (message, options) => new PermitLostError(message, key, options);
 
 /**
  * A fair counting semaphore: at most `permits` sessions hold a permit at once, and permits go in

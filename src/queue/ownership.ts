@@ -4,10 +4,12 @@ import { CompactedError, isTransient } from '../client/errors.js';
 import { compare, type Compare, type KeyValue } from '../client/kv.js';
 import type { Watch } from '../client/watch.js';
 import type { Session } from '../session.js';
-import { SessionExpiredError, type OwnershipLostError } from '../errors.js';
+import { SessionExpiredError } from '../errors.js';
 import type { LossReason } from '../metrics/names.js';
 import type { AcquireProbe, HoldObserver } from '../metrics/telemetry.js';
 import { releaseKey } from './ticket.js';
+import type { LostErrorFactory } from './turn.js';
+import { publishOwnershipLost } from '../diagnostics.js';
 
 /** How a loss reads in the lost error: `<key> (token <n>) is no longer owned: <why>`. */
 const WHY: Record<LossReason, string> = {
@@ -60,7 +62,7 @@ export class Ownership {
     readonly key: string,
     /** The key's CreateRevision: strictly increasing across owners, so protected resources can fence. */
     readonly fencingToken: bigint,
-    private readonly makeLostError: (message: string, cause?: unknown) => OwnershipLostError,
+    private readonly makeLostError: LostErrorFactory,
     /** The acquire's probe, when an OpenTelemetry SDK records: it records this holding from now on. */
     probe?: AcquireProbe,
   ) {
@@ -147,7 +149,7 @@ export class Ownership {
     }
     this.released = true;
     // The error (and its stack) is built only if someone looks: on the unlock hot path nobody does.
-    this.end(undefined, () => this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`));
+    this.end(undefined, () => this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`, { reason: 'released' }));
   }
 
   /**
@@ -217,7 +219,7 @@ export class Ownership {
   private keyGone(): void {
     if (!this.left) return this.lose(undefined, 'key_deleted');
     this.released = true;
-    this.end(undefined, () => this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`));
+    this.end(undefined, () => this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`, { reason: 'released' }));
   }
 
   private async watchKey(): Promise<void> {
@@ -254,7 +256,9 @@ export class Ownership {
 
   private lose(cause: unknown, loss: LossReason): void {
     if (this.ended) return;
-    this.end(this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${WHY[loss]}`, cause), undefined, loss);
+    const err = this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${WHY[loss]}`, { reason: loss, cause });
+    this.end(err, undefined, loss);
+    publishOwnershipLost(this.session.client.telemetry.logger, this.key, this.fencingToken, loss, err);
   }
 }
 

@@ -343,6 +343,8 @@ export async function ticketLost(session: Session, ticket: Ticket, lostError: Lo
   const lease = await session.client.leaseTimeToLive(session.leaseId, { signal }).catch(() => undefined);
   if (lease && lease.ttl <= 0) markLeaseGone(session);
   session.assertAlive();
-  throw lostError(`${ticket.key} was deleted or moved to another lease while waiting`);
+  const kv = (await session.client.range({ key: Buffer.from(ticket.key) }, { signal }).catch(() => undefined))?.kvs[0];
+  const reason = kv !== undefined && kv.createRevision === ticket.rev ? 'moved_off_lease' : 'key_deleted';
+  throw lostError(`${ticket.key} was deleted or moved to another lease while waiting`, { reason });
 }
 

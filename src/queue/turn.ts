@@ -2,13 +2,13 @@ import { retryWhile } from '../client/backoff.js';
 import { CompactedError, isTransient } from '../client/errors.js';
 import type { Client } from '../client/client.js';
 import type { Watch, WatchBatch, WatchEvent, WatchOptions, WatchSink } from '../client/watch.js';
-import type { OwnershipLostError } from '../errors.js';
+import type { OwnershipEndReason, OwnershipLostError } from '../errors.js';
 import type { Session } from '../session.js';
 import { addRecheck, removeRecheck, type BatchCheck, type Due } from './recheck.js';
 import type { Ticket } from './ticket.js';
 
 /** Raised when our own key vanished (or changed lease) while we queued. */
-export type LostErrorFactory = (message: string, cause?: unknown) => OwnershipLostError;
+export type LostErrorFactory = (message: string, options: { reason: OwnershipEndReason; cause?: unknown }) => OwnershipLostError;
 
 /** What stands between a waiter and its turn right now: one key (or prefix) to watch, and how to tell it moved. */
 export interface Blocker {
