@@ -9,6 +9,8 @@ import path from 'node:path';
 
 /** The server binary (`postgres`, `initdb`, `redis-server`) is not installed where it was looked for. */
 export class ServerNotFoundError extends Error {
+  static readonly code = 'ERR_SERVER_NOT_FOUND';
+  readonly code = ServerNotFoundError.code;
   override readonly name = 'ServerNotFoundError';
   constructor(
     /** `postgres` or `redis`. */
@@ -21,6 +23,8 @@ export class ServerNotFoundError extends Error {
 
 /** The server did not start: the message ends with the tail of its log. */
 export class ServerStartError extends Error {
+  static readonly code = 'ERR_SERVER_START';
+  readonly code = ServerStartError.code;
   override readonly name = 'ServerStartError';
 }
 
