@@ -19,6 +19,8 @@ export const METRIC = {
   rpcDuration: 'rpc.client.call.duration',
   watchResumes: 'etcd_concurrency.watch.resumes',
   failovers: 'etcd_concurrency.client.failovers',
+  releaseRetries: 'etcd_concurrency.release.retries',
+  releasePending: 'etcd_concurrency.release.pending',
 } as const;
 
 /** Attribute keys. */

@@ -9,6 +9,7 @@ import { Session } from '../session.js';
 import { acquire, type AcquireOptions } from '../queue/acquire.js';
 import { OwnerHandleBase, type Ownership, type OwnerHandle } from '../queue/ownership.js';
 import { oldestParticipant } from '../queue/participants.js';
+import type { ReleaseResult } from '../queue/release.js';
 import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
 import { LeaderHealthState, type LeaderHealth } from './health.js';
 
@@ -239,8 +240,12 @@ export interface LeaderHandle extends OwnerHandle {
   assertLeader(): void;
   /** Publishes a new value, only while leading; otherwise throws NotLeaderError and the handle is dead. */
   proclaim(value: Bytes): Promise<void>;
-  /** Steps down so the next candidate leads at once. Idempotent and safe to retry after a failed call. */
-  resign(): Promise<void>;
+  /**
+   * Steps down so the next candidate leads at once. Idempotent. Never rejects for want of etcd: a delete that fails is retried in the
+   * background until the key is gone or the session ends, and the result is then `pending` (see
+   * {@link ReleaseResult}); `signal` aborts once the key is gone. Nothing is left to do in a `finally`.
+   */
+  resign(): Promise<ReleaseResult>;
 }
 
 class Leadership extends OwnerHandleBase implements LeaderHandle {
@@ -283,12 +288,12 @@ class Leadership extends OwnerHandleBase implements LeaderHandle {
     this.current = bytes;
   }
 
-  resign(): Promise<void> {
+  resign(): Promise<ReleaseResult> {
     return this.own.release();
   }
 
-  override [Symbol.asyncDispose](): Promise<void> {
-    return this.resign();
+  override async [Symbol.asyncDispose](): Promise<void> {
+    await this.resign();
   }
 
   /** Watches the term from now, whether or not anyone looks at `signal` (runAsLeader's terms). */

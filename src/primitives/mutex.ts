@@ -6,6 +6,7 @@ import type { Ownership } from '../queue/ownership.js';
 import type { Ticket } from '../queue/ticket.js';
 import type { LostErrorFactory, TurnRule } from '../queue/turn.js';
 import { HeldHandle, type OwnerHandle } from '../queue/ownership.js';
+import type { ReleaseResult } from '../queue/release.js';
 import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
 
 /** Options of `lock()`: the options of every acquire call, and a label for the key. */
@@ -101,12 +102,17 @@ class MutexRules implements QueueRules<LockHandle> {
 export interface LockHandle extends OwnerHandle {
   /** Throws LockLostError unless the lock is still held, checking the session's deadline against the clock now. */
   assertHeld(): void;
-  /** Releases the lock. Idempotent, and guarded on our CreateRevision so it never deletes a later holder's key. */
-  unlock(): Promise<void>;
+  /**
+   * Releases the lock. Idempotent, and guarded on our CreateRevision so it never deletes a later
+   * holder's key. Never rejects for want of etcd: a delete that fails is retried in the
+   * background until the key is gone or the session ends, and the result is then `pending` (see
+   * {@link ReleaseResult}); `signal` aborts once the key is gone. Nothing is left to do in a `finally`.
+   */
+  unlock(): Promise<ReleaseResult>;
 }
 
 class HeldLock extends HeldHandle implements LockHandle {
-  unlock(): Promise<void> {
+  unlock(): Promise<ReleaseResult> {
     return this.own.release();
   }
 }

@@ -6,6 +6,7 @@ import { acquire, tryAcquire, type QueueSpec } from '../queue/acquire.js';
 import type { LockOptions } from './mutex.js';
 import { HeldHandle, type OwnerHandle, type Ownership } from '../queue/ownership.js';
 import { oldestRule, type Scope } from '../queue/predecessor.js';
+import type { ReleaseResult } from '../queue/release.js';
 
 const rwLost = (key: string) => (message: string, cause?: unknown) =>
   new RWLockLostError(message, key, cause === undefined ? undefined : { cause });
@@ -96,8 +97,12 @@ export interface RWLockHandle extends OwnerHandle {
   readonly mode: 'read' | 'write';
   /** Throws RWLockLostError unless the lock is still held, checking the session's deadline against the clock now. */
   assertHeld(): void;
-  /** Releases the lock. Idempotent, and guarded on our CreateRevision. */
-  unlock(): Promise<void>;
+  /**
+   * Releases the lock. Idempotent, and guarded on our CreateRevision. Never rejects for want of etcd: a delete that fails is retried in the
+   * background until the key is gone or the session ends, and the result is then `pending` (see
+   * {@link ReleaseResult}); `signal` aborts once the key is gone. Nothing is left to do in a `finally`.
+   */
+  unlock(): Promise<ReleaseResult>;
 }
 
 class HeldRWLock extends HeldHandle implements RWLockHandle {
@@ -108,7 +113,7 @@ class HeldRWLock extends HeldHandle implements RWLockHandle {
     super(own);
   }
 
-  unlock(): Promise<void> {
+  unlock(): Promise<ReleaseResult> {
     return this.own.release();
   }
 }

@@ -5,6 +5,7 @@ import { isParticipantKey, ownBuffer, participantKey, prefixOf, validateName } f
 import type { Session } from '../session.js';
 import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
 import { HeldHandle, type OwnerHandle } from '../queue/ownership.js';
+import type { ReleaseResult } from '../queue/release.js';
 import { ourKeyStands, ticketLost } from '../queue/predecessor.js';
 import type { Ticket, TicketSpec } from '../queue/ticket.js';
 import { MAX_CHECK_KEYS, type BatchCheck } from '../queue/recheck.js';
@@ -249,12 +250,16 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
 export interface PermitHandle extends OwnerHandle {
   /** Throws PermitLostError unless the permit is still held, checking the session's deadline against the clock now. */
   assertHeld(): void;
-  /** Releases the permit. Idempotent, and guarded on our CreateRevision. */
-  release(): Promise<void>;
+  /**
+   * Releases the permit. Idempotent, and guarded on our CreateRevision. Never rejects for want of etcd: a delete that fails is retried in the
+   * background until the key is gone or the session ends, and the result is then `pending` (see
+   * {@link ReleaseResult}); `signal` aborts once the key is gone. Nothing is left to do in a `finally`.
+   */
+  release(): Promise<ReleaseResult>;
 }
 
 class HeldPermit extends HeldHandle implements PermitHandle {
-  release(): Promise<void> {
+  release(): Promise<ReleaseResult> {
     return this.own.release();
   }
 }

@@ -2,6 +2,7 @@ import type { Session } from '../session.js';
 import type { Kind } from '../metrics/names.js';
 import type { AcquireProbe } from '../metrics/telemetry.js';
 import { Ownership } from './ownership.js';
+import type { ReleaseWhat } from './release.js';
 import { enqueueOrClean, leaveTicket, type Ticket, type TicketSpec } from './ticket.js';
 import { blockedNow, Wait, type LostErrorFactory, type TurnRule } from './turn.js';
 
@@ -51,10 +52,12 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
     probe?.failed(err, options.signal, session.signal);
     return Promise.reject(err);
   }
-  // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
-  const ticket = enqueueOrClean(session, q.ticket, probe?.ahead);
+  const what: ReleaseWhat = { kind: q.kind, name: q.name };
+  // Not cancelled once sent: an abort landing after etcd applied the Txn would leave our key behind.
+  // (The signal only stops the wait for a delete of ours still retried, before anything is sent.)
+  const ticket = enqueueOrClean(session, q.ticket, what, probe?.ahead, options.signal);
   // The spec's ticket part (key, value, count range) is not needed while waiting: not kept.
-  const a = new Acquisition(session, q.rules, options.signal, probe);
+  const a = new Acquisition(session, q.rules, what, options.signal, probe);
   void a.run(ticket);
   return a.promise;
 }
@@ -70,6 +73,7 @@ class Acquisition<H> extends Wait<H> {
   constructor(
     session: Session,
     private readonly rules: QueueRules<H>,
+    private readonly what: ReleaseWhat,
     signal: AbortSignal | undefined,
     private readonly probe: AcquireProbe | undefined,
   ) {
@@ -116,7 +120,7 @@ class Acquisition<H> extends Wait<H> {
       // Our turn was proven by an answer that may have waited out a freeze of this process: a
       // session whose deadline passed meanwhile (its timer not run yet) gets no handle.
       session.assertAlive();
-      this.resolve(this.rules.hold(new Ownership(session, ticket.key, ticket.rev, this.lost!, this.probe), ticket));
+      this.resolve(this.rules.hold(new Ownership(session, ticket.key, ticket.rev, this.lost!, this.what, this.probe), ticket));
     } catch (err) {
       this.onFail(err);
     }
@@ -130,7 +134,7 @@ class Acquisition<H> extends Wait<H> {
       // telemetry must not keep the key in the queue or the caller waiting
     }
     // Our key leaves with us, unless another call of this process still uses it.
-    leaveTicket(session, this.ticket!).then(
+    leaveTicket(session, this.ticket!, this.what).then(
       () => this.reject(err),
       (e: unknown) => this.reject(e),
     );
@@ -141,10 +145,11 @@ class Acquisition<H> extends Wait<H> {
 export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   const { session } = q;
   const probe = session.client.telemetry.startAcquire(q.kind, q.name);
+  const what: ReleaseWhat = { kind: q.kind, name: q.name };
   let ticket: Ticket;
   try {
     session.assertAlive();
-    ticket = await enqueueOrClean(session, q.ticket, probe?.ahead);
+    ticket = await enqueueOrClean(session, q.ticket, what, probe?.ahead);
   } catch (err) {
     probe?.failed(err, undefined, session.signal);
     throw err;
@@ -155,14 +160,14 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
     await r.prepare?.(ticket, undefined);
     if (!(await blockedNow(ticket, r.rule(ticket, lost)))) {
       session.assertAlive(); // as in Acquisition.onTurn: not a handle on a session past its deadline
-      return r.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe), ticket);
+      return r.hold(new Ownership(session, ticket.key, ticket.rev, lost, what, probe), ticket);
     }
   } catch (err) {
     probe?.failed(err, undefined, session.signal);
-    await leaveTicket(session, ticket);
+    await leaveTicket(session, ticket, what);
     throw err;
   }
   probe?.busy();
-  await leaveTicket(session, ticket);
+  await leaveTicket(session, ticket, what);
   return null;
 }
