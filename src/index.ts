@@ -40,6 +40,7 @@ export {
   NotLeaderError,
   PermitLostError,
   RWLockLostError,
+  LockUpgradeError,
   PermitCountConflictError,
   TooManyClientsError,
   BarrierKeyLostError,

@@ -68,12 +68,13 @@ export class Election {
 
   /**
    * Becomes a candidate with `value` and resolves once this candidate leads, confirmed against our
-   * key on our lease. If this session is already a candidate (another Election object on it, or a
-   * key an earlier process left on a lease this session adopted) it keeps its place and etcd gets
-   * the new value, as with Go. On abort or any error our key is deleted, an adopted one included
-   * (Go leaves it behind on errors: etcd issue 21128), unless another campaign of this process
-   * shares it: the key is counted, and goes with the last of them (a resign, too, ends only its own
-   * handle while another campaign of this process on the key still waits or leads).
+   * key on our lease. A second campaign of this process on the same session and name waits in the
+   * process, with no request to etcd, until the first one's term ends (resigned, lost or aborted),
+   * then campaigns with a key of its own: a new term, a new fencing token. With `share: true` on
+   * both it joins the first's key instead, as Go does: it keeps that place and etcd gets the new
+   * value; the key is counted and goes with the last of them. A key an earlier process left on a
+   * lease this session adopted keeps its place too, with the new value. On abort or any error our
+   * key is deleted, an adopted one included (Go leaves it behind on errors: etcd issue 21128).
    */
   campaign(value: Bytes, options: AcquireOptions = {}): Promise<LeaderHandle> {
     return campaignTerm(this, value, options);
@@ -99,6 +100,7 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
       session,
       kind: 'campaign',
       name,
+      share: options.share === true,
       ticket: participantTicket(session, name, bytes),
       rules: {
         rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost, { keepWatch: true }),

@@ -58,9 +58,10 @@ export interface MultiLockHandle extends AsyncDisposable {
  * release that fails too (etcd unreachable) goes on in the background until its key is gone or the
  * session ends, as every release does.
  *
- * Like Mutex, a lock already held by this session under the same name is shared, not taken twice:
- * this handle's unlock (or a failed lockAll) ends only this handle's share, and the key stays with
- * the other holder.
+ * Like Mutex, a lock held or awaited by another call of this process on this session and name is
+ * waited for in the process (taken only once that call's key is gone); with `share: true` (on both
+ * calls) it is shared instead: this handle's unlock (or a failed lockAll) ends only this handle's
+ * share, and the key stays with the other holder.
  */
 export async function lockAll(session: Session, names: readonly string[], options: LockAllOptions = {}): Promise<MultiLockHandle> {
   const ordered = canonicalNames(names);

@@ -29,6 +29,11 @@ const permitLost = (key: string) => (message: string, cause?: unknown) =>
  * One release wakes at most one waiter: the first waiter (the head) watches the prefix for deletes;
  * every other waiter watches only the waiter just before it, which writes its key once when it
  * takes a permit. So a release costs O(1) requests and events however long the queue.
+ *
+ * One key per session means one permit per session at a time: a second acquire() of this process
+ * on the same session and name waits in the process, with no request to etcd, until the first
+ * permit's key is gone, then queues a key of its own (open a session per concurrent holder to hold
+ * several permits). With `share: true` on both, the second shares the first's permit, as in Go.
  */
 export class Semaphore {
   readonly name: string;
@@ -57,15 +62,15 @@ export class Semaphore {
    * abort or any error our key is deleted.
    */
   acquire(options: PermitOptions = {}): Promise<PermitHandle> {
-    return acquire(this.queue(options.label), options);
+    return acquire(this.queue(options.label, options.share), options);
   }
 
-  /** Takes a permit if one is free right now; otherwise returns null and leaves no key behind. */
-  tryAcquire(options: Pick<PermitOptions, 'label'> = {}): Promise<PermitHandle | null> {
-    return tryAcquire(this.queue(options.label));
+  /** Takes a permit if one is free right now (and this session has none); otherwise returns null and leaves no key behind. */
+  tryAcquire(options: Pick<PermitOptions, 'label' | 'share'> = {}): Promise<PermitHandle | null> {
+    return tryAcquire(this.queue(options.label, options.share));
   }
 
-  private queue(label = ''): QueueSpec<PermitHandle> {
+  private queue(label = '', share?: boolean): QueueSpec<PermitHandle> {
     const { session, name, permits } = this;
     // The permit count, then the label: peers compare only the first token.
     const value = ownBuffer(label === '' ? String(permits) : `${permits} ${label}`);
@@ -84,6 +89,7 @@ export class Semaphore {
       session,
       kind: 'permit',
       name,
+      share: share === true,
       ticket,
       rules: {
         rule: (t, lost) => permitRule(session, name, permits, value, t, lost),

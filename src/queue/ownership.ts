@@ -66,6 +66,8 @@ export class Ownership {
     private readonly what: ReleaseWhat,
     /** The acquire's probe, when an OpenTelemetry SDK records: it records this holding from now on. */
     probe?: AcquireProbe,
+    /** Ends this call's in-process turn on the key (gate.ts): on release, or when the holding ends. */
+    private exit?: () => void,
   ) {
     let byKey = holdings.get(session);
     if (!byKey) holdings.set(session, (byKey = new Map()));
@@ -146,6 +148,8 @@ export class Ownership {
     // May leave the key in etcd: another call of this process still uses it, or an enqueue in
     // flight takes it over (leaveKey); the last user's release deletes it.
     const d = releaseKey(this.session, this.key, this.fencingToken, this.what);
+    // The next call of this process on the key may go: its enqueue waits for our delete (if any).
+    this.exit?.();
     if (d) {
       try {
         await d.first;
@@ -175,6 +179,7 @@ export class Ownership {
   end(reason: unknown, make?: () => unknown, loss?: LossReason): void {
     if (this.ended) return;
     this.ended = make ? { make } : { reason };
+    this.exit?.();
     clearTimeout(this.watchTimer);
     this.session.signal.removeEventListener('abort', this.onSessionLost);
     this.watch?.cancel();
@@ -208,6 +213,16 @@ export class Ownership {
   /** True once ownership ended, for whatever reason. */
   get isEnded(): boolean {
     return this.ended !== undefined;
+  }
+
+  /** Still held as far as this process knows: neither ended nor released. */
+  get holds(): boolean {
+    return this.ended === undefined && !this.left;
+  }
+
+  /** What is held: lock, permit, read, write or campaign. */
+  get kind(): string {
+    return this.what.kind;
   }
 
   private startWatching(): void {
@@ -275,6 +290,15 @@ export class Ownership {
     if (this.left) return this.endReleased();
     this.end(this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${WHY[loss]}`, cause), undefined, loss);
   }
+}
+
+/**
+ * The holdings of this process on `key` of `session` that still hold (not ended, not released):
+ * what an RWMutex checks before a downgrade or an upgrade.
+ */
+export function liveHoldings(session: Session, key: string): Ownership[] {
+  const set = holdings.get(session)?.get(key);
+  return set ? [...set].filter((o) => o.holds) : [];
 }
 
 /** The loss reason for a session that ended: closed by its owner, or its lease expired (or may have). */

@@ -144,6 +144,17 @@ function joinUse(session: Session, key: string, use: KeyUse, rev: bigint): boole
 }
 
 /**
+ * One more call of this process uses incarnation `rev` of `key`, which another call holds now (an
+ * RWMutex downgrade): the key then goes with the last of them. False if `rev` is not the one in use.
+ */
+export function joinHeld(session: Session, key: string, rev: bigint): boolean {
+  const use = useOf(session, key);
+  if (!use || use.rev !== rev) return false;
+  use.users++;
+  return true;
+}
+
+/**
  * A call leaves incarnation `rev` of `key`: released, aborted or failed. Returns true when no other
  * call of this process uses it, so the caller deletes it (guarded on `rev`), and false when it is
  * left to them.
