@@ -254,8 +254,8 @@ describe('metrics and spans with the real SDK', () => {
       await holder.unlock();
 
       // A permit asked for with another count than the holder's: an error that is none of the others.
-      const permit = await new Semaphore(a, `${p}sem`, { permits: 2 }).acquire();
-      await assert.rejects(new Semaphore(a, `${p}sem`, { permits: 3 }).acquire({ label: 'other' }), PermitCountConflictError);
+      const permit = await new Semaphore(a, `${p}sem`, { permits: 2 }).acquire({ share: true });
+      await assert.rejects(new Semaphore(a, `${p}sem`, { permits: 3 }).acquire({ label: 'other', share: true }), PermitCountConflictError);
       assert.equal(await sdk.value(METRIC.acquireDuration, { [ATTR.kind]: 'permit', [ATTR.result]: 'error' }), 1);
       const [failed] = sdk.finished('permit.acquire').filter((x) => x.attributes[ATTR.result] === 'error');
       assert.ok(failed);

@@ -213,8 +213,8 @@ describe('Mutex: names and keys', () => {
     const [s1, s2] = await sessions(2);
     try {
       const nested = await new Mutex(s1!, `${p}a/b`).lock();
-      const outer = await new Mutex(s2!, `${p}a`).lock(); // would hang if "a/b/..." counted as a holder
-      const tried = await new Mutex(s2!, `${p}a`).tryLock(); // reentrant on the same key
+      const outer = await new Mutex(s2!, `${p}a`).lock({ share: true }); // would hang if "a/b/..." counted as a holder
+      const tried = await new Mutex(s2!, `${p}a`).tryLock({ share: true }); // reentrant on the same key
       assert.ok(tried);
       await outer.unlock();
       await nested.unlock();
