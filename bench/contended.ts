@@ -43,7 +43,7 @@ export interface ContendedResult {
 
 interface Contender {
   acquire(): Promise<bigint | undefined>;
-  release(): Promise<void>;
+  release(): Promise<unknown>;
   close(): Promise<void>;
 }
 

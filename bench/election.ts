@@ -48,7 +48,7 @@ export interface ElectionPhase {
 }
 
 interface Candidate {
-  campaign(value: string): Promise<{ resign(): Promise<void> }>;
+  campaign(value: string): Promise<{ resign(): Promise<unknown> }>;
   close(): Promise<void>;
   /** Traces the candidate's RPCs and watch events (our Client only). */
   counter?: RpcCounter;

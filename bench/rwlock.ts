@@ -64,7 +64,7 @@ interface Participant {
   session: Session;
 }
 
-type Held = { fencingToken: bigint; unlock(): Promise<void> };
+type Held = { fencingToken: bigint; unlock(): Promise<unknown> };
 
 class Config {
   readonly readWaits: number[] = [];

@@ -18,7 +18,7 @@ export interface ScaleSubject<H extends { fencingToken: bigint }> {
   /** Holders at once: 1 for a Mutex, N for a semaphore of N permits. */
   holders: number;
   acquire(session: Session, name: string, signal?: AbortSignal): Promise<H>;
-  release(handle: H): Promise<void>;
+  release(handle: H): Promise<unknown>;
   /**
    * Watches the waiters create per release (a semaphore's next waiter becomes the head and watches
    * the prefix): the release's count waits for them, and for their requests, before it closes.

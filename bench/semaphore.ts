@@ -67,7 +67,7 @@ interface Participant {
 }
 
 interface Acquirer {
-  acquire(): Promise<{ fencingToken: bigint; release(): Promise<void> }>;
+  acquire(): Promise<{ fencingToken: bigint; release(): Promise<unknown> }>;
 }
 
 class Config {

@@ -30,6 +30,7 @@ import {
   op,
   runAsLeader,
   type LockHandle,
+  type ReleaseResult,
   type OwnerHandle,
 } from '../src/index.js';
 import {
@@ -286,7 +287,7 @@ async function fencedCycle(): Promise<void> {
 
 /** Ends a hold: reports how long we believed we held it, then unlocks (or releases the permit). */
 async function release(
-  handle: OwnerHandle & ({ unlock(): Promise<void> } | { release(): Promise<void> }),
+  handle: OwnerHandle & ({ unlock(): Promise<ReleaseResult> } | { release(): Promise<ReleaseResult> }),
   from: number,
   loss: ReturnType<typeof lossClock>,
   mode?: RWMode,
@@ -296,7 +297,9 @@ async function release(
   // belief ended (a later holder may legitimately start as soon as the delete commits).
   emit({ t: 'releasing', token, from, to: loss.lostAt() ?? now(), lost: loss.lostAt() !== undefined, lostReason: loss.reason(), mode });
   try {
-    await ('unlock' in handle ? handle.unlock() : handle.release());
+    const r = await ('unlock' in handle ? handle.unlock() : handle.release());
+    // Its first delete failed: the library retries it in the background until the key is gone.
+    if (r.state === 'pending') reportError('unlock (retried in the background)', r.error);
   } catch (err) {
     reportError('unlock', err);
   }

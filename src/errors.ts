@@ -101,6 +101,25 @@ export class PermitLostError extends OwnershipLostError {
   static override readonly code: string = 'ERR_PERMIT_LOST';
 }
 
+/**
+ * `lock()` (or `tryLock()`) of an RWMutex on a session that holds its read lock: an upgrade, which
+ * would wait for that read lock forever. Nothing was sent to etcd.
+ */
+export class LockUpgradeError extends EtcdError {
+  constructor(
+    /** The RWMutex's name. */
+    readonly lock: string,
+    /** The key of the read lock this session holds. */
+    readonly readKey: string,
+  ) {
+    super(
+      `cannot take the write lock of "${lock}": this session holds its read lock (${readKey}), and a write lock waits ` +
+        'for every read lock, its own included. Unlock the read lock first, then call lock() (and check again what you ' +
+        'read, which may have changed meanwhile), or take the write lock from the start',
+    );
+  }
+}
+
 /** A read or write lock of an RWMutex is no longer held: its session was lost, or its key was deleted or replaced. */
 export class RWLockLostError extends LockLostError {
   static override readonly code: string = 'ERR_RWLOCK_LOST';

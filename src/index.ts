@@ -42,6 +42,7 @@ export {
   NotLeaderError,
   PermitLostError,
   RWLockLostError,
+  LockUpgradeError,
   PermitCountConflictError,
   TooManyClientsError,
   BarrierKeyLostError,
@@ -69,6 +70,14 @@ export { DoubleBarrier, type DoubleBarrierWaitOptions } from './primitives/doubl
 export { lockAll, withLocks, type MultiLockHandle, type LockAllOptions } from './primitives/multilock.js';
 export type { AcquireOptions } from './queue/acquire.js';
 export type { OwnerHandle } from './queue/ownership.js';
+export {
+  RELEASE_RETRY_CHANNEL,
+  RELEASE_DONE_CHANNEL,
+  type ReleaseResult,
+  type ReleaseRetryMessage,
+  type ReleaseDoneMessage,
+  type DeleteOutcome,
+} from './queue/release.js';
 export { validateName, participantKey } from './keys.js';
 export {
   Election,

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { rethrown } from './rethrow.js';
+import { settledWithin } from './client/backoff.js';
 import type { Client } from './client/client.js';
 import { InvalidArgumentError, LeaseNotFoundError } from './client/errors.js';
 import { SessionExpiredError, type SessionEndReason } from './errors.js';
@@ -25,6 +26,22 @@ export interface SessionOptions {
 
 /** How the primitives end a session when etcd tells them its lease is gone; not part of the public API. */
 const leaseGoneHooks = new WeakMap<Session, () => void>();
+
+/** Work close() lets finish first, per session: deletes still retried in the background. */
+const finishing = new WeakMap<Session, Set<Promise<unknown>>>();
+
+/**
+ * Registers `work` (a delete of a key on this session that keeps trying) for `session.close()` and
+ * its client's `close()` to wait for, within their deadline, before they revoke or end the streams.
+ */
+export function finishBeforeClose(session: Session, work: Promise<unknown>): void {
+  let set = finishing.get(session);
+  if (!set) finishing.set(session, (set = new Set()));
+  const s = set;
+  s.add(work);
+  void work.finally(() => s.delete(work)).catch(() => {});
+  session.client.finishBeforeClose(work);
+}
 
 /** Ends `session` as 'lease-gone': a write or compare on its lease found the lease gone. */
 export function markLeaseGone(session: Session): void {
@@ -136,10 +153,16 @@ export class Session implements AsyncDisposable {
   /**
    * Revokes the lease (deleting its keys) and ends the session. Idempotent. A session already lost
    * to its deadline still tries to revoke (the server may not have expired the lease yet, and its
-   * keys would block others until it does), but then ignores failures.
+   * keys would block others until it does), but then ignores failures. A release still being
+   * retried in the background (its first delete failed) is first given up to the client's
+   * callTimeoutMs to land, so that its handle ends released rather than revoked.
    */
   close(): Promise<void> {
     this.closing ??= (async () => {
+      const work = finishing.get(this);
+      if (work && work.size > 0 && !this.signal.aborted && !this.client.closed) {
+        await settledWithin([...work], this.client.callTimeoutMs);
+      }
       const before = this.signal.aborted ? (this.signal.reason as SessionExpiredError).reason : undefined;
       this.end('closed');
       if (this.client.closed || before === 'lease-gone' || before === 'client-closed' || before === 'closed') return;

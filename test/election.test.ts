@@ -166,7 +166,7 @@ describe('campaign', () => {
       await current.resign();
     }));
 
-  it('campaigning again on the same session keeps its place and updates its value', T, () =>
+  it('campaigning again on the same session with share: true keeps its place and updates its value', T, () =>
     scoped('again', async (s, name) => {
       const admin = s.client();
       const rec = new Recorder(admin, `${name}/`);
@@ -176,13 +176,13 @@ describe('campaign', () => {
       const b = await candidate(s, name);
       const c = await candidate(s, name);
       const ha = await a.election.campaign('a');
-      const tb1 = track(b.election.campaign('b1'));
+      const tb1 = track(b.election.campaign('b1', { share: true }));
       const bPut = await rec.keyCreated(b.election.key);
       const tc = track(c.election.campaign('c'));
       await rec.keyCreated(c.election.key);
 
       // B campaigns again while queued: same key, same place (CreateRevision), new value.
-      const tb2 = track(b.election.campaign('b2'));
+      const tb2 = track(b.election.campaign('b2', { share: true }));
       const upd = await rec.until((e) => e.type === 'put' && e.key === b.election.key && e.value === 'b2');
       assert.equal(upd.createRevision, bPut.createRevision, 'B keeps its place in the queue');
       assert.equal(tb1.settled || tb2.settled || tc.settled, false);
@@ -198,7 +198,7 @@ describe('campaign', () => {
       assert.equal(tc.settled, false);
 
       // The leader campaigns again: resolves at once, same term, new value.
-      const hb3 = await b.election.campaign('b3');
+      const hb3 = await b.election.campaign('b3', { share: true });
       assert.equal(hb3.fencingToken, bPut.createRevision);
       assert.equal((await currentLeader(admin, name))?.value, 'b3');
 

@@ -151,7 +151,7 @@ async function mixedQueue(
     const s0 = await Session.create(c, { ttl: 30 });
     sessions.push(s0);
     const h0 = await new Mutex(s0, name).lock();
-    arrive({ who: 'ts-holder', key: h0.key, token: h0.fencingToken, incr: () => tsIncrement(c, h0, counter), release: () => h0.unlock() });
+    arrive({ who: 'ts-holder', key: h0.key, token: h0.fencingToken, incr: () => tsIncrement(c, h0, counter), release: async () => void (await h0.unlock()) });
     const created = new Map<string, bigint>();
     for (const w of who) {
       const from = log.events.length;
@@ -165,7 +165,7 @@ async function mixedQueue(
         const m = new Mutex(s, name);
         key = m.key;
         m.lock().then(
-          (h) => arrive({ who: w, key: h.key, token: h.fencingToken, incr: () => tsIncrement(c, h, counter), release: () => h.unlock() }),
+          (h) => arrive({ who: w, key: h.key, token: h.fencingToken, incr: () => tsIncrement(c, h, counter), release: async () => void (await h.unlock()) }),
           (err: unknown) => arrivals.fail(err as Error),
         );
       }

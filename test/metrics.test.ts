@@ -254,8 +254,8 @@ describe('metrics and spans with the real SDK', () => {
       await holder.unlock();
 
       // A permit asked for with another count than the holder's: an error that is none of the others.
-      const permit = await new Semaphore(a, `${p}sem`, { permits: 2 }).acquire();
-      await assert.rejects(new Semaphore(a, `${p}sem`, { permits: 3 }).acquire({ label: 'other' }), PermitCountConflictError);
+      const permit = await new Semaphore(a, `${p}sem`, { permits: 2 }).acquire({ share: true });
+      await assert.rejects(new Semaphore(a, `${p}sem`, { permits: 3 }).acquire({ label: 'other', share: true }), PermitCountConflictError);
       assert.equal(await sdk.value(METRIC.acquireDuration, { [ATTR.kind]: 'permit', [ATTR.result]: 'error' }), 1);
       const [failed] = sdk.finished('permit.acquire').filter((x) => x.attributes[ATTR.result] === 'error');
       assert.ok(failed);
@@ -373,7 +373,7 @@ describe('losses', () => {
     await assertNoKeys(client, p);
   });
 
-  it('an unlock that failed, then the key goes: the recorded holding ends released, not lost', async () => {
+  it('an unlock that failed is retried until the key goes: counted as retries, the holding ends released, not lost', async () => {
     const p = fresh('release-failed');
     const proxy = await startProxy(etcd.endpoints[0]!);
     await using sdk = new Sdk({ endpoints: [proxy.endpoint], callTimeoutMs: 1000 });
@@ -381,13 +381,16 @@ describe('losses', () => {
     try {
       const h = await new Mutex(s, `${p}lock`).lock();
       proxy.blackhole(true);
-      await assert.rejects(h.unlock(), 'the delete gets no answer');
+      const r = await h.unlock();
+      assert.equal(r.state, 'pending', 'the delete gets no answer');
+      assert.equal(await sdk.value(METRIC.releasePending, LOCK), 1, 'a release being retried');
+      assert.ok((await sdk.value(METRIC.releaseRetries, LOCK)) >= 1);
+      assert.equal(await sdk.value(METRIC.held, LOCK), 1, 'held until the key is gone');
+      proxy.cut();
       proxy.blackhole(false);
-      // A failed release leaves the holding ours as far as we know: a recorded one watches its key.
-      await waitFor(() => sdk.client.watches.size === 1, 'the holding to watch its key again');
-      // The delete held in the proxy may land now (its answer was lost); if not, someone else's does.
-      await client.delete(h.key);
+      await r.settled;
       await sdk.until(METRIC.held, LOCK, 0);
+      assert.equal(await sdk.value(METRIC.releasePending, LOCK), 0);
       assert.equal(await sdk.value(METRIC.losses), 0, 'the key went after we let it go: no loss');
       await h.unlock();
       assert.equal(await sdk.value(METRIC.losses), 0);

@@ -213,8 +213,8 @@ describe('Mutex: names and keys', () => {
     const [s1, s2] = await sessions(2);
     try {
       const nested = await new Mutex(s1!, `${p}a/b`).lock();
-      const outer = await new Mutex(s2!, `${p}a`).lock(); // would hang if "a/b/..." counted as a holder
-      const tried = await new Mutex(s2!, `${p}a`).tryLock(); // reentrant on the same key
+      const outer = await new Mutex(s2!, `${p}a`).lock({ share: true }); // would hang if "a/b/..." counted as a holder
+      const tried = await new Mutex(s2!, `${p}a`).tryLock({ share: true }); // reentrant on the same key
       assert.ok(tried);
       await outer.unlock();
       await nested.unlock();
@@ -242,12 +242,12 @@ describe('Mutex: names and keys', () => {
     }
   });
 
-  it('reentrancy as in Go: two Mutex objects on one session and one name share one key, counted', async () => {
+  it('reentrancy as in Go, with share: true: two Mutex objects on one session and one name share one key, counted', async () => {
     const p = fresh('reentrant');
     const [s] = await sessions(1);
     try {
-      const h1 = await new Mutex(s!, `${p}lock`).lock();
-      const h2 = await new Mutex(s!, `${p}lock`).lock();
+      const h1 = await new Mutex(s!, `${p}lock`).lock({ share: true });
+      const h2 = await new Mutex(s!, `${p}lock`).lock({ share: true });
       assert.equal(h2.key, h1.key);
       assert.equal(h2.fencingToken, h1.fencingToken);
       assert.equal((await client.getPrefix(`${p}lock/`)).count, 1n);

@@ -445,9 +445,9 @@ describe('Semaphore: permit counts', () => {
     const name = `${p}sem`;
     const [a, b] = await sessions(2);
     try {
-      const mine = await new Semaphore(a!, name, { permits: 2 }).acquire();
+      const mine = await new Semaphore(a!, name, { permits: 2 }).acquire({ share: true });
       const peer = await new Semaphore(b!, name, { permits: 2 }).acquire();
-      await assert.rejects(new Semaphore(a!, name, { permits: 3 }).acquire(), PermitCountConflictError);
+      await assert.rejects(new Semaphore(a!, name, { permits: 3 }).acquire({ share: true }), PermitCountConflictError);
       mine.assertHeld(); // a refused join leaves the sibling's key alone
       assert.deepEqual((await keysUnder(`${name}/`)).sort(), [mine.key, peer.key].sort());
       await Promise.all([mine.release(), peer.release()]);
@@ -462,9 +462,9 @@ describe('Semaphore: permit counts', () => {
     const name = `${p}sem`;
     const [a] = await sessions(1);
     try {
-      const held = await new Semaphore(a!, name, { permits: 2 }).acquire();
+      const held = await new Semaphore(a!, name, { permits: 2 }).acquire({ share: true });
       // Its key says 2; waiting as if there were 3 permits would break the count for everyone.
-      await assert.rejects(new Semaphore(a!, name, { permits: 3 }).acquire(), PermitCountConflictError);
+      await assert.rejects(new Semaphore(a!, name, { permits: 3 }).acquire({ share: true }), PermitCountConflictError);
       held.assertHeld();
       assert.equal((await client.get(held.key))?.value.toString(), '2');
       await held.release();

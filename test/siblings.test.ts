@@ -1,4 +1,4 @@
-// Calls on one session and one name share one key (`<name>/<lease hex>`, as Go's): the queue engine
+// Calls on one session and one name made with `share: true` share one key (`<name>/<lease hex>`, as Go's): the queue engine
 // counts them. Against a real single-member etcd: the key is deleted only when the last of them
 // releases, aborts or fails; a release ends only its own handle; a loss ends them all.
 import { describe, it } from 'node:test';
@@ -30,11 +30,11 @@ describe('siblings: one key, counted', () => {
       const holder = await new Mutex(b!, name).lock();
       const base = await watchersNow();
       const stop = new AbortController();
-      const first = track(new Mutex(a!, name).lock({ signal: stop.signal }));
+      const first = track(new Mutex(a!, name).lock({ signal: stop.signal, share: true }));
       await blocked(base, 1, 'the first call waits');
       const key = new Mutex(a!, name).key;
       const created = (await client.get(key))!.createRevision;
-      const sibling = track(new Mutex(a!, name).lock());
+      const sibling = track(new Mutex(a!, name).lock({ share: true }));
       await blocked(base, 2, 'the sibling waits too');
 
       stop.abort();
@@ -62,8 +62,8 @@ describe('siblings: one key, counted', () => {
     const name = `${p}lock`;
     const [a, b] = await sessions(2);
     try {
-      const first = await new Mutex(a!, name).lock();
-      const sibling = await new Mutex(a!, name).lock();
+      const first = await new Mutex(a!, name).lock({ share: true });
+      const sibling = await new Mutex(a!, name).lock({ share: true });
       assert.equal(sibling.key, first.key);
       assert.equal(sibling.fencingToken, first.fencingToken, 'the sibling joined the first call\'s key');
       const base = await watchersNow();
@@ -82,7 +82,7 @@ describe('siblings: one key, counted', () => {
       assert.equal(other.settled, false);
 
       // The key is still in use: a new lock() on the session joins it rather than creating another.
-      const again = await new Mutex(a!, name).lock();
+      const again = await new Mutex(a!, name).lock({ share: true });
       assert.equal(again.fencingToken, sibling.fencingToken);
       await again.unlock();
       sibling.assertHeld();
@@ -107,7 +107,7 @@ describe('siblings: one key, counted', () => {
     try {
       for (const order of [[0, 1, 2], [2, 1, 0], [1, 0, 2]]) {
         const handles = [];
-        for (let i = 0; i < 3; i++) handles.push(await new Mutex(a!, name).lock());
+        for (let i = 0; i < 3; i++) handles.push(await new Mutex(a!, name).lock({ share: true }));
         // A new session each round: its wait must open a watch of its own (none kept from the last).
         const [b] = await sessions(1);
         others.push(b!);
@@ -128,7 +128,7 @@ describe('siblings: one key, counted', () => {
         assert.deepEqual(await keysUnder(`${name}/`), []);
       }
       // Nothing is remembered either: the next lock() on the session creates a new incarnation.
-      const next = await new Mutex(a!, name).lock();
+      const next = await new Mutex(a!, name).lock({ share: true });
       const kv = await client.get(next.key);
       assert.equal(kv?.createRevision, next.fencingToken);
       await next.unlock();
@@ -143,8 +143,8 @@ describe('siblings: one key, counted', () => {
     const name = `${p}lock`;
     const [a, b] = await sessions(2);
     try {
-      const first = await new Mutex(a!, name).lock();
-      const sibling = await new Mutex(a!, name).lock();
+      const first = await new Mutex(a!, name).lock({ share: true });
+      const sibling = await new Mutex(a!, name).lock({ share: true });
       const ends = [aborted(first.signal), aborted(sibling.signal)];
       const base = await watchersNow();
       const other = track(new Mutex(b!, name).lock());
@@ -160,7 +160,7 @@ describe('siblings: one key, counted', () => {
       await Promise.all([first.unlock(), sibling.unlock()]);
       theirs.assertHeld();
       await theirs.unlock();
-      await assert.rejects(new Mutex(a!, name).lock(), SessionExpiredError);
+      await assert.rejects(new Mutex(a!, name).lock({ share: true }), SessionExpiredError);
     } finally {
       await closeAll([a, b]);
     }
@@ -172,8 +172,8 @@ describe('siblings: one key, counted', () => {
     const name = `${p}lock`;
     const [a] = await sessions(1);
     try {
-      const first = await new Mutex(a!, name).lock();
-      const sibling = await new Mutex(a!, name).lock();
+      const first = await new Mutex(a!, name).lock({ share: true });
+      const sibling = await new Mutex(a!, name).lock({ share: true });
       const firstEnded = aborted(first.signal);
       await client.delete(first.key);
       assert.ok((await firstEnded) instanceof LockLostError);
@@ -182,7 +182,7 @@ describe('siblings: one key, counted', () => {
       assert.equal(sibling.signal.aborted, true);
       // Both released (no-ops on a deleted incarnation): the next lock() creates a new key.
       await Promise.all([first.unlock(), sibling.unlock()]);
-      const next = await new Mutex(a!, name).lock();
+      const next = await new Mutex(a!, name).lock({ share: true });
       assert.ok(next.fencingToken > first.fencingToken);
       await next.unlock();
     } finally {
@@ -197,9 +197,9 @@ describe('siblings: one key, counted', () => {
     try {
       // A semaphore sibling refused for its permit count leaves the key alone, and so does the holder's release after it.
       const sem = `${p}sem`;
-      const permit = await new Semaphore(a!, sem, { permits: 2 }).acquire();
-      const joined = await new Semaphore(a!, sem, { permits: 2 }).acquire();
-      await assert.rejects(new Semaphore(a!, sem, { permits: 3 }).acquire());
+      const permit = await new Semaphore(a!, sem, { permits: 2 }).acquire({ share: true });
+      const joined = await new Semaphore(a!, sem, { permits: 2 }).acquire({ share: true });
+      await assert.rejects(new Semaphore(a!, sem, { permits: 3 }).acquire({ share: true }));
       await permit.release();
       joined.assertHeld();
       assert.equal((await client.get(joined.key))?.createRevision, joined.fencingToken);
@@ -208,8 +208,8 @@ describe('siblings: one key, counted', () => {
 
       // tryLock on a held key joins it; its unlock leaves the lock to the first holder.
       const lock = `${p}lock`;
-      const held = await new Mutex(a!, lock).lock();
-      const tried = await new Mutex(a!, lock).tryLock();
+      const held = await new Mutex(a!, lock).lock({ share: true });
+      const tried = await new Mutex(a!, lock).tryLock({ share: true });
       assert.equal(tried?.fencingToken, held.fencingToken);
       await tried!.unlock();
       held.assertHeld();
@@ -219,8 +219,8 @@ describe('siblings: one key, counted', () => {
 
       // Two read locks of one session share its read key: one unlock leaves the other reading, and a writer waiting.
       const rw = `${p}rw`;
-      const r1 = await new RWMutex(a!, rw).rLock();
-      const r2 = await new RWMutex(a!, rw).rLock();
+      const r1 = await new RWMutex(a!, rw).rLock({ share: true });
+      const r2 = await new RWMutex(a!, rw).rLock({ share: true });
       assert.equal(r2.fencingToken, r1.fencingToken);
       const base = await watchersNow();
       const writer = track(new RWMutex(b!, rw).lock());
@@ -242,8 +242,8 @@ describe('siblings: one key, counted', () => {
     const name = `${p}election`;
     const [a, b] = await sessions(2);
     try {
-      const first = await new Election(a!, name).campaign('v1');
-      const again = await new Election(a!, name).campaign('v2');
+      const first = await new Election(a!, name).campaign('v1', { share: true });
+      const again = await new Election(a!, name).campaign('v2', { share: true });
       assert.equal(again.fencingToken, first.fencingToken);
       const base = await watchersNow();
       const rival = track(new Election(b!, name).campaign('rival'));
@@ -287,8 +287,8 @@ describe('siblings: metrics', () => {
     const [a, b] = await Promise.all([Session.create(recording), Session.create(client)]);
     try {
       // Released first: the first holder's leadership goes on in the sibling.
-      const first = await new Election(a, name).campaign('v1');
-      const again = await new Election(a, name).campaign('v2');
+      const first = await new Election(a, name).campaign('v1', { share: true });
+      const again = await new Election(a, name).campaign('v2', { share: true });
       assert.deepEqual([await value(METRIC.electionLeader), await value(METRIC.held, campaigns)], [1, 2]);
       await first.resign();
       assert.deepEqual([await value(METRIC.electionLeader), await value(METRIC.held, campaigns)], [1, 1], 'still leading, one holding');
@@ -301,9 +301,9 @@ describe('siblings: metrics', () => {
       const rival = await new Election(b, name).campaign('rival');
       const base = await watchersNow();
       const stop = new AbortController();
-      const waiting = track(new Election(a, name).campaign('w1', { signal: stop.signal }));
+      const waiting = track(new Election(a, name).campaign('w1', { signal: stop.signal, share: true }));
       await blocked(base, 1, 'the first campaign waits');
-      const sibling = track(new Election(a, name).campaign('w2'));
+      const sibling = track(new Election(a, name).campaign('w2', { share: true }));
       await blocked(base, 2, 'the sibling waits too');
       stop.abort();
       await assert.rejects(waiting.promise);

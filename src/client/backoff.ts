@@ -57,3 +57,11 @@ export async function retryWhile<T>(
     }
   }
 }
+
+/** Resolves once every one of `work` settled, or after `ms`, whichever is first; never rejects. */
+export async function settledWithin(work: readonly Promise<unknown>[], ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)));
+  await Promise.race([Promise.allSettled(work), timeout]);
+  clearTimeout(timer);
+}

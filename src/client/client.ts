@@ -3,6 +3,7 @@ import * as rpc from './methods.js';
 import { closeStream, Connection, type CallOptions, type CallProgress, type ConnectionOptions } from './connection.js';
 import { TokenSource, type AuthOptions } from './auth.js';
 import { DeadlineExceededError, EtcdError, InvalidArgumentError, LeaseNotFoundError, UnavailableError, etcdSays, fromTransportError, isTransportError, isStaleToken } from './errors.js';
+import { settledWithin } from './backoff.js';
 import { KeepAliveHub } from './lease.js';
 import { WatchHub, type Watch, type WatchOptions, type WatchSink } from './watch.js';
 import { Namespace } from './namespace.js';
@@ -105,6 +106,8 @@ export class Client implements AsyncDisposable {
   /** @internal */ readonly keepAlives: KeepAliveHub;
   /** @internal metrics and spans (no-ops without an OpenTelemetry SDK). */ readonly telemetry: Telemetry;
   private closing?: Promise<void>;
+  /** Work close() lets finish first, for at most callTimeoutMs (see finishBeforeClose). */
+  private readonly finishing = new Set<Promise<unknown>>();
   /** Ids of grants that failed before their request was sent: no such lease exists. */
   private readonly unsentGrants = new Set<bigint>();
 
@@ -392,16 +395,28 @@ export class Client implements AsyncDisposable {
 
   /**
    * Ends every stream, timer and socket. Sessions on this client report loss at once. Their leases
-   * are not revoked here (close the sessions first for that); they expire after their TTL.
+   * are not revoked here (close the sessions first for that); they expire after their TTL. A release
+   * still being retried in the background (its first delete failed) is given up to callTimeoutMs to
+   * land first, so that the others need not wait for the lease to expire.
    */
   close(): Promise<void> {
     this.closing ??= (async () => {
+      if (this.finishing.size > 0) await settledWithin([...this.finishing], this.conn.callTimeoutMs);
       this.keepAlives.close();
       this.watches.close();
       this.conn.close();
       this.telemetry.close();
     })();
     return this.closing;
+  }
+
+  /**
+   * @internal Registers work that close() waits for, at most callTimeoutMs, before it ends the
+   * streams: a delete that keeps trying in the background (a release whose first attempt failed).
+   */
+  finishBeforeClose(work: Promise<unknown>): void {
+    this.finishing.add(work);
+    void work.finally(() => this.finishing.delete(work)).catch(() => {});
   }
 
   private rememberUnsent(id: bigint): void {

@@ -22,6 +22,8 @@ export const METRIC = {
   watchResumes: 'etcd_concurrency.watch.resumes',
   failovers: 'etcd_concurrency.client.failovers',
   fencingRefused: 'etcd_concurrency.fencing.refused',
+  releaseRetries: 'etcd_concurrency.release.retries',
+  releasePending: 'etcd_concurrency.release.pending',
 } as const;
 
 /** Attribute keys. */

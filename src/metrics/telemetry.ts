@@ -108,6 +108,8 @@ export class Telemetry {
   readonly failovers: Counter;
   readonly fencingRefused: Counter;
   readonly leaderRetries: Counter;
+  readonly releaseRetries: Counter;
+  readonly releasePending: UpDownCounter;
 
   private readonly sessions = new Set<TrackedSession>();
   /** The live clients of this client's meter, for the time-left gauge (see the constructor). */
@@ -186,6 +188,16 @@ export class Telemetry {
       unit: '{retry}',
       valueType: ValueType.INT,
     });
+    this.releaseRetries = meter.createCounter(METRIC.releaseRetries, {
+      description: "Failed delete attempts of a release (or of an aborted acquire's clean-up), retried in the background until the key is gone or the session ends",
+      unit: '{attempt}',
+      valueType: ValueType.INT,
+    });
+    this.releasePending = meter.createUpDownCounter(METRIC.releasePending, {
+      description: 'Releases whose first delete failed and that are still being retried now: their keys still block others',
+      unit: '{release}',
+      valueType: ValueType.INT,
+    });
     this.metricsOn = this.acquireDuration !== NOOP_HISTOGRAM;
     if (this.metricsOn) {
       // One gauge per meter, over every live client on it: several callbacks observing the same
@@ -253,6 +265,11 @@ export class Telemetry {
     let a = this.resultAttrs.get(id);
     if (!a) this.resultAttrs.set(id, (a = Object.freeze({ ...base, [key]: value })));
     return a;
+  }
+
+  /** {kind} (or any other kind of key, a double barrier's `barrier`), without the name: the release metrics. */
+  kindOnly(kind: string): Attributes {
+    return this.with(EMPTY, ATTR.kind, kind);
   }
 
   /** A session to show on the time-left gauge while it lives. */

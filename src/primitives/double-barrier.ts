@@ -118,10 +118,10 @@ export class DoubleBarrier {
     try {
       await this.depart(entry, stop.signal);
       // Gone already; dropped anyway, which starts the sweep of a create that may still land (createKey).
-      if (entry.late) await dropKey(this.session, entry.key, entry.rev);
+      if (entry.late) await dropKey(this.session, this.name, entry.key, entry.rev);
     } catch (err) {
       // Giving up: our key goes now, or the others would wait for it as long as our session lives.
-      await dropKey(this.session, entry.key, entry.rev);
+      await dropKey(this.session, this.name, entry.key, entry.rev);
       throw stop.signal.aborted ? stop.signal.reason : err;
     } finally {
       this.entry = undefined;
@@ -152,7 +152,7 @@ export class DoubleBarrier {
       }
       return { key: mine.key, rev: mine.rev, ready: await this.waitOpen(mine, stop), late: mine.late };
     } catch (err) {
-      await dropKey(this.session, mine.key, mine.rev);
+      await dropKey(this.session, this.name, mine.key, mine.rev);
       throw stop.aborted ? stop.reason : err;
     }
   }
@@ -203,7 +203,7 @@ export class DoubleBarrier {
             throw this.session.signal.reason;
           }
           // Its outcome unknown, the key may exist: a member nobody will remove would be counted.
-          if (isTransient(err)) void dropTicket(this.session, { key });
+          if (isTransient(err)) void dropTicket(this.session, { key }, { kind: 'barrier', name: this.name });
           throw err;
         });
       const late = progress.ambiguous === true;
@@ -371,7 +371,7 @@ function stopOn(session: Session, signal?: AbortSignal): { signal: AbortSignal; 
 }
 
 /** Deletes our waiter key if it is still our incarnation, retrying in the background (the queue engine's dropTicket). */
-function dropKey(session: Session, key: string, rev: bigint): Promise<void> {
+function dropKey(session: Session, name: string, key: string, rev: bigint): Promise<void> {
   // A closed client cannot delete anything; the lease takes the key along.
-  return session.client.closed ? Promise.resolve() : dropTicket(session, { key, rev });
+  return session.client.closed ? Promise.resolve() : dropTicket(session, { key, rev }, { kind: 'barrier', name });
 }

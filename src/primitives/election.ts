@@ -14,6 +14,7 @@ import { Session } from '../session.js';
 import { acquire, type AcquireOptions } from '../queue/acquire.js';
 import { OwnerHandleBase, type Ownership, type OwnerHandle } from '../queue/ownership.js';
 import { oldestParticipant } from '../queue/participants.js';
+import type { ReleaseResult } from '../queue/release.js';
 import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
 import { LeaderHealthState, type LeaderHealth } from './health.js';
 import type { LostErrorFactory } from '../queue/turn.js';
@@ -72,12 +73,13 @@ export class Election {
 
   /**
    * Becomes a candidate with `value` and resolves once this candidate leads, confirmed against our
-   * key on our lease. If this session is already a candidate (another Election object on it, or a
-   * key an earlier process left on a lease this session adopted) it keeps its place and etcd gets
-   * the new value, as with Go. On abort or any error our key is deleted, an adopted one included
-   * (Go leaves it behind on errors: etcd issue 21128), unless another campaign of this process
-   * shares it: the key is counted, and goes with the last of them (a resign, too, ends only its own
-   * handle while another campaign of this process on the key still waits or leads).
+   * key on our lease. A second campaign of this process on the same session and name waits in the
+   * process, with no request to etcd, until the first one's term ends (resigned, lost or aborted),
+   * then campaigns with a key of its own: a new term, a new fencing token. With `share: true` on
+   * both it joins the first's key instead, as Go does: it keeps that place and etcd gets the new
+   * value; the key is counted and goes with the last of them. A key an earlier process left on a
+   * lease this session adopted keeps its place too, with the new value. On abort or any error our
+   * key is deleted, an adopted one included (Go leaves it behind on errors: etcd issue 21128).
    */
   campaign(value: Bytes, options: AcquireOptions = {}): Promise<LeaderHandle> {
     return campaignTerm(this, value, options);
@@ -103,6 +105,7 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
       session,
       kind: 'campaign',
       name,
+      share: options.share === true,
       ticket: participantTicket(session, name, bytes),
       rules: {
         rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost, { keepWatch: true }),
@@ -244,8 +247,12 @@ export interface LeaderHandle extends OwnerHandle {
   assertLeader(): void;
   /** Publishes a new value, only while leading; otherwise throws NotLeaderError and the handle is dead. */
   proclaim(value: Bytes): Promise<void>;
-  /** Steps down so the next candidate leads at once. Idempotent and safe to retry after a failed call. */
-  resign(): Promise<void>;
+  /**
+   * Steps down so the next candidate leads at once. Idempotent. Never rejects for want of etcd: a delete that fails is retried in the
+   * background until the key is gone or the session ends, and the result is then `pending` (see
+   * {@link ReleaseResult}); `signal` aborts once the key is gone. Nothing is left to do in a `finally`.
+   */
+  resign(): Promise<ReleaseResult>;
 }
 
 class Leadership extends OwnerHandleBase implements LeaderHandle {
@@ -289,12 +296,12 @@ class Leadership extends OwnerHandleBase implements LeaderHandle {
     this.current = bytes;
   }
 
-  resign(): Promise<void> {
+  resign(): Promise<ReleaseResult> {
     return this.own.release();
   }
 
-  override [Symbol.asyncDispose](): Promise<void> {
-    return this.resign();
+  override async [Symbol.asyncDispose](): Promise<void> {
+    await this.resign();
   }
 
   /** Watches the term from now, whether or not anyone looks at `signal` (runAsLeader's terms). */

@@ -5,6 +5,7 @@ import { validateName } from '../keys.js';
 import type { AcquireOptions } from '../queue/acquire.js';
 import type { Session } from '../session.js';
 import { Mutex, type LockHandle } from './mutex.js';
+import { combineReleases, type ReleaseResult } from '../queue/release.js';
 
 /** The most names lockAll takes: its confirmation Txn compares two things per lock (etcd allows 128). */
 export const MAX_LOCKS = 60;
@@ -41,10 +42,11 @@ export interface MultiLockHandle extends AsyncDisposable {
   ownerCompares(): Compare[];
   /**
    * Releases every lock, each guarded on its CreateRevision (never a later holder's key). Idempotent.
-   * Releases all of them even when some fail, then throws an AggregateError of the failures (in
-   * canonical order); calling `unlock()` again retries only the locks still held.
+   * Never rejects for want of etcd: a lock whose delete fails is retried in the background until its
+   * key is gone or the session ends; the result is then `pending`, with that failure as `error` (an
+   * AggregateError when several are pending) and `settled` resolving once every key is gone.
    */
-  unlock(): Promise<void>;
+  unlock(): Promise<ReleaseResult>;
 }
 
 /**
@@ -52,13 +54,14 @@ export interface MultiLockHandle extends AsyncDisposable {
  * of the name, as etcd orders keys), whatever order it passed, one `Mutex.lock()` after another.
  * Resolves once every key is confirmed to still be ours. Names are checked (InvalidArgumentError for
  * an invalid name, a repeated name or an empty list) before anything is written. If any lock fails
- * or `signal` aborts, the locks already taken are released and the original error is rethrown; only
- * if a release then fails too (etcd unreachable), while the session lives, is it an AggregateError
- * of the original error and the release failures, with the original as `cause`.
+ * or `signal` aborts, the locks already taken are released and the original error is rethrown; a
+ * release that fails too (etcd unreachable) goes on in the background until its key is gone or the
+ * session ends, as every release does.
  *
- * Like Mutex, a lock already held by this session under the same name is shared, not taken twice:
- * this handle's unlock (or a failed lockAll) ends only this handle's share, and the key stays with
- * the other holder.
+ * Like Mutex, a lock held or awaited by another call of this process on this session and name is
+ * waited for in the process (taken only once that call's key is gone); with `share: true` (on both
+ * calls) it is shared instead: this handle's unlock (or a failed lockAll) ends only this handle's
+ * share, and the key stays with the other holder.
  */
 export async function lockAll(session: Session, names: readonly string[], options: LockAllOptions = {}): Promise<MultiLockHandle> {
   const ordered = canonicalNames(names);
@@ -69,7 +72,7 @@ export async function lockAll(session: Session, names: readonly string[], option
     // A lock taken first may have been lost while we waited for the later ones: confirm them all now.
     if (held.length > 1) await confirmAll(session, held, options.signal);
   } catch (err) {
-    throw await releaseAfter(err, session, held);
+    throw await releaseAfter(err, held);
   }
   return new MultiLock(session, ordered, held);
 }
@@ -130,18 +133,10 @@ async function confirmAll(session: Session, held: readonly LockHandle[], signal:
   );
 }
 
-/** Releases what a failed lockAll took; the error to throw is `err`, unless a live session keeps a key we could not delete. */
-async function releaseAfter(err: unknown, session: Session, held: readonly LockHandle[]): Promise<unknown> {
-  const failed = (await Promise.allSettled(held.map((h) => h.unlock()))).flatMap((r, i) =>
-    r.status === 'rejected' ? [{ key: held[i]!.key, error: r.reason as unknown }] : [],
-  );
-  // A lost session's lease takes its keys along: nothing is left to report.
-  if (failed.length === 0 || session.signal.aborted) return err;
-  return new AggregateError(
-    [err, ...failed.map((f) => f.error)],
-    `lockAll failed (${String(err)}) and could not release ${failed.map((f) => f.key).join(', ')}: they stay held until the session ends; close the session to free them`,
-    { cause: err },
-  );
+/** Releases what a failed lockAll took (a delete that fails goes on in the background); returns `err` to throw. */
+async function releaseAfter(err: unknown, held: readonly LockHandle[]): Promise<unknown> {
+  await Promise.all(held.map((h) => h.unlock()));
+  return err;
 }
 
 class MultiLock implements MultiLockHandle {
@@ -150,7 +145,7 @@ class MultiLock implements MultiLockHandle {
   private controller?: AbortController;
   /** Why the holding ended (the first loss seen, or unlock), once it has. */
   private ended?: { reason: unknown };
-  private unlocking?: Promise<void>;
+  private unlocking?: Promise<ReleaseResult>;
   /** The lock signals we listen to, so that ending removes every listener. */
   private readonly listening: AbortSignal[] = [];
   private readonly onLost = (e: Event): void => this.end((e.target as AbortSignal).reason);
@@ -196,26 +191,19 @@ class MultiLock implements MultiLockHandle {
     return this.held.map((h) => h.ownerCompare());
   }
 
-  unlock(): Promise<void> {
+  unlock(): Promise<ReleaseResult> {
     // Work under `signal` must stop before the first key goes.
     if (!this.ended) this.end(new LockLostError(`locks ${this.names.join(', ')} were released by unlock()`, this.held[0]!.key, { reason: 'released' }));
     return (this.unlocking ??= this.releaseAll());
   }
 
-  [Symbol.asyncDispose](): Promise<void> {
-    return this.unlock();
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.unlock();
   }
 
-  /** Releases every lock, all of them even when some fail; a failed attempt can be retried. */
-  private async releaseAll(): Promise<void> {
-    const results = await Promise.allSettled(this.held.map((h) => h.unlock()));
-    const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ name: this.names[i]!, error: r.reason as unknown }] : []));
-    if (failed.length === 0) return;
-    this.unlocking = undefined; // the next unlock() retries; released locks return at once
-    throw new AggregateError(
-      failed.map((f) => f.error),
-      `unlock released ${results.length - failed.length} of ${results.length} locks; ${failed.map((f) => `"${f.name}"`).join(', ')} could not be released (${String(failed[0]!.error)}): call unlock() again to retry (it never deletes a later holder's key), or close the session to free them`,
-    );
+  /** Releases every lock at once; those whose delete fails go on in the background (see ReleaseResult). */
+  private async releaseAll(): Promise<ReleaseResult> {
+    return combineReleases(await Promise.all(this.held.map((h) => h.unlock())));
   }
 
   /** Ends the holding with `reason` and stops listening to every lock's signal. */

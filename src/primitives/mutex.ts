@@ -6,6 +6,7 @@ import type { Ownership } from '../queue/ownership.js';
 import type { Ticket } from '../queue/ticket.js';
 import type { LostErrorFactory, TurnRule } from '../queue/turn.js';
 import { HeldHandle, type OwnerHandle } from '../queue/ownership.js';
+import type { ReleaseResult } from '../queue/release.js';
 import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
 
 /** Options of `lock()`: the options of every acquire call, and a label for the key. */
@@ -24,11 +25,13 @@ const lockLost = (key: string): LostErrorFactory => (message, options) => new Lo
  * watching only the key just before its own. Interoperates with Go's `concurrency.Mutex` and
  * `etcdctl lock` on the same name.
  *
- * The key is per session and name, as Go's, so two lock() calls on one session and one name share a
- * single key (the second joins the first's place in the queue): both hold the lock at once. Unlike
- * Go, the key is counted: unlocking, aborting or failing one of them ends only that one, and the key
- * is deleted when the last of them goes. A loss (the key deleted by someone else, the session lost)
- * ends them all.
+ * The key is per session and name, as Go's. Unlike Go, two lock() calls of one process on one
+ * session and one name exclude each other, as a lock should: the second waits in the process, with
+ * no request to etcd, until the first's key is gone, then takes a key of its own (a new fencing
+ * token), queued behind the other processes' waiters already there. With `share: true` on both, they
+ * share one key as in Go (both hold at once, one fencing token); the key is counted: unlocking,
+ * aborting or failing one of them ends only that one, and the key is deleted when the last of them
+ * goes. A loss (the key deleted by someone else, the session lost) ends them all.
  *
  * Behind a long queue (more than 32 keys) the holder writes its key once more, value and lease
  * unchanged, so that the waiter behind it can take over without reading the whole queue. Only a
@@ -56,18 +59,28 @@ export class Mutex {
    * process left keeps its place in the queue, and this call owns it: an abort or error deletes it.
    */
   lock(options: LockOptions = {}): Promise<LockHandle> {
-    return acquire(this.queue(options.label), options);
+    return acquire(this.queue(options.label, options.share), options);
   }
 
-  /** Takes the lock if it is free right now; otherwise returns null and leaves no key behind. */
-  tryLock(options: Pick<LockOptions, 'label'> = {}): Promise<LockHandle | null> {
-    return tryAcquire(this.queue(options.label));
+  /**
+   * Takes the lock if it is free right now; otherwise returns null and leaves no key behind. Another
+   * call of this process holding or waiting on this session and name makes it busy at once.
+   */
+  tryLock(options: Pick<LockOptions, 'label' | 'share'> = {}): Promise<LockHandle | null> {
+    return tryAcquire(this.queue(options.label, options.share));
   }
 
   /** The oldest of all holds: Go's Mutex, on `<name>/<lease hex>`. */
-  private queue(label = ''): QueueSpec<LockHandle> {
+  private queue(label = '', share?: boolean): QueueSpec<LockHandle> {
     const { session, name } = this;
-    return { session, kind: 'lock', name, ticket: participantTicket(session, name, ownBuffer(label)), rules: (this.rules ??= new MutexRules(session, name)) };
+    return {
+      session,
+      kind: 'lock',
+      name,
+      share: share === true,
+      ticket: participantTicket(session, name, ownBuffer(label)),
+      rules: (this.rules ??= new MutexRules(session, name)),
+    };
   }
 
   private rules: MutexRules | undefined;
@@ -100,12 +113,17 @@ class MutexRules implements QueueRules<LockHandle> {
 export interface LockHandle extends OwnerHandle {
   /** Throws LockLostError unless the lock is still held, checking the session's deadline against the clock now. */
   assertHeld(): void;
-  /** Releases the lock. Idempotent, and guarded on our CreateRevision so it never deletes a later holder's key. */
-  unlock(): Promise<void>;
+  /**
+   * Releases the lock. Idempotent, and guarded on our CreateRevision so it never deletes a later
+   * holder's key. Never rejects for want of etcd: a delete that fails is retried in the
+   * background until the key is gone or the session ends, and the result is then `pending` (see
+   * {@link ReleaseResult}); `signal` aborts once the key is gone. Nothing is left to do in a `finally`.
+   */
+  unlock(): Promise<ReleaseResult>;
 }
 
 class HeldLock extends HeldHandle implements LockHandle {
-  unlock(): Promise<void> {
+  unlock(): Promise<ReleaseResult> {
     return this.own.release();
   }
 }

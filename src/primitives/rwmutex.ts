@@ -1,12 +1,15 @@
 import { prefixEnd } from '../client/kv.js';
-import { RWLockLostError } from '../errors.js';
+import { LockUpgradeError, RWLockLostError } from '../errors.js';
 import { isParticipantKey, ownBuffer, prefixOf, validateName } from '../keys.js';
 import type { Session } from '../session.js';
 import { acquire, tryAcquire, type QueueSpec } from '../queue/acquire.js';
 import type { LockOptions } from './mutex.js';
-import { HeldHandle, type OwnerHandle, type Ownership } from '../queue/ownership.js';
+import { enterAlongside } from '../queue/gate.js';
+import { HeldHandle, liveHoldings, Ownership, type OwnerHandle } from '../queue/ownership.js';
+import { joinHeld } from '../queue/ticket.js';
 import { oldestRule, type Scope } from '../queue/predecessor.js';
 import type { LostErrorFactory } from '../queue/turn.js';
+import type { ReleaseResult } from '../queue/release.js';
 
 const rwLost = (key: string): LostErrorFactory => (message, options) => new RWLockLostError(message, key, options);
 
@@ -19,6 +22,14 @@ const rwLost = (key: string): LostErrorFactory => (message, options) => new RWLo
  *
  * Unlike Go's recipe (etcd issue 16221), a waiter confirms its own key still exists on its lease
  * before it proceeds, so a waiter whose lease expired while it waited never believes it holds.
+ *
+ * In one process, on one session: read locks share (several rLock() calls hold at once, on one
+ * read key, counted); write locks exclude each other in the process (a second lock() waits without
+ * a request to etcd, then takes a new key and fencing token). A downgrade works: rLock() while this
+ * session holds the write lock holds at once, on the write lock's key and fencing token, so that no
+ * writer can slip in between; unlock the write lock and the read lock goes on alone (other readers
+ * wait until it is unlocked too). An upgrade, lock() while this session holds the read lock, would
+ * wait for itself forever: it fails at once with LockUpgradeError.
  */
 export class RWMutex {
   readonly name: string;
@@ -40,27 +51,66 @@ export class RWMutex {
     return `${this.name}/write/${this.session.leaseId.toString(16)}`;
   }
 
-  /** Waits for a shared (read) lock: until no writer older than us holds or waits. */
+  /**
+   * Waits for a shared (read) lock: until no writer older than us holds or waits. While this
+   * session holds the write lock, holds at once (a downgrade; see the class).
+   */
   rLock(options: LockOptions = {}): Promise<RWLockHandle> {
-    return acquire(this.queue('read', options.label), options);
+    try {
+      const down = this.downgrade();
+      if (down) return Promise.resolve(down);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return acquire(this.queue('read', options.label, options.share ?? true), options);
   }
 
-  /** Waits for the exclusive (write) lock: until no reader or writer older than us remains. */
+  /**
+   * Waits for the exclusive (write) lock: until no reader or writer older than us remains. Fails at
+   * once with LockUpgradeError while this session holds the read lock (an upgrade).
+   */
   lock(options: LockOptions = {}): Promise<RWLockHandle> {
-    return acquire(this.queue('write', options.label), options);
+    try {
+      this.refuseUpgrade();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return acquire(this.queue('write', options.label, options.share === true), options);
   }
 
-  /** Takes a read lock if no writer is there now; otherwise returns null and leaves no key behind. */
-  tryRLock(options: Pick<LockOptions, 'label'> = {}): Promise<RWLockHandle | null> {
-    return tryAcquire(this.queue('read', options.label));
+  /** Takes a read lock if no writer is there now (or a downgrade); otherwise returns null and leaves no key behind. */
+  async tryRLock(options: Pick<LockOptions, 'label' | 'share'> = {}): Promise<RWLockHandle | null> {
+    return this.downgrade() ?? tryAcquire(this.queue('read', options.label, options.share ?? true));
   }
 
-  /** Takes the write lock if nobody else is there now; otherwise returns null and leaves no key behind. */
-  tryLock(options: Pick<LockOptions, 'label'> = {}): Promise<RWLockHandle | null> {
-    return tryAcquire(this.queue('write', options.label));
+  /** Takes the write lock if nobody else is there now; otherwise returns null and leaves no key behind. LockUpgradeError as lock(). */
+  async tryLock(options: Pick<LockOptions, 'label' | 'share'> = {}): Promise<RWLockHandle | null> {
+    this.refuseUpgrade();
+    return tryAcquire(this.queue('write', options.label, options.share === true));
   }
 
-  private queue(mode: 'read' | 'write', label = ''): QueueSpec<RWLockHandle> {
+  /** An upgrade would wait for our own read lock forever: refused before anything is sent. */
+  private refuseUpgrade(): void {
+    const reader = liveHoldings(this.session, this.readKey)[0] ?? liveHoldings(this.session, this.writeKey).find((o) => o.kind === 'read');
+    if (reader) throw new LockUpgradeError(this.name, reader.key);
+  }
+
+  /**
+   * A read lock while this process holds the write lock on this session: one more user of the
+   * write key (the key goes with the last of them) and of its in-process turn, held at once.
+   */
+  private downgrade(): RWLockHandle | undefined {
+    const { session } = this;
+    const key = this.writeKey;
+    const writer = liveHoldings(session, key).find((o) => o.kind === 'write');
+    if (!writer) return undefined;
+    writer.assert(); // a write lock lost meanwhile is no ground for a read lock: its error says why
+    if (!joinHeld(session, key, writer.fencingToken)) return undefined;
+    const own = new Ownership(session, key, writer.fencingToken, rwLost(key), { kind: 'read', name: this.name }, undefined, enterAlongside(session, key));
+    return new HeldRWLock(own, 'read');
+  }
+
+  private queue(mode: 'read' | 'write', label = '', share = false): QueueSpec<RWLockHandle> {
     const { session } = this;
     const all = ownBuffer(prefixOf(this.name));
     const readers = ownBuffer(`${this.name}/read/`);
@@ -76,6 +126,7 @@ export class RWMutex {
       session,
       kind: mode,
       name: this.name,
+      share,
       ticket: {
         key: mode === 'read' ? this.readKey : this.writeKey,
         value: ownBuffer(label),
@@ -96,8 +147,12 @@ export interface RWLockHandle extends OwnerHandle {
   readonly mode: 'read' | 'write';
   /** Throws RWLockLostError unless the lock is still held, checking the session's deadline against the clock now. */
   assertHeld(): void;
-  /** Releases the lock. Idempotent, and guarded on our CreateRevision. */
-  unlock(): Promise<void>;
+  /**
+   * Releases the lock. Idempotent, and guarded on our CreateRevision. Never rejects for want of etcd: a delete that fails is retried in the
+   * background until the key is gone or the session ends, and the result is then `pending` (see
+   * {@link ReleaseResult}); `signal` aborts once the key is gone. Nothing is left to do in a `finally`.
+   */
+  unlock(): Promise<ReleaseResult>;
 }
 
 class HeldRWLock extends HeldHandle implements RWLockHandle {
@@ -108,7 +163,7 @@ class HeldRWLock extends HeldHandle implements RWLockHandle {
     super(own);
   }
 
-  unlock(): Promise<void> {
+  unlock(): Promise<ReleaseResult> {
     return this.own.release();
   }
 }

@@ -5,6 +5,7 @@ import { isParticipantKey, ownBuffer, participantKey, prefixOf, validateName } f
 import type { Session } from '../session.js';
 import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
 import { HeldHandle, type OwnerHandle } from '../queue/ownership.js';
+import type { ReleaseResult } from '../queue/release.js';
 import { ourKeyStands, ticketLost } from '../queue/predecessor.js';
 import type { Ticket, TicketSpec } from '../queue/ticket.js';
 import { MAX_CHECK_KEYS, type BatchCheck } from '../queue/recheck.js';
@@ -27,6 +28,11 @@ const permitLost = (key: string): LostErrorFactory => (message, options) => new 
  * One release wakes at most one waiter: the first waiter (the head) watches the prefix for deletes;
  * every other waiter watches only the waiter just before it, which writes its key once when it
  * takes a permit. So a release costs O(1) requests and events however long the queue.
+ *
+ * One key per session means one permit per session at a time: a second acquire() of this process
+ * on the same session and name waits in the process, with no request to etcd, until the first
+ * permit's key is gone, then queues a key of its own (open a session per concurrent holder to hold
+ * several permits). With `share: true` on both, the second shares the first's permit, as in Go.
  */
 export class Semaphore {
   readonly name: string;
@@ -55,15 +61,15 @@ export class Semaphore {
    * abort or any error our key is deleted.
    */
   acquire(options: PermitOptions = {}): Promise<PermitHandle> {
-    return acquire(this.queue(options.label), options);
+    return acquire(this.queue(options.label, options.share), options);
   }
 
-  /** Takes a permit if one is free right now; otherwise returns null and leaves no key behind. */
-  tryAcquire(options: Pick<PermitOptions, 'label'> = {}): Promise<PermitHandle | null> {
-    return tryAcquire(this.queue(options.label));
+  /** Takes a permit if one is free right now (and this session has none); otherwise returns null and leaves no key behind. */
+  tryAcquire(options: Pick<PermitOptions, 'label' | 'share'> = {}): Promise<PermitHandle | null> {
+    return tryAcquire(this.queue(options.label, options.share));
   }
 
-  private queue(label = ''): QueueSpec<PermitHandle> {
+  private queue(label = '', share?: boolean): QueueSpec<PermitHandle> {
     const { session, name, permits } = this;
     // The permit count, then the label: peers compare only the first token.
     const value = ownBuffer(label === '' ? String(permits) : `${permits} ${label}`);
@@ -82,6 +88,7 @@ export class Semaphore {
       session,
       kind: 'permit',
       name,
+      share: share === true,
       ticket,
       rules: {
         rule: (t, lost) => permitRule(session, name, permits, value, t, lost),
@@ -248,12 +255,16 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
 export interface PermitHandle extends OwnerHandle {
   /** Throws PermitLostError unless the permit is still held, checking the session's deadline against the clock now. */
   assertHeld(): void;
-  /** Releases the permit. Idempotent, and guarded on our CreateRevision. */
-  release(): Promise<void>;
+  /**
+   * Releases the permit. Idempotent, and guarded on our CreateRevision. Never rejects for want of etcd: a delete that fails is retried in the
+   * background until the key is gone or the session ends, and the result is then `pending` (see
+   * {@link ReleaseResult}); `signal` aborts once the key is gone. Nothing is left to do in a `finally`.
+   */
+  release(): Promise<ReleaseResult>;
 }
 
 export class HeldPermit extends HeldHandle implements PermitHandle {
-  release(): Promise<void> {
+  release(): Promise<ReleaseResult> {
     return this.own.release();
   }
 }

@@ -1,7 +1,9 @@
 import type { Session } from '../session.js';
 import type { Kind } from '../metrics/names.js';
 import type { AcquireProbe } from '../metrics/telemetry.js';
-import { Ownership } from './ownership.js';
+import { liveHoldings, Ownership } from './ownership.js';
+import { enter, tryEnter, type Exit } from './gate.js';
+import type { ReleaseWhat } from './release.js';
 import { enqueueOrClean, leaveTicket, type Ticket, type TicketSpec } from './ticket.js';
 import { blockedNow, Wait, type LostErrorFactory, type TurnRule } from './turn.js';
 
@@ -9,6 +11,15 @@ import { blockedNow, Wait, type LostErrorFactory, type TurnRule } from './turn.j
 export interface AcquireOptions {
   /** Stop waiting (for a timeout: `AbortSignal.timeout(ms)`). Our queued key is then removed. */
   signal?: AbortSignal;
+  /**
+   * Go's behaviour for calls of this process on one session and name: `true` joins the key of
+   * another such call that also passed `share: true` (both wait and hold at once, with one key and
+   * one fencing token; the key goes with the last of them). By default (false; true for
+   * `rLock()`, as readers share anyway) such calls exclude each other in the process: the later
+   * one waits here, with no request to etcd, until the earlier one's key is gone, then takes a key
+   * of its own (a new fencing token), queued behind the other processes' waiters already there.
+   */
+  share?: boolean;
 }
 
 /** What a primitive tells the engine: its key, its rule for "my turn", and the handle it gives out. */
@@ -19,6 +30,8 @@ export interface QueueSpec<H> {
   name: string;
   ticket: TicketSpec;
   rules: QueueRules<H>;
+  /** Take a shared in-process turn (see AcquireOptions.share); default exclusive. */
+  share?: boolean;
 }
 
 /**
@@ -51,10 +64,21 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
     probe?.failed(err, options.signal, session.signal);
     return Promise.reject(err);
   }
-  // Not cancelled midway: an abort landing after etcd applied the Txn would leave our key behind.
-  const ticket = enqueueOrClean(session, q.ticket, probe?.ahead);
+  const what: ReleaseWhat = { kind: q.kind, name: q.name };
   // The spec's ticket part (key, value, count range) is not needed while waiting: not kept.
-  const a = new Acquisition(session, q.rules, options.signal, probe);
+  const a = new Acquisition(session, q.rules, what, options.signal, probe);
+  const shared = q.share === true;
+  // Our in-process turn on this session and key first (at once, the common case), then the enqueue.
+  // Not cancelled once sent: an abort landing after etcd applied the Txn would leave our key behind.
+  // (The signal only stops a wait before anything is sent: for our turn, or for a delete of ours.)
+  const now = tryEnter(session, q.ticket.key, shared);
+  if (!now) holdersWatch(session, q.ticket.key);
+  const ticket = now
+    ? ((a.exit = now), enqueueOrClean(session, q.ticket, what, probe?.ahead, options.signal))
+    : enter(session, q.ticket.key, shared, options.signal).then((exit) => {
+        a.exit = exit;
+        return enqueueOrClean(session, q.ticket, what, probe?.ahead, options.signal);
+      });
   void a.run(ticket);
   return a.promise;
 }
@@ -66,10 +90,13 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
 class Acquisition<H> extends Wait<H> {
   private ticket: Ticket | undefined;
   private lost: LostErrorFactory | undefined;
+  /** Ends our in-process turn: when we give up, or (handed to the Ownership) when the holding ends. */
+  exit: Exit | undefined;
 
   constructor(
     session: Session,
     private readonly rules: QueueRules<H>,
+    private readonly what: ReleaseWhat,
     signal: AbortSignal | undefined,
     private readonly probe: AcquireProbe | undefined,
   ) {
@@ -83,6 +110,7 @@ class Acquisition<H> extends Wait<H> {
     try {
       ticket = await enqueued;
     } catch (err) {
+      this.exit?.();
       try {
         this.probe?.failed(err, this.signal, session.signal);
       } catch {
@@ -116,7 +144,7 @@ class Acquisition<H> extends Wait<H> {
       // Our turn was proven by an answer that may have waited out a freeze of this process: a
       // session whose deadline passed meanwhile (its timer not run yet) gets no handle.
       session.assertAlive();
-      this.resolve(this.rules.hold(new Ownership(session, ticket.key, ticket.rev, this.lost!, this.probe), ticket));
+      this.resolve(this.rules.hold(new Ownership(session, ticket.key, ticket.rev, this.lost!, this.what, this.probe, this.exit), ticket));
     } catch (err) {
       this.onFail(err);
     }
@@ -129,11 +157,13 @@ class Acquisition<H> extends Wait<H> {
     } catch {
       // telemetry must not keep the key in the queue or the caller waiting
     }
-    // Our key leaves with us, unless another call of this process still uses it.
-    leaveTicket(session, this.ticket!).then(
+    // Our key leaves with us, unless another call of this process still uses it. Its delete is
+    // registered at once, so the next call of our turn waits for it (enqueue) and never joins it.
+    leaveTicket(session, this.ticket!, this.what).then(
       () => this.reject(err),
       (e: unknown) => this.reject(e),
     );
+    this.exit?.();
   }
 }
 
@@ -141,11 +171,21 @@ class Acquisition<H> extends Wait<H> {
 export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   const { session } = q;
   const probe = session.client.telemetry.startAcquire(q.kind, q.name);
+  const what: ReleaseWhat = { kind: q.kind, name: q.name };
   let ticket: Ticket;
+  let exit: Exit | undefined;
   try {
     session.assertAlive();
-    ticket = await enqueueOrClean(session, q.ticket, probe?.ahead);
+    // Another call of this process holds or waits on this key: busy, without asking etcd.
+    exit = tryEnter(session, q.ticket.key, q.share === true);
+    if (!exit) {
+      holdersWatch(session, q.ticket.key);
+      probe?.busy();
+      return null;
+    }
+    ticket = await enqueueOrClean(session, q.ticket, what, probe?.ahead);
   } catch (err) {
+    exit?.();
     probe?.failed(err, undefined, session.signal);
     throw err;
   }
@@ -155,14 +195,27 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
     await r.prepare?.(ticket, undefined);
     if (!(await blockedNow(ticket, r.rule(ticket, lost)))) {
       session.assertAlive(); // as in Acquisition.onTurn: not a handle on a session past its deadline
-      return r.hold(new Ownership(session, ticket.key, ticket.rev, lost, probe), ticket);
+      return r.hold(new Ownership(session, ticket.key, ticket.rev, lost, what, probe, exit), ticket);
     }
   } catch (err) {
     probe?.failed(err, undefined, session.signal);
-    await leaveTicket(session, ticket);
+    const left = leaveTicket(session, ticket, what);
+    exit();
+    await left;
     throw err;
   }
   probe?.busy();
-  await leaveTicket(session, ticket);
+  const left = leaveTicket(session, ticket, what);
+  exit();
+  await left;
   return null;
+}
+
+/**
+ * A call must wait for our in-process turn: the holdings of this process on the key start watching
+ * it (if they did not yet), so that a holding lost unnoticed (its key deleted, its lease gone) ends
+ * and gives up its turn, rather than keep the next call waiting until someone unlocks a dead handle.
+ */
+function holdersWatch(session: Session, key: string): void {
+  for (const o of liveHoldings(session, key)) o.watchNow();
 }

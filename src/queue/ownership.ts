@@ -4,9 +4,10 @@ import { CompactedError, isTransient } from '../client/errors.js';
 import { compare, type Compare, type KeyValue } from '../client/kv.js';
 import type { Watch } from '../client/watch.js';
 import type { Session } from '../session.js';
-import { SessionExpiredError } from '../errors.js';
+import { type OwnershipLostError, SessionExpiredError } from '../errors.js';
 import type { LossReason } from '../metrics/names.js';
 import type { AcquireProbe, HoldObserver } from '../metrics/telemetry.js';
+import { RELEASED, type ReleaseResult, type ReleaseWhat } from './release.js';
 import { releaseKey } from './ticket.js';
 import type { LostErrorFactory } from './turn.js';
 import { publishOwnershipLost } from '../diagnostics.js';
@@ -47,8 +48,9 @@ export class Ownership {
   private watch?: Watch;
   /** Why ownership ended (lost, released or revoked), once it has; made on demand (see release). */
   private ended?: { reason?: unknown; make?: () => unknown };
-  private released = false;
-  /** This holding no longer counts among the users of its key (a release, maybe failed, was made). */
+  /** The release, once asked for: every later call gets the same answer. */
+  private releasing?: Promise<ReleaseResult>;
+  /** This holding no longer counts among the users of its key (a release, maybe still retried, was made). */
   private left = false;
   /** Metrics and spans of this holding, when an OpenTelemetry SDK records them. */
   private readonly observer?: HoldObserver;
@@ -63,8 +65,12 @@ export class Ownership {
     /** The key's CreateRevision: strictly increasing across owners, so protected resources can fence. */
     readonly fencingToken: bigint,
     private readonly makeLostError: LostErrorFactory,
+    /** What is held (kind and name), for the release's metrics and diagnostics. */
+    private readonly what: ReleaseWhat,
     /** The acquire's probe, when an OpenTelemetry SDK records: it records this holding from now on. */
     probe?: AcquireProbe,
+    /** Ends this call's in-process turn on the key (gate.ts): on release, or when the holding ends. */
+    private exit?: () => void,
   ) {
     let byKey = holdings.get(session);
     if (!byKey) holdings.set(session, (byKey = new Map()));
@@ -107,6 +113,8 @@ export class Ownership {
 
   /** Throws unless ownership still holds, checking the session's deadline against the clock now. */
   assert(): void {
+    // Released by us, its delete still retried: not held any more, whatever etcd still has.
+    if (this.left && !this.ended) throw this.releasedError();
     if (!this.ended) {
       try {
         this.session.assertAlive();
@@ -125,31 +133,46 @@ export class Ownership {
   /**
    * Deletes the key if it is still ours and no other call of this process uses it (they share it:
    * it is then left to them), then ends this ownership (the signal aborts: work still running under
-   * it now runs unprotected). Safe to retry: a retry never deletes a later owner's key, nor one a
-   * call of this process joined meanwhile.
+   * it now runs unprotected). Idempotent: every call gets the same answer. Never rejects: a delete
+   * that fails is retried in the background, guarded on the fencing token (so never a later owner's
+   * key), until the key is gone or the session ends; the result is then `pending`, and the signal
+   * aborts only once the key is gone.
    */
-  async release(): Promise<void> {
-    if (this.released) return;
+  release(): Promise<ReleaseResult> {
+    return (this.releasing ??= this.releaseOnce());
+  }
+
+  private async releaseOnce(): Promise<ReleaseResult> {
     // Stop watching first (and do not start), or our own delete could be reported as a loss.
     clearTimeout(this.watchTimer);
-    const watching = this.watch !== undefined;
     this.watch?.cancel();
     this.watch = undefined;
-    const counted = !this.left;
     this.left = true;
-    try {
-      // May leave the key in etcd: another call of this process still uses it, or an enqueue in
-      // flight takes it over (leaveKey); the last user's release deletes it.
-      await releaseKey(this.session, this.key, this.fencingToken, counted);
-    } catch (err) {
-      // Still ours as far as we know: watch again (from now, then a read: nothing meanwhile is missed).
-      // A recorded holding watches even if it was not yet, so that its gauge cannot stay stale.
-      if ((watching || this.observer) && !this.ended) void this.watchKey();
-      throw err;
+    // May leave the key in etcd: another call of this process still uses it, or an enqueue in
+    // flight takes it over (leaveKey); the last user's release deletes it.
+    const d = releaseKey(this.session, this.key, this.fencingToken, this.what);
+    // The next call of this process on the key may go: its enqueue waits for our delete (if any).
+    this.exit?.();
+    if (d) {
+      try {
+        await d.first;
+      } catch (error) {
+        // Ends (released) once the key is finally gone, or the session ended and its lease takes it.
+        const settled = d.done.then(() => this.endReleased());
+        return { state: 'pending', error, settled };
+      }
     }
-    this.released = true;
-    // The error (and its stack) is built only if someone looks: on the unlock hot path nobody does.
-    this.end(undefined, () => this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`, { reason: 'released' }));
+    this.endReleased();
+    return RELEASED;
+  }
+
+  /** Ends as released; the error (and its stack) is built only if someone looks: on the unlock hot path nobody does. */
+  private endReleased(): void {
+    this.end(undefined, () => this.releasedError());
+  }
+
+  private releasedError(): OwnershipLostError {
+    return this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`, { reason: 'released' });
   }
 
   /**
@@ -159,6 +182,7 @@ export class Ownership {
   end(reason: unknown, make?: () => unknown, loss?: LossReason): void {
     if (this.ended) return;
     this.ended = make ? { make } : { reason };
+    this.exit?.();
     clearTimeout(this.watchTimer);
     this.session.signal.removeEventListener('abort', this.onSessionLost);
     this.watch?.cancel();
@@ -194,6 +218,16 @@ export class Ownership {
     return this.ended !== undefined;
   }
 
+  /** Still held as far as this process knows: neither ended nor released. */
+  get holds(): boolean {
+    return this.ended === undefined && !this.left;
+  }
+
+  /** What is held: lock, permit, read, write or campaign. */
+  get kind(): string {
+    return this.what.kind;
+  }
+
   private startWatching(): void {
     if (this.session.signal.aborted) return this.onSessionLost();
     this.session.signal.addEventListener('abort', this.onSessionLost, { once: true });
@@ -218,8 +252,7 @@ export class Ownership {
    */
   private keyGone(): void {
     if (!this.left) return this.lose(undefined, 'key_deleted');
-    this.released = true;
-    this.end(undefined, () => this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`, { reason: 'released' }));
+    this.endReleased();
   }
 
   private async watchKey(): Promise<void> {
@@ -256,10 +289,21 @@ export class Ownership {
 
   private lose(cause: unknown, loss: LossReason): void {
     if (this.ended) return;
+    // Released by us, its delete still retried when the session ended: the lease takes the key, no loss.
+    if (this.left) return this.endReleased();
     const err = this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${WHY[loss]}`, { reason: loss, cause });
     this.end(err, undefined, loss);
     publishOwnershipLost(this.session.client.telemetry.logger, this.key, this.fencingToken, loss, err);
   }
+}
+
+/**
+ * The holdings of this process on `key` of `session` that still hold (not ended, not released):
+ * what an RWMutex checks before a downgrade or an upgrade.
+ */
+export function liveHoldings(session: Session, key: string): Ownership[] {
+  const set = holdings.get(session)?.get(key);
+  return set ? [...set].filter((o) => o.holds) : [];
 }
 
 /** The loss reason for a session that ended: closed by its owner, or its lease expired (or may have). */
@@ -325,7 +369,7 @@ export abstract class HeldHandle extends OwnerHandleBase {
     this.own.assert();
   }
 
-  override [Symbol.asyncDispose](): Promise<void> {
-    return this.own.release();
+  override async [Symbol.asyncDispose](): Promise<void> {
+    await this.own.release();
   }
 }

@@ -1,10 +1,10 @@
-import { Backoff, sleep } from '../client/backoff.js';
 import { isTransient, LeaseNotFoundError } from '../client/errors.js';
 import { compare, op, txnRange, type KeyValue, type RangeRequest } from '../client/kv.js';
 import type { CallProgress } from '../client/connection.js';
 import { ownBuffer } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
 import { rethrown } from '../rethrow.js';
+import { deletesAhead, deleteUntilGone, type GuaranteedDelete, type ReleaseWhat } from './release.js';
 
 /** Our place in a queue: our key and its CreateRevision (the ticket, and once we hold, the fencing token). */
 export interface Ticket {
@@ -145,12 +145,22 @@ function joinUse(session: Session, key: string, use: KeyUse, rev: bigint): boole
 }
 
 /**
+ * One more call of this process uses incarnation `rev` of `key`, which another call holds now (an
+ * RWMutex downgrade): the key then goes with the last of them. False if `rev` is not the one in use.
+ */
+export function joinHeld(session: Session, key: string, rev: bigint): boolean {
+  const use = useOf(session, key);
+  if (!use || use.rev !== rev) return false;
+  use.users++;
+  return true;
+}
+
+/**
  * A call leaves incarnation `rev` of `key`: released, aborted or failed. Returns true when no other
  * call of this process uses it, so the caller deletes it (guarded on `rev`), and false when it is
- * left to them. `counted` is false for a retry of a leave whose delete failed: it only decides again
- * (an acquire may have joined the key meanwhile, or be about to).
+ * left to them.
  */
-export function leaveKey(session: Session, key: string, rev: bigint, counted = true): boolean {
+export function leaveKey(session: Session, key: string, rev: bigint): boolean {
   const use = useOf(session, key);
   if (!use) return true;
   if (use.rev === undefined) {
@@ -159,49 +169,38 @@ export function leaveKey(session: Session, key: string, rev: bigint, counted = t
     return false;
   }
   if (use.rev !== rev) return true; // not (or no longer) counted: an incarnation that was replaced
-  if (counted) use.users--;
+  use.users--;
   if (use.users > 0 || use.pending > 0) return false;
   settleUse(session, key, use);
   return true;
 }
 
-/**
- * Keys being deleted right now (a release, a dropped ticket, a sweep), by key: an enqueue of the
- * key waits for that delete to land, so the two never cross (our keys carry the lease id, so they
- * are unique across sessions).
- */
-const deleting = new Map<string, Promise<unknown>>();
 /** Keys with an enqueue attempt that may still land, per session, and whether a sweeper watches them. */
 const lateProne = new WeakMap<Session, Map<string, boolean>>();
 
 /**
- * Deletes `key` if it is still incarnation `rev` (or, unknown, if it is on our lease), registered so
- * that an enqueue of the key waits for it. Once the key is given up, a create of it that may still
- * land late is swept for the rest of the session (see mayLandLate).
+ * Deletes `key` if it is still incarnation `rev` (or, unknown, if it is on our lease), and keeps
+ * trying in the background until it is gone or the session ends (deleteUntilGone); an enqueue of
+ * this session waits for it meanwhile. Once the key is given up, a create of it that may still land
+ * late is swept for the rest of the session (see mayLandLate).
  */
-function deleteKey(session: Session, key: string, rev?: bigint): Promise<unknown> {
-  const guard = rev !== undefined ? compare.createRevision(key, '=', rev) : compare.lease(key, '=', session.leaseId);
-  // No signal: even a session lost to its local deadline may still have the key on the server.
-  const del = session.client.txn({ compare: [guard], success: [op.delete(key)], failure: [] }, { idempotent: true });
-  const settled = del.then(() => {}, () => {});
-  deleting.set(key, settled);
-  void settled.then(() => {
-    if (deleting.get(key) === settled) deleting.delete(key);
-  });
+function deleteKey(session: Session, key: string, rev: bigint | undefined, what: ReleaseWhat): GuaranteedDelete {
+  const d = deleteUntilGone(session, key, rev, what);
   const late = lateProne.get(session);
   if (late?.get(key) === false) {
     late.set(key, true);
-    void sweepLateEnqueues(session, key);
+    void sweepLateEnqueues(session, key, what);
   }
-  return del;
+  return d;
 }
 
 /**
  * A holder leaves its key (Ownership.release): it is deleted, guarded on `rev`, only when no other
- * call of this process uses it. Throws if that delete fails; call again to retry (`counted` false).
+ * call of this process uses it. Returns the delete (its first attempt, and the background retries
+ * until the key is gone), or undefined when the key is left to another call of this process.
  */
-export async function releaseKey(session: Session, key: string, rev: bigint, counted: boolean): Promise<void> {
-  if (leaveKey(session, key, rev, counted)) await deleteKey(session, key, rev);
+export function releaseKey(session: Session, key: string, rev: bigint, what: ReleaseWhat): GuaranteedDelete | undefined {
+  return leaveKey(session, key, rev) ? deleteKey(session, key, rev, what) : undefined;
 }
 
 /**
@@ -222,12 +221,12 @@ export function mayLandLate(session: Session, key: string): void {
  * lease, owned by nobody, blocking everyone queued behind it. So once such a key is released, it
  * is watched for the rest of the session, and a re-creation this process is not using is deleted.
  */
-async function sweepLateEnqueues(session: Session, key: string): Promise<void> {
+async function sweepLateEnqueues(session: Session, key: string, what: ReleaseWhat): Promise<void> {
   const client = session.client;
   const sweep = async (kv: KeyValue | undefined): Promise<void> => {
     if (!kv || kv.lease !== session.leaseId || useOf(session, key)) return;
     // Checked and sent in one step; an enqueue starting meanwhile waits for this delete to land.
-    await deleteKey(session, key, kv.createRevision);
+    await deleteKey(session, key, kv.createRevision, what).first;
   };
   while (!session.signal.aborted && !client.closed) {
     const w = client.watch(key, { signal: session.signal });
@@ -253,14 +252,19 @@ async function sweepLateEnqueues(session: Session, key: string): Promise<void> {
  * range, while a count comes from its in-memory index. Finding what we wait for (a sorted read) is a
  * separate read-only request, served off the apply loop, paid only under contention.
  */
-async function enqueue(session: Session, spec: TicketSpec, use: KeyUse, ahead?: (keys: bigint) => void): Promise<Ticket> {
+async function enqueue(session: Session, spec: TicketSpec, use: KeyUse, ahead?: (keys: bigint) => void, signal?: AbortSignal): Promise<Ticket> {
   const { key, value } = spec;
   const count = op.range({ ...spec.count, countOnly: true });
   const progress: CallProgress = { sent: false };
-  // A delete of this key in flight (a release, a dropped ticket, a swept ghost): let it land first,
-  // or our Txn could find that incarnation, join it, and lose it to the delete.
-  const gone = deleting.get(key);
-  if (gone) await gone;
+  // A delete of this session's in flight or still retried (a release whose delete failed, a dropped
+  // ticket, a swept ghost), of our key or of one we would queue behind (an RWMutex writer behind its
+  // own read key): let it land first. Else we would wait behind our own leftover for as long as the
+  // session lives, or find that incarnation, join it (its old fencing token), and lose it to the delete.
+  for (let ahead = deletesAhead(session, key, (k) => inRange(k, spec.count)); ahead.length > 0; ahead = deletesAhead(session, key, (k) => inRange(k, spec.count))) {
+    await untilSettled(Promise.all(ahead), signal, session.signal);
+  }
+  session.assertAlive();
+  signal?.throwIfAborted();
   const reads = spec.peek ? [count, op.range(spec.peek)] : [count];
   // The look-up runs after our put, so it sees our key first and then the ones before it.
   const lookup = spec.lookup && shortQueue(session.client, spec.count.key) ? [op.range(spec.lookup)] : [];
@@ -328,57 +332,67 @@ function inRange(key: string, range: { key: Buffer; rangeEnd: Buffer }): boolean
  * since nobody else knows to delete it. `ahead`, when given, is told how many of the counted keys
  * were ahead of ours when the enqueue created it (not called when it found our key in place).
  */
-export async function enqueueOrClean(session: Session, spec: TicketSpec, ahead?: (keys: bigint) => void): Promise<Ticket> {
+export async function enqueueOrClean(
+  session: Session,
+  spec: TicketSpec,
+  what: ReleaseWhat,
+  ahead?: (keys: bigint) => void,
+  signal?: AbortSignal,
+): Promise<Ticket> {
   const { key } = spec;
   const use = beginEnqueue(session, key);
   try {
-    return await enqueue(session, spec, use, ahead);
+    return await enqueue(session, spec, use, ahead, signal);
   } catch (err) {
     use.pending--;
     settleUse(session, key, use);
     if (use.users === 0 && use.pending === 0 && !session.signal.aborted) {
-      if (use.rev !== undefined) void dropTicket(session, { key, rev: use.rev });
-      else if (isTransient(err)) void dropTicket(session, { key });
+      if (use.rev !== undefined) void dropTicket(session, { key, rev: use.rev }, what);
+      else if (isTransient(err)) void dropTicket(session, { key }, what);
     }
     throw err;
   }
+}
+
+/** Resolves when `p` settles; rejects with the reason of the first of `signals` to abort (nothing is sent yet). */
+function untilSettled(p: Promise<unknown>, ...signals: (AbortSignal | undefined)[]): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const live = signals.filter((s): s is AbortSignal => s !== undefined);
+    const done = (): void => {
+      for (const s of live) s.removeEventListener('abort', onAbort);
+    };
+    const onAbort = (e: Event): void => {
+      done();
+      reject((e.target as AbortSignal).reason);
+    };
+    for (const s of live) {
+      if (s.aborted) return reject(s.reason);
+      s.addEventListener('abort', onAbort, { once: true });
+    }
+    p.then(
+      () => (done(), resolve()),
+      () => (done(), resolve()),
+    );
+  });
 }
 
 /**
  * A call that waited with `ticket` gives it up (aborted, failed, or tryAcquire found it busy): the
  * key goes, unless another call of this process still uses it.
  */
-export async function leaveTicket(session: Session, ticket: Ticket): Promise<void> {
-  if (leaveKey(session, ticket.key, ticket.rev)) await dropTicket(session, ticket);
+export async function leaveTicket(session: Session, ticket: Ticket, what: ReleaseWhat): Promise<void> {
+  if (leaveKey(session, ticket.key, ticket.rev)) await dropTicket(session, ticket, what);
 }
 
 /**
  * Deletes our key if it is still the incarnation we created (or, when `rev` is unknown because the
  * enqueue's answer was lost, if it is on our lease). A key left behind would block everyone behind
  * it for as long as the session lives, so this keeps trying in the background until it succeeds,
- * the session ends (its lease takes the key along), the client closes, or a call of this process
- * uses the key again. It waits for the first attempt only briefly: an abort must not hang on an outage.
+ * the session ends (its lease takes the key along) or the client closes (deleteUntilGone). It waits
+ * for the first attempt only briefly: an abort must not hang on an outage.
  */
-export async function dropTicket(session: Session, ticket: { key: string; rev?: bigint }): Promise<void> {
-  const attempt = () => deleteKey(session, ticket.key, ticket.rev);
-  // Stop retrying: the lease takes the key along, or a call of this process uses the key again.
-  const givenUp = (): boolean => session.signal.aborted || session.client.closed || useOf(session, ticket.key) !== undefined;
-  const first = attempt();
-  void (async () => {
-    const backoff = new Backoff(100, 2000);
-    for (let next = first; ; next = attempt()) {
-      try {
-        await next;
-        return;
-      } catch {
-        if (givenUp()) return;
-        await sleep(backoff.next(), session.signal).catch(() => {});
-        // Again right before the next attempt: an enqueue that started during the sleep may have
-        // joined this very incarnation (nothing told it a delete was coming), and now holds it.
-        if (givenUp()) return;
-      }
-    }
-  })();
+export async function dropTicket(session: Session, ticket: { key: string; rev?: bigint }, what: ReleaseWhat): Promise<void> {
+  const { first } = deleteKey(session, ticket.key, ticket.rev, what);
   // Wait for the first attempt (so a plain abort returns with its key gone), but not for long.
   let timer: NodeJS.Timeout | undefined;
   const settled = first.then(() => {}, () => {});
