@@ -106,6 +106,7 @@ export class PermitLostError extends OwnershipLostError {
  * would wait for that read lock forever. Nothing was sent to etcd.
  */
 export class LockUpgradeError extends EtcdError {
+  static override readonly code: string = 'ERR_LOCK_UPGRADE';
   constructor(
     /** The RWMutex's name. */
     readonly lock: string,
