@@ -545,10 +545,11 @@ export function overlapViolations(overlaps: Overlap[], check: string): Violation
 }
 
 /**
- * Queue order, for locks, permits and RW locks: a hold that began after a conflicting hold with a
- * newer token had ended. The older key was there all along (it was created first and held later),
- * so the newer grant came while an older key it had to wait for still existed (an exclusive lock, an
- * RW conflict), or before the older waiter's turn (a semaphore grants in queue order). Excused only
+ * Queue order, for locks and RW locks: a hold that began after a conflicting hold with a newer token
+ * had ended. The older key was there all along (it was created first and held later), so the newer
+ * grant came while an older key it had to wait for still existed. (Not for a semaphore: there an
+ * older waiter may rightly learn of its permit after a newer one came and went, both being among the
+ * first N; its queue order is judged on revisions, overGrantViolations().) Excused only
  * when the older holder's own process was frozen (minExcusingFreezeMs(), nonzero) from before the
  * newer hold began until within WAKE_GRACE_MS of its own start (it won, froze, and recorded late).
  */

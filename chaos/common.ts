@@ -139,6 +139,11 @@ export type WorkerEvent =
   | { t: 'releasing'; token: string; from: number; to: number; lost: boolean; lostReason?: string; mode?: RWMode }
   | { t: 'released'; token: string }
   /**
+   * The grant's witness (worker.ts witness()): the revision of a linearizable read right after the
+   * grant, and the keys older than `token` it returned (CreateRevision decimal, lease hex).
+   */
+  | { t: 'witness'; token: string; rev: string; seen: { key: string; create: string; lease: string }[]; mode?: RWMode; at: number }
+  /**
    * A request to a protected resource in the parent. `register`: 'ledger' and 'election' (fenced
    * registers), 'permits' (the semaphore's resource: enter, write, leave) or 'rw' (the RW lock's
    * resource: enter and read or write, with the holder's `mode`).

@@ -243,6 +243,7 @@ async function fencedCycle(): Promise<void> {
   const token = handle.fencingToken;
   const from = now();
   emit({ t: 'acquired', token: token.toString(), at: from });
+  void witness(token);
   const loss = lossClock(handle);
   try {
     // 1. The fenced ledger: read and write carry the token; the store refuses older tokens.
@@ -301,20 +302,20 @@ function stillHeld(handle: { assertHeld(): void; fencingToken: bigint }): boolea
 }
 
 /**
- * One permit of the semaphore. The permits resource serves at most N holders at once by token: we
- * enter it, hold, write (a careful holder checks assertHeld() first), and leave it *before*
- * releasing the permit, so that a newcomer never finds us still admitted after we let go.
+ * The grant's witness: a linearizable read of the queue right after the grant, of every key older
+ * than ours. Its revision comes after the answer that proved our turn, so an older key it still
+ * returns was there at the grant: the parent judges that against the queue's rule (a lock: none; a
+ * semaphore: fewer than `permits`; a reader: no writer) and against the observer's record of every
+ * key (revisions.ts). Not awaited: the hold goes on meanwhile, as it would without it.
  */
-async function checkGrant(token: bigint): Promise<void> {
+async function witness(token: bigint, mode?: RWMode): Promise<void> {
   const prefix = Buffer.from(`${cfg.name}/`);
   try {
     const r = await client.range({ key: prefix, rangeEnd: prefixEnd(prefix), maxCreateRevision: token - 1n, keysOnly: true });
-    if (r.kvs.length >= cfg.permits) {
-      const older = r.kvs.map((kv) => `${kv.key.toString()}@${kv.createRevision}`).join(' ');
-      process.stderr.write(`OVER-GRANT: token ${token} read at revision ${r.header.revision} still has ${r.kvs.length} older keys: ${older}\n`);
-    }
+    const seen = r.kvs.map((kv) => ({ key: kv.key.toString(), create: kv.createRevision.toString(), lease: kv.lease.toString(16) }));
+    emit({ t: 'witness', token: token.toString(), rev: r.header.revision.toString(), seen, mode, at: now() });
   } catch {
-    // Only a diagnostic: an outage here says nothing about the grant.
+    // An outage here says nothing about the grant: no witness for this hold.
   }
 }
 
@@ -327,7 +328,7 @@ async function semaphoreCycle(): Promise<void> {
   emit({ t: 'acquired', token: token.toString(), at: from });
   // Evidence for an over-grant: a linearizable read after the grant that still shows `permits` older
   // keys proves etcd held them when we got ours (late ghosts are newer, so they cannot count here).
-  void checkGrant(token);
+  void witness(token);
   const loss = lossClock(handle);
   try {
     const coin = rng.chance(0.5);
@@ -357,6 +358,7 @@ async function rwCycle(): Promise<void> {
   const token = handle.fencingToken;
   const from = now();
   emit({ t: 'acquired', token: token.toString(), at: from, mode });
+  void witness(token, mode);
   const loss = lossClock(handle);
   try {
     const coin = rng.chance(0.5);
@@ -407,6 +409,7 @@ async function unfencedCycle(): Promise<void> {
   const token = handle.fencingToken;
   const from = now();
   emit({ t: 'acquired', token: token.toString(), at: from });
+  void witness(token);
   const loss = lossClock(handle);
   try {
     await pause(between(cfg.holdMs), handle.signal);
@@ -426,6 +429,7 @@ async function electionCycle(): Promise<void> {
     termSession = leader.session;
     watchSession(leader.session);
     emit({ t: 'term-start', token: token.toString(), lease: leader.session.leaseId.toString(16), at: from });
+    void witness(token);
     const loss = lossClock(leader);
     const steps = rng.int(2, 6);
     for (let i = 0; i < steps && !leader.signal.aborted; i++) {

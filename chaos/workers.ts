@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startProxy, type TcpProxy } from '../src/testing/index.js';
 import type { EtcdIncrementReport, HeldInterval, LeaseGoneReport, Term } from './checker.js';
+import type { GrantWitness } from './revisions.js';
 import { clockOffset, lineSplitter, now, type LockRole, type ParentMessage, type Role, type RWMode, type WorkerConfig, type WorkerEvent } from './common.js';
 import type { FencedStore } from './fenced-store.js';
 
@@ -20,6 +21,8 @@ export class History {
   readonly terms: Term[] = [];
   readonly termStarts: { worker: string; token: bigint; at: number }[] = [];
   readonly acquisitions: Record<Role, number[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [] };
+  /** Each grant's witness read (worker.ts witness()), by role. */
+  readonly witnesses: Record<Role, GrantWitness[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [] };
   readonly etcdIncrements: EtcdIncrementReport[] = [];
   readonly errors = new Map<string, number>();
   /** Errors that are not this library's (EtcdError family) nor an abort: possible bugs. */
@@ -103,8 +106,13 @@ export class WorkerProc {
   ready: Promise<void> = Promise.resolve();
   byeSeen = false;
   killedByUs = false;
-  /** Armed by the nemesis: SIGSTOP this worker the moment its next first request of a hold (a ledger read, an enter) is answered. */
-  private trap?: { fire: () => void; careful: boolean };
+  /**
+   * Armed by the nemesis. `freeze`: SIGSTOP this worker the moment its next first request of a hold
+   * (a ledger read, an enter) is answered. `operator`: at its next request while holding (those, or
+   * a leader's write), hand the hold's token to `take` (which deletes its key or revokes its lease)
+   * and answer only once that is done and `take` returns.
+   */
+  private trap?: { kind: 'freeze'; fire: () => void; careful: boolean } | { kind: 'operator'; take: (token: bigint) => Promise<void> };
   private logStream?: WriteStream;
   private leases = new Set<string>();
 
@@ -238,6 +246,16 @@ export class WorkerProc {
       }
       case 'released':
         break;
+      case 'witness':
+        h.witnesses[this.spec.role].push({
+          worker: label,
+          queue: `${this.spec.name}/`,
+          token: BigInt(e.token),
+          rev: BigInt(e.rev),
+          ...(e.mode ? { mode: e.mode } : {}),
+          seen: e.seen.map((k) => ({ key: k.key, create: BigInt(k.create), lease: k.lease })),
+        });
+        break;
       case 'store': {
         const store = this.pool.options.store;
         const token = BigInt(e.token);
@@ -258,13 +276,21 @@ export class WorkerProc {
           highest = reg.highest;
         }
         let careful: boolean | undefined;
-        if ((e.op === 'enter' || (e.op === 'read' && e.register === 'ledger')) && this.trap) {
+        const firstOfHold = e.op === 'enter' || (e.op === 'read' && e.register === 'ledger');
+        const trap = this.trap;
+        if (firstOfHold && trap?.kind === 'freeze') {
           // Freeze it before the answer is written: it wakes up inside its critical section, with a
           // value read under a token that may have been superseded meanwhile (the GC-pause ghost).
           this.pause();
-          careful = this.trap.careful;
-          this.trap.fire();
+          careful = trap.careful;
+          trap.fire();
           this.trap = undefined;
+        } else if ((firstOfHold || (e.op === 'write' && e.register === 'election')) && trap?.kind === 'operator') {
+          // An operator takes the key away while the holder waits for this answer; it answers after.
+          this.trap = undefined;
+          const reply: ParentMessage = { t: 'store-reply', id: e.id, ok: entry.ok, value: entry.value, highest: highest.toString() };
+          void trap.take(token).finally(() => this.send(reply));
+          break;
         }
         this.send({ t: 'store-reply', id: e.id, ok: entry.ok, value: entry.value, highest: highest.toString(), careful });
         break;
@@ -381,10 +407,36 @@ export class WorkerProc {
         resolve(false);
       }, limitMs);
       this.trap = {
+        kind: 'freeze',
         careful,
         fire: () => {
           clearTimeout(timer);
           resolve(true);
+        },
+      };
+    });
+  }
+
+  /**
+   * Arms an operator trap: at the next request this worker makes while holding (see `trap`), `take`
+   * runs with the hold's token and the answer waits for it. Resolves true once `take` has run,
+   * false if no such request came within `limitMs`.
+   */
+  trapNextHold(limitMs: number, take: (token: bigint) => Promise<void>): Promise<boolean> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.trap = undefined;
+        resolve(false);
+      }, limitMs);
+      this.trap = {
+        kind: 'operator',
+        take: async (token) => {
+          clearTimeout(timer);
+          try {
+            await take(token);
+          } finally {
+            resolve(true);
+          }
         },
       };
     });
