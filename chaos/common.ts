@@ -148,8 +148,22 @@ export type WorkerEvent =
    * registers), 'permits' (the semaphore's resource: enter, write, leave) or 'rw' (the RW lock's
    * resource: enter and read or write, with the holder's `mode`).
    */
-  | { t: 'store'; id: number; op: StoreOp; register: string; token: string; value?: number; opId?: string; careful?: boolean; mode?: RWMode }
-  | { t: 'etcd-inc'; token: string; opKey: string; value: number; outcome: 'accepted' | 'rejected' | 'unknown'; error?: string; at: number }
+  | { t: 'store'; id: number; op: StoreOp; register: string; token: string; value?: number; opId?: string; careful?: boolean; mode?: RWMode; sentAt: number }
+  /**
+   * A guarded increment of the etcd counter: `read` the get before it (invoke, return, value), `txn`
+   * the Txn's invoke and return (absent: it never returned, its outcome unknown), for Porcupine.
+   */
+  | {
+      t: 'etcd-inc';
+      token: string;
+      opKey: string;
+      value: number;
+      outcome: 'accepted' | 'rejected' | 'unknown';
+      error?: string;
+      at: number;
+      read?: { call: number; ret: number; value: number };
+      txn?: { call: number; ret?: number };
+    }
   | { t: 'careful-skip'; token: string; at: number }
   | { t: 'term-start'; token: string; lease: string; at: number }
   | { t: 'term-end'; token: string; from: number; to: number; lost: boolean; lostReason?: string }

@@ -64,6 +64,7 @@ import { readRevokeTimeouts } from './etcd-logs.js';
 import { FencedStore } from './fenced-store.js';
 import { Nemesis, type ChaosCluster, type FaultKind } from './nemesis.js';
 import { Observer } from './observer.js';
+import { checkLinearizable, type PorcupineResult } from './porcupine.js';
 import { checkGrantsByRevision, hasBug15247, type GrantRule, type KeyEnd } from './revisions.js';
 import { netnsAvailable, removeStaleNamespaces, startNetnsCluster } from './netns.js';
 import { History, WorkerPool, type WorkerSpec } from './workers.js';
@@ -192,6 +193,8 @@ interface PhaseResult {
    * Mutual exclusion judged on etcd's history (revisions.ts): the observer's record of every key, and
    * each grant's witness revision against the keys older than it still alive then. No clock.
    */
+  /** Porcupine's verdict on the etcd counter's and the fenced ledger's operations (chaos/porcupine.ts). */
+  porcupine: PorcupineResult[];
   revisions: {
     keys: number;
     /** How the keys went (delete, with their lease, by the operator; never: still there at the end). */
@@ -377,6 +380,9 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     ledger.kvs.map((kv) => ({ key: kv.key.toString(), value: kv.value.toString(), version: kv.version })),
     history.etcdIncrements,
   );
+  // Increments whose outcome was unknown: applied exactly when etcd's ledger has their key.
+  const appliedOps = new Set(ledger.kvs.map((kv) => kv.key.toString()));
+  const counterOps = [...history.linear.counter, ...history.linear.unknownIncs.filter((u) => appliedOps.has(u.opKey)).map((u) => u.op)];
   await admin.delete(prefix, { prefix: true });
   const lastRevision = (await admin.getPrefix(prefix)).header.revision;
   const lives = await observer.finish(lastRevision);
@@ -424,6 +430,23 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     ...tokenOrderViolations(history.held.unfenced, nemesis.faults, 'unfenced-token-order'),
     ...tokenOrderViolations(history.held.rwlock, nemesis.faults, 'rw-token-order', rwConflict),
   ];
+  const porcupineFile = `${jsonFile.replace(/\.json$/, '')}.porcupine-${plan.name}.json`;
+  let porcupine: PorcupineResult[] = [];
+  try {
+    porcupine = await checkLinearizable(
+      [
+        { name: `${plan.name}-etcd-counter`, model: 'counter', ops: counterOps },
+        { name: `${plan.name}-fenced-ledger`, model: 'fenced-register', ops: history.linear.ledger },
+      ],
+      porcupineFile,
+    );
+  } catch (err) {
+    nemesis.problems.push(`porcupine could not check: ${(err as Error).message.split('\n')[0]}`);
+  }
+  const porcupineViolations: Violation[] = porcupine
+    .filter((r) => r.result !== 'Ok')
+    .map((r) => ({ check: 'porcupine-not-linearizable', detail: `${r.name} (${r.operations} operations): ${r.result}${r.visualization ? `; see ${r.visualization}` : ''}` }));
+  for (const r of porcupine) if (r.visualization) say(`porcupine: ${r.name} is ${r.result}: ${r.visualization}`);
   const byHow: Record<string, number> = {};
   for (const l of lives) {
     const how: KeyEnd | 'never' = l.deleted === undefined ? 'never' : (l.how ?? 'unknown');
@@ -478,6 +501,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     ...leaseViolations,
     ...ROLES.flatMap((r) => byRevision[r]),
     ...tokenOrder,
+    ...porcupineViolations,
   ];
   const cleanupOk = notExited.length === 0 && leasesLeft.length === 0 && keysLeft.length === 0;
   const result: PhaseResult = {
@@ -508,6 +532,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     semaphoreHolds: semaphoreFound.report,
     rw,
     rwHolds: rwFound.report,
+    porcupine,
     revisions: {
       keys: lives.length,
       byHow,
@@ -599,6 +624,8 @@ function summarize() {
       grantViolationsByRevision: sum((r) => Object.values(r.revisions.violations).reduce((a, b) => a + b, 0)),
       tokenOrderViolations: sum((r) => r.revisions.tokenOrderViolations),
       witnesses: sum((r) => Object.values(r.revisions.witnesses).reduce((a, b) => a + b, 0)),
+      porcupineChecked: sum((r) => r.porcupine.filter((p) => p.result === 'Ok').length),
+      porcupineFailed: sum((r) => r.porcupine.filter((p) => p.result !== 'Ok').length),
       keysObserved: sum((r) => r.revisions.keys),
       unexpectedErrors: sum((r) => r.unexpectedErrors.length),
       stuckWaits: sum((r) => r.stuckWaits.length),
@@ -651,6 +678,7 @@ function printTable(): void {
   row('grants judged by revision (witnesses), violations', (r) => `${Object.values(r.revisions.witnesses).reduce((a, b) => a + b, 0)}, ${Object.values(r.revisions.violations).reduce((a, b) => a + b, 0)}`);
   row('  keys observed, how they went', (r) => `${r.revisions.keys}: ${Object.entries(r.revisions.byHow).map(([k, v]) => `${k} ${v}`).join(', ')}`);
   row('  token-order violations', (r) => r.revisions.tokenOrderViolations);
+  row('porcupine (operations: verdict)', (r) => r.porcupine.map((p) => `${p.name.replace(`${r.name}-`, '')} ${p.operations}: ${p.result}`).join(', ') || 'not run');
   row('  lease gone before client deadline', (r) => `${r.leaseGone.violations.length} (of ${r.leaseGone.reports} lease-gone)`);
   row('lease revoked by a deposed leader (etcd 15247)', (r) => `${r.leaseGone.byDeposedLeader} (late wave ${r.leaseGone.byDeposedLeaderLate})${r.leaseGone.latestMs !== undefined && r.leaseGone.latestMs > 0 ? `, up to ${r.leaseGone.latestMs} ms early` : ''}`);
   row('stale holders from a deposed leader (etcd 15247) unf/fen/elect/sem/rw', (r) => overlapsByDeposedLeader(r).join('/'));

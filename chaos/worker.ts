@@ -103,7 +103,7 @@ function store(
   const id = nextStoreId++;
   return new Promise((resolve) => {
     pendingStore.set(id, resolve);
-    emit({ t: 'store', id, op: opName, register, token: token.toString(), ...extra });
+    emit({ t: 'store', id, op: opName, register, token: token.toString(), ...extra, sentAt: now() });
   });
 }
 
@@ -382,9 +382,15 @@ async function etcdIncrement(handle: LockHandle, token: bigint): Promise<void> {
   let value = -1;
   let outcome: 'accepted' | 'rejected' | 'unknown' = 'unknown';
   let error: string | undefined;
+  // Invoke and return times, for Porcupine (chaos/porcupine.ts).
+  let read: { call: number; ret: number; value: number } | undefined;
+  let txn: { call: number; ret?: number } | undefined;
   try {
+    const readCall = now();
     const cur = await client.get(ck);
-    value = (cur ? Number(cur.value.toString()) : 0) + 1;
+    read = { call: readCall, ret: now(), value: cur ? Number(cur.value.toString()) : 0 };
+    value = read.value + 1;
+    txn = { call: now() };
     const t = await client.txn(
       {
         // Guarded by ownership alone: if two processes could both pass ownerCompare, increments are lost.
@@ -397,10 +403,11 @@ async function etcdIncrement(handle: LockHandle, token: bigint): Promise<void> {
     );
     if (t.succeeded) outcome = 'accepted';
     else outcome = (await client.get(ok)) ? 'accepted' : 'rejected';
+    txn.ret = now();
   } catch (err) {
     error = `${(err as Error).name}: ${(err as Error).message}`.slice(0, 200);
   }
-  emit({ t: 'etcd-inc', token: token.toString(), opKey: ok, value, outcome, error, at: now() });
+  emit({ t: 'etcd-inc', token: token.toString(), opKey: ok, value, outcome, error, at: now(), read, txn });
 }
 
 async function unfencedCycle(): Promise<void> {

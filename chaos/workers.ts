@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startProxy, type TcpProxy } from '../src/testing/index.js';
 import type { EtcdIncrementReport, HeldInterval, LeaseGoneReport, Term } from './checker.js';
+import type { LinearOp } from './porcupine.js';
 import type { GrantWitness } from './revisions.js';
 import { clockOffset, lineSplitter, now, type LockRole, type ParentMessage, type Role, type RWMode, type WorkerConfig, type WorkerEvent } from './common.js';
 import type { FencedStore } from './fenced-store.js';
@@ -21,6 +22,10 @@ export class History {
   readonly terms: Term[] = [];
   readonly termStarts: { worker: string; token: bigint; at: number }[] = [];
   readonly acquisitions: Record<Role, number[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [] };
+  /** The etcd counter's reads and guarded increments, and the fenced ledger's requests, for Porcupine. */
+  readonly linear: { counter: LinearOp[]; ledger: LinearOp[]; unknownIncs: { op: LinearOp; opKey: string }[] } = { counter: [], ledger: [], unknownIncs: [] };
+  /** Porcupine client ids, by worker label. */
+  readonly clientIds = new Map<string, number>();
   /** Each grant's witness read (worker.ts witness()), by role. */
   readonly witnesses: Record<Role, GrantWitness[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [] };
   readonly etcdIncrements: EtcdIncrementReport[] = [];
@@ -289,16 +294,28 @@ export class WorkerProc {
           // An operator takes the key away while the holder waits for this answer; it answers after.
           this.trap = undefined;
           const reply: ParentMessage = { t: 'store-reply', id: e.id, ok: entry.ok, value: entry.value, highest: highest.toString() };
-          void trap.take(token).finally(() => this.send(reply));
+          void trap.take(token).finally(() => {
+            this.send(reply);
+            this.ledgerOp(e, entry, label);
+          });
           break;
         }
         this.send({ t: 'store-reply', id: e.id, ok: entry.ok, value: entry.value, highest: highest.toString(), careful });
+        this.ledgerOp(e, entry, label);
         break;
       }
-      case 'etcd-inc':
+      case 'etcd-inc': {
         h.etcdIncrements.push({ worker: label, token: BigInt(e.token), opKey: e.opKey, value: e.value, outcome: e.outcome });
+        const client = this.clientId(label);
+        if (e.read) h.linear.counter.push({ client, call: this.t(e.read.call), ret: this.t(e.read.ret), op: 'read', value: e.read.value, ok: true });
+        if (e.txn && e.outcome !== 'rejected') {
+          const inc: LinearOp = { client, call: this.t(e.txn.call), ret: e.txn.ret !== undefined ? this.t(e.txn.ret) : Infinity, op: 'inc', value: e.value, ok: true };
+          if (e.outcome === 'accepted') h.linear.counter.push(inc);
+          else h.linear.unknownIncs.push({ op: inc, opKey: e.opKey }); // settled against etcd's ledger at the end
+        }
         if (e.error) this.countError('etcd-inc', e.error.split(':')[0]!);
         break;
+      }
       case 'careful-skip':
         h.carefulSkips.push(this.t(e.at));
         break;
@@ -342,6 +359,22 @@ export class WorkerProc {
         this.byeSeen = true;
         break;
     }
+  }
+
+  private clientId(label: string): number {
+    const ids = this.pool.options.history.clientIds;
+    let id = ids.get(label);
+    if (id === undefined) ids.set(label, (id = ids.size));
+    return id;
+  }
+
+  /**
+   * A fenced ledger request, for Porcupine: invoked when the worker sent it, returned now (the
+   * answer is on its way: the store applied it in between).
+   */
+  private ledgerOp(e: Extract<WorkerEvent, { t: 'store' }>, entry: { ok: boolean; value: number }, label: string): void {
+    if (e.register !== 'ledger' || (e.op !== 'read' && e.op !== 'write')) return;
+    this.pool.options.history.linear.ledger.push({ client: this.clientId(label), call: this.t(e.sentAt), ret: now(), op: e.op, token: e.token, value: entry.value, ok: entry.ok });
   }
 
   private sessionFrom(at: number | undefined): { sessionFrom?: number } {
