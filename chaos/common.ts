@@ -134,9 +134,10 @@ export type WorkerEvent =
    */
   | { t: 'session-lost'; lease: string; reason: string; at: number; leftMs?: number }
   /** `mode`: rwlock role only. */
-  | { t: 'acquired'; token: string; at: number; mode?: RWMode }
+  /** `sibling`: a hold of the fenced worker's sibling loop (worker.ts siblingLoop()). */
+  | { t: 'acquired'; token: string; at: number; mode?: RWMode; sibling?: true }
   /** Sent before unlock()/release() is called: the interval the handle said "held" has ended. */
-  | { t: 'releasing'; token: string; from: number; to: number; lost: boolean; lostReason?: string; mode?: RWMode }
+  | { t: 'releasing'; token: string; from: number; to: number; lost: boolean; lostReason?: string; mode?: RWMode; sibling?: true }
   | { t: 'released'; token: string }
   /**
    * The grant's witness (worker.ts witness()): the revision of a linearizable read right after the
@@ -180,7 +181,13 @@ export type StoreOp = 'read' | 'write' | 'enter' | 'leave';
 export type ParentMessage =
   /** `careful` (reads only) overrides the worker's own coin: check assertHeld() before writing. */
   | { t: 'store-reply'; id: number; ok: boolean; value: number; highest: string; careful?: boolean }
-  | { t: 'stop' };
+  | { t: 'stop' }
+  /**
+   * Fenced role: take the same lock once more on the same session, from a second call, and hold it
+   * `holdMs` (worker.ts siblingOnce()), while the main cycle waits on an answer after an operator
+   * deleted its key.
+   */
+  | { t: 'sibling'; holdMs: number };
 
 /** The etcd key that holds the etcd-side counter, and the ledger entry of one guarded increment. */
 export function counterKey(dataPrefix: string): string {

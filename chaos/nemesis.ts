@@ -286,10 +286,12 @@ export class Nemesis {
         // An operator (a cleanup script, `etcdctl del`, `etcdctl lease revoke`) takes a live holder's
         // key away while it waits for an answer of the protected resource, and the answer comes only
         // OPERATOR_HOLD_MS later: a holder that ignored the loss would act on it well after
-        // another holder was let in. The roles rotate (fenced ledger, permits, RW lock, election).
-        const k = this.operators++;
-        const roles = (['fenced', 'semaphore', 'rwlock', 'election'] as const).filter((r) => pool.byRole(r).some((x) => x.alive));
-        const w = rng.pick(pool.byRole(roles[k % roles.length] ?? 'fenced').filter((x) => x.alive));
+        // another holder was let in. The victims rotate (OPERATOR_VICTIMS): a fenced holder whose
+        // worker takes the lock again meanwhile from a second call, a permit holder, a leader, a
+        // fenced holder alone, an RW lock holder.
+        const victims = OPERATOR_VICTIMS.filter((v) => pool.byRole(v.role).some((x) => x.alive));
+        const victim = victims[this.operators++ % victims.length] ?? OPERATOR_VICTIMS[0]!;
+        const w = rng.pick(pool.byRole(victim.role).filter((x) => x.alive));
         rec.target = w.label;
         rec.worker = w.label;
         const admin = this.o.admin;
@@ -322,6 +324,9 @@ export class Nemesis {
           }
           rec.end = now();
           rec.note = rec.revision !== undefined ? `${rec.key} at revision ${rec.revision}` : 'its key was already gone';
+          // A fenced worker takes the same lock again from a second call meanwhile: the lost hold's
+          // release, after the answer, must leave that new incarnation alone.
+          if (kind === 'key-delete' && victim.sibling) w.send({ t: 'sibling', holdMs: OPERATOR_HOLD_MS + 1000 });
           await sleep(OPERATOR_HOLD_MS);
         });
         if (!caught) {
@@ -397,6 +402,20 @@ export class Nemesis {
 
 /** How long a holder whose key an operator took waits for the answer it asked for meanwhile. */
 export const OPERATOR_HOLD_MS = 1500;
+
+/**
+ * Whom the operator's faults hit, in turn. `sibling`: the fenced worker takes the same lock again
+ * from a second call on the same session while its lost hold waits (worker.ts siblingOnce()), so a
+ * release not guarded on its CreateRevision deletes the new incarnation. Without it, a holder that
+ * ignores its key's deletion goes on past the next holder's start.
+ */
+export const OPERATOR_VICTIMS: { role: 'fenced' | 'semaphore' | 'rwlock' | 'election'; sibling?: true }[] = [
+  { role: 'fenced', sibling: true },
+  { role: 'semaphore' },
+  { role: 'election' },
+  { role: 'fenced' },
+  { role: 'rwlock' },
+];
 
 function shuffle<T>(rng: Prng, items: T[]): T[] {
   for (let i = items.length - 1; i > 0; i--) {

@@ -112,3 +112,28 @@ export function hasBug15247(version: string | undefined): boolean {
   if (min === 5) return patch < 11;
   return false;
 }
+
+/**
+ * Holds lost to their key's deletion (`lostReason` as worker.ts lossClock() reports it) where etcd's
+ * history shows a plain delete while the key's lease lived, not the operator's: in a correct build
+ * only a holder's own release deletes a live lease's key, and a release is not a loss. So someone
+ * deleted a key that was not theirs to delete, such as a late release of an older incarnation of the
+ * same key (a release that is not guarded on its CreateRevision).
+ */
+export function foreignDeletes(
+  holds: { worker: string; token: bigint; lost: boolean; lostReason?: string }[],
+  lives: KeyLife[],
+  check: string,
+): Violation[] {
+  const violations: Violation[] = [];
+  for (const h of holds) {
+    if (!h.lost || !h.lostReason?.endsWith('is no longer owned: its key was deleted')) continue;
+    const life = lives.find((l) => l.create === h.token);
+    if (life?.deleted === undefined || life.how !== 'deleted') continue;
+    violations.push({
+      check,
+      detail: `${h.worker} (token ${h.token}) lost ${life.key}: deleted at revision ${life.deleted} while its lease lived, by neither its holder's release nor the operator`,
+    });
+  }
+  return violations;
+}

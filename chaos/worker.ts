@@ -113,6 +113,7 @@ process.stdin.on(
   lineSplitter((line) => {
     const m = JSON.parse(line) as ParentMessage;
     if (m.t === 'stop') stop.abort(new Error('worker stopping'));
+    else if (m.t === 'sibling') siblingRun = siblingOnce(m.holdMs);
     else if (m.t === 'store-reply') {
       const r = pendingStore.get(m.id);
       pendingStore.delete(m.id);
@@ -159,8 +160,14 @@ if (cfg.role === 'election') {
 let session: Session | undefined;
 /** The cycle running now, settled when it ends (a lost session's revoke waits for it). */
 let inCycle: Promise<void> = Promise.resolve();
-async function currentSession(): Promise<Session> {
-  if (session && !session.signal.aborted) return session;
+/** A session being created: the fenced role's two loops share one session. */
+let creating: Promise<Session> | undefined;
+function currentSession(): Promise<Session> {
+  if (session && !session.signal.aborted) return Promise.resolve(session);
+  creating ??= newSession().finally(() => (creating = undefined));
+  return creating;
+}
+async function newSession(): Promise<Session> {
   const s = await Session.create(client, { ttl: cfg.ttl, signal: stop.signal });
   session = s;
   emit({ t: 'session', lease: s.leaseId.toString(16), at: now() });
@@ -238,6 +245,7 @@ function lossClock(handle: { signal: AbortSignal }): { lostAt: () => number | un
 }
 
 async function fencedCycle(): Promise<void> {
+  await siblingRun; // one cycle per incarnation: never join the sibling's hold
   const s = await currentSession();
   const handle = await lockOnce(s);
   const token = handle.fencingToken;
@@ -277,11 +285,12 @@ async function release(
   from: number,
   loss: ReturnType<typeof lossClock>,
   mode?: RWMode,
+  sibling?: true,
 ): Promise<void> {
   const token = handle.fencingToken.toString();
   // Reported before unlocking: if we are killed during unlock(), the parent still knows when our
   // belief ended (a later holder may legitimately start as soon as the delete commits).
-  emit({ t: 'releasing', token, from, to: loss.lostAt() ?? now(), lost: loss.lostAt() !== undefined, lostReason: loss.reason(), mode });
+  emit({ t: 'releasing', token, from, to: loss.lostAt() ?? now(), lost: loss.lostAt() !== undefined, lostReason: loss.reason(), mode, ...(sibling ? { sibling } : {}) });
   try {
     await ('unlock' in handle ? handle.unlock() : handle.release());
   } catch (err) {
@@ -410,6 +419,30 @@ async function etcdIncrement(handle: LockHandle, token: bigint): Promise<void> {
   emit({ t: 'etcd-inc', token: token.toString(), opKey: ok, value, outcome, error, at: now(), read, txn });
 }
 
+/** The sibling hold running now (siblingOnce()); the fenced cycle waits for it before its next lock. */
+let siblingRun: Promise<void> = Promise.resolve();
+
+/**
+ * A second call of this process taking the same lock on the same session, asked for by the parent
+ * (an operator just deleted the key of the main cycle's hold, which now waits on an answer): the key
+ * is enqueued again while the lost hold is not yet released. That release, coming later, must not
+ * delete the new incarnation (releases are guarded on the CreateRevision): held `holdMs`, past it.
+ * It touches no resource; its hold counts among the fenced lock's.
+ */
+async function siblingOnce(holdMs: number): Promise<void> {
+  try {
+    const s = await currentSession();
+    const handle = await lockOnce(s);
+    const from = now();
+    emit({ t: 'acquired', token: handle.fencingToken.toString(), at: from, sibling: true });
+    const loss = lossClock(handle);
+    await pause(holdMs, handle.signal);
+    await release(handle, from, loss, undefined, true);
+  } catch (err) {
+    if (!stop.signal.aborted) reportError('sibling', err, session);
+  }
+}
+
 async function unfencedCycle(): Promise<void> {
   const s = await currentSession();
   const handle = await lockOnce(s);
@@ -481,6 +514,7 @@ while (!stop.signal.aborted) {
 }
 
 // Shutdown: revoke our lease (deleting any key left on it), close the client, and let the process end.
+await siblingRun;
 try {
   await session?.close();
 } catch (err) {

@@ -238,10 +238,20 @@ export class WorkerProc {
         if (e.leftMs !== undefined) h.leaseGone.push({ worker: label, lease: e.lease, leftMs: e.leftMs, at: this.t(e.at) });
         break;
       case 'acquired':
+        if (e.sibling) {
+          h.acquisitions[this.spec.role].push(this.t(e.at));
+          break;
+        }
         this.holding = { token: BigInt(e.token), from: this.t(e.at), ...(e.mode ? { mode: e.mode } : {}), ...this.sessionFrom(this.lastSessionAt), ...this.leaseOf(this.lastLease) };
         h.acquisitions[this.spec.role].push(this.t(e.at));
         break;
       case 'releasing': {
+        if (e.sibling) {
+          const lostReason = e.lostReason !== undefined ? { lostReason: e.lostReason } : {};
+          h.held[this.lockRole()].push({ worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost, ttl: this.pool.options.ttl, ...lostReason });
+          h.cycles++;
+          break;
+        }
         const iv: HeldInterval = { worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost, ...this.holdFacts(e.lostReason) };
         if (e.mode) iv.mode = e.mode;
         h.held[this.lockRole()].push(iv);

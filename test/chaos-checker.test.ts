@@ -783,3 +783,16 @@ test('audit: a semaphore over-grant proven by the holder\'s own read right after
   assert.deepEqual(checker.overGrantViolations([{ ...witness, seen: seen.slice(0, 1) }], 2), []);
   assert.deepEqual(checker.overGrantViolations([{ ...witness, seen: [seen[0]!, { ...seen[1]!, lease: '0' }] }], 2), []);
 });
+
+test('a hold lost to a delete of its key while its lease lived, by neither its release nor the operator, is a violation', async () => {
+  const { foreignDeletes } = await import('../chaos/revisions.js');
+  const lost = (token: bigint, why = 'its key was deleted') => ({ ...iv('fenced-0#1', token, 0, 10, true), lostReason: `chaos/f/ab (token ${token}) is no longer owned: ${why}` });
+  const lives: KeyLife[] = [
+    { key: 'chaos/f/ab', create: 20n, lease: 'ab', deleted: 25n, how: 'deleted' }, // a late unguarded release of incarnation 10
+    { key: 'chaos/f/ab', create: 30n, lease: 'ab', deleted: 31n, how: 'operator-delete' },
+    { key: 'chaos/f/ab', create: 40n, lease: 'ab', deleted: 41n, how: 'lease-ended' },
+  ];
+  assert.deepEqual(foreignDeletes([lost(20n)], lives, 'fenced-key-deleted-by-another').map((v) => v.check), ['fenced-key-deleted-by-another']);
+  // The operator's delete, a lease gone, a loss for another reason, a release (not lost): nothing.
+  assert.deepEqual(foreignDeletes([lost(30n), lost(40n), lost(20n, 'its session was lost (session deadline)'), { ...lost(20n), lost: false }], lives, 'x'), []);
+});
