@@ -196,6 +196,8 @@ interface PhaseResult {
    */
   /** Porcupine's verdict on the etcd counter's and the fenced ledger's operations (chaos/porcupine.ts). */
   porcupine: PorcupineResult[];
+  /** From the faults' end (cluster healthy) to the first term begun, 0 if one was under way; null: none within the bound. */
+  leaderlessAfterFaultsMs: number | null;
   revisions: {
     keys: number;
     /** How the keys went (delete, with their lease, by the operator; never: still there at the end). */
@@ -235,6 +237,11 @@ interface PhaseResult {
   problems: string[];
   /** The largest error bound of a worker's clock mapping onto the parent's, ms. */
   clockErrMs: number;
+}
+
+/** The election must have a leader this soon after the faults end: three TTLs and 5 s. */
+function leaderlessBoundMs(): number {
+  return 3 * ttl * 1000 + 5000;
 }
 
 /** The etcd under test (`etcd --version`): etcd 15247 is excused only on versions that have it. */
@@ -351,6 +358,12 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   } catch (err) {
     nemesis.problems.push(`cluster unhealthy after the run: ${(err as Error).message}`);
   }
+  // Election liveness: with the faults over and the cluster healthy, some worker must lead within
+  // LEADERLESS_BOUND_MS (a dead leader's lease runs out within a TTL; then the next in line leads).
+  const calm = now();
+  const leads = (): boolean => history.termStarts.some((t) => t.at >= calm) || pool.byRole('election').some((w) => w.alive && w.holding !== undefined);
+  while (!leads() && now() - calm < leaderlessBoundMs()) await sleep(50);
+  const leaderlessMs = leads() ? Math.round(Math.max(0, (history.termStarts.find((t) => t.at >= calm)?.at ?? calm) - calm)) : undefined;
   await sleep(1000); // let the workers make progress on a healthy cluster before stopping them
 
   // ---- cleanup: every worker stops and exits on its own; then nothing may be left in etcd.
@@ -508,6 +521,9 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     ...ROLES.flatMap((r) => byRevision[r]),
     ...tokenOrder,
     ...foreign,
+    ...(leaderlessMs === undefined
+      ? [{ check: 'election-leaderless', detail: `no leader within ${leaderlessBoundMs()} ms after the faults ended and the cluster was healthy` }]
+      : []),
     ...porcupineViolations,
   ];
   const cleanupOk = notExited.length === 0 && leasesLeft.length === 0 && keysLeft.length === 0;
@@ -539,6 +555,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     semaphoreHolds: semaphoreFound.report,
     rw,
     rwHolds: rwFound.report,
+    leaderlessAfterFaultsMs: leaderlessMs ?? null,
     porcupine,
     revisions: {
       keys: lives.length,
@@ -687,6 +704,7 @@ function printTable(): void {
   row('  keys observed, how they went', (r) => `${r.revisions.keys}: ${Object.entries(r.revisions.byHow).map(([k, v]) => `${k} ${v}`).join(', ')}`);
   row('  token-order violations', (r) => r.revisions.tokenOrderViolations);
   row('  held keys deleted by another (not the operator)', (r) => r.revisions.foreignDeletes);
+  row('leaderless after the faults ended (ms)', (r) => r.leaderlessAfterFaultsMs ?? `none within ${leaderlessBoundMs()}`);
   row('porcupine (operations: verdict)', (r) => r.porcupine.map((p) => `${p.name.replace(`${r.name}-`, '')} ${p.operations}: ${p.result}`).join(', ') || 'not run');
   row('  lease gone before client deadline', (r) => `${r.leaseGone.violations.length} (of ${r.leaseGone.reports} lease-gone)`);
   row('lease revoked by a deposed leader (etcd 15247)', (r) => `${r.leaseGone.byDeposedLeader} (late wave ${r.leaseGone.byDeposedLeaderLate})${r.leaseGone.latestMs !== undefined && r.leaseGone.latestMs > 0 ? `, up to ${r.leaseGone.latestMs} ms early` : ''}`);
