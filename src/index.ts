@@ -45,6 +45,8 @@ export {
   BarrierKeyLostError,
   type SessionEndReason,
 } from './errors.js';
+// The fences live in etcd-concurrency/fencing; their errors are here too, for one catch site.
+export { StaleTokenError, FenceNotInstalledError, FenceUnavailableError } from './fencing/errors.js';
 export { Session, MAX_TTL, type SessionOptions } from './session.js';
 export { Mutex, withLock, type LockHandle, type LockOptions } from './primitives/mutex.js';
 export { Semaphore, withPermit, MAX_PERMITS, type PermitHandle, type PermitOptions } from './primitives/semaphore.js';

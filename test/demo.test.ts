@@ -8,6 +8,7 @@ import { once } from 'node:events';
 import { get } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
+import { findPostgres } from '../src/testing/index.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
@@ -46,6 +47,8 @@ test('npm run demo -- --fast --quiet: the story runs, every invariant holds, eve
     assert.match(stdout, line, output);
   }
   assert.doesNotMatch(stdout, /✗|NO\b|FAILED/, output);
+  // With PostgreSQL on the machine, the ghost's write is refused by the database itself (PostgresFence).
+  if (findPostgres()) assert.match(stdout, /PostgreSQL holds the accepted charges, in token order: yes/, output);
   // --quiet: the summary only, no narration; no colors when NO_COLOR is set (and stdout is a pipe).
   assert.doesNotMatch(stdout, /SIGSTOP|joins the queue|── \d/, output);
   assert.doesNotMatch(stdout, /\x1b\[/, output);

@@ -77,12 +77,15 @@ function program(kind: 'esm' | 'cjs' | 'ts'): string {
   const imports =
     kind === 'cjs'
       ? `const { Client, Session, Mutex, withLock, op, Election } = require('etcd-concurrency');\n` +
-        `const testing = require('etcd-concurrency/testing');\n`
+        `const testing = require('etcd-concurrency/testing');\n` +
+        `const fencing = require('etcd-concurrency/fencing');\n`
       : `import { Client, Session, Mutex, withLock, op, Election${typed ? ', type LockHandle' : ''} } from 'etcd-concurrency';\n` +
-        `import * as testing from 'etcd-concurrency/testing';\n`;
+        `import * as testing from 'etcd-concurrency/testing';\n` +
+        `import * as fencing from 'etcd-concurrency/fencing';\n`;
   return `${imports}
 async function main()${typed ? ': Promise<void>' : ''} {
   if (typeof testing.startEtcd !== 'function' || typeof testing.startProxy !== 'function') throw new Error('etcd-concurrency/testing');
+  if (typeof fencing.PostgresFence !== 'function' || typeof fencing.RedisFence !== 'function') throw new Error('etcd-concurrency/fencing');
   const prefix = process.env.PREFIX${typed ? '!' : ''};
   const client = new Client({ endpoints: process.env.ENDPOINTS${typed ? '!' : ''}.split(',') });
   const session = await Session.create(client, { ttl: 30 });
@@ -172,6 +175,8 @@ describe('npm pack', () => {
       'dist/index.js.map',
       'dist/testing/index.js',
       'dist/testing/index.d.ts',
+      'dist/fencing/index.js',
+      'dist/fencing/index.d.ts',
       'dist/cli/main.js',
       'src/index.ts',
     ]) {
@@ -198,8 +203,8 @@ describe('npm pack', () => {
     assert.match(text, /END OF TERMS AND CONDITIONS/);
   });
 
-  test('both entry points offer import and require', () => {
-    for (const entry of ['.', './testing']) {
+  test('every entry point offers import and require', () => {
+    for (const entry of ['.', './testing', './fencing']) {
       const conditions = pkg.exports[entry] as Record<string, string>;
       assert.ok(conditions.types && conditions.import && conditions.default, `${entry}: ${JSON.stringify(conditions)}`);
     }

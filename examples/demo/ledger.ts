@@ -1,5 +1,5 @@
 // The protected resource of the story: card 8801's ledger, a store that knows nothing about etcd
-// but checks fencing tokens. It accepts a write only if its token is at least the highest token it
+// but checks fencing tokens (or records what PostgreSQL decided: see pg-ledger.ts). It accepts a write only if its token is at least the highest token it
 // has accepted before, so a holder whose lock has since passed to someone else (a larger token) is
 // turned away, however sure that holder is that it still holds the lock.
 import type { Job } from './protocol.js';
@@ -38,13 +38,22 @@ export class FencedLedger {
   }
 
   write(job: Job, token: bigint, by: string, atMs: number): WriteResult {
-    if (token < this.highestToken) {
-      this.rejections.push({ job, token, by, highest: this.highestToken, wouldDoubleApply: this.has(job.id) });
-      return { ok: false, highest: this.highestToken, reason: `token ${token} < highest seen ${this.highestToken}` };
-    }
-    this.highestToken = token;
+    if (token < this.highestToken) return this.refused(job, token, by, this.highestToken, `token ${token} < highest seen ${this.highestToken}`);
+    return this.accepted(job, token, by, atMs);
+  }
+
+  /** Records a write that the store behind it (PostgreSQL) accepted. */
+  accepted(job: Job, token: bigint, by: string, atMs: number): WriteResult {
+    if (token > this.highestToken) this.highestToken = token;
     this.entries.push({ job, token, by, atMs });
-    return { ok: true, highest: token };
+    return { ok: true, highest: this.highestToken };
+  }
+
+  /** Records a write refused because `highest` was stored. */
+  refused(job: Job, token: bigint, by: string, highest: bigint, reason: string): WriteResult {
+    if (highest > this.highestToken) this.highestToken = highest;
+    this.rejections.push({ job, token, by, highest, wouldDoubleApply: this.has(job.id) });
+    return { ok: false, highest, reason };
   }
 
   /** Jobs applied more than once: the damage a ghost does when nothing stops it. */

@@ -4,7 +4,8 @@
 //   1. Five workers contend for /locks/card-8801: FIFO by CreateRevision, fencing tokens, a ledger.
 //   2. Leader election: SIGKILL the leader (a successor takes over within the TTL), then a graceful resign.
 //   3. The ghost: a holder frozen (SIGSTOP) past its TTL is told on waking that the lock is gone, and
-//      its late write is rejected by the ledger's fencing check anyway.
+//      its late write is rejected by the ledger's fencing check anyway: by PostgreSQL itself, through
+//      etcd-concurrency/fencing, when PostgreSQL is installed (else by an in-memory ledger).
 //   4. SIGKILL etcd's Raft leader while the lock is held and waited for: work goes on.
 //
 // Usage: node --import tsx examples/demo/main.ts [--fast] [--quiet] [--web]
@@ -16,7 +17,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, observeLeader, type Watch } from '../../src/index.js';
 import { startEtcd, type EtcdCluster } from '../../src/testing/index.js';
 import { Inspector } from '../../src/cli/web/server.js';
-import { FencedLedger } from './ledger.js';
+import { FencedLedger, type WriteResult } from './ledger.js';
+import { PostgresLedger } from './pg-ledger.js';
 import { Narrator, ms, money, short } from './narrate.js';
 import { Conditions, WorkerProc } from './procs.js';
 import type { Job, LedgerRequest, WorkerEvent } from './protocol.js';
@@ -103,6 +105,8 @@ class Demo {
   readonly s: Settings;
   readonly cond = new Conditions();
   readonly ledger = new FencedLedger();
+  /** The ledger in PostgreSQL, when it is installed: it decides the writes, `ledger` records them. */
+  pgLedger?: PostgresLedger;
   readonly checks: Check[] = [];
   readonly procs = new Map<string, WorkerProc>();
   /** Lease id (hex) to the worker that owns it. */
@@ -152,8 +156,14 @@ class Demo {
     n.step('starting a local 3-member etcd cluster (m0, m1, m2) and six worker processes (w1 to w6)');
     const workers = ['w1', 'w2', 'w3', 'w4', 'w5', 'w6'];
     this.spawn(workers);
-    const [cluster] = await Promise.all([startEtcd({ members: 3 }), this.ready(workers)]);
+    const [cluster, pgLedger] = await Promise.all([startEtcd({ members: 3 }), PostgresLedger.start(), this.ready(workers)]);
     this.cluster = cluster;
+    this.pgLedger = pgLedger;
+    n.step(
+      pgLedger
+        ? `card 8801's ledger: a table in PostgreSQL ${pgLedger.server.version} (127.0.0.1:${pgLedger.server.port}), written through PostgresFence: the database checks the tokens`
+        : "card 8801's ledger: in memory, checking the tokens itself (PostgreSQL is not installed here)",
+    );
     const leader = await cluster.leaderIndex();
     n.step(
       `cluster up: ${cluster.members.map((m, i) => `${m.name} ${m.endpoint}${i === leader ? ' (Raft leader)' : ''}`).join(', ')}`,
@@ -332,11 +342,23 @@ class Demo {
       return;
     }
     const token = BigInt(req.token);
-    const r = this.ledger.write(req.job, token, p.name, n.now());
-    p.send({ cmd: 'ledger-reply', id, reply: { ok: r.ok, highest: r.highest.toString(), ...(r.ok ? {} : { reason: r.reason }) } });
-    const what = `${req.job.label} ${money(req.job.cents)} with token ${token}`;
-    if (r.ok) n.detail(`${w} → ledger: ${what}: ${n.green('accepted')}`);
-    else n.step(`${w} → ledger: ${what}: ${n.red(n.bold('REJECTED'))} (${r.reason})`);
+    const reply = (r: WriteResult): void => {
+      p.send({ cmd: 'ledger-reply', id, reply: { ok: r.ok, highest: r.highest.toString(), ...(r.ok ? {} : { reason: r.reason }) } });
+      const what = `${req.job.label} ${money(req.job.cents)} with token ${token}`;
+      if (r.ok) n.detail(`${w} → ledger: ${what}: ${n.green('accepted')}`);
+      else n.step(`${w} → ledger: ${what}: ${n.red(n.bold('REJECTED'))} (${r.reason})`);
+      this.cond.notify();
+    };
+    if (!this.pgLedger) return reply(this.ledger.write(req.job, token, p.name, n.now()));
+    this.pgLedger.write(req.job, token, p.name).then(
+      (v) =>
+        reply(
+          v.ok
+            ? this.ledger.accepted(req.job, token, p.name, n.now())
+            : this.ledger.refused(req.job, token, p.name, v.highest, `PostgreSQL refused it: StaleTokenError, token ${token} < ${v.highest} in its fence table`),
+        ),
+      (err: unknown) => this.cond.fail(new Error(`the ledger's PostgreSQL write failed: ${String(err)}`)),
+    );
   }
 
   // ── scenes ──────────────────────────────────────────────────────────────────────────────────
@@ -524,7 +546,9 @@ class Demo {
         `without the fence, ${rejected.job.label} would have been charged twice; the ledger holds it once, written by ${this.ledger.entries.find((e) => e.job.id === rejected.job.id)?.by ?? '?'}`,
       );
     }
-    n.detail(`belt and braces: the library told w6 its lock was gone, and the ledger's fencing check stopped it anyway`);
+    n.detail(
+      `belt and braces: the library told w6 its lock was gone, and ${this.pgLedger ? 'PostgreSQL itself (PostgresFence)' : "the ledger's fencing check"} stopped it anyway`,
+    );
     const { ok } = this.fifo(this.scene);
     if (!ok) this.trouble('scene 3: the lock was not granted in CreateRevision order');
     this.expectedLoss.delete('w6');
@@ -600,6 +624,15 @@ class Demo {
     this.check('no lock or session lost unexpectedly', this.troubles.length === 0, this.troubles.join('; ') || undefined);
   }
 
+  /** With PostgreSQL: the database holds exactly the charges the story accepted, in token order. */
+  async databaseCheck(): Promise<void> {
+    if (!this.pgLedger) return;
+    const rows = await this.pgLedger.charges();
+    const want = this.ledger.entries.map((e) => `${e.job.id}@${e.token}`).join(',');
+    const ok = rows.map((r) => `${r.job}@${r.token}`).join(',') === want && rows.every((r, i) => i === 0 || r.token > rows[i - 1]!.token);
+    this.check('PostgreSQL holds the accepted charges, in token order', ok, `${rows.length} rows in its charges table`);
+  }
+
   /**
    * `--web`: the web inspector on the whole keyspace, on its own client (as the CLI would run it),
    * at 127.0.0.1:8379 or a free port. Waits a little for a browser, so the story starts on the page.
@@ -645,6 +678,7 @@ class Demo {
     await this.client?.close();
     await Promise.allSettled(this.background);
     await this.cluster?.stop();
+    await this.pgLedger?.stop();
     const alive = procs.filter((p) => p.alive).length;
     this.check(
       'cleaned up: cluster stopped, children gone',
@@ -658,6 +692,7 @@ class Demo {
     for (const p of this.procs.values()) p.signal('SIGKILL');
     void this.inspector?.server.close();
     void this.cluster?.stop();
+    void this.pgLedger?.stop();
   }
 
   summary(error: unknown): boolean {
@@ -734,6 +769,11 @@ async function main(): Promise<void> {
     error = err;
   }
   demo.finalChecks();
+  try {
+    await demo.databaseCheck();
+  } catch (err) {
+    error ??= err;
+  }
   demo.n.scene('The end', [], false);
   demo.n.step('cleaning up: workers close their sessions (revoking their leases) and exit, the cluster stops');
   try {

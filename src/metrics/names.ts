@@ -19,6 +19,7 @@ export const METRIC = {
   rpcDuration: 'rpc.client.call.duration',
   watchResumes: 'etcd_concurrency.watch.resumes',
   failovers: 'etcd_concurrency.client.failovers',
+  fencingRefused: 'etcd_concurrency.fencing.refused',
 } as const;
 
 /** Attribute keys. */
@@ -35,6 +36,8 @@ export const ATTR = {
   leading: 'etcd_concurrency.leading',
   /** Why a session was lost: deadline or lease_gone. */
   sessionEndReason: 'etcd_concurrency.session.end_reason',
+  /** Where a fence refused a stale write: postgres or redis (etcd_concurrency/fencing). */
+  fencingStore: 'etcd_concurrency.fencing.store',
   /** Span attribute: the fencing token (the key's CreateRevision). */
   fencingToken: 'etcd_concurrency.fencing_token',
   /** Span attribute: true when the acquire found others ahead and had to wait for its turn. */

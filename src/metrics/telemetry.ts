@@ -99,6 +99,7 @@ export class Telemetry {
   readonly rpcDuration: Histogram;
   readonly watchResumes: Counter;
   readonly failovers: Counter;
+  readonly fencingRefused: Counter;
 
   private readonly sessions = new Set<TrackedSession>();
   /** The live clients of this client's meter, for the time-left gauge (see the constructor). */
@@ -161,6 +162,11 @@ export class Telemetry {
     this.failovers = meter.createCounter(METRIC.failovers, {
       description: 'Moves of the client to the next endpoint after a failure',
       unit: '{failover}',
+      valueType: ValueType.INT,
+    });
+    this.fencingRefused = meter.createCounter(METRIC.fencingRefused, {
+      description: 'Writes a fence (etcd-concurrency/fencing) refused because the resource had stored a higher fencing token',
+      unit: '{write}',
       valueType: ValueType.INT,
     });
     this.metricsOn = this.acquireDuration !== NOOP_HISTOGRAM;
@@ -244,6 +250,11 @@ export class Telemetry {
     if (reason === 'deadline' || reason === 'lease-gone') {
       this.sessionLosses.add(1, { [ATTR.sessionEndReason]: reason === 'deadline' ? 'deadline' : 'lease_gone' });
     }
+  }
+
+  /** A fence refused a stale write to `store` (postgres or redis). */
+  staleWriteRefused(store: string): void {
+    if (this.metricsOn) this.fencingRefused.add(1, { [ATTR.fencingStore]: store });
   }
 
   /** A unary call to `path` (`/etcdserverpb.KV/Range`) that started at monotonic `startedAt` ended, failing with `err` if given. */

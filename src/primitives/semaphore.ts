@@ -253,7 +253,7 @@ export interface PermitHandle extends OwnerHandle {
   release(): Promise<void>;
 }
 
-class HeldPermit extends HeldHandle implements PermitHandle {
+export class HeldPermit extends HeldHandle implements PermitHandle {
   release(): Promise<void> {
     return this.own.release();
   }

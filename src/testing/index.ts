@@ -66,3 +66,20 @@ export type { EtcdTlsOptions } from '../launcher/index.js';
 export type { TcpProxy } from './proxy.js';
 /** Options for {@link startProxy}. */
 export type { StartProxyOptions } from './proxy.js';
+
+/**
+ * Throwaway PostgreSQL and Redis servers on free loopback ports, for testing fenced writes
+ * (`etcd-concurrency/fencing`) against the real databases. Each runs in its own temp dir, which
+ * stop() removes; `await using` stops them. {@link ServerNotFoundError} when one is not installed.
+ *
+ * @example
+ * ```ts
+ * await using pg = await startPostgres(); // as root: runs as the postgres system user
+ * const pool = new Pool({ connectionString: pg.connectionString });
+ * await using redis = await startRedis();
+ * const client = new Redis(redis.url);
+ * ```
+ */
+export { startPostgres, findPostgres, type PostgresServer, type StartPostgresOptions } from './postgres.js';
+export { startRedis, findRedis, type RedisServer, type StartRedisOptions } from './redis.js';
+export { ServerNotFoundError, ServerStartError } from './server-process.js';

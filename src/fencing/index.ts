@@ -1,0 +1,12 @@
+/**
+ * Fencing where the resource lives (`etcd-concurrency/fencing`): PostgreSQL and Redis refuse a
+ * write whose fencing token is lower than the highest they have stored, so a holder that lost its
+ * lock without knowing (paused, cut off past its TTL) cannot overwrite a later holder's work. The
+ * adapters take your own `pg` and `ioredis` clients: neither is a dependency of this package.
+ *
+ * @packageDocumentation
+ */
+export { PostgresFence, type PostgresFenceOptions, type PgPool, type PgQueryable } from './postgres.js';
+export { RedisFence, type RedisFenceOptions, type IoRedisLike, type NodeRedisLike } from './redis.js';
+export { StaleTokenError, FenceNotInstalledError, FenceUnavailableError } from './errors.js';
+export type { FencingHandle, HeldFencingHandle, LeaderFencingHandle } from './handle.js';

@@ -1,0 +1,222 @@
+import { InvalidArgumentError } from '../client/errors.js';
+import { FenceNotInstalledError, FenceUnavailableError, StaleTokenError } from './errors.js';
+import { fencedBy, type FencingHandle } from './handle.js';
+
+/** What the fence needs of a node-postgres (`pg`) connection: `query(text, values)`. */
+export interface PgQueryable {
+  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+}
+
+/** A node-postgres `Pool` (typed by its shape: `pg` is not a dependency of this package). */
+export interface PgPool<Tx extends PgQueryable = PgQueryable> {
+  connect(): Promise<Tx & { release(err?: Error | boolean): void }>;
+  // pg's callback form, never called: TypeScript infers `Tx` (pg's PoolClient) from the last overload.
+  connect(callback: (err: Error | undefined, client: Tx | undefined, done: (release?: unknown) => void) => void): void;
+  readonly totalCount: number;
+}
+
+/** Options of {@link PostgresFence}. */
+export interface PostgresFenceOptions {
+  /**
+   * The fence table: `name` or `schema.name`, letters, digits and `_` (a letter or `_` first), at
+   * most 63 characters each. Used exactly as written (quoted, so case-sensitive). Default
+   * `etcd_concurrency_fence`.
+   */
+  table?: string;
+}
+
+/** SQLSTATE undefined_table. */
+const UNDEFINED_TABLE = '42P01';
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+
+/**
+ * Fencing in PostgreSQL: runs your transaction only while its fencing token is the highest the
+ * resource has seen, so a holder that lost its lock without knowing (paused, cut off past its TTL)
+ * is refused by the database itself, whatever the timing.
+ *
+ * One row per resource in the fence table holds the highest token written with. `run()` opens a
+ * transaction, inserts or row-locks the resource's row, refuses with {@link StaleTokenError} when
+ * the stored token is higher than the handle's, stores the handle's token, runs your `fn(tx)`, checks
+ * the handle still holds just before COMMIT, and rolls back on any error. Fenced transactions on one
+ * resource serialise on that row lock, so a stale one cannot slip in between a check and a write.
+ * An equal token is the same holder writing again, and is allowed.
+ *
+ * Give it a `pg` `Pool` (each run takes a client and always releases it) or a connected `Client`
+ * (runs on it are queued one after another: one connection holds one transaction at a time).
+ *
+ * @example
+ * ```ts
+ * const fence = new PostgresFence(pool, { table: 'fences' });
+ * await fence.install();
+ * await fence.run(lock, 'accounts/7', (tx) => tx.query('UPDATE accounts SET balance = $1 WHERE id = 7', [balance]));
+ * ```
+ */
+export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
+  /** The table name as SQL: each part quoted. */
+  private readonly sql: string;
+  private readonly table: string;
+  private readonly pool: PgPool<Tx> | undefined;
+  private readonly client: Tx | undefined;
+  /** Runs on a single Client, chained: the next starts when the previous settled. */
+  private queue: Promise<unknown> = Promise.resolve();
+
+  /** A fence on a `pg` Pool: each run takes a client of the pool, and `fn` gets it as `tx`. */
+  constructor(pool: PgPool<Tx>, options?: PostgresFenceOptions);
+  /** A fence on a connected `pg` Client: runs are queued on it, and `fn` gets it as `tx`. */
+  constructor(client: Tx, options?: PostgresFenceOptions);
+  constructor(db: PgPool<Tx> | Tx, options: PostgresFenceOptions = {}) {
+    const table = options.table ?? 'etcd_concurrency_fence';
+    const parts = typeof table === 'string' ? table.split('.') : [];
+    if (parts.length < 1 || parts.length > 2 || !parts.every((p) => IDENTIFIER.test(p))) {
+      throw new InvalidArgumentError(
+        `PostgresFence: table must be "name" or "schema.name" with letters, digits and _ (a letter or _ first, at most 63 each), got ${JSON.stringify(String(table)).slice(0, 80)}`,
+      );
+    }
+    this.table = table;
+    this.sql = parts.map((p) => `"${p}"`).join('.');
+    if (typeof db !== 'object' || db === null || typeof (db as Partial<PgQueryable>).query !== 'function') {
+      throw new InvalidArgumentError('PostgresFence: give it a node-postgres Pool or a connected Client (an object with query())');
+    }
+    if (typeof (db as Partial<PgPool>).totalCount === 'number' && typeof (db as Partial<PgPool>).connect === 'function') this.pool = db as PgPool<Tx>;
+    else this.client = db as Tx;
+  }
+
+  /**
+   * Creates the fence table if it is missing (`CREATE TABLE IF NOT EXISTS`): `resource text primary
+   * key, token bigint not null`. Safe to call on every start. To create it in your migrations
+   * instead, use the same two columns.
+   */
+  async install(): Promise<void> {
+    await this.withConnection((db) =>
+      db.query(`CREATE TABLE IF NOT EXISTS ${this.sql} (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token > 0))`),
+    );
+  }
+
+  /**
+   * The highest token stored for `resource`, or undefined when no fenced write was made to it.
+   * For checks and tests: a decision taken on it would race, which is what run() is for.
+   */
+  async highestToken(resource: string): Promise<bigint | undefined> {
+    checkResource(resource);
+    const r = await this.withConnection((db) => this.guard(db.query(`SELECT token FROM ${this.sql} WHERE resource = $1`, [resource])));
+    const row = r.rows[0] as { token: string | number | bigint } | undefined;
+    return row === undefined ? undefined : BigInt(row.token);
+  }
+
+  /**
+   * Runs `fn(tx)` in one transaction fenced by `handle`'s token on `resource` (any name you choose
+   * for what the lock protects, e.g. `accounts/7`), and returns what `fn` returns once committed.
+   * Throws {@link StaleTokenError} (and runs nothing) when a higher token was stored for `resource`;
+   * whatever `fn` or the commit throws after a rollback; the handle's loss error when it no longer
+   * holds just before COMMIT (rolled back). Every query of `fn` must go through `tx`.
+   */
+  async run<T>(handle: FencingHandle, resource: string, fn: (tx: Tx) => Promise<T> | T): Promise<T> {
+    const fenced = fencedBy(handle, 'PostgresFence.run');
+    checkResource(resource);
+    if (typeof fn !== 'function') throw new InvalidArgumentError('PostgresFence.run: fn must be a function (tx) => ... that runs the fenced queries on tx');
+    fenced.assert(); // a holder already known lost needs no round trip to be refused
+    return this.withConnection(async (tx, conn) => {
+      await tx.query('BEGIN');
+      conn.inTransaction = true;
+      try {
+        // Insert the row, or lock the existing one and raise its token when ours is not lower. The
+        // conflicting row is locked even when the WHERE leaves it unchanged, so the token read next
+        // stays the highest until we end.
+        const token = String(fenced.token);
+        const up = await this.guard(
+          tx.query(
+            `INSERT INTO ${this.sql} AS f (resource, token) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token ` +
+              'WHERE f.token <= EXCLUDED.token RETURNING f.token',
+            [resource, token],
+          ),
+        );
+        if (up.rows.length === 0) {
+          const r = await tx.query(`SELECT token FROM ${this.sql} WHERE resource = $1`, [resource]);
+          const highest = BigInt((r.rows[0] as { token: string }).token);
+          fenced.refused('postgres');
+          throw new StaleTokenError(resource, fenced.token, highest);
+        }
+        const result = await fn(tx);
+        fenced.assert();
+        await tx.query('COMMIT');
+        return result;
+      } catch (err) {
+        // A failed ROLLBACK means a broken connection (the server ends the transaction with it):
+        // the pool must not hand that client out again.
+        await tx.query('ROLLBACK').catch((e: unknown) => (conn.broken = e instanceof Error ? e : new Error(String(e))));
+        throw err;
+      }
+    });
+  }
+
+  /**
+   * Runs `use` on a client of the pool (always released; destroyed when the run may have broken it),
+   * or on the Client, after the runs before it.
+   */
+  private async withConnection<T>(use: (db: Tx, conn: ConnectionState) => Promise<T>): Promise<T> {
+    const conn: ConnectionState = { inTransaction: false };
+    if (this.client) {
+      const run = this.queue.then(() => use(this.client!, conn));
+      this.queue = run.catch(() => {});
+      return run;
+    }
+    let client: Tx & { release(err?: Error | boolean): void };
+    try {
+      client = await this.pool!.connect();
+    } catch (cause) {
+      throw new FenceUnavailableError(
+        'PostgresFence: could not get a connection from the pool (was it ended with end()? is the server reachable?); nothing was written',
+        { cause },
+      );
+    }
+    // A connection that breaks while we hold it emits 'error' on the client, which pg leaves to the
+    // borrower: unheard, it would crash the process. The failed query reports it; we destroy the client.
+    const events = client as unknown as Partial<Pick<NodeJS.EventEmitter, 'on' | 'removeListener'>>;
+    const onError = (err: unknown): void => {
+      conn.broken ??= err instanceof Error ? err : new Error(String(err));
+    };
+    events.on?.('error', onError);
+    try {
+      return await use(client, conn);
+    } catch (err) {
+      // Outside a transaction, only an SQL error (or ours) proves the connection still answers.
+      if (!conn.inTransaction && !conn.broken && !(err instanceof FenceNotInstalledError || hasSqlState(err))) {
+        conn.broken = err instanceof Error ? err : new Error(String(err));
+      }
+      throw err;
+    } finally {
+      events.removeListener?.('error', onError);
+      client.release(conn.broken);
+    }
+  }
+
+  /** Maps "the fence table does not exist" (only for our own statements) to FenceNotInstalledError. */
+  private async guard<R>(q: Promise<R>): Promise<R> {
+    try {
+      return await q;
+    } catch (err) {
+      if ((err as { code?: unknown } | null)?.code === UNDEFINED_TABLE) throw new FenceNotInstalledError(this.table, { cause: err });
+      throw err;
+    }
+  }
+}
+
+/** What a run learnt about its connection. */
+interface ConnectionState {
+  /** BEGIN succeeded: the run's own ROLLBACK tells whether the connection survived. */
+  inTransaction: boolean;
+  /** Why the connection must not be reused. */
+  broken?: Error;
+}
+
+/** A server-side SQL error (it has a five-character SQLSTATE): the connection is still fine. */
+function hasSqlState(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !code.startsWith('08') && !code.startsWith('57');
+}
+
+function checkResource(resource: unknown): asserts resource is string {
+  if (typeof resource !== 'string' || resource.length === 0) {
+    throw new InvalidArgumentError('PostgresFence: resource must be a non-empty string naming what the lock protects (e.g. "accounts/7")');
+  }
+}
