@@ -111,6 +111,8 @@ export interface WorkerConfig {
   writeShare: number;
   /** Where the etcd-side counter and its per-operation ledger live. */
   dataPrefix: string;
+  /** Fenced role: the PostgreSQL of the run (chaos/pg-ledger.ts) and this phase's rows; absent without one. */
+  pg?: { url: string; phase: string };
   seed: number;
   /** Pause between cycles, ms. */
   thinkMs: [number, number];
@@ -166,6 +168,8 @@ export type WorkerEvent =
       txn?: { call: number; ret?: number };
     }
   | { t: 'careful-skip'; token: string; at: number }
+  /** A PostgreSQL fenced increment (worker.ts pgIncrement()), and whether its unfenced shadow write was made. */
+  | { t: 'pg-inc'; token: string; opId: string; outcome: 'committed' | 'refused' | 'failed'; shadowWritten: boolean; error?: string; at: number }
   | { t: 'term-start'; token: string; lease: string; at: number }
   | { t: 'term-end'; token: string; from: number; to: number; lost: boolean; lostReason?: string }
   /** `leftMs` (LeaseNotFoundError only): as in session-lost, for the session the failed call used; absent if unknown. */

@@ -28,8 +28,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
+import pg from 'pg';
 import { Client } from '../src/index.js';
-import { startEtcd } from '../src/testing/index.js';
+import { PostgresFence } from '../src/fencing/index.js';
+import { findPostgres, startEtcd, startPostgres } from '../src/testing/index.js';
+import { checkPgLedger, PG_FENCE_TABLE, PG_SCHEMA, type PgLedgerReport } from './pg-ledger.js';
 import {
   checkElection,
   checkEtcdCounter,
@@ -194,6 +197,8 @@ interface PhaseResult {
    * Mutual exclusion judged on etcd's history (revisions.ts): the observer's record of every key, and
    * each grant's witness revision against the keys older than it still alive then. No clock.
    */
+  /** The fenced ledger's twin on PostgreSQL through PostgresFence, and its unfenced shadow (null: no PostgreSQL). */
+  pgLedger: PgLedgerReport | null;
   /** Porcupine's verdict on the etcd counter's and the fenced ledger's operations (chaos/porcupine.ts). */
   porcupine: PorcupineResult[];
   /** From the faults' end (cluster healthy) to the first term begun, 0 if one was under way; null: none within the bound. */
@@ -260,6 +265,17 @@ process.once('SIGINT', () => {
   })();
 });
 
+// The fenced resource on a real PostgreSQL (chaos/pg-ledger.ts), when one is installed.
+const pgServer = findPostgres() ? await startPostgres() : undefined;
+const pgAdmin = pgServer ? new pg.Pool({ connectionString: pgServer.connectionString, max: 2 }) : undefined;
+// An idle connection ended under the pool (the server stopping) must not crash the run.
+pgAdmin?.on('error', () => {});
+if (pgAdmin) {
+  for (const q of PG_SCHEMA) await pgAdmin.query(q);
+  await new PostgresFence(pgAdmin, { table: PG_FENCE_TABLE }).install();
+  say(`  PostgreSQL ${pgServer!.version}: the fenced ledger also runs through PostgresFence, with an unfenced shadow`);
+} else say('  PostgreSQL not installed: the fenced ledger runs without its PostgreSQL twin');
+
 await removeStaleNamespaces();
 for (const plan of plans) {
   try {
@@ -273,6 +289,8 @@ for (const plan of plans) {
   }
 }
 
+await pgAdmin?.end().catch(() => {});
+await pgServer?.stop().catch(() => {});
 const summary = summarize();
 await writeFile(jsonFile, `${JSON.stringify(summary, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2)}\n`);
 printTable();
@@ -309,6 +327,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     endpoints: cluster.endpoints,
     ttl,
     dataPrefix,
+    ...(pgServer ? { pg: { url: pgServer.connectionString, phase: `${runId}/${plan.name}` } } : {}),
     seed: rng.int(0, 2 ** 31),
     logDir: phaseDir,
     thinkMs: [0, 20],
@@ -466,6 +485,18 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     .filter((r) => r.result !== 'Ok')
     .map((r) => ({ check: 'porcupine-not-linearizable', detail: `${r.name} (${r.operations} operations): ${r.result}${r.visualization ? `; see ${r.visualization}` : ''}` }));
   for (const r of porcupine) if (r.visualization) say(`porcupine: ${r.name} is ${r.result}: ${r.visualization}`);
+  let pgLedger: PgLedgerReport | null = null;
+  if (pgAdmin) {
+    const phaseKey = `${runId}/${plan.name}`;
+    const num = (r: { rows: unknown[] }): number => Number((r.rows[0] as { value?: string } | undefined)?.value ?? 0);
+    const ops = await pgAdmin.query('SELECT op_id, value, token FROM chaos_ops WHERE phase = $1', [phaseKey]);
+    pgLedger = checkPgLedger(
+      num(await pgAdmin.query('SELECT value FROM chaos_ledger WHERE phase = $1', [phaseKey])),
+      (ops.rows as { op_id: string; value: string; token: string }[]).map((o) => ({ opId: o.op_id, value: Number(o.value), token: BigInt(o.token) })),
+      history.pgIncrements,
+      num(await pgAdmin.query('SELECT value FROM chaos_shadow WHERE phase = $1', [phaseKey])),
+    );
+  }
   const byHow: Record<string, number> = {};
   for (const l of lives) {
     const how: KeyEnd | 'never' = l.deleted === undefined ? 'never' : (l.how ?? 'unknown');
@@ -521,6 +552,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     ...ROLES.flatMap((r) => byRevision[r]),
     ...tokenOrder,
     ...foreign,
+    ...(pgLedger?.violations ?? []),
     ...(leaderlessMs === undefined
       ? [{ check: 'election-leaderless', detail: `no leader within ${leaderlessBoundMs()} ms after the faults ended and the cluster was healthy` }]
       : []),
@@ -556,6 +588,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     rw,
     rwHolds: rwFound.report,
     leaderlessAfterFaultsMs: leaderlessMs ?? null,
+    pgLedger,
     porcupine,
     revisions: {
       keys: lives.length,
@@ -704,6 +737,8 @@ function printTable(): void {
   row('  keys observed, how they went', (r) => `${r.revisions.keys}: ${Object.entries(r.revisions.byHow).map(([k, v]) => `${k} ${v}`).join(', ')}`);
   row('  token-order violations', (r) => r.revisions.tokenOrderViolations);
   row('  held keys deleted by another (not the operator)', (r) => r.revisions.foreignDeletes);
+  row('PostgreSQL ledger: committed / refused by the fence / failed', (r) => (r.pgLedger ? `${r.pgLedger.committed} / ${r.pgLedger.refusedByFence} / ${r.pgLedger.failed} (value ${r.pgLedger.value}, ${r.pgLedger.violations.length} violations)` : 'no PostgreSQL'));
+  row('  unfenced shadow: writes, lost updates', (r) => (r.pgLedger ? `${r.pgLedger.shadowWrites}, ${r.pgLedger.shadowLostUpdates}` : '-'));
   row('leaderless after the faults ended (ms)', (r) => r.leaderlessAfterFaultsMs ?? `none within ${leaderlessBoundMs()}`);
   row('porcupine (operations: verdict)', (r) => r.porcupine.map((p) => `${p.name.replace(`${r.name}-`, '')} ${p.operations}: ${p.result}`).join(', ') || 'not run');
   row('  lease gone before client deadline', (r) => `${r.leaseGone.violations.length} (of ${r.leaseGone.reports} lease-gone)`);

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startProxy, type TcpProxy } from '../src/testing/index.js';
 import type { EtcdIncrementReport, HeldInterval, LeaseGoneReport, Term } from './checker.js';
+import type { PgIncrementReport } from './pg-ledger.js';
 import type { LinearOp } from './porcupine.js';
 import type { GrantWitness } from './revisions.js';
 import { clockOffset, lineSplitter, now, type LockRole, type ParentMessage, type Role, type RWMode, type WorkerConfig, type WorkerEvent } from './common.js';
@@ -29,6 +30,7 @@ export class History {
   /** Each grant's witness read (worker.ts witness()), by role. */
   readonly witnesses: Record<Role, GrantWitness[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [] };
   readonly etcdIncrements: EtcdIncrementReport[] = [];
+  readonly pgIncrements: PgIncrementReport[] = [];
   readonly errors = new Map<string, number>();
   /** Errors that are not this library's (EtcdError family) nor an abort: possible bugs. */
   readonly unexpectedErrors: string[] = [];
@@ -66,6 +68,8 @@ export interface PoolOptions {
   endpoints: string[];
   ttl: number;
   dataPrefix: string;
+  /** The PostgreSQL ledger's connection string and this phase's rows (chaos/pg-ledger.ts), if there is one. */
+  pg?: { url: string; phase: string };
   seed: number;
   logDir: string;
   thinkMs: [number, number];
@@ -147,6 +151,7 @@ export class WorkerProc {
       ttl: o.ttl,
       name: this.spec.name,
       dataPrefix: o.dataPrefix,
+      ...(o.pg && this.spec.role === 'fenced' ? { pg: o.pg } : {}),
       seed: (o.seed + hash(this.label)) >>> 0,
       thinkMs: o.thinkMs,
       holdMs: this.spec.role === 'election' ? o.electionHoldMs : o.holdMs,
@@ -326,6 +331,10 @@ export class WorkerProc {
         if (e.error) this.countError('etcd-inc', e.error.split(':')[0]!);
         break;
       }
+      case 'pg-inc':
+        h.pgIncrements.push({ worker: label, opId: e.opId, token: BigInt(e.token), outcome: e.outcome, shadowWritten: e.shadowWritten });
+        if (e.error) this.countError('pg-inc', e.error.split(':')[0]!);
+        break;
       case 'careful-skip':
         h.carefulSkips.push(this.t(e.at));
         break;

@@ -796,3 +796,17 @@ test('a hold lost to a delete of its key while its lease lived, by neither its r
   // The operator's delete, a lease gone, a loss for another reason, a release (not lost): nothing.
   assert.deepEqual(foreignDeletes([lost(30n), lost(40n), lost(20n, 'its session was lost (session deadline)'), { ...lost(20n), lost: false }], lives, 'x'), []);
 });
+
+test('PostgreSQL ledger: a value written twice, a gap, a miscount and a lost acknowledgement are violations; the shadow\'s losses are only reported', async () => {
+  const { checkPgLedger } = await import('../chaos/pg-ledger.js');
+  const op = (opId: string, value: number, token: bigint) => ({ opId, value, token });
+  const report = (opId: string, outcome: 'committed' | 'refused' | 'failed', shadowWritten = true) => ({ worker: 'fenced-0#1', opId, token: 1n, outcome, shadowWritten });
+  const good = checkPgLedger(2, [op('a', 1, 10n), op('b', 2, 12n)], [report('a', 'committed'), report('b', 'committed'), report('c', 'refused')], 1);
+  assert.deepEqual(good.violations, []);
+  assert.deepEqual([good.committed, good.refusedByFence, good.shadowWrites, good.shadowLostUpdates], [2, 1, 3, 2]);
+  const bad = checkPgLedger(3, [op('a', 1, 10n), op('b', 1, 12n)], [report('a', 'committed'), report('d', 'committed'), report('b', 'refused')], 3);
+  assert.deepEqual(bad.violations.map((v) => v.check).sort(), ['pg-count', 'pg-gap', 'pg-gap', 'pg-lost-ack', 'pg-lost-update', 'pg-misreport']);
+  // A stale holder let through: value 3 written with an older token than value 2's.
+  const stale = checkPgLedger(3, [op('a', 1, 10n), op('b', 2, 12n), op('c', 3, 11n)], [], 0);
+  assert.deepEqual(stale.violations.map((v) => v.check), ['pg-token-order']);
+});
