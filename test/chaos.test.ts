@@ -60,6 +60,8 @@ interface ChaosResult {
     };
     faults: Record<string, number>;
     faultLog: { kind: string; target: string; ms: number; note?: string }[];
+    pgLedger: { committed: number; violations: unknown[] } | null;
+    porcupine: { name: string; result: string }[];
     cleanup: { ok: boolean };
     violations: { check: string; detail: string }[];
     unexpectedErrors: string[];
@@ -84,6 +86,11 @@ function ciGaps(result: Pick<ChaosResult, 'netns' | 'phases'>): string[] {
   for (const kind of ['key-delete', 'lease-revoke']) {
     if (!log.some((f) => f.kind === kind && /at revision \d+/.test(f.note ?? ''))) gaps.push(`no ${kind} took a holder's key`);
   }
+  // CI installs PostgreSQL and Go: the fenced ledger's PostgreSQL twin and Porcupine must have run.
+  for (const p of result.phases) {
+    if (!p.pgLedger || p.pgLedger.committed === 0) gaps.push(`${p.name}: no increment committed through PostgresFence`);
+    if (p.porcupine.length < 2) gaps.push(`${p.name}: Porcupine did not check both histories`);
+  }
   return gaps;
 }
 
@@ -95,13 +102,18 @@ test('ciGaps: a run without netns, a leader pause, a trapped ghost or an operato
     fault('key-delete', 'fenced-1#1 (holding 90)', 20, 'chaos/x/fenced/abc at revision 95'),
     fault('lease-revoke', 'rwlock-1#1 (holding 99)', 20, 'chaos/x/rwlock/write/abd at revision 101'),
   ];
-  const phase = (faultLog: typeof full) => ({ faultLog }) as unknown as ChaosResult['phases'][number];
+  const phase = (faultLog: typeof full) =>
+    ({ name: 'p', faultLog, pgLedger: { committed: 5, violations: [] }, porcupine: [{ name: 'c', result: 'Ok' }, { name: 'l', result: 'Ok' }] }) as unknown as ChaosResult['phases'][number];
   assert.deepEqual(ciGaps({ netns: 'used', phases: [phase(full)] }), []);
   assert.deepEqual(ciGaps({ netns: 'unavailable (no CAP_NET_ADMIN)', phases: [phase(full)] }), ['network namespaces not used: unavailable (no CAP_NET_ADMIN)']);
   assert.deepEqual(ciGaps({ netns: 'used', phases: [phase([{ ...full[0]!, target: 'm1' }, ...full.slice(1)])] }), ['no pause of the Raft leader']);
   assert.deepEqual(ciGaps({ netns: 'used', phases: [phase([full[0]!, { ...full[1]!, ms: 0 }, ...full.slice(2)])] }), ['no ghost-pause trapped a holder']);
   assert.deepEqual(ciGaps({ netns: 'used', phases: [phase([...full.slice(0, 2), { ...full[2]!, note: 'no request while holding within 3 s' }, full[3]!])] }), [
     "no key-delete took a holder's key",
+  ]);
+  assert.deepEqual(ciGaps({ netns: 'used', phases: [{ ...phase(full), pgLedger: null, porcupine: [] }] }), [
+    'p: no increment committed through PostgresFence',
+    'p: Porcupine did not check both histories',
   ]);
 });
 
