@@ -561,7 +561,31 @@ export function tokenOrderViolations(
 ): Violation[] {
   const violations: Violation[] = [];
   const byEnd = [...intervals].sort((x, y) => x.to - y.to);
+  // The highest token among the holds ended so far (a write hold's, for RW readers): most holds have
+  // none above their own, and need no scan (runs hold tens of thousands of holds).
+  const maxAll: bigint[] = [];
+  const maxWrite: bigint[] = [];
+  let m = -1n;
+  let mw = -1n;
+  for (const x of byEnd) {
+    if (x.token > m) m = x.token;
+    if (x.mode !== 'read' && x.token > mw) mw = x.token;
+    maxAll.push(m);
+    maxWrite.push(mw);
+  }
+  const endedBefore = (t: number): number => {
+    let lo = 0;
+    let hi = byEnd.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (byEnd[mid]!.to < t) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
   for (const y of intervals) {
+    const n = endedBefore(y.from);
+    if (n === 0 || (y.mode === 'read' ? maxWrite : maxAll)[n - 1]! <= y.token) continue;
     for (const x of byEnd) {
       if (x.to >= y.from) break;
       if (x.token <= y.token || x.worker === y.worker || !conflicts(x, y)) continue;

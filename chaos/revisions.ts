@@ -59,11 +59,6 @@ function participant(queue: string, rule: GrantRule, life: KeyLife): boolean {
   return !rest.includes('/');
 }
 
-/** Alive at revision `rev`: created at or before it and not yet deleted. */
-function aliveAt(life: KeyLife, rev: bigint): boolean {
-  return life.create <= rev && (life.deleted === undefined || life.deleted > rev);
-}
-
 /**
  * "No two holders", as a fact of etcd's history: at the revision of each holder's witness read, with
  * its own key still there, every older participant it had to wait for must already be deleted (an
@@ -75,24 +70,37 @@ function aliveAt(life: KeyLife, rev: bigint): boolean {
  */
 export function checkGrantsByRevision(lives: KeyLife[], witnesses: GrantWitness[], rule: GrantRule, check: string): Violation[] {
   const violations: Violation[] = [];
-  for (const w of witnesses) {
-    // Older than ours and still there at the witness's revision, which came after the grant: so it was
-    // there at the grant too (it was created before our key, and deleted after the witness, if ever).
-    const older = lives.filter((l) => l.create < w.token && participant(w.queue, rule, l) && aliveAt(l, w.rev));
-    for (const k of w.seen ?? []) {
-      const life: KeyLife = { ...k };
-      if (life.create < w.token && participant(w.queue, rule, life) && !older.some((o) => o.create === k.create)) older.push(life);
-    }
-    const blocking =
-      rule.kind === 'rw' && w.mode === 'read' ? older.filter((l) => l.key.slice(w.queue.length).startsWith('write/')) : older;
-    const allowed = rule.kind === 'permits' ? rule.permits - 1 : 0;
-    if (blocking.length > allowed) {
-      violations.push({
-        check,
-        detail:
-          `${w.worker} (token ${w.token}${w.mode ? `, ${w.mode}` : ''}) held at revision ${w.rev} while ${blocking.length} older key(s) it waited for ` +
-          `still existed: ${blocking.map((l) => `${l.key}@${l.create}${l.deleted !== undefined ? ` (deleted at ${l.deleted}, ${l.how ?? '?'})` : ' (never deleted)'}`).join(', ')}`,
-      });
+  // A sweep over revisions per queue (runs hold tens of thousands of keys and grants): the keys
+  // alive at each witness's revision are the few created and not yet deleted by then.
+  const byQueue = new Map<string, GrantWitness[]>();
+  for (const w of witnesses) byQueue.set(w.queue, [...(byQueue.get(w.queue) ?? []), w]);
+  for (const [queue, ws] of byQueue) {
+    const mine = lives.filter((l) => participant(queue, rule, l)).sort((a, b) => (a.create < b.create ? -1 : a.create > b.create ? 1 : 0));
+    const ends = mine.filter((l) => l.deleted !== undefined).sort((a, b) => (a.deleted! < b.deleted! ? -1 : a.deleted! > b.deleted! ? 1 : 0));
+    const alive = new Set<KeyLife>();
+    let ci = 0;
+    let di = 0;
+    for (const w of [...ws].sort((a, b) => (a.rev < b.rev ? -1 : a.rev > b.rev ? 1 : 0))) {
+      while (ci < mine.length && mine[ci]!.create <= w.rev) alive.add(mine[ci++]!);
+      while (di < ends.length && ends[di]!.deleted! <= w.rev) alive.delete(ends[di++]!);
+      // Older than ours and still there at the witness's revision, which came after the grant: so it
+      // was there at the grant too (created before our key, and deleted after the witness, if ever).
+      const older = [...alive].filter((l) => l.create < w.token);
+      for (const k of w.seen ?? []) {
+        const life: KeyLife = { ...k };
+        if (life.create < w.token && participant(w.queue, rule, life) && !older.some((o) => o.create === k.create)) older.push(life);
+      }
+      const blocking =
+        rule.kind === 'rw' && w.mode === 'read' ? older.filter((l) => l.key.slice(w.queue.length).startsWith('write/')) : older;
+      const allowed = rule.kind === 'permits' ? rule.permits - 1 : 0;
+      if (blocking.length > allowed) {
+        violations.push({
+          check,
+          detail:
+            `${w.worker} (token ${w.token}${w.mode ? `, ${w.mode}` : ''}) held at revision ${w.rev} while ${blocking.length} older key(s) it waited for ` +
+            `still existed: ${blocking.map((l) => `${l.key}@${l.create}${l.deleted !== undefined ? ` (deleted at ${l.deleted}, ${l.how ?? '?'})` : ' (never deleted)'}`).join(', ')}`,
+        });
+      }
     }
   }
   return violations;

@@ -810,3 +810,19 @@ test('PostgreSQL ledger: a value written twice, a gap, a miscount and a lost ack
   const stale = checkPgLedger(3, [op('a', 1, 10n), op('b', 2, 12n), op('c', 3, 11n)], [], 0);
   assert.deepEqual(stale.violations.map((v) => v.check), ['pg-token-order']);
 });
+
+test('grants judged by revision: an older key alive at the witness\'s revision fails it; one deleted by then does not', async () => {
+  const { checkGrantsByRevision } = await import('../chaos/revisions.js');
+  const life = (key: string, create: bigint, deleted?: bigint, lease = 'ab'): KeyLife => ({ key, create, lease, ...(deleted !== undefined ? { deleted, how: 'deleted' as const } : {}) });
+  const lives = [life('m/a', 10n, 15n), life('m/b', 12n), life('m/c', 14n, 30n), life('m/x/y', 11n), life('m/s', 9n, undefined, '0')];
+  const w = (token: bigint, rev: bigint) => ({ worker: 'w', queue: 'm/', token, rev });
+  // Token 14 witnessed at 20: key 12 (older, never deleted) was there: a violation. Key 10 was gone at 15.
+  const v = checkGrantsByRevision(lives, [w(14n, 20n)], { kind: 'exclusive' }, 'x');
+  assert.equal(v.length, 1);
+  assert.match(v[0]!.detail, /m\/b@12 \(never deleted\)/);
+  // Token 12 at 16: key 10 deleted at 15, stray m/s (no lease) and m/x/y (not a participant) do not count.
+  assert.deepEqual(checkGrantsByRevision(lives, [w(12n, 16n)], { kind: 'exclusive' }, 'x'), []);
+  // Two permits: one older key alive is a rightful grant; two are an over-grant.
+  assert.deepEqual(checkGrantsByRevision(lives, [w(14n, 14n)], { kind: 'permits', permits: 2 }, 'x').length, 1);
+  assert.deepEqual(checkGrantsByRevision(lives, [w(14n, 20n)], { kind: 'permits', permits: 2 }, 'x'), []);
+});
