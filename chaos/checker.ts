@@ -1,5 +1,6 @@
 // Pure checks over what a chaos run recorded. No I/O: main.ts gathers the history, this judges it.
 import type { FencedPermits, FencedRegister, FencedRW, PermitEntry, RWEntry, StoreEntry } from './fenced-store.js';
+import { checkGrantsByRevision, hasBug15247, type GrantWitness, type KeyLife } from './revisions.js';
 
 /** A hard safety violation: any one fails the run. */
 export interface Violation {
@@ -16,6 +17,41 @@ export interface FaultRecord {
   start: number;
   end: number;
   note?: string;
+  /** key-delete / lease-revoke: the revision of etcd's answer (the delete's, or the revoke's). */
+  revision?: bigint;
+  /** key-delete / lease-revoke: the key taken away (its CreateRevision is `token`). */
+  key?: string;
+  /** key-delete / lease-revoke: the hold whose key was taken away. */
+  token?: bigint;
+  /** lease-revoke: the lease (hex) revoked. */
+  lease?: string;
+}
+
+/** An operator's faults: a held key deleted, a live holder's lease revoked (nemesis.ts). */
+export const OPERATOR_FAULTS = new Set(['key-delete', 'lease-revoke']);
+
+/**
+ * How soon after an operator took its key away a holder must stop believing: its key watch sees the
+ * delete (a revoke deletes the key too) within a round trip; a second covers a loaded machine.
+ */
+export const OPERATOR_NOTICE_MS = 1000;
+
+/**
+ * Whether operator fault `f` (its key deleted, or its lease revoked, at `f`'s revision) explains
+ * `a` still believing when `b` started: the fault took `a`'s own key (its token), was answered
+ * (`f.end > f.start`, a revision known) before `b` started, and `a` stopped believing within
+ * OPERATOR_NOTICE_MS of the answer.
+ */
+export function operatorExplains(f: FaultRecord, a: HeldInterval, b: HeldInterval): boolean {
+  return (
+    OPERATOR_FAULTS.has(f.kind) &&
+    f.worker === a.worker &&
+    f.token === a.token &&
+    f.revision !== undefined &&
+    f.end > f.start &&
+    f.start <= b.from &&
+    a.to <= f.end + OPERATOR_NOTICE_MS
+  );
 }
 
 /** An interval during which a worker's handle said "held" (or "leading"). */
@@ -42,6 +78,11 @@ export interface HeldInterval {
   lease?: string;
   /** The TTL (seconds) its session asked for (the chaos run's --ttl, the worker's Session option). */
   ttl?: number;
+  /**
+   * The revision of a linearizable read the holder made right after its grant (revisions.ts
+   * GrantWitness): its grant was decided at or before it.
+   */
+  witnessRev?: bigint;
 }
 
 // ---------------------------------------------------------------- fenced ledger
@@ -243,17 +284,18 @@ export function findOverlaps(
   for (let i = 0; i < sorted.length; i++) {
     const a = sorted[i]!;
     let first: HeldInterval | undefined;
+    let cause: string | undefined;
+    // Every later holder is judged: one explained by a freeze says nothing of the next one.
     for (let j = i + 1; j < sorted.length && sorted[j]!.from < a.to; j++) {
       const b = sorted[j]!;
       if (b.token === a.token || !conflicts(a, b)) continue;
       pairs++;
       first ??= b;
+      let why = explain(a, b, faults, leases);
+      if (why.startsWith('unexplained')) why = lateStart(b, [a], 1, faults, acted) ?? why;
+      if (cause === undefined || (why.startsWith('unexplained') && !cause.startsWith('unexplained'))) cause = why;
     }
-    if (first) {
-      let cause = explain(a, first, faults, leases);
-      if (cause.startsWith('unexplained')) cause = lateStart(first, [a], 1, faults, acted) ?? cause;
-      overlaps.push({ a, b: first, ms: a.to - first.from, cause });
-    }
+    if (first && cause !== undefined) overlaps.push({ a, b: first, ms: a.to - first.from, cause });
   }
   const byCause: Record<string, number> = {};
   for (const o of overlaps) byCause[o.cause] = (byCause[o.cause] ?? 0) + 1;
@@ -286,6 +328,45 @@ export const FREEZES = new Set(['worker-pause', 'ghost-pause']);
  * that started within this long after the end of the freeze still counts as started "during" it.
  */
 export const WAKE_GRACE_MS = 250;
+
+/** The session TTL (s) of a hold that does not say (the chaos run's default --ttl). */
+export const DEFAULT_TTL_S = 3;
+
+/**
+ * The session's safety margin at `ttlSeconds` when none is set: min(5 s, TTL/6) (src/session.ts,
+ * marginMs()). The chaos workers use the default.
+ */
+export function defaultMarginMs(ttlSeconds: number): number {
+  return Math.min(5000, (ttlSeconds * 1000) / 6);
+}
+
+/**
+ * The shortest freeze that can explain a stale belief: a correct holder frozen for less than its
+ * TTL minus the margin wakes with its deadline still ahead, so its lease cannot have expired on the
+ * server and nobody else can have been granted meanwhile. 2500 ms at TTL 3 s.
+ */
+export function minExcusingFreezeMs(ttlSeconds: number = DEFAULT_TTL_S): number {
+  return ttlSeconds * 1000 - defaultMarginMs(ttlSeconds);
+}
+
+/**
+ * Whether freeze `f` of `a`'s process explains `a` still believing it held when `b` started: a
+ * SIGSTOP (never a zero-length record: a ghost-pause that trapped nobody) of at least
+ * minExcusingFreezeMs(a's TTL), covering `b`'s start (up to WAKE_GRACE_MS after the wake), and `a`'s
+ * belief ended within WAKE_GRACE_MS of the wake (a holder that goes on believing after it ran again
+ * is not excused by having been frozen once).
+ */
+export function freezeExplains(f: FaultRecord, a: HeldInterval, b: HeldInterval): boolean {
+  return (
+    FREEZES.has(f.kind) &&
+    f.worker === a.worker &&
+    f.end > f.start &&
+    f.end - f.start >= minExcusingFreezeMs(a.ttl) &&
+    f.start <= b.from &&
+    b.from <= f.end + WAKE_GRACE_MS &&
+    a.to <= f.end + WAKE_GRACE_MS
+  );
+}
 
 /** The cause of an overlap that a deposed Raft leader's revoke of a live lease explains (see explain()). */
 export const DEPOSED_REVOKE_CAUSE = 'etcd 15247 (a deposed leader revoked a live lease)';
@@ -337,6 +418,10 @@ export interface LeaseEvidence {
   leaseGone: LeaseGoneReport[];
   /** Members' timed-out revokes (etcd-logs.ts), for deposedLeaderRevoke(). */
   staleRevokes?: StaleRevoke[];
+  /** The etcd version of the run: etcd 15247 is excused only on versions that have it (hasBug15247()). */
+  etcdVersion?: string;
+  /** The observer's record of every key (observer.ts): etcd 15247 needs the earlier key gone with its lease. */
+  keys?: KeyLife[];
 }
 
 /**
@@ -352,9 +437,12 @@ export interface LeaseEvidence {
  *    lasted at least staleLessorPauseMs(`a`'s TTL) (no TTL known: not attributed);
  * 3. `a`'s lease existed before the pause began (`sessionFrom`, else its own start `from`, before the
  *    pause's start): a lease granted while the leader was frozen is unknown to its stale lessor;
- * 4. `a` noticed the loss within DEPOSED_REVOKE_NOTICE_MS after `b` started.
+ * 4. `a` noticed the loss within DEPOSED_REVOKE_NOTICE_MS after `b` started;
+ * 5. the run's etcd has the bug (hasBug15247(): before 3.4.28 and 3.5.11), and the observer's record
+ *    shows `a`'s key removed with its lease at or before `b`'s witness revision (revokedBefore()).
  */
 export function deposedRevokeOf(a: HeldInterval, b: HeldInterval, faults: FaultRecord[], leases?: LeaseEvidence): FaultRecord | undefined {
+  if (!hasBug15247(leases?.etcdVersion) || !revokedBefore(a, b, leases?.keys)) return undefined;
   if (a.lost ? !lostToRevoke(a.lostReason) : a.died || a.lease === undefined) return undefined;
   if (a.ttl === undefined || a.to - b.from > DEPOSED_REVOKE_NOTICE_MS) return undefined;
   const pause = leaderWake(b.from, faults);
@@ -375,6 +463,16 @@ export function deposedRevokeOf(a: HeldInterval, b: HeldInterval, faults: FaultR
 }
 
 /**
+ * etcd's history shows `a`'s key (CreateRevision `a.token`) removed with its lease (`lease-ended`: a
+ * revoke or an expiry, never a delete) at a revision no later than `b`'s witness read: `b`'s grant
+ * came after it. Without `b`'s witness or the observer's record, nothing is shown.
+ */
+function revokedBefore(a: HeldInterval, b: HeldInterval, keys: KeyLife[] | undefined): boolean {
+  const life = keys?.find((k) => k.create === a.token);
+  return life?.deleted !== undefined && life.how === 'lease-ended' && b.witnessRev !== undefined && life.deleted <= b.witnessRev;
+}
+
+/**
  * Why `a` still believed it held when `b` started. First, a freeze of `a`'s own process that covers
  * `b`'s start (a frozen process cannot act on any signal). Then etcd's own bug, 15247 (see
  * deposedLeaderRevoke()): a Raft leader frozen past the TTL wakes and revokes leases its successor
@@ -389,7 +487,10 @@ export function deposedRevokeOf(a: HeldInterval, b: HeldInterval, faults: FaultR
  */
 export function explain(a: HeldInterval, b: HeldInterval, faults: FaultRecord[], leases?: LeaseEvidence): string {
   for (const f of faults) {
-    if (FREEZES.has(f.kind) && f.worker === a.worker && f.start <= b.from && b.from <= f.end + WAKE_GRACE_MS) return f.kind;
+    if (freezeExplains(f, a, b)) return f.kind;
+  }
+  for (const f of faults) {
+    if (operatorExplains(f, a, b)) return f.kind;
   }
   if (deposedRevokeOf(a, b, faults, leases)) return DEPOSED_REVOKE_CAUSE;
   // Name the fault in force when the later holder started, for diagnosis.
@@ -422,7 +523,7 @@ export function lateStart(
 ): string | undefined {
   if (!acted || acted(b)) return undefined;
   for (const f of faults) {
-    if (!FREEZES.has(f.kind) || f.worker !== b.worker) continue;
+    if (!FREEZES.has(f.kind) || f.worker !== b.worker || f.end - f.start < minExcusingFreezeMs(b.ttl)) continue;
     if (b.from < f.start || b.from > f.end + WAKE_GRACE_MS || b.to > f.end + WAKE_GRACE_MS) continue;
     const during = newer.filter((a) => a.token > b.token && a.from >= f.start && a.from <= f.end + WAKE_GRACE_MS);
     if (during.length >= need) return `${f.kind} (late start)`;
@@ -440,6 +541,71 @@ export function overlapViolations(overlaps: Overlap[], check: string): Violation
         `${o.a.worker} (token ${o.a.token}) still held until ${round(o.ms)} ms after ${o.b.worker} (token ${o.b.token}) ` +
         `started: ${o.cause}`,
     }));
+}
+
+/**
+ * Queue order, for locks and RW locks: a hold that began after a conflicting hold with a newer token
+ * had ended. The older key was there all along (it was created first and held later), so the newer
+ * grant came while an older key it had to wait for still existed. (Not for a semaphore: there an
+ * older waiter may rightly learn of its permit after a newer one came and went, both being among the
+ * first N; its queue order is judged on revisions, overGrantViolations().) Excused only
+ * when the older holder's own process was frozen (minExcusingFreezeMs(), nonzero) from before the
+ * newer hold began until within WAKE_GRACE_MS of its own start (it won, froze, and recorded late).
+ */
+export function tokenOrderViolations(
+  intervals: HeldInterval[],
+  faults: FaultRecord[],
+  check: string,
+  conflicts: (a: HeldInterval, b: HeldInterval) => boolean = () => true,
+): Violation[] {
+  const violations: Violation[] = [];
+  const byEnd = [...intervals].sort((x, y) => x.to - y.to);
+  // The highest token among the holds ended so far (a write hold's, for RW readers): most holds have
+  // none above their own, and need no scan (runs hold tens of thousands of holds).
+  const maxAll: bigint[] = [];
+  const maxWrite: bigint[] = [];
+  let m = -1n;
+  let mw = -1n;
+  for (const x of byEnd) {
+    if (x.token > m) m = x.token;
+    if (x.mode !== 'read' && x.token > mw) mw = x.token;
+    maxAll.push(m);
+    maxWrite.push(mw);
+  }
+  const endedBefore = (t: number): number => {
+    let lo = 0;
+    let hi = byEnd.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (byEnd[mid]!.to < t) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
+  for (const y of intervals) {
+    const n = endedBefore(y.from);
+    if (n === 0 || (y.mode === 'read' ? maxWrite : maxAll)[n - 1]! <= y.token) continue;
+    for (const x of byEnd) {
+      if (x.to >= y.from) break;
+      if (x.token <= y.token || x.worker === y.worker || !conflicts(x, y)) continue;
+      const frozen = faults.some(
+        (f) =>
+          FREEZES.has(f.kind) &&
+          f.worker === y.worker &&
+          f.end - f.start >= minExcusingFreezeMs(y.ttl) &&
+          f.start <= x.from + WAKE_GRACE_MS &&
+          f.end + WAKE_GRACE_MS >= y.from,
+      );
+      if (!frozen) {
+        violations.push({
+          check,
+          detail: `${y.worker} began holding token ${y.token} after ${x.worker}'s newer token ${x.token} had come and gone, and was not frozen meanwhile`,
+        });
+        break;
+      }
+    }
+  }
+  return violations;
 }
 
 /** RW lock holds conflict unless both are reads. */
@@ -530,6 +696,16 @@ export function findExcess(
       worst,
     },
   };
+}
+
+/**
+ * The semaphore's over-grants its holders proved themselves: a witness read made right after a
+ * grant (worker.ts witness()) that still returned `permits` or more older participant keys. Those
+ * keys were there at the grant too (older, and still there later), so etcd held more than `permits`
+ * holders' keys in the first `permits` places at once: no clock, no excuse.
+ */
+export function overGrantViolations(witnesses: GrantWitness[], permits: number): Violation[] {
+  return checkGrantsByRevision([], witnesses, { kind: 'permits', permits }, 'semaphore-over-grant');
 }
 
 /** One violation per moment of more than `capacity` holders that freezes (or etcd 15247) do not explain. */
@@ -789,7 +965,9 @@ export function checkElection(terms: Term[], reg: FencedRegister, faults: FaultR
     for (const x of byEnd) {
       if (x.to >= y.from) break;
       if (x.token <= y.token) continue;
-      const frozen = faults.some((f) => FREEZES.has(f.kind) && f.worker === y.worker && f.start <= x.from + WAKE_GRACE_MS && f.end + WAKE_GRACE_MS >= x.to);
+      const frozen = faults.some(
+        (f) => FREEZES.has(f.kind) && f.worker === y.worker && f.end - f.start >= minExcusingFreezeMs(y.ttl) && f.start <= x.from + WAKE_GRACE_MS && f.end + WAKE_GRACE_MS >= x.to,
+      );
       if (!frozen) {
         violations.push({
           check: 'election-term-order',
@@ -912,6 +1090,8 @@ export function checkLeaseExpiries(reports: LeaseGoneReport[], faults: FaultReco
   let byDeposedLeaderLate = 0;
   for (const r of reports) {
     if (r.leftMs <= 0) continue;
+    // The nemesis revoked it as an operator would: gone early by design.
+    if (faults.some((f) => f.kind === 'lease-revoke' && f.worker === r.worker && r.at >= f.start && (r.lease === f.lease || r.lease.startsWith('(')))) continue;
     early++;
     if (deposedLeaderRevoke(r, faults, staleRevokes)) {
       byDeposedLeader++;

@@ -111,6 +111,8 @@ export interface WorkerConfig {
   writeShare: number;
   /** Where the etcd-side counter and its per-operation ledger live. */
   dataPrefix: string;
+  /** Fenced role: the PostgreSQL of the run (chaos/pg-ledger.ts) and this phase's rows; absent without one. */
+  pg?: { url: string; phase: string };
   seed: number;
   /** Pause between cycles, ms. */
   thinkMs: [number, number];
@@ -134,18 +136,40 @@ export type WorkerEvent =
    */
   | { t: 'session-lost'; lease: string; reason: string; at: number; leftMs?: number }
   /** `mode`: rwlock role only. */
-  | { t: 'acquired'; token: string; at: number; mode?: RWMode }
+  /** `sibling`: a hold of the fenced worker's sibling loop (worker.ts siblingLoop()). */
+  | { t: 'acquired'; token: string; at: number; mode?: RWMode; sibling?: true }
   /** Sent before unlock()/release() is called: the interval the handle said "held" has ended. */
-  | { t: 'releasing'; token: string; from: number; to: number; lost: boolean; lostReason?: string; mode?: RWMode }
+  | { t: 'releasing'; token: string; from: number; to: number; lost: boolean; lostReason?: string; mode?: RWMode; sibling?: true }
   | { t: 'released'; token: string }
+  /**
+   * The grant's witness (worker.ts witness()): the revision of a linearizable read right after the
+   * grant, and the keys older than `token` it returned (CreateRevision decimal, lease hex).
+   */
+  | { t: 'witness'; token: string; rev: string; seen: { key: string; create: string; lease: string }[]; mode?: RWMode; at: number }
   /**
    * A request to a protected resource in the parent. `register`: 'ledger' and 'election' (fenced
    * registers), 'permits' (the semaphore's resource: enter, write, leave) or 'rw' (the RW lock's
    * resource: enter and read or write, with the holder's `mode`).
    */
-  | { t: 'store'; id: number; op: StoreOp; register: string; token: string; value?: number; opId?: string; careful?: boolean; mode?: RWMode }
-  | { t: 'etcd-inc'; token: string; opKey: string; value: number; outcome: 'accepted' | 'rejected' | 'unknown'; error?: string; at: number }
+  | { t: 'store'; id: number; op: StoreOp; register: string; token: string; value?: number; opId?: string; careful?: boolean; mode?: RWMode; sentAt: number }
+  /**
+   * A guarded increment of the etcd counter: `read` the get before it (invoke, return, value), `txn`
+   * the Txn's invoke and return (absent: it never returned, its outcome unknown), for Porcupine.
+   */
+  | {
+      t: 'etcd-inc';
+      token: string;
+      opKey: string;
+      value: number;
+      outcome: 'accepted' | 'rejected' | 'unknown';
+      error?: string;
+      at: number;
+      read?: { call: number; ret: number; value: number };
+      txn?: { call: number; ret?: number };
+    }
   | { t: 'careful-skip'; token: string; at: number }
+  /** A PostgreSQL fenced increment (worker.ts pgIncrement()), and whether its unfenced shadow write was made. */
+  | { t: 'pg-inc'; token: string; opId: string; outcome: 'committed' | 'refused' | 'failed'; shadowWritten: boolean; error?: string; at: number }
   | { t: 'term-start'; token: string; lease: string; at: number }
   | { t: 'term-end'; token: string; from: number; to: number; lost: boolean; lostReason?: string }
   /**
@@ -165,7 +189,13 @@ export type StoreOp = 'read' | 'write' | 'enter' | 'leave';
 export type ParentMessage =
   /** `careful` (reads only) overrides the worker's own coin: check assertHeld() before writing. */
   | { t: 'store-reply'; id: number; ok: boolean; value: number; highest: string; careful?: boolean }
-  | { t: 'stop' };
+  | { t: 'stop' }
+  /**
+   * Fenced role: take the same lock once more on the same session, from a second call, and hold it
+   * `holdMs` (worker.ts siblingOnce()), while the main cycle waits on an answer after an operator
+   * deleted its key.
+   */
+  | { t: 'sibling'; holdMs: number };
 
 /** The etcd key that holds the etcd-side counter, and the ledger entry of one guarded increment. */
 export function counterKey(dataPrefix: string): string {

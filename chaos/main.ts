@@ -28,8 +28,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
+import pg from 'pg';
 import { Client } from '../src/index.js';
-import { startEtcd } from '../src/testing/index.js';
+import { PostgresFence } from '../src/fencing/index.js';
+import { findPostgres, startEtcd, startPostgres } from '../src/testing/index.js';
+import { checkPgLedger, PG_FENCE_TABLE, PG_SCHEMA, type PgLedgerReport } from './pg-ledger.js';
 import {
   checkElection,
   checkEtcdCounter,
@@ -42,6 +45,7 @@ import {
   findOverlaps,
   overlapViolations,
   rwConflict,
+  tokenOrderViolations,
   verdict,
   longestGap,
   percentile,
@@ -62,6 +66,9 @@ import { Prng, counterKey, now, type Role } from './common.js';
 import { readRevokeTimeouts } from './etcd-logs.js';
 import { FencedStore } from './fenced-store.js';
 import { Nemesis, type ChaosCluster, type FaultKind } from './nemesis.js';
+import { Observer } from './observer.js';
+import { checkLinearizable, type PorcupineResult } from './porcupine.js';
+import { checkGrantsByRevision, foreignDeletes, hasBug15247, type GrantRule, type KeyEnd } from './revisions.js';
 import { netnsAvailable, removeStaleNamespaces, startNetnsCluster } from './netns.js';
 import { History, WorkerPool, type WorkerSpec } from './workers.js';
 
@@ -125,7 +132,16 @@ const LOOPBACK_WEIGHTS: Partial<Record<FaultKind, number>> = {
   'proxy-delay': 2,
   'proxy-blackhole': 3,
   'proxy-blackhole-member': 2,
+  'key-delete': 2,
+  'lease-revoke': 2,
 };
+/**
+ * What a quick loopback phase must see, first (the nemesis's mustHappen): a Raft leader paused past
+ * the TTL, a holder frozen inside its critical section, and an operator taking a holder's key away
+ * both ways (the key deleted twice: a fenced holder whose worker takes the lock again meanwhile, and
+ * a leader; nemesis.ts OPERATOR_VICTIMS). test/chaos.test.ts fails a CI run in which one of them did not happen.
+ */
+const QUICK_MUST_HAPPEN: FaultKind[] = ['member-pause', 'ghost-pause', 'key-delete', 'lease-revoke', 'key-delete'];
 const NETNS_WEIGHTS: Partial<Record<FaultKind, number>> = {
   partition: 6,
   'member-kill': 1,
@@ -134,6 +150,7 @@ const NETNS_WEIGHTS: Partial<Record<FaultKind, number>> = {
   'ghost-pause': 1,
   'worker-crash': 1,
   'proxy-cut': 1,
+  'key-delete': 1,
 };
 const plans: PhasePlan[] = netns.ok
   ? [
@@ -176,6 +193,28 @@ interface PhaseResult {
   /** The RW lock's resource (a writer served alone) and its holders' intervals (a writer overlapping anyone). */
   rw: RWReport;
   rwHolds: OverlapReport;
+  /**
+   * Mutual exclusion judged on etcd's history (revisions.ts): the observer's record of every key, and
+   * each grant's witness revision against the keys older than it still alive then. No clock.
+   */
+  /** The fenced ledger's twin on PostgreSQL through PostgresFence, and its unfenced shadow (null: no PostgreSQL). */
+  pgLedger: PgLedgerReport | null;
+  /** Porcupine's verdict on the etcd counter's and the fenced ledger's operations (chaos/porcupine.ts). */
+  porcupine: PorcupineResult[];
+  /** From the faults' end (cluster healthy) to the first term begun, 0 if one was under way; null: none within the bound. */
+  leaderlessAfterFaultsMs: number | null;
+  revisions: {
+    keys: number;
+    /** How the keys went (delete, with their lease, by the operator; never: still there at the end). */
+    byHow: Record<string, number>;
+    witnesses: Record<Role, number>;
+    /** Grants made while an older key they waited for still existed, per role. */
+    violations: Record<Role, number>;
+    tokenOrderViolations: number;
+    /** Holds lost to a delete of their key while its lease lived that neither they nor the operator made. */
+    foreignDeletes: number;
+    observerResumes: number;
+  };
   failover: { kind: string; atS: number; raftMs?: number; firstAcquireMs?: number; newLeaderMs?: number }[];
   /** The longest stretch without an acquisition, and when it began (s into the phase). */
   liveness: Record<Role, { ms: number; atS: number }>;
@@ -205,6 +244,14 @@ interface PhaseResult {
   clockErrMs: number;
 }
 
+/** The election must have a leader this soon after the faults end: three TTLs and 5 s. */
+function leaderlessBoundMs(): number {
+  return 3 * ttl * 1000 + 5000;
+}
+
+/** The etcd under test (`etcd --version`): etcd 15247 is excused only on versions that have it. */
+const runEtcdVersion = etcdVersion();
+if (hasBug15247(runEtcdVersion)) say(`  ${runEtcdVersion.trim()}: has etcd bug 15247 (a deposed leader revoking live leases); it is excused only with etcd's revisions to show it`);
 const results: PhaseResult[] = [];
 let fatal: string | undefined;
 let current: { pool?: WorkerPool; stop?: () => Promise<void> } = {};
@@ -217,6 +264,17 @@ process.once('SIGINT', () => {
     process.exit(130);
   })();
 });
+
+// The fenced resource on a real PostgreSQL (chaos/pg-ledger.ts), when one is installed.
+const pgServer = findPostgres() ? await startPostgres() : undefined;
+const pgAdmin = pgServer ? new pg.Pool({ connectionString: pgServer.connectionString, max: 2 }) : undefined;
+// An idle connection ended under the pool (the server stopping) must not crash the run.
+pgAdmin?.on('error', () => {});
+if (pgAdmin) {
+  for (const q of PG_SCHEMA) await pgAdmin.query(q);
+  await new PostgresFence(pgAdmin, { table: PG_FENCE_TABLE }).install();
+  say(`  PostgreSQL ${pgServer!.version}: the fenced ledger also runs through PostgresFence, with an unfenced shadow`);
+} else say('  PostgreSQL not installed: the fenced ledger runs without its PostgreSQL twin');
 
 await removeStaleNamespaces();
 for (const plan of plans) {
@@ -231,6 +289,8 @@ for (const plan of plans) {
   }
 }
 
+await pgAdmin?.end().catch(() => {});
+await pgServer?.stop().catch(() => {});
 const summary = summarize();
 await writeFile(jsonFile, `${JSON.stringify(summary, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2)}\n`);
 printTable();
@@ -256,6 +316,8 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   const dataPrefix = `${prefix}data/`;
   const store = new FencedStore({ permits: PERMITS });
   const history = new History();
+  const observer = new Observer(admin, prefix);
+  await observer.start();
   const rng = new Prng(seed).fork(plan.name === 'loopback' ? 1 : 2);
   const specs: WorkerSpec[] = [];
   for (const role of ROLES) {
@@ -265,6 +327,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     endpoints: cluster.endpoints,
     ttl,
     dataPrefix,
+    ...(pgServer ? { pg: { url: pgServer.connectionString, phase: `${runId}/${plan.name}` } } : {}),
     seed: rng.int(0, 2 ** 31),
     logDir: phaseDir,
     thinkMs: [0, 20],
@@ -289,10 +352,13 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     weights: plan.weights,
     gapMs: quick ? [200, 700] : [500, 2500],
     everyKindFirst: true,
+    ...(quick && plan.name === 'loopback' ? { mustHappen: QUICK_MUST_HAPPEN } : {}),
     // A quick phase is short: a long partition and its recovery may eat it, so it runs on to 3 faults.
     minFaults: 3,
     minFaultsGraceMs: quick ? 20_000 : 0,
     log,
+    admin,
+    onOperator: (done) => observer.operator(done),
   });
   const start = now();
   const progress = setInterval(() => {
@@ -311,6 +377,12 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   } catch (err) {
     nemesis.problems.push(`cluster unhealthy after the run: ${(err as Error).message}`);
   }
+  // Election liveness: with the faults over and the cluster healthy, some worker must lead within
+  // LEADERLESS_BOUND_MS (a dead leader's lease runs out within a TTL; then the next in line leads).
+  const calm = now();
+  const leads = (): boolean => history.termStarts.some((t) => t.at >= calm) || pool.byRole('election').some((w) => w.alive && w.holding !== undefined);
+  while (!leads() && now() - calm < leaderlessBoundMs()) await sleep(50);
+  const leaderlessMs = leads() ? Math.round(Math.max(0, (history.termStarts.find((t) => t.at >= calm)?.at ?? calm) - calm)) : undefined;
   await sleep(1000); // let the workers make progress on a healthy cluster before stopping them
 
   // ---- cleanup: every worker stops and exits on its own; then nothing may be left in etcd.
@@ -343,7 +415,13 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     ledger.kvs.map((kv) => ({ key: kv.key.toString(), value: kv.value.toString(), version: kv.version })),
     history.etcdIncrements,
   );
+  // Increments whose outcome was unknown: applied exactly when etcd's ledger has their key.
+  const appliedOps = new Set(ledger.kvs.map((kv) => kv.key.toString()));
+  const counterOps = [...history.linear.counter, ...history.linear.unknownIncs.filter((u) => appliedOps.has(u.opKey)).map((u) => u.op)];
   await admin.delete(prefix, { prefix: true });
+  const lastRevision = (await admin.getPrefix(prefix)).header.revision;
+  const lives = await observer.finish(lastRevision);
+  nemesis.problems.push(...observer.problems);
   await admin.close();
   await cluster.stop();
   current = {};
@@ -359,7 +437,71 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   }));
   const revokeTimeouts = await readRevokeTimeouts(memberLogs, (wall) => wall - wallOffset);
   // etcd's word on leases, for the etcd 15247 attribution of overlaps (checker.ts deposedRevokeOf()).
-  const leases: LeaseEvidence = { leaseGone: history.leaseGone, staleRevokes: revokeTimeouts };
+  // Each hold's witness revision (worker.ts witness()): tokens are revisions, unique across roles.
+  const witnessRev = new Map<bigint, bigint>();
+  for (const role of ROLES) for (const w of history.witnesses[role]) witnessRev.set(w.token, w.rev);
+  for (const h of [...ROLES.flatMap((r) => (r === 'election' ? [] : history.held[r])), ...history.terms]) {
+    const rev = witnessRev.get(h.token);
+    if (rev !== undefined) h.witnessRev = rev;
+  }
+  const leases: LeaseEvidence = { leaseGone: history.leaseGone, staleRevokes: revokeTimeouts, etcdVersion: runEtcdVersion, keys: lives };
+  const rules: Record<Role, GrantRule> = {
+    fenced: { kind: 'exclusive' },
+    unfenced: { kind: 'exclusive' },
+    election: { kind: 'exclusive' },
+    semaphore: { kind: 'permits', permits: PERMITS },
+    rwlock: { kind: 'rw' },
+  };
+  const checkName: Record<Role, string> = {
+    fenced: 'fenced-grant-by-revision',
+    unfenced: 'unfenced-grant-by-revision',
+    election: 'election-grant-by-revision',
+    semaphore: 'semaphore-over-grant',
+    rwlock: 'rw-grant-by-revision',
+  };
+  const byRevision = Object.fromEntries(ROLES.map((r) => [r, checkGrantsByRevision(lives, history.witnesses[r], rules[r], checkName[r])])) as Record<Role, Violation[]>;
+  const foreign = [
+    ...ROLES.flatMap((r) => foreignDeletes(r === 'election' ? history.terms : history.held[r], lives, `${r}-key-deleted-by-another`)),
+  ];
+  const tokenOrder = [
+    ...tokenOrderViolations(history.held.fenced, nemesis.faults, 'fenced-token-order'),
+    ...tokenOrderViolations(history.held.unfenced, nemesis.faults, 'unfenced-token-order'),
+    ...tokenOrderViolations(history.held.rwlock, nemesis.faults, 'rw-token-order', rwConflict),
+  ];
+  const porcupineFile = `${jsonFile.replace(/\.json$/, '')}.porcupine-${plan.name}.json`;
+  let porcupine: PorcupineResult[] = [];
+  try {
+    porcupine = await checkLinearizable(
+      [
+        { name: `${plan.name}-etcd-counter`, model: 'counter', ops: counterOps },
+        { name: `${plan.name}-fenced-ledger`, model: 'fenced-register', ops: history.linear.ledger },
+      ],
+      porcupineFile,
+    );
+  } catch (err) {
+    nemesis.problems.push(`porcupine could not check: ${(err as Error).message.split('\n')[0]}`);
+  }
+  const porcupineViolations: Violation[] = porcupine
+    .filter((r) => r.result !== 'Ok')
+    .map((r) => ({ check: 'porcupine-not-linearizable', detail: `${r.name} (${r.operations} operations): ${r.result}${r.visualization ? `; see ${r.visualization}` : ''}` }));
+  for (const r of porcupine) if (r.visualization) say(`porcupine: ${r.name} is ${r.result}: ${r.visualization}`);
+  let pgLedger: PgLedgerReport | null = null;
+  if (pgAdmin) {
+    const phaseKey = `${runId}/${plan.name}`;
+    const num = (r: { rows: unknown[] }): number => Number((r.rows[0] as { value?: string } | undefined)?.value ?? 0);
+    const ops = await pgAdmin.query('SELECT op_id, value, token FROM chaos_ops WHERE phase = $1', [phaseKey]);
+    pgLedger = checkPgLedger(
+      num(await pgAdmin.query('SELECT value FROM chaos_ledger WHERE phase = $1', [phaseKey])),
+      (ops.rows as { op_id: string; value: string; token: string }[]).map((o) => ({ opId: o.op_id, value: Number(o.value), token: BigInt(o.token) })),
+      history.pgIncrements,
+      num(await pgAdmin.query('SELECT value FROM chaos_shadow WHERE phase = $1', [phaseKey])),
+    );
+  }
+  const byHow: Record<string, number> = {};
+  for (const l of lives) {
+    const how: KeyEnd | 'never' = l.deleted === undefined ? 'never' : (l.how ?? 'unknown');
+    byHow[how] = (byHow[how] ?? 0) + 1;
+  }
   const fenced = checkFencedLedger(store.register('ledger'));
   const election = checkElection(history.terms, store.register('election'), faults, leases);
   // What a holder did under its hold, by token (tokens are revisions: unique across workloads). Only
@@ -407,6 +549,14 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     ...rw.violations,
     ...overlapViolations(rwFound.overlaps, 'rw-overlap'),
     ...leaseViolations,
+    ...ROLES.flatMap((r) => byRevision[r]),
+    ...tokenOrder,
+    ...foreign,
+    ...(pgLedger?.violations ?? []),
+    ...(leaderlessMs === undefined
+      ? [{ check: 'election-leaderless', detail: `no leader within ${leaderlessBoundMs()} ms after the faults ended and the cluster was healthy` }]
+      : []),
+    ...porcupineViolations,
   ];
   const cleanupOk = notExited.length === 0 && leasesLeft.length === 0 && keysLeft.length === 0;
   const result: PhaseResult = {
@@ -437,6 +587,18 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     semaphoreHolds: semaphoreFound.report,
     rw,
     rwHolds: rwFound.report,
+    leaderlessAfterFaultsMs: leaderlessMs ?? null,
+    pgLedger,
+    porcupine,
+    revisions: {
+      keys: lives.length,
+      byHow,
+      witnesses: Object.fromEntries(ROLES.map((r) => [r, history.witnesses[r].length])) as Record<Role, number>,
+      violations: Object.fromEntries(ROLES.map((r) => [r, byRevision[r].length])) as Record<Role, number>,
+      tokenOrderViolations: tokenOrder.length,
+      foreignDeletes: foreign.length,
+      observerResumes: observer.resumes,
+    },
     failover,
     liveness: Object.fromEntries(
       ROLES.map((role) => {
@@ -489,7 +651,7 @@ function summarize() {
     startedAt,
     durationS: round((now() - t0) / 1000),
     node: process.version,
-    etcd: etcdVersion(),
+    etcd: runEtcdVersion,
     netns: netns.ok ? 'used' : `unavailable (${netns.why})`,
     totals: {
       operations: sum((r) => r.operations.cycles),
@@ -517,6 +679,12 @@ function summarize() {
       leaseRevokedByDeposedLeaderLate: sum((r) => r.leaseGone.byDeposedLeaderLate),
       carefulWritesRefused: sum((r) => r.fenced.carefulRefused),
       cleanupOk,
+      grantViolationsByRevision: sum((r) => Object.values(r.revisions.violations).reduce((a, b) => a + b, 0)),
+      tokenOrderViolations: sum((r) => r.revisions.tokenOrderViolations),
+      witnesses: sum((r) => Object.values(r.revisions.witnesses).reduce((a, b) => a + b, 0)),
+      porcupineChecked: sum((r) => r.porcupine.filter((p) => p.result === 'Ok').length),
+      porcupineFailed: sum((r) => r.porcupine.filter((p) => p.result !== 'Ok').length),
+      keysObserved: sum((r) => r.revisions.keys),
       unexpectedErrors: sum((r) => r.unexpectedErrors.length),
       stuckWaits: sum((r) => r.stuckWaits.length),
       harnessProblems: sum((r) => r.problems.length),
@@ -565,6 +733,14 @@ function printTable(): void {
   row('VIOLATIONS (all checks)', (r) => r.violations.length);
   row('  fenced / etcd / election', (r) => `${r.fenced.violations.length} / ${r.etcdCounter.violations.length} / ${r.election.violations.length}`);
   row('  semaphore / rwlock (resource, careful refused)', (r) => `${r.semaphore.violations.length} / ${r.rw.violations.length} (careful ${r.semaphore.carefulRefused} / ${r.rw.carefulRefused})`);
+  row('grants judged by revision (witnesses), violations', (r) => `${Object.values(r.revisions.witnesses).reduce((a, b) => a + b, 0)}, ${Object.values(r.revisions.violations).reduce((a, b) => a + b, 0)}`);
+  row('  keys observed, how they went', (r) => `${r.revisions.keys}: ${Object.entries(r.revisions.byHow).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+  row('  token-order violations', (r) => r.revisions.tokenOrderViolations);
+  row('  held keys deleted by another (not the operator)', (r) => r.revisions.foreignDeletes);
+  row('PostgreSQL ledger: committed / refused by the fence / failed', (r) => (r.pgLedger ? `${r.pgLedger.committed} / ${r.pgLedger.refusedByFence} / ${r.pgLedger.failed} (value ${r.pgLedger.value}, ${r.pgLedger.violations.length} violations)` : 'no PostgreSQL'));
+  row('  unfenced shadow: writes, lost updates', (r) => (r.pgLedger ? `${r.pgLedger.shadowWrites}, ${r.pgLedger.shadowLostUpdates}` : '-'));
+  row('leaderless after the faults ended (ms)', (r) => r.leaderlessAfterFaultsMs ?? `none within ${leaderlessBoundMs()}`);
+  row('porcupine (operations: verdict)', (r) => r.porcupine.map((p) => `${p.name.replace(`${r.name}-`, '')} ${p.operations}: ${p.result}`).join(', ') || 'not run');
   row('  lease gone before client deadline', (r) => `${r.leaseGone.violations.length} (of ${r.leaseGone.reports} lease-gone)`);
   row('lease revoked by a deposed leader (etcd 15247)', (r) => `${r.leaseGone.byDeposedLeader} (late wave ${r.leaseGone.byDeposedLeaderLate})${r.leaseGone.latestMs !== undefined && r.leaseGone.latestMs > 0 ? `, up to ${r.leaseGone.latestMs} ms early` : ''}`);
   row('stale holders from a deposed leader (etcd 15247) unf/fen/elect/sem/rw', (r) => overlapsByDeposedLeader(r).join('/'));

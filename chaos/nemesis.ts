@@ -1,6 +1,7 @@
 // The nemesis: injects one fault at a time, at random moments drawn from the seeded PRNG, and
 // records each on the common clock. Every fault is healed before the next one starts.
 import { setTimeout as sleep } from 'node:timers/promises';
+import { compare, op, prefixEnd, type Client } from '../src/index.js';
 import type { FaultRecord } from './checker.js';
 import { now, type Prng } from './common.js';
 import type { WorkerPool, WorkerProc } from './workers.js';
@@ -28,7 +29,9 @@ export type FaultKind =
   | 'proxy-cut'
   | 'proxy-delay'
   | 'proxy-blackhole'
-  | 'proxy-blackhole-member';
+  | 'proxy-blackhole-member'
+  | 'key-delete'
+  | 'lease-revoke';
 
 /** Time from a crash to recovery. */
 export interface FailoverRecord {
@@ -48,11 +51,21 @@ export interface NemesisOptions {
   gapMs: [number, number];
   /** Inject each kind with a positive weight once (in a seeded order) before drawing at random. */
   everyKindFirst?: boolean;
+  /**
+   * These kinds first, in this order (then the rest of everyKindFirst's). Here a `member-pause`
+   * pauses the Raft leader, and a trap-based fault (ghost-pause, key-delete, lease-revoke) that
+   * caught nobody is tried again (twice at most): a quick run must see each of them happen.
+   */
+  mustHappen?: FaultKind[];
   /** Keep injecting past `until` (by at most `minFaultsGraceMs`) until this many faults ran: a short
    * phase whose first faults ran long must still judge a few. */
   minFaults?: number;
   minFaultsGraceMs?: number;
   log: (msg: string) => void;
+  /** A client of the cluster's own (not through a worker's proxy), for the operator's faults. */
+  admin?: Client;
+  /** Operator faults done, for the observer's record (observer.ts): a delete's revision, a revoked lease. */
+  onOperator?: (done: { how: 'operator-delete'; revision: bigint } | { how: 'operator-revoke'; lease: string }) => void;
 }
 
 export class Nemesis {
@@ -62,6 +75,7 @@ export class Nemesis {
   private readonly o: NemesisOptions;
   private readonly size: number;
   private ghosts: number;
+  private operators = 0;
 
   constructor(options: NemesisOptions) {
     this.o = options;
@@ -76,19 +90,22 @@ export class Nemesis {
     const { rng } = this.o;
     const w = this.o.weights;
     // Every kind once, in a seeded order, but the phase's main fault (the heaviest weight) first.
+    const must = [...(this.o.mustHappen ?? [])];
     const first = this.o.everyKindFirst
-      ? shuffle(rng, (Object.keys(w) as FaultKind[]).filter((k) => (w[k] ?? 0) > 0)).sort((a, b) => (w[b] ?? 0) - (w[a] ?? 0) || 0)
+      ? shuffle(rng, (Object.keys(w) as FaultKind[]).filter((k) => (w[k] ?? 0) > 0 && !must.includes(k))).sort((a, b) => (w[b] ?? 0) - (w[a] ?? 0) || 0)
       : [];
+    const retries = new Map<FaultKind, number>();
     const min = this.o.minFaults ?? 0;
     const hardEnd = until + (this.o.minFaultsGraceMs ?? 0);
     const more = (): boolean => now() < until || (this.faults.length < min && now() < hardEnd);
     while (more()) {
       await sleep(rng.between(...this.o.gapMs));
       if (!more()) break;
-      const kind = first.shift() ?? rng.weighted(this.o.weights);
+      const required = must.shift();
+      const kind = required ?? first.shift() ?? rng.weighted(this.o.weights);
       const rec: FaultRecord = { kind, target: '', start: now(), end: 0 };
       try {
-        await this.inject(kind, rec, Math.max(until, Math.min(hardEnd, now() + 3000)));
+        await this.inject(kind, rec, Math.max(until, Math.min(hardEnd, now() + 3000)), required !== undefined);
       } catch (err) {
         this.problems.push(`${kind} ${rec.target}: ${(err as Error).message}`);
         await this.healAll();
@@ -96,6 +113,11 @@ export class Nemesis {
       if (rec.end === 0) rec.end = now();
       this.faults.push(rec);
       this.o.log(`fault ${kind} ${rec.target} ${Math.round(rec.end - rec.start)} ms${rec.note ? ` (${rec.note})` : ''}`);
+      // A required trap that caught nobody: again, before anything else.
+      if (required !== undefined && rec.end === rec.start && (retries.get(kind) ?? 0) < 2) {
+        retries.set(kind, (retries.get(kind) ?? 0) + 1);
+        must.unshift(kind);
+      }
       if (kind.startsWith('member') || kind === 'partition') await this.recover();
     }
     await this.healAll();
@@ -118,15 +140,15 @@ export class Nemesis {
     for (const w of pool.workers) w.resume();
   }
 
-  private async pickMember(rec: FaultRecord): Promise<{ i: number; leader: boolean }> {
+  private async pickMember(rec: FaultRecord, leaderOnly = false): Promise<{ i: number; leader: boolean }> {
     const { rng, cluster } = this.o;
     let leader = -1;
     try {
-      leader = await cluster.leaderIndex(3000);
+      leader = await cluster.leaderIndex(leaderOnly ? 15_000 : 3000);
     } catch {
       // no agreed leader right now: pick any
     }
-    if (leader >= 0 && rng.chance(0.5)) {
+    if (leader >= 0 && (leaderOnly || rng.chance(0.5))) {
       rec.target = `m${leader} (leader)`;
       return { i: leader, leader: true };
     }
@@ -161,7 +183,7 @@ export class Nemesis {
     return undefined;
   }
 
-  private async inject(kind: FaultKind, rec: FaultRecord, until: number): Promise<void> {
+  private async inject(kind: FaultKind, rec: FaultRecord, until: number, required = false): Promise<void> {
     const { rng, cluster, pool, ttl } = this.o;
     const ttlMs = ttl * 1000;
     const bounded = (ms: number): number => Math.max(200, Math.min(ms, until - now() + 2000));
@@ -184,8 +206,9 @@ export class Nemesis {
         return;
       }
       case 'member-pause': {
-        const { i, leader } = await this.pickMember(rec);
-        const ms = bounded(rng.between(300, ttlMs + 1500));
+        const { i, leader } = await this.pickMember(rec, required);
+        // A required one (a quick run's leader pause) lasts past the TTL: the case of etcd 15247.
+        const ms = bounded(required ? rng.between(ttlMs, ttlMs + 1500) : rng.between(300, ttlMs + 1500));
         rec.start = now();
         cluster.pause(i);
         let raftMs: number | undefined;
@@ -258,6 +281,60 @@ export class Nemesis {
         rec.note = `${careful ? 'careful' : 'plain'} holder SIGSTOPped inside the critical section for ${Math.round(ms)} ms`;
         return;
       }
+      case 'key-delete':
+      case 'lease-revoke': {
+        // An operator (a cleanup script, `etcdctl del`, `etcdctl lease revoke`) takes a live holder's
+        // key away while it waits for an answer of the protected resource, and the answer comes only
+        // OPERATOR_HOLD_MS later: a holder that ignored the loss would act on it well after
+        // another holder was let in. The victims rotate (OPERATOR_VICTIMS): a fenced holder whose
+        // worker takes the lock again meanwhile from a second call, a permit holder, a leader, a
+        // fenced holder alone, an RW lock holder.
+        const victims = OPERATOR_VICTIMS.filter((v) => pool.byRole(v.role).some((x) => x.alive));
+        const victim = victims[this.operators++ % victims.length] ?? OPERATOR_VICTIMS[0]!;
+        const w = rng.pick(pool.byRole(victim.role).filter((x) => x.alive));
+        rec.target = w.label;
+        rec.worker = w.label;
+        const admin = this.o.admin;
+        if (!admin) throw new Error('no admin client for the operator faults');
+        const caught = await w.trapNextHold(3000, async (token) => {
+          rec.start = now();
+          rec.token = token;
+          rec.target = `${w.label} (holding ${token})`;
+          const prefix = Buffer.from(`${w.spec.name}/`);
+          const r = await admin.range({ key: prefix, rangeEnd: prefixEnd(prefix), minCreateRevision: token, maxCreateRevision: token });
+          const kv = r.kvs[0];
+          if (!kv) {
+            rec.note = 'its key was already gone';
+            rec.end = rec.start;
+            return;
+          }
+          rec.key = kv.key.toString();
+          if (kind === 'key-delete') {
+            const t = await admin.txn({ compare: [compare.createRevision(rec.key, '=', token)], success: [op.delete(rec.key)], failure: [] });
+            if (t.succeeded) {
+              rec.revision = t.header.revision;
+              this.o.onOperator?.({ how: 'operator-delete', revision: t.header.revision });
+            }
+          } else {
+            rec.lease = kv.lease.toString(16);
+            await admin.leaseRevoke(kv.lease);
+            this.o.onOperator?.({ how: 'operator-revoke', lease: rec.lease });
+            // LeaseRevoke's answer carries no revision here: a read right after it bounds it.
+            rec.revision = (await admin.range({ key: kv.key })).header.revision;
+          }
+          rec.end = now();
+          rec.note = rec.revision !== undefined ? `${rec.key} at revision ${rec.revision}` : 'its key was already gone';
+          // A fenced worker takes the same lock again from a second call meanwhile: the lost hold's
+          // release, after the answer, must leave that new incarnation alone.
+          if (kind === 'key-delete' && victim.sibling) w.send({ t: 'sibling', holdMs: OPERATOR_HOLD_MS + 1000 });
+          await sleep(OPERATOR_HOLD_MS);
+        });
+        if (!caught) {
+          rec.start = rec.end = now();
+          rec.note = 'no request while holding within 3 s';
+        }
+        return;
+      }
       case 'worker-crash': {
         const leaders = pool.byRole('election').filter((w) => w.alive && w.holding);
         const w = leaders.length > 0 && rng.chance(0.6) ? rng.pick(leaders) : this.pickWorker(rec, 0.5);
@@ -322,6 +399,23 @@ export class Nemesis {
     }
   }
 }
+
+/** How long a holder whose key an operator took waits for the answer it asked for meanwhile. */
+export const OPERATOR_HOLD_MS = 1500;
+
+/**
+ * Whom the operator's faults hit, in turn. `sibling`: the fenced worker takes the same lock again
+ * from a second call on the same session while its lost hold waits (worker.ts siblingOnce()), so a
+ * release not guarded on its CreateRevision deletes the new incarnation. Without it, a holder that
+ * ignores its key's deletion goes on past the next holder's start.
+ */
+export const OPERATOR_VICTIMS: { role: 'fenced' | 'semaphore' | 'rwlock' | 'election'; sibling?: true }[] = [
+  { role: 'fenced', sibling: true },
+  { role: 'semaphore' },
+  { role: 'election' },
+  { role: 'fenced' },
+  { role: 'rwlock' },
+];
 
 function shuffle<T>(rng: Prng, items: T[]): T[] {
   for (let i = items.length - 1; i > 0; i--) {

@@ -33,6 +33,10 @@ import {
   type ReleaseResult,
   type OwnerHandle,
 } from '../src/index.js';
+import pg from 'pg';
+import { PostgresFence, StaleTokenError } from '../src/fencing/index.js';
+import { OwnershipLostError } from '../src/errors.js';
+import { PG_FENCE_TABLE } from './pg-ledger.js';
 import {
   Prng,
   clockOffsetSample,
@@ -119,7 +123,7 @@ function store(
   const id = nextStoreId++;
   return new Promise((resolve) => {
     pendingStore.set(id, resolve);
-    emit({ t: 'store', id, op: opName, register, token: token.toString(), ...extra });
+    emit({ t: 'store', id, op: opName, register, token: token.toString(), ...extra, sentAt: now() });
   });
 }
 
@@ -129,6 +133,7 @@ process.stdin.on(
   lineSplitter((line) => {
     const m = JSON.parse(line) as ParentMessage;
     if (m.t === 'stop') stop.abort(new Error('worker stopping'));
+    else if (m.t === 'sibling') siblingRun = siblingOnce(m.holdMs);
     else if (m.t === 'store-reply') {
       const r = pendingStore.get(m.id);
       pendingStore.delete(m.id);
@@ -175,8 +180,14 @@ if (cfg.role === 'election') {
 let session: Session | undefined;
 /** The cycle running now, settled when it ends (a lost session's revoke waits for it). */
 let inCycle: Promise<void> = Promise.resolve();
-async function currentSession(): Promise<Session> {
-  if (session && !session.signal.aborted) return session;
+/** A session being created: the fenced role's two loops share one session. */
+let creating: Promise<Session> | undefined;
+function currentSession(): Promise<Session> {
+  if (session && !session.signal.aborted) return Promise.resolve(session);
+  creating ??= newSession().finally(() => (creating = undefined));
+  return creating;
+}
+async function newSession(): Promise<Session> {
   const s = await Session.create(client, { ttl: cfg.ttl, signal: stop.signal });
   session = s;
   emit({ t: 'session', lease: s.leaseId.toString(16), at: now() });
@@ -252,18 +263,110 @@ function lossClock(handle: { signal: AbortSignal }): { lostAt: () => number | un
   return { lostAt: () => at, reason };
 }
 
+// The PostgreSQL ledger (fenced role): a pool of our own, the fence, and this phase's rows.
+const pgPool = cfg.pg ? new pg.Pool({ connectionString: cfg.pg.url, max: 2, connectionTimeoutMillis: 5000 }) : undefined;
+pgPool?.on('error', () => {}); // a connection broken while idle: the next query reports it
+const pgFence = pgPool ? new PostgresFence(pgPool, { table: PG_FENCE_TABLE }) : undefined;
+
+/** The unfenced shadow's value, read at the start of a hold and written back plus one at its end. */
+async function shadowRead(): Promise<number | undefined> {
+  if (!pgPool || !cfg.pg) return undefined;
+  try {
+    const r = await pgPool.query('SELECT value FROM chaos_shadow WHERE phase = $1', [cfg.pg.phase]);
+    return Number((r.rows[0] as { value: string } | undefined)?.value ?? 0);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * What a holder hands PostgresFence: a careful one its handle (checked before the transaction and
+ * just before COMMIT); a plain one only its token, as a client that does not check would, so that
+ * the database alone refuses it when stale.
+ */
+function fencingOf(handle: LockHandle, careful: boolean): LockHandle | { fencingToken: bigint; assertHeld(): void } {
+  return careful ? handle : { fencingToken: handle.fencingToken, assertHeld: (): void => {} };
+}
+
+type PgOutcome = 'committed' | 'refused' | 'failed';
+function pgOutcome(err: unknown): PgOutcome {
+  return err instanceof StaleTokenError || err instanceof OwnershipLostError ? 'refused' : 'failed';
+}
+
+/**
+ * The PostgreSQL ledger's value, read in a transaction fenced by our token (reads are fenced too:
+ * once a newer holder has read, an older one's write is refused, as in the in-process register).
+ */
+async function pgLedgerRead(handle: LockHandle, careful: boolean): Promise<{ value: number } | { outcome: PgOutcome; error?: string }> {
+  if (!pgFence || !cfg.pg) return { outcome: 'failed' };
+  const phase = cfg.pg.phase;
+  try {
+    return await pgFence.run(fencingOf(handle, careful), `ledger/${phase}`, async (tx) => {
+      const r = await tx.query('SELECT value FROM chaos_ledger WHERE phase = $1', [phase]);
+      return { value: Number((r.rows[0] as { value: string } | undefined)?.value ?? 0) };
+    });
+  } catch (err) {
+    return { outcome: pgOutcome(err), error: `${(err as Error).name}: ${(err as Error).message}`.slice(0, 200) };
+  }
+}
+
+/**
+ * The same increment on PostgreSQL: the value read under the fence plus one, written with an ops
+ * row in one transaction fenced by PostgresFence; then the unfenced shadow's, from the value read at
+ * the start of the hold. A stale holder (frozen after its reads) is refused by the fence, and its
+ * shadow write lands over newer ones; a fence that let it through would write a value twice
+ * (pg-lost-update).
+ */
+async function pgIncrement(handle: LockHandle, token: bigint, read: Awaited<ReturnType<typeof pgLedgerRead>>, shadow: number | undefined, careful: boolean): Promise<void> {
+  if (!pgFence || !pgPool || !cfg.pg) return;
+  const phase = cfg.pg.phase;
+  const opId = `${cfg.id}#${cfg.incarnation}/${cycles}`;
+  let outcome: PgOutcome = 'failed';
+  let error: string | undefined;
+  if ('value' in read) {
+    const v = read.value + 1;
+    try {
+      await pgFence.run(fencingOf(handle, careful), `ledger/${phase}`, async (tx) => {
+        await tx.query('INSERT INTO chaos_ledger (phase, value) VALUES ($1, $2) ON CONFLICT (phase) DO UPDATE SET value = $2', [phase, v]);
+        await tx.query('INSERT INTO chaos_ops (op_id, phase, value, token) VALUES ($1, $2, $3, $4)', [opId, phase, v, token.toString()]);
+      });
+      outcome = 'committed';
+    } catch (err) {
+      outcome = pgOutcome(err);
+      if (outcome === 'failed') error = `${(err as Error).name}: ${(err as Error).message}`.slice(0, 200);
+    }
+  } else {
+    outcome = read.outcome;
+    if (outcome === 'failed') error = read.error;
+  }
+  let shadowWritten = false;
+  if (shadow !== undefined) {
+    try {
+      await pgPool.query('INSERT INTO chaos_shadow (phase, value) VALUES ($1, $2) ON CONFLICT (phase) DO UPDATE SET value = $2', [phase, shadow + 1]);
+      shadowWritten = true;
+    } catch {
+      // not written: not counted
+    }
+  }
+  emit({ t: 'pg-inc', token: token.toString(), opId, outcome, shadowWritten, error, at: now() });
+}
+
 async function fencedCycle(): Promise<void> {
+  await siblingRun; // one cycle per incarnation: never join the sibling's hold
   const s = await currentSession();
   const handle = await lockOnce(s);
   const token = handle.fencingToken;
   const from = now();
   emit({ t: 'acquired', token: token.toString(), at: from });
+  void witness(token);
   const loss = lossClock(handle);
+  const shadow = await shadowRead();
   try {
     // 1. The fenced ledger: read and write carry the token; the store refuses older tokens.
     const coin = rng.chance(0.5);
     const r = await store('read', 'ledger', token);
     const careful = r.careful ?? coin;
+    const pgRead = pgPool ? await pgLedgerRead(handle, careful) : undefined;
     if (r.ok) {
       await pause(between(cfg.holdMs));
       let skip = false;
@@ -280,6 +383,8 @@ async function fencedCycle(): Promise<void> {
     }
     // 2. The same increment in etcd, guarded by ownerCompare (no fencing help from anyone else).
     await etcdIncrement(handle, token);
+    // 3. And on PostgreSQL, fenced by the database, with the unfenced shadow beside it.
+    if (pgRead) await pgIncrement(handle, token, pgRead, shadow, careful);
   } finally {
     await release(handle, from, loss);
   }
@@ -291,11 +396,12 @@ async function release(
   from: number,
   loss: ReturnType<typeof lossClock>,
   mode?: RWMode,
+  sibling?: true,
 ): Promise<void> {
   const token = handle.fencingToken.toString();
   // Reported before unlocking: if we are killed during unlock(), the parent still knows when our
   // belief ended (a later holder may legitimately start as soon as the delete commits).
-  emit({ t: 'releasing', token, from, to: loss.lostAt() ?? now(), lost: loss.lostAt() !== undefined, lostReason: loss.reason(), mode });
+  emit({ t: 'releasing', token, from, to: loss.lostAt() ?? now(), lost: loss.lostAt() !== undefined, lostReason: loss.reason(), mode, ...(sibling ? { sibling } : {}) });
   try {
     const r = await ('unlock' in handle ? handle.unlock() : handle.release());
     // Its first delete failed: the library retries it in the background until the key is gone.
@@ -318,20 +424,20 @@ function stillHeld(handle: { assertHeld(): void; fencingToken: bigint }): boolea
 }
 
 /**
- * One permit of the semaphore. The permits resource serves at most N holders at once by token: we
- * enter it, hold, write (a careful holder checks assertHeld() first), and leave it *before*
- * releasing the permit, so that a newcomer never finds us still admitted after we let go.
+ * The grant's witness: a linearizable read of the queue right after the grant, of every key older
+ * than ours. Its revision comes after the answer that proved our turn, so an older key it still
+ * returns was there at the grant: the parent judges that against the queue's rule (a lock: none; a
+ * semaphore: fewer than `permits`; a reader: no writer) and against the observer's record of every
+ * key (revisions.ts). Not awaited: the hold goes on meanwhile, as it would without it.
  */
-async function checkGrant(token: bigint): Promise<void> {
+async function witness(token: bigint, mode?: RWMode): Promise<void> {
   const prefix = Buffer.from(`${cfg.name}/`);
   try {
     const r = await client.range({ key: prefix, rangeEnd: prefixEnd(prefix), maxCreateRevision: token - 1n, keysOnly: true });
-    if (r.kvs.length >= cfg.permits) {
-      const older = r.kvs.map((kv) => `${kv.key.toString()}@${kv.createRevision}`).join(' ');
-      process.stderr.write(`OVER-GRANT: token ${token} read at revision ${r.header.revision} still has ${r.kvs.length} older keys: ${older}\n`);
-    }
+    const seen = r.kvs.map((kv) => ({ key: kv.key.toString(), create: kv.createRevision.toString(), lease: kv.lease.toString(16) }));
+    emit({ t: 'witness', token: token.toString(), rev: r.header.revision.toString(), seen, mode, at: now() });
   } catch {
-    // Only a diagnostic: an outage here says nothing about the grant.
+    // An outage here says nothing about the grant: no witness for this hold.
   }
 }
 
@@ -344,7 +450,7 @@ async function semaphoreCycle(): Promise<void> {
   emit({ t: 'acquired', token: token.toString(), at: from });
   // Evidence for an over-grant: a linearizable read after the grant that still shows `permits` older
   // keys proves etcd held them when we got ours (late ghosts are newer, so they cannot count here).
-  void checkGrant(token);
+  void witness(token);
   const loss = lossClock(handle);
   try {
     const coin = rng.chance(0.5);
@@ -374,6 +480,7 @@ async function rwCycle(): Promise<void> {
   const token = handle.fencingToken;
   const from = now();
   emit({ t: 'acquired', token: token.toString(), at: from, mode });
+  void witness(token, mode);
   const loss = lossClock(handle);
   try {
     const coin = rng.chance(0.5);
@@ -397,9 +504,15 @@ async function etcdIncrement(handle: LockHandle, token: bigint): Promise<void> {
   let value = -1;
   let outcome: 'accepted' | 'rejected' | 'unknown' = 'unknown';
   let error: string | undefined;
+  // Invoke and return times, for Porcupine (chaos/porcupine.ts).
+  let read: { call: number; ret: number; value: number } | undefined;
+  let txn: { call: number; ret?: number } | undefined;
   try {
+    const readCall = now();
     const cur = await client.get(ck);
-    value = (cur ? Number(cur.value.toString()) : 0) + 1;
+    read = { call: readCall, ret: now(), value: cur ? Number(cur.value.toString()) : 0 };
+    value = read.value + 1;
+    txn = { call: now() };
     const t = await client.txn(
       {
         // Guarded by ownership alone: if two processes could both pass ownerCompare, increments are lost.
@@ -412,10 +525,35 @@ async function etcdIncrement(handle: LockHandle, token: bigint): Promise<void> {
     );
     if (t.succeeded) outcome = 'accepted';
     else outcome = (await client.get(ok)) ? 'accepted' : 'rejected';
+    txn.ret = now();
   } catch (err) {
     error = `${(err as Error).name}: ${(err as Error).message}`.slice(0, 200);
   }
-  emit({ t: 'etcd-inc', token: token.toString(), opKey: ok, value, outcome, error, at: now() });
+  emit({ t: 'etcd-inc', token: token.toString(), opKey: ok, value, outcome, error, at: now(), read, txn });
+}
+
+/** The sibling hold running now (siblingOnce()); the fenced cycle waits for it before its next lock. */
+let siblingRun: Promise<void> = Promise.resolve();
+
+/**
+ * A second call of this process taking the same lock on the same session, asked for by the parent
+ * (an operator just deleted the key of the main cycle's hold, which now waits on an answer): the key
+ * is enqueued again while the lost hold is not yet released. That release, coming later, must not
+ * delete the new incarnation (releases are guarded on the CreateRevision): held `holdMs`, past it.
+ * It touches no resource; its hold counts among the fenced lock's.
+ */
+async function siblingOnce(holdMs: number): Promise<void> {
+  try {
+    const s = await currentSession();
+    const handle = await lockOnce(s);
+    const from = now();
+    emit({ t: 'acquired', token: handle.fencingToken.toString(), at: from, sibling: true });
+    const loss = lossClock(handle);
+    await pause(holdMs, handle.signal);
+    await release(handle, from, loss, undefined, true);
+  } catch (err) {
+    if (!stop.signal.aborted) reportError('sibling', err, session);
+  }
 }
 
 async function unfencedCycle(): Promise<void> {
@@ -424,6 +562,7 @@ async function unfencedCycle(): Promise<void> {
   const token = handle.fencingToken;
   const from = now();
   emit({ t: 'acquired', token: token.toString(), at: from });
+  void witness(token);
   const loss = lossClock(handle);
   try {
     await pause(between(cfg.holdMs), handle.signal);
@@ -443,6 +582,7 @@ async function electionCycle(): Promise<void> {
     termSession = leader.session;
     watchSession(leader.session);
     emit({ t: 'term-start', token: token.toString(), lease: leader.session.leaseId.toString(16), at: from });
+    void witness(token);
     const loss = lossClock(leader);
     const steps = rng.int(2, 6);
     for (let i = 0; i < steps && !leader.signal.aborted; i++) {
@@ -487,11 +627,13 @@ while (!stop.signal.aborted) {
 }
 
 // Shutdown: revoke our lease (deleting any key left on it), close the client, and let the process end.
+await siblingRun;
 try {
   await session?.close();
 } catch (err) {
   reportError('session-close', err, session);
 }
 await client.close();
+await pgPool?.end().catch(() => {});
 emit({ t: 'bye', at: now(), cycles, errors });
 process.stdin.destroy();

@@ -27,6 +27,9 @@ import {
 } from '../src/index.js';
 import { startProxy, type TcpProxy } from '../src/testing/index.js';
 import type { EtcdIncrementReport, HeldInterval, LeaseGoneReport, Term } from './checker.js';
+import type { PgIncrementReport } from './pg-ledger.js';
+import type { LinearOp } from './porcupine.js';
+import type { GrantWitness } from './revisions.js';
 import { clockOffset, lineSplitter, now, type LockRole, type ParentMessage, type Role, type RWMode, type WorkerConfig, type WorkerEvent } from './common.js';
 import type { FencedStore } from './fenced-store.js';
 
@@ -39,7 +42,14 @@ export class History {
   readonly terms: Term[] = [];
   readonly termStarts: { worker: string; token: bigint; at: number }[] = [];
   readonly acquisitions: Record<Role, number[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [] };
+  /** The etcd counter's reads and guarded increments, and the fenced ledger's requests, for Porcupine. */
+  readonly linear: { counter: LinearOp[]; ledger: LinearOp[]; unknownIncs: { op: LinearOp; opKey: string }[] } = { counter: [], ledger: [], unknownIncs: [] };
+  /** Porcupine client ids, by worker label. */
+  readonly clientIds = new Map<string, number>();
+  /** Each grant's witness read (worker.ts witness()), by role. */
+  readonly witnesses: Record<Role, GrantWitness[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [] };
   readonly etcdIncrements: EtcdIncrementReport[] = [];
+  readonly pgIncrements: PgIncrementReport[] = [];
   readonly errors = new Map<string, number>();
   /** Errors that are not this library's (EtcdError family) nor an abort: possible bugs. */
   readonly unexpectedErrors: string[] = [];
@@ -77,6 +87,8 @@ export interface PoolOptions {
   endpoints: string[];
   ttl: number;
   dataPrefix: string;
+  /** The PostgreSQL ledger's connection string and this phase's rows (chaos/pg-ledger.ts), if there is one. */
+  pg?: { url: string; phase: string };
   seed: number;
   logDir: string;
   thinkMs: [number, number];
@@ -122,8 +134,13 @@ export class WorkerProc {
   ready: Promise<void> = Promise.resolve();
   byeSeen = false;
   killedByUs = false;
-  /** Armed by the nemesis: SIGSTOP this worker the moment its next first request of a hold (a ledger read, an enter) is answered. */
-  private trap?: { fire: () => void; careful: boolean };
+  /**
+   * Armed by the nemesis. `freeze`: SIGSTOP this worker the moment its next first request of a hold
+   * (a ledger read, an enter) is answered. `operator`: at its next request while holding (those, or
+   * a leader's write), hand the hold's token to `take` (which deletes its key or revokes its lease)
+   * and answer only once that is done and `take` returns.
+   */
+  private trap?: { kind: 'freeze'; fire: () => void; careful: boolean } | { kind: 'operator'; take: (token: bigint) => Promise<void> };
   private logStream?: WriteStream;
   private leases = new Set<string>();
 
@@ -153,6 +170,7 @@ export class WorkerProc {
       ttl: o.ttl,
       name: this.spec.name,
       dataPrefix: o.dataPrefix,
+      ...(o.pg && this.spec.role === 'fenced' ? { pg: o.pg } : {}),
       seed: (o.seed + hash(this.label)) >>> 0,
       thinkMs: o.thinkMs,
       holdMs: this.spec.role === 'election' ? o.electionHoldMs : o.holdMs,
@@ -244,10 +262,20 @@ export class WorkerProc {
         if (e.leftMs !== undefined) h.leaseGone.push({ worker: label, lease: e.lease, leftMs: e.leftMs, at: this.t(e.at) });
         break;
       case 'acquired':
+        if (e.sibling) {
+          h.acquisitions[this.spec.role].push(this.t(e.at));
+          break;
+        }
         this.holding = { token: BigInt(e.token), from: this.t(e.at), ...(e.mode ? { mode: e.mode } : {}), ...this.sessionFrom(this.lastSessionAt), ...this.leaseOf(this.lastLease) };
         h.acquisitions[this.spec.role].push(this.t(e.at));
         break;
       case 'releasing': {
+        if (e.sibling) {
+          const lostReason = e.lostReason !== undefined ? { lostReason: e.lostReason } : {};
+          h.held[this.lockRole()].push({ worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost, ttl: this.pool.options.ttl, ...lostReason });
+          h.cycles++;
+          break;
+        }
         const iv: HeldInterval = { worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost, ...this.holdFacts(e.lostReason) };
         if (e.mode) iv.mode = e.mode;
         h.held[this.lockRole()].push(iv);
@@ -256,6 +284,16 @@ export class WorkerProc {
         break;
       }
       case 'released':
+        break;
+      case 'witness':
+        h.witnesses[this.spec.role].push({
+          worker: label,
+          queue: `${this.spec.name}/`,
+          token: BigInt(e.token),
+          rev: BigInt(e.rev),
+          ...(e.mode ? { mode: e.mode } : {}),
+          seen: e.seen.map((k) => ({ key: k.key, create: BigInt(k.create), lease: k.lease })),
+        });
         break;
       case 'store': {
         const store = this.pool.options.store;
@@ -277,20 +315,44 @@ export class WorkerProc {
           highest = reg.highest;
         }
         let careful: boolean | undefined;
-        if ((e.op === 'enter' || (e.op === 'read' && e.register === 'ledger')) && this.trap) {
+        const firstOfHold = e.op === 'enter' || (e.op === 'read' && e.register === 'ledger');
+        const trap = this.trap;
+        if (firstOfHold && trap?.kind === 'freeze') {
           // Freeze it before the answer is written: it wakes up inside its critical section, with a
           // value read under a token that may have been superseded meanwhile (the GC-pause ghost).
           this.pause();
-          careful = this.trap.careful;
-          this.trap.fire();
+          careful = trap.careful;
+          trap.fire();
           this.trap = undefined;
+        } else if ((firstOfHold || (e.op === 'write' && e.register === 'election')) && trap?.kind === 'operator') {
+          // An operator takes the key away while the holder waits for this answer; it answers after.
+          this.trap = undefined;
+          const reply: ParentMessage = { t: 'store-reply', id: e.id, ok: entry.ok, value: entry.value, highest: highest.toString() };
+          void trap.take(token).finally(() => {
+            this.send(reply);
+            this.ledgerOp(e, entry, label);
+          });
+          break;
         }
         this.send({ t: 'store-reply', id: e.id, ok: entry.ok, value: entry.value, highest: highest.toString(), careful });
+        this.ledgerOp(e, entry, label);
         break;
       }
-      case 'etcd-inc':
+      case 'etcd-inc': {
         h.etcdIncrements.push({ worker: label, token: BigInt(e.token), opKey: e.opKey, value: e.value, outcome: e.outcome });
+        const client = this.clientId(label);
+        if (e.read) h.linear.counter.push({ client, call: this.t(e.read.call), ret: this.t(e.read.ret), op: 'read', value: e.read.value, ok: true });
+        if (e.txn && e.outcome !== 'rejected') {
+          const inc: LinearOp = { client, call: this.t(e.txn.call), ret: e.txn.ret !== undefined ? this.t(e.txn.ret) : Infinity, op: 'inc', value: e.value, ok: true };
+          if (e.outcome === 'accepted') h.linear.counter.push(inc);
+          else h.linear.unknownIncs.push({ op: inc, opKey: e.opKey }); // settled against etcd's ledger at the end
+        }
         if (e.error) this.countError('etcd-inc', e.error.split(':')[0]!);
+        break;
+      }
+      case 'pg-inc':
+        h.pgIncrements.push({ worker: label, opId: e.opId, token: BigInt(e.token), outcome: e.outcome, shadowWritten: e.shadowWritten });
+        if (e.error) this.countError('pg-inc', e.error.split(':')[0]!);
         break;
       case 'careful-skip':
         h.carefulSkips.push(this.t(e.at));
@@ -335,6 +397,22 @@ export class WorkerProc {
         this.byeSeen = true;
         break;
     }
+  }
+
+  private clientId(label: string): number {
+    const ids = this.pool.options.history.clientIds;
+    let id = ids.get(label);
+    if (id === undefined) ids.set(label, (id = ids.size));
+    return id;
+  }
+
+  /**
+   * A fenced ledger request, for Porcupine: invoked when the worker sent it, returned now (the
+   * answer is on its way: the store applied it in between).
+   */
+  private ledgerOp(e: Extract<WorkerEvent, { t: 'store' }>, entry: { ok: boolean; value: number }, label: string): void {
+    if (e.register !== 'ledger' || (e.op !== 'read' && e.op !== 'write')) return;
+    this.pool.options.history.linear.ledger.push({ client: this.clientId(label), call: this.t(e.sentAt), ret: now(), op: e.op, token: e.token, value: entry.value, ok: entry.ok });
   }
 
   private sessionFrom(at: number | undefined): { sessionFrom?: number } {
@@ -400,10 +478,36 @@ export class WorkerProc {
         resolve(false);
       }, limitMs);
       this.trap = {
+        kind: 'freeze',
         careful,
         fire: () => {
           clearTimeout(timer);
           resolve(true);
+        },
+      };
+    });
+  }
+
+  /**
+   * Arms an operator trap: at the next request this worker makes while holding (see `trap`), `take`
+   * runs with the hold's token and the answer waits for it. Resolves true once `take` has run,
+   * false if no such request came within `limitMs`.
+   */
+  trapNextHold(limitMs: number, take: (token: bigint) => Promise<void>): Promise<boolean> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.trap = undefined;
+        resolve(false);
+      }, limitMs);
+      this.trap = {
+        kind: 'operator',
+        take: async (token) => {
+          clearTimeout(timer);
+          try {
+            await take(token);
+          } finally {
+            resolve(true);
+          }
         },
       };
     });

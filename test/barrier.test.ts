@@ -480,10 +480,16 @@ describe('DoubleBarrier', () => {
       const back = await waitFor(() => log.events.find((e) => e.type === 'put' && e.key === key && e.rev > left.rev), 'the held create to land', { limitMs: 10_000 });
       assert.equal(back.lease, s.leaseId, 're-created on our live lease');
       await waitFor(() => log.events.find((e) => e.type === 'delete' && e.key === key && e.rev > back.rev), 'the ghost key swept', { limitMs: 10_000 });
-      // Nobody counts it: a barrier of one opens again at once (the ghost would make it full).
-      const next = new DoubleBarrier(other!, name, 1);
-      await next.enter();
-      await next.leave();
+      // Nobody counts it: a barrier of two with one participant stays shut (the ghost would fill it),
+      // until a second one comes.
+      const next = new DoubleBarrier(other!, name, 2);
+      const base = await watchers();
+      const entering = track(next.enter());
+      await blocked(base, 1); // counted, found one short, and waiting on a watch
+      assert.equal(entering.settled, false, 'a barrier of two opened with one participant');
+      const second = new DoubleBarrier(s, name, 2);
+      await Promise.all([second.enter(), entering.promise]);
+      await Promise.all([next.leave(), second.leave()]);
     } finally {
       await log.close();
       await closeAll([s, other]);

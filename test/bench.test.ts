@@ -101,11 +101,8 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
       assert.equal(c.mutualExclusion, true, `${c.impl}: mutual exclusion`);
       assert.equal(c.violations, 0, `${c.impl}: no violation`);
       assert.equal(c.keysLeft, 0, `${c.impl}: no key left`);
-      assert.equal(
-        c.perContender.reduce((a, b) => a + b, 0),
-        c.acquisitions,
-        `${c.impl}: total equals acquisitions`,
-      );
+      // (acquisitions is the sum of perContender by construction, bench/contended.ts: nothing to assert;
+      // the shared counter against the acquisitions is mutualExclusion, above.)
     }
     // election: both scenarios for all four, one leader at a time
     assert.deepEqual([...new Set(r.election?.map((e) => e.impl))].sort(), ['etcd3', 'go', 'ours', 'reference']);

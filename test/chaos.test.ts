@@ -18,7 +18,13 @@ interface ChaosResult {
   ok: boolean;
   failures: string[];
   seed: number;
+  /** 'used', or 'unavailable (why)'. */
+  netns: string;
   totals: {
+    grantViolationsByRevision: number;
+    tokenOrderViolations: number;
+    witnesses: number;
+    keysObserved: number;
     operations: number;
     faults: number;
     fencedViolations: number;
@@ -53,6 +59,9 @@ interface ChaosResult {
       rwWriteHolds: number;
     };
     faults: Record<string, number>;
+    faultLog: { kind: string; target: string; ms: number; note?: string }[];
+    pgLedger: { committed: number; violations: unknown[] } | null;
+    porcupine: { name: string; result: string }[];
     cleanup: { ok: boolean };
     violations: { check: string; detail: string }[];
     unexpectedErrors: string[];
@@ -60,6 +69,53 @@ interface ChaosResult {
     problems: string[];
   }[];
 }
+
+/**
+ * What a CI run must have tried for its verdict to mean anything (issue 27): the netns phase (real
+ * partitions; a machine without network namespaces partitions nothing), a pause of the Raft leader,
+ * a ghost-pause that froze a holder inside its critical section (one that trapped nobody lasts 0 ms),
+ * and an operator's delete of a held key and revoke of a holder's lease that took effect (at a
+ * revision). The list of what is missing; empty when all happened.
+ */
+function ciGaps(result: Pick<ChaosResult, 'netns' | 'phases'>): string[] {
+  const gaps: string[] = [];
+  if (result.netns !== 'used') gaps.push(`network namespaces not used: ${result.netns}`);
+  const log = result.phases.flatMap((p) => p.faultLog);
+  if (!log.some((f) => f.kind === 'member-pause' && f.target.includes('(leader)'))) gaps.push('no pause of the Raft leader');
+  if (!log.some((f) => f.kind === 'ghost-pause' && f.ms > 0)) gaps.push('no ghost-pause trapped a holder');
+  for (const kind of ['key-delete', 'lease-revoke']) {
+    if (!log.some((f) => f.kind === kind && /at revision \d+/.test(f.note ?? ''))) gaps.push(`no ${kind} took a holder's key`);
+  }
+  // CI installs PostgreSQL and Go: the fenced ledger's PostgreSQL twin and Porcupine must have run.
+  for (const p of result.phases) {
+    if (!p.pgLedger || p.pgLedger.committed === 0) gaps.push(`${p.name}: no increment committed through PostgresFence`);
+    if (p.porcupine.length < 2) gaps.push(`${p.name}: Porcupine did not check both histories`);
+  }
+  return gaps;
+}
+
+test('ciGaps: a run without netns, a leader pause, a trapped ghost or an operator fault is not enough for CI', () => {
+  const fault = (kind: string, target: string, ms: number, note?: string) => ({ kind, target, ms, ...(note ? { note } : {}) });
+  const full = [
+    fault('member-pause', 'm1 (leader)', 3400),
+    fault('ghost-pause', 'fenced-0#1', 3600),
+    fault('key-delete', 'fenced-1#1 (holding 90)', 20, 'chaos/x/fenced/abc at revision 95'),
+    fault('lease-revoke', 'rwlock-1#1 (holding 99)', 20, 'chaos/x/rwlock/write/abd at revision 101'),
+  ];
+  const phase = (faultLog: typeof full) =>
+    ({ name: 'p', faultLog, pgLedger: { committed: 5, violations: [] }, porcupine: [{ name: 'c', result: 'Ok' }, { name: 'l', result: 'Ok' }] }) as unknown as ChaosResult['phases'][number];
+  assert.deepEqual(ciGaps({ netns: 'used', phases: [phase(full)] }), []);
+  assert.deepEqual(ciGaps({ netns: 'unavailable (no CAP_NET_ADMIN)', phases: [phase(full)] }), ['network namespaces not used: unavailable (no CAP_NET_ADMIN)']);
+  assert.deepEqual(ciGaps({ netns: 'used', phases: [phase([{ ...full[0]!, target: 'm1' }, ...full.slice(1)])] }), ['no pause of the Raft leader']);
+  assert.deepEqual(ciGaps({ netns: 'used', phases: [phase([full[0]!, { ...full[1]!, ms: 0 }, ...full.slice(2)])] }), ['no ghost-pause trapped a holder']);
+  assert.deepEqual(ciGaps({ netns: 'used', phases: [phase([...full.slice(0, 2), { ...full[2]!, note: 'no request while holding within 3 s' }, full[3]!])] }), [
+    "no key-delete took a holder's key",
+  ]);
+  assert.deepEqual(ciGaps({ netns: 'used', phases: [{ ...phase(full), pgLedger: null, porcupine: [] }] }), [
+    'p: no increment committed through PostgresFence',
+    'p: Porcupine did not check both histories',
+  ]);
+});
 
 test('chaos --quick: no violation, overlap, early expiry, unexpected error or stuck wait, and a clean cluster afterwards', { timeout: 6 * 60_000 }, async () => {
   const dir = await mkdtemp(join(tmpdir(), 'etcd-concurrency-chaos-test-'));
@@ -88,6 +144,12 @@ test('chaos --quick: no violation, overlap, early expiry, unexpected error or st
     assert.equal(result.totals.leaseExpiredEarly, 0, context);
     assert.equal(result.totals.carefulWritesRefused, 0, context);
     assert.equal(result.totals.violations, 0, context);
+    assert.equal(result.totals.grantViolationsByRevision, 0, context);
+    assert.equal(result.totals.tokenOrderViolations, 0, context);
+    // Judged on etcd's revisions: the observer recorded keys, and grants had witnesses.
+    assert.ok(result.totals.keysObserved > 50 && result.totals.witnesses > 50, context);
+    // Under CI, the run must have tried what its verdict is about.
+    if (process.env.CI) assert.deepEqual(ciGaps(result), [], context);
     assert.equal(result.totals.unexpectedErrors, 0, context);
     assert.equal(result.totals.stuckWaits, 0, context);
     assert.equal(result.totals.harnessProblems, 0, context);

@@ -188,13 +188,14 @@ describe('3-member cluster', () => {
       assert.throws(() => hl.assertLeader(), LeadershipLostError);
       assert.equal(tf.settled, false, 'no one else leads while the cluster has no quorum');
 
-      // Quorum returns: the old lease is still there (a lease cannot expire without a leader).
+      // Quorum returns. The old lease and key are still there: a lease cannot expire without a Raft
+      // leader, so that is etcd's doing, not something this test could see fail; how long the lease
+      // had left goes into the figures below. (The claim under test, the signal before any expiry, is
+      // the loss awaited above while the cluster had no quorum.)
       for (const i of others) await etcd.restart(i);
       const tQuorum = performance.now();
       quorumBack();
       const ttlLeft = await followerClient.leaseTimeToLive(leaderSession.leaseId);
-      assert.ok(ttlLeft.ttl > 0, 'right after quorum returned the old lease still existed on the server: the signal came before any expiry');
-      assert.equal((await followerClient.get(hl.key))?.createRevision, hl.fencingToken, 'and so did the old leader key');
 
       // The old leader does nothing more; its lease expires on the server and the follower leads.
       const hf = await tf.promise;

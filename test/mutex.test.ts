@@ -703,7 +703,8 @@ describe('Mutex: giving up and losing', () => {
     const name = `${p}lock`;
     const proxy = await startProxy(etcd.endpoints[0]!);
     const cut = new Client({ endpoints: proxy.endpoint });
-    const [a] = await sessions(1, 3, cut);
+    // TTL 6 s: the holder's deadline comes 1 s (the margin) before the server can expire its lease.
+    const [a] = await sessions(1, 6, cut);
     const [b] = await sessions(1);
     try {
       const held = await new Mutex(a!, name).lock();
@@ -712,7 +713,7 @@ describe('Mutex: giving up and losing', () => {
       const base = await watchersNow();
       const next = new Mutex(b!, name).lock().then((h) => ({ h, holderKnew }));
       await blocked(base);
-      proxy.blackhole(true); // the holder can no longer renew; the server expires its lease after 3 s
+      proxy.blackhole(true); // the holder can no longer renew; the server expires its lease after 6 s
       const { h, holderKnew: knewFirst } = await next;
       assert.ok(knewFirst, 'the waiter got the lock while the old holder still believed it held it');
       const reason = held.signal.reason as LockLostError;

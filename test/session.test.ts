@@ -153,11 +153,12 @@ describe('Session liveness', () => {
 
   it('renewals keep the lease alive past its TTL', async () => {
     const p = fresh('renewals');
-    const s = await Session.create(client, { ttl: 2 });
+    // TTL 6 s (margin 1 s): a renewal a few hundred ms late on a loaded machine is no loss.
+    const s = await Session.create(client, { ttl: 6 });
     try {
       await client.put(`${p}k`, '', { lease: s.leaseId });
       const base = await renewals();
-      // Renewals go out every TTL/3: five of them take longer than the 2 s TTL.
+      // Renewals go out every TTL/3: five of them take longer than the 6 s TTL.
       await waitFor(async () => (await renewals()) >= base + 5, 'five renewals');
       assert.equal(s.signal.aborted, false);
       assert.ok(s.remainingMs() > 0);
@@ -223,7 +224,8 @@ describe('Session end', () => {
 
   it('orphan() stops renewing but leaves the lease; the signal still fires at the deadline', async () => {
     const p = fresh('orphan');
-    const s = await Session.create(client, { ttl: 2 });
+    // TTL 6 s, margin 1 s: the checks below run inside that second, even on a loaded machine.
+    const s = await Session.create(client, { ttl: 6 });
     try {
       await client.put(`${p}k`, '', { lease: s.leaseId });
       s.orphan();
@@ -243,7 +245,7 @@ describe('Session end', () => {
     const p = fresh('partition');
     const proxy = await startProxy(etcd.endpoints[0]!);
     const c = new Client({ endpoints: proxy.endpoint });
-    const s = await Session.create(c, { ttl: 3 });
+    const s = await Session.create(c, { ttl: 6 }); // margin 1 s for the checks below
     try {
       await c.put(`${p}k`, '', { lease: s.leaseId });
       proxy.blackhole(true);
@@ -267,7 +269,7 @@ describe('Session end', () => {
       const p = fresh('close-after-deadline');
       const proxy = await startProxy(etcd.endpoints[0]!);
       const c = new Client({ endpoints: proxy.endpoint, callTimeoutMs: 2000 });
-      const s = await Session.create(c, { ttl: 3 });
+      const s = await Session.create(c, { ttl: 6 }); // margin 1 s for the close below
       try {
         await client.put(`${p}k`, '', { lease: s.leaseId });
         proxy.blackhole(true);
@@ -275,7 +277,7 @@ describe('Session end', () => {
         // The partition heals. (The renewals it held back now reach etcd and even extend the lease.)
         proxy.blackhole(false);
         await s.close();
-        // The lease had at least the safety margin (0.5 s) left on the server when close() ran.
+        // The lease had at least the safety margin (1 s) left on the server when close() ran.
         assert.equal(await leaseExists(s.leaseId), false, 'close() left the lease and its keys to expire on their own');
       } finally {
         await c.close();
