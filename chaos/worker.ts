@@ -35,7 +35,6 @@ import {
 } from '../src/index.js';
 import pg from 'pg';
 import { PostgresFence, StaleTokenError } from '../src/fencing/index.js';
-import { OwnershipLostError } from '../src/errors.js';
 import { PG_FENCE_TABLE } from './pg-ledger.js';
 import {
   Prng,

@@ -164,18 +164,18 @@ describe('a session resumed on an existing lease', () => {
     }
   });
 
-  it('a sibling on the same session still shares the key: its abort leaves the key to the first', async () => {
+  it('a sibling on the same session that shares the key (share: true, as Go) aborts: the key stays with the first', async () => {
     const p = fresh('sibling');
     const name = `${p}election`;
     const [l, s] = await Promise.all([Session.create(client), Session.create(client)]);
     try {
       const leader = await new Election(l, name).campaign('leader');
       let base = await watchersNow();
-      const first = new Election(s, name).campaign('one');
+      const first = new Election(s, name).campaign('one', { share: true });
       await blocked(base);
       const ac = new AbortController();
       base = await watchersNow();
-      const second = new Election(s, name).campaign('two', { signal: ac.signal });
+      const second = new Election(s, name).campaign('two', { signal: ac.signal, share: true });
       await blocked(base);
       ac.abort();
       await assert.rejects(second);
