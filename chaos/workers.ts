@@ -16,6 +16,7 @@ import {
   LeadershipLostError,
   LeaseNotFoundError,
   LockLostError,
+  NoLeaderError,
   NotLeaderError,
   OwnershipLostError,
   PermissionDeniedError,
@@ -70,7 +71,7 @@ export class History {
 // LeaseNotFoundError is not on this list: it is judged by the session's deadline at that moment
 // (History.leaseGone), and is unexpected when the worker could not say which session made the call.
 const OUR_ERRORS = new Set<string>([
-  ...[EtcdError, InvalidArgumentError, UnavailableError, WriteOutcomeUnknownError, CompactedError, PermissionDeniedError, AuthenticationError].map((c) => c.code),
+  ...[EtcdError, InvalidArgumentError, UnavailableError, NoLeaderError, WriteOutcomeUnknownError, CompactedError, PermissionDeniedError, AuthenticationError].map((c) => c.code),
   ...[DeadlineExceededError, ClientClosedError, SessionExpiredError, OwnershipLostError, LockLostError, LeadershipLostError].map((c) => c.code),
   ...[NotLeaderError, PermitLostError, RWLockLostError].map((c) => c.code),
   // our own lock-wait limit (AbortSignal.timeout) and shutdown (worker.ts codeOf())

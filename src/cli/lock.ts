@@ -400,13 +400,14 @@ async function runLocked(handle: Held, command: string[], graceMs: number, inter
     );
   }
   if (lost) return EXIT.lost;
-  await handle.unlock().then(
-    () => verbose && warn(`released ${handle.key}`),
-    (err: Error) => {
-      // The command's outcome matters more than this: its exit code is still passed on.
-      warn(`could not release ${handle.key} (${err.message}); it is freed when lease ${handle.session.leaseId.toString(16)} expires`);
-    },
-  );
+  // unlock() never rejects for want of etcd: a delete that failed goes on in the background, and
+  // closing the session (below) gives it the client's call timeout before the lease is revoked.
+  const released = await handle.unlock();
+  if (released.state === 'pending') {
+    // The command's outcome matters more than this: its exit code is still passed on.
+    const why = released.error instanceof Error ? released.error.message : String(released.error);
+    warn(`could not release ${handle.key} yet (${why}); retrying until it is gone, else it is freed when lease ${handle.session.leaseId.toString(16)} ends`);
+  } else if (verbose) warn(`released ${handle.key}`);
   return result.code ?? signalExitCode(result.signal!);
 }
 

@@ -41,6 +41,8 @@ const NEWEST = LINES[LINES.length - 1]!;
 
 /** An install or a lookup failed; the message says why and what to do. */
 export class EtcdInstallError extends Error {
+  static readonly code = 'ERR_ETCD_INSTALL';
+  readonly code = EtcdInstallError.code;
   override readonly name = 'EtcdInstallError';
 }
 

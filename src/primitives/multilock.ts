@@ -1,3 +1,4 @@
+import { rethrown } from '../rethrow.js';
 import { InvalidArgumentError } from '../client/errors.js';
 import { compare, op, txnRange, type Compare } from '../client/kv.js';
 import { LockLostError } from '../errors.js';
@@ -184,7 +185,7 @@ class MultiLock implements MultiLockHandle {
         this.end(err);
       }
     }
-    if (this.ended) throw this.ended.reason;
+    if (this.ended) throw rethrown(this.ended.reason);
   }
 
   ownerCompares(): Compare[] {
