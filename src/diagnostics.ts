@@ -83,7 +83,7 @@ export const CHANNEL = {
   ownershipLost: 'etcd-concurrency:ownership:lost',
   /** Published by the release path (src/queue): a release that failed and is tried again. */
   releaseRetry: 'etcd-concurrency:release:retry',
-  /** Published by the release path (src/queue): a release that completed. */
+  /** Published by the release path (src/queue): a release that needed retries ended (its key gone, or the session or client ended). */
   releaseDone: 'etcd-concurrency:release:done',
   /** Published by runAsLeader: a campaign tried again after a failure. */
   leaderRetry: 'etcd-concurrency:leader:retry',
