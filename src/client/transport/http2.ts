@@ -556,6 +556,39 @@ function lostWith(session: Session, id: number | undefined, rst: number, err: Er
   return undefined;
 }
 
+/** What a call's stream reports to: its Reply (read at each event: a unary call starts a new one per attempt), data, errors, close. */
+interface StreamOwner {
+  readonly reply: Reply;
+  streamError: Error | undefined;
+  onData(req: http2.ClientHttp2Stream, chunk: Buffer): void;
+  onClose(req: http2.ClientHttp2Stream): void;
+}
+
+/** Wires a call's stream to its owner, and tells the session that the server is alive. */
+function listen(session: Session, req: http2.ClientHttp2Stream, owner: StreamOwner): void {
+  req.on('response', (h, flags) => {
+    session.heard();
+    owner.reply.onResponse(h, (flags & NGHTTP2_FLAG_END_STREAM) !== 0);
+  });
+  req.on('trailers', (h) => {
+    session.heard();
+    owner.reply.onTrailers(h);
+  });
+  req.on('data', (chunk: Buffer) => {
+    session.heard();
+    owner.onData(req, chunk);
+  });
+  req.on('error', (err: Error) => {
+    owner.streamError = err;
+    outOfStreams(session, err);
+  });
+  // Stream ids are running out: new calls go to a new connection.
+  req.on('ready', () => {
+    if (req.id !== undefined && req.id >= LAST_STREAM_ID) session.retire();
+  });
+  req.on('close', () => owner.onClose(req));
+}
+
 /** Node fails a new stream, not its session, when stream ids run out: the session must go. */
 function outOfStreams(session: Session, err: Error): void {
   if ((err as NodeJS.ErrnoException).code === 'ERR_HTTP2_OUT_OF_STREAMS') session.retire();
@@ -572,10 +605,10 @@ class UnaryCall<Res> implements Call {
   private timer: NodeJS.Timeout | undefined;
   private session: Session | undefined;
   private req: http2.ClientHttp2Stream | undefined;
-  private reply = new Reply();
+  reply = new Reply();
   private decoder: MessageDecoder;
   private message: Buffer | undefined;
-  private streamError: Error | undefined;
+  streamError: Error | undefined;
 
   constructor(
     private readonly transport: Http2Transport,
@@ -610,30 +643,11 @@ class UnaryCall<Res> implements Call {
     this.session = session;
     this.req = req;
     session.callStarted(this);
-    req.on('response', (h, flags) => {
-      session.heard();
-      this.reply.onResponse(h, (flags & NGHTTP2_FLAG_END_STREAM) !== 0);
-    });
-    req.on('trailers', (h) => {
-      session.heard();
-      this.reply.onTrailers(h);
-    });
-    req.on('data', (chunk: Buffer) => {
-      session.heard();
-      this.onData(req, chunk);
-    });
-    req.on('error', (err: Error) => {
-      this.streamError = err;
-      outOfStreams(session, err);
-    });
-    req.on('ready', () => {
-      if (req.id !== undefined && req.id >= LAST_STREAM_ID) session.retire();
-    });
-    req.on('close', () => this.onClose(req));
+    listen(session, req, this);
     req.end(this.body);
   }
 
-  private onData(req: http2.ClientHttp2Stream, chunk: Buffer): void {
+  onData(req: http2.ClientHttp2Stream, chunk: Buffer): void {
     // Not gRPC (a wrong content-type): its body is no message of ours.
     if (req !== this.req || this.reply.problem) return;
     let messages: Buffer[];
@@ -649,7 +663,7 @@ class UnaryCall<Res> implements Call {
     }
   }
 
-  private onClose(req: http2.ClientHttp2Stream): void {
+  onClose(req: http2.ClientHttp2Stream): void {
     if (req !== this.req || this.settled) return;
     const session = this.session!;
     const failure = this.reply.error();
@@ -731,9 +745,9 @@ class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStream<Req, 
   private done = false;
   /** cancel() was called: not even an error said on a later tick reaches anyone. */
   private cancelled = false;
-  private readonly reply = new Reply();
+  readonly reply = new Reply();
   private readonly decoder: MessageDecoder;
-  private streamError: Error | undefined;
+  streamError: Error | undefined;
 
   constructor(
     private readonly transport: Http2Transport,
@@ -760,26 +774,7 @@ class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStream<Req, 
     this.req = req;
     this.session = session;
     session.callStarted(this);
-    req.on('response', (h, flags) => {
-      session.heard();
-      this.reply.onResponse(h, (flags & NGHTTP2_FLAG_END_STREAM) !== 0);
-    });
-    req.on('trailers', (h) => {
-      session.heard();
-      this.reply.onTrailers(h);
-    });
-    req.on('data', (chunk: Buffer) => {
-      session.heard();
-      this.onData(chunk);
-    });
-    req.on('error', (err: Error) => {
-      this.streamError = err;
-      outOfStreams(session, err);
-    });
-    req.on('ready', () => {
-      if (req.id !== undefined && req.id >= LAST_STREAM_ID) session.retire();
-    });
-    req.on('close', () => this.onClose(req));
+    listen(session, req, this);
   }
 
   write(message: Req): boolean {
@@ -802,7 +797,7 @@ class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStream<Req, 
     this.detach();
   }
 
-  private onData(chunk: Buffer): void {
+  onData(_req: http2.ClientHttp2Stream, chunk: Buffer): void {
     if (this.done || this.reply.problem) return;
     let messages: Buffer[];
     try {
@@ -823,7 +818,7 @@ class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStream<Req, 
     }
   }
 
-  private onClose(req: http2.ClientHttp2Stream): void {
+  onClose(req: http2.ClientHttp2Stream): void {
     if (this.done || req !== this.req) return;
     const session = this.session!;
     const rst = req.rstCode ?? NGHTTP2_NO_ERROR;
