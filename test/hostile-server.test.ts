@@ -8,7 +8,7 @@ import * as http2 from 'node:http2';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
 import * as rpc from '../src/client/methods.js';
-import { Http2Transport, LIMITS } from '../src/client/transport/http2.js';
+import { Http2Transport, LAST_STREAM_ID, LIMITS } from '../src/client/transport/http2.js';
 import { Status, TransportError } from '../src/client/transport/transport.js';
 import { Client, ClientClosedError, InvalidArgumentError, WriteOutcomeUnknownError } from '../src/index.js';
 import { waitFor } from './helpers.js';
@@ -423,5 +423,29 @@ describe('hostile servers: each bad answer is a clear error with the right statu
     } finally {
       await client.close();
     }
+  });
+
+  it('a connection whose stream ids are nearly used up takes no new call: the next one goes to a new connection', async () => {
+    const server = await grpcServer((stream) => {
+      stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true });
+      stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': '0' }));
+      stream.end(grpcMessage(Buffer.alloc(0)));
+    });
+    await withServer(server, async () => {
+      const t = transport(server.port);
+      const range = () => t.unary(rpc.KV.range, { key: Buffer.from('k') }, {}, performance.now() + 4000);
+      try {
+        await range();
+        // Jump this connection's next stream id to the threshold (client ids are odd).
+        (t as unknown as { session: { h2: http2.ClientHttp2Session } }).session.h2.setNextStreamID(LAST_STREAM_ID + 1);
+        await range();
+        assert.equal(server.connections(), 1, `the call at the threshold still ran on the old connection (streams ${server.streams()})`);
+        await range();
+        assert.equal(server.connections(), 2, 'the call after it opened a new connection');
+        assert.equal(server.streams(), 3);
+      } finally {
+        t.close();
+      }
+    });
   });
 });

@@ -69,7 +69,7 @@ interface Call {
 }
 
 /** Stream ids are 31 bits: well before they run out, new calls go to a new connection. */
-const LAST_STREAM_ID = 2 ** 31 - 2 ** 20;
+export const LAST_STREAM_ID = 2 ** 31 - 2 ** 20;
 
 /** One HTTP/2 connection that reached "ready" (both sides' SETTINGS acknowledged). */
 class Session {
@@ -582,11 +582,17 @@ function listen(session: Session, req: http2.ClientHttp2Stream, owner: StreamOwn
     owner.streamError = err;
     outOfStreams(session, err);
   });
-  // Stream ids are running out: new calls go to a new connection.
-  req.on('ready', () => {
-    if (req.id !== undefined && req.id >= LAST_STREAM_ID) session.retire();
-  });
   req.on('close', () => owner.onClose(req));
+  // Stream ids are running out: new calls go to a new connection. A stream on a connected session
+  // has its id as request() returns ('ready' was emitted inside it); one still pending gets it later.
+  const retireNearLastId = (): void => {
+    if (req.id === undefined || req.id < LAST_STREAM_ID) return;
+    session.retired = true;
+    // Closed once this tick has written the stream: a close before that would lose it.
+    setImmediate(() => session.retire());
+  };
+  if (req.id !== undefined) retireNearLastId();
+  else req.once('ready', retireNearLastId);
 }
 
 /** Node fails a new stream, not its session, when stream ids run out: the session must go. */
