@@ -3,7 +3,7 @@
 // it is created again from the revision it owes, so every event still arrives once, in order.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { Client } from '../src/index.js';
+import { CompactedError, type Client } from '../src/index.js';
 import { etcdForFile, waitFor } from './helpers.js';
 
 let client: Client;
@@ -49,6 +49,36 @@ describe('a watch nobody reads', () => {
     assert.equal(keys.length, total, 'each event once');
     assert.deepEqual([...keys].sort(), expected);
     other.cancel();
+    await client.delete(prefix, { prefix: true });
+  });
+
+  it('compacted past while taken off the stream: it delivers what it holds without a gap, then ends with a CompactedError', async () => {
+    const prefix = fresh('compacted');
+    const slow = client.watch(prefix, { prefix: true });
+    await slow.created;
+    const total = 2000;
+    await putMany(prefix, total);
+    await waitFor(() => slow.id === undefined && slow.resuming, 'the slow watch to be taken off the stream');
+    // History the watch still owes goes away while nobody reads it.
+    const head = (await client.put(`${prefix}last`, 'v')).revision;
+    await client.compact(head);
+    // A watch that skipped the compacted history would deliver this next (and never end).
+    await client.put(`${prefix}after`, 'v');
+    const revisions: bigint[] = [];
+    let failure: unknown;
+    try {
+      for await (const batch of slow) {
+        for (const e of batch.events) revisions.push(e.kv.modRevision);
+        if (batch.events.some((e) => e.kv.key.toString() === `${prefix}after`)) break;
+      }
+    } catch (err) {
+      failure = err;
+    }
+    assert.ok(failure instanceof CompactedError, `ends with a CompactedError, got ${String(failure)}`);
+    assert.ok(revisions.length >= 1024 && revisions.length < total, `${revisions.length} events delivered before the compaction was met`);
+    // Every put is its own revision: what was delivered is one run with no gap and no repeat.
+    for (let i = 1; i < revisions.length; i++) assert.equal(revisions[i], revisions[i - 1]! + 1n, `no gap after revision ${revisions[i - 1]}`);
+    assert.ok(failure.compactRevision >= revisions.at(-1)!, 'the history it missed is the compacted one');
     await client.delete(prefix, { prefix: true });
   });
 });
