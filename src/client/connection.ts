@@ -278,7 +278,7 @@ export class Connection {
     const pinned = options.endpoint === undefined ? undefined : this.peerOf(options.endpoint);
     const deadline = performance.now() + (options.timeoutMs === undefined ? this.callTimeoutMs : callTimeout(options.timeoutMs));
     const signal = options.signal;
-    const backoff = new Backoff(25, 500);
+    let backoff: Backoff | undefined;
     // Why each endpoint of the current round failed to connect, for the error when all of them did.
     const unreachable = new Map<number, ConnectFailure>();
     // When the first member said it has no Raft leader: an election takes about a second; a cluster
@@ -297,7 +297,8 @@ export class Connection {
       try {
         // Bounded by the dial timeout, the call's deadline and its signal: a hung endpoint costs at
         // most the dial timeout before the next one is tried, and never more than the caller allowed.
-        transport = await this.ready(peer, deadline, signal);
+        const t = this.peers[peer]!;
+        transport = t.isReady ? t : await this.ready(peer, deadline, signal);
       } catch (err) {
         if (err instanceof ClientClosedError) throw err;
         if (signal?.aborted) throw signal.reason;
@@ -364,7 +365,7 @@ export class Connection {
         if (performance.now() >= deadline) throw fromTransportError(err, what);
         lastFailure = fromTransportError(err, what);
         if (pinned === undefined) this.failover(peer);
-        await sleep(Math.min(backoff.next(), Math.max(0, deadline - performance.now())), signal);
+        await sleep(Math.min((backoff ??= new Backoff(25, 500)).next(), Math.max(0, deadline - performance.now())), signal);
         unreachable.clear();
       }
     }

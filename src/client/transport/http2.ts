@@ -137,11 +137,8 @@ class Session {
 
   callEnded(call: Call): void {
     if (!this.calls.delete(call)) return;
-    if (--this.active === 0) {
-      // An outstanding ping keeps its timeout: its answer is owed either way.
-      if (!this.pinging) this.clearKeepalive();
-      if (!this.h2.destroyed) this.h2.unref();
-    }
+    // The keepalive timer stays (unref'd): it does nothing while idle, and the next call reuses it.
+    if (--this.active === 0 && !this.h2.destroyed) this.h2.unref();
   }
 
   /** While calls are in flight, a ping once nothing has arrived for keepaliveTimeMs. */
@@ -564,35 +561,55 @@ interface StreamOwner {
   onClose(req: http2.ClientHttp2Stream): void;
 }
 
+/** A call's stream knows its session and owner, so that one set of listeners serves every stream. */
+interface Wired extends http2.ClientHttp2Stream {
+  [SESSION]: Session;
+  [OWNER]: StreamOwner;
+}
+const SESSION = Symbol('session');
+const OWNER = Symbol('owner');
+
+function onResponse(this: Wired, h: http2.IncomingHttpHeaders, flags: number): void {
+  this[SESSION].heard();
+  this[OWNER].reply.onResponse(h, (flags & NGHTTP2_FLAG_END_STREAM) !== 0);
+}
+function onTrailers(this: Wired, h: http2.IncomingHttpHeaders): void {
+  this[SESSION].heard();
+  this[OWNER].reply.onTrailers(h);
+}
+function onData(this: Wired, chunk: Buffer): void {
+  this[SESSION].heard();
+  this[OWNER].onData(this, chunk);
+}
+function onError(this: Wired, err: Error): void {
+  this[OWNER].streamError = err;
+  outOfStreams(this[SESSION], err);
+}
+function onClose(this: Wired): void {
+  this[OWNER].onClose(this);
+}
+function retireNearLastId(this: Wired): void {
+  if (this.id === undefined || this.id < LAST_STREAM_ID) return;
+  const session = this[SESSION];
+  session.retired = true;
+  // Closed once this tick has written the stream: a close before that would lose it.
+  setImmediate(() => session.retire());
+}
+
 /** Wires a call's stream to its owner, and tells the session that the server is alive. */
 function listen(session: Session, req: http2.ClientHttp2Stream, owner: StreamOwner): void {
-  req.on('response', (h, flags) => {
-    session.heard();
-    owner.reply.onResponse(h, (flags & NGHTTP2_FLAG_END_STREAM) !== 0);
-  });
-  req.on('trailers', (h) => {
-    session.heard();
-    owner.reply.onTrailers(h);
-  });
-  req.on('data', (chunk: Buffer) => {
-    session.heard();
-    owner.onData(req, chunk);
-  });
-  req.on('error', (err: Error) => {
-    owner.streamError = err;
-    outOfStreams(session, err);
-  });
-  req.on('close', () => owner.onClose(req));
+  const w = req as Wired;
+  w[SESSION] = session;
+  w[OWNER] = owner;
+  w.on('response', onResponse);
+  w.on('trailers', onTrailers);
+  w.on('data', onData);
+  w.on('error', onError);
+  w.on('close', onClose);
   // Stream ids are running out: new calls go to a new connection. A stream on a connected session
   // has its id as request() returns ('ready' was emitted inside it); one still pending gets it later.
-  const retireNearLastId = (): void => {
-    if (req.id === undefined || req.id < LAST_STREAM_ID) return;
-    session.retired = true;
-    // Closed once this tick has written the stream: a close before that would lose it.
-    setImmediate(() => session.retire());
-  };
-  if (req.id !== undefined) retireNearLastId();
-  else req.once('ready', retireNearLastId);
+  if (w.id !== undefined) retireNearLastId.call(w);
+  else w.once('ready', retireNearLastId);
 }
 
 /** Node fails a new stream, not its session, when stream ids run out: the session must go. */
