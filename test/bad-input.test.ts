@@ -661,7 +661,7 @@ describe('thousands of waiters', () => {
     for (let i = 0; i < ss.length; i += 250) await Promise.all(ss.slice(i, i + 250).map((s) => s.close()));
   }
   const count = async (prefix: string): Promise<bigint> =>
-    (await client.range({ key: Buffer.from(prefix), rangeEnd: Buffer.from(prefix.slice(0, -1) + '0'), countOnly: true })).count;
+    (await client.range({ key: Buffer.from(prefix), rangeEnd: Buffer.from(`${prefix.slice(0, -1)}0`), countOnly: true })).count;
 
   it(
     '2000 waiters on 4 clients, aborted at once: every lock() rejects with the reason and every key goes',

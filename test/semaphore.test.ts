@@ -336,7 +336,7 @@ describe('Semaphore: one release wakes one waiter (no herd)', () => {
     const hs = await sessions(2);
     const ws = await sessions(waiters, 30, probe.client);
     const pending: Tracked<PermitHandle>[] = [];
-    let cost;
+    let cost: { txns: number; ranges: number; watches: number; granted: number } | undefined;
     try {
       const holders = await Promise.all(hs.map((s) => new Semaphore(s, name, { permits: 2 }).acquire()));
       for (let i = 0; i < waiters; i++) {
