@@ -1,4 +1,4 @@
-// Issue 29, items 1 and 2: calls of one process on one session and one name. Two lock() calls
+// Calls of one process on one session and one name. Two lock() calls
 // exclude each other (the second waits in the process, sending nothing, then holds with a new key
 // incarnation, behind the other processes' waiters already queued); the same deliberate choice for
 // Semaphore, Election and the RWMutex's write lock, while its read locks share; an RWMutex

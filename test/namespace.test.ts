@@ -1,4 +1,4 @@
-// Key namespaces (issue 29, item 5): `new Client({ namespace })` prefixes every key it reads,
+// Key namespaces: `new Client({ namespace })` prefixes every key it reads,
 // writes, compares and watches and strips the prefix from what it returns, as Go's
 // clientv3/namespace does. Two namespaces never see each other's locks; Go's namespaced client
 // (interop/go --namespace) and ours interoperate on one prefix. Against a real single-member etcd.

@@ -1,4 +1,4 @@
-// etcd stopped for longer than the TTL, then started again (issue 28, item 2): runAsLeader keeps
+// etcd stopped for longer than the TTL, then started again: runAsLeader keeps
 // trying between terms (capped backoff, counted in etcd_concurrency.election.retries, published on
 // the `etcd-concurrency:leader:retry` diagnostics channel) and leads again once etcd is back;
 // withLock ends with the session's loss (its caller makes a new session: the README's worker loop);
