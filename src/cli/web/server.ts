@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { CompactedError, PermissionDeniedError, prefixRange, SortOrder, SortTarget, type Client, type KeyValue } from '../../index.js';
 import { electionMatcher, Model, type Change } from './model.js';
-import { PAGE_CSS, PAGE_HTML, PAGE_JS } from './page.js';
+import { PAGE_CSS, PAGE_HTML, pageScript } from './page.js';
 
 export interface InspectorOptions {
   /** Key prefix to show ('' for every key). */
@@ -369,7 +369,7 @@ export class Inspector {
       case '/':
         return body('text/html; charset=utf-8', PAGE_HTML);
       case '/app.js':
-        return body('text/javascript; charset=utf-8', PAGE_JS);
+        return body('text/javascript; charset=utf-8', pageScript());
       case '/app.css':
         return body('text/css; charset=utf-8', PAGE_CSS);
       case '/state':
