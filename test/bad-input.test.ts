@@ -22,7 +22,7 @@ import {
   type LeaderEvent,
 } from '../src/index.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, grpcHandled, track, waitFor, etcdForFile, closedPort, openSessions, closeAll, serverState, waitersBlocked } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, grpcHandled, track, waitFor, etcdForFile, closedPort, openSessions, closeAll, serverState, waitersBlocked, withSessions } from './helpers.js';
 
 const ROOT = 'test/bad-input/';
 let etcd: EtcdCluster;
@@ -493,8 +493,7 @@ describe('an operator at the keyboard', () => {
   it('revoking the holder’s lease by hand: the holder is told, its session ends (lease-gone), the waiter gets the lock', async () => {
     const p = fresh('op-revoke');
     const name = `${p}lock`;
-    const [a, b] = await sessions(2, 3);
-    try {
+    await withSessions(client, p, { n: 2, ttl: 3 }, async ([a, b]) => {
       const h = await new Mutex(a!, name).lock();
       const lost = aborted(h.signal);
       const next = track(new Mutex(b!, name).lock());
@@ -507,10 +506,7 @@ describe('an operator at the keyboard', () => {
       assert.equal(end.reason, 'lease-gone');
       await assert.rejects(new Mutex(a!, name).lock(), SessionExpiredError);
       await h2.unlock();
-    } finally {
-      await closeAll([a, b]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 });
 

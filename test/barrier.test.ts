@@ -10,7 +10,7 @@ import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Barrier, Client, DoubleBarrier, InvalidArgumentError, Session, SessionExpiredError, TooManyClientsError } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, metric, settle, track, waitFor, waitersBlocked, type LoggedEvent, openSessions, closeAll } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, metric, settle, track, waitFor, waitersBlocked, type LoggedEvent, openSessions, closeAll, withSessions } from './helpers.js';
 import { GoFleet, buildGoInterop, closeGoFleets } from './go-fleet.js';
 
 const ROOT = 'test/barrier/';
@@ -132,8 +132,7 @@ describe('Barrier', () => {
 
   it('with a session the key goes on its lease: the barrier releases itself when the holder\'s session ends', T, async () => {
     const name = `${fresh('leased')}b`;
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, name, 1, async ([s]) => {
       await new Barrier(client, name, { session: s! }).hold();
       assert.equal((await client.get(name))?.lease, s!.leaseId);
       const w0 = await watchers();
@@ -143,10 +142,7 @@ describe('Barrier', () => {
       await s!.close(); // the holder dies: its lease, and the barrier key, go
       await w.promise;
       await assert.rejects(new Barrier(client, name, { session: s! }).hold(), SessionExpiredError);
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, name);
+    });
   });
 
   it('names are checked', () => {

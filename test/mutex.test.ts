@@ -13,7 +13,7 @@ import {
   withLock,
 } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, grpcHandled, grpcStarted, killEtcdctls, metric, spawnEtcdctl, track, waitFor, etcdForFile, openSessions, closeAll, serverState, waitersBlocked } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, grpcHandled, grpcStarted, killEtcdctls, metric, spawnEtcdctl, track, waitFor, etcdForFile, openSessions, closeAll, serverState, waitersBlocked, withSessions } from './helpers.js';
 
 const ROOT = 'test/mutex/';
 let etcd: EtcdCluster;
@@ -40,8 +40,7 @@ const blocked = (base: number, n = 1, what?: string): Promise<void> => waitersBl
 describe('Mutex: acquire and release', () => {
   it('an uncontended lock has key <name>/<lease hex> and fencing token = its CreateRevision', async () => {
     const p = fresh('uncontended');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const h = await new Mutex(s!, `${p}lock`).lock();
       assert.equal(h.key, `${p}lock/${s!.leaseId.toString(16)}`);
       const kv = await client.get(h.key);
@@ -54,10 +53,7 @@ describe('Mutex: acquire and release', () => {
       assert.equal(h.session, s);
       await h.unlock();
       assert.equal(await client.get(h.key), undefined, 'unlock removes the key');
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('unlock is idempotent, and a released handle is no longer held', async () => {
@@ -96,8 +92,7 @@ describe('Mutex: acquire and release', () => {
 
   it('a retried unlock whose first attempt already committed cannot delete a later lock (etcd 22082)', async () => {
     const p = fresh('22082');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const m = new Mutex(s!, `${p}lock`);
       const first = await m.lock();
       // The first unlock committed but its answer was lost: the key is gone, the handle does not know.
@@ -108,10 +103,7 @@ describe('Mutex: acquire and release', () => {
       assert.equal((await client.get(second.key))?.createRevision, second.fencingToken, 'the second holding survives');
       second.assertHeld();
       await second.unlock();
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('withLock returns fn’s value and unlocks', async () => {
@@ -644,8 +636,7 @@ describe('Mutex: giving up and losing', () => {
 
   it('an operator deleting the holder’s key aborts handle.signal with LockLostError', async () => {
     const p = fresh('key-deleted');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const h = await new Mutex(s!, `${p}lock`).lock();
       const signal = h.signal; // start watching
       assert.equal(signal.aborted, false);
@@ -655,10 +646,7 @@ describe('Mutex: giving up and losing', () => {
       assert.equal(reason.key, h.key);
       assert.throws(() => h.assertHeld(), LockLostError);
       await h.unlock(); // nothing to delete; must not throw
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('an operator moving the holder’s key off its lease ends the holding, and the next waiter takes over', async () => {

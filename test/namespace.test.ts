@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { Client, Election, Mutex, Session, compare, currentLeader, op } from '../src/index.js';
 import { txnRange } from '../src/client/kv.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { etcdForFile, settle, track, waitFor } from './helpers.js';
+import { etcdForFile, settle, track, waitFor, keysUnder } from './helpers.js';
 import { GoFleet, buildGoInterop, closeGoFleets } from './go-fleet.js';
 
 const ROOT = 'test/namespace/';
@@ -15,7 +15,6 @@ let etcd: EtcdCluster;
 let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
 
-const keysUnder = async (c: Client, prefix: string): Promise<string[]> => (await c.getPrefix(prefix)).kvs.map((kv) => kv.key.toString());
 
 describe('namespaces: two tenants on one cluster', { timeout: 60_000 }, () => {
   let a: Client;
