@@ -10,8 +10,6 @@ import { COMMON, COMMON_HELP, connect, connectTo, envName, parse, parseGoBool, t
 import { EXIT, print, printJson, UsageError } from './output.js';
 import { Interrupts } from './signals.js';
 
-export { DOCTOR_EXIT } from './doctor/diagnose.js';
-
 export const DEFAULT_PREFIX = 'etcd-concurrency-doctor/';
 const DEFAULT_SAMPLES = 5;
 const MAX_SAMPLES = 100;
