@@ -2,8 +2,9 @@
 // The web inspector's page script (served as it is at /app.js; no build step, nothing from a CDN).
 // It builds every element with textContent, never innerHTML, so names, keys and values are always
 // shown as text, never parsed as HTML. Type-checked by tsconfig.web.json (npm run typecheck).
+import { clock, cmpToken, describe, dur, holderWord, hue, inLayout, kindLabel, kindTitle, roleOf } from './words.js';
+
 (() => {
-  'use strict';
   const S = {
     entities: new Map(), leases: new Map(), timeline: /** @type {any[]} */ ([]), offset: 0,
     sse: false, etcd: false, error: '', prefix: '', showValues: false, revision: '0', startedAt: Date.now(), loaded: false
@@ -33,23 +34,6 @@
     if (text !== undefined && text !== null) e.textContent = String(text);
     return e;
   }
-  function pad(n, w) { n = String(n); while (n.length < w) n = `0${n}`; return n; }
-  function dur(ms) {
-    if (!(ms > 0)) ms = 0;
-    if (ms < 10000) return `${(ms / 1000).toFixed(1)} s`;
-    let s = Math.floor(ms / 1000);
-    if (s < 60) return `${s} s`;
-    let m = Math.floor(s / 60); s = s % 60;
-    if (m < 60) return `${m} min ${pad(s, 2)} s`;
-    const h = Math.floor(m / 60); m = m % 60;
-    return `${h} h ${pad(m, 2)} min`;
-  }
-  function clock(t) {
-    const d = new Date(t - S.offset);
-    return `${pad(d.getHours(), 2)}:${pad(d.getMinutes(), 2)}:${pad(d.getSeconds(), 2)}.${Math.floor(d.getMilliseconds() / 100)}`;
-  }
-  function cmpToken(a, b) { return a.length - b.length || (a < b ? -1 : a > b ? 1 : 0); }
-  function hue(token) { let h = 0; for (let i = 0; i < token.length; i++) h = (h * 31 + token.charCodeAt(i)) % 360; return h; }
 
   // ── state ──────────────────────────────────────────────────────────────────────────────────
   function entity(name) {
@@ -114,23 +98,6 @@
     scheduled = true;
     requestAnimationFrame(() => { scheduled = false; render(); });
   }
-  function holderWord(kind) {
-    return kind === 'election' ? 'leader' : kind === 'semaphore' ? 'permit holder' : kind === 'barrier' ? 'member' : 'holder';
-  }
-  function kindLabel(v) {
-    if (v.kind === 'semaphore') return v.permits === undefined ? 'semaphore' : `semaphore · ${v.permits}${v.permits === 1 ? ' permit' : ' permits'}`;
-    if (v.kind === 'rwlock') return 'readers-writer lock';
-    if (v.kind === 'barrier') return 'double barrier';
-    if (v.kind === 'lock-or-election') return 'lock or election';
-    return v.kind;
-  }
-  function kindTitle(v) {
-    if (v.kind === 'lock-or-election') return 'the keys cannot tell a lock with labels from an election with proposals until a leader proclaims: name the elections with --elections';
-    return '';
-  }
-  function inLayout(v, p) {
-    return v.layout === 'rw' ? p.layout === 'read' || p.layout === 'write' : v.layout === 'member' ? p.layout === 'member' : p.layout === 'plain';
-  }
   function ordered(e) {
     const held = new Set(e.view.holders);
     const holders = e.view.holders.map((k) => e.parts.get(k)).filter(Boolean);
@@ -138,13 +105,6 @@
     e.parts.forEach((p) => { if (!held.has(p.key) && inLayout(e.view, p)) waiting.push(p); });
     waiting.sort((a, b) => cmpToken(a.token, b.token));
     return { holders: holders, waiting: waiting };
-  }
-  function roleOf(v, p) {
-    if (v.kind === 'election') return 'leader';
-    if (v.kind === 'semaphore') return 'permit';
-    if (v.kind === 'rwlock') return p.layout === 'write' ? 'writer' : 'reader';
-    if (v.kind === 'barrier') return 'member';
-    return 'holder';
   }
   function ttlCell(td, p, holding) {
     const l = S.leases.get(p.lease);
@@ -272,22 +232,6 @@
     if (v.kind === 'lock' || v.kind === 'election' || v.kind === 'lock-or-election') c.appendChild(bar(e));
     return c;
   }
-  function describe(ev) {
-    const who = `token ${ev.token} (lease ${ev.lease})`;
-    let election = ev.kind === 'election', s;
-    if (ev.type === 'acquired') {
-      s = (election ? 'leads: ' : ev.kind === 'semaphore' ? 'takes a permit: ' : ev.kind === 'barrier' ? 'enters: ' : ev.kind === 'lock-or-election' ? 'holds: ' : 'takes the lock: ') + who;
-      if (ev.from) s += `, handed over from token ${ev.from.token}${ev.gapMs ? ` after ${dur(ev.gapMs)}` : ' at once'}`;
-      else if (ev.gapMs !== undefined) s += ` after no ${holderWord(ev.kind)} for ${dur(ev.gapMs)}`;
-    } else if (ev.type === 'released') {
-      s = (election ? 'resigned: ' : ev.kind === 'barrier' ? 'left: ' : 'released: ') + who + (ev.heldMs !== undefined ? ` after ${election ? 'leading ' : 'holding '}${dur(ev.heldMs)}` : '');
-    } else {
-      s = `lease expired: ${who}${ev.heldMs !== undefined ? ` after ${election ? 'leading ' : 'holding '}${dur(ev.heldMs)}` : ''}`;
-    }
-    if (ev.approximate) s += ' (seen on reconnecting)';
-    if (ev.value !== undefined) s += ` · value ${JSON.stringify(ev.value)}`;
-    return s;
-  }
   function timeline() {
     const ol = el('ol');
     ol.id = 'timeline';
@@ -309,7 +253,7 @@
     for (let i = S.timeline.length - 1, n = 0; i >= 0 && n < 200; i--, n++) {
       const ev = S.timeline[i], li = el('li', ev.type);
       li.dataset.name = ev.name; li.dataset.type = ev.type; li.dataset.token = ev.token;
-      li.appendChild(el('span', 'when', clock(ev.at)));
+      li.appendChild(el('span', 'when', clock(ev.at, S.offset)));
       li.appendChild(el('span', 'what', ev.name));
       li.appendChild(el('span', 'text', describe(ev)));
       ol.appendChild(li);

@@ -1,13 +1,20 @@
 // The web inspector's page: one HTML document and one style sheet, served as they are (no build
-// step, nothing from a CDN), with the script of app.js beside this file.
+// step, nothing from a CDN), with the script modules beside this file.
 import { readFileSync } from 'node:fs';
 
-let script: string | undefined;
+/** The page's script modules, beside this file (the build copies them into dist). */
+export const PAGE_SCRIPTS = ['app.js', 'words.js'] as const;
 
-/** The page's script, app.js beside this module (the build copies it into dist), read once. */
-export function pageScript(): string {
-  script ??= readFileSync(new URL('./app.js', import.meta.url), 'utf8');
-  return script;
+const scripts = new Map<string, string>();
+
+/** A script module of the page (one of PAGE_SCRIPTS), read once. */
+export function pageScript(name: (typeof PAGE_SCRIPTS)[number]): string {
+  let text = scripts.get(name);
+  if (text === undefined) {
+    text = readFileSync(new URL(`./${name}`, import.meta.url), 'utf8');
+    scripts.set(name, text);
+  }
+  return text;
 }
 
 export const PAGE_HTML = `<!doctype html>
@@ -34,7 +41,7 @@ export const PAGE_HTML = `<!doctype html>
     <ol id="timeline"></ol>
   </aside>
 </main>
-<script src="app.js"></script>
+<script type="module" src="app.js"></script>
 </body>
 </html>
 `;
