@@ -433,8 +433,7 @@ describe('lockAll: giving up and failing', T, () => {
 describe('lockAll: losing a lock', T, () => {
   it('an operator deleting one key aborts the signal with that lock’s LockLostError, and assertHeld throws it', async () => {
     const p = fresh('key-deleted');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const locks = await lockAll(s!, [`${p}a`, `${p}b`, `${p}c`]);
       const signal = locks.signal;
       assert.equal(signal.aborted, false);
@@ -449,10 +448,7 @@ describe('lockAll: losing a lock', T, () => {
       assert.ok(await client.get(keyOf(s!, `${p}a`)), 'the other locks stay held until unlock()');
       await locks.unlock(); // the lost one has nothing to delete; must not throw
       assert.throws(() => locks.assertHeld(), (e) => e === reason, 'the loss stays the reason');
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('revoking the lease aborts the signal with LockLostError', async () => {

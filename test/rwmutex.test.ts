@@ -289,8 +289,7 @@ describe('RWMutex: other names under the prefix', () => {
     async () => {
       const p = fresh('6278');
       const name = `${p}rw`;
-      const [a, b] = await sessions(2);
-      try {
+      await withSessions(client, p, 2, async ([a, b]) => {
         const nested = await new Mutex(a!, `${name}/lock`).lock(); // key <name>/lock/<hex>: another lock
         const w = await new RWMutex(b!, name).tryLock();
         assert.ok(w, 'tryLock: nobody holds or waits for this RWMutex');
@@ -299,27 +298,20 @@ describe('RWMutex: other names under the prefix', () => {
         assert.ok(r);
         await r.unlock();
         await nested.unlock();
-      } finally {
-        await closeAll([a!, b!]);
-      }
-      await assertNoKeys(client, p);
+      });
     },
   );
 
   it('readers are not blocked by a nested name under <name>/write/', async () => {
     const p = fresh('6278-readers');
     const name = `${p}rw`;
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const nested = await new Mutex(a!, `${name}/write/x`).lock(); // key <name>/write/x/<hex>
       const r = await new RWMutex(b!, name).tryRLock();
       assert.ok(r, 'tryRLock: no writer of this RWMutex');
       await r.unlock();
       await nested.unlock();
-    } finally {
-      await closeAll([a!, b!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 });
 
@@ -643,8 +635,7 @@ describe('RWMutex: handles', () => {
   it('unlock is idempotent; await using unlocks; a released handle is no longer held', async () => {
     const p = fresh('unlock');
     const name = `${p}rw`;
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const h = await new RWMutex(s!, name).lock();
       const signal = h.signal;
       await h.unlock();
@@ -658,10 +649,7 @@ describe('RWMutex: handles', () => {
         assert.ok(await client.get(key));
       }
       assert.equal(await client.get(key), undefined);
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('ownerCompare() fences a writer’s writes: refused once its key is gone', async () => {

@@ -254,18 +254,14 @@ describe('Semaphore: permits', () => {
 describe('Semaphore: tryAcquire', () => {
   it('takes a free permit', async () => {
     const p = fresh('try-free');
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const first = await new Semaphore(a!, `${p}sem`, { permits: 2 }).tryAcquire();
       assert.ok(first, 'a free permit is taken');
       const second = await new Semaphore(b!, `${p}sem`, { permits: 2 }).tryAcquire();
       assert.ok(second, 'the second permit is free too');
       assert.equal((await client.get(second.key))?.createRevision, second.fencingToken);
       await Promise.all([first.release(), second.release()]);
-    } finally {
-      await closeAll([a!, b!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('returns null when every permit is taken, leaving no key and the holders untouched', async () => {
@@ -831,8 +827,7 @@ describe('Semaphore: giving up and losing', () => {
 describe('Semaphore: handles', () => {
   it('release is idempotent, and a released handle is no longer held', async () => {
     const p = fresh('release-twice');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const h = await new Semaphore(s!, `${p}sem`, { permits: 1 }).acquire();
       const signal = h.signal;
       await h.release();
@@ -840,10 +835,7 @@ describe('Semaphore: handles', () => {
       await Promise.all([h.release(), h.release()]);
       assert.ok(signal.aborted);
       assert.throws(() => h.assertHeld(), PermitLostError);
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('a stale handle released again after re-acquiring on the same session leaves the new permit alone', async () => {
