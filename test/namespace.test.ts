@@ -8,7 +8,7 @@ import { Client, Election, Mutex, Session, compare, currentLeader, op } from '..
 import { txnRange } from '../src/client/kv.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { etcdForFile, settle, track, waitFor, keysUnder } from './helpers.js';
-import { GoFleet, buildGoInterop, closeGoFleets } from './go-fleet.js';
+import { GoFleet, goInteropBinary, closeGoFleets } from './go-fleet.js';
 
 const ROOT = 'test/namespace/';
 let etcd: EtcdCluster;
@@ -116,15 +116,12 @@ describe('namespaces: two tenants on one cluster', { timeout: 60_000 }, () => {
 });
 
 describe("namespaces: Go's namespace package and ours on one prefix", () => {
-  let bin: string;
-  before(async () => {
-    bin = await buildGoInterop();
-  });
+  const goBin = goInteropBinary();
 
   it('a Go mutex and ours exclude each other under one namespace, in both orders; Go sees our leader', { timeout: 120_000 }, async () => {
     const ns = `${fresh('go')}tenant/`;
     const ours = new Client({ endpoints: etcd.endpoints, namespace: ns });
-    const go = new GoFleet(bin, etcd.endpoints, { ttl: 30, namespace: ns });
+    const go = new GoFleet(goBin(), etcd.endpoints, { ttl: 30, namespace: ns });
     const s = await Session.create(ours);
     try {
       await go.ready;
