@@ -144,7 +144,7 @@ export function electionSvg(runs: Results | Results[]): string | undefined {
     };
     // The goal's bound, from the first run (with several versions the caption names it).
     const r = rs[0]!;
-    // Back to back for both cases, as issue 13 states the goal.
+    // Back to back for both cases, as the speed goal states it.
     const bound = boundOf(r.electionFloor);
     if (bound !== undefined) {
       const on = rs.length > 1 ? ` on etcd ${r.meta.etcd}` : '';

@@ -1,4 +1,4 @@
-// Where one unary call's time goes (issue 13, goal 2: uncontended >= 0.7x Go's package). Starts its
+// Where one unary call's time goes (the goal: uncontended >= 0.7x Go's package). Starts its
 // own etcd and measures, on one Node process and that etcd:
 //
 //   ours-put    Client.put: our client.ts + connection.ts + transport/http2.ts on node:http2,

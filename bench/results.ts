@@ -148,7 +148,7 @@ export function judgeGoals(r: Results): Goal[] {
     for (const queued of ['long-before', '5ms-before'] as const) {
       const e = r.election.find((x) => x.impl === 'ours' && x.queued === queued);
       if (!e) continue;
-      // Issue 13's bound is the floor sampled back to back, for both cases. The long-before resign
+      // The goal's bound is the floor sampled back to back, for both cases. The long-before resign
       // comes after 250 ms of quiet, which costs every client more: that floor is shown beside it.
       const f = r.electionFloor;
       const bound = f.put.p50 + f.watchNotify.p50 + f.get.p50;

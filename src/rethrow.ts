@@ -1,7 +1,7 @@
 // A stored error thrown again (a lost session's, an ended holding's): the same object, so `===` on
 // signal.reason still holds, but with the stack of this throw, followed by where it was first made.
 // Without this, a worker that loops back to lock() on a lost session gets a stack that points at an
-// earlier, unrelated assertHeld() (issue 28, item 3).
+// earlier, unrelated assertHeld().
 
 /** The stack each error had when first made, before any rethrow rewrote it. */
 const firstStacks = new WeakMap<Error, string>();

@@ -22,7 +22,7 @@ import {
   type LeaderEvent,
 } from '../src/index.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, grpcHandled, track, waitFor, etcdForFile, closedPort, openSessions, closeAll, serverState, waitersBlocked } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, grpcHandled, track, waitFor, etcdForFile, closedPort, openSessions, closeAll, serverState, waitersBlocked, withSessions } from './helpers.js';
 
 const ROOT = 'test/bad-input/';
 let etcd: EtcdCluster;
@@ -107,8 +107,7 @@ describe('names', () => {
 
   it('a name of exactly 4096 bytes locks and campaigns; 4097 bytes is refused naming the limit', async () => {
     const p = fresh('long');
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const name = p + 'x'.repeat(4096 - Buffer.byteLength(p));
       assert.equal(Buffer.byteLength(name), 4096);
       const h = await new Mutex(a!, name).lock();
@@ -120,10 +119,7 @@ describe('names', () => {
       assert.equal((await currentLeader(client, `${name.slice(0, -1)}e`))?.key, leader.key);
       await leader.resign();
       assert.throws(() => new Mutex(a!, `${name}y`), (e: unknown) => e instanceof InvalidArgumentError && /4097 bytes/.test(e.message) && /4096/.test(e.message));
-    } finally {
-      await closeAll([a, b]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('the length limit counts bytes, not characters (multi-byte UTF-8)', async () => {
@@ -138,17 +134,13 @@ describe('names', () => {
 
   it('a non-ASCII name round-trips: the key is the UTF-8 name plus the lease id', async () => {
     const p = fresh('utf8');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const name = `${p}verrou/ünïcødé/🔒`;
       const h = await new Mutex(s!, name).lock();
       const kv = await client.get(h.key);
       assert.equal(kv?.key.toString('utf8'), `${name}/${s!.leaseId.toString(16)}`);
       await h.unlock();
-    } finally {
-      await closeAll([s]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 });
 
@@ -416,8 +408,7 @@ describe('an operator at the keyboard', () => {
   it('deleting the holder’s key: the holder is told, the next waiter gets the lock, the old handle cannot touch it', async () => {
     const p = fresh('op-del-holder');
     const name = `${p}lock`;
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const h = await new Mutex(a!, name).lock();
       const lost = aborted(h.signal);
       const next = track(new Mutex(b!, name).lock());
@@ -431,10 +422,7 @@ describe('an operator at the keyboard', () => {
       assert.equal(t.succeeded, false);
       assert.equal(await client.get(`${p}data`), undefined);
       await h2.unlock();
-    } finally {
-      await closeAll([a, b]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('deleting a waiter’s key: that waiter fails with LockLostError, the one behind it moves up', async () => {
@@ -493,8 +481,7 @@ describe('an operator at the keyboard', () => {
   it('revoking the holder’s lease by hand: the holder is told, its session ends (lease-gone), the waiter gets the lock', async () => {
     const p = fresh('op-revoke');
     const name = `${p}lock`;
-    const [a, b] = await sessions(2, 3);
-    try {
+    await withSessions(client, p, { n: 2, ttl: 3 }, async ([a, b]) => {
       const h = await new Mutex(a!, name).lock();
       const lost = aborted(h.signal);
       const next = track(new Mutex(b!, name).lock());
@@ -507,10 +494,7 @@ describe('an operator at the keyboard', () => {
       assert.equal(end.reason, 'lease-gone');
       await assert.rejects(new Mutex(a!, name).lock(), SessionExpiredError);
       await h2.unlock();
-    } finally {
-      await closeAll([a, b]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 });
 
@@ -661,7 +645,7 @@ describe('thousands of waiters', () => {
     for (let i = 0; i < ss.length; i += 250) await Promise.all(ss.slice(i, i + 250).map((s) => s.close()));
   }
   const count = async (prefix: string): Promise<bigint> =>
-    (await client.range({ key: Buffer.from(prefix), rangeEnd: Buffer.from(prefix.slice(0, -1) + '0'), countOnly: true })).count;
+    (await client.range({ key: Buffer.from(prefix), rangeEnd: Buffer.from(`${prefix.slice(0, -1)}0`), countOnly: true })).count;
 
   it(
     '2000 waiters on 4 clients, aborted at once: every lock() rejects with the reason and every key goes',

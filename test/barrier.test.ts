@@ -6,22 +6,18 @@
 // before them answered, or after etcd has answered the calls that precede a wait (counted with its
 // own metrics) and one more round trip on the same connection: a call that did not block would have
 // settled by then.
-import { before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Barrier, Client, DoubleBarrier, InvalidArgumentError, Session, SessionExpiredError, TooManyClientsError } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, metric, settle, track, waitFor, waitersBlocked, type LoggedEvent, openSessions, closeAll } from './helpers.js';
-import { GoFleet, buildGoInterop, closeGoFleets } from './go-fleet.js';
+import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, metric, settle, track, waitFor, waitersBlocked, type LoggedEvent, openSessions, closeAll, withSessions } from './helpers.js';
+import { GoFleet, goInteropBinary, closeGoFleets } from './go-fleet.js';
 
 const ROOT = 'test/barrier/';
 let etcd: EtcdCluster;
 let client: Client;
-let bin: string;
+const goBin = goInteropBinary();
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
-
-before(async () => {
-  bin = await buildGoInterop();
-});
 
 // Hang guards only: every wait below is on an event, a promise or a line from the Go process.
 const T = { timeout: 120_000 };
@@ -75,7 +71,7 @@ class CreateHook extends Client {
 }
 
 async function startGo(t: { diagnostic(m: string): void }): Promise<GoFleet> {
-  const go = new GoFleet(bin, etcd.endpoints, { ttl: 30 });
+  const go = new GoFleet(goBin(), etcd.endpoints, { ttl: 30 });
   const ready = await go.ready;
   t.diagnostic(`etcd ${etcd.version}, go.etcd.io/etcd/client/v3 ${String(ready.client)} (experimental/recipes)`);
   return go;
@@ -132,8 +128,7 @@ describe('Barrier', () => {
 
   it('with a session the key goes on its lease: the barrier releases itself when the holder\'s session ends', T, async () => {
     const name = `${fresh('leased')}b`;
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, name, 1, async ([s]) => {
       await new Barrier(client, name, { session: s! }).hold();
       assert.equal((await client.get(name))?.lease, s!.leaseId);
       const w0 = await watchers();
@@ -143,10 +138,7 @@ describe('Barrier', () => {
       await s!.close(); // the holder dies: its lease, and the barrier key, go
       await w.promise;
       await assert.rejects(new Barrier(client, name, { session: s! }).hold(), SessionExpiredError);
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, name);
+    });
   });
 
   it('names are checked', () => {

@@ -689,9 +689,9 @@ test('rw resource: a write served inside another holder\'s window, a lost update
   assert.deepEqual(checkRW({ log: lost, value: 1 }).violations.map((v) => v.check).sort(), ['rw-count', 'rw-lost-update']);
 });
 
-// ---------------------------------------------------------------- the audit's histories (issue 27)
+// ---------------------------------------------------------------- the audit's histories
 //
-// Each history below passed the checker before issue 27 (its excuses were looser, or the check did
+// Each history below passed the checker before the audit (its excuses were looser, or the check did
 // not exist); each must fail it now. The new checks are reached through the module namespace so that
 // this file still loads against the old checker, where each of these tests fails on its own.
 

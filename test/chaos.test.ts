@@ -71,7 +71,7 @@ interface ChaosResult {
 }
 
 /**
- * What a CI run must have tried for its verdict to mean anything (issue 27): the netns phase (real
+ * What a CI run must have tried for its verdict to mean anything: the netns phase (real
  * partitions; a machine without network namespaces partitions nothing), a pause of the Raft leader,
  * a ghost-pause that froze a holder inside its critical section (one that trapped nobody lasts 0 ms),
  * and an operator's delete of a held key and revoke of a holder's lease that took effect (at a

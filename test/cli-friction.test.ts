@@ -1,4 +1,4 @@
-// CLI friction a newcomer hit (issue 28, item 7): the `--` hint for a command's own option, "did you
+// CLI friction a newcomer hit: the `--` hint for a command's own option, "did you
 // mean" for a mistyped flag, `--ttl 10s`, `--timeout 2` reported with its unit, names with white
 // space or a leading `/`, and lease ids in hex everywhere. Runs the built CLI: `npm run build` first.
 import { describe, test } from 'node:test';

@@ -1,4 +1,4 @@
-// Command-line input that used to be misread (issue 14, item 5): a negative value after an option,
+// Command-line input that used to be misread: a negative value after an option,
 // options a command does not take, a TTL below etcd's minimum. Every case must exit 2 with one line
 // of our own before anything is sent. `--endpoints` (a closed port) goes first, before the command
 // word, so that it can never land after a case's `--` and become part of the command to run: a case

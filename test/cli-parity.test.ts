@@ -1,4 +1,4 @@
-// Issue 15: the command line at par with etcdctl, `consul lock` and flock(1). Every case drives the
+// The command line at par with etcdctl, `consul lock` and flock(1). Every case drives the
 // built CLI (dist/cli/main.js) as a child process against a real etcd: try-once and conflict codes,
 // holder labels (also with etcdctl on the same lock), the whole process group on loss, shell mode,
 // --verbose, and every etcdctl connection flag with its ETCDCTL_* variable against a TLS cluster

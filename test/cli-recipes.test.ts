@@ -154,7 +154,7 @@ async function waitForKeys(prefix: string, n: number): Promise<void> {
   const w = client.watch(key, { prefix: true });
   try {
     await w.created;
-    const count = async () => (await client.range({ key, rangeEnd: Buffer.from(prefix.slice(0, -1) + '0'), countOnly: true })).count;
+    const count = async () => (await client.range({ key, rangeEnd: Buffer.from(`${prefix.slice(0, -1)}0`), countOnly: true })).count;
     if ((await count()) >= BigInt(n)) return;
     for await (const _ of w) if ((await count()) >= BigInt(n)) return;
   } finally {

@@ -1,5 +1,5 @@
 // `new Client()` with no endpoints reads ETCDCTL_ENDPOINTS, as etcdctl does and as `etcd-concurrency
-// dev` prints it (issue 28, item 5); explicit endpoints win; an empty variable counts as unset.
+// dev` prints it; explicit endpoints win; an empty variable counts as unset.
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client } from '../src/index.js';

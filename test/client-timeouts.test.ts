@@ -1,4 +1,4 @@
-// A caller's deadline holds while the client is still connecting (issue 14, item 1): a call's
+// A caller's deadline holds while the client is still connecting: a call's
 // `signal` and `timeoutMs`, Session.create's `signal`, the dial timeout per endpoint, and the CLI's
 // `lock --timeout`, against an endpoint that accepts TCP connections and never answers (the
 // black-holing proxy in front of a real etcd). No test measures time: every bound other than the

@@ -292,8 +292,9 @@ describe('connection failures', () => {
 
   it(
     'a second call to an endpoint known to refuse also fails on the refusal, not the dial timeout',
-    { timeout: 5_000 }, // far below the dial timeout: only the refusal can end these calls in time
+    { timeout: 5_000 },
     async () => {
+      // The timeout is far below the dial timeout: only the refusal can end these calls in time.
       const port = await closedPort();
       const dead = new Client({ endpoints: `127.0.0.1:${port}`, dialTimeoutMs: 30_000 });
       try {

@@ -1,4 +1,4 @@
-// Hooks without OpenTelemetry (issue 29, item 4): the `etcd-concurrency:*` diagnostics channels and
+// Hooks without OpenTelemetry: the `etcd-concurrency:*` diagnostics channels and
 // the optional pino-shaped `logger`, against a real single-member etcd (behind a TCP proxy where a
 // stream must break or a renewal go unanswered). Every test waits on the event itself.
 import { describe, it } from 'node:test';

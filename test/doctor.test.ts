@@ -13,7 +13,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { Client } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { CLI_MAIN, assertNoKeys, assertNoLeases, assertOneErrorLine, closedPort, hasOpenssl, spawnCli, testCerts, uniquePrefix } from './helpers.js';
+import { CLI_MAIN, assertCleanAndStop, assertNoKeys, assertNoLeases, assertOneErrorLine, closedPort, hasOpenssl, spawnCli, testCerts, uniquePrefix } from './helpers.js';
 
 const run = promisify(execFile);
 const ROOT = 'test/doctor/';
@@ -120,15 +120,7 @@ describe('doctor on a three-member cluster', () => {
     client = new Client({ endpoints: etcd.endpoints });
   });
 
-  after(async () => {
-    try {
-      await assertNoKeys(client, ROOT);
-      await assertNoLeases(client);
-    } finally {
-      await client?.close();
-      await etcd?.stop();
-    }
-  });
+  after(() => assertCleanAndStop(client, etcd, ROOT));
 
   test('healthy: every check passes, every field is in the JSON, and nothing is left behind', async () => {
     const prefix = fresh('doctor-healthy');
@@ -261,16 +253,7 @@ describe('doctor with authentication', () => {
     root = new Client({ endpoints: etcd.endpoints, auth: { username: 'root', password: ROOT_PASSWORD } });
   });
 
-  after(async () => {
-    try {
-      await assertNoKeys(root, LOCKS);
-      await assertNoKeys(root, 'other/');
-      await assertNoLeases(root);
-    } finally {
-      await root?.close();
-      await etcd?.stop();
-    }
-  });
+  after(() => assertCleanAndStop(root, etcd, [LOCKS, 'other/']));
 
   test('a user without permission on the prefix: not ready (exit 6), saying what to grant', async () => {
     const { code, report } = await doctorJson(['--endpoints', etcd.endpoints[0]!, '--user', `limited:${LIMITED_PASSWORD}`, '--prefix', LOCKS, '--samples', '1']);

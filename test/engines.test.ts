@@ -1,5 +1,5 @@
-// `engines` says exactly the Node versions where `require('etcd-concurrency')` works (issue 29,
-// item 8): the package is ESM, and Node loads ESM through require() by default from 20.19 on the
+// `engines` says exactly the Node versions where `require('etcd-concurrency')` works: the
+// package is ESM, and Node loads ESM through require() by default from 20.19 on the
 // 20 line and from 22.12 on the 22 line (21 and 22.0-22.11 need a flag). Checked with npm's own
 // semver, the one that reads `engines` when a user installs the package.
 import { test } from 'node:test';

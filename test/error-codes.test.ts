@@ -1,4 +1,4 @@
-// Stable string error codes (issue 29, item 3): every error class the package exports has its own
+// Stable string error codes: every error class the package exports has its own
 // `code` ('ERR_ETCD_UNAVAILABLE', as Node's and undici's errors), the README's table lists exactly
 // them, the gRPC status is `grpcCode`, and a lost handle's error says why in `reason`, so that no code
 // (ours or a user's) has to match message text. Against a real single-member etcd.

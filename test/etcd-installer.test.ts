@@ -1,4 +1,4 @@
-// Getting an etcd without the repository (issue 28, items 1 and 5; issue 29, item 7): the installer
+// Getting an etcd without the repository: the installer
 // ships as `etcd-concurrency etcd`, reads the Debian archive from the machine's apt sources (no
 // mirror host is written in the package), says what else to do when it cannot install, and `dev`
 // runs on 2379 when it is free. The packed package's own run is in test/package.test.ts.

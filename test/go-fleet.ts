@@ -3,8 +3,22 @@
 // line-delimited JSON. See interop/go/main.go for the protocol.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { before } from 'node:test';
+import { buildGoInterop } from '../interop/go-build.js';
 
 export { buildGoInterop, findGo, GO_INTEROP_CACHE, GO_INTEROP_DIR } from '../interop/go-build.js';
+
+/**
+ * Builds the Go program before the tests of this file or suite (cached: once per machine), not in
+ * a test's own time; returns a getter of its path.
+ */
+export function goInteropBinary(): () => string {
+  let bin: string | undefined;
+  before(async () => {
+    bin = await buildGoInterop();
+  });
+  return () => bin!;
+}
 
 /** One line the Go program printed. `at` is performance.now() when the test process read it. */
 export interface GoEvent {

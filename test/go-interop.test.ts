@@ -24,24 +24,20 @@ import {
 } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import { EventLog, assertNoKeys, etcdForFile, settle, track } from './helpers.js';
-import { GoFleet, buildGoInterop, closeGoFleets, type GoEvent } from './go-fleet.js';
+import { GoFleet, goInteropBinary, closeGoFleets, type GoEvent } from './go-fleet.js';
 
 const ROOT = 'test/go-interop/';
 let etcd: EtcdCluster;
 let client: Client;
-let bin: string;
+const goBin = goInteropBinary();
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
-
-before(async () => {
-  bin = await buildGoInterop();
-});
 
 // Hang guards only: every wait below is on an event, a promise or a line from the Go process.
 const T = { timeout: 120_000 };
 
 /** Starts the Go program on `endpoints` and reports which client module it was built with. */
 async function startGo(t: { diagnostic(m: string): void }, endpoints = etcd.endpoints, ttl = 30, server = etcd): Promise<GoFleet> {
-  const go = new GoFleet(bin, endpoints, { ttl });
+  const go = new GoFleet(goBin(), endpoints, { ttl });
   const ready = await go.ready;
   t.diagnostic(`etcd ${server.version} (${server.members.length} member${server.members.length > 1 ? 's' : ''}), go.etcd.io/etcd/client/v3 ${String(ready.client)}, Go session TTL ${ttl} s`);
   return go;

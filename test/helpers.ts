@@ -60,14 +60,25 @@ export function etcdForFile(
   after(async () => {
     try {
       await options.beforeChecks?.();
-      await assertNoKeys(client!, root);
-      await assertNoLeases(client!);
     } finally {
-      await client?.close();
-      await etcd?.stop();
+      await assertCleanAndStop(client, etcd, root);
     }
   });
   return (scope) => `${root}${uniquePrefix(scope).slice('test/'.length)}`;
+}
+
+/**
+ * The end of a file's etcd: no key left under `roots` and no lease (as `client` sees them), then
+ * the client closed and etcd stopped, also when a check fails.
+ */
+export async function assertCleanAndStop(client: Client | undefined, etcd: EtcdCluster | undefined, roots: string | readonly string[]): Promise<void> {
+  try {
+    for (const root of typeof roots === 'string' ? [roots] : roots) await assertNoKeys(client!, root);
+    await assertNoLeases(client!);
+  } finally {
+    await client?.close();
+    await etcd?.stop();
+  }
 }
 
 /** A loopback TCP port that nothing listens on (bound, then released). */
@@ -580,6 +591,33 @@ export function openSessions(client: Client, n: number, ttl = 30): Promise<Sessi
 /** Closes every session (closing revokes its lease: nothing is left); missing ones are skipped. */
 export function closeAll(ss: readonly (Session | undefined)[]): Promise<unknown> {
   return Promise.all(ss.map((s) => s?.close()));
+}
+
+/** The keys under `prefix`, in key order. */
+export async function keysUnder(client: Client, prefix: string): Promise<string[]> {
+  return (await client.getPrefix(prefix)).kvs.map((kv) => kv.key.toString());
+}
+
+/**
+ * Runs `body` with `n` new sessions on `client` (TTL 30 s unless given), closes them whatever
+ * happens, then checks that nothing is left under `prefix`.
+ */
+export async function withSessions<T>(
+  client: Client,
+  prefix: string,
+  sessions: number | { n: number; ttl: number },
+  body: (sessions: Session[]) => Promise<T>,
+): Promise<T> {
+  const { n, ttl } = typeof sessions === 'number' ? { n: sessions, ttl: 30 } : sessions;
+  const ss = await openSessions(client, n, ttl);
+  let result: T;
+  try {
+    result = await body(ss);
+  } finally {
+    await closeAll(ss);
+  }
+  await assertNoKeys(client, prefix);
+  return result;
 }
 
 /** Settles every tracked call (those still waiting are expected to fail once their session closes). */

@@ -13,6 +13,21 @@ export interface HostileServer {
   close(): Promise<void>;
 }
 
+/** Listens on a free loopback port; close() first destroys what is still open (`open`), so it does not wait for it. */
+async function listening(server: net.Server, streams: () => number, connections: () => number, open: ReadonlySet<{ destroy(): void }>): Promise<HostileServer> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    streams,
+    connections,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of open) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
 const T = { DATA: 0, HEADERS: 1, RST_STREAM: 3, SETTINGS: 4, PING: 6, GOAWAY: 7, CONTINUATION: 9 } as const;
 
@@ -107,17 +122,7 @@ export async function rawServer(options: {
       }
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    port: (server.address() as net.AddressInfo).port,
-    streams: () => streams,
-    connections: () => connections,
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  };
+  return listening(server, () => streams, () => connections, sockets);
 }
 
 /** Writes `frames()` while the socket takes them, up to `limit` frames; stops when it closes. */
@@ -155,17 +160,7 @@ export async function grpcServer(
     stream.on('error', () => {});
     respond(stream, stream.session as http2.ServerHttp2Session);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    port: (server.address() as net.AddressInfo).port,
-    streams: () => streams,
-    connections: () => connections,
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of sessions) s.destroy();
-        server.close(() => resolve());
-      }),
-  };
+  return listening(server, () => streams, () => connections, sessions);
 }
 
 /** A gRPC message frame: the 5-byte prefix and `body`. */

@@ -1,4 +1,4 @@
-// Issue 29, items 1 and 2: calls of one process on one session and one name. Two lock() calls
+// Calls of one process on one session and one name. Two lock() calls
 // exclude each other (the second waits in the process, sending nothing, then holds with a new key
 // incarnation, behind the other processes' waiters already queued); the same deliberate choice for
 // Semaphore, Election and the RWMutex's write lock, while its read locks share; an RWMutex
@@ -6,10 +6,10 @@
 // Against a real single-member etcd; no sleeps: waits are on promises, signals and etcd's metrics.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, Election, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
+import { Client, Election, Mutex, RWMutex, Semaphore } from '../src/index.js';
 import * as lib from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, closeAll, etcdForFile, grpcHandled, openSessions, serverState, settle, settledOrHang, track, waitFor, waitersBlocked } from './helpers.js';
+import { etcdForFile, grpcHandled, serverState, settle, settledOrHang, track, waitFor, waitersBlocked, keysUnder, withSessions } from './helpers.js';
 
 const ROOT = 'test/in-process/';
 let etcd: EtcdCluster;
@@ -18,8 +18,6 @@ const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 /** A hang guard (a self-deadlock must fail, not hang the run), not a timing assertion. */
 const T = { timeout: 60_000 };
 
-const sessions = (n: number): Promise<Session[]> => openSessions(client, n, 30);
-const keysUnder = async (prefix: string): Promise<string[]> => (await client.getPrefix(prefix)).kvs.map((kv) => kv.key.toString());
 /**
  * Txns etcd has answered: a call waiting in the process adds none (no enqueue, no write). The holder
  * it waits for starts watching its key, so that a loss frees the turn: a watch and one read.
@@ -36,8 +34,7 @@ describe('two calls of one process on one session and name', T, () => {
   it('Mutex: the second lock() waits in the process, sending nothing, then holds with a new fencing token, behind another process already queued', async () => {
     const p = fresh('mutex');
     const name = `${p}lock`;
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const first = await new Mutex(a!, name).lock();
       const base = (await serverState(etcd.clientUrls[0]!)).watchers;
       const theirs = track(new Mutex(b!, name).lock());
@@ -49,7 +46,7 @@ describe('two calls of one process on one session and name', T, () => {
       assert.equal(await calls(), before, 'no request to etcd while it waits in the process');
       assert.equal(await new Mutex(a!, name).tryLock(), null, 'tryLock() is busy at once too');
       assert.equal(await calls(), before, 'nor for tryLock()');
-      assert.deepEqual((await keysUnder(`${name}/`)).sort(), [first.key, `${name}/${b!.leaseId.toString(16)}`].sort(), 'no key of its own yet');
+      assert.deepEqual((await keysUnder(client, `${name}/`)).sort(), [first.key, `${name}/${b!.leaseId.toString(16)}`].sort(), 'no key of its own yet');
       await first.unlock();
       // Fair to the other process: it queued before our second call had a key.
       const t = await theirs.promise;
@@ -60,17 +57,13 @@ describe('two calls of one process on one session and name', T, () => {
       assert.equal(mine.key, first.key, 'same session and name: the same key');
       assert.ok(mine.fencingToken > t.fencingToken, 'a new incarnation: a new fencing token');
       await mine.unlock();
-    } finally {
-      await closeAll([a, b]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('an abort of the waiting call sends nothing and leaves the first holding; the next call still gets its turn', async () => {
     const p = fresh('abort');
     const name = `${p}lock`;
-    const [a] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([a]) => {
       const first = await new Mutex(a!, name).lock();
       const stop = new AbortController();
       const waiting = track(new Mutex(a!, name).lock({ signal: stop.signal }));
@@ -83,16 +76,12 @@ describe('two calls of one process on one session and name', T, () => {
       const h = await settledOrHang(next, 'the call behind the aborted one');
       assert.ok(h.fencingToken > first.fencingToken);
       await h.unlock();
-    } finally {
-      await closeAll([a]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('a holding lost unnoticed (its key deleted by hand, its signal never looked at) gives up its turn to the next call', async () => {
     const p = fresh('lost');
-    const [a] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([a]) => {
       const m = new Mutex(a!, `${p}lock`);
       const first = await m.lock();
       await client.delete(first.key);
@@ -102,16 +91,12 @@ describe('two calls of one process on one session and name', T, () => {
       await first.unlock(); // a dead handle: nothing to delete, and not the new key
       next.assertHeld();
       await next.unlock();
-    } finally {
-      await closeAll([a]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('Semaphore: one permit per session at a time; a second acquire() waits, then holds a new key', async () => {
     const p = fresh('sem');
-    const [a] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([a]) => {
       const sem = new Semaphore(a!, `${p}sem`, { permits: 2 });
       const first = await sem.acquire();
       const second = track(sem.acquire());
@@ -122,16 +107,12 @@ describe('two calls of one process on one session and name', T, () => {
       const h = await second.promise;
       assert.ok(h.fencingToken > first.fencingToken);
       await h.release();
-    } finally {
-      await closeAll([a]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('Election: a second campaign waits for the first term to end, then leads a new term', async () => {
     const p = fresh('elect');
-    const [a] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([a]) => {
       const e = new Election(a!, `${p}elect`);
       const first = await e.campaign('one');
       const second = track(e.campaign('two'));
@@ -143,16 +124,12 @@ describe('two calls of one process on one session and name', T, () => {
       assert.ok(h.fencingToken > first.fencingToken, 'a new term');
       assert.equal((await e.leader())?.value, 'two');
       await h.resign();
-    } finally {
-      await closeAll([a]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('RWMutex: read locks of one session share; its write locks exclude each other', async () => {
     const p = fresh('rw');
-    const [a] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([a]) => {
       const rw = new RWMutex(a!, `${p}rw`);
       const [r1, r2] = await Promise.all([rw.rLock(), rw.rLock()]);
       await Promise.all([r1.unlock(), r2.unlock()]);
@@ -164,10 +141,7 @@ describe('two calls of one process on one session and name', T, () => {
       const h = await w2.promise;
       assert.ok(h.fencingToken > w1.fencingToken);
       await h.unlock();
-    } finally {
-      await closeAll([a]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 });
 
@@ -175,8 +149,7 @@ describe('RWMutex on one session: downgrade and upgrade', T, () => {
   it('downgrade: rLock() while holding lock() holds at once; no writer slips in until the read lock goes too', async () => {
     const p = fresh('down');
     const name = `${p}rw`;
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const rw = new RWMutex(a!, name);
       const w = await rw.lock();
       const base = (await serverState(etcd.clientUrls[0]!)).watchers;
@@ -194,16 +167,12 @@ describe('RWMutex on one session: downgrade and upgrade', T, () => {
       const theirs = await other.promise;
       assert.ok(theirs.fencingToken > w.fencingToken);
       await theirs.unlock();
-    } finally {
-      await closeAll([a, b]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('upgrade: lock() while holding rLock() fails at once with LockUpgradeError saying what to do, sending nothing', async () => {
     const p = fresh('up');
-    const [a] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([a]) => {
       const rw = new RWMutex(a!, `${p}rw`);
       const r = await rw.rLock();
       const before = await calls();
@@ -221,9 +190,6 @@ describe('RWMutex on one session: downgrade and upgrade', T, () => {
       await r.unlock();
       const w = await rw.lock(); // once the read lock is gone, the write lock is taken as usual
       await w.unlock();
-    } finally {
-      await closeAll([a]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 });

@@ -15,7 +15,7 @@ import {
 } from '../src/index.js';
 import { lockAll, withLocks, type MultiLockHandle } from '../src/primitives/multilock.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, track, waitFor, openSessions, closeAll } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, track, waitFor, openSessions, closeAll, withSessions } from './helpers.js';
 
 const ROOT = 'test/multilock/';
 let etcd: EtcdCluster;
@@ -77,8 +77,7 @@ describe('lockAll: acquire and release', T, () => {
 
   it('unlock is idempotent, ends the signal with LockLostError and removes every listener', async () => {
     const p = fresh('unlock-twice');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const locks = await lockAll(s!, [`${p}b`, `${p}a`]);
       const signal = locks.signal; // starts watching both keys
       const inner = [...locks.handles.values()].map((h) => h.signal);
@@ -99,10 +98,7 @@ describe('lockAll: acquire and release', T, () => {
       again.assertHeld();
       assert.equal((await client.get(keyOf(s!, `${p}a`)))?.createRevision, again.fencingTokens.get(`${p}a`));
       await again.unlock();
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('await using unlocks every lock at the end of the block', async () => {
@@ -437,8 +433,7 @@ describe('lockAll: giving up and failing', T, () => {
 describe('lockAll: losing a lock', T, () => {
   it('an operator deleting one key aborts the signal with that lock’s LockLostError, and assertHeld throws it', async () => {
     const p = fresh('key-deleted');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const locks = await lockAll(s!, [`${p}a`, `${p}b`, `${p}c`]);
       const signal = locks.signal;
       assert.equal(signal.aborted, false);
@@ -453,16 +448,12 @@ describe('lockAll: losing a lock', T, () => {
       assert.ok(await client.get(keyOf(s!, `${p}a`)), 'the other locks stay held until unlock()');
       await locks.unlock(); // the lost one has nothing to delete; must not throw
       assert.throws(() => locks.assertHeld(), (e) => e === reason, 'the loss stays the reason');
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('revoking the lease aborts the signal with LockLostError', async () => {
     const p = fresh('lease-revoked');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const locks = await lockAll(s!, [`${p}a`, `${p}b`]);
       const signal = locks.signal;
       await client.leaseRevoke(s!.leaseId);
@@ -470,17 +461,13 @@ describe('lockAll: losing a lock', T, () => {
       assert.ok(reason instanceof LockLostError, String(reason));
       assert.throws(() => locks.assertHeld(), LockLostError);
       await locks.unlock();
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('a Txn guarded by ownerCompares fails once any one of the locks is lost', async () => {
     const p = fresh('owner-compares');
     const names = [`${p}a`, `${p}b`, `${p}c`];
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       for (const lost of names) {
         const locks = await lockAll(s!, names);
         const write = () => client.txn({ compare: locks.ownerCompares(), success: [op.put(`${p}data`, lost)], failure: [] });
@@ -491,10 +478,7 @@ describe('lockAll: losing a lock', T, () => {
         await locks.unlock();
       }
       await client.delete(`${p}data`);
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('unlock never rejects: with its client closed, the result is pending with an AggregateError, and the keys wait for the lease', async () => {

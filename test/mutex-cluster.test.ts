@@ -69,12 +69,19 @@ async function queue(name: string, waiters: number) {
     handles.push(acquired);
     created.push((await log.put(m.key, from)).createRevision);
   }
-  /** The first holder leaves the critical section and unlocks. */
-  const releaseHolder = async (): Promise<void> => {
+  /**
+   * The first holder leaves the critical section and unlocks; then every waiter holds in turn, one
+   * at a time, in the order they queued, with the fencing token of its key.
+   */
+  const handsOverInOrder = async (why = 'acquired in enqueue order'): Promise<void> => {
     inside--;
     await holder.unlock();
+    await Promise.all(handles);
+    assert.equal(maxInside, 1, 'one holder at a time, the first holder included');
+    assert.deepEqual(order, Array.from({ length: waiters }, (_, i) => i + 1), why);
+    assert.deepEqual(tokens, created);
   };
-  return { ss, log, holder, holderSignal, order, tokens, created, handles, releaseHolder, maxInside: () => maxInside };
+  return { ss, log, holder, holderSignal, order, handsOverInOrder };
 }
 
 /** Resolves once `s` has renewed its lease after this call (its local deadline moved forward). */
@@ -104,15 +111,7 @@ async function killDuringLock(victim: () => Promise<number>, label: string): Pro
     assert.deepEqual(q.order, [], 'nobody acquired while the holder held the lock');
 
     // The queue still hands over in order.
-    await q.releaseHolder();
-    await Promise.all(q.handles);
-    assert.equal(q.maxInside(), 1, 'one holder at a time, the first holder included');
-    assert.deepEqual(
-      q.order,
-      Array.from({ length: waiters }, (_, i) => i + 1),
-      `acquired in enqueue order (clients on members ${activeMembers().join(',')})`,
-    );
-    assert.deepEqual(q.tokens, q.created);
+    await q.handsOverInOrder(`acquired in enqueue order (clients on members ${activeMembers().join(',')})`);
   } finally {
     await q.log.close();
     await Promise.all(q.ss.map((s) => s.close()));
@@ -145,11 +144,7 @@ describe('Mutex on a 3-member cluster', () => {
       await Promise.all(q.ss.map(renewedAfterNow));
       assert.equal(q.holderSignal.aborted, false, `holder lost its lock: ${String(q.holderSignal.reason)}`);
       q.holder.assertHeld();
-      await q.releaseHolder();
-      await Promise.all(q.handles);
-      assert.equal(q.maxInside(), 1, 'one holder at a time, the first holder included');
-      assert.deepEqual(q.order, [1, 2, 3, 4]);
-      assert.deepEqual(q.tokens, q.created);
+      await q.handsOverInOrder();
     } finally {
       if (paused >= 0) etcd.resume(paused);
       await q.log.close();
@@ -172,11 +167,7 @@ describe('Mutex on a 3-member cluster', () => {
         await etcd.restart(victim);
       }
       q.holder.assertHeld();
-      await q.releaseHolder();
-      await Promise.all(q.handles);
-      assert.equal(q.maxInside(), 1, 'one holder at a time, the first holder included');
-      assert.deepEqual(q.order, [1, 2, 3, 4]);
-      assert.deepEqual(q.tokens, q.created);
+      await q.handsOverInOrder();
     } finally {
       await q.log.close();
       await Promise.all(q.ss.map((s) => s.close()));

@@ -13,7 +13,7 @@ import {
   withLock,
 } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, grpcHandled, grpcStarted, killEtcdctls, metric, spawnEtcdctl, track, waitFor, etcdForFile, openSessions, closeAll, serverState, waitersBlocked } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, grpcHandled, grpcStarted, killEtcdctls, metric, spawnEtcdctl, track, waitFor, etcdForFile, openSessions, closeAll, serverState, waitersBlocked, withSessions } from './helpers.js';
 
 const ROOT = 'test/mutex/';
 let etcd: EtcdCluster;
@@ -40,8 +40,7 @@ const blocked = (base: number, n = 1, what?: string): Promise<void> => waitersBl
 describe('Mutex: acquire and release', () => {
   it('an uncontended lock has key <name>/<lease hex> and fencing token = its CreateRevision', async () => {
     const p = fresh('uncontended');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const h = await new Mutex(s!, `${p}lock`).lock();
       assert.equal(h.key, `${p}lock/${s!.leaseId.toString(16)}`);
       const kv = await client.get(h.key);
@@ -54,10 +53,7 @@ describe('Mutex: acquire and release', () => {
       assert.equal(h.session, s);
       await h.unlock();
       assert.equal(await client.get(h.key), undefined, 'unlock removes the key');
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('unlock is idempotent, and a released handle is no longer held', async () => {
@@ -76,8 +72,7 @@ describe('Mutex: acquire and release', () => {
 
   it('an old handle unlocked again after re-locking on the same session leaves the new holding alone', async () => {
     const p = fresh('unlock-after-relock');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const m = new Mutex(s!, `${p}lock`);
       const first = await m.lock();
       await first.unlock();
@@ -88,16 +83,12 @@ describe('Mutex: acquire and release', () => {
       assert.equal((await client.get(second.key))?.createRevision, second.fencingToken);
       second.assertHeld();
       await second.unlock();
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('a retried unlock whose first attempt already committed cannot delete a later lock (etcd 22082)', async () => {
     const p = fresh('22082');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const m = new Mutex(s!, `${p}lock`);
       const first = await m.lock();
       // The first unlock committed but its answer was lost: the key is gone, the handle does not know.
@@ -108,10 +99,7 @@ describe('Mutex: acquire and release', () => {
       assert.equal((await client.get(second.key))?.createRevision, second.fencingToken, 'the second holding survives');
       second.assertHeld();
       await second.unlock();
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('withLock returns fn’s value and unlocks', async () => {
@@ -164,18 +152,14 @@ describe('Mutex: acquire and release', () => {
 
   it('closing the holder’s session releases the lock to the next waiter', async () => {
     const p = fresh('close-releases');
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const held = await new Mutex(a!, `${p}lock`).lock();
       const waiting = new Mutex(b!, `${p}lock`).lock();
       await a!.close();
       const h = await waiting;
       assert.ok(h.fencingToken > held.fencingToken);
       await h.unlock();
-    } finally {
-      await closeAll([a!, b!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('lock() on an ended session fails at once with its SessionExpiredError', async () => {
@@ -210,18 +194,14 @@ describe('Mutex: names and keys', () => {
 
   it('lock "a" is not blocked by a holder of lock "a/b" (etcd 6278)', async () => {
     const p = fresh('6278');
-    const [s1, s2] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([s1, s2]) => {
       const nested = await new Mutex(s1!, `${p}a/b`).lock();
       const outer = await new Mutex(s2!, `${p}a`).lock({ share: true }); // would hang if "a/b/..." counted as a holder
       const tried = await new Mutex(s2!, `${p}a`).tryLock({ share: true }); // reentrant on the same key
       assert.ok(tried);
       await outer.unlock();
       await nested.unlock();
-    } finally {
-      await closeAll([s1!, s2!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('a stray key without a lease under "a/" does not block lock "a" (etcd 6631)', async () => {
@@ -244,8 +224,7 @@ describe('Mutex: names and keys', () => {
 
   it('reentrancy as in Go, with share: true: two Mutex objects on one session and one name share one key, counted', async () => {
     const p = fresh('reentrant');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const h1 = await new Mutex(s!, `${p}lock`).lock({ share: true });
       const h2 = await new Mutex(s!, `${p}lock`).lock({ share: true });
       assert.equal(h2.key, h1.key);
@@ -258,10 +237,7 @@ describe('Mutex: names and keys', () => {
       await h1.unlock(); // the last user: the key goes
       assert.equal(await client.get(h1.key), undefined);
       assert.throws(() => h1.assertHeld(), LockLostError);
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 });
 
@@ -434,8 +410,7 @@ describe('Mutex: fairness', () => {
 describe('Mutex: tryLock', () => {
   it('returns null while another session holds it, and leaves no key', async () => {
     const p = fresh('trylock-held');
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const held = await new Mutex(a!, `${p}lock`).lock();
       assert.equal(await new Mutex(b!, `${p}lock`).tryLock(), null);
       assert.deepEqual(
@@ -443,24 +418,17 @@ describe('Mutex: tryLock', () => {
         [held.key],
       );
       await held.unlock();
-    } finally {
-      await closeAll([a!, b!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('takes a free lock', async () => {
     const p = fresh('trylock-free');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const h = await new Mutex(s!, `${p}lock`).tryLock();
       assert.ok(h, "tryLock returns a handle when the lock is free");
       assert.equal((await client.get(h.key))?.createRevision, h.fencingToken);
       await h.unlock();
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
   it(
     'tryLock whose enqueue answer was lost and retried leaves no key behind',
@@ -526,17 +494,13 @@ describe('Mutex: giving up and losing', () => {
 
   it('AbortSignal.timeout while waiting rejects with TimeoutError and deletes our key', async () => {
     const p = fresh('timeout');
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const held = await new Mutex(a!, `${p}lock`).lock();
       const m = new Mutex(b!, `${p}lock`);
       await assert.rejects(m.lock({ signal: AbortSignal.timeout(300) }), (e: unknown) => e instanceof DOMException && e.name === 'TimeoutError');
       assert.equal(await client.get(m.key), undefined);
       await held.unlock();
-    } finally {
-      await closeAll([a!, b!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('an already-aborted signal rejects before anything is written', async () => {
@@ -644,8 +608,7 @@ describe('Mutex: giving up and losing', () => {
 
   it('an operator deleting the holder’s key aborts handle.signal with LockLostError', async () => {
     const p = fresh('key-deleted');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const h = await new Mutex(s!, `${p}lock`).lock();
       const signal = h.signal; // start watching
       assert.equal(signal.aborted, false);
@@ -655,10 +618,7 @@ describe('Mutex: giving up and losing', () => {
       assert.equal(reason.key, h.key);
       assert.throws(() => h.assertHeld(), LockLostError);
       await h.unlock(); // nothing to delete; must not throw
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('an operator moving the holder’s key off its lease ends the holding, and the next waiter takes over', async () => {
@@ -685,17 +645,13 @@ describe('Mutex: giving up and losing', () => {
 
   it('revoking the holder’s lease aborts handle.signal with LockLostError', async () => {
     const p = fresh('holder-session-lost');
-    const [s] = await sessions(1, 3);
-    try {
+    await withSessions(client, p, { n: 1, ttl: 3 }, async ([s]) => {
       const h = await new Mutex(s!, `${p}lock`).lock();
       await client.leaseRevoke(s!.leaseId);
       const reason = await aborted(h.signal);
       assert.ok(reason instanceof LockLostError, String(reason));
       assert.throws(() => h.assertHeld(), LockLostError);
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('a partitioned holder’s signal fires before a waiter can take over the lock', { timeout: 30_000 }, async () => {

@@ -1,4 +1,4 @@
-// Key namespaces (issue 29, item 5): `new Client({ namespace })` prefixes every key it reads,
+// Key namespaces: `new Client({ namespace })` prefixes every key it reads,
 // writes, compares and watches and strips the prefix from what it returns, as Go's
 // clientv3/namespace does. Two namespaces never see each other's locks; Go's namespaced client
 // (interop/go --namespace) and ours interoperate on one prefix. Against a real single-member etcd.
@@ -7,15 +7,14 @@ import assert from 'node:assert/strict';
 import { Client, Election, Mutex, Session, compare, currentLeader, op } from '../src/index.js';
 import { txnRange } from '../src/client/kv.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { etcdForFile, settle, track, waitFor } from './helpers.js';
-import { GoFleet, buildGoInterop, closeGoFleets } from './go-fleet.js';
+import { etcdForFile, settle, track, waitFor, keysUnder } from './helpers.js';
+import { GoFleet, goInteropBinary, closeGoFleets } from './go-fleet.js';
 
 const ROOT = 'test/namespace/';
 let etcd: EtcdCluster;
 let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
 
-const keysUnder = async (c: Client, prefix: string): Promise<string[]> => (await c.getPrefix(prefix)).kvs.map((kv) => kv.key.toString());
 
 describe('namespaces: two tenants on one cluster', { timeout: 60_000 }, () => {
   let a: Client;
@@ -117,15 +116,12 @@ describe('namespaces: two tenants on one cluster', { timeout: 60_000 }, () => {
 });
 
 describe("namespaces: Go's namespace package and ours on one prefix", () => {
-  let bin: string;
-  before(async () => {
-    bin = await buildGoInterop();
-  });
+  const goBin = goInteropBinary();
 
   it('a Go mutex and ours exclude each other under one namespace, in both orders; Go sees our leader', { timeout: 120_000 }, async () => {
     const ns = `${fresh('go')}tenant/`;
     const ours = new Client({ endpoints: etcd.endpoints, namespace: ns });
-    const go = new GoFleet(bin, etcd.endpoints, { ttl: 30, namespace: ns });
+    const go = new GoFleet(goBin(), etcd.endpoints, { ttl: 30, namespace: ns });
     const s = await Session.create(ours);
     try {
       await go.ready;

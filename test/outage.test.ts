@@ -1,4 +1,4 @@
-// etcd stopped for longer than the TTL, then started again (issue 28, item 2): runAsLeader keeps
+// etcd stopped for longer than the TTL, then started again: runAsLeader keeps
 // trying between terms (capped backoff, counted in etcd_concurrency.election.retries, published on
 // the `etcd-concurrency:leader:retry` diagnostics channel) and leads again once etcd is back;
 // withLock ends with the session's loss (its caller makes a new session: the README's worker loop);
@@ -22,7 +22,7 @@ import {
   type LeaderRetryEvent,
 } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { aborted, waitFor, assertNoKeys, assertNoLeases, killClis, runCli, settledOrHang, track, uniquePrefix } from './helpers.js';
+import { aborted, waitFor, assertCleanAndStop, killClis, runCli, settledOrHang, track, uniquePrefix } from './helpers.js';
 
 const ROOT = 'test/outage/';
 const TTL = 3;
@@ -36,11 +36,8 @@ before(async () => {
 after(async () => {
   try {
     await killClis();
-    await assertNoKeys(admin, ROOT);
-    await assertNoLeases(admin);
   } finally {
-    await admin.close();
-    await etcd.stop();
+    await assertCleanAndStop(admin, etcd, ROOT);
   }
 });
 

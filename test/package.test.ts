@@ -1,4 +1,4 @@
-// The package as a user gets it (issue 14, items 2 and 4): `npm pack` on a clean copy of the
+// The package as a user gets it: `npm pack` on a clean copy of the
 // project (its prepack script builds dist from scratch), the tarball's contents checked, then
 // installed into a fresh project (from the tarball; its dependencies from the npm cache or registry)
 // where a README-like program runs against a real etcd as ESM, as CommonJS (`require`, which needs
@@ -297,7 +297,7 @@ const debianEtcd = (() => {
   return /etcd Version: 3\.4\.23\b/.test(r.stdout ?? '');
 })();
 
-describe('a package user gets an etcd (issue 28, item 1)', () => {
+describe('a package user gets an etcd', () => {
   test('`etcd-concurrency etcd install 3.4` fills an empty cache; `etcd list` shows it; `dev` runs it; a README program locks on it', { timeout: 120_000, skip: !debianEtcd && "needs Debian's etcd 3.4.23 in /usr/bin (apt-get install etcd-server etcd-client)" }, async () => {
     const cache = path.join(work, 'etcd-cache');
     const env = { ETCD_CACHE_DIR: cache, ETCD_VERSION: '' };
@@ -372,7 +372,7 @@ function listenOn(port: number): Promise<Server> {
   });
 }
 
-describe("the README's project setup (issue 28, item 5)", () => {
+describe("the README's project setup", () => {
   test('an ES module project with the README tsconfig compiles `await using` and runs it on this Node', { timeout: 120_000 }, async () => {
     const readme = await readFile(path.join(consumer, 'node_modules/etcd-concurrency/README.md'), 'utf8');
     const box = /### Setting up a project[\s\S]*?```json\n([\s\S]*?)```/.exec(readme);

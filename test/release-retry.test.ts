@@ -1,4 +1,4 @@
-// A release whose delete fails (issue 25): the key is deleted in the background, guarded on its
+// A release whose delete fails: the key is deleted in the background, guarded on its
 // fencing token, until it is gone, so the next waiter gets the lock without the holder's process
 // doing anything; the same process acquiring again does not wait behind its own leftover; close()
 // waits for it. The holder's every endpoint is behind a TCP proxy that black-holes the delete and

@@ -1,7 +1,7 @@
-// Released and lost told apart on `handle.signal` (issue 28, item 4): the signal aborts on a normal
+// Released and lost told apart on `handle.signal`: the signal aborts on a normal
 // unlock() too, with the primitive's lost error, and its `reason` says which: 'released' after our
-// own unlock/resign/release, a LossReason after a loss. The field comes with the error codes of
-// issue 29 (item 3); this test checks the README's "Released or lost?" paragraph against it.
+// own unlock/resign/release, a LossReason after a loss. The field comes with the error codes;
+// this test checks the README's "Released or lost?" paragraph against it.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Election, LeadershipLostError, LockLostError, Mutex, Semaphore, PermitLostError, Session, type Client } from '../src/index.js';

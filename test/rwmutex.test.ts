@@ -16,7 +16,7 @@ import {
   type RWLockHandle,
 } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, etcdForFile, track, type Tracked, openSessions, closeAll, settleAll, settledOrHang } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, etcdForFile, track, type Tracked, openSessions, closeAll, settleAll, settledOrHang, keysUnder, withSessions } from './helpers.js';
 import { Probe } from './probe.js';
 
 const ROOT = 'test/rwmutex/';
@@ -30,8 +30,6 @@ const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> 
 /** A client for a test's waiters, spied on: its calls and watches are counted. */
 const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
 
-/** The keys under `prefix`, in key order. */
-const keysUnder = async (prefix: string): Promise<string[]> => (await client.getPrefix(prefix)).kvs.map((kv) => kv.key.toString());
 
 /** Which of `ts` have settled, as a string of 1s and 0s (for readable assertions). */
 const states = (ts: Tracked<unknown>[]): string => ts.map((t) => (t.settled ? '1' : '0')).join('');
@@ -40,8 +38,7 @@ describe('RWMutex: keys', () => {
   it('keys are <name>/read/<lease hex> and <name>/write/<lease hex>, empty, on the session lease; fencing token = CreateRevision', async () => {
     const p = fresh('keys');
     const name = `${p}rw`;
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const rw = new RWMutex(s!, name);
       const hex = s!.leaseId.toString(16);
       assert.equal(rw.readKey, `${name}/read/${hex}`);
@@ -53,7 +50,7 @@ describe('RWMutex: keys', () => {
         const h = await take();
         assert.equal(h.mode, mode);
         assert.equal(h.key, key);
-        assert.deepEqual(await keysUnder(`${name}/`), [key]);
+        assert.deepEqual(await keysUnder(client, `${name}/`), [key]);
         const kv = await client.get(key);
         assert.ok(kv);
         assert.equal(kv.lease, s!.leaseId);
@@ -64,10 +61,7 @@ describe('RWMutex: keys', () => {
         await h.unlock();
         assert.equal(await client.get(key), undefined);
       }
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('rejects a bad name with InvalidArgumentError', async () => {
@@ -91,7 +85,7 @@ describe('RWMutex: sharing and exclusion', () => {
       const taking = ss.map((s) => track(new RWMutex(s, name).rLock()));
       const hs = await Promise.all(taking.map((t, i) => settledOrHang(t, `reader ${i} to hold beside the others`)));
       for (const h of hs) h.assertHeld();
-      assert.equal((await keysUnder(`${name}/read/`)).length, 4);
+      assert.equal((await keysUnder(client, `${name}/read/`)).length, 4);
       await Promise.all(hs.map((h) => h.unlock()));
     } finally {
       await closeAll(ss);
@@ -164,7 +158,7 @@ describe('RWMutex: sharing and exclusion', () => {
       // Both hold together.
       a!.assertHeld();
       b!.assertHeld();
-      assert.deepEqual((await keysUnder(`${name}/`)).sort(), [a!.key, b!.key].sort());
+      assert.deepEqual((await keysUnder(client, `${name}/`)).sort(), [a!.key, b!.key].sort());
       await Promise.all([a!.unlock(), b!.unlock()]);
     } finally {
       await closeAll([r1!, w!, r2!, r3!]);
@@ -295,8 +289,7 @@ describe('RWMutex: other names under the prefix', () => {
     async () => {
       const p = fresh('6278');
       const name = `${p}rw`;
-      const [a, b] = await sessions(2);
-      try {
+      await withSessions(client, p, 2, async ([a, b]) => {
         const nested = await new Mutex(a!, `${name}/lock`).lock(); // key <name>/lock/<hex>: another lock
         const w = await new RWMutex(b!, name).tryLock();
         assert.ok(w, 'tryLock: nobody holds or waits for this RWMutex');
@@ -305,35 +298,27 @@ describe('RWMutex: other names under the prefix', () => {
         assert.ok(r);
         await r.unlock();
         await nested.unlock();
-      } finally {
-        await closeAll([a!, b!]);
-      }
-      await assertNoKeys(client, p);
+      });
     },
   );
 
   it('readers are not blocked by a nested name under <name>/write/', async () => {
     const p = fresh('6278-readers');
     const name = `${p}rw`;
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const nested = await new Mutex(a!, `${name}/write/x`).lock(); // key <name>/write/x/<hex>
       const r = await new RWMutex(b!, name).tryRLock();
       assert.ok(r, 'tryRLock: no writer of this RWMutex');
       await r.unlock();
       await nested.unlock();
-    } finally {
-      await closeAll([a!, b!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 });
 
 describe('RWMutex: tryRLock and tryLock', () => {
   it('take a free lock; tryRLock also joins readers', async () => {
     const p = fresh('try-free');
-    const [a, b, c] = await sessions(3);
-    try {
+    await withSessions(client, p, 3, async ([a, b, c]) => {
       const w = await new RWMutex(a!, `${p}w`).tryLock();
       assert.ok(w, 'tryLock on a free lock');
       assert.equal(w.mode, 'write');
@@ -343,10 +328,7 @@ describe('RWMutex: tryRLock and tryLock', () => {
       assert.ok(r1 && r2, 'tryRLock on a free lock, and beside another reader');
       assert.equal(r2.mode, 'read');
       await Promise.all([w.unlock(), r1.unlock(), r2.unlock()]);
-    } finally {
-      await closeAll([a!, b!, c!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('return null when the lock is not theirs now, leaving no key', async () => {
@@ -359,20 +341,20 @@ describe('RWMutex: tryRLock and tryLock', () => {
       // A reader holds: tryLock fails, tryRLock succeeds.
       const r = await new RWMutex(a!, name).rLock();
       assert.equal(await new RWMutex(b!, name).tryLock(), null);
-      assert.deepEqual(await keysUnder(`${name}/`), [r.key]);
+      assert.deepEqual(await keysUnder(client, `${name}/`), [r.key]);
       // A writer waits behind the reader: a newcomer reader must not pass it.
       const writer = track(new RWMutex(w!, name).lock());
       await probe.blocked(1);
-      const before = await keysUnder(`${name}/`);
+      const before = await keysUnder(client, `${name}/`);
       assert.equal(await new RWMutex(b!, name).tryRLock(), null, 'tryRLock behind a waiting writer');
       assert.equal(await new RWMutex(b!, name).tryLock(), null);
-      assert.deepEqual(await keysUnder(`${name}/`), before);
+      assert.deepEqual(await keysUnder(client, `${name}/`), before);
       await r.unlock();
       const hw = await writer.promise;
       // A writer holds: both fail.
       assert.equal(await new RWMutex(c!, name).tryRLock(), null);
       assert.equal(await new RWMutex(c!, name).tryLock(), null);
-      assert.deepEqual(await keysUnder(`${name}/`), [hw.key]);
+      assert.deepEqual(await keysUnder(client, `${name}/`), [hw.key]);
       await hw.unlock();
     } finally {
       await closeAll([a!, b!, c!, w!]);
@@ -455,7 +437,7 @@ describe('RWMutex: giving up and losing', () => {
       // The reader never lets go: lock() can only end because its session did (at once, not at its
       // periodic re-check 30 s later).
       await assert.rejects(settledOrHang(waiting, 'lock() to fail once its session closed'), (e: unknown) => e instanceof SessionExpiredError && e.reason === 'closed');
-      assert.deepEqual(await keysUnder(`${name}/`), [hr.key]);
+      assert.deepEqual(await keysUnder(client, `${name}/`), [hr.key]);
       hr.assertHeld();
       await hr.unlock();
     } finally {
@@ -653,8 +635,7 @@ describe('RWMutex: handles', () => {
   it('unlock is idempotent; await using unlocks; a released handle is no longer held', async () => {
     const p = fresh('unlock');
     const name = `${p}rw`;
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const h = await new RWMutex(s!, name).lock();
       const signal = h.signal;
       await h.unlock();
@@ -668,10 +649,7 @@ describe('RWMutex: handles', () => {
         assert.ok(await client.get(key));
       }
       assert.equal(await client.get(key), undefined);
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('ownerCompare() fences a writer’s writes: refused once its key is gone', async () => {

@@ -22,7 +22,7 @@ import {
   type TlsOptions,
 } from '../src/index.js';
 import { etcdVersionAtLeast, startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, assertNoKeys, assertNoLeases, grpcHandled, track, uniquePrefix, waitFor } from './helpers.js';
+import { EventLog, assertCleanAndStop, assertNoKeys, assertNoLeases, grpcHandled, track, uniquePrefix, waitFor } from './helpers.js';
 
 /**
  * Whether etcd checks the auth token on every lease renewal (keepalive): from 3.4.42, 3.5.28, 3.6.9
@@ -95,11 +95,8 @@ describe('TLS with client-certificate authentication', () => {
 
   after(async () => {
     try {
-      await assertNoKeys(admin, ROOT);
-      await assertNoLeases(admin);
+      await assertCleanAndStop(admin, etcd, ROOT);
     } finally {
-      await admin?.close();
-      await etcd?.stop();
       if (pki) await rm(pki.dir, { recursive: true, force: true });
     }
   });
@@ -203,11 +200,8 @@ describe('TLS with only a CA on the client, against a server that asks for no cl
 
   after(async () => {
     try {
-      await assertNoKeys(admin, ROOT);
-      await assertNoLeases(admin);
+      await assertCleanAndStop(admin, etcd, ROOT);
     } finally {
-      await admin?.close();
-      await etcd?.stop();
       if (pki) await rm(pki.dir, { recursive: true, force: true });
     }
   });

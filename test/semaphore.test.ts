@@ -21,7 +21,7 @@ import {
   type PermitHandle,
 } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, track, waitFor, type Tracked, openSessions, closeAll, settleAll, settledOrHang } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, track, waitFor, type Tracked, openSessions, closeAll, settleAll, settledOrHang, keysUnder, withSessions } from './helpers.js';
 import { Probe } from './probe.js';
 
 const ROOT = 'test/semaphore/';
@@ -35,8 +35,6 @@ const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> 
 /** A client for a test's participants, spied on: its calls and watches are counted. */
 const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
 
-/** The keys under `prefix`, in key order. */
-const keysUnder = async (prefix: string): Promise<string[]> => (await client.getPrefix(prefix)).kvs.map((kv) => kv.key.toString());
 
 /** A permit granted to a waiter is marked by a put on its key after the one that created it. */
 const isMark = (e: { type: string; rev: bigint; createRevision: bigint }): boolean => e.type === 'put' && e.rev !== e.createRevision;
@@ -44,8 +42,7 @@ const isMark = (e: { type: string; rev: bigint; createRevision: bigint }): boole
 describe('Semaphore: permits', () => {
   it('a permit key is <name>/<lease hex> on the session lease, holding the permit count; fencing token = its CreateRevision', async () => {
     const p = fresh('key');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const sem = new Semaphore(s!, `${p}sem`, { permits: 3 });
       assert.equal(sem.key, `${p}sem/${s!.leaseId.toString(16)}`);
       assert.equal(sem.permits, 3);
@@ -61,10 +58,7 @@ describe('Semaphore: permits', () => {
       assert.equal(h.signal.aborted, false);
       await h.release();
       assert.equal(await client.get(h.key), undefined, 'release removes the key');
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('N sessions hold a permit at once; the N+1th waits until one of them releases', async () => {
@@ -78,7 +72,7 @@ describe('Semaphore: permits', () => {
       const fourth = track(new Semaphore(ss[3]!, name, { permits: 3 }).acquire());
       await probe.blocked(1, 'the fourth is queued and blocked');
       assert.equal(fourth.settled, false, 'three permits are taken: the fourth waits');
-      assert.equal((await keysUnder(`${name}/`)).length, 4, 'the waiter’s key is queued behind the holders');
+      assert.equal((await keysUnder(client, `${name}/`)).length, 4, 'the waiter’s key is queued behind the holders');
       await held[1]!.release();
       const h = await fourth.promise;
       assert.ok(h.fencingToken > held[2]!.fencingToken);
@@ -260,25 +254,20 @@ describe('Semaphore: permits', () => {
 describe('Semaphore: tryAcquire', () => {
   it('takes a free permit', async () => {
     const p = fresh('try-free');
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const first = await new Semaphore(a!, `${p}sem`, { permits: 2 }).tryAcquire();
       assert.ok(first, 'a free permit is taken');
       const second = await new Semaphore(b!, `${p}sem`, { permits: 2 }).tryAcquire();
       assert.ok(second, 'the second permit is free too');
       assert.equal((await client.get(second.key))?.createRevision, second.fencingToken);
       await Promise.all([first.release(), second.release()]);
-    } finally {
-      await closeAll([a!, b!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('returns null when every permit is taken, leaving no key and the holders untouched', async () => {
     const p = fresh('try-full');
     const name = `${p}sem`;
-    const [a, b, c] = await sessions(3);
-    try {
+    await withSessions(client, p, 3, async ([a, b, c]) => {
       const held = await Promise.all([a!, b!].map((s) => new Semaphore(s, name, { permits: 2 }).acquire()));
       const before = (await client.getPrefix(`${name}/`)).kvs.map((kv) => [kv.key.toString(), kv.createRevision, kv.modRevision]);
       assert.equal(await new Semaphore(c!, name, { permits: 2 }).tryAcquire(), null);
@@ -290,10 +279,7 @@ describe('Semaphore: tryAcquire', () => {
       const t = await new Semaphore(c!, name, { permits: 2 }).tryAcquire();
       assert.ok(t);
       await Promise.all([t.release(), held[1]!.release()]);
-    } finally {
-      await closeAll([a!, b!, c!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('returns null behind queued waiters, and leaves the queue as it was', async () => {
@@ -306,9 +292,9 @@ describe('Semaphore: tryAcquire', () => {
       const [h1, h2] = await Promise.all([a!, b!].map((s) => new Semaphore(s, name, { permits: 2 }).acquire()));
       const waiting = track(new Semaphore(w!, name, { permits: 2 }).acquire());
       await probe.blocked(1);
-      const before = await keysUnder(`${name}/`);
+      const before = await keysUnder(client, `${name}/`);
       assert.equal(await new Semaphore(c!, name, { permits: 2 }).tryAcquire(), null);
-      assert.deepEqual(await keysUnder(`${name}/`), before, 'no key left, the waiter still queued');
+      assert.deepEqual(await keysUnder(client, `${name}/`), before, 'no key left, the waiter still queued');
       await probe.blocked(1, 'the waiter still blocked');
       assert.equal(waiting.settled, false);
       await h1!.release();
@@ -336,7 +322,7 @@ describe('Semaphore: one release wakes one waiter (no herd)', () => {
     const hs = await sessions(2);
     const ws = await sessions(waiters, 30, probe.client);
     const pending: Tracked<PermitHandle>[] = [];
-    let cost;
+    let cost: { txns: number; ranges: number; watches: number; granted: number } | undefined;
     try {
       const holders = await Promise.all(hs.map((s) => new Semaphore(s, name, { permits: 2 }).acquire()));
       for (let i = 0; i < waiters; i++) {
@@ -404,9 +390,9 @@ describe('Semaphore: permit counts', () => {
         return true;
       };
       await assert.rejects(new Semaphore(b!, name, { permits: 3 }).acquire(), check);
-      assert.deepEqual(await keysUnder(`${name}/`), [held.key], 'the refused participant left no key');
+      assert.deepEqual(await keysUnder(client, `${name}/`), [held.key], 'the refused participant left no key');
       await assert.rejects(new Semaphore(b!, name, { permits: 3 }).tryAcquire(), check);
-      assert.deepEqual(await keysUnder(`${name}/`), [held.key]);
+      assert.deepEqual(await keysUnder(client, `${name}/`), [held.key]);
       const after = await client.get(held.key);
       assert.deepEqual([after?.createRevision, after?.modRevision, after?.lease], [before?.createRevision, before?.modRevision, before?.lease]);
       held.assertHeld();
@@ -423,8 +409,7 @@ describe('Semaphore: permit counts', () => {
   it('a Mutex on the same name is no semaphore participant: PermitCountConflictError names its value', async () => {
     const p = fresh('conflict-mutex');
     const name = `${p}sem`;
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const lock = await new Mutex(a!, name).lock();
       await assert.rejects(new Semaphore(b!, name, { permits: 2 }).acquire(), (e: unknown) => {
         assert.ok(e instanceof PermitCountConflictError, String(e));
@@ -432,46 +417,35 @@ describe('Semaphore: permit counts', () => {
         assert.match(e.message, /not a semaphore of this library/);
         return true;
       });
-      assert.deepEqual(await keysUnder(`${name}/`), [lock.key]);
+      assert.deepEqual(await keysUnder(client, `${name}/`), [lock.key]);
       await lock.unlock();
-    } finally {
-      await closeAll([a!, b!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('the same session asking with another count is refused while another participant is there', async () => {
     const p = fresh('conflict-same-session-peer');
     const name = `${p}sem`;
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const mine = await new Semaphore(a!, name, { permits: 2 }).acquire({ share: true });
       const peer = await new Semaphore(b!, name, { permits: 2 }).acquire();
       await assert.rejects(new Semaphore(a!, name, { permits: 3 }).acquire({ share: true }), PermitCountConflictError);
       mine.assertHeld(); // a refused join leaves the sibling's key alone
-      assert.deepEqual((await keysUnder(`${name}/`)).sort(), [mine.key, peer.key].sort());
+      assert.deepEqual((await keysUnder(client, `${name}/`)).sort(), [mine.key, peer.key].sort());
       await Promise.all([mine.release(), peer.release()]);
-    } finally {
-      await closeAll([a!, b!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('the same session asking with another count is refused when alone too', { timeout: 30_000 }, async () => {
     const p = fresh('conflict-same-session');
     const name = `${p}sem`;
-    const [a] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([a]) => {
       const held = await new Semaphore(a!, name, { permits: 2 }).acquire({ share: true });
       // Its key says 2; waiting as if there were 3 permits would break the count for everyone.
       await assert.rejects(new Semaphore(a!, name, { permits: 3 }).acquire({ share: true }), PermitCountConflictError);
       held.assertHeld();
       assert.equal((await client.get(held.key))?.value.toString(), '2');
       await held.release();
-    } finally {
-      await closeAll([a!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   for (const bad of [0, MAX_PERMITS + 1, 1.5, -1, Number.NaN, Infinity, '2', undefined]) {
@@ -575,7 +549,7 @@ describe('Semaphore: giving up and losing', () => {
       await assert.rejects(settledOrHang(waiting, 'acquire() to fail once its session closed'), (e: unknown) => e instanceof SessionExpiredError && e.reason === 'closed' && e.leaseId === f.ws[1]!.leaseId);
       await f.probe.blocked(1, 'the head still blocked');
       assert.equal(head.settled, false);
-      assert.deepEqual((await keysUnder(`${f.name}/`)).sort(), [...f.holders.map((h) => h.key), f.sem(0).key].sort());
+      assert.deepEqual((await keysUnder(client, `${f.name}/`)).sort(), [...f.holders.map((h) => h.key), f.sem(0).key].sort());
       for (const h of f.holders) h.assertHeld();
       await f.holders[0]!.release();
       const h = await head.promise;
@@ -853,8 +827,7 @@ describe('Semaphore: giving up and losing', () => {
 describe('Semaphore: handles', () => {
   it('release is idempotent, and a released handle is no longer held', async () => {
     const p = fresh('release-twice');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const h = await new Semaphore(s!, `${p}sem`, { permits: 1 }).acquire();
       const signal = h.signal;
       await h.release();
@@ -862,16 +835,12 @@ describe('Semaphore: handles', () => {
       await Promise.all([h.release(), h.release()]);
       assert.ok(signal.aborted);
       assert.throws(() => h.assertHeld(), PermitLostError);
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('a stale handle released again after re-acquiring on the same session leaves the new permit alone', async () => {
     const p = fresh('release-stale');
-    const [s] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([s]) => {
       const sem = new Semaphore(s!, `${p}sem`, { permits: 2 });
       const first = await sem.acquire();
       await client.delete(first.key); // as if its release committed but the answer was lost
@@ -881,10 +850,7 @@ describe('Semaphore: handles', () => {
       assert.equal((await client.get(second.key))?.createRevision, second.fencingToken);
       second.assertHeld();
       await second.release();
-    } finally {
-      await closeAll([s!]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('await using releases at the end of the block', async () => {

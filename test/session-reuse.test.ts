@@ -1,4 +1,4 @@
-// Reusing a session after a loss (issue 28, item 3): the stored error a lost session (or an ended
+// Reusing a session after a loss: the stored error a lost session (or an ended
 // holding) throws again is the same object, with the stack of the call that threw it now, followed
 // by where it was first raised; and the README's worker loop (a new session after a loss) works.
 import { describe, test } from 'node:test';

@@ -7,7 +7,7 @@ import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import { Client, Election, LeadershipLostError, LockLostError, Mutex, RWMutex, Semaphore, Session, SessionExpiredError } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { ATTR, METRIC } from '../src/metrics/names.js';
-import { aborted, assertNoKeys, closeAll, etcdForFile, openSessions, serverState, settledOrHang, track, waitersBlocked } from './helpers.js';
+import { aborted, assertNoKeys, closeAll, etcdForFile, openSessions, serverState, settledOrHang, track, waitersBlocked, keysUnder, withSessions } from './helpers.js';
 
 const ROOT = 'test/siblings/';
 let etcd: EtcdCluster;
@@ -19,14 +19,12 @@ const sessions = (n: number): Promise<Session[]> => openSessions(client, n, 30);
 const watchersNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).watchers;
 /** `n` more waiters than `base` blocked on their watch, with nothing in flight. */
 const blocked = (base: number, n: number, what?: string): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n, what);
-const keysUnder = async (prefix: string): Promise<string[]> => (await client.getPrefix(prefix)).kvs.map((kv) => kv.key.toString());
 
 describe('siblings: one key, counted', () => {
   it('the first aborts while the sibling waits: the sibling keeps the same key and gets the lock in its turn', async () => {
     const p = fresh('first-aborts');
     const name = `${p}lock`;
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const holder = await new Mutex(b!, name).lock();
       const base = await watchersNow();
       const stop = new AbortController();
@@ -50,18 +48,14 @@ describe('siblings: one key, counted', () => {
       mine.assertHeld();
       // The first call is gone: the sibling is the last user, and its unlock deletes the key.
       await mine.unlock();
-      assert.deepEqual(await keysUnder(`${name}/`), []);
-    } finally {
-      await closeAll([a, b]);
-    }
-    await assertNoKeys(client, p);
+      assert.deepEqual(await keysUnder(client, `${name}/`), []);
+    });
   });
 
   it('the first releases while the sibling holds: the sibling still holds, and another session still waits', async () => {
     const p = fresh('first-releases');
     const name = `${p}lock`;
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const first = await new Mutex(a!, name).lock({ share: true });
       const sibling = await new Mutex(a!, name).lock({ share: true });
       assert.equal(sibling.key, first.key);
@@ -93,10 +87,7 @@ describe('siblings: one key, counted', () => {
       const theirs = await settledOrHang(other, 'the other session acquires once the last sibling released');
       assert.ok(theirs.fencingToken > sibling.fencingToken);
       await theirs.unlock();
-    } finally {
-      await closeAll([a, b]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('the last release deletes the key, whichever of them releases last', async () => {
@@ -123,9 +114,9 @@ describe('siblings: one key, counted', () => {
         last.assertHeld();
         await last.unlock();
         const theirs = await settledOrHang(other, 'the other session acquires after the last release');
-        assert.deepEqual(await keysUnder(`${name}/`), [theirs.key], 'nothing of ours is left under the prefix');
+        assert.deepEqual(await keysUnder(client, `${name}/`), [theirs.key], 'nothing of ours is left under the prefix');
         await theirs.unlock();
-        assert.deepEqual(await keysUnder(`${name}/`), []);
+        assert.deepEqual(await keysUnder(client, `${name}/`), []);
       }
       // Nothing is remembered either: the next lock() on the session creates a new incarnation.
       const next = await new Mutex(a!, name).lock({ share: true });
@@ -141,8 +132,7 @@ describe('siblings: one key, counted', () => {
   it('a session loss ends every sibling', async () => {
     const p = fresh('session-loss');
     const name = `${p}lock`;
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const first = await new Mutex(a!, name).lock({ share: true });
       const sibling = await new Mutex(a!, name).lock({ share: true });
       const ends = [aborted(first.signal), aborted(sibling.signal)];
@@ -155,23 +145,19 @@ describe('siblings: one key, counted', () => {
       assert.throws(() => first.assertHeld(), LockLostError);
       assert.throws(() => sibling.assertHeld(), LockLostError);
       const theirs = await settledOrHang(other, 'the other session acquires once the lease is gone');
-      assert.deepEqual(await keysUnder(`${name}/`), [theirs.key]);
+      assert.deepEqual(await keysUnder(client, `${name}/`), [theirs.key]);
       // Unlocking the lost handles is harmless: guarded on their CreateRevision.
       await Promise.all([first.unlock(), sibling.unlock()]);
       theirs.assertHeld();
       await theirs.unlock();
       await assert.rejects(new Mutex(a!, name).lock({ share: true }), SessionExpiredError);
-    } finally {
-      await closeAll([a, b]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('a key deleted by someone else ends every sibling, even one that never looked at its signal', async () => {
     const p = fresh('key-deleted');
     const name = `${p}lock`;
-    const [a] = await sessions(1);
-    try {
+    await withSessions(client, p, 1, async ([a]) => {
       const first = await new Mutex(a!, name).lock({ share: true });
       const sibling = await new Mutex(a!, name).lock({ share: true });
       const firstEnded = aborted(first.signal);
@@ -185,16 +171,12 @@ describe('siblings: one key, counted', () => {
       const next = await new Mutex(a!, name).lock({ share: true });
       assert.ok(next.fencingToken > first.fencingToken);
       await next.unlock();
-    } finally {
-      await closeAll([a]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('a failed sibling leaves the key to the others: a refused permit count, a tryLock, a read lock', async () => {
     const p = fresh('failed-sibling');
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       // A semaphore sibling refused for its permit count leaves the key alone, and so does the holder's release after it.
       const sem = `${p}sem`;
       const permit = await new Semaphore(a!, sem, { permits: 2 }).acquire({ share: true });
@@ -204,7 +186,7 @@ describe('siblings: one key, counted', () => {
       joined.assertHeld();
       assert.equal((await client.get(joined.key))?.createRevision, joined.fencingToken);
       await joined.release();
-      assert.deepEqual(await keysUnder(`${sem}/`), []);
+      assert.deepEqual(await keysUnder(client, `${sem}/`), []);
 
       // tryLock on a held key joins it; its unlock leaves the lock to the first holder.
       const lock = `${p}lock`;
@@ -215,7 +197,7 @@ describe('siblings: one key, counted', () => {
       held.assertHeld();
       assert.equal(await new Mutex(b!, lock).tryLock(), null, 'still taken for another session');
       await held.unlock();
-      assert.deepEqual(await keysUnder(`${lock}/`), []);
+      assert.deepEqual(await keysUnder(client, `${lock}/`), []);
 
       // Two read locks of one session share its read key: one unlock leaves the other reading, and a writer waiting.
       const rw = `${p}rw`;
@@ -231,17 +213,13 @@ describe('siblings: one key, counted', () => {
       await r2.unlock();
       const w = await settledOrHang(writer, 'the writer gets the lock after the last reader');
       await w.unlock();
-    } finally {
-      await closeAll([a, b]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
   it('an election: a resigning candidate leaves the sibling leading, with the value it campaigned with last', async () => {
     const p = fresh('election');
     const name = `${p}election`;
-    const [a, b] = await sessions(2);
-    try {
+    await withSessions(client, p, 2, async ([a, b]) => {
       const first = await new Election(a!, name).campaign('v1', { share: true });
       const again = await new Election(a!, name).campaign('v2', { share: true });
       assert.equal(again.fencingToken, first.fencingToken);
@@ -256,10 +234,7 @@ describe('siblings: one key, counted', () => {
       const theirs = await settledOrHang(rival, 'the rival leads after the last resign');
       assert.throws(() => again.assertLeader(), LeadershipLostError);
       await theirs.resign();
-    } finally {
-      await closeAll([a, b]);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 });
 

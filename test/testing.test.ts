@@ -206,17 +206,17 @@ describe('flags per etcd version', () => {
     name: 'm0', dataDir: '/d', clientUrl: 'http://127.0.0.1:1', peerUrl: 'http://127.0.0.1:2',
     initialCluster: 'm0=http://127.0.0.1:2', clusterToken: 't', watchProgressNotifyIntervalMs: 1500,
   };
-  const valueOf = (args: string[], flag: string) => (args.includes(flag) ? args[args.indexOf(flag) + 1] : undefined);
+  const flagValue = (args: string[], flag: string) => (args.includes(flag) ? args[args.indexOf(flag) + 1] : undefined);
 
   test('progress notify is experimental before 3.6, a plain flag from 3.6; no experimental flag from 3.7', () => {
     for (const v of ['3.4.23', '3.5.30']) {
       const args = memberArgs(v, settings);
-      assert.equal(valueOf(args, '--experimental-watch-progress-notify-interval'), '1500ms');
+      assert.equal(flagValue(args, '--experimental-watch-progress-notify-interval'), '1500ms');
       assert.ok(!args.includes('--watch-progress-notify-interval'));
     }
     for (const v of ['3.6.16', '3.7.3']) {
       const args = memberArgs(v, settings);
-      assert.equal(valueOf(args, '--watch-progress-notify-interval'), '1500ms');
+      assert.equal(flagValue(args, '--watch-progress-notify-interval'), '1500ms');
       assert.ok(!args.some((a) => a.startsWith('--experimental-')), args.join(' '));
     }
   });

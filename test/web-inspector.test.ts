@@ -131,7 +131,7 @@ function rawGet(url: string, options: { host?: string; method?: string; address?
  * Page-side helpers, as source text: evaluated in the page with every wait (functions passed to
  * playwright would be serialized from tsx's output, which may reference its helpers).
  */
-const HELPERS = String.raw`
+const HELPERS = `
   var card = function (name) { return Array.from(document.querySelectorAll('.card')).find(function (c) { return c.dataset.name === name; }); };
   var rows = function (name) {
     var c = card(name);
@@ -228,7 +228,7 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       assert.match(shown[2]!.text, /waiting \d/);
       assert.match(shown[0]!.text, /\d+ s \/ 2 s|≤ 0 s \/ 2 s/, 'the holder lease TTL, counting down');
       // The default label is <host>:<pid>: shown by default on loopback, so that a holder is more
-      // than a lease id (issue 28, item 6); --hide-values hides it (below).
+      // than a lease id; --hide-values hides it (below).
       const body = await evaluate<string>(page, 'text()');
       assert.ok(body.includes(`${hostname()}:${holder.child.pid}`), 'the holder label shown by default on loopback');
       assert.match(body, /showing values/);
@@ -753,7 +753,7 @@ describe('inspect --web without a browser', () => {
   });
 });
 
-describe('what the inspector misread for a newcomer (issue 28, item 6)', { timeout: 240_000 }, () => {
+describe('what the inspector misread for a newcomer', { timeout: 240_000 }, () => {
   test('runAsLeader and elect elections do not show as locks; a CLI lock does; --elections names them', async (t) => {
     if (!needBrowser(t)) return;
     const prefix = fresh('misread-kinds');

@@ -1,6 +1,7 @@
 // `etcd-concurrency etcd <install|list|path|add|exec>`: the installer, for package users with no
-// repository (src/launcher/install.ts; the repository runs the same code as `npm run etcd`).
-import { installerHelp, installerMain, setInstallerName } from '../launcher/install.js';
+// repository (src/launcher/installer.ts; the repository runs the same code as `npm run etcd`).
+import { setInstallerName } from '../launcher/install.js';
+import { installerHelp, installerMain } from '../launcher/installer.js';
 import { EXIT, print } from './output.js';
 
 setInstallerName('etcd-concurrency etcd');

@@ -212,7 +212,7 @@ function listenAddress(values: InspectValues): { host: string; port: number } {
   };
   if (values.listen !== undefined) {
     if (values.port !== undefined) throw new UsageError('give --port or --listen host:port, not both');
-    const m = /^\[([^\]]+)\]:(\d+)$/.exec(values.listen) ?? /^([^:\[\]]+):(\d+)$/.exec(values.listen);
+    const m = /^\[([^\]]+)\]:(\d+)$/.exec(values.listen) ?? /^([^:[\]]+):(\d+)$/.exec(values.listen);
     if (!m) throw new UsageError(`--listen must be host:port (e.g. 0.0.0.0:${WEB_PORT} or [::]:${WEB_PORT}), got "${values.listen}"`);
     return { host: m[1]!, port: portOf(m[2]!, '--listen') };
   }

@@ -349,7 +349,8 @@ export class Client implements AsyncDisposable {
         const opened = await untilAborted(this.conn.openStream(rpc.Lease.leaseKeepAlive, pinned), bound.signal, (late) => closeStream(late.stream)).catch(
           (err: unknown) => {
             if (bound.signal.aborted || err instanceof EtcdError) throw err;
-            throw new UnavailableError(`${what}: could not connect to etcd at ${target} (${err instanceof Error ? err.message : String(err)})`, { cause: err });
+            const why = err instanceof Error ? err.message : String(err);
+            throw new UnavailableError(`${what}: could not connect to etcd at ${target} (${why})`, { cause: err, unreachable: why });
           },
         );
         const { stream } = opened;

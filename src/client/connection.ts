@@ -395,7 +395,7 @@ export class Connection {
       `${what}: could not connect to etcd at ${(pinned ? targets : this.endpoints.map((e) => e.target)).join(', ')} ` +
         `(${why}); check that etcd runs there (for a local one: ` +
         '`etcd-concurrency dev`) or pass the right endpoints',
-      { cause: first },
+      { cause: first, unreachable: why },
     );
   }
 

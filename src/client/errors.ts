@@ -38,6 +38,15 @@ export class InvalidArgumentError extends EtcdError {
 /** No endpoint answered (down, unreachable, or cut off from the cluster's leader). */
 export class UnavailableError extends EtcdError {
   static override readonly code: string = 'ERR_ETCD_UNAVAILABLE';
+  /**
+   * When no connection could be made: why (refused, silence, a TLS failure), without the advice
+   * the message adds, for callers that report several endpoints on one line each.
+   */
+  readonly unreachable?: string;
+  constructor(message: string, options?: EtcdErrorOptions & { unreachable?: string }) {
+    super(message, options);
+    if (options?.unreachable !== undefined) this.unreachable = options.unreachable;
+  }
 }
 
 /** The cluster has no Raft leader (it may have lost quorum): a kind of {@link UnavailableError}. */

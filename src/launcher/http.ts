@@ -17,10 +17,17 @@ export async function loadClientTls(tls: { certFile: string; keyFile: string; tr
 }
 
 /**
- * One JSON request with a hard timeout. node:http with agent:false rather than fetch: it takes a
- * custom CA for https, and leaves no pooled keep-alive sockets behind after stop().
+ * One JSON request with a hard timeout (`timeoutMs`, else half a second) that `signal` may end
+ * sooner. node:http with agent:false rather than fetch: it takes a custom CA for https, and leaves
+ * no pooled keep-alive sockets behind after stop().
  */
-export function requestJson(url: string, method: 'GET' | 'POST', tls: ClientTls | undefined): Promise<unknown> {
+export function requestJson(
+  url: string,
+  method: 'GET' | 'POST',
+  tls: ClientTls | undefined,
+  options: { timeoutMs?: number; signal?: AbortSignal } = {},
+): Promise<unknown> {
+  const timeoutMs = options.timeoutMs ?? REQUEST_TIMEOUT_MS;
   return new Promise((resolve, reject) => {
     const body = method === 'POST' ? '{}' : undefined;
     const lib = url.startsWith('https:') ? https : http;
@@ -29,7 +36,8 @@ export function requestJson(url: string, method: 'GET' | 'POST', tls: ClientTls 
       {
         method,
         agent: false,
-        timeout: REQUEST_TIMEOUT_MS,
+        timeout: timeoutMs,
+        ...(options.signal ? { signal: options.signal } : {}),
         headers: body ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } : {},
         ...tls,
       },
@@ -47,7 +55,7 @@ export function requestJson(url: string, method: 'GET' | 'POST', tls: ClientTls 
         res.on('error', reject);
       },
     );
-    req.on('timeout', () => req.destroy(new Error(`no answer from ${url} within ${REQUEST_TIMEOUT_MS} ms`)));
+    req.on('timeout', () => req.destroy(new Error(`no answer from ${url} within ${timeoutMs} ms`)));
     req.on('error', reject);
     req.end(body);
   });

@@ -3,9 +3,8 @@
 // (for package users) and `npm run etcd` (scripts/etcd.mjs, for the repository and CI). Only these
 // commands install anything; the library and startEtcd never do.
 
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { accessSync, chmodSync, constants, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { constants as osConstants } from 'node:os';
 import { delimiter, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { compareEtcdVersions, etcdCacheDir } from './binary.js';
@@ -37,7 +36,8 @@ export const ETCD_LINES: Readonly<Record<string, EtcdLineSpec>> = {
   '3.7': { version: '3.7.3', kind: 'go', module: 'etcd/v3.7', note: 'built from Go modules (etcd/v3.7)' },
 };
 export const LINES = Object.keys(ETCD_LINES);
-const NEWEST = LINES[LINES.length - 1]!;
+/** The newest supported line. */
+export const NEWEST = LINES[LINES.length - 1]!;
 
 /** An install or a lookup failed; the message says why and what to do. */
 export class EtcdInstallError extends Error {
@@ -51,8 +51,12 @@ let program = 'npx etcd-concurrency etcd';
 export function setInstallerName(name: string): void {
   program = name;
 }
+export function installerName(): string {
+  return program;
+}
 
-const log = (msg: string): void => void process.stderr.write(`etcd: ${msg}\n`);
+/** The installer's progress and errors, on stderr. */
+export const log = (msg: string): void => void process.stderr.write(`etcd: ${msg}\n`);
 
 function isExecutable(path: string): boolean {
   try {
@@ -63,7 +67,8 @@ function isExecutable(path: string): boolean {
   }
 }
 
-function which(name: string): string | undefined {
+/** The first executable `name` on PATH. */
+export function which(name: string): string | undefined {
   for (const dir of (process.env.PATH ?? '').split(delimiter)) {
     if (dir && isExecutable(join(dir, name))) return join(dir, name);
   }
@@ -375,128 +380,4 @@ export function pathOf(request: string): string {
   if (hit) return hit.dir;
   if (request === 'newest') throw new EtcdInstallError(`no etcd in ${etcdCacheDir()}; run: ${program} install ${NEWEST}`);
   throw new EtcdInstallError(`etcd ${request} is not installed in ${etcdCacheDir()}; run: ${program} install ${lineOf(request)}`);
-}
-
-/** What is cached and what is not, one line per release line (newest first), then extras and PATH. */
-export function listLines(): string[] {
-  const have = cached();
-  const out: string[] = [];
-  for (const line of [...LINES].reverse()) {
-    const spec = ETCD_LINES[line]!;
-    const hit = have.find((e) => e.version.startsWith(`${line}.`));
-    if (hit) {
-      const source = existsSync(join(hit.dir, 'SOURCE')) ? readFileSync(join(hit.dir, 'SOURCE'), 'utf8').trim() : '';
-      out.push(`${hit.version.padEnd(8)} ${hit.dir}${source ? `  (${source})` : ''}`);
-    } else out.push(`${line.padEnd(8)} not installed: ${program} install ${line}  (${spec.version}, ${spec.note})`);
-  }
-  for (const e of have.filter((e) => !ETCD_LINES[e.version.split('.').slice(0, 2).join('.')])) out.push(`${e.version.padEnd(8)} ${e.dir}`);
-  const onPath = which('etcd');
-  if (onPath) out.push(`PATH     ${onPath} reports ${binaryVersion(onPath) ?? 'no version'}`);
-  return out;
-}
-
-/**
- * Runs a command with `request`'s directory first on PATH and ETCD_VERSION set to it, so the
- * harness, `etcdctl` and anything else that runs `etcd` agree on one version. `default` means
- * ETCD_VERSION if set, else the newest cached, else PATH as it is. Exits with the child.
- */
-export function execWith(request: string, argv: string[]): void {
-  let env = process.env;
-  const wanted = request === 'default' ? process.env.ETCD_VERSION?.trim() || 'newest' : request;
-  if (request === 'default' && wanted === 'newest' && !findCached('newest')) {
-    const onPath = which('etcd');
-    log(onPath ? `using etcd ${binaryVersion(onPath) ?? '(unknown version)'} from PATH (${onPath})` : `no etcd cached or on PATH; run: ${program} install ${NEWEST}`);
-  } else {
-    const dir = pathOf(wanted);
-    const version = dir.split('/').pop()!;
-    log(`using etcd ${version} from ${dir}`);
-    env = { ...process.env, PATH: `${dir}${delimiter}${process.env.PATH ?? ''}`, ETCD_VERSION: version };
-  }
-  const child = spawn(argv[0]!, argv.slice(1), { stdio: 'inherit', env });
-  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => child.kill(sig));
-  child.on('error', (err) => {
-    log(`${argv[0]}: ${err.message}`);
-    process.exit(127);
-  });
-  child.on('exit', (code, signal) => process.exit(code ?? 128 + (signal ? osConstants.signals[signal] : 0)));
-}
-
-/** The installer's help, naming it as it was run. */
-export function installerHelp(): string {
-  return `Usage: ${program} <command>
-
-Gets an etcd for \`etcd-concurrency dev\`, startEtcd() and tests: Debian's package (3.4, 3.5) or a
-build of the pinned release from Go modules (3.6, 3.7; needs Go), into a cache that they all read.
-
-  install <${LINES.join('|')}|all>  fetch or build a pinned etcd into the cache; prints its directory
-  list                          show what is cached and what is not
-  path <version|newest>         print the cached directory of a version (3.7 or 3.7.3), or fail
-  add <dir>                     copy an etcd + etcdctl you downloaded (any version) into the cache
-  exec <version|newest|default> -- cmd
-                                run cmd with that etcd first on PATH and ETCD_VERSION set
-                                (default: ETCD_VERSION, else the newest cached, else PATH)
-
-Pinned: ${LINES.map((l) => `${ETCD_LINES[l]!.version} (${ETCD_LINES[l]!.note})`).join('; ')}.
-Debian packages come from the Debian archive named in this machine's apt sources (or ETCD_DEBIAN_MIRROR),
-Go modules from the Go module proxy (GOPROXY).
-Cache: ${etcdCacheDir()} (set ETCD_CACHE_DIR to move it).`;
-}
-
-/**
- * Runs one installer command; returns the exit status, or undefined for `exec` (which exits with
- * its child). Errors of the installer become one message and status 1.
- */
-export function installerMain(argv: string[], print: (line: string) => void = console.log): number | undefined {
-  const [cmd, arg, ...rest] = argv;
-  try {
-    switch (cmd) {
-      case 'install': {
-        if (!arg) throw new EtcdInstallError(`install needs a version: ${LINES.join(', ')} or all`);
-        if (arg !== 'all') {
-          print(install(arg));
-          return 0;
-        }
-        const failed: string[] = [];
-        for (const line of LINES) {
-          try {
-            print(install(line));
-          } catch (err) {
-            if (!(err instanceof EtcdInstallError)) throw err;
-            failed.push(line);
-            log(`${line}: ${err.message}`);
-          }
-        }
-        if (failed.length) log(`could not install ${failed.join(', ')} (see above)`);
-        return failed.length ? 1 : 0;
-      }
-      case 'path':
-        print(pathOf(arg ?? 'newest'));
-        return 0;
-      case 'list':
-        for (const l of listLines()) print(l);
-        return 0;
-      case 'add':
-        if (!arg) throw new EtcdInstallError('add needs a directory holding etcd and etcdctl');
-        print(add(arg));
-        return 0;
-      case 'exec': {
-        const cmdArgs = rest[0] === '--' ? rest.slice(1) : rest;
-        if (!arg || cmdArgs.length === 0) throw new EtcdInstallError('usage: exec <version|newest|default> -- command [args...]');
-        execWith(arg, cmdArgs);
-        return undefined;
-      }
-      case undefined:
-      case 'help':
-      case '-h':
-      case '--help':
-        print(installerHelp());
-        return cmd === undefined ? 2 : 0;
-      default:
-        throw new EtcdInstallError(`unknown command "${cmd}"\n${installerHelp()}`);
-    }
-  } catch (err) {
-    if (!(err instanceof EtcdInstallError)) throw err;
-    log(err.message);
-    return 1;
-  }
 }

@@ -6,8 +6,9 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { CompactedError, PermissionDeniedError, prefixRange, SortOrder, SortTarget, type Client, type KeyValue } from '../../index.js';
-import { electionMatcher, Model, type Change } from './model.js';
-import { PAGE_CSS, PAGE_HTML, PAGE_JS } from './page.js';
+import { electionMatcher, Model } from './model.js';
+import type { Change } from './views.js';
+import { PAGE_CSS, PAGE_HTML, pageScript } from './page.js';
 
 export interface InspectorOptions {
   /** Key prefix to show ('' for every key). */
@@ -369,7 +370,9 @@ export class Inspector {
       case '/':
         return body('text/html; charset=utf-8', PAGE_HTML);
       case '/app.js':
-        return body('text/javascript; charset=utf-8', PAGE_JS);
+        return body('text/javascript; charset=utf-8', pageScript('app.js'));
+      case '/words.js':
+        return body('text/javascript; charset=utf-8', pageScript('words.js'));
       case '/app.css':
         return body('text/css; charset=utf-8', PAGE_CSS);
       case '/state':
