@@ -436,8 +436,9 @@ describe('hostile servers: each bad answer is a clear error with the right statu
       const range = () => t.unary(rpc.KV.range, { key: Buffer.from('k') }, {}, performance.now() + 4000);
       try {
         await range();
-        // Jump this connection's next stream id to the threshold (client ids are odd).
-        (t as unknown as { session: { h2: http2.ClientHttp2Session } }).session.h2.setNextStreamID(LAST_STREAM_ID + 1);
+        // Jump this connection's next stream id to the threshold (client ids are odd; Node has the
+        // method, undocumented and untyped).
+        (t as unknown as { session: { h2: { setNextStreamID(id: number): void } } }).session.h2.setNextStreamID(LAST_STREAM_ID + 1);
         await range();
         assert.equal(server.connections(), 1, `the call at the threshold still ran on the old connection (streams ${server.streams()})`);
         await range();
