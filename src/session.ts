@@ -6,6 +6,7 @@ import type { Client } from './client/client.js';
 import { InvalidArgumentError, LeaseNotFoundError } from './client/errors.js';
 import { SessionExpiredError, type SessionEndReason } from './errors.js';
 import { publishLateRenewal, publishSessionLost } from './diagnostics.js';
+import { telemetryOf } from './metrics/telemetry.js';
 
 /** etcd's upper bound on a lease TTL, in seconds. */
 export const MAX_TTL = 9_000_000_000;
@@ -93,7 +94,7 @@ export class Session implements AsyncDisposable {
     setMaxListeners(0, this.signal);
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
     client.keepAlives.register(leaseId, { onRenewed: (ttl, sentAt) => this.renewed(ttl, sentAt), onClosed: () => this.end('client-closed') });
-    client.telemetry.trackSession(this);
+    telemetryOf(client).trackSession(this);
     leaseGoneHooks.set(this, () => this.end('lease-gone'));
     this.armExpiry();
     this.scheduleRenewal(this.renewIntervalMs());
@@ -188,7 +189,7 @@ export class Session implements AsyncDisposable {
   /** A renewal sent at monotonic `sentAt` was answered with `ttl`: the lease lives until sentAt + ttl. */
   private renewed(ttl: bigint, sentAt: number): void {
     if (this.signal.aborted || !this.renewing) return;
-    const tel = this.client.telemetry;
+    const tel = telemetryOf(this.client);
     if (tel.metricsOn) tel.keepaliveDuration.record((performance.now() - sentAt) / 1000);
     if (ttl <= 0n) return this.end('lease-gone');
     this.awaiting = false;
@@ -273,7 +274,7 @@ export class Session implements AsyncDisposable {
     clearTimeout(this.expiryTimer);
     this.expiryTimer = undefined;
     const err = new SessionExpiredError(reason, this.leaseId, cause === undefined ? undefined : { cause });
-    this.client.telemetry.sessionEnded(this, reason);
+    telemetryOf(this.client).sessionEnded(this, reason);
     this.controller.abort(err);
     if (reason === 'deadline' || reason === 'lease-gone') publishSessionLost(this.client.telemetry.logger, this.leaseId, reason, err);
     this.resolveDone(err);

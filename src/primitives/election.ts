@@ -8,6 +8,7 @@ import { retryWhile } from '../client/backoff.js';
 import { CompactedError, InvalidArgumentError, isTransient } from '../client/errors.js';
 import { compare, op, toBuffer, type Bytes, type KeyValue } from '../client/kv.js';
 import { QueuedIterator } from '../client/queued-iterator.js';
+import { telemetryOf } from '../metrics/telemetry.js';
 import { LeadershipLostError, NotLeaderError, OwnershipLostError } from '../errors.js';
 import { participantKey, validateName } from '../keys.js';
 import { Session } from '../session.js';
@@ -429,7 +430,8 @@ export async function runAsLeader<T>(
         if (!campaignAgainAfter(err, owned)) throw err;
         const delayMs = backoff.next();
         attempt++;
-        if (client.telemetry.metricsOn) client.telemetry.leaderRetries.add(1, client.telemetry.attrs('campaign', name));
+        const tel = telemetryOf(client);
+        if (tel.metricsOn) tel.leaderRetries.add(1, tel.attrs('campaign', name));
         if (leaderRetry.hasSubscribers) leaderRetry.publish({ name, attempt, delayMs, error: err } satisfies LeaderRetryEvent);
         try {
           await sleep(delayMs, shutdown);

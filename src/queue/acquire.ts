@@ -1,6 +1,6 @@
 import type { Session } from '../session.js';
 import type { Kind } from '../metrics/names.js';
-import type { AcquireProbe } from '../metrics/telemetry.js';
+import { telemetryOf, type AcquireProbe } from '../metrics/telemetry.js';
 import { liveHoldings, Ownership } from './ownership.js';
 import { enter, tryEnter, type Exit } from './gate.js';
 import type { ReleaseWhat } from './release.js';
@@ -56,7 +56,7 @@ export interface QueueRules<H> {
  */
 export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promise<H> {
   const { session } = q;
-  const probe = session.client.telemetry.startAcquire(q.kind, q.name);
+  const probe = telemetryOf(session.client).startAcquire(q.kind, q.name);
   try {
     session.assertAlive();
     options.signal?.throwIfAborted();
@@ -170,7 +170,7 @@ class Acquisition<H> extends Wait<H> {
 /** Acquires only if it is our turn right now; otherwise returns null and leaves no key behind. */
 export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   const { session } = q;
-  const probe = session.client.telemetry.startAcquire(q.kind, q.name);
+  const probe = telemetryOf(session.client).startAcquire(q.kind, q.name);
   const what: ReleaseWhat = { kind: q.kind, name: q.name };
   let ticket: Ticket;
   let exit: Exit | undefined;

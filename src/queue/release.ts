@@ -1,6 +1,7 @@
 import { channel } from 'node:diagnostics_channel';
 import { Backoff, sleep } from '../client/backoff.js';
 import { compare, op } from '../client/kv.js';
+import { telemetryOf } from '../metrics/telemetry.js';
 import { finishBeforeClose, type Session } from '../session.js';
 
 /**
@@ -110,7 +111,7 @@ async function retryUntilGone(session: Session, key: string, rev: bigint | undef
 }
 
 async function keepTrying(session: Session, key: string, rev: bigint | undefined, what: ReleaseWhat, firstError: unknown): Promise<DeleteOutcome> {
-  const tel = session.client.telemetry;
+  const tel = telemetryOf(session.client);
   const attrs = tel.metricsOn ? tel.kindOnly(what.kind) : undefined;
   const since = performance.now();
   let resolveDone!: (o: DeleteOutcome) => void;
