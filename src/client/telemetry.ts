@@ -3,6 +3,7 @@
 import { createNoopMeter, metrics, ValueType, type Attributes, type Counter, type Histogram, type MeterProvider, type TracerProvider } from '@opentelemetry/api';
 import type { DiagnosticsOptions, Logger } from '../diagnostics.js';
 import { ClientClosedError, DeadlineExceededError, EtcdError, UnavailableError } from './errors.js';
+import { CLIENT_METRIC, RPC_ATTR, SCOPE } from './names.js';
 
 /**
  * Where the client's metrics and spans go, and whether lock and election names may appear in them.
@@ -28,28 +29,6 @@ export interface TelemetryOptions {
    */
   nameAttribute?: boolean | ((name: string) => string | undefined);
 }
-
-/** The instrumentation scope: the meter's and the tracer's name. */
-export const SCOPE = 'etcd-concurrency';
-
-/** The client's instrument names (metrics/names.ts lists them with the others). */
-export const CLIENT_METRIC = {
-  rpcDuration: 'rpc.client.call.duration',
-  watchResumes: 'etcd_concurrency.watch.resumes',
-  failovers: 'etcd_concurrency.client.failovers',
-} as const;
-
-/** Semantic conventions v1.40.0 for the calls' attributes. */
-export const RPC_ATTR = {
-  /** `grpc`. */
-  rpcSystemName: 'rpc.system.name',
-  /** Fully qualified, `etcdserverpb.KV/Range`. */
-  rpcMethod: 'rpc.method',
-  /** The gRPC status by name, `OK`, `UNAVAILABLE`. */
-  rpcResponseStatusCode: 'rpc.response.status_code',
-  /** On a failed call only, the status by name (gRPC counts every status but OK an error). */
-  errorType: 'error.type',
-} as const;
 
 // Bucket boundaries in seconds. The SDK's defaults are made for milliseconds.
 export const RPC_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];

@@ -5,7 +5,7 @@
 // The gRPC calls follow the RPC semantic conventions of v1.40.0 (`rpc.client.call.duration` with
 // `rpc.system.name`, a fully-qualified `rpc.method`, the string `rpc.response.status_code` and `error.type`).
 
-import { CLIENT_METRIC, RPC_ATTR, SCOPE } from '../client/telemetry.js';
+import { CLIENT_METRIC, RPC_ATTR, SCOPE } from '../client/names.js';
 
 /** Instrument names (the client's own calls, failovers and watch resumes are named where it records them). */
 export const METRIC = {

@@ -17,7 +17,7 @@ import { OwnerHandleBase, type Ownership, type OwnerHandle } from '../queue/owne
 import { oldestParticipant } from '../queue/participants.js';
 import type { ReleaseResult } from '../queue/release.js';
 import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
-import { LeaderHealthState, type LeaderHealth } from './health.js';
+import type { LeaderHealth } from './health.js';
 import type { LostErrorFactory } from '../queue/turn.js';
 
 /** Who leads an election. */
@@ -109,7 +109,7 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
       share: options.share === true,
       ticket: participantTicket(session, name, bytes),
       rules: {
-        rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost, { keepWatch: true }),
+        rule: (ticket, lost) => oldestRule(session, participantScope(session, name), ticket, lost, { keepWatch: true }),
         lostError: leadershipLost,
         // Already a candidate (a sibling's key, or one an earlier process left on an adopted lease):
         // keep its place and take the new value, as Go does, so etcd and the handle agree.
@@ -399,8 +399,8 @@ export async function runAsLeader<T>(
   task: (leader: LeaderHandle) => Promise<T> | T,
 ): Promise<T | undefined> {
   const health = options.health;
-  if (health !== undefined && !(health instanceof LeaderHealthState)) {
-    throw new InvalidArgumentError('options.health must be made by leaderHealth({ graceMs })');
+  if (health !== undefined && (typeof health.ended !== 'function' || typeof health.stopped !== 'function')) {
+    throw new InvalidArgumentError('options.health must be a LeaderHealth, with ended() and stopped(): make one with leaderHealth({ graceMs })');
   }
   validateName(name, 'election name');
   const owned = !(target instanceof Session);
