@@ -8,6 +8,7 @@ import { rethrown } from '../rethrow.js';
 import type { KeyUse } from './key-users.js';
 import { dropTicket, mayLandLate } from './leave.js';
 import type { ReleaseWhat } from './release.js';
+import { SHORT_QUEUE } from './hints.js';
 import { queueOf } from './state.js';
 import type { Ticket, TicketSpec } from './ticket.js';
 
@@ -39,9 +40,13 @@ async function enqueue(session: Session, spec: TicketSpec, use: KeyUse, ahead?: 
   }
   session.assertAlive();
   signal?.throwIfAborted();
-  const reads = spec.peek ? [count, op.range(spec.peek)] : [count];
+  // Behind a long queue this client watches (a view, see queue-view.ts), a join counts nothing: the
+  // count reads the whole range's index in etcd's apply loop, and the view tells what it would.
+  const view = spec.lookup ? state.views.live(spec.count.key) : undefined;
+  const viewed = view !== undefined && BigInt(view.size) > SHORT_QUEUE;
+  const reads = viewed ? [] : spec.peek ? [count, op.range(spec.peek)] : [count];
   // The look-up runs after our put, so it sees our key first and then the ones before it.
-  const lookup = spec.lookup && state.hints.short(spec.count.key) ? [op.range(spec.lookup)] : [];
+  const lookup = !viewed && spec.lookup && state.hints.short(spec.count.key) ? [op.range(spec.lookup)] : [];
   const t = await session.client
     .txn(
       {
@@ -65,12 +70,20 @@ async function enqueue(session: Session, spec: TicketSpec, use: KeyUse, ahead?: 
       // An attempt may still land after we release the key: sweep it then (see late-sweeper.ts).
       if (progress.ambiguous) mayLandLate(session, key);
     });
-  const counted = txnRange(t, 1).count;
-  state.hints.note(spec.count.key, counted);
-  const first = spec.first(counted);
-  // Our key is the newest of those counted when this Txn created it: the rest are ahead of us.
-  if (ahead && t.succeeded) ahead(counted - (inRange(key, spec.count) ? 1n : 0n));
-  const peeked = spec.peek ? txnRange(t, 2).kvs : NO_KVS;
+  let first = false;
+  if (viewed) {
+    // Not first behind a queue this long: the rule finds our place in the view.
+    state.hints.note(spec.count.key, BigInt(view.size));
+  } else {
+    const counted = txnRange(t, 1).count;
+    state.hints.note(spec.count.key, counted);
+    first = spec.first(counted);
+    // Our key is the newest of those counted when this Txn created it: the rest are ahead of us.
+    if (ahead && t.succeeded) ahead(counted - (inRange(key, spec.count) ? 1n : 0n));
+    // A long queue of a lock or election: watch it from now on, so that later joins need not read it.
+    if (spec.lookup && counted > SHORT_QUEUE) state.views.of(spec.count.key, spec.count.rangeEnd);
+  }
+  const peeked = spec.peek && !viewed ? txnRange(t, 2).kvs : NO_KVS;
   let ticket: Ticket;
   if (t.succeeded) {
     ticket = { key, rev: t.header.revision, joined: false, value, first, peeked };

@@ -82,6 +82,8 @@ class OldestRule implements TurnRule {
   private strayIds: Set<string> | undefined;
   /** The blocker given last, until the rule is asked again. */
   private last: PredecessorBlocker | undefined;
+  /** The first look-up (the join) may use the client's view of a long queue (see queue-view.ts). */
+  private joining = true;
 
   constructor(
     readonly session: Session,
@@ -100,6 +102,34 @@ class OldestRule implements TurnRule {
     (this.strayIds ??= new Set()).add(strayId(kv));
   }
 
+  /**
+   * Our predecessor as this client's view of a long queue has it, once the view has seen our put:
+   * exact at that revision, with real leases, and our own key standing on our lease. Undefined when
+   * there is no view, it ended, our key is not as we queued it, or nobody is older (the read
+   * decides then, as it also tells a lost key).
+   */
+  private async fromView(signal: AbortSignal): Promise<Predecessor | undefined> {
+    const { session, scope, ticket } = this;
+    const view = queueOf(session.client).views.live(scope.prefix);
+    if (!view) return undefined;
+    const mine = ownBuffer(Buffer.from(ticket.key));
+    let ours = false;
+    const found = await view.upTo(
+      ticket.rev,
+      (e) => {
+        if (e.createRevision === ticket.rev && e.key.equals(mine)) {
+          ours = e.lease === session.leaseId;
+          return false;
+        }
+        return ours && scope.isCandidate(e.key) && e.lease !== 0n && !this.isStray(e);
+      },
+      signal,
+    );
+    if (!found || !ours) return undefined;
+    const kv = found.kv;
+    return { key: keyCopy(kv.key), createRevision: kv.createRevision, asOf: found.asOf, leased: true, marked: marked(kv) };
+  }
+
   async blocker(signal: AbortSignal): Promise<Blocker | null> {
     const { session, scope, ticket, lostError } = this;
     const last = this.last;
@@ -114,6 +144,8 @@ class OldestRule implements TurnRule {
       ticket.preceding = undefined;
       p = fromPage(pre.kvs, pre.more, ticket.rev, scope, this);
     }
+    if (p === undefined && this.joining) p = await this.fromView(signal);
+    this.joining = false;
     if (p === undefined) p = await findPredecessor(session, scope, ticket, lostError, signal, this);
     if (p === null) {
       // First by a full look-up behind a long queue: mark, so the waiter behind us skips that read.
@@ -216,12 +248,12 @@ function fromPage(kvs: KeyValue[], more: boolean, rev: bigint, scope: Scope, str
  * Written again since its creation, and still on the lease its name carries: a lock holder's mark
  * (see OldestRuleOptions.marks). A keys-only read on etcd 3.7 reports lease 0: then not known.
  */
-function marked(kv: KeyValue): boolean {
+function marked(kv: { key: Buffer; lease: bigint; version: bigint }): boolean {
   return kv.version > 1n && onOwnLease(kv);
 }
 
 /** The key is on the lease its name carries (`<name>/<lease hex>`): not moved by anyone. */
-function onOwnLease(kv: KeyValue): boolean {
+function onOwnLease(kv: { key: Buffer; lease: bigint }): boolean {
   if (kv.lease === 0n) return false;
   const hex = kv.lease.toString(16);
   const k = kv.key;

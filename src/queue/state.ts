@@ -11,6 +11,7 @@ import { Holdings } from './holdings.js';
 import { KeptWatches } from './kept-watches.js';
 import { KeyUsers } from './key-users.js';
 import { LateSweeper } from './late-sweeper.js';
+import { QueueViews } from './queue-view.js';
 import { Rechecker } from './recheck.js';
 import { Scopes } from './scope.js';
 
@@ -40,9 +41,12 @@ export class QueueState implements Attachment {
   readonly kept = new KeptWatches();
   /** Scopes by name (see scope.ts). */
   readonly scopes = new Scopes();
+  /** Views of long queues, so that joining one reads nothing (see queue-view.ts). */
+  readonly views: QueueViews;
 
   constructor(client: Client) {
     this.rechecker = new Rechecker(client);
+    this.views = new QueueViews(client);
   }
 
   of<H = unknown>(session: Session): SessionQueue<H> {
@@ -54,6 +58,7 @@ export class QueueState implements Attachment {
   close(): void {
     this.rechecker.close();
     this.kept.close();
+    this.views.close();
   }
 }
 
