@@ -97,8 +97,9 @@ export {
   healthHandler,
   type LeaderHealth,
   type LeaderHealthOptions,
+  type LeaderTerm,
   type HealthCheck,
   type HealthStatus,
 } from './primitives/health.js';
-export type { TelemetryOptions } from './metrics/telemetry.js';
+export type { TelemetryOptions } from './client/telemetry.js';
 export type { Kind as TelemetryKind, AcquireResult, LossReason } from './metrics/names.js';

@@ -6,6 +6,7 @@ import type { Client } from './client/client.js';
 import { InvalidArgumentError, LeaseNotFoundError } from './client/errors.js';
 import { SessionExpiredError, type SessionEndReason } from './errors.js';
 import { publishLateRenewal, publishSessionLost } from './diagnostics.js';
+import { telemetryOf } from './metrics/telemetry.js';
 
 /** etcd's upper bound on a lease TTL, in seconds. */
 export const MAX_TTL = 9_000_000_000;
@@ -24,28 +25,17 @@ export interface SessionOptions {
   safetyMarginMs?: number;
 }
 
-/** How the primitives end a session when etcd tells them its lease is gone; not part of the public API. */
-const leaseGoneHooks = new WeakMap<Session, () => void>();
-
-/** Work close() lets finish first, per session: deletes still retried in the background. */
-const finishing = new WeakMap<Session, Set<Promise<unknown>>>();
-
 /**
  * Registers `work` (a delete of a key on this session that keeps trying) for `session.close()` and
  * its client's `close()` to wait for, within their deadline, before they revoke or end the streams.
  */
 export function finishBeforeClose(session: Session, work: Promise<unknown>): void {
-  let set = finishing.get(session);
-  if (!set) finishing.set(session, (set = new Set()));
-  const s = set;
-  s.add(work);
-  void work.finally(() => s.delete(work)).catch(() => {});
-  session.client.finishBeforeClose(work);
+  session.finishBeforeClose(work);
 }
 
 /** Ends `session` as 'lease-gone': a write or compare on its lease found the lease gone. */
 export function markLeaseGone(session: Session): void {
-  leaseGoneHooks.get(session)?.();
+  session.leaseGone();
 }
 
 /**
@@ -76,6 +66,8 @@ export class Session implements AsyncDisposable {
   private renewSentAt = 0;
   private renewing = true;
   private closing?: Promise<void>;
+  /** Work close() lets finish first: deletes still retried in the background. */
+  private readonly finishing = new Set<Promise<unknown>>();
 
   private constructor(
     readonly client: Client,
@@ -93,8 +85,7 @@ export class Session implements AsyncDisposable {
     setMaxListeners(0, this.signal);
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
     client.keepAlives.register(leaseId, { onRenewed: (ttl, sentAt) => this.renewed(ttl, sentAt), onClosed: () => this.end('client-closed') });
-    client.telemetry.trackSession(this);
-    leaseGoneHooks.set(this, () => this.end('lease-gone'));
+    telemetryOf(client).trackSession(this);
     this.armExpiry();
     this.scheduleRenewal(this.renewIntervalMs());
   }
@@ -159,8 +150,8 @@ export class Session implements AsyncDisposable {
    */
   close(): Promise<void> {
     this.closing ??= (async () => {
-      const work = finishing.get(this);
-      if (work && work.size > 0 && !this.signal.aborted && !this.client.closed) {
+      const work = this.finishing;
+      if (work.size > 0 && !this.signal.aborted && !this.client.closed) {
         await settledWithin([...work], this.client.callTimeoutMs);
       }
       const before = this.signal.aborted ? (this.signal.reason as SessionExpiredError).reason : undefined;
@@ -185,10 +176,26 @@ export class Session implements AsyncDisposable {
     return this.close();
   }
 
+  /**
+   * @internal Registers `work` (a delete of a key on this session that keeps trying) for close() and
+   * the client's close() to wait for, within their deadline, before they revoke or end the streams.
+   */
+  finishBeforeClose(work: Promise<unknown>): void {
+    const s = this.finishing;
+    s.add(work);
+    void work.finally(() => s.delete(work)).catch(() => {});
+    this.client.finishBeforeClose(work);
+  }
+
+  /** @internal A write or compare on this session's lease found the lease gone: the session ends. */
+  leaseGone(): void {
+    this.end('lease-gone');
+  }
+
   /** A renewal sent at monotonic `sentAt` was answered with `ttl`: the lease lives until sentAt + ttl. */
   private renewed(ttl: bigint, sentAt: number): void {
     if (this.signal.aborted || !this.renewing) return;
-    const tel = this.client.telemetry;
+    const tel = telemetryOf(this.client);
     if (tel.metricsOn) tel.keepaliveDuration.record((performance.now() - sentAt) / 1000);
     if (ttl <= 0n) return this.end('lease-gone');
     this.awaiting = false;
@@ -273,7 +280,7 @@ export class Session implements AsyncDisposable {
     clearTimeout(this.expiryTimer);
     this.expiryTimer = undefined;
     const err = new SessionExpiredError(reason, this.leaseId, cause === undefined ? undefined : { cause });
-    this.client.telemetry.sessionEnded(this, reason);
+    telemetryOf(this.client).sessionEnded(this, reason);
     this.controller.abort(err);
     if (reason === 'deadline' || reason === 'lease-gone') publishSessionLost(this.client.telemetry.logger, this.leaseId, reason, err);
     this.resolveDone(err);

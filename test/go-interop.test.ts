@@ -23,6 +23,7 @@ import {
   type LockHandle,
 } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
+import { queueOf } from '../src/queue/state.js';
 import { EventLog, assertNoKeys, etcdForFile, settle, track } from './helpers.js';
 import { GoFleet, goInteropBinary, closeGoFleets, type GoEvent } from './go-fleet.js';
 
@@ -194,6 +195,34 @@ async function mixedQueue(
 }
 
 describe('Go and TypeScript on one lock', () => {
+  it('a long queue (over 32 keys), which our later joins find their place in without reading it: Go and TypeScript still served in CreateRevision order', T, async (t) => {
+    const p = fresh('long');
+    const name = `${p}lock`;
+    const counter = `${p}counter`;
+    const go = await startGo(t);
+    // A client of its own: the view of the queue it keeps (queue-view.ts) closes with it.
+    const c = new Client({ endpoints: etcd.endpoints });
+    const sessions: Session[] = [];
+    let log: EventLog | undefined;
+    try {
+      const who = [...Array.from({ length: 33 }, (_, i) => `ts-l${i}`), 'go-1', 'ts-a', 'go-2', 'ts-b', 'ts-c', 'go-3'];
+      const r = await mixedQueue(c, go, name, counter, who, sessions);
+      log = r.log;
+      assert.ok(queueOf(c).views.live(Buffer.from(`${name}/`)), 'the later joins went through the view of the long queue');
+      assert.deepEqual(r.violations, [], 'one holder at a time');
+      assert.deepEqual(r.order, who, 'served in queue order, across languages');
+      const byRev = [...r.created.entries()].sort((a, b) => (a[1] < b[1] ? -1 : 1)).map(([w]) => w);
+      assert.deepEqual(byRev, who, 'queue order is CreateRevision order');
+    } finally {
+      await log?.close();
+      await Promise.all(sessions.map((s) => s.close()));
+      await c.delete(counter);
+      await c.close();
+      assert.equal(await go.close(), 0, go.stderr);
+    }
+    await assertNoKeys(client, p);
+  });
+
   it('one holder at a time, FIFO across languages (queue order = CreateRevision = acquisition order), fenced counter exact', T, async (t) => {
     const p = fresh('fifo');
     const name = `${p}lock`;

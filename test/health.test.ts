@@ -5,7 +5,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Client, healthHandler, InvalidArgumentError, leaderHealth, runAsLeader, type LeaderHandle } from '../src/index.js';
+import { Client, healthHandler, InvalidArgumentError, leaderHealth, runAsLeader, type LeaderHandle, type LeaderHealth, type LeaderTerm } from '../src/index.js';
 import { assertNoKeys, etcdForFile, settledOrHang, track, waitFor } from './helpers.js';
 
 const ROOT = 'test/health/';
@@ -129,9 +129,39 @@ describe('leaderHealth fed by runAsLeader, with a task that ignores its abort si
     assert.throws(() => leaderHealth({ graceMs: -1 }), InvalidArgumentError);
     assert.throws(() => leaderHealth({ graceMs: Number.NaN }), InvalidArgumentError);
     await assert.rejects(
-      runAsLeader(client, `${fresh('bad')}e`, { value: 'v', health: { check: () => ({ healthy: true }), healthy: () => true, graceMs: 0 } }, () => 1),
+      // Not a LeaderHealth: no ended() or stopped() for runAsLeader to call.
+      runAsLeader(client, `${fresh('bad')}e`, { value: 'v', health: { check: () => ({ healthy: true }), healthy: () => true, graceMs: 0 } as unknown as LeaderHealth }, () => 1),
       InvalidArgumentError,
     );
+  });
+
+  it("an application's own LeaderHealth is fed as leaderHealth()'s is: ended with the term, then stopped", async () => {
+    const p = fresh('own');
+    const told: string[] = [];
+    const ended = deferred<LeaderTerm>();
+    const own: LeaderHealth = {
+      graceMs: 0,
+      check: () => ({ healthy: true }),
+      healthy: () => true,
+      ended: (term, reason) => {
+        told.push(`ended ${term.key} ${term.fencingToken} ${reason instanceof Error ? reason.name : String(reason)}`);
+        ended.resolve(term);
+      },
+      stopped: () => void told.push('stopped'),
+    };
+    const leading = deferred<LeaderHandle>();
+    const run = track(
+      runAsLeader(client, `${p}election`, { value: 'v', once: true, health: own }, async (leader) => {
+        leading.resolve(leader);
+        await ended.promise; // runs on after its leadership ended, until the health check was told
+        return 'finished';
+      }),
+    );
+    const leader = await leading.promise;
+    assert.equal(await client.delete(leader.key), 1n);
+    assert.equal(await settledOrHang(run, 'runAsLeader ends'), undefined);
+    assert.deepEqual(told, [`ended ${leader.key} ${leader.fencingToken} LeadershipLostError`, 'stopped']);
+    await assertNoKeys(client, p);
   });
 });
 

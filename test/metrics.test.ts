@@ -13,6 +13,7 @@ import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type Re
 import { Client, Election, Mutex, PermitCountConflictError, RWMutex, Semaphore, Session, SessionExpiredError, type ClientOptions } from '../src/index.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { ATTR, METRIC } from '../src/metrics/names.js';
+import { telemetryOf } from '../src/metrics/telemetry.js';
 import { aborted, assertNoKeys, assertNoLeases, closeAll, etcdForFile, settledOrHang, track, waitFor } from './helpers.js';
 
 const ROOT = 'test/metrics/';
@@ -574,12 +575,16 @@ describe('elections', () => {
  * its instruments from it at each call); `restore()` puts the originals back.
  */
 function spyOnTelemetry(c: Client): { calls: Map<string, number>; restore(): void } {
-  const tel = c.telemetry as unknown as Record<string, Record<string, (...args: unknown[]) => unknown>>;
+  // The client's own instruments (calls, failovers, watch resumes) on its telemetry, the locks' on theirs.
+  const own = new Set(['rpcDuration', 'watchResumes', 'failovers']);
+  type Fields = Record<string, Record<string, (...args: unknown[]) => unknown>>;
+  const telOf = (field: string): Fields => (own.has(field) ? c.telemetry : telemetryOf(c)) as unknown as Fields;
   const calls = new Map<string, number>();
   const undo: (() => void)[] = [];
   // Each of this client's instruments is replaced by a counting stand-in of its own: the no-op
   // instruments are singletons of @opentelemetry/api, shared with every other client of this process.
   const wrap = (field: string, method: string, label: string): void => {
+    const tel = telOf(field);
     const original = tel[field]!;
     const standIn = Object.create(original) as Record<string, (...args: unknown[]) => unknown>;
     standIn[method] = (...args: unknown[]) => {
@@ -624,8 +629,9 @@ describe('without an SDK', () => {
     const spy = spyOnTelemetry(c);
     try {
       assert.equal(c.telemetry.metricsOn, false);
-      assert.equal(c.telemetry.tracing(), false);
-      assert.equal(c.telemetry.startAcquire('lock', `${p}lock`), undefined);
+      assert.equal(telemetryOf(c).metricsOn, false);
+      assert.equal(telemetryOf(c).tracing(), false);
+      assert.equal(telemetryOf(c).startAcquire('lock', `${p}lock`), undefined);
       await exercise(c, p);
       assert.deepEqual(Object.fromEntries(spy.calls), {}, 'no instrument or tracer was called');
     } finally {
@@ -656,6 +662,7 @@ describe('without an SDK', () => {
       const s = await Session.create(c);
       try {
         assert.equal(c.telemetry.metricsOn, true);
+        assert.equal(telemetryOf(c).metricsOn, true);
         await (await new Mutex(s, `${p}lock`).lock()).unlock();
         assert.equal(await sdk.value(METRIC.acquireDuration, { ...LOCK, [ATTR.result]: 'acquired' }), 1);
         assert.equal(sdk.finished('lock.acquire').length, 1);

@@ -5,7 +5,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { addRecheck, removeRecheck, type BatchCheck, type Due } from '../src/queue/recheck.js';
+import type { BatchCheck, Due } from '../src/queue/recheck.js';
+import { queueOf } from '../src/queue/state.js';
 import { etcdForFile, serverState, waitFor } from './helpers.js';
 
 const ROOT = 'test/recheck/';
@@ -23,7 +24,7 @@ const txnsNow = async (): Promise<number> => (await serverState(etcd.clientUrls[
 /** Registers `check`, due at once every tick (interval 0); `stale` is told when it finds its waiter unblocked. */
 function register(c: Client, check: BatchCheck, stale: () => void): Due {
   const d: Due = { check, intervalMs: 0, due: 0, stale };
-  addRecheck(c, d);
+  queueOf(c).rechecker.add(d);
   return d;
 }
 
@@ -73,7 +74,7 @@ describe('the batched re-check of waiters', () => {
       assert.deepEqual(goneChecks.map((c) => c.judged), judged, 'a stale check is not read again');
       assert.deepEqual(wronglyTold, [], 'told stale while their keys exist');
     } finally {
-      unregister.forEach((d) => removeRecheck(client, d));
+      unregister.forEach((d) => queueOf(client).rechecker.remove(d));
       await client.delete(p, { prefix: true });
     }
   });
@@ -85,7 +86,7 @@ describe('the batched re-check of waiters', () => {
     let toldStale = 0; // counted, not thrown: the re-check swallows what its callbacks throw
     const un = register(client, a, () => toldStale++);
     await waitFor(async () => a.judged >= 1, 'judged once');
-    removeRecheck(client, un);
+    queueOf(client).rechecker.remove(un);
     const n = a.judged;
     const before = await txnsNow();
     // Another client's tick would be separate; this client has no check left: no Txn at all.

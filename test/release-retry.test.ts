@@ -23,7 +23,8 @@ import {
 import * as lib from '../src/index.js';
 import { lockAll } from '../src/primitives/multilock.js';
 import { startProxy, type EtcdCluster, type TcpProxy } from '../src/testing/index.js';
-import { aborted, assertNoKeys, closeAll, etcdForFile, serverState, settledOrHang, track, waitersBlocked } from './helpers.js';
+import { queueOf } from '../src/queue/state.js';
+import { aborted, assertNoKeys, closeAll, etcdForFile, serverState, settledOrHang, track, waitersBlocked, waitFor } from './helpers.js';
 
 // The channel names are a contract (subscribers match them): spelled out here, checked against the exports below.
 const RELEASE_RETRY_CHANNEL = 'etcd-concurrency:release:retry';
@@ -260,6 +261,42 @@ describe('a release whose delete fails is retried in the background', T, () => {
       await client.leaseRevoke(h.s.leaseId);
     } finally {
       ch.close();
+      await h.close();
+    }
+    await assertNoKeys(client, p);
+  });
+});
+
+describe('two Clients in one process have separate queue state', T, () => {
+  it("a delete in flight on one client does not hold up the other's enqueue; each client has its own state", async () => {
+    const p = fresh('two-clients');
+    const name = `${p}lock`;
+    const h = await holderSide();
+    const w = await Session.create(client, { ttl: 30 });
+    try {
+      assert.notEqual(queueOf(h.c), queueOf(client), 'one queue state per client');
+      const held = await new Mutex(h.s, name).lock();
+      // The holder's delete gets no answer: it stays in flight (then retried) on the holder's client.
+      h.proxy.blackhole(true);
+      const r = await held.unlock();
+      assert.equal(r.state, 'pending');
+      const deleting = track(r.settled);
+      // The other client's enqueue is not held back by it: its key is written at once, behind the
+      // holder's (which only the first client's retry can delete now).
+      const other = new Mutex(w, name);
+      const next = track(other.lock());
+      await waitFor(() => client.get(other.key), "the other client's key, written while the first client's delete is in flight");
+      assert.equal(deleting.settled, false, "the holder's delete was still in flight when the other client's key was written");
+      assert.equal(h.s.signal.aborted, false, "the holder's session still lives");
+      assert.ok(await client.get(held.key), "the holder's key is still there");
+      h.proxy.cut();
+      h.proxy.blackhole(false);
+      const taken = await next.promise;
+      assert.ok(taken.fencingToken > held.fencingToken);
+      await r.settled;
+      await taken.unlock();
+    } finally {
+      await closeAll([w]);
       await h.close();
     }
     await assertNoKeys(client, p);

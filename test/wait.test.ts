@@ -16,13 +16,12 @@ let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
 /** A blocker on `key` that moves on its delete, confirmed by a read that it still exists. */
-function onKey(c: Client, key: Buffer, asOf: bigint, changed = (e: WatchEvent): boolean => e.type === 'delete'): Blocker {
+function onKey(key: Buffer, asOf: bigint, changed = (e: WatchEvent): boolean => e.type === 'delete'): Blocker {
   return {
-    key,
-    keep: true,
-    asOf,
+    watch: { key },
+    found: { asOf, confirmed: false, keep: true },
     changed,
-    stillBlocked: async (signal) => (await c.get(key, { signal })) !== undefined,
+    check: { keys: [key], blocked: ([kv]) => kv !== undefined },
   };
 }
 
@@ -39,7 +38,7 @@ describe('the wait engine', () => {
       const rule: TurnRule = {
         blocker: async () => {
           asked++;
-          return onKey(c, key, header.revision, () => {
+          return onKey(key, header.revision, () => {
             throw boom;
           });
         },
@@ -78,9 +77,9 @@ describe('the wait engine', () => {
       const rule: TurnRule = {
         blocker: async () => {
           asked++;
-          if (asked === 1) return onKey(client, a, header.revision);
+          if (asked === 1) return onKey(a, header.revision);
           // After `a`'s delete: wait on `b`, as of a read newer than everything the kept watch saw.
-          if (asked === 2) return onKey(client, b, (await client.range({ key: b, countOnly: true })).header.revision);
+          if (asked === 2) return onKey(b, (await client.range({ key: b, countOnly: true })).header.revision);
           return null;
         },
       };

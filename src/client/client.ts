@@ -7,7 +7,8 @@ import { settledWithin } from './backoff.js';
 import { KeepAliveHub } from './lease.js';
 import { WatchHub, type Watch, type WatchOptions, type WatchSink } from './watch.js';
 import { Namespace } from './namespace.js';
-import { Telemetry, type TelemetryOptions } from '../metrics/telemetry.js';
+import { ClientTelemetry, type TelemetryOptions } from './telemetry.js';
+import type { Attachment, AttachmentKey } from './attachments.js';
 import type { DiagnosticsOptions } from '../diagnostics.js';
 import {
   header,
@@ -104,7 +105,10 @@ export class Client implements AsyncDisposable {
   /** @internal the key prefix of ClientOptions.namespace, if any. */
   readonly namespace?: Namespace;
   /** @internal */ readonly keepAlives: KeepAliveHub;
-  /** @internal metrics and spans (no-ops without an OpenTelemetry SDK). */ readonly telemetry: Telemetry;
+  /** @internal the client's own metrics (no-ops without an OpenTelemetry SDK), and the options of the layers above. */
+  readonly telemetry: ClientTelemetry;
+  /** State the layers above keep on this client (see attached), closed with it. */
+  private readonly attachments = new Map<AttachmentKey<Attachment, Client>, Attachment>();
   private closing?: Promise<void>;
   /** Work close() lets finish first, for at most callTimeoutMs (see finishBeforeClose). */
   private readonly finishing = new Set<Promise<unknown>>();
@@ -116,7 +120,7 @@ export class Client implements AsyncDisposable {
    * `etcd-concurrency dev` print it) when set and not empty, else `127.0.0.1:2379`.
    */
   constructor(options: ClientOptions = {}) {
-    this.telemetry = new Telemetry(options);
+    this.telemetry = new ClientTelemetry(options);
     const fromEnv = options.endpoints === undefined ? process.env.ETCDCTL_ENDPOINTS?.trim() : undefined;
     this.conn = new Connection(fromEnv ? { ...options, endpoints: fromEnv } : options, this.telemetry);
     if (options.auth) {
@@ -406,9 +410,20 @@ export class Client implements AsyncDisposable {
       this.keepAlives.close();
       this.watches.close();
       this.conn.close();
-      this.telemetry.close();
+      for (const a of this.attachments.values()) a.close();
+      this.attachments.clear();
     })();
     return this.closing;
+  }
+
+  /**
+   * @internal The state `key` names on this client, made on first use (see attachments.ts), closed
+   * with the client: a layer above keeps its per-client state here, not in a registry of its own.
+   */
+  attached<T extends Attachment>(key: AttachmentKey<T, Client>): T {
+    let a = this.attachments.get(key) as T | undefined;
+    if (!a) this.attachments.set(key, (a = key.create(this)));
+    return a;
   }
 
   /**

@@ -18,7 +18,7 @@ import {
 import { Backoff, sleep } from './backoff.js';
 import { Http2Transport, type TlsSettings } from './transport/http2.js';
 import { type BidiStream, ConnectError, type Method, type RequestHeaders, type Transport, TransportError } from './transport/transport.js';
-import type { Telemetry } from '../metrics/telemetry.js';
+import type { ClientTelemetry as Telemetry } from './telemetry.js';
 import { publishFailover } from '../diagnostics.js';
 
 export { closeStream, type BidiStream, type Method } from './transport/transport.js';

@@ -1,4 +1,5 @@
 import { InvalidArgumentError } from '../client/errors.js';
+import { telemetryOf } from '../metrics/telemetry.js';
 import { HeldPermit } from '../primitives/semaphore.js';
 import { Session } from '../session.js';
 
@@ -61,7 +62,7 @@ export function fencedBy(handle: unknown, what: string): Fenced {
         `and assertHeld() or assertLeader()), got ${describe(handle)}`,
     );
   }
-  const telemetry = h.session instanceof Session ? h.session.client.telemetry : undefined;
+  const telemetry = h.session instanceof Session ? telemetryOf(h.session.client) : undefined;
   return {
     token,
     assert: () => check.call(h),

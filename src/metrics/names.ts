@@ -5,7 +5,9 @@
 // The gRPC calls follow the RPC semantic conventions of v1.40.0 (`rpc.client.call.duration` with
 // `rpc.system.name`, a fully-qualified `rpc.method`, the string `rpc.response.status_code` and `error.type`).
 
-/** Instrument names. */
+import { CLIENT_METRIC, RPC_ATTR, SCOPE } from '../client/names.js';
+
+/** Instrument names (the client's own calls, failovers and watch resumes are named where it records them). */
 export const METRIC = {
   acquireDuration: 'etcd_concurrency.acquire.duration',
   holdDuration: 'etcd_concurrency.hold.duration',
@@ -18,9 +20,7 @@ export const METRIC = {
   keepaliveDuration: 'etcd_concurrency.session.keepalive.duration',
   sessionTimeLeft: 'etcd_concurrency.session.time_left',
   sessionLosses: 'etcd_concurrency.session.losses',
-  rpcDuration: 'rpc.client.call.duration',
-  watchResumes: 'etcd_concurrency.watch.resumes',
-  failovers: 'etcd_concurrency.client.failovers',
+  ...CLIENT_METRIC,
   fencingRefused: 'etcd_concurrency.fencing.refused',
   releaseRetries: 'etcd_concurrency.release.retries',
   releasePending: 'etcd_concurrency.release.pending',
@@ -54,14 +54,7 @@ export const ATTR = {
   queueAhead: 'etcd_concurrency.queue.ahead',
   /** Span attribute: seconds from the call to holding (or to giving up). */
   waitDuration: 'etcd_concurrency.wait.duration',
-  /** Semantic conventions v1.40.0: `grpc`. */
-  rpcSystemName: 'rpc.system.name',
-  /** Semantic conventions v1.40.0: fully qualified, `etcdserverpb.KV/Range`. */
-  rpcMethod: 'rpc.method',
-  /** Semantic conventions v1.40.0: the gRPC status by name, `OK`, `UNAVAILABLE`. */
-  rpcResponseStatusCode: 'rpc.response.status_code',
-  /** Semantic conventions v1.40.0: on a failed call only, the status by name (gRPC counts every status but OK an error). */
-  errorType: 'error.type',
+  ...RPC_ATTR,
 } as const;
 
 /** What was acquired: a lock (Mutex, and each lock of lockAll), a semaphore permit, an RWMutex read or write lock, or leadership. */
@@ -95,4 +88,4 @@ export const SPAN: Record<Kind, { acquire: string; hold: string }> = {
 export const LOST_EVENT = 'etcd_concurrency.lost';
 
 /** The instrumentation scope: the meter's and the tracer's name. */
-export const SCOPE = 'etcd-concurrency';
+export { SCOPE };

@@ -1,5 +1,5 @@
-// One Telemetry per Client: the instruments and the tracer, from the providers in ClientOptions or
-// the global ones of @opentelemetry/api. Until an application installs an SDK those are no-ops, and
+// One Telemetry per Client, attached to it on first use (the client itself knows nothing of locks):
+// the instruments and the tracer, from the providers in ClientOptions or the global ones of @opentelemetry/api. Until an application installs an SDK those are no-ops, and
 // then nothing here allocates or records: every hot-path entry checks a boolean first.
 import {
   context,
@@ -13,42 +13,19 @@ import {
   type Context,
   type Counter,
   type Histogram,
-  type MeterProvider,
   type ObservableResult,
   type Span,
   type Tracer,
-  type TracerProvider,
   type UpDownCounter,
 } from '@opentelemetry/api';
-import { ClientClosedError, DeadlineExceededError, EtcdError, UnavailableError } from '../client/errors.js';
+import type { AttachmentKey } from '../client/attachments.js';
+import type { Client } from '../client/client.js';
+import { RPC_BUCKETS, type TelemetryOptions } from '../client/telemetry.js';
 import type { DiagnosticsOptions, Logger } from '../diagnostics.js';
 import { SessionExpiredError } from '../errors.js';
 import { ATTR, LOST_EVENT, METRIC, SCOPE, SPAN, type AcquireResult, type Kind, type LossReason } from './names.js';
 
-/**
- * Where the client's metrics and spans go, and whether lock and election names may appear in them.
- * Part of {@link ClientOptions}.
- */
-export interface TelemetryOptions {
-  /**
-   * The OpenTelemetry MeterProvider to record metrics into. Default: the global one
-   * (`metrics.getMeterProvider()` of `@opentelemetry/api`) as it is when the Client is created, a
-   * no-op until an SDK registers one: register it before creating the Client.
-   */
-  meterProvider?: MeterProvider;
-  /**
-   * The OpenTelemetry TracerProvider for spans. Default: the global one (an SDK registered later is
-   * picked up too).
-   */
-  tracerProvider?: TracerProvider;
-  /**
-   * Whether lock and election names go into metric and span attributes (`etcd_concurrency.name`).
-   * Default false: names like `locks/card-8801` are unbounded, and every distinct name would be a
-   * new time series. `true` records the name as is; a function maps a name to a bounded label (for
-   * example `(n) => n.split('/')[0]`) or to undefined to leave it out.
-   */
-  nameAttribute?: boolean | ((name: string) => string | undefined);
-}
+export type { TelemetryOptions };
 
 /** Told when a holding ends: released or revoked (no reason), or lost (why). */
 export interface HoldObserver {
@@ -68,7 +45,6 @@ export interface TrackedSession {
 
 // Bucket boundaries in seconds. The SDK's defaults are made for milliseconds.
 const WAIT_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600];
-const RPC_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];
 
 const NOOP_HISTOGRAM = createNoopMeter().createHistogram('noop');
 /** The delegate of a ProxyTracerProvider that nobody has set: the no-op provider. */
@@ -76,13 +52,16 @@ const NOOP_TRACER_PROVIDER = new ProxyTracerProvider().getDelegate();
 
 const EMPTY: Attributes = Object.freeze({});
 
-/** gRPC status codes we name ourselves (the rest come from the failure). */
-/** gRPC status codes by number, as `rpc.response.status_code` spells them (grpc's doc/statuscodes.md). */
-const GRPC_STATUS = [
-  'OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 'NOT_FOUND', 'ALREADY_EXISTS', 'PERMISSION_DENIED',
-  'RESOURCE_EXHAUSTED', 'FAILED_PRECONDITION', 'ABORTED', 'OUT_OF_RANGE', 'UNIMPLEMENTED', 'INTERNAL', 'UNAVAILABLE', 'DATA_LOSS',
-  'UNAUTHENTICATED',
-] as const;
+/** Makes a client's Telemetry on first use, from the options the client was given. */
+export const TELEMETRY: AttachmentKey<Telemetry, Client> = {
+  name: 'telemetry',
+  create: (client) => new Telemetry(client.telemetry.options),
+};
+
+/** The metrics and spans of the locks and elections on `client` (no-ops without an OpenTelemetry SDK). */
+export function telemetryOf(client: Client): Telemetry {
+  return client.attached(TELEMETRY);
+}
 
 /** The live clients per meter, observed by that meter's one time-left gauge. */
 const timeLeftByMeter = new WeakMap<object, Set<Telemetry>>();
@@ -103,9 +82,6 @@ export class Telemetry {
   readonly transitions: Counter;
   readonly keepaliveDuration: Histogram;
   readonly sessionLosses: Counter;
-  readonly rpcDuration: Histogram;
-  readonly watchResumes: Counter;
-  readonly failovers: Counter;
   readonly fencingRefused: Counter;
   readonly leaderRetries: Counter;
   readonly releaseRetries: Counter;
@@ -117,7 +93,6 @@ export class Telemetry {
   /** Attribute sets without a name, made once: {kind}, and {kind, result} per result. */
   private readonly kindAttrs = new Map<Kind, Attributes>();
   private readonly resultAttrs = new Map<string, Attributes>();
-  private readonly rpcAttrs = new Map<string, Attributes>();
 
   /** The client's logger (ClientOptions.logger), for the diagnostics events (src/diagnostics.ts). */
   readonly logger?: Logger;
@@ -165,17 +140,6 @@ export class Telemetry {
     this.sessionLosses = meter.createCounter(METRIC.sessionLosses, {
       description: 'Sessions lost: not renewed before their deadline, or their lease gone on the server',
       unit: '{session}',
-      valueType: ValueType.INT,
-    });
-    this.rpcDuration = meter.createHistogram(METRIC.rpcDuration, seconds('Duration of a unary gRPC call to etcd, retries on other endpoints included', RPC_BUCKETS));
-    this.watchResumes = meter.createCounter(METRIC.watchResumes, {
-      description: 'Times the shared watch stream broke while carrying watches, which were resumed on a new stream',
-      unit: '{resume}',
-      valueType: ValueType.INT,
-    });
-    this.failovers = meter.createCounter(METRIC.failovers, {
-      description: 'Moves of the client to the next endpoint after a failure',
-      unit: '{failover}',
       valueType: ValueType.INT,
     });
     this.fencingRefused = meter.createCounter(METRIC.fencingRefused, {
@@ -291,37 +255,6 @@ export class Telemetry {
     if (this.metricsOn) this.fencingRefused.add(1, { [ATTR.fencingStore]: store });
   }
 
-  /** A unary call to `path` (`/etcdserverpb.KV/Range`) that started at monotonic `startedAt` ended, failing with `err` if given. */
-  rpc(path: string, startedAt: number, err?: unknown): void {
-    const code = err === undefined ? 'OK' : statusOf(err);
-    const id = `${path}|${code}`;
-    let a = this.rpcAttrs.get(id);
-    if (!a) {
-      // Semantic conventions v1.40.0: the fully-qualified method, the status as a string, and
-      // error.type (the status again) on every status but OK, which gRPC clients count as errors.
-      a = Object.freeze({
-        [ATTR.rpcSystemName]: 'grpc',
-        [ATTR.rpcMethod]: path.startsWith('/') ? path.slice(1) : path,
-        [ATTR.rpcResponseStatusCode]: code,
-        ...(code === 'OK' ? {} : { [ATTR.errorType]: code }),
-      });
-      this.rpcAttrs.set(id, a);
-    }
-    this.rpcDuration.record((performance.now() - startedAt) / 1000, a);
-  }
-}
-
-/**
- * The gRPC status of a failed call, as its name: the failure's own status when the server (or the
- * transport) gave one, else what our error class stands for; an abort (the caller's signal) is CANCELLED.
- */
-function statusOf(err: unknown): (typeof GRPC_STATUS)[number] {
-  const n = err instanceof EtcdError ? err.grpcCode : (err as { code?: unknown } | undefined)?.code;
-  if (typeof n === 'number') return GRPC_STATUS[n] ?? 'UNKNOWN';
-  if (err instanceof ClientClosedError || err instanceof DOMException) return 'CANCELLED';
-  if (err instanceof DeadlineExceededError) return 'DEADLINE_EXCEEDED';
-  if (err instanceof UnavailableError) return 'UNAVAILABLE';
-  return 'UNKNOWN';
 }
 
 /** How an acquire that threw ended. */

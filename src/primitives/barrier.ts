@@ -95,13 +95,10 @@ export class Barrier {
         const r = await held(signal);
         if (r.count === 0n) return null;
         return {
-          key,
-          noPut: true,
-          asOf: r.header.revision,
-          confirmed: true, // stillBlocked checks only that the key exists, which this read proved
+          watch: { key, noPut: true },
+          found: { asOf: r.header.revision, confirmed: true }, // the check is only that the key exists, which this read proved
           changed: (e) => e.type === 'delete' && (released = true),
-          stillBlocked: async (s) => (await held(s)).count > 0n,
-          check: { keys: [key], blocked: ([kv]) => kv !== undefined }, // the safety net, batched with other waiters'
+          check: { keys: [key], blocked: ([kv]) => kv !== undefined },
         };
       },
     };

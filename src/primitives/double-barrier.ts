@@ -6,7 +6,7 @@ import { validateName } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
 import { BarrierKeyLostError, TooManyClientsError } from '../errors.js';
 import type { AcquireOptions } from '../queue/acquire.js';
-import { dropTicket, mayLandLate } from '../queue/ticket.js';
+import { dropTicket, mayLandLate } from '../queue/leave.js';
 import { waitUntil, type TurnRule } from '../queue/turn.js';
 
 /** Options of enter() and leave(): `signal` stops waiting; the call then deletes our key and closes its watch. */
@@ -254,17 +254,14 @@ export class DoubleBarrier {
         if (opened !== undefined) return null;
         if (asOf === undefined) return this.keyLost(mine.key, signal);
         return {
-          key: ready,
-          noDelete: true,
-          asOf,
-          confirmed: true, // the read checked all that stillBlocked checks
+          watch: { key: ready, noDelete: true },
+          found: { asOf, confirmed: true }, // the read checked all that the check checks
           changed: (e) => {
             if (e.kv.modRevision <= mine.rev) return false; // a previous round's
             opened = e.kv.modRevision;
             return true;
           },
-          stillBlocked: async (s) => (await blockedAt(s)) !== undefined,
-          // blockedAt's compares as reads, so that the safety net shares the client's batched re-check.
+          // blockedAt's compares as reads (the engine batches them with other waiters' checks).
           check: {
             keys: [ready, mine.key],
             blocked: ([r, k]) => (r?.modRevision ?? 0n) <= mine.rev && k?.createRevision === mine.rev,
@@ -323,15 +320,9 @@ export class DoubleBarrier {
         // checked. One compare: a count cannot tell, as etcd counts before maxCreateRevision filters (etcd 18267).
         const last = oldest(others);
         return {
-          key: prefix,
-          prefix: true,
-          noPut: true,
-          asOf: r.header.revision,
-          confirmed: true, // that read saw `last` standing
+          watch: { key: prefix, prefix: true, noPut: true },
+          found: { asOf: r.header.revision, confirmed: true }, // that read saw `last` standing
           changed: (e) => e.type === 'delete' && left.has(e.kv.key.toString('latin1')),
-          stillBlocked: async (s) =>
-            (await client.txn({ compare: [compare.createRevision(last.key, '=', last.createRevision)], success: [], failure: [] }, { idempotent: true, signal: s }))
-              .succeeded,
           check: { keys: [last.key], blocked: ([kv]) => kv?.createRevision === last.createRevision },
         };
       },

@@ -8,6 +8,7 @@ import { retryWhile } from '../client/backoff.js';
 import { CompactedError, InvalidArgumentError, isTransient } from '../client/errors.js';
 import { compare, op, toBuffer, type Bytes, type KeyValue } from '../client/kv.js';
 import { QueuedIterator } from '../client/queued-iterator.js';
+import { telemetryOf } from '../metrics/telemetry.js';
 import { LeadershipLostError, NotLeaderError, OwnershipLostError } from '../errors.js';
 import { participantKey, validateName } from '../keys.js';
 import { Session } from '../session.js';
@@ -16,7 +17,7 @@ import { OwnerHandleBase, type Ownership, type OwnerHandle } from '../queue/owne
 import { oldestParticipant } from '../queue/participants.js';
 import type { ReleaseResult } from '../queue/release.js';
 import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
-import { LeaderHealthState, type LeaderHealth } from './health.js';
+import type { LeaderHealth } from './health.js';
 import type { LostErrorFactory } from '../queue/turn.js';
 
 /** Who leads an election. */
@@ -108,7 +109,7 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
       share: options.share === true,
       ticket: participantTicket(session, name, bytes),
       rules: {
-        rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost, { keepWatch: true }),
+        rule: (ticket, lost) => oldestRule(session, participantScope(session, name), ticket, lost, { keepWatch: true }),
         lostError: leadershipLost,
         // Already a candidate (a sibling's key, or one an earlier process left on an adopted lease):
         // keep its place and take the new value, as Go does, so etcd and the handle agree.
@@ -398,8 +399,8 @@ export async function runAsLeader<T>(
   task: (leader: LeaderHandle) => Promise<T> | T,
 ): Promise<T | undefined> {
   const health = options.health;
-  if (health !== undefined && !(health instanceof LeaderHealthState)) {
-    throw new InvalidArgumentError('options.health must be made by leaderHealth({ graceMs })');
+  if (health !== undefined && (typeof health.ended !== 'function' || typeof health.stopped !== 'function')) {
+    throw new InvalidArgumentError('options.health must be a LeaderHealth, with ended() and stopped(): make one with leaderHealth({ graceMs })');
   }
   validateName(name, 'election name');
   const owned = !(target instanceof Session);
@@ -429,7 +430,8 @@ export async function runAsLeader<T>(
         if (!campaignAgainAfter(err, owned)) throw err;
         const delayMs = backoff.next();
         attempt++;
-        if (client.telemetry.metricsOn) client.telemetry.leaderRetries.add(1, client.telemetry.attrs('campaign', name));
+        const tel = telemetryOf(client);
+        if (tel.metricsOn) tel.leaderRetries.add(1, tel.attrs('campaign', name));
         if (leaderRetry.hasSubscribers) leaderRetry.publish({ name, attempt, delayMs, error: err } satisfies LeaderRetryEvent);
         try {
           await sleep(delayMs, shutdown);

@@ -2,7 +2,6 @@
 // lapsed while its leader-only work went on is unhealthy, so that an orchestrator restarts it.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { InvalidArgumentError } from '../client/errors.js';
-import type { LeaderHandle } from './election.js';
 
 /** The answer of a health check: healthy, or not and why. */
 export type HealthStatus = { healthy: true } | { healthy: false; reason: string };
@@ -13,17 +12,29 @@ export interface HealthCheck {
   check(): HealthStatus;
 }
 
+/** The term whose leadership ended: its key and fencing token (a LeaderHandle is one). */
+export interface LeaderTerm {
+  readonly key: string;
+  readonly fencingToken: bigint;
+}
+
 /**
  * The health of a process that runs leader-only work with {@link runAsLeader}: pass it as
  * `options.health`. Healthy while leading, while not leading, and while a task whose leadership
  * ended is stopping within the grace period; unhealthy once that task has outlived its leadership
  * by more than `graceMs` (it ignores `leader.signal`, or is stuck), until it stops.
+ * `leaderHealth({ graceMs })` makes one; an application may supply its own (runAsLeader only calls
+ * `ended` and `stopped`).
  */
 export interface LeaderHealth extends HealthCheck {
   /** `check().healthy`. */
   healthy(): boolean;
   /** How long a task may run on after its leadership ended before the process counts as unhealthy. */
   readonly graceMs: number;
+  /** Told by runAsLeader: the task of `term` runs on although its leadership ended (with `reason`). */
+  ended(term: LeaderTerm, reason: unknown): void;
+  /** Told by runAsLeader: the task has settled, whatever lapsed is over. */
+  stopped(): void;
 }
 
 export interface LeaderHealthOptions {
@@ -47,21 +58,19 @@ export function leaderHealth(options: LeaderHealthOptions): LeaderHealth {
   return new LeaderHealthState(graceMs);
 }
 
-/** The implementation runAsLeader feeds; not exported from the package. */
-export class LeaderHealthState implements LeaderHealth {
+/** What leaderHealth() makes; not exported from the package. */
+class LeaderHealthState implements LeaderHealth {
   /** The term whose task still runs after its leadership ended: since when, and why. */
   private lapsed?: { at: number; key: string; term: bigint; why: string };
 
   constructor(readonly graceMs: number) {}
 
-  /** The task of `leader` runs on although its leadership ended (with `reason`). */
-  ended(leader: LeaderHandle, reason: unknown): void {
+  ended(leader: LeaderTerm, reason: unknown): void {
     if (this.lapsed) return;
     const why = reason instanceof Error ? reason.message : String(reason);
     this.lapsed = { at: performance.now(), key: leader.key, term: leader.fencingToken, why };
   }
 
-  /** The task has settled: whatever lapsed is over. */
   stopped(): void {
     this.lapsed = undefined;
   }

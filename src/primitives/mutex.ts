@@ -94,7 +94,7 @@ class MutexRules implements QueueRules<LockHandle> {
   ) {}
 
   rule(ticket: Ticket, lost: LostErrorFactory): TurnRule {
-    return oldestRule(this.session, participantScope(this.name), ticket, lost, { keepWatch: true, marks: true });
+    return oldestRule(this.session, participantScope(this.session, this.name), ticket, lost, { keepWatch: true, marks: true });
   }
 
   lostError(key: string): LostErrorFactory {

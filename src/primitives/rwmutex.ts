@@ -4,9 +4,9 @@ import { isParticipantKey, ownBuffer, prefixOf, validateName } from '../keys.js'
 import type { Session } from '../session.js';
 import { acquire, tryAcquire, type QueueSpec } from '../queue/acquire.js';
 import type { LockOptions } from './mutex.js';
-import { enterAlongside } from '../queue/gate.js';
+import { sessionQueue } from '../queue/state.js';
 import { HeldHandle, liveHoldings, Ownership, type OwnerHandle } from '../queue/ownership.js';
-import { joinHeld } from '../queue/ticket.js';
+import { joinHeld } from '../queue/leave.js';
 import { oldestRule, type Scope } from '../queue/predecessor.js';
 import type { LostErrorFactory } from '../queue/turn.js';
 import type { ReleaseResult } from '../queue/release.js';
@@ -106,7 +106,7 @@ export class RWMutex {
     if (!writer) return undefined;
     writer.assert(); // a write lock lost meanwhile is no ground for a read lock: its error says why
     if (!joinHeld(session, key, writer.fencingToken)) return undefined;
-    const own = new Ownership(session, key, writer.fencingToken, rwLost(key), { kind: 'read', name: this.name }, undefined, enterAlongside(session, key));
+    const own = new Ownership(session, key, writer.fencingToken, rwLost(key), { kind: 'read', name: this.name }, undefined, sessionQueue(session).gates.enterAlongside(key));
     return new HeldRWLock(own, 'read');
   }
 

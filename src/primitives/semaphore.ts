@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../client/errors.js';
-import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type RangeRequest } from '../client/kv.js';
+import { op, prefixEnd, SortOrder, SortTarget, txnRange, type RangeRequest } from '../client/kv.js';
 import { PermitCountConflictError, PermitLostError } from '../errors.js';
 import { isParticipantKey, ownBuffer, participantKey, prefixOf, validateName } from '../keys.js';
 import type { Session } from '../session.js';
@@ -8,7 +8,7 @@ import { HeldHandle, type OwnerHandle } from '../queue/ownership.js';
 import type { ReleaseResult } from '../queue/release.js';
 import { ourKeyStands, ticketLost } from '../queue/predecessor.js';
 import type { Ticket, TicketSpec } from '../queue/ticket.js';
-import { MAX_CHECK_KEYS, type BatchCheck } from '../queue/recheck.js';
+import type { BatchCheck } from '../queue/recheck.js';
 import type { Blocker, LostErrorFactory, TurnRule } from '../queue/turn.js';
 import type { WatchEvent } from '../client/watch.js';
 
@@ -163,49 +163,22 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
     }
   };
   /**
-   * One Txn: our key stands, and each of `keys` is the same incarnation on some lease (a keys-only
-   * read cannot tell a stray key apart; this compare can), the first one (with `firstUnchanged`)
-   * also not written since: a waiter just before us that takes a permit marks its key.
+   * Still blocked: our key stands, and each of `keys` is the same incarnation on some lease (a
+   * keys-only read cannot tell a stray key apart; this read in full can), the first one (with
+   * `firstUnchanged`) also not written since: a waiter just before us that takes a permit marks its key.
    */
-  const still = async (keys: Older[], firstUnchanged: boolean, signal: AbortSignal): Promise<boolean> => {
-    const t = await session.client.txn(
-      {
-        compare: [
-          ...ourKeyStands(session, ticket),
-          ...keys.flatMap((k, i) => [
-            compare.createRevision(k.key, '=', k.createRevision),
-            compare.lease(k.key, '!=', 0n),
-            ...(firstUnchanged && i === 0 ? [compare.modRevision(k.key, '=', k.modRevision)] : []),
-          ]),
-        ],
-        success: [],
-        failure: keys.map((k) => op.get(k.key)),
-      },
-      { idempotent: true, signal },
-    );
-    if (t.succeeded) return true;
-    keys.forEach((k, i) => {
-      const kv = txnRange(t, i).kvs[0];
-      if (kv && kv.createRevision === k.createRevision && kv.lease === 0n) strays.add(id(kv));
-    });
-    return false;
-  };
-  /** `still` as plain reads, for the client's batched safety net (recheck.ts). */
-  const stillCheck = (keys: Older[], firstUnchanged: boolean): BatchCheck | undefined =>
-    keys.length + 1 > MAX_CHECK_KEYS
-      ? undefined
-      : {
-          keys: [ticket.key, ...keys.map((k) => k.key)],
-          blocked: ([mine, ...kvs]) => {
-            let ok = mine?.createRevision === ticket.rev && mine.lease === session.leaseId;
-            keys.forEach((k, i) => {
-              const kv = kvs[i];
-              if (kv && kv.createRevision === k.createRevision && kv.lease === 0n) strays.add(id(kv));
-              ok &&= kv?.createRevision === k.createRevision && kv.lease !== 0n && !(firstUnchanged && i === 0 && kv.modRevision !== k.modRevision);
-            });
-            return ok;
-          },
-        };
+  const stillCheck = (keys: Older[], firstUnchanged: boolean): BatchCheck => ({
+    keys: [ticket.key, ...keys.map((k) => k.key)],
+    blocked: ([mine, ...kvs]) => {
+      let ok = mine?.createRevision === ticket.rev && mine.lease === session.leaseId;
+      keys.forEach((k, i) => {
+        const kv = kvs[i];
+        if (kv && kv.createRevision === k.createRevision && kv.lease === 0n) strays.add(id(kv));
+        ok &&= kv?.createRevision === k.createRevision && kv.lease !== 0n && !(firstUnchanged && i === 0 && kv.modRevision !== k.modRevision);
+      });
+      return ok;
+    },
+  });
   // Set when, as the head, we saw the delete of a key we had confirmed ahead of us: one of the
   // `permits` older participants is gone, and none can be added (newcomers are younger), so it is
   // our turn without reading again. The mark's Txn still checks that our key stands.
@@ -241,12 +214,12 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
           }
           return e.type === 'delete' || e.kv.lease === 0n;
         };
-        return { key: prefix, prefix: true, changed: freed, stillBlocked: (s) => still(ahead, false, s), check: stillCheck(ahead, false) };
+        return { watch: { key: prefix, prefix: true }, changed: freed, check: stillCheck(ahead, false) };
       }
       // Further back: wake when the waiter before us leaves or takes a permit (and we may be head).
       // Every key ahead is checked to be on a lease: a stray one ahead would keep us from the head.
       const pred = ahead[0]!;
-      return { key: pred.key, changed: () => true, stillBlocked: (s) => still(ahead, true, s), check: stillCheck(ahead, true) };
+      return { watch: { key: pred.key }, changed: () => true, check: stillCheck(ahead, true) };
     },
   };
 }

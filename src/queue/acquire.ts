@@ -1,10 +1,13 @@
 import type { Session } from '../session.js';
 import type { Kind } from '../metrics/names.js';
-import type { AcquireProbe } from '../metrics/telemetry.js';
+import { telemetryOf, type AcquireProbe } from '../metrics/telemetry.js';
 import { liveHoldings, Ownership } from './ownership.js';
-import { enter, tryEnter, type Exit } from './gate.js';
+import type { Exit } from './gate.js';
 import type { ReleaseWhat } from './release.js';
-import { enqueueOrClean, leaveTicket, type Ticket, type TicketSpec } from './ticket.js';
+import { enqueueOrClean } from './enqueue.js';
+import { leaveTicket } from './leave.js';
+import { sessionQueue } from './state.js';
+import type { Ticket, TicketSpec } from './ticket.js';
 import { blockedNow, Wait, type LostErrorFactory, type TurnRule } from './turn.js';
 
 /** Options of every acquire call: lock(), campaign(), acquire(), rLock(), lockAll(). */
@@ -56,7 +59,7 @@ export interface QueueRules<H> {
  */
 export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promise<H> {
   const { session } = q;
-  const probe = session.client.telemetry.startAcquire(q.kind, q.name);
+  const probe = telemetryOf(session.client).startAcquire(q.kind, q.name);
   try {
     session.assertAlive();
     options.signal?.throwIfAborted();
@@ -71,11 +74,12 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
   // Our in-process turn on this session and key first (at once, the common case), then the enqueue.
   // Not cancelled once sent: an abort landing after etcd applied the Txn would leave our key behind.
   // (The signal only stops a wait before anything is sent: for our turn, or for a delete of ours.)
-  const now = tryEnter(session, q.ticket.key, shared);
+  const gates = sessionQueue(session).gates;
+  const now = gates.tryEnter(q.ticket.key, shared);
   if (!now) holdersWatch(session, q.ticket.key);
   const ticket = now
     ? ((a.exit = now), enqueueOrClean(session, q.ticket, what, probe?.ahead, options.signal))
-    : enter(session, q.ticket.key, shared, options.signal).then((exit) => {
+    : gates.enter(q.ticket.key, shared, session.signal, options.signal).then((exit) => {
         a.exit = exit;
         return enqueueOrClean(session, q.ticket, what, probe?.ahead, options.signal);
       });
@@ -170,14 +174,14 @@ class Acquisition<H> extends Wait<H> {
 /** Acquires only if it is our turn right now; otherwise returns null and leaves no key behind. */
 export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   const { session } = q;
-  const probe = session.client.telemetry.startAcquire(q.kind, q.name);
+  const probe = telemetryOf(session.client).startAcquire(q.kind, q.name);
   const what: ReleaseWhat = { kind: q.kind, name: q.name };
   let ticket: Ticket;
   let exit: Exit | undefined;
   try {
     session.assertAlive();
     // Another call of this process holds or waits on this key: busy, without asking etcd.
-    exit = tryEnter(session, q.ticket.key, q.share === true);
+    exit = sessionQueue(session).gates.tryEnter(q.ticket.key, q.share === true);
     if (!exit) {
       holdersWatch(session, q.ticket.key);
       probe?.busy();
@@ -193,7 +197,7 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   try {
     const lost = r.lostError(ticket.key);
     await r.prepare?.(ticket, undefined);
-    if (!(await blockedNow(ticket, r.rule(ticket, lost)))) {
+    if (!(await blockedNow(session.client, ticket, r.rule(ticket, lost)))) {
       session.assertAlive(); // as in Acquisition.onTurn: not a handle on a session past its deadline
       return r.hold(new Ownership(session, ticket.key, ticket.rev, lost, what, probe, exit), ticket);
     }

@@ -1,5 +1,3 @@
-import type { Session } from '../session.js';
-
 /**
  * In-process turns on one key of a session: a small readers-writer lock, FIFO, held before any
  * etcd traffic. An exclusive call (a lock, a permit, a write lock, a campaign) waits here while
@@ -23,91 +21,93 @@ interface Turn {
 /** Ends a turn; idempotent. */
 export type Exit = () => void;
 
-const gates = new WeakMap<Session, Map<string, Gate>>();
+/**
+ * The gates of one session, by key. Nothing here knows etcd: `signals` stop a wait for a turn (the
+ * caller's, and the session's loss).
+ */
+export class Gates {
+  private readonly byKey = new Map<string, Gate>();
 
-function gateOf(session: Session, key: string): Gate {
-  let m = gates.get(session);
-  if (!m) gates.set(session, (m = new Map()));
-  let g = m.get(key);
-  if (!g) m.set(key, (g = { holders: 0, exclusive: false, queue: [] }));
-  return g;
+  private gateOf(key: string): Gate {
+    let g = this.byKey.get(key);
+    if (!g) this.byKey.set(key, (g = { holders: 0, exclusive: false, queue: [] }));
+    return g;
+  }
+
+  private take(key: string, g: Gate, shared: boolean): Exit {
+    g.holders++;
+    g.exclusive = !shared;
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      g.holders--;
+      if (g.holders === 0) g.exclusive = false;
+      this.grantQueued(key, g);
+      if (g.holders === 0 && g.queue.length === 0 && this.byKey.get(key) === g) this.byKey.delete(key);
+    };
+  }
+
+  /** FIFO: the head goes first; shared turns behind it go along while the gate stays shared. */
+  private grantQueued(key: string, g: Gate): void {
+    while (g.queue.length > 0 && free(g, g.queue[0]!.shared)) {
+      const t = g.queue.shift()!;
+      t.grant(this.take(key, g, t.shared));
+    }
+  }
+
+  /** Takes a turn now if the gate is free for it (nobody queued ahead either), else undefined. */
+  tryEnter(key: string, shared: boolean): Exit | undefined {
+    const g = this.gateOf(key);
+    if (g.queue.length > 0 || !free(g, shared)) return undefined;
+    return this.take(key, g, shared);
+  }
+
+  /**
+   * Waits for a turn, in FIFO order; rejects with the reason of `signal` or of `sessionSignal`.
+   * Nothing is sent to etcd meanwhile.
+   */
+  enter(key: string, shared: boolean, sessionSignal: AbortSignal, signal?: AbortSignal): Promise<Exit> {
+    const now = this.tryEnter(key, shared);
+    if (now) return Promise.resolve(now);
+    const g = this.gateOf(key);
+    return new Promise<Exit>((resolve, reject) => {
+      const stop = (): void => {
+        const i = g.queue.indexOf(turn);
+        if (i < 0) return;
+        g.queue.splice(i, 1);
+        unlisten();
+        reject(signal?.aborted ? signal.reason : sessionSignal.reason);
+        // A shared turn behind us may go now that we no longer wait ahead of it.
+        this.grantQueued(key, g);
+      };
+      const unlisten = (): void => {
+        signal?.removeEventListener('abort', stop);
+        sessionSignal.removeEventListener('abort', stop);
+      };
+      const turn: Turn = {
+        shared,
+        grant: (exit) => {
+          unlisten();
+          resolve(exit);
+        },
+      };
+      if (signal?.aborted || sessionSignal.aborted) return reject(signal?.aborted ? signal.reason : sessionSignal.reason);
+      g.queue.push(turn);
+      signal?.addEventListener('abort', stop, { once: true });
+      sessionSignal.addEventListener('abort', stop, { once: true });
+    });
+  }
+
+  /**
+   * One more holder of an exclusive turn held by this process (an RWMutex write lock downgrading to a
+   * read lock): the gate stays exclusive until both have left.
+   */
+  enterAlongside(key: string): Exit {
+    return this.take(key, this.gateOf(key), false);
+  }
 }
 
 function free(g: Gate, shared: boolean): boolean {
   return g.holders === 0 || (shared && !g.exclusive);
-}
-
-function take(session: Session, key: string, g: Gate, shared: boolean): Exit {
-  g.holders++;
-  g.exclusive = !shared;
-  let done = false;
-  return () => {
-    if (done) return;
-    done = true;
-    g.holders--;
-    if (g.holders === 0) g.exclusive = false;
-    // FIFO: the head goes first; shared turns behind it go along while the gate stays shared.
-    while (g.queue.length > 0 && free(g, g.queue[0]!.shared)) {
-      const t = g.queue.shift()!;
-      t.grant(take(session, key, g, t.shared));
-    }
-    if (g.holders === 0 && g.queue.length === 0) {
-      const m = gates.get(session);
-      if (m?.get(key) === g) m.delete(key);
-    }
-  };
-}
-
-/** Takes a turn now if the gate is free for it (nobody queued ahead either), else undefined. */
-export function tryEnter(session: Session, key: string, shared: boolean): Exit | undefined {
-  const g = gateOf(session, key);
-  if (g.queue.length > 0 || !free(g, shared)) return undefined;
-  return take(session, key, g, shared);
-}
-
-/**
- * Waits for a turn, in FIFO order; rejects with the reason of `signal` or of the session's loss.
- * Nothing is sent to etcd meanwhile.
- */
-export function enter(session: Session, key: string, shared: boolean, signal?: AbortSignal): Promise<Exit> {
-  const now = tryEnter(session, key, shared);
-  if (now) return Promise.resolve(now);
-  const g = gateOf(session, key);
-  return new Promise<Exit>((resolve, reject) => {
-    const stop = (): void => {
-      const i = g.queue.indexOf(turn);
-      if (i < 0) return;
-      g.queue.splice(i, 1);
-      unlisten();
-      reject(signal?.aborted ? signal.reason : session.signal.reason);
-      // A shared turn behind us may go now that we no longer wait ahead of it.
-      while (g.queue.length > 0 && free(g, g.queue[0]!.shared)) {
-        const t = g.queue.shift()!;
-        t.grant(take(session, key, g, t.shared));
-      }
-    };
-    const unlisten = (): void => {
-      signal?.removeEventListener('abort', stop);
-      session.signal.removeEventListener('abort', stop);
-    };
-    const turn: Turn = {
-      shared,
-      grant: (exit) => {
-        unlisten();
-        resolve(exit);
-      },
-    };
-    if (signal?.aborted || session.signal.aborted) return reject(signal?.aborted ? signal.reason : session.signal.reason);
-    g.queue.push(turn);
-    signal?.addEventListener('abort', stop, { once: true });
-    session.signal.addEventListener('abort', stop, { once: true });
-  });
-}
-
-/**
- * One more holder of an exclusive turn held by this process (an RWMutex write lock downgrading to a
- * read lock): the gate stays exclusive until both have left.
- */
-export function enterAlongside(session: Session, key: string): Exit {
-  return take(session, key, gateOf(session, key), false);
 }

@@ -8,7 +8,8 @@ import { type OwnershipLostError, SessionExpiredError } from '../errors.js';
 import type { LossReason } from '../metrics/names.js';
 import type { AcquireProbe, HoldObserver } from '../metrics/telemetry.js';
 import { RELEASED, type ReleaseResult, type ReleaseWhat } from './release.js';
-import { releaseKey } from './ticket.js';
+import { releaseKey } from './leave.js';
+import { sessionQueue } from './state.js';
 import type { LostErrorFactory } from './turn.js';
 import { publishOwnershipLost } from '../diagnostics.js';
 
@@ -20,13 +21,6 @@ const WHY: Record<LossReason, string> = {
   session_closed: 'its session was lost',
   lease_expired: 'its session was lost',
 };
-
-/**
- * The live holdings of this process per session and key. Calls on one session and one name share
- * one key: their holdings of one incarnation end together on a loss, and one leaving hands the
- * leader gauge on to another (see Ownership.end).
- */
-const holdings = new WeakMap<Session, Map<string, Set<Ownership>>>();
 
 /**
  * A holding recorded by an OpenTelemetry SDK starts watching its key once it has held this long,
@@ -72,14 +66,11 @@ export class Ownership {
     /** Ends this call's in-process turn on the key (gate.ts): on release, or when the holding ends. */
     private exit?: () => void,
   ) {
-    let byKey = holdings.get(session);
-    if (!byKey) holdings.set(session, (byKey = new Map()));
-    let holders = byKey.get(key);
-    if (!holders) byKey.set(key, (holders = new Set()));
+    const holdings = sessionQueue<Ownership>(session).holdings;
     // A sibling already holding this incarnation: the same leadership, not another one.
-    const observer = probe?.held(fencingToken, this.siblings(holders).length > 0);
+    const observer = probe?.held(fencingToken, this.siblings(holdings.of(key)).length > 0);
     this.observer = observer;
-    holders.add(this);
+    holdings.add(key, this);
     // Recorded holdings end with their session, and after a while watch their key, even if nobody
     // looks at `signal`, so that the held gauge, the losses counter and the hold span stay true.
     // (Without telemetry this costs nothing: no listener, no timer.)
@@ -187,10 +178,7 @@ export class Ownership {
     this.session.signal.removeEventListener('abort', this.onSessionLost);
     this.watch?.cancel();
     this.watch = undefined;
-    const holders = holdings.get(this.session)?.get(this.key);
-    holders?.delete(this);
-    if (holders?.size === 0) holdings.get(this.session)!.delete(this.key);
-    const siblings = holders ? this.siblings(holders) : [];
+    const siblings = this.siblings(sessionQueue<Ownership>(this.session).holdings.remove(this.key, this));
     // Released or revoked while a sibling still holds the key: a leadership counted here goes on there.
     if (loss === undefined && siblings[0]?.observer) this.observer?.handOver(siblings[0].observer);
     this.observer?.ended(loss);
@@ -200,7 +188,8 @@ export class Ownership {
   }
 
   /** The other live holdings of this incarnation of our key in this process. */
-  private siblings(holders: Set<Ownership>): Ownership[] {
+  private siblings(holders: ReadonlySet<Ownership> | undefined): Ownership[] {
+    if (!holders) return [];
     return [...holders].filter((o) => o !== this && o.fencingToken === this.fencingToken && !o.ended);
   }
 
@@ -302,7 +291,7 @@ export class Ownership {
  * what an RWMutex checks before a downgrade or an upgrade.
  */
 export function liveHoldings(session: Session, key: string): Ownership[] {
-  const set = holdings.get(session)?.get(key);
+  const set = sessionQueue<Ownership>(session).holdings.of(key);
   return set ? [...set].filter((o) => o.holds) : [];
 }
 

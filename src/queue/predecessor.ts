@@ -1,10 +1,15 @@
 import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type Compare, type KeyValue, type RangeRequest } from '../client/kv.js';
 import type { WatchEvent } from '../client/watch.js';
-import { isParticipantKey, ownBuffer, participantKey, prefixOf } from '../keys.js';
+import { ownBuffer, participantKey, prefixOf } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
-import { longQueue, type Ticket, type TicketSpec } from './ticket.js';
+import type { Scope } from './scope.js';
+import { queueOf } from './state.js';
+import type { Ticket, TicketSpec } from './ticket.js';
 import type { BatchCheck } from './recheck.js';
-import type { Blocker, LostErrorFactory, TurnRule } from './turn.js';
+import type { Blocker, Found, LostErrorFactory, TurnRule } from './turn.js';
+import type { WatchTarget } from './kept-watches.js';
+
+export type { Scope } from './scope.js';
 
 /**
  * The queue of a lock or election, Go's layout: one key `<name>/<lease hex>` per session, served in
@@ -24,27 +29,10 @@ export function participantTicket(session: Session, name: string, value: Buffer)
   };
 }
 
-/** Where a waiter looks for what is older than it: a key range, and which keys in it count. */
-export interface Scope {
-  prefix: Buffer;
-  /** True for a participant's key (not a nested name's, not unrelated data under the prefix). */
-  isCandidate(key: Buffer): boolean;
+/** The participants of a lock or election on `session`'s client: `<name>/<hex>` keys (one Scope per name and client). */
+export function participantScope(session: Session, name: string): Scope {
+  return queueOf(session.client).scopes.participants(name);
 }
-
-/** The participants of a lock or election: `<name>/<hex>` keys. */
-export function participantScope(name: string): Scope {
-  let scope = scopes.get(name);
-  if (!scope) {
-    if (scopes.size >= SCOPES) scopes.delete(scopes.keys().next().value!);
-    const prefix = ownBuffer(prefixOf(name));
-    scopes.set(name, (scope = { prefix, isCandidate: (key) => isParticipantKey(prefix, key) }));
-  }
-  return scope;
-}
-
-/** Scopes by name, shared by every waiter of this process on the name (bounded: oldest out first). */
-const scopes = new Map<string, Scope>();
-const SCOPES = 256;
 
 /** The participant just before us: all a waiter keeps of it while it waits. */
 interface Predecessor {
@@ -84,12 +72,18 @@ export function oldestRule(session: Session, scope: Scope, ticket: Ticket, lostE
   return new OldestRule(session, scope, ticket, lostError, options.keepWatch ?? false, options.marks ?? false);
 }
 
-/** The rule's state for one wait: a class (not closures), as a long queue holds one per waiter. */
+/**
+ * The rule's state for one wait: a class (not closures), as a long queue holds one per waiter. What a
+ * wait learns (a stray key, the marked head deleted) is kept by its blocker, and read from it here
+ * when the rule is asked again: neither writes the other's state.
+ */
 class OldestRule implements TurnRule {
   /** Incarnations found to have no lease: skipped by every later look-up of this wait (made when first needed). */
   private strayIds: Set<string> | undefined;
-  /** Our marked predecessor was deleted: nothing older than us is left (see OldestRuleOptions.marks). */
-  headGone = false;
+  /** The blocker given last, until the rule is asked again. */
+  private last: PredecessorBlocker | undefined;
+  /** The first look-up (the join) may use the client's view of a long queue (see queue-view.ts). */
+  private joining = true;
 
   constructor(
     readonly session: Session,
@@ -108,12 +102,41 @@ class OldestRule implements TurnRule {
     (this.strayIds ??= new Set()).add(strayId(kv));
   }
 
+  /**
+   * Our predecessor as this client's view of a long queue has it, once the view has seen our put:
+   * exact at that revision, with real leases, and our own key standing on our lease. Undefined when
+   * there is no view, it ended, our key is not as we queued it, or nobody is older (the read
+   * decides then, as it also tells a lost key).
+   */
+  private async fromView(signal: AbortSignal): Promise<Predecessor | undefined> {
+    const { session, scope, ticket } = this;
+    const view = queueOf(session.client).views.live(scope.prefix);
+    if (!view) return undefined;
+    const mine = ownBuffer(Buffer.from(ticket.key));
+    let ours = false;
+    const found = await view.upTo(
+      ticket.rev,
+      (e) => {
+        if (e.createRevision === ticket.rev && e.key.equals(mine)) {
+          ours = e.lease === session.leaseId;
+          return false;
+        }
+        return ours && scope.isCandidate(e.key) && e.lease !== 0n && !this.isStray(e);
+      },
+      signal,
+    );
+    if (!found || !ours) return undefined;
+    const kv = found.kv;
+    return { key: keyCopy(kv.key), createRevision: kv.createRevision, asOf: found.asOf, leased: true, marked: marked(kv) };
+  }
+
   async blocker(signal: AbortSignal): Promise<Blocker | null> {
     const { session, scope, ticket, lostError } = this;
-    if (this.headGone) {
-      this.headGone = false;
-      return ourTurnAfterHead(session, scope, ticket, lostError, signal);
-    }
+    const last = this.last;
+    this.last = undefined;
+    if (last?.strays) for (const kv of last.strays) this.addStray(kv);
+    // Our marked predecessor was deleted: nothing older than us is left (see OldestRuleOptions.marks).
+    if (last?.headGone) return ourTurnAfterHead(session, scope, ticket, lostError, signal);
     let p: Predecessor | null | undefined;
     const pre = ticket.preceding;
     if (pre) {
@@ -121,98 +144,87 @@ class OldestRule implements TurnRule {
       ticket.preceding = undefined;
       p = fromPage(pre.kvs, pre.more, ticket.rev, scope, this);
     }
+    if (p === undefined && this.joining) p = await this.fromView(signal);
+    this.joining = false;
     if (p === undefined) p = await findPredecessor(session, scope, ticket, lostError, signal, this);
     if (p === null) {
       // First by a full look-up behind a long queue: mark, so the waiter behind us skips that read.
-      if (this.marks && longQueue(session.client, scope.prefix)) markHead(session, ticket);
+      if (this.marks && queueOf(session.client).hints.long(scope.prefix)) markHead(session, ticket);
       return null;
     }
-    return new PredecessorBlocker(this, p);
+    return (this.last = new PredecessorBlocker(session, ticket, p, this.keepWatch, this.marks));
   }
 }
 
-/** Waiting for the participant just before us: its watch, its checks, and how to tell it moved. */
-class PredecessorBlocker implements Blocker, BatchCheck {
+/**
+ * Waiting for the participant just before us: its watch, its check, and how to tell it moved. It is
+ * its own watch target, its own `found` and its own check (a long queue holds one per waiter).
+ */
+class PredecessorBlocker implements Blocker, WatchTarget, Found, BatchCheck {
   readonly key: string | Buffer;
   readonly asOf: bigint;
   readonly confirmed: boolean;
-  readonly keep: boolean;
   private readonly createRevision: bigint;
   private marked: boolean;
+  /** Our marked predecessor was deleted: for the rule's next look-up. */
+  headGone = false;
+  /** Incarnations this wait's checks found to have no lease (stray data): for the rule's next look-up. */
+  strays: { key: Buffer; createRevision: bigint }[] | undefined;
 
   constructor(
-    private readonly rule: OldestRule,
+    private readonly session: Session,
+    private readonly ticket: Ticket,
     pred: Predecessor,
+    readonly keep: boolean,
+    private readonly marks: boolean,
   ) {
     this.key = pred.key;
     this.asOf = pred.asOf;
     this.confirmed = pred.leased;
-    this.keep = rule.keepWatch;
     this.createRevision = pred.createRevision;
     this.marked = pred.marked;
+  }
+
+  get watch(): WatchTarget {
+    return this;
+  }
+
+  get found(): Found {
+    return this;
   }
 
   // Changed: deleted, moved off any lease (stray now), or a new incarnation of the same key (a
   // delete we did not see). A put that keeps a lease and the CreateRevision (a proclaim) is none.
   changed(e: WatchEvent): boolean {
-    const marks = this.rule.marks;
     if (e.type === 'delete') {
-      this.rule.headGone = marks && this.marked;
+      this.headGone = this.marks && this.marked;
       return true;
     }
     if (e.kv.lease === 0n || e.kv.createRevision !== this.createRevision) return true;
     // Its owner's mark: it holds now. Not a move onto another lease (someone else's write).
-    if (marks && onOwnLease(e.kv)) this.marked = true;
+    if (this.marks && onOwnLease(e.kv)) this.marked = true;
     return false;
   }
 
-  stillBlocked(signal: AbortSignal): Promise<boolean> {
-    return stillQueued(this.rule, this.key, this.createRevision, signal);
-  }
-
-  /** stillQueued's compares as reads, for the batched safety net (in full: a keys-only read on 3.7 reports no lease). */
+  /**
+   * Our key is still ours, and our predecessor still the same incarnation on some lease, read in
+   * full: this is also where a predecessor found by a keys-only read gets its lease checked (from
+   * etcd 3.7 such a read reports every lease as 0). One found to have no lease is stray data (etcd
+   * issue 6631), which the rule's next look-up skips.
+   */
   get check(): BatchCheck {
     return this;
   }
 
   get keys(): readonly (string | Buffer)[] {
-    return [this.rule.ticket.key, this.key];
+    return [this.ticket.key, this.key];
   }
 
   blocked([mine, p]: readonly (KeyValue | undefined)[]): boolean {
-    const { ticket, session } = this.rule;
-    if (p && p.createRevision === this.createRevision && p.lease === 0n) this.rule.addStray(p);
+    const { ticket, session } = this;
+    if (p && p.createRevision === this.createRevision && p.lease === 0n) (this.strays ??= []).push({ key: ownBuffer(p.key), createRevision: p.createRevision });
     return mine?.createRevision === ticket.rev && mine.lease === session.leaseId && p?.createRevision === this.createRevision && p.lease !== 0n;
   }
-}
-
-/**
- * One read-only Txn of O(1) compares: our key is still ours, and our predecessor is still the same
- * incarnation on some lease. This is also where a predecessor found by a keys-only read gets its
- * lease checked: from etcd 3.7 such a read reports every lease as 0. False sends the caller back to a
- * full look-up (which also tells a lost key from a gone predecessor); a predecessor found to have no
- * lease is stray data (etcd issue 6631) and goes into `strays`, which that look-up skips.
- */
-async function stillQueued(rule: OldestRule, predKey: string | Buffer, predCreate: bigint, signal: AbortSignal): Promise<boolean> {
-  const { session, ticket } = rule;
-  const t = await session.client.txn(
-    {
-      compare: [
-        compare.createRevision(ticket.key, '=', ticket.rev),
-        compare.lease(ticket.key, '=', session.leaseId),
-        compare.createRevision(predKey, '=', predCreate),
-        compare.lease(predKey, '!=', 0n),
-      ],
-      success: [],
-      // Only when a compare failed: the predecessor in full (not keys-only), to see its real lease.
-      failure: [op.get(predKey)],
-    },
-    { idempotent: true, signal },
-  );
-  if (t.succeeded) return true;
-  const kv = txnRange(t, 0).kvs[0];
-  if (kv && kv.createRevision === predCreate && kv.lease === 0n) rule.addStray(kv);
-  return false;
 }
 
 /**
@@ -236,12 +248,12 @@ function fromPage(kvs: KeyValue[], more: boolean, rev: bigint, scope: Scope, str
  * Written again since its creation, and still on the lease its name carries: a lock holder's mark
  * (see OldestRuleOptions.marks). A keys-only read on etcd 3.7 reports lease 0: then not known.
  */
-function marked(kv: KeyValue): boolean {
+function marked(kv: { key: Buffer; lease: bigint; version: bigint }): boolean {
   return kv.version > 1n && onOwnLease(kv);
 }
 
 /** The key is on the lease its name carries (`<name>/<lease hex>`): not moved by anyone. */
-function onOwnLease(kv: KeyValue): boolean {
+function onOwnLease(kv: { key: Buffer; lease: bigint }): boolean {
   if (kv.lease === 0n) return false;
   const hex = kv.lease.toString(16);
   const k = kv.key;
@@ -318,7 +330,7 @@ async function findPredecessor(
  * still stands, and behind a long queue marks it in the same write for the waiter behind us.
  */
 async function ourTurnAfterHead(session: Session, scope: Scope, ticket: Ticket, lostError: LostErrorFactory, signal: AbortSignal): Promise<null> {
-  const mark = longQueue(session.client, scope.prefix);
+  const mark = queueOf(session.client).hints.long(scope.prefix);
   const t = await session.client.txn({ compare: ourKeyStands(session, ticket), success: mark ? [op.touch(ticket.key)] : [], failure: [] }, { idempotent: true, signal });
   if (!t.succeeded) return ticketLost(session, ticket, lostError, signal);
   return null;

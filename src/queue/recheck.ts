@@ -38,14 +38,21 @@ const TICK_MS = 1000;
  * a second, which slowed every hand-over. Here the due checks share read-only Txns of up to 128
  * gets, and one timer serves them all (a waiter holds no timer of its own).
  */
-class Rechecker {
+export class Rechecker {
   private readonly entries = new Set<Due>();
   private timer: NodeJS.Timeout | undefined;
   private busy = false;
 
   constructor(private readonly client: Client) {}
 
+  /**
+   * Registers a waiter's check (`e`, see {@link Due}), made every `e.intervalMs`, batched with the
+   * client's other waiters; `e.stale()` is called once when a check finds the waiter no longer
+   * blocked (it is then unregistered). {@link remove} unregisters it.
+   */
   add(e: Due): void {
+    const n = e.check.keys.length;
+    if (n > MAX_CHECK_KEYS) throw new RangeError(`a batched check reads at most ${MAX_CHECK_KEYS} keys, got ${n}`);
     e.due = performance.now() + e.intervalMs;
     this.entries.add(e);
     if (!this.timer) {
@@ -61,6 +68,13 @@ class Rechecker {
       clearInterval(this.timer);
       this.timer = undefined;
     }
+  }
+
+  /** The client closed: no more ticks. */
+  close(): void {
+    this.entries.clear();
+    clearInterval(this.timer);
+    this.timer = undefined;
   }
 
   private async tick(): Promise<void> {
@@ -123,23 +137,4 @@ class Rechecker {
       }
     }
   }
-}
-
-const rechecker = new WeakMap<Client, Rechecker>();
-
-/**
- * Registers a waiter's check (`d`, see {@link Due}), made every `d.intervalMs`, batched with the
- * client's other waiters; `d.stale()` is called once when a check finds the waiter no longer
- * blocked (it is then unregistered). {@link removeRecheck} unregisters it.
- */
-export function addRecheck(client: Client, d: Due): void {
-  const n = d.check.keys.length;
-  if (n > MAX_CHECK_KEYS) throw new RangeError(`a batched check reads at most ${MAX_CHECK_KEYS} keys, got ${n}`);
-  let r = rechecker.get(client);
-  if (!r) rechecker.set(client, (r = new Rechecker(client)));
-  r.add(d);
-}
-
-export function removeRecheck(client: Client, d: Due): void {
-  rechecker.get(client)?.remove(d);
 }

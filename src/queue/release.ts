@@ -1,7 +1,9 @@
 import { channel } from 'node:diagnostics_channel';
 import { Backoff, sleep } from '../client/backoff.js';
 import { compare, op } from '../client/kv.js';
+import { telemetryOf } from '../metrics/telemetry.js';
 import { finishBeforeClose, type Session } from '../session.js';
+import { sessionQueue } from './state.js';
 
 /**
  * Diagnostics channel (`node:diagnostics_channel`): a delete of one of our keys (a release, a
@@ -66,13 +68,6 @@ export interface GuaranteedDelete {
 }
 
 /**
- * Deletes still in flight or being retried, per session and key. An enqueue of this session waits
- * for those among the keys it would queue behind (see deletesAhead): a release whose delete failed
- * must not make its own process wait behind it.
- */
-const inFlight = new WeakMap<Session, Map<string, Promise<unknown>>>();
-
-/**
  * Deletes `key` if it is still incarnation `rev` (or, `rev` unknown, if it is on our lease), and
  * keeps trying with backoff until it lands or the session ends: a key left behind would block
  * everyone queued after it for as long as the session lives (Curator's guaranteed delete). The one
@@ -82,7 +77,8 @@ const inFlight = new WeakMap<Session, Map<string, Promise<unknown>>>();
 export function deleteUntilGone(session: Session, key: string, rev: bigint | undefined, what: ReleaseWhat): GuaranteedDelete {
   const first = deleteOnce(session, key, rev);
   const done = retryUntilGone(session, key, rev, what, first);
-  register(session, key, done);
+  // An enqueue of this session on the key, or behind it, waits for this delete (see deletes.ts).
+  sessionQueue(session).deletes.add(key, done);
   return { first, done };
 }
 
@@ -110,7 +106,7 @@ async function retryUntilGone(session: Session, key: string, rev: bigint | undef
 }
 
 async function keepTrying(session: Session, key: string, rev: bigint | undefined, what: ReleaseWhat, firstError: unknown): Promise<DeleteOutcome> {
-  const tel = session.client.telemetry;
+  const tel = telemetryOf(session.client);
   const attrs = tel.metricsOn ? tel.kindOnly(what.kind) : undefined;
   const since = performance.now();
   let resolveDone!: (o: DeleteOutcome) => void;
@@ -164,31 +160,6 @@ async function keepTrying(session: Session, key: string, rev: bigint | undefined
     }
     resolveDone(outcome);
   }
-}
-
-/** Records `done` under `key` until it settles (after any earlier delete of the key: both are waited for). */
-function register(session: Session, key: string, done: Promise<unknown>): void {
-  let m = inFlight.get(session);
-  if (!m) inFlight.set(session, (m = new Map()));
-  const map = m;
-  const prev = map.get(key);
-  const all = prev ? Promise.all([prev, done]) : done;
-  map.set(key, all);
-  void all.then(() => {
-    if (map.get(key) === all) map.delete(key);
-  });
-}
-
-/**
- * The deletes of this session in flight or being retried on `key` or on a key inside `range` (the
- * keys an enqueue counts: those it could queue behind). Empty almost always.
- */
-export function deletesAhead(session: Session, key: string, inside: (key: string) => boolean): Promise<unknown>[] {
-  const m = inFlight.get(session);
-  if (!m || m.size === 0) return [];
-  const out: Promise<unknown>[] = [];
-  for (const [k, p] of m) if (k === key || inside(k)) out.push(p);
-  return out;
 }
 
 /**

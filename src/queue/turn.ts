@@ -1,45 +1,57 @@
 import { retryWhile } from '../client/backoff.js';
 import { CompactedError, isTransient } from '../client/errors.js';
 import type { Client } from '../client/client.js';
+import { op, txnRange } from '../client/kv.js';
 import type { Watch, WatchBatch, WatchEvent, WatchOptions, WatchSink } from '../client/watch.js';
 import type { OwnershipEndReason, OwnershipLostError } from '../errors.js';
 import type { Session } from '../session.js';
-import { addRecheck, removeRecheck, type BatchCheck, type Due } from './recheck.js';
+import { drop, ignored, Kept, keptId, type WatchTarget } from './kept-watches.js';
+import { MAX_CHECK_KEYS, type BatchCheck, type Due } from './recheck.js';
+import { queueOf, type QueueState } from './state.js';
 import type { Ticket } from './ticket.js';
+
+export type { WatchTarget } from './kept-watches.js';
+export type { BatchCheck } from './recheck.js';
 
 /** Raised when our own key vanished (or changed lease) while we queued. */
 export type LostErrorFactory = (message: string, options: { reason: OwnershipEndReason; cause?: unknown }) => OwnershipLostError;
 
-/** What stands between a waiter and its turn right now: one key (or prefix) to watch, and how to tell it moved. */
+/**
+ * What stands between a waiter and its turn right now, as a primitive tells it: what to watch, which
+ * events may end the wait, and how to tell it still blocks. Everything else (confirming it once the
+ * watch is up, the batched safety net, keeping a watch for the next wait) is the engine's.
+ */
 export interface Blocker {
-  /** The key to watch, or the prefix when `prefix` is set (a string: its UTF-8 bytes). */
-  key: string | Buffer;
-  prefix?: boolean;
-  /** Deletes only: puts under a watched prefix (newcomers queueing behind) cannot end a wait. */
-  noPut?: boolean;
-  /** Puts only: a wait for a key to appear (a barrier opening) ignores deletes. */
-  noDelete?: boolean;
+  /** The key (or prefix) to watch, and which events. */
+  readonly watch: WatchTarget;
   /** An event that may have ended the wait: the rule is asked again. */
   changed(e: WatchEvent): boolean;
   /**
-   * Asked once the watch is up, and now and then while waiting: are we still blocked by the same
-   * thing? An O(1) read; false sends the waiter back to the rule (which also tells a lost key).
+   * Are we still blocked by the same thing? The keys to read (in full) and what they must say; false
+   * sends the waiter back to the rule (which also tells a lost key). Read once the watch is up, and
+   * now and then while waiting, in one read-only Txn (batched with other waiters' when it reads at
+   * most MAX_CHECK_KEYS keys).
    */
-  stillBlocked(signal: AbortSignal): Promise<boolean>;
-  /** The revision of the read that found this blocker: only later events can end the wait. */
-  asOf?: bigint;
-  /**
-   * That read proved everything `stillBlocked` checks (the key's lease included), so a watch that
-   * delivers every event after `asOf` needs no confirmation.
-   */
-  confirmed?: boolean;
+  readonly check: BatchCheck;
+  /** What the read that found this blocker proved, when one did (see {@link Found}). */
+  readonly found?: Found;
+}
+
+/** What the read that found a blocker proved: it lets the engine skip work. */
+export interface Found {
+  /** The revision of that read: only later events can end the wait. */
+  readonly asOf: bigint;
+  /** That read proved everything `check` checks: a watch that delivers every event after `asOf` needs no confirmation. */
+  readonly confirmed: boolean;
   /** Keep the watch open afterwards for the session's next wait on the same key (a FIFO queue's order repeats). */
-  keep?: boolean;
-  /**
-   * `stillBlocked` as plain reads, so that the periodic safety net of many waiters shares one
-   * request (see recheck.ts). Without it the waiter re-checks alone, on a timer of its own.
-   */
-  check?: BatchCheck;
+  readonly keep?: boolean;
+}
+
+/** Reads a blocker's check alone (not batched): one read-only Txn of gets. */
+export async function stillBlocked(client: Client, b: Blocker, signal: AbortSignal): Promise<boolean> {
+  const keys = b.check.keys;
+  const t = await client.txn({ compare: [], success: keys.map((k) => op.get(k)), failure: [] }, { idempotent: true, signal });
+  return b.check.blocked(keys.map((_, i) => txnRange(t, i).kvs[0]));
 }
 
 /**
@@ -52,85 +64,7 @@ export interface TurnRule {
   blocker(signal: AbortSignal): Promise<Blocker | null>;
 }
 
-/** A watch kept open after a wait: its batches wait here for the session's next wait on the same key. */
-class Kept implements WatchSink {
-  readonly batches: WatchBatch[] = [];
-  timer?: NodeJS.Timeout;
-  constructor(
-    readonly w: Watch,
-    /** Every event after this revision reaches the watch. */
-    readonly from: bigint,
-    /** The newest event revision a wait has taken from it: a later wait may reuse it only if its read is not older. */
-    readonly through: bigint,
-  ) {}
-
-  push(batch: WatchBatch): void {
-    this.batches.push(batch);
-  }
-
-  end(): void {} // an ended watch is never taken again (takeKept checks w.ended)
-}
-
-/** A kept watch's id: what it watches and how (built when needed, not kept by every waiter). */
-function keptId(b: Blocker): string {
-  // A Buffer key by its bytes (latin1 is lossless), a string key as itself: a key is always one or the other.
-  return `${b.prefix ? 'p' : 'k'}${b.noPut ? 'n' : ''}${b.noDelete ? 'd' : ''}${typeof b.key === 'string' ? `s/${b.key}` : `b/${b.key.toString('latin1')}`}`;
-}
-
 const PLAIN: WatchOptions = Object.freeze({});
-
-/** Where a watch we cancel ourselves hands its last word: nobody listens any more. */
-const ignored: WatchSink = { push() {}, end() {} };
-
-/** Kept watches per session, by watched key; at most a few, each for a few seconds. */
-const kept = new WeakMap<Session, Map<string, Kept>>();
-const KEEP_PER_SESSION = 4;
-const KEEP_MS = 5000;
-
-function takeKept(session: Session, id: string): Kept | undefined {
-  const m = kept.get(session);
-  const k = m?.get(id);
-  if (!k) return undefined;
-  m!.delete(id);
-  clearTimeout(k.timer);
-  return k.w.ended ? undefined : k;
-}
-
-function keepWatch(session: Session, id: string, k: Kept): void {
-  if (session.signal.aborted || k.w.ended) return dropKept(k);
-  let m = kept.get(session);
-  if (!m) {
-    const map = (m = new Map<string, Kept>());
-    kept.set(session, map);
-    session.signal.addEventListener('abort', () => {
-      for (const x of map.values()) dropKept(x);
-      map.clear();
-    }, { once: true });
-  }
-  const old = m.get(id);
-  if (old) {
-    m.delete(id);
-    dropKept(old);
-  }
-  if (m.size >= KEEP_PER_SESSION) {
-    const [oldestId, oldest] = m.entries().next().value!;
-    m.delete(oldestId);
-    dropKept(oldest);
-  }
-  const map = m;
-  k.timer = setTimeout(() => {
-    if (map.get(id) === k) map.delete(id);
-    dropKept(k);
-  }, KEEP_MS);
-  k.timer.unref();
-  map.set(id, k);
-}
-
-function dropKept(k: Kept): void {
-  clearTimeout(k.timer);
-  k.w.sink = ignored;
-  k.w.cancel();
-}
 
 /** Options of {@link waitUntil}. */
 export interface WaitUntilOptions {
@@ -179,7 +113,7 @@ export class Wait<T = void> implements WatchSink, Due {
   private gen = 0;
   private b: Blocker | undefined;
   private w: Watch | undefined;
-  /** The blocker's watch may serve the session's next wait on the same key (see keptId). */
+  /** The blocker's watch may serve the session's next wait on the same key (see kept-watches.ts). */
   private keepable = false;
   private from = 0n;
   private through = 0n;
@@ -193,6 +127,8 @@ export class Wait<T = void> implements WatchSink, Due {
   /** When the re-checker checks us next. */
   due = 0;
   private timer: NodeJS.Timeout | undefined;
+  /** The client's queue state: its kept watches and its re-checker. */
+  private readonly state: QueueState;
 
   constructor(
     private readonly client: Client,
@@ -201,6 +137,7 @@ export class Wait<T = void> implements WatchSink, Due {
     protected readonly session: Session | undefined,
     protected readonly signal: AbortSignal | undefined,
   ) {
+    this.state = queueOf(client);
     this.promise = new Promise<T>((resolve, reject) => {
       this.resolve = resolve;
       this.reject = reject;
@@ -251,15 +188,17 @@ export class Wait<T = void> implements WatchSink, Due {
   /** Watches `b` and confirms it still blocks us. True: waiting now (or over); false: ask again. */
   private async watch(b: Blocker, s: AbortSignal): Promise<boolean> {
     const session = this.session;
-    const asOf = b.asOf;
-    const keepable = session !== undefined && b.keep === true && asOf !== undefined;
+    const found = b.found;
+    const asOf = found?.asOf;
+    const keepable = session !== undefined && found?.keep === true;
     // A watch kept from this session's last wait on the same key, if it already delivers every
     // event after our read: then it needs neither a create, nor a confirmation, nor a cancel.
     // Also not when an earlier wait (a sibling of this session on the same key) took an event
     // newer than our read from it: that event would be missing from our stream.
-    let k = keepable ? takeKept(session, keptId(b)) : undefined;
+    const kept = this.state.kept;
+    let k = keepable ? kept.take(session, keptId(b.watch)) : undefined;
     if (k && !(asOf !== undefined && k.from <= asOf && k.through <= asOf)) {
-      dropKept(k);
+      drop(k);
       k = undefined;
     }
     this.b = b;
@@ -276,8 +215,9 @@ export class Wait<T = void> implements WatchSink, Due {
       w.sink = this;
     } else {
       // The plain case (one key, every event) shares one options object: a waiter holds its watch's.
-      const opts = b.prefix || b.noPut || b.noDelete ? { prefix: b.prefix ?? false, noPut: b.noPut ?? false, noDelete: b.noDelete ?? false } : PLAIN;
-      w = this.client.watchInto(b.key, opts, this);
+      const t = b.watch;
+      const opts = t.prefix || t.noPut || t.noDelete ? { prefix: t.prefix ?? false, noPut: t.noPut ?? false, noDelete: t.noDelete ?? false } : PLAIN;
+      w = this.client.watchInto(t.key, opts, this);
     }
     this.w = w;
     try {
@@ -286,8 +226,8 @@ export class Wait<T = void> implements WatchSink, Due {
       // Re-checked now (unless the read that found the blocker is covered by the watch), and then
       // now and then while waiting: a safety net should an event ever be missed (an O(1) read-only
       // Txn; a queue must never wait forever on a ghost).
-      const covered = b.confirmed === true && asOf !== undefined && this.from <= asOf;
-      if (!covered && !(await retryWhile(() => b.stillBlocked(s), isTransient, s))) {
+      const covered = found?.confirmed === true && asOf !== undefined && this.from <= asOf;
+      if (!covered && !(await retryWhile(() => stillBlocked(this.client, b, s), isTransient, s))) {
         if (this.done) return true;
         this.leaveWatch(true);
         return false;
@@ -307,8 +247,8 @@ export class Wait<T = void> implements WatchSink, Due {
     const b = this.b!;
     this.waiting = true;
     const gen = ++this.gen;
-    if (b.check) {
-      addRecheck(this.client, this);
+    if (b.check.keys.length <= MAX_CHECK_KEYS) {
+      this.state.rechecker.add(this);
       this.rechecking = true;
     } else this.armTimer(gen);
     const early = this.early;
@@ -321,9 +261,9 @@ export class Wait<T = void> implements WatchSink, Due {
     return Math.max(10_000, (this.session?.ttl ?? 0) * 1000);
   }
 
-  /** Due: the blocker's batched check (registered only while waiting on a blocker that has one). */
+  /** Due: the blocker's batched check (registered only while waiting on a blocker whose check can be batched). */
   get check(): BatchCheck {
-    return this.b!.check!;
+    return this.b!.check;
   }
 
   get intervalMs(): number {
@@ -343,7 +283,8 @@ export class Wait<T = void> implements WatchSink, Due {
     if (gen !== this.gen || !this.waiting) return;
     const ac = (this.ac = new AbortController());
     try {
-      const still = await retryWhile(() => this.b!.stillBlocked(ac.signal), isTransient, ac.signal);
+      const b = this.b!;
+      const still = await retryWhile(() => stillBlocked(this.client, b, ac.signal), isTransient, ac.signal);
       if (gen !== this.gen || !this.waiting) return;
       if (still) this.armTimer(gen);
       else this.moved();
@@ -363,7 +304,7 @@ export class Wait<T = void> implements WatchSink, Due {
       return;
     }
     const b = this.b!;
-    const asOf = b.asOf;
+    const asOf = b.found?.asOf;
     let moved = false;
     try {
       for (const e of batch.events) {
@@ -405,7 +346,7 @@ export class Wait<T = void> implements WatchSink, Due {
   private stopWaiting(reason?: unknown): void {
     this.waiting = false;
     this.gen++;
-    if (this.rechecking) removeRecheck(this.client, this);
+    if (this.rechecking) this.state.rechecker.remove(this);
     this.rechecking = false;
     clearTimeout(this.timer);
     this.timer = undefined;
@@ -425,7 +366,7 @@ export class Wait<T = void> implements WatchSink, Due {
       const k = new Kept(w, this.from, this.through);
       if (early) k.batches.push(...early);
       w.sink = k;
-      keepWatch(this.session!, keptId(b), k);
+      this.state.kept.keep(this.session!, keptId(b.watch), k);
     } else {
       w.sink = ignored;
       w.cancel();
@@ -465,12 +406,12 @@ export class Wait<T = void> implements WatchSink, Due {
 }
 
 /** For a caller that will not wait: is `ticket` blocked right now (by a blocker confirmed to be there)? */
-export async function blockedNow(ticket: Ticket, rule: TurnRule, signal?: AbortSignal): Promise<boolean> {
+export async function blockedNow(client: Client, ticket: Ticket, rule: TurnRule, signal?: AbortSignal): Promise<boolean> {
   if (ticket.first) return false;
   const s = signal ?? new AbortController().signal;
   for (;;) {
     const b = await rule.blocker(s);
     if (b === null) return false;
-    if (await b.stillBlocked(s)) return true;
+    if (await stillBlocked(client, b, s)) return true;
   }
 }
