@@ -4,7 +4,7 @@
 // under tsx every closure would also carry the `name` property esbuild's keepNames gives it.
 //
 //   node --import tsx bench/main.ts [--quick] [--members 1|3] [--contenders 8] [--etcd 3.4,3.7]
-//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions]
+//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions,locks]
 //        [--json out.json]
 //        [--markdown out.md] [--charts docs] [--require-go]
 //
@@ -24,6 +24,7 @@ import type { BenchContext } from './context.js';
 import { runElection, type ElectionImpl } from './election.js';
 import { startBenchEtcd, type BenchEtcd } from './etcd.js';
 import { runFloor } from './floor.js';
+import { runLocks } from './locks.js';
 import { goBinary } from './go.js';
 import { renderMarkdown, renderText, renderVersionsMarkdown, renderVersionsText } from './report.js';
 import { collectChecks, judgeGoals, type Results } from './results.js';
@@ -34,7 +35,7 @@ import { runSessions } from './sessions.js';
 import { runUncontended } from './uncontended.js';
 import { runTelemetry } from './telemetry.js';
 
-const PHASES = ['floor', 'uncontended', 'telemetry', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions'] as const;
+const PHASES = ['floor', 'uncontended', 'telemetry', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions', 'locks'] as const;
 type Phase = (typeof PHASES)[number];
 
 /** semaphore-scale: waiters queued on a semaphore of 4 permits (--quick: tiny sizes, sanity only). */
@@ -91,7 +92,7 @@ async function main(): Promise<number> {
   // etcd's own Go package, for the contended and election phases.
   let go: string | undefined;
   let goSkipped: string | undefined;
-  if (opts.only.has('contended') || opts.only.has('election')) {
+  if (opts.only.has('contended') || opts.only.has('election') || opts.only.has('locks')) {
     log('building interop/go (cached after the first time)');
     const g = await goBinary();
     if ('bin' in g) go = g.bin;
@@ -143,6 +144,7 @@ async function main(): Promise<number> {
         contenders: opts.contenders,
         prefix: `bench/${randomBytes(3).toString('hex')}/`,
         ...(go ? { go } : {}),
+        server: etcd,
         log,
       });
     }
@@ -205,6 +207,7 @@ async function main(): Promise<number> {
       });
     }
     if (opts.only.has('sessions')) await each('sessions', async (ctx, r) => void (r.sessions = await runSessions(ctx)));
+    if (opts.only.has('locks')) await each('locks', async (ctx, r) => void (r.locks = await runLocks(ctx)));
   } finally {
     log(`stopping etcd`);
     for (const e of etcds) await e.stop().catch((err: unknown) => log(`stopping etcd: ${(err as Error).message}`));

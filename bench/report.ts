@@ -1,4 +1,5 @@
 // Renders one run's results as plain-text tables (stdout) or Markdown (docs/performance.md).
+import { locksSection } from './locks.js';
 import type { Results } from './results.js';
 import type { ScaleResult } from './scale.js';
 import { holdLabel } from './semaphore.js';
@@ -257,6 +258,7 @@ export function sections(r: Results): Section[] {
       ],
     });
   }
+  if (r.locks) out.push(locksSection(r.locks));
   if (r.goals.length > 0) {
     out.push({
       title: 'Goals',
