@@ -4,7 +4,7 @@
 // under tsx every closure would also carry the `name` property esbuild's keepNames gives it.
 //
 //   node --import tsx bench/main.ts [--quick] [--members 1|3] [--contenders 8] [--etcd 3.4,3.7]
-//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions,locks]
+//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions,locks,sessions-scale]
 //        [--json out.json]
 //        [--markdown out.md] [--charts docs] [--require-go]
 //
@@ -32,10 +32,11 @@ import { runRWLock } from './rwlock.js';
 import { runScale, runSemaphoreScale } from './scale.js';
 import { runSemaphore } from './semaphore.js';
 import { runSessions } from './sessions.js';
+import { runSessionsScale } from './sessions-scale.js';
 import { runUncontended } from './uncontended.js';
 import { runTelemetry } from './telemetry.js';
 
-const PHASES = ['floor', 'uncontended', 'telemetry', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions', 'locks'] as const;
+const PHASES = ['floor', 'uncontended', 'telemetry', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions', 'locks', 'sessions-scale'] as const;
 type Phase = (typeof PHASES)[number];
 
 /** semaphore-scale: waiters queued on a semaphore of 4 permits (--quick: tiny sizes, sanity only). */
@@ -208,6 +209,8 @@ async function main(): Promise<number> {
     }
     if (opts.only.has('sessions')) await each('sessions', async (ctx, r) => void (r.sessions = await runSessions(ctx)));
     if (opts.only.has('locks')) await each('locks', async (ctx, r) => void (r.locks = await runLocks(ctx)));
+    // Last: it kills etcd (and starts it again).
+    if (opts.only.has('sessions-scale')) await each('sessions-scale', async (ctx, r) => void (r.sessionsScale = await runSessionsScale(ctx)));
   } finally {
     log(`stopping etcd`);
     for (const e of etcds) await e.stop().catch((err: unknown) => log(`stopping etcd: ${(err as Error).message}`));

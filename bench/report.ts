@@ -1,6 +1,7 @@
 // Renders one run's results as plain-text tables (stdout) or Markdown (docs/performance.md).
 import { locksSection } from './locks.js';
 import type { Results } from './results.js';
+import { sessionsScaleSection } from './sessions-scale.js';
 import type { ScaleResult } from './scale.js';
 import { holdLabel } from './semaphore.js';
 import { markdownTable, ms, num, table, type Summary } from './stats.js';
@@ -259,6 +260,7 @@ export function sections(r: Results): Section[] {
     });
   }
   if (r.locks) out.push(locksSection(r.locks));
+  if (r.sessionsScale) out.push(sessionsScaleSection(r.sessionsScale));
   if (r.goals.length > 0) {
     out.push({
       title: 'Goals',

@@ -7,6 +7,7 @@ import type { RWLockPhase } from './rwlock.js';
 import type { ScaleResult } from './scale.js';
 import type { SemaphorePhase } from './semaphore.js';
 import type { SessionsResult } from './sessions.js';
+import { sessionsScaleChecks, sessionsScaleGoals, type SessionsScaleResult } from './sessions-scale.js';
 import type { UncontendedResult } from './uncontended.js';
 import { ms, num } from './stats.js';
 
@@ -48,6 +49,8 @@ export interface Results {
   sessions?: SessionsResult;
   /** Independent locks at scale: many processes, many sessions, many names. */
   locks?: LocksResult;
+  /** Thousands of sessions over several processes, and an outage of etcd. */
+  sessionsScale?: SessionsScaleResult;
   goals: Goal[];
   /** Correctness checks (mutual exclusion, nothing left behind): any failure fails the run. */
   checks: Check[];
@@ -278,6 +281,7 @@ export function judgeGoals(r: Results): Goal[] {
     });
   }
   if (r.locks) goals.push(...locksGoals(r.locks));
+  if (r.sessionsScale) goals.push(...sessionsScaleGoals(r.sessionsScale));
   return goals;
 }
 
@@ -375,6 +379,7 @@ export function collectChecks(r: Results): Check[] {
     });
   }
   if (r.locks) checks.push(...locksChecks(r.locks));
+  if (r.sessionsScale) checks.push(...sessionsScaleChecks(r.sessionsScale));
   for (const e of r.errors) checks.push({ phase: e.phase, what: 'ran', ok: false, detail: e.message });
   return checks;
 }

@@ -1,0 +1,203 @@
+// Sessions at scale: P processes holding S sessions each (10 x 1,000; --quick: 2 x 50), each process
+// one Client (bench/sessions-worker.ts). Measured: the keepalive streams (each process's count and
+// etcd's own /metrics), the client CPU per renewal, etcd's CPU (from /proc, the etcd this run
+// started); then etcd is killed (every member, SIGKILL) and, once every session has learned it,
+// started again on its data: how long until every session learned that etcd is gone, and that it
+// is back. A session learns of an outage when its renewal goes unanswered (the late-renewal
+// diagnostic), and that etcd is back when its lease is renewed again.
+import type { BenchContext } from './context.js';
+import { serverStreams } from './sessions.js';
+import { pool, summarize, type Summary } from './stats.js';
+import { LineWorker, processCpuMs } from './workers.js';
+import type { SessionsLearned, SessionsWindow } from './sessions-worker.js';
+
+export interface SessionsScaleSize {
+  processes: number;
+  sessionsPerProcess: number;
+  /**
+   * Lease TTL, s. The outage lasts until the last session learns it (TTL/3 + its retry after the
+   * kill) and must end before the first deadline (2 TTL/3 - the safety margin, 5 s): 22 s against
+   * 35 s at TTL 60; at TTL 30, 12 s against 15 s.
+   */
+  ttl: number;
+  /** The steady-state window: one renewal interval and a half second, so that every session renews once. */
+  windowMs: number;
+}
+
+export const SESSIONS_SCALE_SIZE = (quick: boolean): SessionsScaleSize =>
+  quick ? { processes: 2, sessionsPerProcess: 50, ttl: 30, windowMs: 10_500 } : { processes: 10, sessionsPerProcess: 1000, ttl: 60, windowMs: 20_500 };
+
+export interface SessionsScaleResult extends SessionsScaleSize {
+  sessions: number;
+  /** Time to start the processes and create every session (128 at a time in each process), ms. */
+  createMs: number;
+  /** LeaseKeepAlive streams each process opened before the outage (1 each is the design). */
+  keepAliveStreamsPerProcess: number[];
+  /** LeaseKeepAlive streams open on etcd (its /metrics: started - handled), over all processes. */
+  serverKeepAliveStreams: number | null;
+  renewalsPerSec: number;
+  /** Client CPU per renewal, µs: all processes' CPU over the window less their idle CPU, per renewal. */
+  clientCpuUsPerRenewal: number;
+  clientCpuMsPerSec: number;
+  etcdCpuMsPerSec: number;
+  etcdCpuUsPerRenewal: number;
+  /** From the kill to each session's first unanswered renewal, ms. */
+  learnedGone: Summary;
+  /** etcd's restart (spawn to healthy), ms. */
+  restartMs: number;
+  /** From the restart's start to each session's first renewal answered again, ms. */
+  learnedBack: Summary;
+  /** Sessions that never learned (gone / back) within the time allowed. */
+  neverLearnedGone: number;
+  neverLearnedBack: number;
+  /** Sessions lost (declared expired) by the end: 0 unless the outage outlasted a deadline. */
+  lost: number;
+  /** LeaseKeepAlive streams opened by all processes, outage included (the re-opens after it). */
+  keepAliveStreamsAfter: number;
+}
+
+export async function runSessionsScale(ctx: BenchContext): Promise<SessionsScaleResult> {
+  const size = SESSIONS_SCALE_SIZE(ctx.quick);
+  if (!ctx.server) throw new Error('bench: sessions-scale needs the etcd the bench started (to kill and restart it)');
+  const server = ctx.server;
+  const workers: LineWorker[] = [];
+  const etcdCpu = async (): Promise<number> => (await Promise.all(server.pids().map(processCpuMs))).reduce((a, b) => a + b, 0);
+  try {
+    const streams0 = await serverStreams(ctx.endpoints, 'LeaseKeepAlive');
+    for (let i = 0; i < size.processes; i++) {
+      const eps = ctx.endpoints.map((_, k) => ctx.endpoints[(k + i) % ctx.endpoints.length]!).join(',');
+      workers.push(
+        LineWorker.node('sessions-worker.ts', [`--endpoints=${eps}`, `--sessions=${size.sessionsPerProcess}`, `--ttl=${size.ttl}`, `--idle=${ctx.quick ? 300 : 1000}`]),
+      );
+    }
+    const t0 = performance.now();
+    await pool(workers, 4, (w) => w.ready(180_000));
+    ctx.log(`sessions-scale: ${size.processes * size.sessionsPerProcess} sessions in ${size.processes} processes`);
+    const createdMs = performance.now() - t0;
+    const cpu0 = await etcdCpu();
+    const tw = performance.now();
+    for (const w of workers) w.send(`window ${size.windowMs}`);
+    const windows = await Promise.all(workers.map((w) => w.json<SessionsWindow>(size.windowMs + 60_000)));
+    const etcdCpuMs = (await etcdCpu()) - cpu0;
+    const wallS = (performance.now() - tw) / 1000;
+    const streams1 = await serverStreams(ctx.endpoints, 'LeaseKeepAlive');
+
+    // The outage: every session must learn it within a renewal interval plus its retry (2 s).
+    const guard = size.ttl * 1000;
+    const killRef = process.hrtime.bigint();
+    for (const w of workers) w.send(`down ${killRef} ${guard}`);
+    await server.killAll();
+    const gone = await Promise.all(workers.map((w) => w.json<SessionsLearned>(guard + 60_000)));
+    ctx.log('sessions-scale: every session learned etcd is gone; restarting it');
+    const upRef = process.hrtime.bigint();
+    const tr = performance.now();
+    await server.restartAll();
+    const restartMs = performance.now() - tr;
+    for (const w of workers) w.send(`up ${upRef} ${guard}`);
+    const back = await Promise.all(workers.map((w) => w.json<SessionsLearned>(guard + 60_000)));
+    await Promise.all(workers.map((w) => w.close(60_000)));
+
+    const renewals = windows.reduce((a, w) => a + w.renewals, 0);
+    const used = windows.reduce((a, w) => a + w.cpuMs - (w.idleCpuMsPerSec * w.wallMs) / 1000, 0);
+    const learned = (xs: SessionsLearned[]): number[] => xs.flatMap((x) => x.learnedMs.filter((v): v is number => v !== null));
+    const never = (xs: SessionsLearned[]): number => xs.reduce((a, x) => a + x.learnedMs.filter((v) => v === null).length, 0);
+    return {
+      ...size,
+      sessions: size.processes * size.sessionsPerProcess,
+      createMs: createdMs,
+      keepAliveStreamsPerProcess: windows.map((w) => w.keepAliveStreamsOpened),
+      serverKeepAliveStreams: streams0 === null || streams1 === null ? null : streams1 - streams0,
+      renewalsPerSec: renewals / wallS,
+      clientCpuUsPerRenewal: renewals > 0 ? (used * 1000) / renewals : NaN,
+      clientCpuMsPerSec: windows.reduce((a, w) => a + w.cpuMs, 0) / wallS,
+      etcdCpuMsPerSec: etcdCpuMs / wallS,
+      etcdCpuUsPerRenewal: renewals > 0 ? (etcdCpuMs * 1000) / renewals : NaN,
+      learnedGone: summarize(learned(gone)),
+      restartMs,
+      learnedBack: summarize(learned(back)),
+      neverLearnedGone: never(gone),
+      neverLearnedBack: never(back),
+      lost: back.reduce((a, x) => a + x.lost, 0),
+      keepAliveStreamsAfter: back.reduce((a, x) => a + x.keepAliveStreamsOpened, 0),
+    };
+  } finally {
+    for (const w of workers) w.kill();
+  }
+}
+
+const fixed = (v: number, d = 0): string => (Number.isFinite(v) ? v.toFixed(d) : '-');
+const n = (v: number): string => (Number.isFinite(v) ? Math.round(v).toLocaleString('en-US') : '-');
+
+export function sessionsScaleChecks(s: SessionsScaleResult): { phase: string; what: string; ok: boolean; detail: string }[] {
+  return [
+    {
+      phase: 'sessions-scale',
+      what: 'one keepalive stream per process',
+      ok: s.keepAliveStreamsPerProcess.every((k) => k === 1) && (s.serverKeepAliveStreams === null || s.serverKeepAliveStreams === s.processes),
+      detail: `${s.keepAliveStreamsPerProcess.join(', ')} opened by the processes, ${s.serverKeepAliveStreams ?? '?'} open on the server`,
+    },
+    {
+      phase: 'sessions-scale',
+      what: 'every session learned that etcd was gone, and that it was back (or was declared lost)',
+      ok: s.neverLearnedGone === 0 && s.neverLearnedBack <= s.lost,
+      detail: `${s.neverLearnedGone} never learned gone, ${s.neverLearnedBack} never learned back, ${s.lost} lost of ${s.sessions}`,
+    },
+  ];
+}
+
+export function sessionsScaleSection(s: SessionsScaleResult): { title: string; header: string[]; rows: string[][] } {
+  return {
+    title:
+      `Sessions at scale: ${n(s.sessions)} sessions over ${s.processes} processes (TTL ${s.ttl} s, renewed every ${fixed(s.ttl / 3)} s); ` +
+      'then etcd killed and, once every session knew, restarted',
+    header: [
+      'keepalive streams (per process / server)',
+      'renewals/s',
+      'client CPU µs/renewal',
+      'client CPU ms/s',
+      'etcd CPU µs/renewal',
+      'etcd CPU ms/s',
+      'learned gone p50 / max ms',
+      'restart ms',
+      'learned back p50 / max ms',
+      'lost',
+    ],
+    rows: [
+      [
+        `${Math.max(...s.keepAliveStreamsPerProcess)} / ${s.serverKeepAliveStreams ?? '?'}`,
+        n(s.renewalsPerSec),
+        n(s.clientCpuUsPerRenewal),
+        n(s.clientCpuMsPerSec),
+        n(s.etcdCpuUsPerRenewal),
+        n(s.etcdCpuMsPerSec),
+        `${n(s.learnedGone.p50)} / ${n(s.learnedGone.max)}`,
+        n(s.restartMs),
+        `${n(s.learnedBack.p50)} / ${n(s.learnedBack.max)}`,
+        String(s.lost),
+      ],
+    ],
+  };
+}
+
+/**
+ * A session can only learn of an outage from its own renewal going unanswered: within a renewal
+ * interval (TTL/3) plus the wait before it calls a renewal late (TTL/10, 0.25-2 s), and 1 s of
+ * slack for a loaded machine. Once etcd answers again, every lease is renewed on the new stream:
+ * within 2 s of the restart's end (the stream's reconnect backoff is at most 1 s).
+ */
+export function sessionsScaleGoals(s: SessionsScaleResult): { id: string; goal: string; measured: string; met: boolean }[] {
+  const goneBound = (s.ttl * 1000) / 3 + Math.max(250, Math.min(2000, s.ttl * 100)) + 1000;
+  const backBound = s.restartMs + 2000;
+  return [
+    {
+      id: 'sessions-scale-outage',
+      goal:
+        `sessions at scale (${n(s.sessions)} over ${s.processes} processes): each learns etcd is gone within a renewal interval + its retry + 1 s ` +
+        `(${n(goneBound)} ms), and that it is back within 2 s of the restart`,
+      measured:
+        `gone: p50 ${n(s.learnedGone.p50)}, max ${n(s.learnedGone.max)} ms after the kill; back: p50 ${n(s.learnedBack.p50)}, ` +
+        `max ${n(s.learnedBack.max)} ms after the restart began (restart ${n(s.restartMs)} ms); ${s.lost} lost`,
+      met: s.neverLearnedGone === 0 && s.neverLearnedBack === 0 && s.learnedGone.max <= goneBound && s.learnedBack.max <= backBound,
+    },
+  ];
+}
