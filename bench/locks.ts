@@ -218,3 +218,44 @@ export function locksSection(l: LocksResult): { title: string; header: string[];
     ]),
   };
 }
+
+/** Several runs (one per etcd version) side by side: cycles/s, requests and CPU per cycle, and ours ÷ Go. */
+export function locksVersionsSection(rs: { meta: { etcd: string }; locks?: LocksResult }[]): { title: string; header: string[]; rows: string[][] } | undefined {
+  if (!rs.every((r) => r.locks)) return undefined;
+  const ls = rs.map((r) => r.locks!);
+  const cols = (name: string): string[] => rs.map((r) => `${name} ${r.meta.etcd}`);
+  const per = (impl: LocksRow['impl'], f: (x: LocksRow) => string): string[] => ls.map((l) => (l[impl] ? f(l[impl]) : '-'));
+  const label = { floor: 'floor: Txns without locking', ours: 'ours', go: `Go concurrency ${ls.find((l) => l.go)?.go?.client ?? ''}`.trim() };
+  const impls = (['floor', 'ours', 'go'] as const).filter((i) => ls.some((l) => l[i]));
+  return {
+    title: `Independent locks, etcd versions side by side: ${num(ls[0]!.names)} names, ${ls[0]!.processes} processes x ${ls[0]!.sessionsPerProcess} sessions`,
+    header: ['implementation', ...cols('cycles/s'), ...cols('requests/cycle'), ...cols('client CPU µs/cycle'), ...cols('etcd CPU µs/cycle')],
+    rows: [
+      ...impls.map((i) => [
+        label[i],
+        ...per(i, (x) => num(x.perSec)),
+        ...per(i, (x) => fixed(x.requestsPerCycle)),
+        ...per(i, (x) => num(x.clientCpuUsPerCycle)),
+        ...per(i, (x) => num(x.etcdCpuUsPerCycle)),
+      ]),
+      [
+        "ours ÷ the floor's bound (floor Txns/s ÷ our requests per cycle)",
+        ...ls.map((l) => `${((l.ours.perSec / (l.floor.perSec / l.ours.requestsPerCycle)) * 100).toFixed(0)}%`),
+        ...ls.map(() => ''),
+        ...ls.map(() => ''),
+        ...ls.map(() => ''),
+      ],
+      ...(ls.every((l) => l.go)
+        ? [
+            [
+              'ours ÷ Go',
+              ...ls.map((l) => `${fixed(l.ours.perSec / l.go!.perSec)}x`),
+              ...ls.map(() => ''),
+              ...ls.map((l) => `${fixed(l.ours.clientCpuUsPerCycle / l.go!.clientCpuUsPerCycle)}x`),
+              ...ls.map((l) => `${fixed(l.ours.etcdCpuUsPerCycle / l.go!.etcdCpuUsPerCycle)}x`),
+            ],
+          ]
+        : []),
+    ],
+  };
+}

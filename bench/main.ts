@@ -30,6 +30,7 @@ import { renderMarkdown, renderText, renderVersionsMarkdown, renderVersionsText 
 import { collectChecks, judgeGoals, type Results } from './results.js';
 import { runRWLock } from './rwlock.js';
 import { runScale, runSemaphoreScale } from './scale.js';
+import { scaleSvg } from './scale-chart.js';
 import { runSemaphore } from './semaphore.js';
 import { runSessions } from './sessions.js';
 import { runSessionsScale } from './sessions-scale.js';
@@ -232,6 +233,8 @@ async function main(): Promise<number> {
     const e = electionSvg(runs);
     if (c) await writeFile(join(opts.charts, 'bench-contended.svg'), c);
     if (e) await writeFile(join(opts.charts, 'bench-election.svg'), e);
+    const s = scaleSvg(runs);
+    if (s) await writeFile(join(opts.charts, 'bench-scale.svg'), s);
   }
   log(`done in ${((performance.now() - started) / 1000).toFixed(1)} s; load average ${end.map((v) => v.toFixed(2)).join(' ')}`);
   const failed = runs.flatMap((r) => r.checks.filter((c) => !c.ok));

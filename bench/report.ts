@@ -1,7 +1,7 @@
 // Renders one run's results as plain-text tables (stdout) or Markdown (docs/performance.md).
-import { locksSection } from './locks.js';
+import { locksSection, locksVersionsSection } from './locks.js';
 import type { Results } from './results.js';
-import { sessionsScaleSection } from './sessions-scale.js';
+import { sessionsScaleSection, sessionsScaleVersionsSection } from './sessions-scale.js';
 import type { ScaleResult } from './scale.js';
 import { holdLabel } from './semaphore.js';
 import { markdownTable, ms, num, table, type Summary } from './stats.js';
@@ -404,6 +404,7 @@ export function versionSections(rs: Results[]): Section[] {
         ]),
     });
   }
+  for (const s of [locksVersionsSection(rs), sessionsScaleVersionsSection(rs)]) if (s) out.push(s);
   if (rs.every((r) => r.goals.length > 0)) {
     const ids = [...new Set(rs.flatMap((r) => r.goals.map((g) => g.id)))];
     out.push({

@@ -201,3 +201,25 @@ export function sessionsScaleGoals(s: SessionsScaleResult): { id: string; goal: 
     },
   ];
 }
+
+/** Several runs (one per etcd version) side by side. */
+export function sessionsScaleVersionsSection(rs: { meta: { etcd: string }; sessionsScale?: SessionsScaleResult }[]): { title: string; header: string[]; rows: string[][] } | undefined {
+  if (!rs.every((r) => r.sessionsScale)) return undefined;
+  const s0 = rs[0]!.sessionsScale!;
+  const row = (name: string, f: (s: SessionsScaleResult) => string): string[] => [name, ...rs.map((r) => f(r.sessionsScale!))];
+  return {
+    title: `Sessions at scale, etcd versions side by side: ${n(s0.sessions)} sessions over ${s0.processes} processes, TTL ${s0.ttl} s`,
+    header: ['', ...rs.map((r) => `etcd ${r.meta.etcd}`)],
+    rows: [
+      row('keepalive streams (per process / on etcd)', (s) => `${Math.max(...s.keepAliveStreamsPerProcess)} / ${s.serverKeepAliveStreams ?? '?'}`),
+      row('renewals/s', (s) => n(s.renewalsPerSec)),
+      row('client CPU µs per renewal', (s) => n(s.clientCpuUsPerRenewal)),
+      row('etcd CPU µs per renewal', (s) => n(s.etcdCpuUsPerRenewal)),
+      row('etcd CPU ms/s', (s) => n(s.etcdCpuMsPerSec)),
+      row('learned etcd gone, ms after the kill: p50 / max', (s) => `${n(s.learnedGone.p50)} / ${n(s.learnedGone.max)}`),
+      row('restart of etcd, ms', (s) => n(s.restartMs)),
+      row('learned etcd back, ms after the restart began: p50 / max', (s) => `${n(s.learnedBack.p50)} / ${n(s.learnedBack.max)}`),
+      row('sessions lost', (s) => String(s.lost)),
+    ],
+  };
+}
