@@ -18,10 +18,14 @@ export interface LocksSize {
   names: number;
   roundMs: number;
   rounds: number;
+  /** An unmeasured round of each (Txns, then locks) first: the processes' JIT is cold, Go's is not. */
+  warmupMs: number;
 }
 
 export const LOCKS_SIZE = (quick: boolean): LocksSize =>
-  quick ? { processes: 2, sessionsPerProcess: 5, names: 20, roundMs: 1000, rounds: 1 } : { processes: 20, sessionsPerProcess: 50, names: 1000, roundMs: 5000, rounds: 2 };
+  quick
+    ? { processes: 2, sessionsPerProcess: 5, names: 20, roundMs: 1000, rounds: 1, warmupMs: 0 }
+    : { processes: 20, sessionsPerProcess: 50, names: 1000, roundMs: 5000, rounds: 2, warmupMs: 3000 };
 
 /** One implementation over all its rounds. */
 export interface LocksRow {
@@ -74,6 +78,10 @@ export async function runLocks(ctx: BenchContext): Promise<LocksResult> {
     ctx.log(`locks: starting ${size.processes} processes of ${size.sessionsPerProcess} sessions`);
     for (let i = 0; i < size.processes; i++) ours.push(LineWorker.node('locks-worker.ts', [...args, `--endpoints=${rotate(ctx.endpoints, i)}`]));
     await pool(ours, 4, (w) => w.ready(120_000));
+    if (size.warmupMs > 0) {
+      await round(ours, `txn ${base}warmup/ ${size.warmupMs}`);
+      await round(ours, `lock ${base}warmup/ ${size.warmupMs}`);
+    }
     for (let r = 0; r < size.rounds; r++) {
       rounds.floor.push(await round(ours, `txn ${base}floor/${r}/ ${size.roundMs}`));
       rounds.ours.push(await round(ours, `lock ${base}ours/${r}/ ${size.roundMs}`));
@@ -202,7 +210,8 @@ export function locksSection(l: LocksResult): { title: string; header: string[];
   return {
     title:
       `Independent locks: ${num(l.names)} names, ${l.processes} processes x ${l.sessionsPerProcess} sessions, ` +
-      `lock -> one turn -> unlock on random names (${l.rounds} rounds of ${l.roundMs / 1000} s, taking turns)`,
+      `lock -> one turn -> unlock on random names (${l.rounds} round${l.rounds > 1 ? 's' : ''} of ${l.roundMs / 1000} s, taking turns` +
+      `${l.warmupMs > 0 ? `, after ${l.warmupMs / 1000} s of each to warm up` : ''})`,
     header: ['implementation', 'cycles/s (floor: Txns/s)', 'requests/cycle', 'watches/cycle', 'client CPU µs/cycle', 'etcd CPU µs/cycle', 'etcd CPU ms/s', 'wait p50 ms', 'wait p99 ms', 'violations'],
     rows: [l.floor, l.ours, ...(l.go ? [l.go] : [])].map((x) => [
       label[x.impl],

@@ -94,7 +94,7 @@ async function main(): Promise<number> {
   // etcd's own Go package, for the contended and election phases.
   let go: string | undefined;
   let goSkipped: string | undefined;
-  if (opts.only.has('contended') || opts.only.has('election') || opts.only.has('locks')) {
+  if (['contended', 'election', 'locks', 'sessions-scale'].some((p) => opts.only.has(p as Phase))) {
     log('building interop/go (cached after the first time)');
     const g = await goBinary();
     if ('bin' in g) go = g.bin;
