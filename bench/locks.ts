@@ -76,8 +76,16 @@ export async function runLocks(ctx: BenchContext): Promise<LocksResult> {
   };
   try {
     ctx.log(`locks: starting ${size.processes} processes of ${size.sessionsPerProcess} sessions`);
-    for (let i = 0; i < size.processes; i++) ours.push(LineWorker.node('locks-worker.ts', [...args, `--endpoints=${rotate(ctx.endpoints, i)}`]));
-    await pool(ours, 4, (w) => w.ready(120_000));
+    // Started 4 at a time: twenty start-ups at once starve each other on a small machine.
+    await pool(
+      Array.from({ length: size.processes }, (_, i) => i),
+      4,
+      async (i) => {
+        const w = LineWorker.node('locks-worker.ts', [...args, `--endpoints=${rotate(ctx.endpoints, i)}`]);
+        ours.push(w);
+        await w.ready(120_000);
+      },
+    );
     if (size.warmupMs > 0) {
       await round(ours, `txn ${base}warmup/ ${size.warmupMs}`);
       await round(ours, `lock ${base}warmup/ ${size.warmupMs}`);

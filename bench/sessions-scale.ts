@@ -68,12 +68,21 @@ export interface SessionsSteady {
   lostInWindow: number;
 }
 
-async function steady(ctx: BenchContext, size: SessionsScaleSize, impl: 'ours' | 'go', workers: LineWorker[]): Promise<SessionsSteady> {
+async function steady(ctx: BenchContext, size: SessionsScaleSize, impl: 'ours' | 'go', start: (i: number) => LineWorker, workers: LineWorker[]): Promise<SessionsSteady> {
   const server = ctx.server!;
   const etcdCpu = async (): Promise<number> => (await Promise.all(server.pids().map(processCpuMs))).reduce((a, b) => a + b, 0);
   const streams0 = await serverStreams(ctx.endpoints, 'LeaseKeepAlive');
   const t0 = performance.now();
-  await pool(workers, 4, (w) => w.ready(180_000));
+  // Started 4 at a time: ten start-ups at once starve each other on a small machine.
+  await pool(
+    Array.from({ length: size.processes }, (_, i) => i),
+    4,
+    async (i) => {
+      const w = start(i);
+      workers.push(w);
+      await w.ready(180_000);
+    },
+  );
   const createMs = performance.now() - t0;
   ctx.log(`sessions-scale: ${impl}: ${size.processes * size.sessionsPerProcess} sessions in ${size.processes} processes`);
   const cpu0 = await etcdCpu();
@@ -110,21 +119,21 @@ export async function runSessionsScale(ctx: BenchContext): Promise<SessionsScale
   // Go's package first, alone (its sessions closed before ours exist, so that etcd's CPU is its own).
   let go: SessionsSteady | undefined;
   if (ctx.go) {
-    const workers = Array.from({ length: size.processes }, (_, i) =>
-      LineWorker.go(ctx.go!, [`--endpoints=${eps(i)}`, `--ttl=${size.ttl}`, 'bench-sessions', `--sessions=${size.sessionsPerProcess}`, `--idle=${idle}ms`]),
-    );
+    const workers: LineWorker[] = [];
+    const start = (i: number): LineWorker =>
+      LineWorker.go(ctx.go!, [`--endpoints=${eps(i)}`, `--ttl=${size.ttl}`, 'bench-sessions', `--sessions=${size.sessionsPerProcess}`, `--idle=${idle}ms`]);
     try {
-      go = await steady(ctx, size, 'go', workers);
+      go = await steady(ctx, size, 'go', start, workers);
       await Promise.all(workers.map((w) => w.close(60_000)));
     } finally {
       for (const w of workers) w.kill();
     }
   }
-  const workers = Array.from({ length: size.processes }, (_, i) =>
-    LineWorker.node('sessions-worker.ts', [`--endpoints=${eps(i)}`, `--sessions=${size.sessionsPerProcess}`, `--ttl=${size.ttl}`, `--idle=${idle}`]),
-  );
+  const workers: LineWorker[] = [];
+  const start = (i: number): LineWorker =>
+    LineWorker.node('sessions-worker.ts', [`--endpoints=${eps(i)}`, `--sessions=${size.sessionsPerProcess}`, `--ttl=${size.ttl}`, `--idle=${idle}`]);
   try {
-    const ours = await steady(ctx, size, 'ours', workers);
+    const ours = await steady(ctx, size, 'ours', start, workers);
     // The outage: every session must learn it within a renewal interval plus its retry (2 s).
     const guard = size.ttl * 1000;
     const killRef = process.hrtime.bigint();
