@@ -91,7 +91,7 @@ async function main(): Promise<number> {
   };
   const load = loadavg();
   log(`load average ${load.map((v) => v.toFixed(2)).join(' ')}`);
-  // etcd's own Go package, for the contended and election phases.
+  // etcd's own Go package, for the contended, election, locks and sessions-scale phases.
   let go: string | undefined;
   let goSkipped: string | undefined;
   if (['contended', 'election', 'locks', 'sessions-scale'].some((p) => opts.only.has(p as Phase))) {
