@@ -5,12 +5,19 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Etcd3, EtcdLockFailedError } from 'etcd3';
 import { Client, Mutex, Session } from '../dist/index.js';
 import { endpointsFor, etcd3Hosts, type BenchContext } from './context.js';
-import { mergeSummaries, runGoBench, type GoContendedRound } from './go.js';
+import { mergeSummaries, runGoBench } from './go.js';
 import { GoStyleQueue } from './reference.js';
 import { RpcCounter, sleep, summarize, within, type Summary } from './stats.js';
 
 /** `go` is etcd's own Go package (interop/go), `reference` our re-implementation of its algorithm. */
 export type LockImpl = 'ours' | 'go' | 'reference' | 'etcd3';
+
+/**
+ * What `go-interop bench-contended` prints (one round): a ContendedResult of its own, with the
+ * client's module version always set and none of the fields that only other implementations or
+ * merged rounds have.
+ */
+export type GoContendedRound = Omit<ContendedResult, 'impl' | 'client' | 'failedAttempts' | 'waitMerged'> & { impl: 'go'; client: string };
 
 export interface ContendedResult {
   impl: LockImpl;

@@ -1,4 +1,5 @@
 // What every phase is given by bench/main.ts.
+import type { BenchEtcd } from './etcd.js';
 
 export interface BenchContext {
   /** Every member's endpoint. */
@@ -14,6 +15,8 @@ export interface BenchContext {
   prefix: string;
   /** The built interop/go binary (etcd's own Go concurrency package), when Go is available. */
   go?: string;
+  /** The etcd this run started: its processes' ids (for their CPU time), kill and restart. */
+  server?: BenchEtcd;
   log(message: string): void;
 }
 

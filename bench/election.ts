@@ -6,13 +6,19 @@ import { Etcd3 } from 'etcd3';
 import { Client, Election, Session } from '../dist/index.js';
 import { endpointsFor, etcd3Hosts, type BenchContext } from './context.js';
 import { watchNotification } from './floor.js';
-import { runGoBench, type GoElectionRun } from './go.js';
+import { runGoBench } from './go.js';
 import { GoStyleQueue } from './reference.js';
 import { RpcCounter, sleep, summarize, within, type Summary } from './stats.js';
 
 /** `go` is etcd's own Go package (interop/go), `reference` our re-implementation of its algorithm. */
 export type ElectionImpl = 'ours' | 'go' | 'reference' | 'etcd3';
 export type Queued = 'long-before' | '5ms-before';
+
+/** What `go-interop bench-election` prints. */
+export interface GoElectionRun {
+  client: string;
+  results: (Pick<ElectionResult, 'queued' | 'handover' | 'violations' | 'keysLeft'> & { impl: 'go' })[];
+}
 
 export interface ElectionResult {
   impl: ElectionImpl;

@@ -7,6 +7,10 @@ export interface BenchEtcd {
   version: string;
   /** etcd's member process ids, to read their CPU time. */
   pids(): number[];
+  /** SIGKILLs every member (the sessions-scale phase's outage). */
+  killAll(): Promise<void>;
+  /** Starts every member again on its data and ports; resolves once healthy. */
+  restartAll(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -20,6 +24,8 @@ export async function startBenchEtcd(members: 1 | 3, version?: string): Promise<
     endpoints: cluster.endpoints,
     version: cluster.version,
     pids: () => cluster.members.map((m) => m.pid).filter((p): p is number => p !== undefined),
+    killAll: async () => void (await Promise.all(cluster.members.map((_, i) => cluster.kill(i)))),
+    restartAll: async () => void (await Promise.all(cluster.members.map((_, i) => cluster.restart(i)))),
     stop: () => cluster.stop(),
   };
 }

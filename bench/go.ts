@@ -1,14 +1,12 @@
 // The real Go package in the bench: runs interop/go's bench modes (etcd's own
 // go.etcd.io/etcd/client/v3/concurrency, built by interop/go-build.ts) against the bench's etcd and
 // reads the one JSON object each prints. Each call is a fresh process with its own clients and
-// sessions; the timing is done inside the Go program, so process start-up is not measured.
+// sessions; the timing is done inside the Go program, so process start-up is not measured. Each
+// phase declares the shape its Go mode prints: this module knows no phase.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { buildGoInterop } from '../interop/go-build.js';
-import type { ContendedResult } from './contended.js';
 import type { BenchContext } from './context.js';
-import type { ElectionResult } from './election.js';
-import type { CycleResult } from './uncontended.js';
 import type { Summary } from './stats.js';
 
 /** The binary, or why there is none (no Go >= 1.26, or the build failed). */
@@ -41,27 +39,6 @@ export async function runGoBench<T>(ctx: BenchContext, args: string[], timeoutMs
   } catch {
     throw new Error(`go-interop ${args[0]}: no JSON on stdout: ${stdout.trim()}; stderr: ${stderr.trim()}`);
   }
-}
-
-/**
- * What `go-interop bench-contended` prints (one round): a ContendedResult of its own, with the
- * client's module version always set and none of the fields that only other implementations or
- * merged rounds have.
- */
-export type GoContendedRound = Omit<ContendedResult, 'impl' | 'client' | 'failedAttempts' | 'waitMerged'> & { impl: 'go'; client: string };
-
-/**
- * What `go-interop bench-uncontended` prints (one round): Mutex.Lock + Unlock cycles on one session
- * and, interleaved with them in blocks, sequential Puts (`put`), each with its unary RPCs per cycle
- * (counted by a gRPC interceptor) and the Go process's CPU time per cycle; `keysLeft` is counted
- * under the lock's name after the session is closed and the Put's key deleted.
- */
-export type GoUncontendedRound = Required<CycleResult> & { impl: 'go'; client: string; keysLeft: number; put?: Required<CycleResult> };
-
-/** What `go-interop bench-election` prints. */
-export interface GoElectionRun {
-  client: string;
-  results: (Pick<ElectionResult, 'queued' | 'handover' | 'violations' | 'keysLeft'> & { impl: 'go' })[];
 }
 
 /**

@@ -4,7 +4,7 @@
 // under tsx every closure would also carry the `name` property esbuild's keepNames gives it.
 //
 //   node --import tsx bench/main.ts [--quick] [--members 1|3] [--contenders 8] [--etcd 3.4,3.7]
-//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions]
+//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions,locks,sessions-scale]
 //        [--json out.json]
 //        [--markdown out.md] [--charts docs] [--require-go]
 //
@@ -24,17 +24,20 @@ import type { BenchContext } from './context.js';
 import { runElection, type ElectionImpl } from './election.js';
 import { startBenchEtcd, type BenchEtcd } from './etcd.js';
 import { runFloor } from './floor.js';
+import { runLocks } from './locks.js';
 import { goBinary } from './go.js';
 import { renderMarkdown, renderText, renderVersionsMarkdown, renderVersionsText } from './report.js';
 import { collectChecks, judgeGoals, type Results } from './results.js';
 import { runRWLock } from './rwlock.js';
 import { runScale, runSemaphoreScale } from './scale.js';
+import { scaleSvg } from './scale-chart.js';
 import { runSemaphore } from './semaphore.js';
 import { runSessions } from './sessions.js';
+import { runSessionsScale } from './sessions-scale.js';
 import { runUncontended } from './uncontended.js';
 import { runTelemetry } from './telemetry.js';
 
-const PHASES = ['floor', 'uncontended', 'telemetry', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions'] as const;
+const PHASES = ['floor', 'uncontended', 'telemetry', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions', 'locks', 'sessions-scale'] as const;
 type Phase = (typeof PHASES)[number];
 
 /** semaphore-scale: waiters queued on a semaphore of 4 permits (--quick: tiny sizes, sanity only). */
@@ -88,10 +91,10 @@ async function main(): Promise<number> {
   };
   const load = loadavg();
   log(`load average ${load.map((v) => v.toFixed(2)).join(' ')}`);
-  // etcd's own Go package, for the contended and election phases.
+  // etcd's own Go package, for the contended, election, locks and sessions-scale phases.
   let go: string | undefined;
   let goSkipped: string | undefined;
-  if (opts.only.has('contended') || opts.only.has('election')) {
+  if (['contended', 'election', 'locks', 'sessions-scale'].some((p) => opts.only.has(p as Phase))) {
     log('building interop/go (cached after the first time)');
     const g = await goBinary();
     if ('bin' in g) go = g.bin;
@@ -143,6 +146,7 @@ async function main(): Promise<number> {
         contenders: opts.contenders,
         prefix: `bench/${randomBytes(3).toString('hex')}/`,
         ...(go ? { go } : {}),
+        server: etcd,
         log,
       });
     }
@@ -205,6 +209,9 @@ async function main(): Promise<number> {
       });
     }
     if (opts.only.has('sessions')) await each('sessions', async (ctx, r) => void (r.sessions = await runSessions(ctx)));
+    if (opts.only.has('locks')) await each('locks', async (ctx, r) => void (r.locks = await runLocks(ctx)));
+    // Last: it kills etcd (and starts it again).
+    if (opts.only.has('sessions-scale')) await each('sessions-scale', async (ctx, r) => void (r.sessionsScale = await runSessionsScale(ctx)));
   } finally {
     log(`stopping etcd`);
     for (const e of etcds) await e.stop().catch((err: unknown) => log(`stopping etcd: ${(err as Error).message}`));
@@ -226,6 +233,8 @@ async function main(): Promise<number> {
     const e = electionSvg(runs);
     if (c) await writeFile(join(opts.charts, 'bench-contended.svg'), c);
     if (e) await writeFile(join(opts.charts, 'bench-election.svg'), e);
+    const s = scaleSvg(runs);
+    if (s) await writeFile(join(opts.charts, 'bench-scale.svg'), s);
   }
   log(`done in ${((performance.now() - started) / 1000).toFixed(1)} s; load average ${end.map((v) => v.toFixed(2)).join(' ')}`);
   const failed = runs.flatMap((r) => r.checks.filter((c) => !c.ok));

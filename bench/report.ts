@@ -1,5 +1,7 @@
 // Renders one run's results as plain-text tables (stdout) or Markdown (docs/performance.md).
+import { locksSection, locksVersionsSection } from './locks.js';
 import type { Results } from './results.js';
+import { sessionsScaleSection, sessionsScaleVersionsSection } from './sessions-scale.js';
 import type { ScaleResult } from './scale.js';
 import { holdLabel } from './semaphore.js';
 import { markdownTable, ms, num, table, type Summary } from './stats.js';
@@ -257,6 +259,8 @@ export function sections(r: Results): Section[] {
       ],
     });
   }
+  if (r.locks) out.push(locksSection(r.locks));
+  if (r.sessionsScale) out.push(sessionsScaleSection(r.sessionsScale));
   if (r.goals.length > 0) {
     out.push({
       title: 'Goals',
@@ -400,6 +404,7 @@ export function versionSections(rs: Results[]): Section[] {
         ]),
     });
   }
+  for (const s of [locksVersionsSection(rs), sessionsScaleVersionsSection(rs)]) if (s) out.push(s);
   if (rs.every((r) => r.goals.length > 0)) {
     const ids = [...new Set(rs.flatMap((r) => r.goals.map((g) => g.id)))];
     out.push({

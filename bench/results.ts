@@ -2,10 +2,12 @@
 import type { ContendedResult } from './contended.js';
 import type { ElectionPhase, ElectionResult } from './election.js';
 import type { FloorResult } from './floor.js';
+import { locksChecks, locksGoals, type LocksResult } from './locks.js';
 import type { RWLockPhase } from './rwlock.js';
 import type { ScaleResult } from './scale.js';
 import type { SemaphorePhase } from './semaphore.js';
 import type { SessionsResult } from './sessions.js';
+import { sessionsScaleChecks, sessionsScaleGoals, type SessionsScaleResult } from './sessions-scale.js';
 import type { UncontendedResult } from './uncontended.js';
 import { ms, num } from './stats.js';
 
@@ -45,6 +47,10 @@ export interface Results {
   /** The scale machinery on a semaphore of 4 permits. */
   semaphoreScale?: ScaleResult[];
   sessions?: SessionsResult;
+  /** Independent locks at scale: many processes, many sessions, many names. */
+  locks?: LocksResult;
+  /** Thousands of sessions over several processes, and an outage of etcd. */
+  sessionsScale?: SessionsScaleResult;
   goals: Goal[];
   /** Correctness checks (mutual exclusion, nothing left behind): any failure fails the run. */
   checks: Check[];
@@ -274,6 +280,8 @@ export function judgeGoals(r: Results): Goal[] {
       met: rwOurs.acquisitionsPerSec >= 2 * rwMutex.acquisitionsPerSec,
     });
   }
+  if (r.locks) goals.push(...locksGoals(r.locks));
+  if (r.sessionsScale) goals.push(...sessionsScaleGoals(r.sessionsScale));
   return goals;
 }
 
@@ -370,6 +378,8 @@ export function collectChecks(r: Results): Check[] {
       detail: `${s.keepAliveStreamsOpened} opened by the client, ${s.serverKeepAliveStreams ?? '?'} open on the server`,
     });
   }
+  if (r.locks) checks.push(...locksChecks(r.locks));
+  if (r.sessionsScale) checks.push(...sessionsScaleChecks(r.sessionsScale));
   for (const e of r.errors) checks.push({ phase: e.phase, what: 'ran', ok: false, detail: e.message });
   return checks;
 }

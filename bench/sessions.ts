@@ -86,7 +86,7 @@ function cpuMs(u: NodeJS.CpuUsage): number {
 }
 
 /** Open gRPC streams of `method` on every member, from etcd's Prometheus metrics (started - handled). */
-async function serverStreams(endpoints: string[], method: string): Promise<number | null> {
+export async function serverStreams(endpoints: string[], method: string): Promise<number | null> {
   try {
     let open = 0;
     for (const e of endpoints) {

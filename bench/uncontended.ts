@@ -7,8 +7,16 @@
 import { Etcd3 } from 'etcd3';
 import { Client, Mutex, Session } from '../dist/index.js';
 import { etcd3Hosts, type BenchContext } from './context.js';
-import { goBinary, mergeSummaries, runGoBench, type GoUncontendedRound } from './go.js';
+import { goBinary, mergeSummaries, runGoBench } from './go.js';
 import { RpcCounter, summarize, type Summary } from './stats.js';
+
+/**
+ * What `go-interop bench-uncontended` prints (one round): Mutex.Lock + Unlock cycles on one session
+ * and, interleaved with them in blocks, sequential Puts (`put`), each with its unary RPCs per cycle
+ * (counted by a gRPC interceptor) and the Go process's CPU time per cycle; `keysLeft` is counted
+ * under the lock's name after the session is closed and the Put's key deleted.
+ */
+export type GoUncontendedRound = Required<CycleResult> & { impl: 'go'; client: string; keysLeft: number; put?: Required<CycleResult> };
 
 export interface CycleResult {
   cycles: number;

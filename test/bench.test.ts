@@ -63,16 +63,36 @@ interface BenchJson {
   };
   semaphoreScale?: { waiters: number; permits: number; violations: number; keysLeft: number; incomplete?: unknown; rpcsPerRelease: number }[];
   sessions?: { sessions: number; lost: number; keepAliveStreamsOpened: number; hubLeases: number };
+  locks?: {
+    processes: number;
+    sessionsPerProcess: number;
+    names: number;
+    keysLeft: number;
+    floor: { cycles: number; requestsPerCycle: number };
+    ours: { cycles: number; violations: number; requestsPerCycle: number };
+    go?: { cycles: number; violations: number; client?: string };
+  };
+  sessionsScale?: {
+    sessions: number;
+    processes: number;
+    keepAliveStreamsPerProcess: number[];
+    renewalsPerSec: number;
+    neverLearnedGone: number;
+    neverLearnedBack: number;
+    learnedGone: { n: number };
+    learnedBack: { n: number };
+    lost: number;
+  };
   goals: { id: string; met: boolean }[];
   checks: { phase: string; what: string; ok: boolean; detail: string }[];
   errors: unknown[];
 }
 
-test('npm run bench -- --quick: every phase runs with mutual exclusion held and exits 0 on its own', { timeout: 240_000 }, async () => {
+test('npm run bench -- --quick: every phase runs with mutual exclusion held and exits 0 on its own', { timeout: 330_000 }, async () => {
   const dir = await mkdtemp(join(tmpdir(), 'bench-test-'));
   const out = join(dir, 'bench.json');
   try {
-    const output = await bench(['--quick', '--require-go', '--json', out], 230_000);
+    const output = await bench(['--quick', '--require-go', '--json', out], 320_000);
 
     const r = JSON.parse(await readFile(out, 'utf8')) as BenchJson;
     assert.equal(r.meta.quick, true);
@@ -156,7 +176,31 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
     assert.equal(r.sessions.lost, 0);
     assert.equal(r.sessions.keepAliveStreamsOpened, 1);
     assert.equal(r.sessions.hubLeases, r.sessions.sessions);
+    // locks: 2 processes x 5 sessions on 20 names, ours and Go's package (as many processes), each
+    // name held by one session at a time across the processes, nothing left behind
+    assert.ok(r.locks, 'locks measured');
+    assert.deepEqual([r.locks.processes, r.locks.sessionsPerProcess, r.locks.names], [2, 5, 20]);
+    assert.ok(r.locks.floor.cycles > 0 && r.locks.floor.requestsPerCycle === 1, 'the floor: one request per Txn');
+    assert.ok(r.locks.ours.cycles > 0 && r.locks.ours.requestsPerCycle >= 2, `ours cycled, lock + unlock at least (${r.locks.ours.requestsPerCycle})`);
+    assert.equal(r.locks.ours.violations, 0, 'ours: one holder per name');
+    assert.ok(r.locks.go && r.locks.go.cycles > 0, "Go's package cycled");
+    assert.match(r.locks.go.client ?? '', /^v3\./);
+    assert.equal(r.locks.go.violations, 0, 'Go: one holder per name');
+    assert.equal(r.locks.keysLeft, 0, 'locks: no key left');
+    // sessions-scale: 2 x 50 sessions, one keepalive stream each; after etcd's kill and restart
+    // every session learned both (none lost: the outage is shorter than any deadline)
+    const ss = r.sessionsScale;
+    assert.ok(ss, 'sessions-scale measured');
+    assert.equal(ss.sessions, 100);
+    assert.deepEqual(ss.keepAliveStreamsPerProcess, [1, 1]);
+    assert.ok(ss.renewalsPerSec > 0, 'renewals seen in the window');
+    assert.equal(ss.neverLearnedGone, 0, 'every session learned etcd was gone');
+    assert.equal(ss.neverLearnedBack, 0, 'every session learned etcd was back');
+    assert.equal(ss.learnedGone.n, 100);
+    assert.equal(ss.learnedBack.n, 100);
+    assert.equal(ss.lost, 0);
     // every goal is judged (MET or MISSED), none silently skipped
+    assert.ok(r.goals.some((g) => g.id === 'locks-vs-floor') && r.goals.some((g) => g.id === 'sessions-scale-outage'), 'the new goals judged');
     assert.ok(r.goals.length >= 15, `goals judged: ${r.goals.map((g) => g.id).join(', ')}`);
   } finally {
     await rm(dir, { recursive: true, force: true });

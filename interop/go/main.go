@@ -7,6 +7,8 @@
 //	go-interop [--endpoints=...] [--ttl=60] bench-contended [--name=N] [--duration=5s] [--contenders=8]
 //	go-interop [--endpoints=...] [--ttl=60] bench-election [--name=N] [--rounds=20] [--queued=long-before|5ms-before]
 //	go-interop [--endpoints=...] [--ttl=60] bench-uncontended [--name=N] [--duration=2s] [--block=25] [--put=true]
+//	go-interop [--endpoints=...] [--ttl=60] bench-locks [--prefix=P] [--names=1000] [--sessions=50] [--duration=5s]
+//	go-interop [--endpoints=...] [--ttl=60] bench-sessions [--sessions=1000] [--idle=1s]
 //
 // serve (the default) reads one JSON command per line on stdin and writes one JSON event per line
 // on stdout. Every command names an actor ("id"); each actor has its own concurrency.Session (one
@@ -185,13 +187,17 @@ func main() {
 		os.Exit(benchElection(cli, strings.Split(*endpoints, ","), *ttl, args))
 	case "bench-uncontended":
 		os.Exit(benchUncontended(strings.Split(*endpoints, ","), *ttl, args))
+	case "bench-locks":
+		os.Exit(benchLocks(strings.Split(*endpoints, ","), *ttl, args))
+	case "bench-sessions":
+		os.Exit(benchSessions(strings.Split(*endpoints, ","), *ttl, args))
 	default:
 		usage("unknown mode " + strconv.Quote(mode))
 	}
 }
 
 func usage(msg string) {
-	fmt.Fprintf(os.Stderr, "go-interop: %s\nusage: go-interop [--endpoints=A,B] [--ttl=S] [serve | bench-contended | bench-election | bench-uncontended] [flags]\n", msg)
+	fmt.Fprintf(os.Stderr, "go-interop: %s\nusage: go-interop [--endpoints=A,B] [--ttl=S] [serve | bench-contended | bench-election | bench-uncontended | bench-locks | bench-sessions] [flags]\n", msg)
 	os.Exit(2)
 }
 
