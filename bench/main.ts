@@ -4,7 +4,8 @@
 // under tsx every closure would also carry the `name` property esbuild's keepNames gives it.
 //
 //   node --import tsx bench/main.ts [--quick] [--members 1|3] [--contenders 8] [--etcd 3.4,3.7]
-//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions]
+//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions,rtt]
+//        [--rtt 10,1]
 //        [--json out.json]
 //        [--markdown out.md] [--charts docs] [--require-go]
 //
@@ -32,9 +33,10 @@ import { runScale, runSemaphoreScale } from './scale.js';
 import { runSemaphore } from './semaphore.js';
 import { runSessions } from './sessions.js';
 import { runUncontended } from './uncontended.js';
+import { renderRtt, runRtt } from './rtt.js';
 import { runTelemetry } from './telemetry.js';
 
-const PHASES = ['floor', 'uncontended', 'telemetry', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions'] as const;
+const PHASES = ['floor', 'uncontended', 'telemetry', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions', 'rtt'] as const;
 type Phase = (typeof PHASES)[number];
 
 /** semaphore-scale: waiters queued on a semaphore of 4 permits (--quick: tiny sizes, sanity only). */
@@ -43,7 +45,7 @@ const SEMAPHORE_SCALE = { permits: 4, waiters: (quick: boolean): number[] => (qu
 function usage(message: string): never {
   process.stderr.write(
     `bench: ${message}\nusage: bench/main.ts [--quick] [--members 1|3] [--contenders N] [--etcd VERSION[,VERSION]] ` +
-      `[--only ${PHASES.join(',')}] [--json FILE] [--markdown FILE] [--charts DIR] [--require-go]\n`,
+      `[--only ${PHASES.join(',')}] [--rtt MS[,MS]] [--json FILE] [--markdown FILE] [--charts DIR] [--require-go]\n`,
   );
   process.exit(2);
 }
@@ -57,6 +59,8 @@ function options() {
         members: { type: 'string', default: '1' },
         contenders: { type: 'string', default: '8' },
         etcd: { type: 'string' },
+        // rtt phase: the round-trip times to run it at (default 10,1; --quick: 10).
+        rtt: { type: 'string' },
         only: { type: 'string' },
         json: { type: 'string' },
         markdown: { type: 'string' },
@@ -77,7 +81,9 @@ function options() {
   for (const p of only) if (!(PHASES as readonly string[]).includes(p)) usage(`unknown phase "${p}"`);
   const versions = parsed.etcd ? parsed.etcd.split(',').map((v) => v.trim()) : [undefined];
   for (const v of versions) if (v !== undefined && !/^\d+\.\d+(\.\d+)?$/.test(v)) usage(`--etcd wants versions like 3.4 or 3.7.3, got "${v}"`);
-  return { ...parsed, members: members as 1 | 3, contenders, only: new Set(only as Phase[]), versions, requireGo: parsed['require-go'] };
+  const rtts = (parsed.rtt ?? (parsed.quick ? '10' : '10,1')).split(',').map(Number);
+  for (const v of rtts) if (!(v > 0 && v <= 200)) usage(`--rtt wants milliseconds in (0, 200], got "${parsed.rtt}"`);
+  return { ...parsed, rtts, members: members as 1 | 3, contenders, only: new Set(only as Phase[]), versions, requireGo: parsed['require-go'] };
 }
 
 async function main(): Promise<number> {
@@ -91,7 +97,7 @@ async function main(): Promise<number> {
   // etcd's own Go package, for the contended and election phases.
   let go: string | undefined;
   let goSkipped: string | undefined;
-  if (opts.only.has('contended') || opts.only.has('election')) {
+  if (opts.only.has('contended') || opts.only.has('election') || opts.only.has('rtt')) {
     log('building interop/go (cached after the first time)');
     const g = await goBinary();
     if ('bin' in g) go = g.bin;
@@ -205,6 +211,8 @@ async function main(): Promise<number> {
       });
     }
     if (opts.only.has('sessions')) await each('sessions', async (ctx, r) => void (r.sessions = await runSessions(ctx)));
+    // Real round-trip times (bench/rtt.ts): a delayed 3-member cluster of its own per version and RTT.
+    if (opts.only.has('rtt')) await each('rtt', async (ctx, r) => void (r.rtt = await runRtt(ctx, opts.rtts, opts.versions[ctxs.indexOf(ctx)], go !== undefined)));
   } finally {
     log(`stopping etcd`);
     for (const e of etcds) await e.stop().catch((err: unknown) => log(`stopping etcd: ${(err as Error).message}`));
@@ -217,10 +225,11 @@ async function main(): Promise<number> {
     r.checks = collectChecks(r);
   }
   const several = runs.length > 1;
-  process.stdout.write(`${several ? renderVersionsText(runs) : renderText(runs[0]!)}\n`);
+  const rttText = (md: boolean): string => runs.map((r) => (r.rtt ? `${renderRtt(r.rtt, md)}\n` : '')).join('');
+  process.stdout.write(`${several ? renderVersionsText(runs) : renderText(runs[0]!)}\n${rttText(false)}`);
   const json = JSON.stringify(several ? runs : runs[0], (_, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2);
   if (opts.json) await writeFile(opts.json, `${json}\n`);
-  if (opts.markdown) await writeFile(opts.markdown, several ? renderVersionsMarkdown(runs) : renderMarkdown(runs[0]!));
+  if (opts.markdown) await writeFile(opts.markdown, (several ? renderVersionsMarkdown(runs) : renderMarkdown(runs[0]!)) + rttText(true));
   if (opts.charts) {
     const c = contendedSvg(runs);
     const e = electionSvg(runs);

@@ -7,6 +7,7 @@ import type { ScaleResult } from './scale.js';
 import type { SemaphorePhase } from './semaphore.js';
 import type { SessionsResult } from './sessions.js';
 import type { UncontendedResult } from './uncontended.js';
+import { judgeRtt, rttChecks, type RttRun } from './rtt.js';
 import { ms, num } from './stats.js';
 
 export interface Meta {
@@ -45,6 +46,8 @@ export interface Results {
   /** The scale machinery on a semaphore of 4 permits. */
   semaphoreScale?: ScaleResult[];
   sessions?: SessionsResult;
+  /** Real round-trip times: the phases on a delayed 3-member cluster, per RTT (bench/rtt.ts). */
+  rtt?: RttRun[];
   goals: Goal[];
   /** Correctness checks (mutual exclusion, nothing left behind): any failure fails the run. */
   checks: Check[];
@@ -274,6 +277,7 @@ export function judgeGoals(r: Results): Goal[] {
       met: rwOurs.acquisitionsPerSec >= 2 * rwMutex.acquisitionsPerSec,
     });
   }
+  goals.push(...judgeRtt(r.rtt));
   return goals;
 }
 
@@ -371,5 +375,6 @@ export function collectChecks(r: Results): Check[] {
     });
   }
   for (const e of r.errors) checks.push({ phase: e.phase, what: 'ran', ok: false, detail: e.message });
+  checks.push(...rttChecks(r.rtt));
   return checks;
 }
