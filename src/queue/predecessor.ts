@@ -4,6 +4,7 @@ import { isParticipantKey, ownBuffer, participantKey, prefixOf } from '../keys.j
 import { markLeaseGone, type Session } from '../session.js';
 import { longQueue, type Ticket, type TicketSpec } from './ticket.js';
 import type { BatchCheck } from './recheck.js';
+import { OlderBlocker, olderSet } from './older.js';
 import type { Blocker, LostErrorFactory, TurnRule } from './turn.js';
 
 /**
@@ -90,6 +91,8 @@ class OldestRule implements TurnRule {
   private strayIds: Set<string> | undefined;
   /** Our marked predecessor was deleted: nothing older than us is left (see OldestRuleOptions.marks). */
   headGone = false;
+  /** An OlderBlocker saw every older participant go with our key standing: our turn, no request. */
+  clear = false;
 
   constructor(
     readonly session: Session,
@@ -110,6 +113,12 @@ class OldestRule implements TurnRule {
 
   async blocker(signal: AbortSignal): Promise<Blocker | null> {
     const { session, scope, ticket, lostError } = this;
+    if (this.clear) {
+      this.clear = false;
+      // Behind us a long queue (grown meanwhile): mark, as a holder found first by a look-up does.
+      if (this.marks && longQueue(session.client, scope.prefix)) markHead(session, ticket);
+      return null;
+    }
     if (this.headGone) {
       this.headGone = false;
       return ourTurnAfterHead(session, scope, ticket, lostError, signal);
@@ -119,8 +128,12 @@ class OldestRule implements TurnRule {
     if (pre) {
       // Read by the enqueue, at our key's own revision: used once, then the normal look-up.
       ticket.preceding = undefined;
+      // Every older participant in it (a short queue): wait for all of them on one watch, no read after.
+      const older = olderSet(pre.kvs, pre.more, ticket.rev, scope.isCandidate, this);
+      if (older && older.size > 0) return new OlderBlocker(this, scope.prefix, scope.isCandidate, older, ticket.rev);
       p = fromPage(pre.kvs, pre.more, ticket.rev, scope, this);
     }
+
     if (p === undefined) p = await findPredecessor(session, scope, ticket, lostError, signal, this);
     if (p === null) {
       // First by a full look-up behind a long queue: mark, so the waiter behind us skips that read.
