@@ -15,6 +15,9 @@ import { fileURLToPath } from 'node:url';
 import { resolveEtcd } from '../src/testing/index.js';
 import { sleep } from './stats.js';
 
+/** ETCD_* variables (ETCD_VERSION, set by `scripts/etcd.mjs exec`) would reconfigure the members, as etcd reads them as flags. */
+const etcdFreeEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('ETCD_')));
+
 export interface DelayedCluster {
   /** The client proxies, one per member. */
   endpoints: string[];
@@ -75,11 +78,11 @@ export async function startDelayedCluster(rttMs: number, version?: string): Prom
       '--initial-cluster-token', token,
       '--logger', 'zap',
       '--log-outputs', 'stderr',
-    ], { stdio: ['ignore', 'ignore', 'pipe'] });
+    ], { stdio: ['ignore', 'ignore', 'pipe'], env: etcdFreeEnv });
     p.stderr!.pipe(log);
     return p;
   });
-  const stop = async (): Promise<void> => {
+  const stop = async (keepLogs = false): Promise<void> => {
     await Promise.all(members.map(async (m) => {
       if (m.exitCode !== null || m.signalCode !== null) return;
       const exited = once(m, 'exit');
@@ -90,7 +93,7 @@ export async function startDelayedCluster(rttMs: number, version?: string): Prom
     }));
     proxies.stdin!.end();
     await once(proxies, 'exit').catch(() => {});
-    await rm(dir, { recursive: true, force: true });
+    if (!keepLogs) await rm(dir, { recursive: true, force: true });
   };
   try {
     // Healthy (a leader, and a write committed through Raft) on every member, asked directly.
@@ -106,8 +109,8 @@ export async function startDelayedCluster(rttMs: number, version?: string): Prom
       }
     }
   } catch (err) {
-    await stop();
+    await stop(true); // the logs stay for the error's reader
     throw err;
   }
-  return { endpoints: clientProxies, version: install.version, rttMs, stop };
+  return { endpoints: clientProxies, version: install.version, rttMs, stop: () => stop() };
 }
