@@ -12,7 +12,7 @@ const LIGHT: Record<string, string> = { ours: '#90cdf4', go: '#a0aec0', referenc
  * implementation's colour, the last its light shade, and any between them shades evenly spaced
  * from one to the other, so that every version's bars differ however many there are.
  */
-function color(impl: string, k: number, n: number): string {
+export function color(impl: string, k: number, n: number): string {
   const from = COLORS[impl] ?? '#718096';
   const to = LIGHT[impl] ?? '#cbd5e0';
   const t = n > 1 ? k / (n - 1) : 0;
@@ -25,7 +25,7 @@ function color(impl: string, k: number, n: number): string {
   return `#${channel(0)}${channel(1)}${channel(2)}`;
 }
 
-interface Bar {
+export interface Bar {
   label: string;
   value: number;
   color: string;
@@ -34,7 +34,7 @@ interface Bar {
   text: string;
 }
 
-interface Panel {
+export interface Panel {
   title: string;
   bars: Bar[];
   /** A vertical dashed reference line with its caption. */
@@ -43,7 +43,7 @@ interface Panel {
 
 const esc = (s: string): string => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
-function renderPanels(title: string, subtitle: string, panels: Panel[]): string {
+export function renderPanels(title: string, subtitle: string, panels: Panel[]): string {
   const longest = Math.max(0, ...panels.flatMap((p) => p.bars.map((b) => b.label.length)));
   const labelW = Math.max(200, Math.ceil(longest * 6.4) + 16);
   const width = labelW + 560;

@@ -34,6 +34,7 @@ import { runSemaphore } from './semaphore.js';
 import { runSessions } from './sessions.js';
 import { runUncontended } from './uncontended.js';
 import { renderRtt, runRtt } from './rtt.js';
+import { rttSvg } from './rtt-chart.js';
 import { runTelemetry } from './telemetry.js';
 
 const PHASES = ['floor', 'uncontended', 'telemetry', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions', 'rtt'] as const;
@@ -237,6 +238,8 @@ async function main(): Promise<number> {
     const e = electionSvg(runs);
     if (c) await writeFile(join(opts.charts, 'bench-contended.svg'), c);
     if (e) await writeFile(join(opts.charts, 'bench-election.svg'), e);
+    const t = rttSvg(runs);
+    if (t) await writeFile(join(opts.charts, 'bench-rtt.svg'), t);
   }
   log(`done in ${((performance.now() - started) / 1000).toFixed(1)} s; load average ${end.map((v) => v.toFixed(2)).join(' ')}`);
   const failed = runs.flatMap((r) => r.checks.filter((c) => !c.ok));
