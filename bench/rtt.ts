@@ -25,6 +25,12 @@ export interface RttNet {
   get: Summary;
   /** A Delete until a watch (created before it) delivers it: the floor of a hand-over, one RTT + one commit. */
   notify: Summary;
+  /**
+   * Whether the member our clients talk to first (ours stay on their first endpoint; the bench gives
+   * the uncontended phase member 0 and spreads the contenders) was the Raft leader. Go's client
+   * spreads its requests over all members, round robin.
+   */
+  firstIsLeader?: boolean;
 }
 
 export interface RttRun {
@@ -91,8 +97,10 @@ async function measureNet(ctx: BenchContext): Promise<RttNet> {
     const get = await time(() => client.get(key));
     const notify: number[] = [];
     for (let i = 0; i < Math.ceil(n / 2); i++) notify.push((await watchNotification(client, key, 'now')).notify);
-    ctx.log(`rtt: round trip ${ms(rtt.p50)} ms, put ${ms(put.p50)}, linearizable get ${ms(get.p50)}, delete -> event ${ms(summarize(notify).p50)} (p50)`);
-    return { rtt, put, get, notify: summarize(notify) };
+    const st = await client.status();
+    const firstIsLeader = st.leader === st.header.memberId;
+    ctx.log(`rtt: member 0 is ${firstIsLeader ? '' : 'not '}the leader; round trip ${ms(rtt.p50)} ms, put ${ms(put.p50)}, linearizable get ${ms(get.p50)}, delete -> event ${ms(summarize(notify).p50)} (p50)`);
+    return { rtt, put, get, notify: summarize(notify), firstIsLeader };
   } finally {
     await client.delete(key).catch(() => {});
     await client.close();
@@ -191,6 +199,7 @@ export function renderRtt(runs: RttRun[], markdown: boolean): string {
         ['one commit (Put - round trip)', ms(commit), inRtt(commit)],
         ['linearizable Get', ms(n?.get.p50 ?? NaN), inRtt(n?.get.p50 ?? NaN)],
         ['hand-over floor: Delete -> watch event (1 RTT + 1 commit)', ms(floor), inRtt(floor)],
+        [`(member 0, where the uncontended phase's client of ours is, ${n?.firstIsLeader ? 'was' : 'was not'} the leader)`, '', ''],
       ],
     );
     const rows: string[][] = [];
