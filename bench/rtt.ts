@@ -127,7 +127,7 @@ export function judgeRtt(runs: RttRun[] | undefined): Goal[] {
   const goals: Goal[] = [];
   for (const r of runs ?? []) {
     const f = figures(r);
-    const at = `${r.rttMs} ms RTT, etcd ${r.etcd}`;
+    const at = `${r.rttMs} ms RTT`; // the run names the version (side by side, one column each)
     if (f.contended.ours !== undefined && f.contended.go !== undefined) {
       goals.push({
         id: `rtt${r.rttMs}-contended`,

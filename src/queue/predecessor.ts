@@ -133,7 +133,6 @@ class OldestRule implements TurnRule {
       if (older && older.size > 0) return new OlderBlocker(this, scope.prefix, scope.isCandidate, older, ticket.rev);
       p = fromPage(pre.kvs, pre.more, ticket.rev, scope, this);
     }
-
     if (p === undefined) p = await findPredecessor(session, scope, ticket, lostError, signal, this);
     if (p === null) {
       // First by a full look-up behind a long queue: mark, so the waiter behind us skips that read.
