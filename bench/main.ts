@@ -4,7 +4,8 @@
 // under tsx every closure would also carry the `name` property esbuild's keepNames gives it.
 //
 //   node --import tsx bench/main.ts [--quick] [--members 1|3] [--contenders 8] [--etcd 3.4,3.7]
-//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions,locks,sessions-scale]
+//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions,locks,rtt,sessions-scale]
+//        [--rtt 10,1]
 //        [--json out.json]
 //        [--markdown out.md] [--charts docs] [--require-go]
 //
@@ -35,9 +36,11 @@ import { runSemaphore } from './semaphore.js';
 import { runSessions } from './sessions.js';
 import { runSessionsScale } from './sessions-scale.js';
 import { runUncontended } from './uncontended.js';
+import { renderRtt, runRtt } from './rtt.js';
+import { rttSvg } from './rtt-chart.js';
 import { runTelemetry } from './telemetry.js';
 
-const PHASES = ['floor', 'uncontended', 'telemetry', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions', 'locks', 'sessions-scale'] as const;
+const PHASES = ['floor', 'uncontended', 'telemetry', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions', 'locks', 'rtt', 'sessions-scale'] as const;
 type Phase = (typeof PHASES)[number];
 
 /** semaphore-scale: waiters queued on a semaphore of 4 permits (--quick: tiny sizes, sanity only). */
@@ -46,7 +49,7 @@ const SEMAPHORE_SCALE = { permits: 4, waiters: (quick: boolean): number[] => (qu
 function usage(message: string): never {
   process.stderr.write(
     `bench: ${message}\nusage: bench/main.ts [--quick] [--members 1|3] [--contenders N] [--etcd VERSION[,VERSION]] ` +
-      `[--only ${PHASES.join(',')}] [--json FILE] [--markdown FILE] [--charts DIR] [--require-go]\n`,
+      `[--only ${PHASES.join(',')}] [--rtt MS[,MS]] [--json FILE] [--markdown FILE] [--charts DIR] [--require-go]\n`,
   );
   process.exit(2);
 }
@@ -60,6 +63,8 @@ function options() {
         members: { type: 'string', default: '1' },
         contenders: { type: 'string', default: '8' },
         etcd: { type: 'string' },
+        // rtt phase: the round-trip times to run it at (default 10,1; --quick: 10).
+        rtt: { type: 'string' },
         only: { type: 'string' },
         json: { type: 'string' },
         markdown: { type: 'string' },
@@ -76,11 +81,15 @@ function options() {
   if (members !== 1 && members !== 3) usage(`--members must be 1 or 3, got ${parsed.members}`);
   const contenders = Number(parsed.contenders);
   if (!Number.isInteger(contenders) || contenders < 2 || contenders > 64) usage(`--contenders must be 2..64, got ${parsed.contenders}`);
-  const only = parsed.only ? parsed.only.split(',').map((s) => s.trim()) : [...PHASES];
+  // --quick (CI's sanity run) leaves the rtt phase to its own run (--quick --only rtt): it starts
+  // clusters of its own and spends most of its time waiting on the delayed network.
+  const only = parsed.only ? parsed.only.split(',').map((s) => s.trim()) : PHASES.filter((p) => !(parsed.quick && p === 'rtt'));
   for (const p of only) if (!(PHASES as readonly string[]).includes(p)) usage(`unknown phase "${p}"`);
   const versions = parsed.etcd ? parsed.etcd.split(',').map((v) => v.trim()) : [undefined];
   for (const v of versions) if (v !== undefined && !/^\d+\.\d+(\.\d+)?$/.test(v)) usage(`--etcd wants versions like 3.4 or 3.7.3, got "${v}"`);
-  return { ...parsed, members: members as 1 | 3, contenders, only: new Set(only as Phase[]), versions, requireGo: parsed['require-go'] };
+  const rtts = (parsed.rtt ?? (parsed.quick ? '10' : '10,1')).split(',').map(Number);
+  for (const v of rtts) if (!(v > 0 && v <= 200)) usage(`--rtt wants milliseconds in (0, 200], got "${parsed.rtt}"`);
+  return { ...parsed, rtts, members: members as 1 | 3, contenders, only: new Set(only as Phase[]), versions, requireGo: parsed['require-go'] };
 }
 
 async function main(): Promise<number> {
@@ -94,7 +103,7 @@ async function main(): Promise<number> {
   // etcd's own Go package, for the contended, election, locks and sessions-scale phases.
   let go: string | undefined;
   let goSkipped: string | undefined;
-  if (['contended', 'election', 'locks', 'sessions-scale'].some((p) => opts.only.has(p as Phase))) {
+  if (['contended', 'election', 'locks', 'sessions-scale', 'rtt'].some((p) => opts.only.has(p as Phase))) {
     log('building interop/go (cached after the first time)');
     const g = await goBinary();
     if ('bin' in g) go = g.bin;
@@ -210,6 +219,8 @@ async function main(): Promise<number> {
     }
     if (opts.only.has('sessions')) await each('sessions', async (ctx, r) => void (r.sessions = await runSessions(ctx)));
     if (opts.only.has('locks')) await each('locks', async (ctx, r) => void (r.locks = await runLocks(ctx)));
+    // Real round-trip times (bench/rtt.ts): a delayed 3-member cluster of its own per version and RTT.
+    if (opts.only.has('rtt')) await each('rtt', async (ctx, r) => void (r.rtt = await runRtt(ctx, opts.rtts, opts.versions[ctxs.indexOf(ctx)], go !== undefined)));
     // Last: it kills etcd (and starts it again).
     if (opts.only.has('sessions-scale')) await each('sessions-scale', async (ctx, r) => void (r.sessionsScale = await runSessionsScale(ctx)));
   } finally {
@@ -224,10 +235,11 @@ async function main(): Promise<number> {
     r.checks = collectChecks(r);
   }
   const several = runs.length > 1;
-  process.stdout.write(`${several ? renderVersionsText(runs) : renderText(runs[0]!)}\n`);
+  const rttText = (md: boolean): string => runs.map((r) => (r.rtt ? `${renderRtt(r.rtt, md)}\n` : '')).join('');
+  process.stdout.write(`${several ? renderVersionsText(runs) : renderText(runs[0]!)}\n${rttText(false)}`);
   const json = JSON.stringify(several ? runs : runs[0], (_, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2);
   if (opts.json) await writeFile(opts.json, `${json}\n`);
-  if (opts.markdown) await writeFile(opts.markdown, several ? renderVersionsMarkdown(runs) : renderMarkdown(runs[0]!));
+  if (opts.markdown) await writeFile(opts.markdown, (several ? renderVersionsMarkdown(runs) : renderMarkdown(runs[0]!)) + rttText(true));
   if (opts.charts) {
     const c = contendedSvg(runs);
     const e = electionSvg(runs);
@@ -235,6 +247,8 @@ async function main(): Promise<number> {
     if (e) await writeFile(join(opts.charts, 'bench-election.svg'), e);
     const s = scaleSvg(runs);
     if (s) await writeFile(join(opts.charts, 'bench-scale.svg'), s);
+    const t = rttSvg(runs);
+    if (t) await writeFile(join(opts.charts, 'bench-rtt.svg'), t);
   }
   log(`done in ${((performance.now() - started) / 1000).toFixed(1)} s; load average ${end.map((v) => v.toFixed(2)).join(' ')}`);
   const failed = runs.flatMap((r) => r.checks.filter((c) => !c.ok));

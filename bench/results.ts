@@ -9,6 +9,7 @@ import type { SemaphorePhase } from './semaphore.js';
 import type { SessionsResult } from './sessions.js';
 import { sessionsScaleChecks, sessionsScaleGoals, type SessionsScaleResult } from './sessions-scale.js';
 import type { UncontendedResult } from './uncontended.js';
+import { judgeRtt, rttChecks, type RttRun } from './rtt.js';
 import { ms, num } from './stats.js';
 
 export interface Meta {
@@ -51,6 +52,8 @@ export interface Results {
   locks?: LocksResult;
   /** Thousands of sessions over several processes, and an outage of etcd. */
   sessionsScale?: SessionsScaleResult;
+  /** Real round-trip times: the phases on a delayed 3-member cluster, per RTT (bench/rtt.ts). */
+  rtt?: RttRun[];
   goals: Goal[];
   /** Correctness checks (mutual exclusion, nothing left behind): any failure fails the run. */
   checks: Check[];
@@ -282,6 +285,7 @@ export function judgeGoals(r: Results): Goal[] {
   }
   if (r.locks) goals.push(...locksGoals(r.locks));
   if (r.sessionsScale) goals.push(...sessionsScaleGoals(r.sessionsScale));
+  goals.push(...judgeRtt(r.rtt));
   return goals;
 }
 
@@ -381,5 +385,6 @@ export function collectChecks(r: Results): Check[] {
   if (r.locks) checks.push(...locksChecks(r.locks));
   if (r.sessionsScale) checks.push(...sessionsScaleChecks(r.sessionsScale));
   for (const e of r.errors) checks.push({ phase: e.phase, what: 'ran', ok: false, detail: e.message });
+  checks.push(...rttChecks(r.rtt));
   return checks;
 }

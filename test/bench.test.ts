@@ -231,3 +231,51 @@ test('--etcd V,V: two servers take turns; the JSON lists both runs; bench/compar
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+test('--only rtt --quick: the phases on a 3-member cluster whose every path is delayed, checks held, goals judged', { timeout: 240_000 }, async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'bench-test-'));
+  const out = join(dir, 'bench.json');
+  const md = join(dir, 'bench.md');
+  try {
+    const output = await bench(['--quick', '--require-go', '--only', 'rtt', '--rtt', '10', '--contenders', '3', '--json', out, '--markdown', md], 230_000);
+    type S = { n: number; min: number };
+    const r = JSON.parse(await readFile(out, 'utf8')) as BenchJson & {
+      rtt?: {
+        rttMs: number;
+        net?: { rtt: S; put: S; notify: S };
+        uncontended?: { ours: { cycles: number }; go?: { cycles: number } };
+        contended?: BenchJson['contended'];
+        election?: { results: NonNullable<BenchJson['election']> };
+        errors: unknown[];
+      }[];
+    };
+    assert.deepEqual(r.errors, [], output);
+    assert.equal(r.rtt?.length, 1, output);
+    const run = r.rtt![0]!;
+    assert.deepEqual(run.errors, [], output);
+    assert.equal(run.rttMs, 10);
+    // The proxies hold every chunk 5 ms each way, so no round trip can take less than 10 ms (a
+    // bound, not a timing): the client's path is delayed; and a Put commits through Raft, whose
+    // messages cross a peer proxy too, so it cannot take less than two round trips.
+    assert.ok(run.net!.rtt.min >= 10, `a round trip through the proxy: ${run.net!.rtt.min} ms`);
+    assert.ok(run.net!.put.min >= 20, `a Put pays the client's and the members' round trips: ${run.net!.put.min} ms`);
+    assert.ok(run.uncontended!.ours.cycles > 0 && run.uncontended!.go!.cycles > 0);
+    assert.deepEqual(run.contended?.map((c) => c.impl), ['ours', 'go', 'etcd3']);
+    for (const c of run.contended!) {
+      assert.equal(c.mutualExclusion, true, `${c.impl}: mutual exclusion`);
+      assert.ok(c.acquisitions > 0, `${c.impl}: acquired`);
+      assert.equal(c.keysLeft, 0);
+    }
+    assert.equal(run.election?.results.length, 6);
+    for (const e of run.election!.results) assert.ok(e.violations === 0 && e.keysLeft === 0 && e.handover.n > 0, `${e.impl} ${e.queued}`);
+    assert.deepEqual(r.checks.filter((c) => !c.ok), [], output);
+    assert.deepEqual(
+      r.goals.map((g) => g.id),
+      ['rtt10-contended', 'rtt10-election', 'rtt10-uncontended'],
+      'each goal judged, MET or MISSED',
+    );
+    assert.match(await readFile(md, 'utf8'), /Real round-trip times: 10 ms RTT on every path, 3 members/);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});

@@ -8,6 +8,7 @@ import type { Ticket, TicketSpec } from './ticket.js';
 import type { BatchCheck } from './recheck.js';
 import type { Blocker, Found, LostErrorFactory, TurnRule } from './turn.js';
 import type { WatchTarget } from './kept-watches.js';
+import { OlderBlocker, olderSet } from './older.js';
 
 export type { Scope } from './scope.js';
 
@@ -81,7 +82,7 @@ class OldestRule implements TurnRule {
   /** Incarnations found to have no lease: skipped by every later look-up of this wait (made when first needed). */
   private strayIds: Set<string> | undefined;
   /** The blocker given last, until the rule is asked again. */
-  private last: PredecessorBlocker | undefined;
+  private last: PredecessorBlocker | OlderBlocker | undefined;
   /** The first look-up (the join) may use the client's view of a long queue (see queue-view.ts). */
   private joining = true;
 
@@ -135,13 +136,22 @@ class OldestRule implements TurnRule {
     const last = this.last;
     this.last = undefined;
     if (last?.strays) for (const kv of last.strays) this.addStray(kv);
+    // Every older participant went with our key standing (an OlderBlocker saw it): our turn, no request.
+    if (last instanceof OlderBlocker && last.clear) {
+      // Behind us a long queue (grown meanwhile): mark, as a holder found first by a look-up does.
+      if (this.marks && queueOf(session.client).hints.long(scope.prefix)) markHead(session, ticket);
+      return null;
+    }
     // Our marked predecessor was deleted: nothing older than us is left (see OldestRuleOptions.marks).
-    if (last?.headGone) return ourTurnAfterHead(session, scope, ticket, lostError, signal);
+    if (last instanceof PredecessorBlocker && last.headGone) return ourTurnAfterHead(session, scope, ticket, lostError, signal);
     let p: Predecessor | null | undefined;
     const pre = ticket.preceding;
     if (pre) {
       // Read by the enqueue, at our key's own revision: used once, then the normal look-up.
       ticket.preceding = undefined;
+      // Every older participant in it (a short queue): wait for all of them on one watch, no read after.
+      const older = olderSet(pre.kvs, pre.more, ticket.rev, scope.isCandidate, this);
+      if (older && older.size > 0) return (this.last = new OlderBlocker(session, ticket, scope.prefix, scope.isCandidate, older, ticket.rev, this.keepWatch));
       p = fromPage(pre.kvs, pre.more, ticket.rev, scope, this);
     }
     if (p === undefined && this.joining) p = await this.fromView(signal);

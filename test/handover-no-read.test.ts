@@ -1,0 +1,190 @@
+// A waiter in a short queue that read everyone older than it watches the whole prefix, takes each
+// of them off as its delete arrives, and takes over on the last one with no confirming read: the
+// hand-over costs the release and its notification only. These tests count that saved round trip
+// and check that safety holds: a waiter ahead giving up hands nothing over, a waiter whose own key
+// is deleted meanwhile is told it lost it (etcd 11456) instead of holding, and keys without a lease
+// and keys of nested names are skipped as before. etcd is real.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { setImmediate as turn } from 'node:timers/promises';
+import { Client, LockLostError, Mutex, Session, type LockHandle } from '../src/index.js';
+import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
+import { assertNoKeys, assertNoLeases, serverState, settledOrHang, settleAll, track, uniquePrefix, waitersBlocked, type Tracked } from './helpers.js';
+
+let etcd: EtcdCluster;
+let admin: Client;
+
+before(async () => {
+  etcd = await startEtcd({ members: 1 });
+  admin = new Client({ endpoints: etcd.endpoints });
+});
+
+after(async () => {
+  await assertNoLeases(admin);
+  await admin.close();
+  await etcd.stop();
+});
+
+/** A contender: its own client (unary calls counted by method name) and session. */
+async function contender(): Promise<{ client: Client; session: Session; calls: string[]; close(): Promise<void> }> {
+  const client = new Client({ endpoints: etcd.endpoints });
+  const calls: string[] = [];
+  const unary = client.conn.unary.bind(client.conn);
+  client.conn.unary = ((method, ...rest) => {
+    calls.push(method.path.slice(method.path.lastIndexOf('/') + 1));
+    return unary(method, ...rest);
+  }) as typeof client.conn.unary;
+  const session = await Session.create(client, { ttl: 30 });
+  return { client, session, calls, close: async () => (await session.close(), await client.close()) };
+}
+
+/**
+ * Lets `c`'s client deliver every event up to now: a put of a key nobody queues on, watched on that
+ * client's own watch stream, arrives after every earlier event of the stream; then a few turns for
+ * what a delivered event starts (a wait moving on resolves within microtasks and a turn or two).
+ */
+async function drained(c: { client: Client }, prefix: string): Promise<void> {
+  const key = `${prefix}sentinel`;
+  const w = c.client.watch(key, { noDelete: true });
+  try {
+    await w.created;
+    await admin.put(key, 'x');
+    for await (const batch of w) if (batch.events.length > 0) break;
+  } finally {
+    w.cancel();
+    await admin.delete(key);
+  }
+  for (let i = 0; i < 5; i++) await turn();
+}
+
+test('a hand-over down a short queue costs each waiter no request after the delete that makes it first', async (t) => {
+  const prefix = uniquePrefix('no-read-chain');
+  const name = `${prefix}lock`;
+  const cs = await Promise.all([0, 1, 2, 3].map(() => contender()));
+  const pending: Tracked<LockHandle>[] = [];
+  try {
+    let holder = await new Mutex(cs[0]!.session, name).lock();
+    // Queued one by one, each behind all the others, each knowing every key before its own.
+    const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
+    for (let i = 1; i < cs.length; i++) {
+      const m = new Mutex(cs[i]!.session, name);
+      // The enqueue's look-up is made once this client has counted the queue short: a tryLock counts it.
+      assert.equal(await m.tryLock(), null);
+      pending.push(track(m.lock()));
+      await waitersBlocked(etcd.clientUrls[0]!, watchers, i, `waiter ${i} queued and watching`);
+    }
+    for (let i = 1; i < cs.length; i++) {
+      for (const c of cs) c.calls.length = 0;
+      await holder.unlock();
+      holder = await settledOrHang(pending[i - 1]!, `waiter ${i} to take over`);
+      t.diagnostic(`hand-over ${i}: releaser ${cs[i - 1]!.calls.join(' ')}, new holder ${cs[i]!.calls.join(' ') || '(none)'}`);
+      assert.deepEqual(cs[i - 1]!.calls, ['Txn'], 'the release: one guarded delete');
+      assert.deepEqual(cs[i]!.calls, [], 'the next waiter takes over on the delete event, with no read');
+      for (let j = i + 1; j < cs.length; j++) assert.equal(pending[j - 1]!.settled, false, `waiter ${j} still waits (FIFO)`);
+    }
+    await holder.unlock();
+  } finally {
+    for (const c of cs) await c.close(); // a failed assertion leaves locks pending: their sessions end them
+    await settleAll(pending);
+  }
+  await assertNoKeys(admin, prefix);
+});
+
+test('a waiter ahead that gives up hands nothing over: the one behind it waits for the holder', async () => {
+  const prefix = uniquePrefix('no-read-abort');
+  const name = `${prefix}lock`;
+  const [a, b, c] = await Promise.all([contender(), contender(), contender()]);
+  const pending: Tracked<LockHandle>[] = [];
+  try {
+    const held = await new Mutex(a!.session, name).lock();
+    const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
+    const stopB = new AbortController();
+    const mb = new Mutex(b!.session, name);
+    assert.equal(await mb.tryLock(), null);
+    const pb = track(mb.lock({ signal: stopB.signal }));
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'B queued and watching');
+    const mc = new Mutex(c!.session, name);
+    assert.equal(await mc.tryLock(), null);
+    const pc = track(mc.lock());
+    pending.push(pb, pc);
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, 2, 'C queued behind B and watching');
+    stopB.abort(new Error('B gives up'));
+    await assert.rejects(pb.promise, /B gives up/);
+    assert.equal(await admin.get(`${name}/${b!.session.leaseId.toString(16)}`), undefined, "B's key is gone");
+    await drained(c!, prefix);
+    assert.equal(pc.settled, false, 'C does not take the lock while A holds it: B was not the last older key');
+    c!.calls.length = 0;
+    await held.unlock();
+    const hc = await settledOrHang(pc, 'C to take over from A');
+    assert.deepEqual(c!.calls, [], 'and then takes it on the delete event, with no read');
+    await hc.unlock();
+  } finally {
+    for (const x of [a, b, c]) await x!.close();
+    await settleAll(pending);
+  }
+  await assertNoKeys(admin, prefix);
+});
+
+test("a waiter whose own key is deleted while it waits is told it lost it, and the one behind it takes over", async () => {
+  const prefix = uniquePrefix('no-read-lost');
+  const name = `${prefix}lock`;
+  const [a, b, c] = await Promise.all([contender(), contender(), contender()]);
+  const pending: Tracked<LockHandle>[] = [];
+  try {
+    const held = await new Mutex(a!.session, name).lock();
+    const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
+    const mb = new Mutex(b!.session, name);
+    assert.equal(await mb.tryLock(), null);
+    const pb = track(mb.lock());
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'B queued and watching');
+    const mc = new Mutex(c!.session, name);
+    assert.equal(await mc.tryLock(), null);
+    const pc = track(mc.lock());
+    pending.push(pb, pc);
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, 2, 'C queued behind B and watching');
+    // An operator deletes B's key (its lease lives on), then the holder releases: B was next, but its
+    // key no longer exists, so B must not hold (etcd 11456), and C is now first.
+    await admin.delete(`${name}/${b!.session.leaseId.toString(16)}`);
+    await held.unlock();
+    await assert.rejects(pb.promise, (err: unknown) => err instanceof LockLostError, 'B is told its key was lost');
+    const hc = await settledOrHang(pc, 'C to take over');
+    await hc.unlock();
+  } finally {
+    for (const x of [a, b, c]) await x!.close();
+    await settleAll(pending);
+  }
+  await assertNoKeys(admin, prefix);
+});
+
+test('keys without a lease and keys of nested names are skipped, as before: they are never waited for', async () => {
+  const prefix = uniquePrefix('no-read-strays');
+  const name = `${prefix}lock`;
+  const [a, b] = await Promise.all([contender(), contender()]);
+  const pending: Tracked<LockHandle>[] = [];
+  const nestedLease = (await admin.leaseGrant(30)).id;
+  try {
+    // Older than every lock key: a stray key of participant form without a lease (etcd 6631), and a
+    // nested name's key on a live lease.
+    await admin.put(`${name}/1`, '');
+    await admin.put(`${name}/sub/${nestedLease.toString(16)}`, '', { lease: nestedLease });
+    const ma = new Mutex(a!.session, name);
+    const held = await ma.lock(); // behind only those two: it holds
+    const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
+    const mb = new Mutex(b!.session, name);
+    assert.equal(await mb.tryLock(), null);
+    const pb = track(mb.lock());
+    pending.push(pb);
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'B queued and watching');
+    b!.calls.length = 0;
+    await held.unlock();
+    const hb = await settledOrHang(pb, 'B to take over from A, past the stray and the nested key');
+    assert.deepEqual(b!.calls, [], 'on the delete event, with no read');
+    await hb.unlock();
+  } finally {
+    for (const x of [a, b]) await x!.close();
+    await settleAll(pending);
+    await admin.delete(`${name}/1`);
+    await admin.leaseRevoke(nestedLease);
+  }
+  await assertNoKeys(admin, prefix);
+});
