@@ -1,5 +1,6 @@
 // The public surface of etcd-concurrency. Only re-exports live here.
-export { Client, type ClientOptions, type GetOptions, type LeaseTimeToLive, type MemberStatus, type ClusterMember, type AuthStatus } from './client/client.js';
+export { Client, type ClientOptions, type GetOptions } from './client/client.js';
+export type { LeaseTimeToLive, MemberStatus, ClusterMember, AuthStatus } from './client/info.js';
 export type { TlsOptions, CallOptions } from './client/connection.js';
 export type { AuthOptions } from './client/auth.js';
 export type { Watch, WatchOptions, WatchEvent, WatchBatch } from './client/watch.js';

@@ -206,6 +206,8 @@ describe('npm pack', () => {
       'dist/fencing/index.js',
       'dist/fencing/index.d.ts',
       'dist/cli/main.js',
+      'dist/cli/web/app.js',
+      'dist/cli/web/words.js',
       'src/index.ts',
       // The installer's Go modules (etcd-concurrency etcd install 3.6/3.7 builds them).
       'etcd/v3.7/go.mod',
@@ -220,7 +222,9 @@ describe('npm pack', () => {
     const outside = files.filter((f) => (/^(test|bench|chaos|examples|scripts|interop|etcd|scratch|\.ci)\//.test(f) && !goModule.test(f)) || f.startsWith('.'));
     assert.deepEqual(outside, [], 'development files in the package');
     // dist holds the build of src and nothing stale: each compiled file has its source.
-    const stale = files.filter((f) => f.startsWith('dist/') && !files.includes(`src/${f.slice(5).replace(/\.(js|d\.ts)(\.map)?$/, '.ts')}`));
+    // A source may be TypeScript, or a script served as it is (the web inspector's page).
+    const hasSource = (f: string): boolean => files.includes(`src/${f.slice(5).replace(/\.(js|d\.ts)(\.map)?$/, '.ts')}`) || files.includes(`src/${f.slice(5)}`);
+    const stale = files.filter((f) => f.startsWith('dist/') && !hasSource(f));
     assert.deepEqual(stale, [], 'dist files without a source');
     assert.equal(pkg.license, 'Apache-2.0');
   });

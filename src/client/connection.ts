@@ -1,5 +1,3 @@
-import * as net from 'node:net';
-import * as tls from 'node:tls';
 import { parseEndpoint, parseEndpoints, type Endpoint } from './endpoints.js';
 import {
   ClientClosedError,
@@ -16,92 +14,15 @@ import {
   provablyNotApplied,
 } from './errors.js';
 import { Backoff, sleep } from './backoff.js';
-import { Http2Transport, type TlsSettings } from './transport/http2.js';
+import { Http2Transport } from './transport/http2.js';
 import { type BidiStream, ConnectError, type Method, type RequestHeaders, type Transport, TransportError } from './transport/transport.js';
 import type { ClientTelemetry as Telemetry } from './telemetry.js';
 import { publishFailover } from '../diagnostics.js';
+import { type CallOptions, type ConnectionOptions, DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, MAX_SEND_MESSAGE_BYTES, type RetryPolicy, type TlsOptions, type TokenProvider, callTimeout, positive, tlsSettingsOf } from './options.js';
+import { diagnose, silence } from './unreachable.js';
 
 export { closeStream, type BidiStream, type Method } from './transport/transport.js';
-
-/** PEM material for TLS. Pass file contents (Buffer or string), not paths. */
-export interface TlsOptions {
-  /** CA certificate(s) that signed the servers' certificates; system roots when omitted. */
-  ca?: Buffer | string;
-  /** Client certificate, for servers started with --client-cert-auth. */
-  cert?: Buffer | string;
-  /** Client private key, with `cert`. */
-  key?: Buffer | string;
-  /**
-   * The name the members' certificates must carry (and the TLS SNI), when it differs from the
-   * endpoints' hosts: to connect by IP address to members whose certificates name a DNS name, without
-   * turning verification off. Default: each endpoint's host.
-   */
-  serverName?: string;
-  /**
-   * Accept any server certificate, unverified (etcdctl's --insecure-skip-tls-verify): the traffic
-   * is encrypted but anyone in the path can pose as the server. For tests and emergencies only.
-   */
-  insecureSkipVerify?: boolean;
-}
-
-export interface ConnectionOptions {
-  /** `host:port` or `http(s)://host:port`, one or many; default `127.0.0.1:2379` as etcdctl. */
-  endpoints?: string | readonly string[];
-  tls?: TlsOptions;
-  /** How long to wait for a TCP/TLS connection to an endpoint before trying the next. Default 2000. */
-  dialTimeoutMs?: number;
-  /** Default deadline of one call, including failover retries. Default 10000. */
-  callTimeoutMs?: number;
-  /**
-   * Send etcd's `hasleader` metadata so that a member cut off from the Raft leader refuses the call
-   * instead of serving stale state, and we move on to another member. Default true.
-   */
-  requireLeader?: boolean;
-  /** How often to ping a connection with calls in flight (etcdctl's --keepalive-time). Default 6000; etcd refuses pings more often than every 5 s unless its --grpc-keepalive-min-time allows. */
-  keepaliveTimeMs?: number;
-  /** How long a ping may go unanswered before the connection is dropped (etcdctl's --keepalive-timeout). Default 3000. */
-  keepaliveTimeoutMs?: number;
-  /**
-   * The largest message accepted from etcd, in bytes (a Range answer, a watch response). A larger
-   * one fails the call with a RESOURCE_EXHAUSTED error as soon as its length is announced, before
-   * any of it is buffered. Default 64 MiB (etcd's own server refuses requests above 1.5 MiB; a
-   * Range over a huge prefix is the usual reason to raise it).
-   */
-  maxReceiveMessageBytes?: number;
-}
-
-/** How a call may be retried on another endpoint after an ambiguous failure. */
-export type RetryPolicy =
-  /** Reads and writes that are safe to repeat (guarded Txns, keepalives): always retry. */
-  | 'idempotent'
-  /** Writes that must not be repeated blindly: retry only when the failure proves nothing applied. */
-  | 'at-most-once';
-
-export interface CallOptions {
-  signal?: AbortSignal | undefined;
-  /** Deadline of this call in ms from now (monotonic); default the client's callTimeoutMs. */
-  timeoutMs?: number | undefined;
-  /**
-   * Send this call to this one endpoint only (one of the client's endpoints, as given or as
-   * `host:port`), with no failover to the others: to ask one member about itself (a Status, a
-   * check that it has a leader). Its failures are reported as they come: no other endpoint is tried.
-   */
-  endpoint?: string | undefined;
-  /** @internal send no auth token (the Authenticate call itself). */
-  anonymous?: boolean;
-}
-
-/** Supplies the auth token; the connection asks again after the server calls it invalid. */
-export interface TokenProvider {
-  token(signal?: AbortSignal): Promise<string | undefined> | string | undefined;
-  /** Forget `token` (or whatever token is held, when omitted) so the next call authenticates again. */
-  invalidate(token?: string): void;
-}
-
-/** The default of ConnectionOptions.maxReceiveMessageBytes. */
-export const DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024;
-/** etcd's server refuses requests above 1.5 MiB (--max-request-bytes); we refuse to send above 2 MiB. */
-const MAX_SEND_MESSAGE_BYTES = 2 * 1024 * 1024;
+export type { CallOptions, ConnectionOptions, RetryPolicy, TlsOptions, TokenProvider } from './options.js';
 
 /**
  * Owns the transports to every endpoint and the choice of the current one, and runs unary calls
@@ -452,10 +373,6 @@ function doing(path: string): string {
   return DOING[name] ?? `calling ${name}`;
 }
 
-function silence(ms: number): string {
-  return `nothing answered within ${ms} ms: the server may be hung or paused, the host down, or packets dropped`;
-}
-
 /** `p`, unless the deadline passes first (UnavailableError) or `signal` aborts (its reason). */
 function within<T>(p: Promise<T>, deadline: number, signal: AbortSignal | undefined, what: string): Promise<T> {
   return new Promise((resolve, reject) => {
@@ -487,105 +404,4 @@ function within<T>(p: Promise<T>, deadline: number, signal: AbortSignal | undefi
       },
     );
   });
-}
-
-/**
- * Finds out why an endpoint could not be reached, for the error message: gRPC only says the
- * channel failed, while a plain TCP or TLS handshake names the cause (refused, timeout, wrong CA).
- */
-function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsOptions | undefined | null, signal?: AbortSignal): Promise<string> {
-  const i = endpoint.target.lastIndexOf(':');
-  const host = endpoint.target.slice(0, i).replace(/^\[|\]$/g, '');
-  const port = Number(endpoint.target.slice(i + 1));
-  return new Promise((resolve) => {
-    const socket =
-      tlsOptions === null
-        ? net.connect({ host, port })
-        : tls.connect({
-            host,
-            port,
-            // SNI takes names, not addresses; the name the certificate must carry, when given.
-            ...((tlsOptions?.serverName ?? (net.isIP(host) ? undefined : host)) !== undefined && { servername: tlsOptions?.serverName ?? host }),
-            ALPNProtocols: ['h2'],
-            ...(tlsOptions?.ca !== undefined && { ca: tlsOptions.ca }),
-            ...(tlsOptions?.cert !== undefined && { cert: tlsOptions.cert }),
-            ...(tlsOptions?.key !== undefined && { key: tlsOptions.key }),
-          });
-    const done = (why: string): void => {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', onAbort);
-      socket.destroy();
-      resolve(why);
-    };
-    const onAbort = (): void => done('the call was aborted');
-    signal?.addEventListener('abort', onAbort, { once: true });
-    const timer = setTimeout(() => done(silence(Math.round(timeoutMs))), timeoutMs);
-    socket.once('error', (err: NodeJS.ErrnoException) => {
-      if (err.code === 'ECONNREFUSED') return done('connection refused: nothing listens on that port');
-      if (tlsOptions !== null) {
-        return done(`TLS handshake failed: ${err.message}; check the CA certificate (--cacert), the client certificate and key, and that the server certificate names this host`);
-      }
-      done(err.message);
-    });
-    if (tlsOptions !== null) {
-      socket.once('secureConnect', () => {
-        const alpn = (socket as tls.TLSSocket).alpnProtocol;
-        if (alpn !== 'h2') return done(`the TLS handshake went through but the server does not speak HTTP/2 (ALPN ${alpn || 'none'}): is this an etcd client port?`);
-        done('the TLS handshake went through but the server then refused: it may require a client certificate (--cert and --key) signed by its CA, or this is not an etcd client port');
-      });
-    } else {
-      // Speak first, as an HTTP/2 client does: the answer (or silence) tells what is listening.
-      socket.once('connect', () => socket.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0])])));
-      socket.once('data', (chunk: Buffer) =>
-        done(
-          chunk[0] === 0x15 || chunk[0] === 0x16
-            ? 'the server speaks TLS: use https:// endpoints and pass its CA certificate (--cacert)'
-            : 'the server answers HTTP/2 but gRPC failed: is this an etcd client port?',
-        ),
-      );
-      socket.once('end', () => done('the server closed the connection without answering: if it uses TLS, use https:// endpoints and pass its CA certificate'));
-    }
-  });
-}
-
-function tlsSettingsOf(tls: TlsOptions | undefined): TlsSettings {
-  if ((tls?.cert === undefined) !== (tls?.key === undefined)) {
-    throw new InvalidArgumentError('TLS: give both a client certificate and its key, or neither');
-  }
-  // Parsed once here, so that bad PEM is reported now and not on every connection attempt.
-  try {
-    loadSecureContext(tls);
-  } catch (err) {
-    throw new InvalidArgumentError(`TLS: could not load the certificates (${(err as Error).message}); pass PEM contents`, { cause: err });
-  }
-  return {
-    ca: tls?.ca,
-    cert: tls?.cert,
-    key: tls?.key,
-    serverName: tls?.serverName,
-    insecureSkipVerify: tls?.insecureSkipVerify,
-  };
-}
-
-function loadSecureContext(t: TlsOptions | undefined): void {
-  tls.createSecureContext({
-    ...(t?.ca !== undefined && { ca: t.ca }),
-    ...(t?.cert !== undefined && { cert: t.cert }),
-    ...(t?.key !== undefined && { key: t.key }),
-  });
-}
-
-/** Timers take at most 2^31 - 1 ms (about 24.8 days); a longer one would fire at once. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
-/** A call's `timeoutMs`: any number up to MAX_TIMER_MS (zero or less: the deadline has passed). */
-function callTimeout(n: number): number {
-  if (Number.isNaN(n) || n > MAX_TIMER_MS) throw new InvalidArgumentError(`timeoutMs must be a number of milliseconds up to ${MAX_TIMER_MS} (about 24 days), got ${n}`);
-  return n;
-}
-
-function positive(n: number, name: string, unit = 'milliseconds'): number {
-  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${name} must be a positive number of ${unit}, got ${n}`);
-  if (unit === 'milliseconds' && n > MAX_TIMER_MS) throw new InvalidArgumentError(`${name} must be at most ${MAX_TIMER_MS} ms (about 24 days), got ${n}`);
-  return n;
 }
