@@ -2,8 +2,10 @@ import type { KeyValue } from '../client/kv.js';
 import type { WatchEvent } from '../client/watch.js';
 import { ownBuffer } from '../keys.js';
 import type { Session } from '../session.js';
+import { SHORT_QUEUE } from './hints.js';
 import type { WatchTarget } from './kept-watches.js';
 import type { BatchCheck } from './recheck.js';
+import { queueOf } from './state.js';
 import type { Ticket } from './ticket.js';
 import type { Blocker, Found } from './turn.js';
 
@@ -64,6 +66,8 @@ export class OlderBlocker implements Blocker, WatchTarget, Found, BatchCheck {
   private readonly mine: string;
   /** The older participants a check asked about, in the order of `keys` after ours. */
   private asked: [string, bigint][] = [];
+  /** Newcomers seen queueing behind us. */
+  private joined = 0;
 
   constructor(
     private readonly session: Session,
@@ -73,10 +77,19 @@ export class OlderBlocker implements Blocker, WatchTarget, Found, BatchCheck {
     private readonly older: OlderSet,
     /** The revision the set was read at. */
     readonly asOf: bigint,
-    readonly keep: boolean,
+    private readonly keepWatch: boolean,
   ) {
     this.key = scopePrefix;
     this.mine = Buffer.from(ticket.key).toString('latin1');
+  }
+
+  /**
+   * Kept for the session's next wait on the name only while the queue is short (asked again when the
+   * wait ends): behind a long queue that wait watches one key, and a kept prefix watch would take
+   * every event under the prefix meanwhile.
+   */
+  get keep(): boolean {
+    return this.keepWatch && !queueOf(this.session.client).hints.long(this.key);
   }
 
   get watch(): WatchTarget {
@@ -100,7 +113,11 @@ export class OlderBlocker implements Blocker, WatchTarget, Found, BatchCheck {
     // was. Else the rule's look-up (not this blocker again) tells the loss.
     if (id === this.mine) return !(e.type === 'put' && e.kv.lease === session.leaseId && e.kv.createRevision === ticket.rev);
     const create = this.older.get(id);
-    if (create === undefined) return false; // queued behind us, or stray
+    if (create === undefined) {
+      // Queued behind us, or stray. Behind a queue grown long, wait on one key like its other waiters
+      // (the rule's look-up): this watch would take every newcomer's event.
+      return e.type === 'put' && e.kv.version === 1n && BigInt(++this.joined) > SHORT_QUEUE;
+    }
     if (e.type === 'put' && e.kv.createRevision === create && e.kv.lease !== 0n) return false; // a proclaim or a mark
     if (e.type === 'put' && e.kv.lease === 0n) (this.strays ??= []).push({ key: ownBuffer(k), createRevision: e.kv.createRevision });
     return this.gone(id);
