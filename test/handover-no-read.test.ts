@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { setImmediate as turn } from 'node:timers/promises';
 import { Client, LockLostError, Mutex, Session, type LockHandle } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, assertNoLeases, serverState, settledOrHang, settleAll, track, uniquePrefix, waitersBlocked, type Tracked } from './helpers.js';
+import { assertNoKeys, assertNoLeases, closeAll, openSessions, serverState, settledOrHang, settleAll, track, uniquePrefix, waitersBlocked, type Tracked } from './helpers.js';
 
 let etcd: EtcdCluster;
 let admin: Client;
@@ -185,6 +185,40 @@ test('keys without a lease and keys of nested names are skipped, as before: they
     await settleAll(pending);
     await admin.delete(`${name}/1`);
     await admin.leaseRevoke(nestedLease);
+  }
+  await assertNoKeys(admin, prefix);
+});
+
+test('behind a queue grown long (more than 32 newcomers) the waiter stops taking every event and waits on one key, as the others', async (t) => {
+  const prefix = uniquePrefix('no-read-grown');
+  const name = `${prefix}lock`;
+  const [a, b] = await Promise.all([contender(), contender()]);
+  const crowd = new Client({ endpoints: etcd.endpoints });
+  const sessions = await openSessions(crowd, 33);
+  const pending: Tracked<LockHandle>[] = [];
+  try {
+    const held = await new Mutex(a!.session, name).lock();
+    const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
+    const mb = new Mutex(b!.session, name);
+    assert.equal(await mb.tryLock(), null);
+    const pb = track(mb.lock());
+    pending.push(pb);
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'B queued and watching the prefix');
+    b!.calls.length = 0;
+    // Each newcomer releases at once when its turn comes (their order is their keys' CreateRevisions).
+    for (const s of sessions) pending.push(track(new Mutex(s, name).lock().then(async (h) => (await h.unlock(), h))));
+    // B moves to a watch on its predecessor's key alone (after one look-up): its prefix watch goes.
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1 + sessions.length, 'the newcomers queued, and B waiting on one key');
+    t.diagnostic(`B after the newcomers: ${b!.calls.join(' ')}`);
+    assert.ok(b!.calls.length >= 1 && b!.calls.every((c) => c === 'Txn'), `B looked its predecessor up once the queue grew: ${b!.calls.join(' ')}`);
+    await held.unlock();
+    await (await settledOrHang(pb, 'B to take over')).unlock();
+    for (const p of pending.slice(1)) await settledOrHang(p, 'every newcomer to take its turn');
+  } finally {
+    await closeAll(sessions);
+    for (const x of [a, b]) await x!.close();
+    await settleAll(pending);
+    await crowd.close();
   }
   await assertNoKeys(admin, prefix);
 });

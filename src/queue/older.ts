@@ -2,7 +2,7 @@ import { compare, op, prefixEnd, SortOrder, SortTarget, txnRange, type Compare, 
 import type { WatchEvent } from '../client/watch.js';
 import type { Session } from '../session.js';
 import type { BatchCheck } from './recheck.js';
-import type { Ticket } from './ticket.js';
+import { longQueue, SHORT_QUEUE, type Ticket } from './ticket.js';
 import type { Blocker } from './turn.js';
 
 /** What {@link OlderBlocker} needs of the rule that made it (predecessor.ts's OldestRule). */
@@ -59,9 +59,10 @@ export class OlderBlocker implements Blocker, BatchCheck {
   readonly prefix = true;
   /** The set was read with leases: a watch that delivers every event after `asOf` needs no re-read. */
   readonly confirmed = true;
-  readonly keep: boolean;
   /** Our key as etcd reports it (latin1), to tell its events from the others'. */
   private readonly mine: string;
+  /** Newcomers seen queueing behind us. */
+  private joined = 0;
   /** The older participant the batched safety net last asked about (see keys). */
   private asked: [string, bigint] | undefined;
 
@@ -74,8 +75,16 @@ export class OlderBlocker implements Blocker, BatchCheck {
     public asOf: bigint,
   ) {
     this.key = scopePrefix;
-    this.keep = rule.keepWatch;
     this.mine = Buffer.from(rule.ticket.key).toString('latin1');
+  }
+
+  /**
+   * Kept for the session's next wait on the name only while the queue is short (asked again when the
+   * wait ends): behind a long queue that wait watches one key, and a kept prefix watch would take
+   * every event under the prefix meanwhile.
+   */
+  get keep(): boolean {
+    return this.rule.keepWatch && !longQueue(this.rule.session.client, this.scopePrefix);
   }
 
   changed(e: WatchEvent): boolean {
@@ -89,7 +98,11 @@ export class OlderBlocker implements Blocker, BatchCheck {
       return !(e.type === 'put' && e.kv.lease === session.leaseId && e.kv.createRevision === ticket.rev);
     }
     const create = this.older.get(id);
-    if (create === undefined) return false; // queued behind us, or stray
+    if (create === undefined) {
+      // Queued behind us, or stray. Behind a queue grown long, wait on one key like its other waiters
+      // (the rule's look-up): this watch would take every newcomer's event.
+      return e.type === 'put' && e.kv.version === 1n && ++this.joined > SHORT_QUEUE;
+    }
     if (e.type === 'put' && e.kv.createRevision === create && e.kv.lease !== 0n) return false; // a proclaim or a mark
     if (e.type === 'put' && e.kv.lease === 0n) this.rule.addStray(e.kv); // moved off any lease: stray data now
     this.older.delete(id);

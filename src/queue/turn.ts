@@ -421,7 +421,8 @@ export class Wait<T = void> implements WatchSink, Due {
     this.b = undefined;
     this.early = undefined;
     if (!w) return;
-    if (mayKeep && this.keepable && b && !w.ended && !this.done && !this.stopped()) {
+    // b.keep asked again: a blocker may no longer want its watch kept (an OlderBlocker behind a queue grown long).
+    if (mayKeep && this.keepable && b && b.keep === true && !w.ended && !this.done && !this.stopped()) {
       const k = new Kept(w, this.from, this.through);
       if (early) k.batches.push(...early);
       w.sink = k;
