@@ -11,7 +11,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { contendedSvg, electionSvg } from './charts.js';
-import { renderVersionsMarkdown, renderVersionsText } from './report.js';
+import { renderVersionsMarkdown, renderVersionsText } from './report-versions.js';
 import type { Results } from './results.js';
 
 const { values, positionals } = parseArgs({
