@@ -1,0 +1,247 @@
+// Fencing where the resource lives (etcd-concurrency/fencing), on the real servers: a real etcd, a
+// real PostgreSQL started for this file (test/db-servers.ts). The ghost: a holder
+// in a child process stops (SIGSTOP) right after its own check passed, stays stopped past its TTL,
+// a second holder acquires and writes, and once woken the ghost's write is refused by the database
+// itself. Holders racing from several processes: the stored token only grows and no write lands
+// out of token order. A transaction failing midway changes nothing; bad input gets clear errors.
+// Every wait is on an event (a line from a child, a lock granted, a promise), never on a sleep.
+import { describe, it, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { MeterProvider } from '@opentelemetry/sdk-metrics';
+import { Client, Election, InvalidArgumentError, LockLostError, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
+import { FenceNotInstalledError, FenceUnavailableError, PostgresFence, StaleTokenError, type HeldFencingHandle } from '../src/fencing/index.js';
+import { postgresForFile } from './db-servers.js';
+import { Counted, checkRace, fencingFixture, logRows, logTable, pool, token, unique } from './fencing-fixture.js';
+
+const { fresh, etcd, session, ghost, race } = fencingFixture('test/fencing-postgres/');
+const postgres = postgresForFile();
+
+describe('PostgresFence on a real PostgreSQL', () => {
+  const need = (t: TestContext) => postgres.need(t);
+
+  it('the ghost: a holder stopped past its TTL wakes and its write is refused by the database; the data shows only the second holder', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using db = pool(server);
+    const fence = new PostgresFence(db, { table: 'fences' });
+    await fence.install();
+    const resource = unique('ghost');
+    await logTable(db, resource);
+    await ghost(
+      'postgres',
+      server.connectionString,
+      resource,
+      (lock) => fence.run(lock, resource, (tx) => tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, 'second')`, [String(lock.fencingToken)])),
+      async () => (await logRows(db, resource)).map((r) => r.value),
+      () => fence.highestToken(resource),
+    );
+    assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
+  });
+
+  it('holders racing from several processes: the stored token only grows and no write is applied out of token order', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using db = pool(server);
+    const fence = new PostgresFence(db, { table: 'fences' });
+    await fence.install();
+    const resource = unique('race');
+    await logTable(db, resource);
+    const events = await race('postgres', server.connectionString, resource, 3, 8);
+    const rows = await logRows(db, resource);
+    checkRace(events, rows.map((r) => r.token), await fence.highestToken(resource));
+  });
+
+  it('a transaction failing midway (thrown, SQL error, lock lost before COMMIT) leaves the fence row and the data unchanged', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using db = pool(server);
+    const fence = new PostgresFence(db, { table: 'fences' });
+    await fence.install();
+    const resource = unique('midway');
+    await logTable(db, resource);
+    const insert = (tx: pg.PoolClient, value: string, n: bigint) => tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, $2)`, [String(n), value]);
+    await using s = await session();
+    const name = `${fresh('midway')}lock`;
+    const first = await new Mutex(s, name).lock();
+    await fence.run(first, resource, (tx) => insert(tx, 'before', first.fencingToken));
+    await first.unlock();
+    const lock = await new Mutex(s, name).lock();
+    const boom = new Error('boom');
+    await assert.rejects(
+      fence.run(lock, resource, async (tx) => {
+        await insert(tx, 'thrown', lock.fencingToken);
+        throw boom;
+      }),
+      (err) => err === boom,
+    );
+    await assert.rejects(
+      fence.run(lock, resource, async (tx) => {
+        await insert(tx, 'sql', lock.fencingToken);
+        await tx.query(`INSERT INTO "${resource}_log" (no_such_column) VALUES (1)`);
+      }),
+      (err: { code?: string }) => err.code === '42703', // undefined_column, from PostgreSQL as is
+    );
+    await assert.rejects(
+      fence.run(lock, resource, async (tx) => {
+        await insert(tx, 'lost', lock.fencingToken);
+        await lock.unlock(); // lost before COMMIT: the check just before it refuses
+      }),
+      LockLostError,
+    );
+    assert.equal(await fence.highestToken(resource), first.fencingToken, 'the fence row still holds the first token');
+    assert.deepEqual((await logRows(db, resource)).map((r) => r.value), ['before']);
+    assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
+  });
+
+  it('a connection killed mid-transaction: the run fails, nothing is written, and the pool gets rid of that client', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using db = pool(server);
+    const fence = new PostgresFence(db, { table: 'fences' });
+    await fence.install();
+    const resource = unique('killed');
+    await logTable(db, resource);
+    const pids: number[] = [];
+    const write = (value: string, kill: boolean) =>
+      fence.run(token(3n), resource, async (tx) => {
+        const pid = (await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+        pids.push(pid);
+        await tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES (3, $1)`, [value]);
+        if (kill) await db.query('SELECT pg_terminate_backend($1)', [pid]); // from another connection of the pool
+        await tx.query('SELECT 1');
+      });
+    await assert.rejects(write('killed', true));
+    for (let i = 0; i < 4; i++) await write(`after ${i}`, false); // as many as the pool holds: none gets the dead client
+    assert.ok(!pids.slice(1).includes(pids[0]!), 'the killed connection was not handed out again');
+    assert.deepEqual((await logRows(db, resource)).map((r) => r.value), ['after 0', 'after 1', 'after 2', 'after 3']);
+    assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
+  });
+
+  it('the same holder writes twice (equal token); a lower token is refused with the resource and both tokens, counted on the metrics', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using db = pool(server);
+    const fence = new PostgresFence(db, { table: 'fences' });
+    await fence.install();
+    const resource = unique('equal');
+    await logTable(db, resource);
+    const reader = new Counted();
+    const meterProvider = new MeterProvider({ readers: [reader] });
+    const metered = new Client({ endpoints: etcd().endpoints, meterProvider });
+    try {
+      await using s = await Session.create(metered);
+      const name = `${fresh('equal')}lock`;
+      const old = await new Mutex(s, name).lock();
+      await old.unlock();
+      await using lock = await new Mutex(s, name).lock();
+      const write = (h: HeldFencingHandle, v: string) => fence.run(h, resource, (tx) => tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, $2) RETURNING value`, [String(h.fencingToken), v]));
+      assert.equal((await write(lock, 'one')).rows[0].value, 'one', 'run returns what fn returns');
+      await write(lock, 'two');
+      // A handle that says it still holds (its check cannot know): the database refuses it.
+      const stale = token(old.fencingToken);
+      const err = await write(stale, 'stale').then(() => assert.fail('a lower token was accepted'), (e: unknown) => e);
+      assert.ok(err instanceof StaleTokenError);
+      assert.equal(err.code, 'ERR_STALE_TOKEN');
+      assert.equal(err.resource, resource);
+      assert.equal(err.offeredToken, old.fencingToken);
+      assert.equal(err.highestToken, lock.fencingToken);
+      assert.match(err.message, /acquire again/);
+      assert.equal(await reader.refused('postgres'), 0, 'a handle not of this library counts nowhere');
+      // An old lock's own handle, released: refused by its own check before any round trip.
+      await assert.rejects(write(old, 'released'), LockLostError);
+      assert.deepEqual((await logRows(db, resource)).map((r) => r.value), ['one', 'two']);
+      // The refusals counter: a stale write through one of our handles (an election's, here).
+      await using leader = await new Election(s, `${fresh('equal')}election`).campaign('me');
+      const staleLeader = Object.create(leader) as typeof leader;
+      Object.defineProperty(staleLeader, 'fencingToken', { value: 1n });
+      await assert.rejects(write(staleLeader as unknown as HeldFencingHandle, 'stale-leader'), StaleTokenError);
+      assert.equal(await reader.refused('postgres'), 1);
+    } finally {
+      await metered.close();
+      await meterProvider.shutdown();
+    }
+  });
+
+  it('a leader and a write lock fence; a semaphore permit and a read lock are refused with why', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using db = pool(server);
+    const fence = new PostgresFence(db, { table: 'fences' });
+    await fence.install();
+    const resource = unique('kinds');
+    await using s = await session();
+    const p = fresh('kinds');
+    await using leader = await new Election(s, `${p}election`).campaign('me');
+    assert.equal(await fence.run(leader, resource, () => 'led'), 'led');
+    const rw = new RWMutex(s, `${p}rw`);
+    await using w = await rw.lock();
+    assert.equal(await fence.run(w, resource, () => 'written'), 'written');
+    await w.unlock();
+    await using r = await rw.rLock();
+    await assert.rejects(fence.run(r, resource, () => 'read'), (err: Error) => err instanceof InvalidArgumentError && /read lock/.test(err.message));
+    await r.unlock();
+    await using permit = await new Semaphore(s, `${p}sem`, { permits: 2 }).acquire();
+    await assert.rejects(fence.run(permit, resource, () => 'permit'), (err: Error) => err instanceof InvalidArgumentError && /semaphore permit/.test(err.message));
+  });
+
+  it('bad input: an unknown handle, a table missing without install(), a bad table name, a closed pool: clear errors', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    const db = pool(server);
+    t.after(() => (db.ended ? undefined : db.end()));
+    const resource = unique('bad');
+    const missing = new PostgresFence(db, { table: unique('never_installed') });
+    await assert.rejects(missing.run(token(5n), resource, () => 1), (err: Error) => {
+      assert.ok(err instanceof FenceNotInstalledError);
+      assert.equal((err as unknown as { code: string }).code, 'ERR_FENCE_NOT_INSTALLED');
+      assert.match(err.message, /call install\(\)/);
+      return true;
+    });
+    const fence = new PostgresFence(db, { table: 'fences' });
+    await fence.install();
+    for (const [i, bad] of [{}, null, 'lock', { fencingToken: 5, assertHeld() {} }, { fencingToken: 0n, assertHeld() {} }, { fencingToken: 5n }].entries()) {
+      await assert.rejects(fence.run(bad as HeldFencingHandle, resource, () => 1), (err: Error) => err instanceof InvalidArgumentError && /fencingToken/.test(err.message), `bad handle ${i}`);
+    }
+    await assert.rejects(fence.run(token(5n), '', () => 1), InvalidArgumentError);
+    for (const table of ['fences; DROP TABLE fences', 'a"b', 'x.y.z', '1abc', '', 'a'.repeat(64)]) {
+      assert.throws(() => new PostgresFence(db, { table }), InvalidArgumentError, table);
+    }
+    assert.throws(() => new PostgresFence({} as pg.Pool), InvalidArgumentError);
+    // Names are quoted: a schema-qualified one works, and case is kept.
+    await db.query('CREATE SCHEMA IF NOT EXISTS fencing_test');
+    const qualified = new PostgresFence(db, { table: 'fencing_test.Fences' });
+    await qualified.install();
+    await qualified.run(token(7n), resource, () => 1);
+    assert.equal((await db.query(`SELECT token FROM fencing_test."Fences" WHERE resource = $1`, [resource])).rows[0].token, '7');
+    assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
+    await db.end();
+    await assert.rejects(fence.run(token(9n), resource, () => 1), (err: Error) => {
+      assert.ok(err instanceof FenceUnavailableError);
+      assert.match(err.message, /end\(\)/);
+      assert.ok(err.cause instanceof Error, 'the driver error is the cause');
+      return true;
+    });
+  });
+
+  it('a single pg Client: concurrent runs are queued on it, and each is fenced', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    const c = new pg.Client({ connectionString: server.connectionString });
+    await c.connect();
+    try {
+      const fence = new PostgresFence(c, { table: 'fences' });
+      await fence.install();
+      const resource = unique('client');
+      const results = await Promise.allSettled([
+        fence.run(token(10n), resource, async (tx) => (await tx.query('SELECT 1 AS one')).rows[0].one),
+        fence.run(token(12n), resource, () => 'twelve'),
+        fence.run(token(11n), resource, () => 'eleven'),
+      ]);
+      assert.deepEqual(results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).name)), [1, 'twelve', 'StaleTokenError']);
+      assert.equal(await fence.highestToken(resource), 12n);
+    } finally {
+      await c.end();
+    }
+  });
+});

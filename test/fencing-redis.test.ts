@@ -1,0 +1,130 @@
+// Fencing where the resource lives (etcd-concurrency/fencing), on the real servers: a real etcd, a
+// real Redis started for this file (test/db-servers.ts). The ghost: a holder
+// in a child process stops (SIGSTOP) right after its own check passed, stays stopped past its TTL,
+// a second holder acquires and writes, and once woken the ghost's write is refused by the database
+// itself. Holders racing from several processes: the stored token only grows and no write lands
+// out of token order. A transaction failing midway changes nothing; bad input gets clear errors.
+// Every wait is on an event (a line from a child, a lock granted, a promise), never on a sleep.
+import { describe, it, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import { createClient } from 'redis';
+import type { Redis } from 'ioredis';
+import { InvalidArgumentError } from '../src/index.js';
+import { RedisFence, StaleTokenError, type HeldFencingHandle } from '../src/fencing/index.js';
+import { redisForFile } from './db-servers.js';
+import { checkRace, fencingFixture, redisClient, token, unique } from './fencing-fixture.js';
+
+const { ghost, race } = fencingFixture('test/fencing-redis/');
+const redisServer = redisForFile();
+
+describe('RedisFence on a real Redis', () => {
+  const need = (t: TestContext) => redisServer.need(t);
+
+  it('the ghost: a holder stopped past its TTL wakes and its write is refused by Redis; the data shows only the second holder', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using redis = redisClient(server);
+    const fence = new RedisFence(redis);
+    const resource = unique('ghost');
+    await ghost(
+      'redis',
+      server.url,
+      resource,
+      (lock) => fence.eval(lock, resource, "return redis.call('RPUSH', KEYS[1], ARGV[1])", [`${resource}:log`], ['second']),
+      () => redis.lrange(`${resource}:log`, 0, -1),
+      async () => {
+        const v = await redis.get(fence.fenceKey(resource));
+        return v === null ? undefined : BigInt(v);
+      },
+    );
+  });
+
+  it('holders racing from several processes: the stored token only grows and no write is applied out of token order', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using redis = redisClient(server);
+    const resource = unique('race');
+    const events = await race('redis', server.url, resource, 3, 8);
+    const applied = (await redis.lrange(`${resource}:log`, 0, -1)).map((v) => BigInt(v.split(':')[1]!));
+    checkRace(events, applied, BigInt((await redis.get(`${resource}:fence`))!));
+  });
+
+  it('set and del: an equal token writes again, a lower one is refused, and the fence outlives del', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using redis = redisClient(server);
+    const fence = new RedisFence(redis);
+    const key = unique('config');
+    assert.equal(await fence.set(token(10n), key, 'ten'), 'OK');
+    assert.equal(await fence.set(token(10n), key, 'ten again'), 'OK');
+    await assert.rejects(fence.set(token(9n), key, 'nine'), (err: Error) => err instanceof StaleTokenError && err.offeredToken === 9n && err.highestToken === 10n && err.resource === key);
+    assert.equal(await redis.get(key), 'ten again');
+    await assert.rejects(fence.del(token(9n), key), StaleTokenError);
+    assert.equal(await fence.del(token(11n), key), 1);
+    assert.equal(await redis.exists(key), 0);
+    await assert.rejects(fence.set(token(10n), key, 'back'), StaleTokenError);
+    assert.equal(await redis.exists(key), 0, 'a stale holder cannot write a deleted key back');
+    assert.equal(await redis.get(`${key}:fence`), '11');
+    await fence.set(token(12n), key, Buffer.from([0xff, 0x00, 0x80]));
+    assert.deepEqual(await redis.getBuffer(key), Buffer.from([0xff, 0x00, 0x80]), 'binary values go through unchanged');
+  });
+
+  it('tokens compare exactly as bigints, beyond 2^53 and across lengths (Lua numbers are doubles)', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using redis = redisClient(server);
+    const fence = new RedisFence(redis);
+    const key = unique('big');
+    await fence.set(token(9n), key, 'nine');
+    await fence.set(token(10n), key, 'ten'); // "10" < "9" as strings: compared by length first
+    await assert.rejects(fence.set(token(9n), key, 'nine'), StaleTokenError);
+    const big = 2n ** 53n + 1n; // 9007199254740993: the same double as 2^53
+    await fence.set(token(big), key, 'big');
+    await assert.rejects(fence.set(token(big - 1n), key, 'stale'), (err: Error) => err instanceof StaleTokenError && err.highestToken === big);
+    const max = 2n ** 63n - 1n;
+    await fence.set(token(max), key, 'max');
+    assert.equal(await redis.get(key), 'max');
+    assert.equal(await redis.get(`${key}:fence`), String(max));
+  });
+
+  it('a node-redis client: set, eval and del are fenced the same way', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    const nodeRedis = createClient({ url: server.url });
+    await nodeRedis.connect();
+    try {
+      const fence = new RedisFence(nodeRedis);
+      const key = unique('node_redis');
+      assert.equal(await fence.set(token(5n), key, 'five'), 'OK');
+      assert.deepEqual(await fence.eval(token(6n), key, "return {KEYS[1], ARGV[1], redis.call('GET', KEYS[1])}", [key], ['six']), [key, 'six', 'five']);
+      await assert.rejects(fence.set(token(5n), key, 'stale'), (err: Error) => err instanceof StaleTokenError && err.highestToken === 6n);
+      await assert.rejects(fence.del(token(4n), key), StaleTokenError);
+      assert.equal(await nodeRedis.get(key), 'five');
+      assert.equal(await fence.del(token(6n), key), 1);
+      assert.equal(await nodeRedis.get(`${key}:fence`), '6');
+    } finally {
+      await nodeRedis.quit();
+    }
+  });
+
+  it('eval: a custom script sees its own KEYS and ARGV; one failing midway stores no token; a bad handle or client is refused', async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using redis = redisClient(server);
+    const fence = new RedisFence(redis, { suffix: ':tok' });
+    const resource = unique('counter');
+    const script = "redis.call('HSET', KEYS[1], 'by', ARGV[1]); return {#KEYS, #ARGV, redis.call('HINCRBY', KEYS[1], 'n', ARGV[2])}";
+    assert.deepEqual(await fence.eval(token(5n), resource, script, [resource], ['w1', 2]), [1, 2, 2]);
+    assert.deepEqual(await fence.eval(token(6n), resource, script, [resource], ['w2', 3n]), [1, 2, 5]);
+    await assert.rejects(fence.eval(token(4n), resource, script, [resource], ['w0', 100]), StaleTokenError);
+    assert.deepEqual(await redis.hgetall(resource), { by: 'w2', n: '5' });
+    await assert.rejects(fence.eval(token(7n), resource, "return redis.call('INCR', KEYS[1])", [resource]), /WRONGTYPE/);
+    assert.equal(await redis.get(`${resource}:tok`), '6', 'a script that failed stored no token');
+    await redis.set(`${resource}x:tok`, 'not a token');
+    await assert.rejects(fence.set(token(8n), `${resource}x`, 'v'), /holds no fencing token/);
+    await assert.rejects(fence.set({ fencingToken: 8n } as HeldFencingHandle, resource, 'v'), InvalidArgumentError);
+    await assert.rejects(fence.set(token(8n), '', 'v'), InvalidArgumentError);
+    await assert.rejects(fence.eval(token(8n), resource, ''), InvalidArgumentError);
+    assert.throws(() => new RedisFence({} as Redis), InvalidArgumentError);
+  });
+});
