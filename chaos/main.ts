@@ -20,7 +20,7 @@
 // least the TTL minus one renewal interval, on a lease granted before that pause: see explain()),
 // a lease that etcd expired before the client's deadline, a careful write refused), an unexpected
 // error, a lock wait past 12 s, a fault the harness could not inject or heal, or anything left
-// behind (keys, leases, a worker that would not exit). checker.ts's verdict() is the list.
+// behind (keys, leases, a worker that would not exit). checker/verdict.ts's verdict() is the list.
 import { execFileSync } from 'node:child_process';
 import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
 import { createWriteStream } from 'node:fs';
@@ -61,7 +61,7 @@ import {
   type LeaseExpiryReport,
   type OverlapReport,
   type Violation,
-} from './checker.js';
+} from './checker/index.js';
 import { Prng, counterKey, now, type Role } from './common.js';
 import { readRevokeTimeouts } from './etcd-logs.js';
 import { FencedStore } from './fenced-store.js';
@@ -436,7 +436,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     file: plan.name === 'loopback' ? join(phaseDir, `m${i}.log`) : join(phaseDir, 'etcd', `m${i}.log`),
   }));
   const revokeTimeouts = await readRevokeTimeouts(memberLogs, (wall) => wall - wallOffset);
-  // etcd's word on leases, for the etcd 15247 attribution of overlaps (checker.ts deposedRevokeOf()).
+  // etcd's word on leases, for the etcd 15247 attribution of overlaps (checker/excuses.ts deposedRevokeOf()).
   // Each hold's witness revision (worker.ts witness()): tokens are revisions, unique across roles.
   const witnessRev = new Map<bigint, bigint>();
   for (const role of ROLES) for (const w of history.witnesses[role]) witnessRev.set(w.token, w.rev);

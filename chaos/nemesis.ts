@@ -2,7 +2,7 @@
 // records each on the common clock. Every fault is healed before the next one starts.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { compare, op, prefixEnd, type Client } from '../src/index.js';
-import type { FaultRecord } from './checker.js';
+import type { FaultRecord } from './checker/index.js';
 import { now, type Prng } from './common.js';
 import type { WorkerPool, WorkerProc } from './workers.js';
 

@@ -165,7 +165,7 @@ const client = new Client({ endpoints: cfg.endpoints, dialTimeoutMs: cfg.dialTim
 // does not say when: report each lease grant as it is answered, as currentSession() does for the
 // lock roles, so that the parent knows how old a term's lease is (term-start names its lease). The
 // checker needs that to tell a lease a frozen Raft leader knew of (etcd 15247) from one granted
-// while it was frozen (see explain() in checker.ts).
+// while it was frozen (see explain() in checker/excuses.ts).
 if (cfg.role === 'election') {
   const grant = client.leaseGrant.bind(client);
   client.leaseGrant = async (...args: Parameters<typeof grant>) => {
@@ -246,7 +246,7 @@ async function reportStuck(key: string, started: number): Promise<void> {
  * `released`, ...), followed, when the loss came from the session, by `/<reason>` with the
  * SessionExpiredError's reason (`deadline`, `lease-gone`, `closed`, `client-closed`): a session lost
  * to its deadline and one whose lease etcd said was gone are both `lease_expired`, and the checker
- * must tell them apart (see REVOKE_LOSS_REASONS in checker.ts). `other` for any other abort reason.
+ * must tell them apart (see REVOKE_LOSS_REASONS in checker/excuses.ts). `other` for any other abort reason.
  */
 function lossClock(handle: { signal: AbortSignal }): { lostAt: () => number | undefined; reason: () => string | undefined } {
   let at: number | undefined;

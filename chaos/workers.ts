@@ -27,7 +27,7 @@ import {
   WriteOutcomeUnknownError,
 } from '../src/index.js';
 import { startProxy, type TcpProxy } from '../src/testing/index.js';
-import type { EtcdIncrementReport, HeldInterval, LeaseGoneReport, Term } from './checker.js';
+import type { EtcdIncrementReport, HeldInterval, LeaseGoneReport, Term } from './checker/index.js';
 import type { PgIncrementReport } from './pg-ledger.js';
 import type { LinearOp } from './porcupine.js';
 import type { GrantWitness } from './revisions.js';
@@ -426,7 +426,7 @@ export class WorkerProc {
 
   /**
    * What the checker needs of the hold now ending (this.holding) besides its interval, to judge
-   * etcd 15247 (see explain() in checker.ts): why the worker saw it lost, when its session was
+   * etcd 15247 (see explain() in checker/excuses.ts): why the worker saw it lost, when its session was
    * reported granted and its lease (to match etcd's lease-gone reports), and the TTL its sessions ask for.
    */
   private holdFacts(lostReason: string | undefined): Pick<HeldInterval, 'lostReason' | 'sessionFrom' | 'lease' | 'ttl'> {

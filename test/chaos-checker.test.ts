@@ -28,8 +28,8 @@ import {
   type LeaseGoneReport,
   type PhaseVerdictInput,
   type StaleRevoke,
-} from '../chaos/checker.js';
-import * as checker from '../chaos/checker.js';
+} from '../chaos/checker/index.js';
+import * as checker from '../chaos/checker/index.js';
 import { FencedPermits, FencedRegister, FencedRW, type PermitEntry, type RWEntry } from '../chaos/fenced-store.js';
 import type { KeyLife } from '../chaos/revisions.js';
 
