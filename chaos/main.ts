@@ -249,9 +249,10 @@ function leaderlessBoundMs(): number {
   return 3 * ttl * 1000 + 5000;
 }
 
-/** The etcd under test (`etcd --version`): etcd 15247 is excused only on versions that have it. */
+/** The etcd under test (`etcd --version`): on versions said to be fixed, etcd 15247 needs more evidence (deposedRevokeOf()). */
 const runEtcdVersion = etcdVersion();
 if (hasBug15247(runEtcdVersion)) say(`  ${runEtcdVersion.trim()}: has etcd bug 15247 (a deposed leader revoking live leases); it is excused only with etcd's revisions to show it`);
+else say(`  ${runEtcdVersion.trim()}: a woken deposed leader's revoke (etcd 15247's wake form) is excused only with etcd's revisions and the holder's own session told its lease was gone early`);
 const results: PhaseResult[] = [];
 let fatal: string | undefined;
 let current: { pool?: WorkerPool; stop?: () => Promise<void> } = {};
