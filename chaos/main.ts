@@ -62,7 +62,8 @@ import {
   type OverlapReport,
   type Violation,
 } from './checker/index.js';
-import { Prng, counterKey, now, type Role } from './common.js';
+import { Prng, counterKey, now, type CoreRole, type RecipeRole, type Role } from './common.js';
+import { judgeRecipes, type RecipesReport } from './recipes-phase.js';
 import { readRevokeTimeouts } from './etcd-logs.js';
 import { FencedStore } from './fenced-store.js';
 import { Nemesis, type ChaosCluster, type FaultKind } from './nemesis.js';
@@ -106,10 +107,11 @@ const say = (msg: string): void => {
   console.log(msg);
 };
 
-const ROLES = ['fenced', 'unfenced', 'election', 'semaphore', 'rwlock'] as const satisfies readonly Role[];
+const ROLES = ['fenced', 'unfenced', 'election', 'semaphore', 'rwlock'] as const satisfies readonly CoreRole[];
+const RECIPE_ROLES = ['barrier', 'dbarrier', 'multilock'] as const satisfies readonly RecipeRole[];
 const workerCounts: Record<Role, number> = quick
-  ? { fenced: 3, unfenced: 2, election: 2, semaphore: 4, rwlock: 3 }
-  : { fenced: 3, unfenced: 3, election: 3, semaphore: 5, rwlock: 4 };
+  ? { fenced: 3, unfenced: 2, election: 2, semaphore: 4, rwlock: 3, barrier: 3, dbarrier: 2, multilock: 2 }
+  : { fenced: 3, unfenced: 3, election: 3, semaphore: 5, rwlock: 4, barrier: 3, dbarrier: 3, multilock: 3 };
 /** The semaphore's permits: fewer than its workers, so that they queue. */
 const PERMITS = 2;
 /** The share of rwlock cycles that take the write lock; the rest read. */
@@ -203,13 +205,14 @@ interface PhaseResult {
   porcupine: PorcupineResult[];
   /** From the faults' end (cluster healthy) to the first term begun, 0 if one was under way; null: none within the bound. */
   leaderlessAfterFaultsMs: number | null;
+  recipes: RecipesReport;
   revisions: {
     keys: number;
     /** How the keys went (delete, with their lease, by the operator; never: still there at the end). */
     byHow: Record<string, number>;
-    witnesses: Record<Role, number>;
+    witnesses: Record<CoreRole, number>;
     /** Grants made while an older key they waited for still existed, per role. */
-    violations: Record<Role, number>;
+    violations: Record<CoreRole, number>;
     tokenOrderViolations: number;
     /** Holds lost to a delete of their key while its lease lived that neither they nor the operator made. */
     foreignDeletes: number;
@@ -217,7 +220,7 @@ interface PhaseResult {
   };
   failover: { kind: string; atS: number; raftMs?: number; firstAcquireMs?: number; newLeaderMs?: number }[];
   /** The longest stretch without an acquisition, and when it began (s into the phase). */
-  liveness: Record<Role, { ms: number; atS: number }>;
+  liveness: Record<CoreRole, { ms: number; atS: number }>;
   sessionsLost: Record<string, number>;
   /** Sessions (and calls) that etcd told their lease was gone; `early`: while the client's deadline still lay ahead. */
   leaseGone: LeaseExpiryReport & {
@@ -313,7 +316,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   current = { stop: () => cluster.stop() };
   const admin = new Client({ endpoints: cluster.endpoints, callTimeoutMs: 5000 });
   const prefix = `chaos/${runId}/${plan.name}/`;
-  const names: Record<Role, string> = Object.fromEntries(ROLES.map((r) => [r, `${prefix}${r}`])) as Record<Role, string>;
+  const names: Record<Role, string> = Object.fromEntries([...ROLES, ...RECIPE_ROLES].map((r) => [r, `${prefix}${r}`])) as Record<Role, string>;
   const dataPrefix = `${prefix}data/`;
   const store = new FencedStore({ permits: PERMITS });
   const history = new History();
@@ -321,7 +324,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   await observer.start();
   const rng = new Prng(seed).fork(plan.name === 'loopback' ? 1 : 2);
   const specs: WorkerSpec[] = [];
-  for (const role of ROLES) {
+  for (const role of [...ROLES, ...RECIPE_ROLES]) {
     for (let k = 0; k < workerCounts[role]; k++) specs.push({ id: `${role}-${k}`, role, name: names[role] });
   }
   const pool = new WorkerPool(specs, {
@@ -335,6 +338,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     holdMs: [2, 25],
     electionHoldMs: [50, 250],
     permits: PERMITS,
+    dbarrierCount: workerCounts.dbarrier,
     rwWriteShare: RW_WRITE_SHARE,
     store,
     history,
@@ -446,21 +450,21 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     if (rev !== undefined) h.witnessRev = rev;
   }
   const leases: LeaseEvidence = { leaseGone: history.leaseGone, staleRevokes: revokeTimeouts, etcdVersion: runEtcdVersion, keys: lives };
-  const rules: Record<Role, GrantRule> = {
+  const rules: Record<CoreRole, GrantRule> = {
     fenced: { kind: 'exclusive' },
     unfenced: { kind: 'exclusive' },
     election: { kind: 'exclusive' },
     semaphore: { kind: 'permits', permits: PERMITS },
     rwlock: { kind: 'rw' },
   };
-  const checkName: Record<Role, string> = {
+  const checkName: Record<CoreRole, string> = {
     fenced: 'fenced-grant-by-revision',
     unfenced: 'unfenced-grant-by-revision',
     election: 'election-grant-by-revision',
     semaphore: 'semaphore-over-grant',
     rwlock: 'rw-grant-by-revision',
   };
-  const byRevision = Object.fromEntries(ROLES.map((r) => [r, checkGrantsByRevision(lives, history.witnesses[r], rules[r], checkName[r])])) as Record<Role, Violation[]>;
+  const byRevision = Object.fromEntries(ROLES.map((r) => [r, checkGrantsByRevision(lives, history.witnesses[r], rules[r], checkName[r])])) as Record<CoreRole, Violation[]>;
   const foreign = [
     ...ROLES.flatMap((r) => foreignDeletes(r === 'election' ? history.terms : history.held[r], lives, `${r}-key-deleted-by-another`)),
   ];
@@ -523,6 +527,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   const rw = checkRW(store.rw);
   const rwFound = findOverlaps(history.held.rwlock, faults, rwConflict, acted, leases);
   const leaseExpiries = checkLeaseExpiries(history.leaseGone, faults, revokeTimeouts);
+  const recipes = judgeRecipes(history.recipes, lives, names.dbarrier, workerCounts.dbarrier);
   const leaseViolations = leaseExpiries.violations;
 
   const failover = nemesis.failovers.map((f) => {
@@ -558,6 +563,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
       ? [{ check: 'election-leaderless', detail: `no leader within ${leaderlessBoundMs()} ms after the faults ended and the cluster was healthy` }]
       : []),
     ...porcupineViolations,
+    ...recipes.violations,
   ];
   const cleanupOk = notExited.length === 0 && leasesLeft.length === 0 && keysLeft.length === 0;
   const result: PhaseResult = {
@@ -589,13 +595,14 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     rw,
     rwHolds: rwFound.report,
     leaderlessAfterFaultsMs: leaderlessMs ?? null,
+    recipes: recipes.report,
     pgLedger,
     porcupine,
     revisions: {
       keys: lives.length,
       byHow,
-      witnesses: Object.fromEntries(ROLES.map((r) => [r, history.witnesses[r].length])) as Record<Role, number>,
-      violations: Object.fromEntries(ROLES.map((r) => [r, byRevision[r].length])) as Record<Role, number>,
+      witnesses: Object.fromEntries(ROLES.map((r) => [r, history.witnesses[r].length])) as Record<CoreRole, number>,
+      violations: Object.fromEntries(ROLES.map((r) => [r, byRevision[r].length])) as Record<CoreRole, number>,
       tokenOrderViolations: tokenOrder.length,
       foreignDeletes: foreign.length,
       observerResumes: observer.resumes,
@@ -717,6 +724,10 @@ function printTable(): void {
   };
   row('chaos time (s)', (r) => round(r.chaosMs / 1000));
   row('workers (fenced/unfenced/election/semaphore/rwlock)', (r) => ROLES.map((k) => r.workers[k]).join('/'));
+  row('recipe workers (barrier/dbarrier/multilock)', (r) => RECIPE_ROLES.map((k) => r.workers[k]).join('/'));
+  row('barrier: holds, passes judged, violations', (r) => `${r.recipes.barrier.holds}, ${r.recipes.barrier.passes - r.recipes.barrier.unjudged}, ${r.recipes.barrier.violations}`);
+  row('double barrier: enters, leaves judged, violations', (r) => `${r.recipes.dbarrier.enters - r.recipes.dbarrier.unjudged}, ${r.recipes.dbarrier.leaves}, ${r.recipes.dbarrier.violations}`);
+  row('lockAll: grants, failures, violations', (r) => `${r.recipes.multilock.grants}, ${r.recipes.multilock.failures}, ${r.recipes.multilock.violations}`);
   row('operations (lock cycles + terms)', (r) => r.operations.cycles);
   row('  fenced ledger writes accepted', (r) => r.fenced.writesAccepted);
   row('  fenced ledger writes refused (stale token)', (r) => `${r.fenced.writesRefused} (+${r.fenced.readsRefused} reads)`);

@@ -12,6 +12,7 @@
 //             most N holders at once, by token), write, leave it, release.
 //   rwlock    per cycle, rLock or lock the RWMutex; a reader reads the RW resource twice, a writer
 //             reads it and writes the value plus one (tokens and modes checked there); unlock.
+//   barrier, dbarrier, multilock: the recipes (worker-recipes.ts).
 //
 // After {"t":"stop"} the worker stops, resigns/unlocks, closes its session and client, and exits
 // on its own: a worker that does not is reported as a leak.
@@ -36,6 +37,7 @@ import {
 import pg from 'pg';
 import { PostgresFence, StaleTokenError } from '../src/fencing/index.js';
 import { PG_FENCE_TABLE } from './pg-ledger.js';
+import { recipeCycles } from './worker-recipes.js';
 import {
   Prng,
   clockOffsetSample,
@@ -598,6 +600,7 @@ const workloads: Record<WorkerConfig['role'], () => Promise<void>> = {
   election: electionCycle,
   semaphore: semaphoreCycle,
   rwlock: rwCycle,
+  ...recipeCycles({ cfg, client, rng, stop: stop.signal, emit, currentSession, pause }),
 };
 const cycle = workloads[cfg.role];
 

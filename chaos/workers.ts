@@ -23,6 +23,7 @@ import {
   PermitLostError,
   RWLockLostError,
   SessionExpiredError,
+  TooManyClientsError,
   UnavailableError,
   WriteOutcomeUnknownError,
 } from '../src/index.js';
@@ -31,7 +32,7 @@ import type { EtcdIncrementReport, HeldInterval, LeaseGoneReport, Term } from '.
 import type { PgIncrementReport } from './pg-ledger.js';
 import type { LinearOp } from './porcupine.js';
 import type { GrantWitness } from './revisions.js';
-import { clockOffset, lineSplitter, now, type LockRole, type ParentMessage, type Role, type RWMode, type WorkerConfig, type WorkerEvent } from './common.js';
+import { clockOffset, lineSplitter, now, type LockRole, type ParentMessage, type RecipeEvent, type Role, type RWMode, type WorkerConfig, type WorkerEvent } from './common.js';
 import type { FencedStore } from './fenced-store.js';
 
 const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
@@ -42,13 +43,15 @@ export class History {
   readonly held: Record<LockRole, HeldInterval[]> = { fenced: [], unfenced: [], semaphore: [], rwlock: [] };
   readonly terms: Term[] = [];
   readonly termStarts: { worker: string; token: bigint; at: number }[] = [];
-  readonly acquisitions: Record<Role, number[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [] };
+  readonly acquisitions: Record<Role, number[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [], barrier: [], dbarrier: [], multilock: [] };
+  /** What the recipe workers reported (worker-recipes.ts), with the worker's label, times on the parent's clock. */
+  readonly recipes: (RecipeEvent & { worker: string })[] = [];
   /** The etcd counter's reads and guarded increments, and the fenced ledger's requests, for Porcupine. */
   readonly linear: { counter: LinearOp[]; ledger: LinearOp[]; unknownIncs: { op: LinearOp; opKey: string }[] } = { counter: [], ledger: [], unknownIncs: [] };
   /** Porcupine client ids, by worker label. */
   readonly clientIds = new Map<string, number>();
   /** Each grant's witness read (worker.ts witness()), by role. */
-  readonly witnesses: Record<Role, GrantWitness[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [] };
+  readonly witnesses: Record<Role, GrantWitness[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [], barrier: [], dbarrier: [], multilock: [] };
   readonly etcdIncrements: EtcdIncrementReport[] = [];
   readonly pgIncrements: PgIncrementReport[] = [];
   readonly errors = new Map<string, number>();
@@ -74,6 +77,8 @@ const OUR_ERRORS = new Set<string>([
   ...[EtcdError, InvalidArgumentError, UnavailableError, NoLeaderError, WriteOutcomeUnknownError, CompactedError, PermissionDeniedError, AuthenticationError].map((c) => c.code),
   ...[DeadlineExceededError, ClientClosedError, SessionExpiredError, OwnershipLostError, LockLostError, LeadershipLostError].map((c) => c.code),
   ...[NotLeaderError, PermitLostError, RWLockLostError].map((c) => c.code),
+  // a DoubleBarrier whose dead member's key is still there when its new incarnation enters
+  TooManyClientsError.code,
   // our own lock-wait limit (AbortSignal.timeout) and shutdown (worker.ts codeOf())
   'ABORTED',
 ]);
@@ -97,6 +102,8 @@ export interface PoolOptions {
   electionHoldMs: [number, number];
   /** The semaphore's permit count. */
   permits: number;
+  /** The DoubleBarrier's member count: the number of dbarrier workers. */
+  dbarrierCount: number;
   /** The share of rwlock cycles that take the write lock. */
   rwWriteShare: number;
   store: FencedStore;
@@ -176,6 +183,7 @@ export class WorkerProc {
       thinkMs: o.thinkMs,
       holdMs: this.spec.role === 'election' ? o.electionHoldMs : o.holdMs,
       permits: o.permits,
+      ...(this.spec.role === 'dbarrier' ? { count: o.dbarrierCount } : {}),
       writeShare: o.rwWriteShare,
       dialTimeoutMs: 1000,
       callTimeoutMs: 3000,
@@ -397,6 +405,11 @@ export class WorkerProc {
       case 'bye':
         this.byeSeen = true;
         break;
+      case 'recipe':
+        h.recipes.push({ ...e, at: this.t(e.at), worker: label });
+        h.acquisitions[this.spec.role].push(this.t(e.at));
+        if (e.kind !== 'barrier-held') h.cycles++;
+        break;
     }
   }
 
@@ -467,7 +480,7 @@ export class WorkerProc {
   /** The history list its holds go to (never called for election workers, whose terms go to `terms`). */
   private lockRole(): LockRole {
     const r = this.spec.role;
-    if (r === 'election') throw new Error(`${this.label}: an election worker reported a lock hold`);
+    if (r === 'election' || r === 'barrier' || r === 'dbarrier' || r === 'multilock') throw new Error(`${this.label}: a ${r} worker reported a lock hold`);
     return r;
   }
 

@@ -13,3 +13,4 @@ export * from './rw.js';
 export * from './election.js';
 export * from './verdict.js';
 export * from './figures.js';
+export * from './recipes.js';
