@@ -38,16 +38,22 @@ const fresh = (name: string): string => `${ROOT}${uniquePrefix(name).slice('test
 type Victim = 'waiter-member' | 'leader';
 const VICTIMS: Victim[] = ['waiter-member', 'leader'];
 
-/** Kills `victim` (the waiter talks to member 1) and waits for the survivors to agree on a leader; returns the member. */
+/** The member the waiters' client (client 1) talks to now: after a kill it stays where it failed over to. */
+const waiterMember = (): number => etcd.endpoints.indexOf(clients[1]!.activeEndpoint);
+
+/** Kills `victim` and waits for the survivors to agree on a leader; returns the member. */
 async function kill(victim: Victim): Promise<number> {
-  const m = victim === 'leader' ? await etcd.leaderIndex() : 1;
+  const m = victim === 'leader' ? await etcd.leaderIndex() : waiterMember();
   await etcd.kill(m);
   await etcd.leaderIndex();
   return m;
 }
 
-/** Watchers open on member 1 now: the base for waitersBlocked. */
-const watchers1 = async (): Promise<number> => (await serverState(etcd.clientUrls[1]!)).watchers;
+/** Watchers open now on the waiters' member: the base for blocked(). */
+const watchers1 = async (): Promise<number> => (await serverState(etcd.clientUrls[waiterMember()]!)).watchers;
+
+/** One more waiter than `base` blocked on its watch on the waiters' member. */
+const blocked = (base: number): Promise<void> => waitersBlocked(etcd.clientUrls[waiterMember()]!, base, 1);
 
 /** Runs `body` with member `killed` restarted afterwards, and checks that nothing is left under `prefix`. */
 async function thenRestart(prefix: string, body: (killed: (m: number) => void) => Promise<void>): Promise<void> {
@@ -71,7 +77,7 @@ for (const victim of VICTIMS) {
         const holder = await new Mutex(holderSession, `${p}lock`).lock();
         const base = await watchers1();
         const waiter = track(new Mutex(waiterSession, `${p}lock`).lock());
-        await waitersBlocked(etcd.clientUrls[1]!, base, 1);
+        await blocked(base);
         killed(await kill(victim));
         assert.equal(waiter.settled, false, 'the waiter waits while the holder holds');
         await holder.unlock();
@@ -90,7 +96,7 @@ for (const victim of VICTIMS) {
         const leader = await new Election(leaderSession, `${p}elect`).campaign('first');
         const base = await watchers1();
         const candidate = track(new Election(candidateSession, `${p}elect`).campaign('second'));
-        await waitersBlocked(etcd.clientUrls[1]!, base, 1);
+        await blocked(base);
         killed(await kill(victim));
         assert.equal(candidate.settled, false, 'the candidate waits while the leader leads');
         await leader.resign();
@@ -112,7 +118,7 @@ for (const victim of VICTIMS) {
         const second = await sem(b).acquire();
         const base = await watchers1();
         const third = track(sem(c).acquire());
-        await waitersBlocked(etcd.clientUrls[1]!, base, 1);
+        await blocked(base);
         killed(await kill(victim));
         assert.equal(third.settled, false, 'no third permit while two are held');
         await first.release();
@@ -128,16 +134,20 @@ for (const victim of VICTIMS) {
       await thenRestart(p, async (killed) => {
         const gate = new Barrier(clients[0]!, `${p}gate`);
         await gate.hold();
-        const base = await watchers1();
-        const waiter = track(new Barrier(clients[1]!, `${p}gate`).wait());
-        await waitersBlocked(etcd.clientUrls[1]!, base, 1);
-        killed(await kill(victim));
-        // Still held after the failover: the waiter must not pass on the broken watch alone.
-        const other = new Barrier(clients[2]!, `${p}gate`);
-        await other.hold(); // a no-op on a held barrier; a round trip through the new leader
-        assert.equal(waiter.settled, false, 'the waiter waits while the barrier is held');
-        await gate.release();
-        await waiter.promise;
+        try {
+          const base = await watchers1();
+          const waiter = track(new Barrier(clients[1]!, `${p}gate`).wait());
+          await blocked(base);
+          killed(await kill(victim));
+          // Still held after the failover: the waiter must not pass on the broken watch alone.
+          const other = new Barrier(clients[2]!, `${p}gate`);
+          await other.hold(); // a no-op on a held barrier; a round trip through the new leader
+          assert.equal(waiter.settled, false, 'the waiter waits while the barrier is held');
+          await gate.release();
+          await waiter.promise;
+        } finally {
+          await gate.release();
+        }
       });
     });
 
@@ -150,7 +160,7 @@ for (const victim of VICTIMS) {
         const [b0, b1, b2] = [s0, s1, s2].map((s) => new DoubleBarrier(s, `${p}db`, 3));
         const base = await watchers1();
         const in1 = track(b1!.enter());
-        await waitersBlocked(etcd.clientUrls[1]!, base, 1);
+        await blocked(base);
         const in0 = track(b0!.enter());
         await waitFor(async () => (await clients[0]!.getPrefix(`${p}db/waiters/`)).kvs.length === 2, 'two members in');
         killed(await kill(victim));
@@ -160,7 +170,8 @@ for (const victim of VICTIMS) {
         // Leave, with member 1's etcd member still dead (or just back): nobody leaves before the last one.
         const out1 = track(b1!.leave());
         const out0 = track(b0!.leave());
-        await waitFor(async () => (await clients[0]!.getPrefix(`${p}db/waiters/`)).kvs.length === 1, 'two members left');
+        // Go's protocol: the oldest member (b1) keeps its key until the others are gone; b0's goes now.
+        await waitFor(async () => (await clients[0]!.getPrefix(`${p}db/waiters/`)).kvs.length === 2, "b0's key gone");
         assert.equal(out1.settled || out0.settled, false, 'nobody leaves before the last member');
         await b2!.leave();
         await Promise.all([out0.promise, out1.promise]);
@@ -176,7 +187,7 @@ describe('barrier waiters through a broken watch stream and a compaction', () =>
     await using far = new Client({ endpoints: [proxy.endpoint] });
     const gate = new Barrier(clients[0]!, `${p}gate`);
     await gate.hold();
-    const base = await watchers1();
+    const base = (await serverState(etcd.clientUrls[1]!)).watchers;
     const waiter = track(new Barrier(far, `${p}gate`).wait());
     await waitersBlocked(etcd.clientUrls[1]!, base, 1);
     const dialled = proxy.accepted;
@@ -196,7 +207,7 @@ describe('barrier waiters through a broken watch stream and a compaction', () =>
     await using far = new Client({ endpoints: [proxy.endpoint] });
     const gate = new Barrier(clients[0]!, `${p}gate`);
     await gate.hold();
-    const base = await watchers1();
+    const base = (await serverState(etcd.clientUrls[1]!)).watchers;
     const waiter = track(new Barrier(far, `${p}gate`).wait());
     await waitersBlocked(etcd.clientUrls[1]!, base, 1);
     proxy.blackhole(true);
@@ -217,7 +228,7 @@ describe('barrier waiters through a broken watch stream and a compaction', () =>
     await using far = new Client({ endpoints: [proxy.endpoint] });
     const gate = new Barrier(clients[0]!, `${p}gate`);
     await gate.hold();
-    const base = await watchers1();
+    const base = (await serverState(etcd.clientUrls[1]!)).watchers;
     const waiter = track(new Barrier(far, `${p}gate`).wait());
     await waitersBlocked(etcd.clientUrls[1]!, base, 1);
     proxy.blackhole(true);
@@ -244,7 +255,7 @@ describe('barrier waiters through a broken watch stream and a compaction', () =>
     await using s0 = await Session.create(clients[0]!, { ttl: 10 });
     const b1 = new DoubleBarrier(s1, `${p}db`, 2);
     const b0 = new DoubleBarrier(s0, `${p}db`, 2);
-    const base = await watchers1();
+    const base = (await serverState(etcd.clientUrls[1]!)).watchers;
     const in1 = track(b1.enter());
     await waitersBlocked(etcd.clientUrls[1]!, base, 1);
     proxy.blackhole(true);
