@@ -237,3 +237,10 @@ export function lineSplitter(onLine: (line: string) => void): (chunk: string) =>
     }
   };
 }
+
+/** FNV-1a of a string: a worker's seed from its label. */
+export function hash(s: string): number {
+  let h = 2166136261;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 16777619);
+  return h >>> 0;
+}

@@ -56,7 +56,8 @@ import { Observer } from './observer.js';
 import { checkLinearizable, type PorcupineResult } from './porcupine.js';
 import { checkGrantsByRevision, foreignDeletes, hasBug15247, type GrantRule, type KeyEnd } from './revisions.js';
 import { netnsAvailable, removeStaleNamespaces, startNetnsCluster } from './netns.js';
-import { History, WorkerPool, type WorkerSpec } from './workers.js';
+import { WorkerPool } from './pool.js';
+import { History } from './run-history.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -176,7 +177,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   const observer = new Observer(admin, prefix);
   await observer.start();
   const rng = new Prng(seed).fork(plan.name === 'loopback' ? 1 : 2);
-  const specs: WorkerSpec[] = [];
+  const specs: ConstructorParameters<typeof WorkerPool>[0] = [];
   for (const role of [...ROLES, ...RECIPE_ROLES]) {
     for (let k = 0; k < workerCounts[role]; k++) specs.push({ id: `${role}-${k}`, role, name: names[role] });
   }
@@ -487,7 +488,6 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   );
   return result;
 }
-
 
 function etcdVersion(): string {
   try {
