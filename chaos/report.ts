@@ -193,6 +193,7 @@ export function printTable(results: PhaseResult[]): void {
   row('barrier: holds, passes judged, violations', (r) => `${r.recipes.barrier.holds}, ${r.recipes.barrier.passes - r.recipes.barrier.unjudged}, ${r.recipes.barrier.violations}`);
   row('double barrier: enters, leaves judged, violations', (r) => `${r.recipes.dbarrier.enters - r.recipes.dbarrier.unjudged}, ${r.recipes.dbarrier.leaves}, ${r.recipes.dbarrier.violations}`);
   row('lockAll: grants, failures, violations', (r) => `${r.recipes.multilock.grants}, ${r.recipes.multilock.failures}, ${r.recipes.multilock.violations}`);
+  row('  barrier wait, double-barrier enter p99 (ms)', (r) => `${r.recipes.barrier.waitP99Ms ?? '-'}, ${r.recipes.dbarrier.enterP99Ms ?? '-'}`);
   row('operations (lock cycles + terms)', (r) => r.operations.cycles);
   row('  fenced ledger writes accepted', (r) => r.fenced.writesAccepted);
   row('  fenced ledger writes refused (stale token)', (r) => `${r.fenced.writesRefused} (+${r.fenced.readsRefused} reads)`);
