@@ -86,10 +86,16 @@ export class Prng {
   }
 }
 
-export type Role = 'fenced' | 'unfenced' | 'election' | 'semaphore' | 'rwlock';
+/** The roles of the locks and the election, judged by their holds and terms. */
+export type CoreRole = 'fenced' | 'unfenced' | 'election' | 'semaphore' | 'rwlock';
 
-/** The lock roles whose "held" intervals the checker judges (every role but election). */
-export type LockRole = Exclude<Role, 'election'>;
+/** The recipe roles (worker-recipes.ts), judged by their reads after each call (checker/recipes.ts). */
+export type RecipeRole = 'barrier' | 'dbarrier' | 'multilock';
+
+export type Role = CoreRole | RecipeRole;
+
+/** The lock roles whose "held" intervals the checker judges (every core role but election). */
+export type LockRole = Exclude<CoreRole, 'election'>;
 
 /** A read or write hold of the RWMutex (rwlock role). */
 export type RWMode = 'read' | 'write';
@@ -107,6 +113,8 @@ export interface WorkerConfig {
   name: string;
   /** The semaphore's permit count (semaphore role). */
   permits: number;
+  /** The DoubleBarrier's member count (dbarrier role): every dbarrier worker. */
+  count?: number;
   /** The share of rwlock cycles that take the write lock (the rest take a read lock). */
   writeShare: number;
   /** Where the etcd-side counter and its per-operation ledger live. */
@@ -180,7 +188,18 @@ export type WorkerEvent =
   | { t: 'error'; op: string; name: string; code?: string; message: string; at: number; leftMs?: number }
   /** A lock wait longer than the stall limit: the queue as etcd has it, for diagnosis. */
   | { t: 'stuck'; at: number; waitedMs: number; key: string; queue: { key: string; createRevision: string; lease: string; leaseTtl: number }[] }
-  | { t: 'bye'; at: number; cycles: number; errors: number };
+  | { t: 'bye'; at: number; cycles: number; errors: number }
+  /** Recipe roles (worker-recipes.ts): a call that resolved and the read right after it; revisions as decimal strings. */
+  | RecipeEvent;
+
+/** What a recipe worker reports (worker-recipes.ts); the parent judges it (checker/recipes.ts). */
+export type RecipeEvent =
+  | { t: 'recipe'; kind: 'barrier-held'; create: string; at: number }
+  | { t: 'recipe'; kind: 'barrier-pass'; held: string; rev: string; waitedMs: number; at: number }
+  | { t: 'recipe'; kind: 'dbarrier-enter'; own: string; ready: string; rev: string; waitedMs: number; at: number }
+  | { t: 'recipe'; kind: 'dbarrier-leave'; ready: string; rev: string; waitedMs: number; at: number }
+  | { t: 'recipe'; kind: 'multi-acquired'; names: string[]; tokens: Record<string, string>; rev: string; seen: { key: string; create: string; lease: string }[]; at: number }
+  | { t: 'recipe'; kind: 'multi-failed'; leftover: string[]; at: number };
 
 /** What a worker asks of a protected resource; `enter` and `leave` only of 'permits' and 'rw'. */
 export type StoreOp = 'read' | 'write' | 'enter' | 'leave';
@@ -217,4 +236,11 @@ export function lineSplitter(onLine: (line: string) => void): (chunk: string) =>
       if (line.trim() !== '') onLine(line);
     }
   };
+}
+
+/** FNV-1a of a string: a worker's seed from its label. */
+export function hash(s: string): number {
+  let h = 2166136261;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 16777619);
+  return h >>> 0;
 }

@@ -1,5 +1,5 @@
 // What the members' own logs say about lease revocations, for the checker's attribution of early
-// lease expiries to etcd (checker.ts deposedLeaderRevoke).
+// lease expiries to etcd (checker/leases.ts deposedLeaderRevoke).
 //
 // etcd's revokeExpiredLeases (server/etcdserver/server.go; 3.4.31+, 3.5.13+, 3.6, 3.7) checks
 // once, before a batch, that the member is still the Raft leader (ensureLeadership, which since

@@ -1,6 +1,6 @@
 // The fault-injection suite: proves mutual exclusion (with fencing), the ownerCompare guard, single
-// leadership, at most N holders of a semaphore's N permits and a writer alone under an RWMutex, under
-// crashes, pauses and partitions of a real 3-member etcd cluster.
+// leadership, at most N holders of a semaphore's N permits, a writer alone under an RWMutex and the
+// recipes' invariants, under crashes, pauses and partitions of a real 3-member etcd cluster.
 //
 //   npm run chaos -- --quick                 about a minute (CI)
 //   npm run chaos -- --minutes 10 [--seed N] [--json out.json] [--no-netns] [--ttl 3] [--keep]
@@ -11,16 +11,9 @@
 // Phase "netns": a cluster whose members live in their own network namespaces, so a minority can be
 // cut off for real (see netns.ts); skipped, and said so, where namespaces cannot be created.
 //
-// Exit status: 0 when every check holds; 1 on any violation (fenced, ownerCompare, election,
-// semaphore, RW lock, an overlap of holders or leaders (more than N permit holders, a writer and
-// anyone) that no freeze of the earlier one explains (nor one of the later one's own, when it was
-// the stale one: granted, frozen past its TTL, and recording its start on waking without acting),
-// nor etcd 15247 (a woken deposed Raft leader revoking the earlier one's live lease: reported, not
-// failed; only for a loss seen as its key deleted or its lease gone, after a leader pause of at
-// least the TTL minus one renewal interval, on a lease granted before that pause: see explain()),
-// a lease that etcd expired before the client's deadline, a careful write refused), an unexpected
-// error, a lock wait past 12 s, a fault the harness could not inject or heal, or anything left
-// behind (keys, leases, a worker that would not exit). checker.ts's verdict() is the list.
+// Exit status: 0 when every check holds; 1 on any violation, unexpected error, lock wait past 12 s,
+// harness problem or anything left behind (keys, leases, a worker that would not exit):
+// checker/verdict.ts's verdict() is the list; docs/reliability.md says what each check excuses.
 import { execFileSync } from 'node:child_process';
 import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
 import { createWriteStream } from 'node:fs';
@@ -46,31 +39,25 @@ import {
   overlapViolations,
   rwConflict,
   tokenOrderViolations,
-  verdict,
   longestGap,
-  percentile,
   round,
-  type EtcdCounterReport,
-  type ElectionReport,
-  type ExcessReport,
-  type FencedReport,
   type HeldInterval,
   type LeaseEvidence,
-  type PermitsReport,
-  type RWReport,
-  type LeaseExpiryReport,
-  type OverlapReport,
   type Violation,
-} from './checker.js';
-import { Prng, counterKey, now, type Role } from './common.js';
+} from './checker/index.js';
+import { Prng, counterKey, now, type CoreRole, type Role } from './common.js';
+import { judgeRecipes } from './recipes-phase.js';
+import { PERMITS, RECIPE_ROLES, ROLES, printTable, summarize, type PhaseResult } from './report.js';
+import { QUICK_MUST_HAPPEN, RW_WRITE_SHARE, phasePlans, workerCountsFor, type PhasePlan } from './plans.js';
 import { readRevokeTimeouts } from './etcd-logs.js';
 import { FencedStore } from './fenced-store.js';
-import { Nemesis, type ChaosCluster, type FaultKind } from './nemesis.js';
+import { Nemesis, type ChaosCluster } from './nemesis.js';
 import { Observer } from './observer.js';
 import { checkLinearizable, type PorcupineResult } from './porcupine.js';
 import { checkGrantsByRevision, foreignDeletes, hasBug15247, type GrantRule, type KeyEnd } from './revisions.js';
 import { netnsAvailable, removeStaleNamespaces, startNetnsCluster } from './netns.js';
-import { History, WorkerPool, type WorkerSpec } from './workers.js';
+import { WorkerPool } from './pool.js';
+import { History } from './run-history.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -106,152 +93,23 @@ const say = (msg: string): void => {
   console.log(msg);
 };
 
-const ROLES = ['fenced', 'unfenced', 'election', 'semaphore', 'rwlock'] as const satisfies readonly Role[];
-const workerCounts: Record<Role, number> = quick
-  ? { fenced: 3, unfenced: 2, election: 2, semaphore: 4, rwlock: 3 }
-  : { fenced: 3, unfenced: 3, election: 3, semaphore: 5, rwlock: 4 };
-/** The semaphore's permits: fewer than its workers, so that they queue. */
-const PERMITS = 2;
-/** The share of rwlock cycles that take the write lock; the rest read. */
-const RW_WRITE_SHARE = 0.35;
-
-interface PhasePlan {
-  name: 'loopback' | 'netns';
-  chaosMs: number;
-  weights: Partial<Record<FaultKind, number>>;
-}
-
+const workerCounts = workerCountsFor(quick);
 const netns = args['no-netns'] ? { ok: false, why: '--no-netns' } : await netnsAvailable();
-const LOOPBACK_WEIGHTS: Partial<Record<FaultKind, number>> = {
-  'member-kill': 3,
-  'member-pause': 3,
-  'worker-pause': 3,
-  'ghost-pause': 3,
-  'worker-crash': 2,
-  'proxy-cut': 2,
-  'proxy-delay': 2,
-  'proxy-blackhole': 3,
-  'proxy-blackhole-member': 2,
-  'key-delete': 2,
-  'lease-revoke': 2,
-};
-/**
- * What a quick loopback phase must see, first (the nemesis's mustHappen): a Raft leader paused past
- * the TTL, a holder frozen inside its critical section, and an operator taking a holder's key away
- * both ways (the key deleted twice: a fenced holder whose worker takes the lock again meanwhile, and
- * a leader; nemesis.ts OPERATOR_VICTIMS). test/chaos.test.ts fails a CI run in which one of them did not happen.
- */
-const QUICK_MUST_HAPPEN: FaultKind[] = ['member-pause', 'ghost-pause', 'key-delete', 'lease-revoke', 'key-delete'];
-const NETNS_WEIGHTS: Partial<Record<FaultKind, number>> = {
-  partition: 6,
-  'member-kill': 1,
-  'member-pause': 1,
-  'worker-pause': 1,
-  'ghost-pause': 1,
-  'worker-crash': 1,
-  'proxy-cut': 1,
-  'key-delete': 1,
-};
-const plans: PhasePlan[] = netns.ok
-  ? [
-      { name: 'loopback', chaosMs: chaosSeconds * 650, weights: LOOPBACK_WEIGHTS },
-      { name: 'netns', chaosMs: chaosSeconds * 350, weights: NETNS_WEIGHTS },
-    ]
-  : [{ name: 'loopback', chaosMs: chaosSeconds * 1000, weights: LOOPBACK_WEIGHTS }];
+const plans = phasePlans(chaosSeconds, netns.ok);
 
 say(`etcd-concurrency chaos: seed ${seed} (--seed ${seed} to replay the fault schedule), ${quick ? 'quick' : `${chaosSeconds / 60} min`}, TTL ${ttl} s`);
 say(`  logs: ${runDir}`);
 if (!netns.ok) say(`  network namespaces unavailable (${netns.why}): partitions are client-side only (proxies black-holed)`);
-
-interface PhaseResult {
-  name: string;
-  chaosMs: number;
-  workers: Record<Role, number>;
-  operations: {
-    cycles: number;
-    fencedAcquisitions: number;
-    ledgerWritesAccepted: number;
-    ledgerWritesRefused: number;
-    etcdIncrementsAccepted: number;
-    unfencedHolds: number;
-    electionTerms: number;
-    semaphoreHolds: number;
-    rwReadHolds: number;
-    rwWriteHolds: number;
-  };
-  faults: Record<string, number>;
-  faultLog: { kind: string; target: string; startS: number; ms: number; note?: string }[];
-  fenced: FencedReport;
-  carefulSkips: number;
-  etcdCounter: EtcdCounterReport;
-  unfenced: OverlapReport;
-  fencedHolds: OverlapReport;
-  election: ElectionReport;
-  /** The semaphore's resource (at most `capacity` holders served at once) and its holders' intervals. */
-  semaphore: PermitsReport;
-  semaphoreHolds: ExcessReport;
-  /** The RW lock's resource (a writer served alone) and its holders' intervals (a writer overlapping anyone). */
-  rw: RWReport;
-  rwHolds: OverlapReport;
-  /**
-   * Mutual exclusion judged on etcd's history (revisions.ts): the observer's record of every key, and
-   * each grant's witness revision against the keys older than it still alive then. No clock.
-   */
-  /** The fenced ledger's twin on PostgreSQL through PostgresFence, and its unfenced shadow (null: no PostgreSQL). */
-  pgLedger: PgLedgerReport | null;
-  /** Porcupine's verdict on the etcd counter's and the fenced ledger's operations (chaos/porcupine.ts). */
-  porcupine: PorcupineResult[];
-  /** From the faults' end (cluster healthy) to the first term begun, 0 if one was under way; null: none within the bound. */
-  leaderlessAfterFaultsMs: number | null;
-  revisions: {
-    keys: number;
-    /** How the keys went (delete, with their lease, by the operator; never: still there at the end). */
-    byHow: Record<string, number>;
-    witnesses: Record<Role, number>;
-    /** Grants made while an older key they waited for still existed, per role. */
-    violations: Record<Role, number>;
-    tokenOrderViolations: number;
-    /** Holds lost to a delete of their key while its lease lived that neither they nor the operator made. */
-    foreignDeletes: number;
-    observerResumes: number;
-  };
-  failover: { kind: string; atS: number; raftMs?: number; firstAcquireMs?: number; newLeaderMs?: number }[];
-  /** The longest stretch without an acquisition, and when it began (s into the phase). */
-  liveness: Record<Role, { ms: number; atS: number }>;
-  sessionsLost: Record<string, number>;
-  /** Sessions (and calls) that etcd told their lease was gone; `early`: while the client's deadline still lay ahead. */
-  leaseGone: LeaseExpiryReport & {
-    list: { worker: string; lease: string; leftMs: number; atS: number }[];
-    /** "failed to revoke lease ... timed out" lines in the members' logs (a deposed leader's stale batch). */
-    revokeTimeouts: { member: string; atS: number; lease: string }[];
-  };
-  errors: Record<string, number>;
-  unexpectedErrors: string[];
-  /** Lock waits longer than 12 s, each with the queue at that moment (a stuck queue shows here). */
-  stuckWaits: string[];
-  violations: Violation[];
-  cleanup: {
-    ok: boolean;
-    workersNotExited: string[];
-    leasesAtExit: number;
-    leasesUnaccounted: string[];
-    leasesLeft: string[];
-    keysLeft: string[];
-    leaseDrainMs: number;
-  };
-  problems: string[];
-  /** The largest error bound of a worker's clock mapping onto the parent's, ms. */
-  clockErrMs: number;
-}
 
 /** The election must have a leader this soon after the faults end: three TTLs and 5 s. */
 function leaderlessBoundMs(): number {
   return 3 * ttl * 1000 + 5000;
 }
 
-/** The etcd under test (`etcd --version`): etcd 15247 is excused only on versions that have it. */
+/** The etcd under test (`etcd --version`): on versions said to be fixed, etcd 15247 needs more evidence (deposedRevokeOf()). */
 const runEtcdVersion = etcdVersion();
 if (hasBug15247(runEtcdVersion)) say(`  ${runEtcdVersion.trim()}: has etcd bug 15247 (a deposed leader revoking live leases); it is excused only with etcd's revisions to show it`);
+else say(`  ${runEtcdVersion.trim()}: a woken deposed leader's revoke (etcd 15247's wake form) is excused only with etcd's revisions and the holder's own session told its lease was gone early`);
 const results: PhaseResult[] = [];
 let fatal: string | undefined;
 let current: { pool?: WorkerPool; stop?: () => Promise<void> } = {};
@@ -291,9 +149,9 @@ for (const plan of plans) {
 
 await pgAdmin?.end().catch(() => {});
 await pgServer?.stop().catch(() => {});
-const summary = summarize();
+const summary = summarize(results, { ...(fatal !== undefined ? { fatal } : {}), seed, quick, chaosSeconds, ttl, startedAt, t0, etcd: runEtcdVersion, netns });
 await writeFile(jsonFile, `${JSON.stringify(summary, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2)}\n`);
-printTable();
+printTable(results);
 say(`JSON: ${jsonFile}`);
 say(summary.ok ? 'RESULT: ok' : `RESULT: FAILED (${summary.failures.join('; ')})`);
 await new Promise<void>((resolve) => logStream.end(resolve));
@@ -312,15 +170,15 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   current = { stop: () => cluster.stop() };
   const admin = new Client({ endpoints: cluster.endpoints, callTimeoutMs: 5000 });
   const prefix = `chaos/${runId}/${plan.name}/`;
-  const names: Record<Role, string> = Object.fromEntries(ROLES.map((r) => [r, `${prefix}${r}`])) as Record<Role, string>;
+  const names: Record<Role, string> = Object.fromEntries([...ROLES, ...RECIPE_ROLES].map((r) => [r, `${prefix}${r}`])) as Record<Role, string>;
   const dataPrefix = `${prefix}data/`;
   const store = new FencedStore({ permits: PERMITS });
   const history = new History();
   const observer = new Observer(admin, prefix);
   await observer.start();
   const rng = new Prng(seed).fork(plan.name === 'loopback' ? 1 : 2);
-  const specs: WorkerSpec[] = [];
-  for (const role of ROLES) {
+  const specs: ConstructorParameters<typeof WorkerPool>[0] = [];
+  for (const role of [...ROLES, ...RECIPE_ROLES]) {
     for (let k = 0; k < workerCounts[role]; k++) specs.push({ id: `${role}-${k}`, role, name: names[role] });
   }
   const pool = new WorkerPool(specs, {
@@ -334,6 +192,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     holdMs: [2, 25],
     electionHoldMs: [50, 250],
     permits: PERMITS,
+    dbarrierCount: workerCounts.dbarrier,
     rwWriteShare: RW_WRITE_SHARE,
     store,
     history,
@@ -436,7 +295,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     file: plan.name === 'loopback' ? join(phaseDir, `m${i}.log`) : join(phaseDir, 'etcd', `m${i}.log`),
   }));
   const revokeTimeouts = await readRevokeTimeouts(memberLogs, (wall) => wall - wallOffset);
-  // etcd's word on leases, for the etcd 15247 attribution of overlaps (checker.ts deposedRevokeOf()).
+  // etcd's word on leases, for the etcd 15247 attribution of overlaps (checker/excuses.ts deposedRevokeOf()).
   // Each hold's witness revision (worker.ts witness()): tokens are revisions, unique across roles.
   const witnessRev = new Map<bigint, bigint>();
   for (const role of ROLES) for (const w of history.witnesses[role]) witnessRev.set(w.token, w.rev);
@@ -445,21 +304,21 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     if (rev !== undefined) h.witnessRev = rev;
   }
   const leases: LeaseEvidence = { leaseGone: history.leaseGone, staleRevokes: revokeTimeouts, etcdVersion: runEtcdVersion, keys: lives };
-  const rules: Record<Role, GrantRule> = {
+  const rules: Record<CoreRole, GrantRule> = {
     fenced: { kind: 'exclusive' },
     unfenced: { kind: 'exclusive' },
     election: { kind: 'exclusive' },
     semaphore: { kind: 'permits', permits: PERMITS },
     rwlock: { kind: 'rw' },
   };
-  const checkName: Record<Role, string> = {
+  const checkName: Record<CoreRole, string> = {
     fenced: 'fenced-grant-by-revision',
     unfenced: 'unfenced-grant-by-revision',
     election: 'election-grant-by-revision',
     semaphore: 'semaphore-over-grant',
     rwlock: 'rw-grant-by-revision',
   };
-  const byRevision = Object.fromEntries(ROLES.map((r) => [r, checkGrantsByRevision(lives, history.witnesses[r], rules[r], checkName[r])])) as Record<Role, Violation[]>;
+  const byRevision = Object.fromEntries(ROLES.map((r) => [r, checkGrantsByRevision(lives, history.witnesses[r], rules[r], checkName[r])])) as Record<CoreRole, Violation[]>;
   const foreign = [
     ...ROLES.flatMap((r) => foreignDeletes(r === 'election' ? history.terms : history.held[r], lives, `${r}-key-deleted-by-another`)),
   ];
@@ -522,6 +381,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   const rw = checkRW(store.rw);
   const rwFound = findOverlaps(history.held.rwlock, faults, rwConflict, acted, leases);
   const leaseExpiries = checkLeaseExpiries(history.leaseGone, faults, revokeTimeouts);
+  const recipes = judgeRecipes(history.recipes, lives, names.dbarrier, workerCounts.dbarrier);
   const leaseViolations = leaseExpiries.violations;
 
   const failover = nemesis.failovers.map((f) => {
@@ -557,6 +417,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
       ? [{ check: 'election-leaderless', detail: `no leader within ${leaderlessBoundMs()} ms after the faults ended and the cluster was healthy` }]
       : []),
     ...porcupineViolations,
+    ...recipes.violations,
   ];
   const cleanupOk = notExited.length === 0 && leasesLeft.length === 0 && keysLeft.length === 0;
   const result: PhaseResult = {
@@ -588,13 +449,14 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     rw,
     rwHolds: rwFound.report,
     leaderlessAfterFaultsMs: leaderlessMs ?? null,
+    recipes: recipes.report,
     pgLedger,
     porcupine,
     revisions: {
       keys: lives.length,
       byHow,
-      witnesses: Object.fromEntries(ROLES.map((r) => [r, history.witnesses[r].length])) as Record<Role, number>,
-      violations: Object.fromEntries(ROLES.map((r) => [r, byRevision[r].length])) as Record<Role, number>,
+      witnesses: Object.fromEntries(ROLES.map((r) => [r, history.witnesses[r].length])) as Record<CoreRole, number>,
+      violations: Object.fromEntries(ROLES.map((r) => [r, byRevision[r].length])) as Record<CoreRole, number>,
       tokenOrderViolations: tokenOrder.length,
       foreignDeletes: foreign.length,
       observerResumes: observer.resumes,
@@ -627,80 +489,6 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   return result;
 }
 
-function summarize() {
-  const failures = verdict(
-    results.map((r) => ({ name: r.name, violations: r.violations, unexpectedErrors: r.unexpectedErrors, stuckWaits: r.stuckWaits, problems: r.problems, cleanupOk: r.cleanup.ok })),
-    fatal,
-  );
-  const fencedViolations = results.reduce((n, r) => n + r.fenced.violations.length, 0);
-  const etcdViolations = results.reduce((n, r) => n + r.etcdCounter.violations.length, 0);
-  const electionViolations = results.reduce((n, r) => n + r.election.violations.length, 0);
-  const semaphoreViolations = results.reduce((n, r) => n + r.semaphore.violations.length + r.semaphoreHolds.unexplained, 0);
-  const rwViolations = results.reduce((n, r) => n + r.rw.violations.length + r.rwHolds.unexplained, 0);
-  const cleanupOk = results.length > 0 && results.every((r) => r.cleanup.ok);
-  const sum = (f: (r: PhaseResult) => number): number => results.reduce((n, r) => n + f(r), 0);
-  const faults: Record<string, number> = {};
-  for (const r of results) for (const [k, v] of Object.entries(r.faults)) faults[k] = (faults[k] ?? 0) + v;
-  return {
-    ok: failures.length === 0,
-    failures,
-    seed,
-    mode: quick ? 'quick' : `${chaosSeconds / 60} minutes`,
-    ttlSeconds: ttl,
-    command: `npm run chaos -- ${quick ? '--quick' : `--minutes ${chaosSeconds / 60}`} --seed ${seed}`,
-    startedAt,
-    durationS: round((now() - t0) / 1000),
-    node: process.version,
-    etcd: runEtcdVersion,
-    netns: netns.ok ? 'used' : `unavailable (${netns.why})`,
-    totals: {
-      operations: sum((r) => r.operations.cycles),
-      faults: sum((r) => Object.values(r.faults).reduce((a, b) => a + b, 0)),
-      faultsByKind: faults,
-      fencedViolations,
-      etcdCounterViolations: etcdViolations,
-      electionViolations,
-      semaphoreViolations,
-      rwViolations,
-      ledgerWritesRefused: sum((r) => r.fenced.writesRefused),
-      longestUnfencedOverlapMs: Math.max(0, ...results.map((r) => r.unfenced.longestMs)),
-      unexplainedUnfencedOverlaps: sum((r) => r.unfenced.unexplained),
-      longestLeaderTermOverlapMs: Math.max(0, ...results.map((r) => r.election.overlaps.longestMs)),
-      unexplainedLeaderTermOverlaps: sum((r) => r.election.overlaps.unexplained),
-      violations: sum((r) => r.violations.length),
-      unexplainedFencedHoldOverlaps: sum((r) => r.fencedHolds.unexplained),
-      unexplainedSemaphoreOverlaps: sum((r) => r.semaphoreHolds.unexplained),
-      unexplainedRWOverlaps: sum((r) => r.rwHolds.unexplained),
-      overlapsByDeposedLeader: sum((r) => overlapsByDeposedLeader(r).reduce((a, b) => a + b, 0)),
-      semaphoreCarefulRefused: sum((r) => r.semaphore.carefulRefused),
-      rwCarefulRefused: sum((r) => r.rw.carefulRefused),
-      leaseExpiredEarly: sum((r) => r.leaseGone.violations.length),
-      leaseRevokedByDeposedLeader: sum((r) => r.leaseGone.byDeposedLeader),
-      leaseRevokedByDeposedLeaderLate: sum((r) => r.leaseGone.byDeposedLeaderLate),
-      carefulWritesRefused: sum((r) => r.fenced.carefulRefused),
-      cleanupOk,
-      grantViolationsByRevision: sum((r) => Object.values(r.revisions.violations).reduce((a, b) => a + b, 0)),
-      tokenOrderViolations: sum((r) => r.revisions.tokenOrderViolations),
-      witnesses: sum((r) => Object.values(r.revisions.witnesses).reduce((a, b) => a + b, 0)),
-      porcupineChecked: sum((r) => r.porcupine.filter((p) => p.result === 'Ok').length),
-      porcupineFailed: sum((r) => r.porcupine.filter((p) => p.result !== 'Ok').length),
-      keysObserved: sum((r) => r.revisions.keys),
-      unexpectedErrors: sum((r) => r.unexpectedErrors.length),
-      stuckWaits: sum((r) => r.stuckWaits.length),
-      harnessProblems: sum((r) => r.problems.length),
-    },
-    phases: results,
-  };
-}
-
-/**
- * Overlaps attributed to a deposed Raft leader's revoke of a live lease (etcd 15247): explained, so
- * not violations, but shown. Unfenced / fenced / election / semaphore / rwlock.
- */
-function overlapsByDeposedLeader(r: PhaseResult): number[] {
-  return [r.unfenced, r.fencedHolds, r.election.overlaps, r.semaphoreHolds, r.rwHolds].map((o) => o.byDeposedLeader);
-}
-
 function etcdVersion(): string {
   try {
     return execFileSync('etcd', ['--version'], { encoding: 'utf8' }).split('\n')[0] ?? '';
@@ -709,87 +497,3 @@ function etcdVersion(): string {
   }
 }
 
-function printTable(): void {
-  const rows: string[][] = [['', ...results.map((r) => r.name)]];
-  const row = (label: string, f: (r: PhaseResult) => unknown): void => {
-    rows.push([label, ...results.map((r) => String(f(r)))]);
-  };
-  row('chaos time (s)', (r) => round(r.chaosMs / 1000));
-  row('workers (fenced/unfenced/election/semaphore/rwlock)', (r) => ROLES.map((k) => r.workers[k]).join('/'));
-  row('operations (lock cycles + terms)', (r) => r.operations.cycles);
-  row('  fenced ledger writes accepted', (r) => r.fenced.writesAccepted);
-  row('  fenced ledger writes refused (stale token)', (r) => `${r.fenced.writesRefused} (+${r.fenced.readsRefused} reads)`);
-  row('  careful writes refused / skipped', (r) => `${r.fenced.carefulRefused} / ${r.carefulSkips}`);
-  row('  etcd ownerCompare increments', (r) => `${r.etcdCounter.ledgerEntries} (refused ${r.etcdCounter.rejected}, unknown ${r.etcdCounter.unknownResolvedApplied + r.etcdCounter.unknownResolvedNotApplied})`);
-  row('  unfenced holds', (r) => r.operations.unfencedHolds);
-  row('  election terms (lost)', (r) => `${r.election.terms} (${r.election.termsLost})`);
-  row(`  semaphore holds (${PERMITS} permits)`, (r) => r.operations.semaphoreHolds);
-  row('    permit writes accepted / refused', (r) => `${r.semaphore.writesAccepted} / ${r.semaphore.writesRefused} (enters refused ${r.semaphore.entersRefused}, evicted ${r.semaphore.evicted})`);
-  row('  rwlock holds read / write', (r) => `${r.operations.rwReadHolds} / ${r.operations.rwWriteHolds}`);
-  row('    rw reads / writes accepted (refused)', (r) => `${r.rw.readsAccepted} (${r.rw.readsRefused}) / ${r.rw.writesAccepted} (${r.rw.writesRefused})`);
-  const kinds = [...new Set(results.flatMap((r) => Object.keys(r.faults)))].sort();
-  row('faults', (r) => Object.values(r.faults).reduce((a, b) => a + b, 0));
-  for (const k of kinds) row(`  ${k}`, (r) => r.faults[k] ?? 0);
-  row('VIOLATIONS (all checks)', (r) => r.violations.length);
-  row('  fenced / etcd / election', (r) => `${r.fenced.violations.length} / ${r.etcdCounter.violations.length} / ${r.election.violations.length}`);
-  row('  semaphore / rwlock (resource, careful refused)', (r) => `${r.semaphore.violations.length} / ${r.rw.violations.length} (careful ${r.semaphore.carefulRefused} / ${r.rw.carefulRefused})`);
-  row('grants judged by revision (witnesses), violations', (r) => `${Object.values(r.revisions.witnesses).reduce((a, b) => a + b, 0)}, ${Object.values(r.revisions.violations).reduce((a, b) => a + b, 0)}`);
-  row('  keys observed, how they went', (r) => `${r.revisions.keys}: ${Object.entries(r.revisions.byHow).map(([k, v]) => `${k} ${v}`).join(', ')}`);
-  row('  token-order violations', (r) => r.revisions.tokenOrderViolations);
-  row('  held keys deleted by another (not the operator)', (r) => r.revisions.foreignDeletes);
-  row('PostgreSQL ledger: committed / refused by the fence / failed', (r) => (r.pgLedger ? `${r.pgLedger.committed} / ${r.pgLedger.refusedByFence} / ${r.pgLedger.failed} (value ${r.pgLedger.value}, ${r.pgLedger.violations.length} violations)` : 'no PostgreSQL'));
-  row('  unfenced shadow: writes, lost updates', (r) => (r.pgLedger ? `${r.pgLedger.shadowWrites}, ${r.pgLedger.shadowLostUpdates}` : '-'));
-  row('leaderless after the faults ended (ms)', (r) => r.leaderlessAfterFaultsMs ?? `none within ${leaderlessBoundMs()}`);
-  row('porcupine (operations: verdict)', (r) => r.porcupine.map((p) => `${p.name.replace(`${r.name}-`, '')} ${p.operations}: ${p.result}`).join(', ') || 'not run');
-  row('  lease gone before client deadline', (r) => `${r.leaseGone.violations.length} (of ${r.leaseGone.reports} lease-gone)`);
-  row('lease revoked by a deposed leader (etcd 15247)', (r) => `${r.leaseGone.byDeposedLeader} (late wave ${r.leaseGone.byDeposedLeaderLate})${r.leaseGone.latestMs !== undefined && r.leaseGone.latestMs > 0 ? `, up to ${r.leaseGone.latestMs} ms early` : ''}`);
-  row('stale holders from a deposed leader (etcd 15247) unf/fen/elect/sem/rw', (r) => overlapsByDeposedLeader(r).join('/'));
-  row('unfenced stale holders (unexplained)', (r) => `${r.unfenced.overlaps} (${r.unfenced.unexplained})`);
-  row('fenced stale holders (unexplained)', (r) => `${r.fencedHolds.overlaps} (${r.fencedHolds.unexplained})`);
-  row(`over ${PERMITS} permit holders (unexplained), max at once`, (r) => `${r.semaphoreHolds.overlaps} (${r.semaphoreHolds.unexplained}), ${r.semaphoreHolds.maxConcurrent}`);
-  row('rw stale holders vs a writer (unexplained)', (r) => `${r.rwHolds.overlaps} (${r.rwHolds.unexplained})`);
-  row('longest unfenced overlap (ms)', (r) => `${r.unfenced.longestMs}${r.unfenced.worst[0] ? ` [${r.unfenced.worst[0].cause}]` : ''}`);
-  row('stale leaders (unexplained), longest ms', (r) => `${r.election.overlaps.overlaps} (${r.election.overlaps.unexplained}), ${r.election.overlaps.longestMs}`);
-  row('raft failover p50/max (ms)', (r) => {
-    const v = r.failover.filter((f) => f.raftMs !== undefined).map((f) => f.raftMs!);
-    return v.length ? `${percentile(v, 50)}/${Math.max(...v)} (n=${v.length})` : '-';
-  });
-  row('first lock/term after etcd leader loss p50/max', (r) => {
-    const v = r.failover.filter((f) => f.kind !== 'leader-worker-crash' && f.firstAcquireMs !== undefined).map((f) => f.firstAcquireMs!);
-    return v.length ? `${percentile(v, 50)}/${Math.max(...v)}` : '-';
-  });
-  row('new leader after leader crash p50/max (ms)', (r) => {
-    const v = r.failover.filter((f) => f.newLeaderMs !== undefined).map((f) => f.newLeaderMs!);
-    return v.length ? `${percentile(v, 50)}/${Math.max(...v)} (n=${v.length})` : '-';
-  });
-  row('longest stall fenced/unfenced/election (ms)', (r) => `${r.liveness.fenced.ms}/${r.liveness.unfenced.ms}/${r.liveness.election.ms}`);
-  row('longest stall semaphore/rwlock (ms)', (r) => `${r.liveness.semaphore.ms}/${r.liveness.rwlock.ms}`);
-  row('sessions lost', (r) => Object.entries(r.sessionsLost).map(([k, v]) => `${k}:${v}`).join(' ') || '0');
-  row('unexpected errors', (r) => r.unexpectedErrors.length);
-  row('lock waits over 12 s', (r) => r.stuckWaits.length);
-  row('harness problems', (r) => r.problems.length);
-  row('cleanup (keys/leases/exits)', (r) => (r.cleanup.ok ? `ok (leases drained in ${r.cleanup.leaseDrainMs} ms)` : `FAILED keys=${r.cleanup.keysLeft.length} leases=${r.cleanup.leasesLeft.length} stuck=${r.cleanup.workersNotExited.length}`));
-  const width = rows.map((r) => r[0]!.length).reduce((a, b) => Math.max(a, b), 0);
-  const colw = results.map((_, i) => Math.max(...rows.map((r) => r[i + 1]!.length)));
-  console.log('');
-  for (const r of rows) console.log(`${r[0]!.padEnd(width)}  ${r.slice(1).map((c, i) => c.padEnd(colw[i]!)).join('  ')}`);
-  console.log('');
-  for (const r of results) {
-    // Up to 8 of each kind, so that one abundant kind does not hide the others.
-    const byCheck = new Map<string, Violation[]>();
-    for (const v of r.violations) byCheck.set(v.check, [...(byCheck.get(v.check) ?? []), v]);
-    for (const [check, vs] of byCheck) {
-      for (const v of vs.slice(0, 8)) console.log(`VIOLATION [${r.name}] ${check}: ${v.detail}`);
-      if (vs.length > 8) console.log(`VIOLATION [${r.name}] ${check}: ... and ${vs.length - 8} more (see the JSON)`);
-    }
-    for (const e of r.unexpectedErrors.slice(0, 10)) console.log(`unexpected [${r.name}]: ${e}`);
-    for (const p of r.problems) console.log(`harness [${r.name}]: ${p}`);
-    for (const w of r.stuckWaits.slice(0, 5)) console.log(`stuck [${r.name}]: ${w}`);
-    for (const w of r.unfenced.worst) console.log(`unfenced overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
-    for (const w of r.fencedHolds.worst) console.log(`fenced-hold overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
-    for (const w of r.election.overlaps.worst) console.log(`leader-term overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
-    for (const w of r.semaphoreHolds.worst) console.log(`over-${PERMITS}-permits overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
-    for (const w of r.rwHolds.worst) console.log(`rw overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
-    if (r.cleanup.leasesUnaccounted.length > 0) console.log(`note [${r.name}]: ${r.cleanup.leasesUnaccounted.length} lease(s) of cleanly stopped workers were still present right after exit`);
-  }
-}

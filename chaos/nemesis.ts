@@ -2,9 +2,10 @@
 // records each on the common clock. Every fault is healed before the next one starts.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { compare, op, prefixEnd, type Client } from '../src/index.js';
-import type { FaultRecord } from './checker.js';
+import type { FaultRecord } from './checker/index.js';
 import { now, type Prng } from './common.js';
-import type { WorkerPool, WorkerProc } from './workers.js';
+import type { WorkerPool } from './pool.js';
+import type { WorkerProc } from './workers.js';
 
 /** What the nemesis needs of a cluster: startEtcd's EtcdCluster, or the netns one (with partitions). */
 export interface ChaosCluster {

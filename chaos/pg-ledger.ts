@@ -3,7 +3,7 @@
 // shadow, written by the same holders without the fence, shows what a stale holder does when
 // nothing fences it. Tables, the parent's reading of them, and the check; the workers' side is in
 // worker.ts (pgIncrement()).
-import type { Violation } from './checker.js';
+import type { Violation } from './checker/history.js';
 
 /** The tables, one row (or set of rows) per phase. */
 export const PG_SCHEMA = [

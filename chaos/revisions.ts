@@ -1,7 +1,7 @@
 // Mutual exclusion judged on etcd's own history, with no clock: the observer's record of every key's
 // create and delete revision (observer.ts) against the revision at which each holder saw its turn.
 // Pure: no I/O.
-import type { Violation } from './checker.js';
+import type { Violation } from './checker/history.js';
 
 /**
  * How a key incarnation went, as far as etcd's history can tell:

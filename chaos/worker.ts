@@ -12,13 +12,13 @@
 //             most N holders at once, by token), write, leave it, release.
 //   rwlock    per cycle, rLock or lock the RWMutex; a reader reads the RW resource twice, a writer
 //             reads it and writes the value plus one (tokens and modes checked there); unlock.
+//   barrier, dbarrier, multilock: the recipes (worker-recipes.ts).
 //
 // After {"t":"stop"} the worker stops, resigns/unlocks, closes its session and client, and exits
 // on its own: a worker that does not is reported as a leak.
 import {
   Client,
   EtcdError,
-  LeaseNotFoundError,
   OwnershipLostError,
   prefixEnd,
   Mutex,
@@ -33,9 +33,9 @@ import {
   type ReleaseResult,
   type OwnerHandle,
 } from '../src/index.js';
-import pg from 'pg';
-import { PostgresFence, StaleTokenError } from '../src/fencing/index.js';
-import { PG_FENCE_TABLE } from './pg-ledger.js';
+import { PgLedger } from './worker-pg.js';
+import { emit, errorCount, pause, reportError, watchSession } from './worker-io.js';
+import { recipeCycles } from './worker-recipes.js';
 import {
   Prng,
   clockOffsetSample,
@@ -47,7 +47,6 @@ import {
   type RWMode,
   type StoreOp,
   type WorkerConfig,
-  type WorkerEvent,
 } from './common.js';
 
 const cfg = JSON.parse(process.env.CHAOS_WORKER ?? '') as WorkerConfig;
@@ -55,55 +54,6 @@ const rng = new Prng(cfg.seed);
 const stop = new AbortController();
 const LOCK_WAIT_LIMIT_MS = 60_000;
 const STUCK_REPORT_MS = 12_000;
-
-function emit(e: WorkerEvent): void {
-  process.stdout.write(`${JSON.stringify(e)}\n`);
-}
-
-let errors = 0;
-function reportError(opName: string, err: unknown, used?: Session): void {
-  errors++;
-  const e = err as Error;
-  const message = String(e?.message ?? err).slice(0, 300);
-  const ev: WorkerEvent = { t: 'error', op: opName, name: e?.name ?? typeof err, message, at: now() };
-  const code = codeOf(err);
-  if (code !== undefined) ev.code = code;
-  // "Lease not found" while the session that made the call still counted its lease as proven alive
-  // would mean the server expired it earlier than the client's conservative deadline: the parent
-  // fails the run on it (leftMs > 0).
-  if (err instanceof LeaseNotFoundError && used) ev.leftMs = leftMs(used);
-  emit(ev);
-}
-
-/**
- * The error's stable code: the library's `code`, or ABORTED for the DOMException of our own lock-wait
- * limit (AbortSignal.timeout) or shutdown (told apart by DOMException's own numeric codes); else
- * undefined, an error the library should not have thrown.
- */
-function codeOf(err: unknown): string | undefined {
-  if (err instanceof EtcdError) return err.code;
-  if (err instanceof DOMException && (err.code === DOMException.TIMEOUT_ERR || err.code === DOMException.ABORT_ERR)) return 'ABORTED';
-  return undefined;
-}
-
-/**
- * The session's loss deadline minus now: how long it would still have counted its lease as alive.
- * Read from the session's private deadline (a test harness may look inside): remainingMs() says 0
- * once the session ended, and this is asked exactly then.
- */
-function leftMs(s: Session): number {
-  return (s as unknown as { lossAt(): number }).lossAt() - performance.now();
-}
-
-/** Reports a session's end other than our own close, with its deadline when etcd said the lease was gone. */
-function watchSession(s: Session): void {
-  void s.done.then((e) => {
-    if (e.reason === 'closed' || e.reason === 'client-closed') return;
-    const ev: WorkerEvent = { t: 'session-lost', lease: s.leaseId.toString(16), reason: e.reason, at: now() };
-    if (e.reason === 'lease-gone') ev.leftMs = leftMs(s);
-    emit(ev);
-  });
-}
 
 // ---- the fenced store, reached through the parent ----
 interface StoreReply {
@@ -143,20 +93,6 @@ process.stdin.on(
 // The parent is gone: stop as if told to.
 process.stdin.on('end', () => stop.abort(new Error('parent gone')));
 
-/** Resolves after `ms`, or early (without throwing) when `signal` aborts. */
-function pause(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const done = (): void => {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener('abort', done, { once: true });
-  });
-}
-
 const between = ([a, b]: [number, number]): number => rng.between(a, b);
 
 const client = new Client({ endpoints: cfg.endpoints, dialTimeoutMs: cfg.dialTimeoutMs, callTimeoutMs: cfg.callTimeoutMs });
@@ -165,7 +101,7 @@ const client = new Client({ endpoints: cfg.endpoints, dialTimeoutMs: cfg.dialTim
 // does not say when: report each lease grant as it is answered, as currentSession() does for the
 // lock roles, so that the parent knows how old a term's lease is (term-start names its lease). The
 // checker needs that to tell a lease a frozen Raft leader knew of (etcd 15247) from one granted
-// while it was frozen (see explain() in checker.ts).
+// while it was frozen (see explain() in checker/excuses.ts).
 if (cfg.role === 'election') {
   const grant = client.leaseGrant.bind(client);
   client.leaseGrant = async (...args: Parameters<typeof grant>) => {
@@ -246,7 +182,7 @@ async function reportStuck(key: string, started: number): Promise<void> {
  * `released`, ...), followed, when the loss came from the session, by `/<reason>` with the
  * SessionExpiredError's reason (`deadline`, `lease-gone`, `closed`, `client-closed`): a session lost
  * to its deadline and one whose lease etcd said was gone are both `lease_expired`, and the checker
- * must tell them apart (see REVOKE_LOSS_REASONS in checker.ts). `other` for any other abort reason.
+ * must tell them apart (see REVOKE_LOSS_REASONS in checker/excuses.ts). `other` for any other abort reason.
  */
 function lossClock(handle: { signal: AbortSignal }): { lostAt: () => number | undefined; reason: () => string | undefined } {
   let at: number | undefined;
@@ -262,93 +198,8 @@ function lossClock(handle: { signal: AbortSignal }): { lostAt: () => number | un
   return { lostAt: () => at, reason };
 }
 
-// The PostgreSQL ledger (fenced role): a pool of our own, the fence, and this phase's rows.
-const pgPool = cfg.pg ? new pg.Pool({ connectionString: cfg.pg.url, max: 2, connectionTimeoutMillis: 5000 }) : undefined;
-pgPool?.on('error', () => {}); // a connection broken while idle: the next query reports it
-const pgFence = pgPool ? new PostgresFence(pgPool, { table: PG_FENCE_TABLE }) : undefined;
-
-/** The unfenced shadow's value, read at the start of a hold and written back plus one at its end. */
-async function shadowRead(): Promise<number | undefined> {
-  if (!pgPool || !cfg.pg) return undefined;
-  try {
-    const r = await pgPool.query('SELECT value FROM chaos_shadow WHERE phase = $1', [cfg.pg.phase]);
-    return Number((r.rows[0] as { value: string } | undefined)?.value ?? 0);
-  } catch {
-    return undefined;
-  }
-}
-
-/**
- * What a holder hands PostgresFence: a careful one its handle (checked before the transaction and
- * just before COMMIT); a plain one only its token, as a client that does not check would, so that
- * the database alone refuses it when stale.
- */
-function fencingOf(handle: LockHandle, careful: boolean): LockHandle | { fencingToken: bigint; assertHeld(): void } {
-  return careful ? handle : { fencingToken: handle.fencingToken, assertHeld: (): void => {} };
-}
-
-type PgOutcome = 'committed' | 'refused' | 'failed';
-function pgOutcome(err: unknown): PgOutcome {
-  return err instanceof StaleTokenError || err instanceof OwnershipLostError ? 'refused' : 'failed';
-}
-
-/**
- * The PostgreSQL ledger's value, read in a transaction fenced by our token (reads are fenced too:
- * once a newer holder has read, an older one's write is refused, as in the in-process register).
- */
-async function pgLedgerRead(handle: LockHandle, careful: boolean): Promise<{ value: number } | { outcome: PgOutcome; error?: string }> {
-  if (!pgFence || !cfg.pg) return { outcome: 'failed' };
-  const phase = cfg.pg.phase;
-  try {
-    return await pgFence.run(fencingOf(handle, careful), `ledger/${phase}`, async (tx) => {
-      const r = await tx.query('SELECT value FROM chaos_ledger WHERE phase = $1', [phase]);
-      return { value: Number((r.rows[0] as { value: string } | undefined)?.value ?? 0) };
-    });
-  } catch (err) {
-    return { outcome: pgOutcome(err), error: `${(err as Error).name}: ${(err as Error).message}`.slice(0, 200) };
-  }
-}
-
-/**
- * The same increment on PostgreSQL: the value read under the fence plus one, written with an ops
- * row in one transaction fenced by PostgresFence; then the unfenced shadow's, from the value read at
- * the start of the hold. A stale holder (frozen after its reads) is refused by the fence, and its
- * shadow write lands over newer ones; a fence that let it through would write a value twice
- * (pg-lost-update).
- */
-async function pgIncrement(handle: LockHandle, token: bigint, read: Awaited<ReturnType<typeof pgLedgerRead>>, shadow: number | undefined, careful: boolean): Promise<void> {
-  if (!pgFence || !pgPool || !cfg.pg) return;
-  const phase = cfg.pg.phase;
-  const opId = `${cfg.id}#${cfg.incarnation}/${cycles}`;
-  let outcome: PgOutcome = 'failed';
-  let error: string | undefined;
-  if ('value' in read) {
-    const v = read.value + 1;
-    try {
-      await pgFence.run(fencingOf(handle, careful), `ledger/${phase}`, async (tx) => {
-        await tx.query('INSERT INTO chaos_ledger (phase, value) VALUES ($1, $2) ON CONFLICT (phase) DO UPDATE SET value = $2', [phase, v]);
-        await tx.query('INSERT INTO chaos_ops (op_id, phase, value, token) VALUES ($1, $2, $3, $4)', [opId, phase, v, token.toString()]);
-      });
-      outcome = 'committed';
-    } catch (err) {
-      outcome = pgOutcome(err);
-      if (outcome === 'failed') error = `${(err as Error).name}: ${(err as Error).message}`.slice(0, 200);
-    }
-  } else {
-    outcome = read.outcome;
-    if (outcome === 'failed') error = read.error;
-  }
-  let shadowWritten = false;
-  if (shadow !== undefined) {
-    try {
-      await pgPool.query('INSERT INTO chaos_shadow (phase, value) VALUES ($1, $2) ON CONFLICT (phase) DO UPDATE SET value = $2', [phase, shadow + 1]);
-      shadowWritten = true;
-    } catch {
-      // not written: not counted
-    }
-  }
-  emit({ t: 'pg-inc', token: token.toString(), opId, outcome, shadowWritten, error, at: now() });
-}
+// The PostgreSQL ledger (fenced role; worker-pg.ts).
+const pgLedger = cfg.pg ? new PgLedger(cfg.pg, emit) : undefined;
 
 async function fencedCycle(): Promise<void> {
   await siblingRun; // one cycle per incarnation: never join the sibling's hold
@@ -359,13 +210,13 @@ async function fencedCycle(): Promise<void> {
   emit({ t: 'acquired', token: token.toString(), at: from });
   void witness(token);
   const loss = lossClock(handle);
-  const shadow = await shadowRead();
+  const shadow = await pgLedger?.shadowRead();
   try {
     // 1. The fenced ledger: read and write carry the token; the store refuses older tokens.
     const coin = rng.chance(0.5);
     const r = await store('read', 'ledger', token);
     const careful = r.careful ?? coin;
-    const pgRead = pgPool ? await pgLedgerRead(handle, careful) : undefined;
+    const pgRead = await pgLedger?.read(handle, careful);
     if (r.ok) {
       await pause(between(cfg.holdMs));
       let skip = false;
@@ -383,7 +234,7 @@ async function fencedCycle(): Promise<void> {
     // 2. The same increment in etcd, guarded by ownerCompare (no fencing help from anyone else).
     await etcdIncrement(handle, token);
     // 3. And on PostgreSQL, fenced by the database, with the unfenced shadow beside it.
-    if (pgRead) await pgIncrement(handle, token, pgRead, shadow, careful);
+    if (pgRead) await pgLedger!.increment(handle, token, pgRead, shadow, careful, `${cfg.id}#${cfg.incarnation}/${cycles}`);
   } finally {
     await release(handle, from, loss);
   }
@@ -598,6 +449,7 @@ const workloads: Record<WorkerConfig['role'], () => Promise<void>> = {
   election: electionCycle,
   semaphore: semaphoreCycle,
   rwlock: rwCycle,
+  ...recipeCycles({ cfg, client, rng, stop: stop.signal, emit, currentSession, pause }),
 };
 const cycle = workloads[cfg.role];
 
@@ -633,6 +485,6 @@ try {
   reportError('session-close', err, session);
 }
 await client.close();
-await pgPool?.end().catch(() => {});
-emit({ t: 'bye', at: now(), cycles, errors });
+await pgLedger?.end();
+emit({ t: 'bye', at: now(), cycles, errors: errorCount() });
 process.stdin.destroy();

@@ -1,82 +1,20 @@
-// The chaos parent's side of the workers: spawning (`node --import tsx chaos/worker.ts`), one
-// startProxy per worker and etcd member (so the network between a worker and etcd can be cut,
-// delayed or black-holed), the fenced store's request handling, and the history of what every
-// worker reported, mapped onto the parent's clock.
+// The chaos parent's side of one worker: spawning (`node --import tsx chaos/worker.ts`), one
+// startProxy per etcd member (so its network can be cut, delayed or black-holed), the fenced store's
+// requests, and its reports recorded in the History (run-history.ts) on the parent's clock.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import {
-  AuthenticationError,
-  ClientClosedError,
-  CompactedError,
-  DeadlineExceededError,
-  EtcdError,
-  InvalidArgumentError,
-  LeadershipLostError,
-  LeaseNotFoundError,
-  LockLostError,
-  NoLeaderError,
-  NotLeaderError,
-  OwnershipLostError,
-  PermissionDeniedError,
-  PermitLostError,
-  RWLockLostError,
-  SessionExpiredError,
-  UnavailableError,
-  WriteOutcomeUnknownError,
-} from '../src/index.js';
+import { LeaseNotFoundError } from '../src/index.js';
 import { startProxy, type TcpProxy } from '../src/testing/index.js';
-import type { EtcdIncrementReport, HeldInterval, LeaseGoneReport, Term } from './checker.js';
-import type { PgIncrementReport } from './pg-ledger.js';
+import type { HeldInterval } from './checker/index.js';
+import { isOurError, type History } from './run-history.js';
 import type { LinearOp } from './porcupine.js';
-import type { GrantWitness } from './revisions.js';
-import { clockOffset, lineSplitter, now, type LockRole, type ParentMessage, type Role, type RWMode, type WorkerConfig, type WorkerEvent } from './common.js';
+import { clockOffset, hash, lineSplitter, now, type LockRole, type ParentMessage, type Role, type RWMode, type WorkerConfig, type WorkerEvent } from './common.js';
 import type { FencedStore } from './fenced-store.js';
 
 const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
 const PARENT_OFFSET = clockOffset();
-
-/** Everything the workers told us, on the parent's clock. */
-export class History {
-  readonly held: Record<LockRole, HeldInterval[]> = { fenced: [], unfenced: [], semaphore: [], rwlock: [] };
-  readonly terms: Term[] = [];
-  readonly termStarts: { worker: string; token: bigint; at: number }[] = [];
-  readonly acquisitions: Record<Role, number[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [] };
-  /** The etcd counter's reads and guarded increments, and the fenced ledger's requests, for Porcupine. */
-  readonly linear: { counter: LinearOp[]; ledger: LinearOp[]; unknownIncs: { op: LinearOp; opKey: string }[] } = { counter: [], ledger: [], unknownIncs: [] };
-  /** Porcupine client ids, by worker label. */
-  readonly clientIds = new Map<string, number>();
-  /** Each grant's witness read (worker.ts witness()), by role. */
-  readonly witnesses: Record<Role, GrantWitness[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [] };
-  readonly etcdIncrements: EtcdIncrementReport[] = [];
-  readonly pgIncrements: PgIncrementReport[] = [];
-  readonly errors = new Map<string, number>();
-  /** Errors that are not this library's (EtcdError family) nor an abort: possible bugs. */
-  readonly unexpectedErrors: string[] = [];
-  readonly sessionsLost = new Map<string, number>();
-  /** Every time etcd said a session's lease was gone, with what the session's own deadline said. */
-  readonly leaseGone: LeaseGoneReport[] = [];
-  readonly carefulSkips: number[] = [];
-  /** Lock waits that went on for longer than the stall limit, with the queue at that moment. */
-  readonly stuck: string[] = [];
-  /** Lease ids (hex) that ended without a revoke we know of: killed workers, lost sessions. */
-  readonly abandonedLeases = new Set<string>();
-  readonly leaseOwner = new Map<string, string>();
-  /** The largest error bound of a worker's clock mapping (see clockOffsetSample), ms. */
-  clockErrMs = 0;
-  cycles = 0;
-}
-
-// LeaseNotFoundError is not on this list: it is judged by the session's deadline at that moment
-// (History.leaseGone), and is unexpected when the worker could not say which session made the call.
-const OUR_ERRORS = new Set<string>([
-  ...[EtcdError, InvalidArgumentError, UnavailableError, NoLeaderError, WriteOutcomeUnknownError, CompactedError, PermissionDeniedError, AuthenticationError].map((c) => c.code),
-  ...[DeadlineExceededError, ClientClosedError, SessionExpiredError, OwnershipLostError, LockLostError, LeadershipLostError].map((c) => c.code),
-  ...[NotLeaderError, PermitLostError, RWLockLostError].map((c) => c.code),
-  // our own lock-wait limit (AbortSignal.timeout) and shutdown (worker.ts codeOf())
-  'ABORTED',
-]);
 
 export interface WorkerSpec {
   id: string;
@@ -97,6 +35,8 @@ export interface PoolOptions {
   electionHoldMs: [number, number];
   /** The semaphore's permit count. */
   permits: number;
+  /** The DoubleBarrier's member count: the number of dbarrier workers. */
+  dbarrierCount: number;
   /** The share of rwlock cycles that take the write lock. */
   rwWriteShare: number;
   store: FencedStore;
@@ -147,7 +87,7 @@ export class WorkerProc {
 
   constructor(
     readonly spec: WorkerSpec,
-    private readonly pool: WorkerPool,
+    private readonly pool: { readonly options: PoolOptions; readonly workers: readonly WorkerProc[] },
   ) {}
 
   get label(): string {
@@ -176,6 +116,7 @@ export class WorkerProc {
       thinkMs: o.thinkMs,
       holdMs: this.spec.role === 'election' ? o.electionHoldMs : o.holdMs,
       permits: o.permits,
+      ...(this.spec.role === 'dbarrier' ? { count: o.dbarrierCount } : {}),
       writeShare: o.rwWriteShare,
       dialTimeoutMs: 1000,
       callTimeoutMs: 3000,
@@ -375,7 +316,7 @@ export class WorkerProc {
         this.countError(e.op, e.name);
         if (e.code === LeaseNotFoundError.code && e.leftMs !== undefined) {
           h.leaseGone.push({ worker: label, lease: `(${e.op})`, leftMs: e.leftMs, at: this.t(e.at) });
-        } else if (e.code === undefined || !OUR_ERRORS.has(e.code)) h.unexpectedErrors.push(`${label} ${e.op}: ${e.name}: ${e.message}`);
+        } else if (e.code === undefined || !isOurError(e.code)) h.unexpectedErrors.push(`${label} ${e.op}: ${e.name}: ${e.message}`);
         this.logStream?.write(`${this.pool.options.stamp(this.t(e.at))} error ${e.op}: ${e.name}: ${e.message}\n`);
         break;
       case 'stuck': {
@@ -396,6 +337,11 @@ export class WorkerProc {
       }
       case 'bye':
         this.byeSeen = true;
+        break;
+      case 'recipe':
+        h.recipes.push({ ...e, at: this.t(e.at), worker: label });
+        h.acquisitions[this.spec.role].push(this.t(e.at));
+        if (e.kind !== 'barrier-held') h.cycles++;
         break;
     }
   }
@@ -426,7 +372,7 @@ export class WorkerProc {
 
   /**
    * What the checker needs of the hold now ending (this.holding) besides its interval, to judge
-   * etcd 15247 (see explain() in checker.ts): why the worker saw it lost, when its session was
+   * etcd 15247 (see explain() in checker/excuses.ts): why the worker saw it lost, when its session was
    * reported granted and its lease (to match etcd's lease-gone reports), and the TTL its sessions ask for.
    */
   private holdFacts(lostReason: string | undefined): Pick<HeldInterval, 'lostReason' | 'sessionFrom' | 'lease' | 'ttl'> {
@@ -467,7 +413,7 @@ export class WorkerProc {
   /** The history list its holds go to (never called for election workers, whose terms go to `terms`). */
   private lockRole(): LockRole {
     const r = this.spec.role;
-    if (r === 'election') throw new Error(`${this.label}: an election worker reported a lock hold`);
+    if (r === 'election' || r === 'barrier' || r === 'dbarrier' || r === 'multilock') throw new Error(`${this.label}: a ${r} worker reported a lock hold`);
     return r;
   }
 
@@ -550,58 +496,4 @@ export class WorkerProc {
     await Promise.all(this.proxies.map((p) => p.close()));
     this.proxies = [];
   }
-}
-
-export class WorkerPool {
-  readonly workers: WorkerProc[];
-
-  constructor(
-    specs: WorkerSpec[],
-    readonly options: PoolOptions,
-  ) {
-    this.workers = specs.map((s) => new WorkerProc(s, this));
-  }
-
-  async start(): Promise<void> {
-    for (const w of this.workers) await w.spawn();
-    await Promise.all(this.workers.map((w) => w.ready));
-  }
-
-  byRole(role: Role): WorkerProc[] {
-    return this.workers.filter((w) => w.spec.role === role);
-  }
-
-  /** Workers holding a lock or leading, per their last report. */
-  holders(): WorkerProc[] {
-    return this.workers.filter((w) => w.alive && w.holding);
-  }
-
-  /** Undo every network fault on every worker's proxies. */
-  healProxies(): void {
-    for (const w of this.workers) {
-      for (const p of w.proxies) {
-        p.blackhole(false);
-        p.delay(0);
-      }
-    }
-  }
-
-  /** Stops every worker; returns the labels of those that did not exit on their own. */
-  async stopAll(limitMs: number): Promise<string[]> {
-    this.healProxies();
-    const results = await Promise.all(this.workers.map(async (w) => ({ w, ok: await w.stop(limitMs) })));
-    await Promise.all(this.workers.map((w) => w.closeProxies()));
-    return results.filter((r) => !r.ok).map((r) => r.w.label);
-  }
-
-  async killAll(): Promise<void> {
-    await Promise.all(this.workers.map((w) => w.kill()));
-    await Promise.all(this.workers.map((w) => w.closeProxies()));
-  }
-}
-
-function hash(s: string): number {
-  let h = 2166136261;
-  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 16777619);
-  return h >>> 0;
 }

@@ -28,8 +28,8 @@ import {
   type LeaseGoneReport,
   type PhaseVerdictInput,
   type StaleRevoke,
-} from '../chaos/checker.js';
-import * as checker from '../chaos/checker.js';
+} from '../chaos/checker/index.js';
+import * as checker from '../chaos/checker/index.js';
 import { FencedPermits, FencedRegister, FencedRW, type PermitEntry, type RWEntry } from '../chaos/fenced-store.js';
 import type { KeyLife } from '../chaos/revisions.js';
 
@@ -827,4 +827,47 @@ test('grants judged by revision: an older key alive at the witness\'s revision f
   // Two permits: one older key alive is a rightful grant; two are an over-grant.
   assert.deepEqual(checkGrantsByRevision(lives, [w(14n, 14n)], { kind: 'permits', permits: 2 }, 'x').length, 1);
   assert.deepEqual(checkGrantsByRevision(lives, [w(14n, 20n)], { kind: 'permits', permits: 2 }, 'x'), []);
+});
+
+// The open finding of the 10-minute run on 3.7.3, seed 20261205 (docs/reliability.md): m1, the Raft
+// leader, frozen 3.7 s (TTL 3 s); 23 ms after its wake fenced-0#1 was granted token 32827 on a lease
+// from before the pause; its key went with that lease, fenced-2#1 was granted 32830 at 178.615 s, and
+// fenced-0#1's key watch saw the deletion 3 ms later (178.618 s); 116 ms after that its session was
+// told the lease was gone with 2261 ms still before its deadline. Times are the run's (its worker
+// logs, ms on the phase clock); the revisions are illustrative (the run kept no per-key record).
+const finding = {
+  pause: { kind: 'member-pause', target: 'm1 (leader)', start: 174_830, end: 178_537 } as FaultRecord,
+  a: { ...iv('fenced-0#1', 32827n, 178_560, 178_618, true), lostReason: 'key_deleted', sessionFrom: 109_613, lease: '7ee0941f15139bf', ttl: 3 },
+  b: { ...iv('fenced-2#1', 32830n, 178_615, 178_694), witnessRev: 32836n },
+  key: { key: 'chaos/fenced/7ee0941f15139bf', create: 32827n, lease: '7ee0941f15139bf', deleted: 32833n, how: 'lease-ended' } as KeyLife,
+  told: { worker: 'fenced-0#1', lease: '7ee0941f15139bf', leftMs: 2261.4, at: 178_734 } as LeaseGoneReport,
+};
+const judgeFinding = (over: Partial<checker.LeaseEvidence> = {}, faults = [finding.pause]) =>
+  findOverlaps([finding.a, finding.b], faults, undefined, undefined, { etcdVersion: '3.7.3', keys: [finding.key], leaseGone: [finding.told], ...over });
+
+test('seed 20261205: a 3 ms belief after a woken leader revoked the lease is etcd 15247 on 3.7.3 too, with both of etcd\'s words for it', () => {
+  const judged = judgeFinding();
+  assert.equal(judged.overlaps.length, 1);
+  assert.equal(judged.overlaps[0]!.ms, 3);
+  assert.equal(judged.overlaps[0]!.cause, DEPOSED_REVOKE_CAUSE);
+  assert.deepEqual(overlapViolations(judged.overlaps, 'fenced-hold-overlap'), []);
+  // The lease check attributes the same report to the same wake (as the run did: 26 early, 26 attributed).
+  assert.deepEqual(checkLeaseExpiries([finding.told], [finding.pause]).violations, []);
+});
+
+test('seed 20261205: on a fixed etcd the overlap stays a violation without the session told its lease was gone early at that wake', () => {
+  const unexplained = (why: string, over: Partial<checker.LeaseEvidence>, faults = [finding.pause]): void => {
+    const v = overlapViolations(judgeFinding(over, faults).overlaps, 'fenced-hold-overlap');
+    assert.deepEqual(v.map((x) => x.check), ['fenced-hold-overlap'], why);
+  };
+  unexplained('no lease-gone report', { leaseGone: [] });
+  unexplained('the report is for another lease', { leaseGone: [{ ...finding.told, lease: '1' }] });
+  unexplained('the report came when the deadline had passed', { leaseGone: [{ ...finding.told, leftMs: -5 }] });
+  unexplained('the report came 2.1 s after the grant', { leaseGone: [{ ...finding.told, at: finding.b.from + 2100 }] });
+  unexplained('the key deleted, not removed with its lease', { keys: [{ ...finding.key, how: 'deleted' }] });
+  unexplained('the key removed after the grant', { keys: [{ ...finding.key, deleted: 32837n }] });
+  unexplained('a follower paused', {}, [{ ...finding.pause, target: 'm1' }]);
+  unexplained('the leader paused 1.9 s, less than the TTL minus a renewal interval', {}, [{ ...finding.pause, start: finding.pause.end - 1900 }]);
+  // On 3.4.23 (the bug unfixed) the revision record alone suffices, as before.
+  assert.deepEqual(overlapViolations(judgeFinding({ etcdVersion: '3.4.23', leaseGone: [] }).overlaps, 'x'), []);
 });

@@ -6,7 +6,7 @@
 // Pure: no etcd.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DEPOSED_BATCH_MS, checkLeaseExpiries, verdict, type FaultRecord, type LeaseGoneReport } from '../chaos/checker.js';
+import { DEPOSED_BATCH_MS, checkLeaseExpiries, verdict, type FaultRecord, type LeaseGoneReport } from '../chaos/checker/index.js';
 import { parseRevokeTimeouts } from '../chaos/etcd-logs.js';
 
 const s = (x: number): number => x * 1000;

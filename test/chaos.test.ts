@@ -1,6 +1,6 @@
 // The quick fault-injection run (`npm run chaos -- --quick`) as a test: a real 3-member etcd, several
 // worker processes, and a nemesis killing, pausing and cutting off members and workers for about a
-// minute. The run itself judges the history (chaos/checker.ts); here we check its verdict: exit 0,
+// minute. The run itself judges the history (chaos/checker/); here we check its verdict: exit 0,
 // no violation of any check, no unexpected error, no stuck wait, no harness problem, and nothing
 // left behind. test/chaos-checker.test.ts shows that each of those verdicts can fail.
 import { test } from 'node:test';
@@ -61,6 +61,7 @@ interface ChaosResult {
     faults: Record<string, number>;
     faultLog: { kind: string; target: string; ms: number; note?: string }[];
     pgLedger: { committed: number; violations: unknown[] } | null;
+    recipes: { barrier: { passes: number }; dbarrier: { enters: number; leaves: number }; multilock: { grants: number } };
     porcupine: { name: string; result: string }[];
     cleanup: { ok: boolean };
     violations: { check: string; detail: string }[];
@@ -165,6 +166,8 @@ test('chaos --quick: no violation, overlap, early expiry, unexpected error or st
       const ops = p.operations;
       assert.ok(ops.fencedAcquisitions > 0 && ops.unfencedHolds > 0 && ops.electionTerms > 0, `${p.name}: a workload did nothing; ${context}`);
       assert.ok(ops.semaphoreHolds > 0 && ops.rwReadHolds > 0 && ops.rwWriteHolds > 0, `${p.name}: the semaphore or RW lock workload did nothing; ${context}`);
+      const r = p.recipes;
+      assert.ok(r.barrier.passes > 0 && r.dbarrier.enters > 0 && r.dbarrier.leaves > 0 && r.multilock.grants > 0, `${p.name}: a recipe workload judged nothing; ${context}`);
       assert.deepEqual(p.violations, [], context);
       assert.deepEqual(p.unexpectedErrors, [], context);
       assert.deepEqual(p.stuckWaits, [], context);

@@ -7,7 +7,8 @@
 // whether the leases still exist there after more than a TTL.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, Session } from '../src/index.js';
+import diagnosticsChannel from 'node:diagnostics_channel';
+import { Client, DIAGNOSTICS_CHANNEL, Session, type ReconnectEvent } from '../src/index.js';
 import { startProxy, type EtcdCluster, type TcpProxy } from '../src/testing/index.js';
 import { etcdForFile, grpcReceived, waitFor } from './helpers.js';
 
@@ -50,9 +51,14 @@ describe('the shared keepalive stream', () => {
     await using eps = await twoEndpoints();
     const { a, b } = eps;
     await using far = new Client({ endpoints: [a.endpoint, b.endpoint], dialTimeoutMs: 1000 });
-    // TTL 3: renewals every second, lost 2.5 s after the last renewal was sent. Only the stream's own
-    // silence detection (300 ms) can move it in time: gRPC's keepalive pings take 3 s at the least.
-    const ttl = 3;
+    // TTL 6 (margin 1 s): renewals every 2 s, the session lost 5 s after the last renewal was sent,
+    // silence suspected after 600 ms: seconds of slack on a loaded machine. What moved the stream is
+    // judged by its reconnect event, not by the clock: a stall carries no error, a transport's
+    // keepalive ping or a reset would.
+    const ttl = 6;
+    const reconnects: ReconnectEvent[] = [];
+    const onReconnect = (m: unknown): void => void reconnects.push(m as ReconnectEvent);
+    diagnosticsChannel.subscribe(DIAGNOSTICS_CHANNEL.leaseReconnect, onReconnect);
     const start = await renewalsReceived();
     const sessions = [await Session.create(far, { ttl }), await Session.create(far, { ttl })];
     try {
@@ -64,16 +70,20 @@ describe('the shared keepalive stream', () => {
         return true;
       };
       await waitFor(() => alive() && b.accepted > 0, 'the keepalive stream to move to the second endpoint');
+      const left = reconnects.filter((e) => e.endpoint === a.endpoint);
+      assert.equal(left.length, 1, 'the stream left the first endpoint once');
+      assert.equal(left[0]!.error, undefined, 'it left because it was silent (a stall), not on a transport error');
       assert.equal(far.activeEndpoint, b.endpoint);
       // Nothing gets through the black hole: every renewal etcd receives from now on came through b.
       const moved = await renewalsReceived();
-      // Four renewals each, a second apart: more than a TTL since the black hole began.
+      // Four renewals each, 2 s apart: more than a TTL since the black hole began.
       await waitFor(async () => alive() && (await renewalsReceived()) >= moved + 4 * sessions.length, 'both sessions to renew on the second endpoint');
       for (const s of sessions) {
         assert.equal(s.signal.aborted, false);
         assert.ok((await client.leaseTimeToLive(s.leaseId)).ttl > 0, `lease ${s.leaseId.toString(16)} was renewed on the second endpoint`);
       }
     } finally {
+      diagnosticsChannel.unsubscribe(DIAGNOSTICS_CHANNEL.leaseReconnect, onReconnect);
       await Promise.all(sessions.map((s) => s.close()));
       a.blackhole(false);
     }

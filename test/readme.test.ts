@@ -16,6 +16,14 @@ const run = promisify(execFile);
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const dir = path.join(root, '.readme-examples');
 
+/**
+ * What an example promises to print: a line `console.log('label', expr); // value ...` promises the
+ * output line `label value`.
+ */
+function promised(code: string): string[] {
+  return [...code.matchAll(/console\.log\('([^']+)', .*\); \/\/ ([^\s:]+)/g)].map((m) => `${m[1]} ${m[2]}`);
+}
+
 function examples(markdown: string): string[] {
   const out: string[] = [];
   const re = /```ts\n([\s\S]*?)```/g;
@@ -77,9 +85,14 @@ test('every README example runs against a real etcd and leaves nothing behind', 
       if (blocks[i]!.includes("from 'pg'") && !postgres.need(st)) return;
       if (blocks[i]!.includes("from 'ioredis'") && !redis.need(st)) return;
       const { stdout } = await run(process.execPath, ['--import', 'tsx', file], { cwd: root, timeout: 60_000 });
-      assert.ok(stdout.length > 0 || blocks[i]!.includes('startEtcd'), 'the example printed something');
+      if (blocks[i]!.includes('console.log(')) assert.notEqual(stdout, '', 'the example printed something');
+      const lines = stdout.split('\n');
+      for (const line of promised(blocks[i]!)) assert.ok(lines.includes(line), `the example printed "${line}", as the README says:\n${stdout}`);
     });
   }
+  await t.test('the README promises outputs that these runs check', () => {
+    assert.deepEqual(blocks.flatMap(promised).sort(), ['healthz 200', 'third gets a permit now? false', 'writer now? false']);
+  });
   const client = new Client({ endpoints: etcd.endpoints });
   try {
     const left = await client.getPrefix('');
