@@ -1,6 +1,7 @@
 // The demo's state and its machinery: the cluster and the workers, the parent's own watch of the
 // queue, the workers' events, the fenced ledger served over their pipes, the scenes' helpers, the
-// final checks and the clean-up. The scenes themselves are in scenes.ts, the command line in main.ts.
+// inspector and the clean-up. The scenes are in scenes.ts, the verdict in verdict.ts, the command
+// line in main.ts.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client, type Watch } from '../../src/index.js';
 import { startEtcd, type EtcdCluster } from '../../src/testing/index.js';
@@ -328,38 +329,6 @@ export class Demo {
 
   // ── the end ─────────────────────────────────────────────────────────────────────────────────
 
-  /** Invariants over the whole run. */
-  finalChecks(): void {
-    const fifoScenes = [...new Set(this.acquisitions.map((a) => a.scene))];
-    const fifoBad = fifoScenes.filter((sc) => !this.fifo(sc).ok);
-    this.checks.unshift(
-      {
-        label: 'FIFO order held',
-        ok: fifoBad.length === 0 && this.acquisitions.length > 0,
-        detail: `${this.acquisitions.length} acquisitions, each in CreateRevision order${fifoBad.length ? `; not in scene ${fifoBad.join(', ')}` : ''}`,
-      },
-      (() => {
-        const tokens = this.acquisitions.map((a) => a.token);
-        const ok = tokens.length > 0 && tokens.every((t, i) => i === 0 || t > tokens[i - 1]!) && this.ledger.tokensStrictlyIncreasing();
-        return { label: 'tokens strictly increasing', ok, detail: `${tokens[0]} … ${tokens[tokens.length - 1]} over ${tokens.length} holders and the ledger` };
-      })(),
-      (() => {
-        const d = this.ledger.doubleApplied();
-        return { label: 'double-applied writes', ok: d === 0, value: String(d), detail: `${this.ledger.entries.length} charges applied once each` };
-      })(),
-    );
-    this.check('no lock or session lost unexpectedly', this.troubles.length === 0, this.troubles.join('; ') || undefined);
-  }
-
-  /** With PostgreSQL: the database holds exactly the charges the story accepted, in token order. */
-  async databaseCheck(): Promise<void> {
-    if (!this.pgLedger) return;
-    const rows = await this.pgLedger.charges();
-    const want = this.ledger.entries.map((e) => `${e.job.id}@${e.token}`).join(',');
-    const ok = rows.map((r) => `${r.job}@${r.token}`).join(',') === want && rows.every((r, i) => i === 0 || r.token > rows[i - 1]!.token);
-    this.check('PostgreSQL holds the accepted charges, in token order', ok, `${rows.length} rows in its charges table`);
-  }
-
   /**
    * `--web`: the web inspector on the whole keyspace, on its own client (as the CLI would run it),
    * at 127.0.0.1:8379 or a free port. Waits a little for a browser, so the story starts on the page.
@@ -422,20 +391,6 @@ export class Demo {
     void this.pgLedger?.stop();
   }
 
-  summary(error: unknown): boolean {
-    const { n } = this;
-    const allOk = error === undefined && this.checks.every((c) => c.ok);
-    if (!n.quiet) n.always('');
-    n.always(n.bold(`Invariants checked (${this.s.mode} mode, ${(n.now() / 1000).toFixed(1)} s):`));
-    for (const c of this.checks) {
-      const mark = c.ok ? n.green('✓') : n.red('✗');
-      const value = c.value ?? (c.ok ? 'yes' : 'NO');
-      n.always(`  ${mark} ${c.label}: ${c.ok ? value : n.red(value)}${c.detail ? n.dim(`  (${c.detail})`) : ''}`);
-    }
-    if (error !== undefined) n.always(`  ${n.red('✗')} demo ran to the end: ${n.red('NO')}  (${error instanceof Error ? error.message : String(error)})`);
-    n.always(allOk ? n.green(n.bold('All invariants held.')) : n.red(n.bold('Some invariants FAILED.')));
-    return allOk;
-  }
 }
 
 /** An error message for reading: lease ids shortened. */

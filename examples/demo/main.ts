@@ -15,6 +15,7 @@
 // DEMO_DEBUG=1 also prints every worker event on stderr.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Demo } from './demo.js';
+import { databaseCheck, finalChecks, summary } from './verdict.js';
 import { sceneElection, sceneGhost, sceneLocks, sceneRaft } from './scenes.js';
 import { FAST, NORMAL } from './settings.js';
 
@@ -70,9 +71,9 @@ async function main(): Promise<void> {
   } catch (err) {
     error = err;
   }
-  demo.finalChecks();
+  finalChecks(demo);
   try {
-    await demo.databaseCheck();
+    await databaseCheck(demo);
   } catch (err) {
     error ??= err;
   }
@@ -88,7 +89,7 @@ async function main(): Promise<void> {
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
   if (interrupted) return;
-  const ok = demo.summary(error);
+  const ok = summary(demo, error);
   if (error !== undefined && !flags.quiet) {
     for (const p of demo.procs.values()) if (p.stderr.trim()) process.stderr.write(`--- ${p.name} stderr ---\n${p.stderr}`);
   }
