@@ -1,0 +1,279 @@
+// Observing an election against a real single-member etcd: the current leader first, every proclaim
+// and change, never a candidate that does not lead, across compaction and dropped streams. No mocks,
+// no sleeps: every wait is on a watch event, a promise or an abort signal; one bounded poll in a test
+// where no event can announce a missed delete.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  Client,
+  Election,
+  LeadershipLostError,
+  currentLeader,
+  observeLeader,
+  op,
+  type LeaderEvent,
+  type Session,
+} from '../src/index.js';
+import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
+import { Recorder, Scope, awaitKey, next, storeRevision, track, withScope } from './election-helpers.js';
+
+let etcd: EtcdCluster;
+let endpoints: string[];
+
+before(async () => {
+  etcd = await startEtcd();
+  endpoints = etcd.endpoints;
+});
+after(async () => {
+  await etcd?.stop();
+});
+
+const T = { timeout: 60_000 };
+
+const scoped = (tag: string, fn: (s: Scope, name: string) => Promise<void>): Promise<void> => withScope(endpoints, tag, fn);
+
+/** A candidate: its own client, session and Election. */
+async function candidate(s: Scope, name: string, ttl = 10): Promise<{ client: Client; session: Session; election: Election }> {
+  const client = s.client();
+  const session = await s.session(client, { ttl });
+  return { client, session, election: new Election(session, name) };
+}
+
+const leaderOf = (e: LeaderEvent): string => (e.type === 'leader' ? `${e.leader.key}=${e.leader.value}` : 'none');
+
+describe('observe', () => {
+  it('reports the current leader first, then every proclaim, a new leader after resign, and none', T, () =>
+    scoped('observe', async (s, name) => {
+      const obsClient = s.client();
+      const a = await candidate(s, name);
+      const b = await candidate(s, name);
+      const ha = await a.election.campaign('a1');
+      const stop = new AbortController();
+      s.defer(() => stop.abort());
+      const events = a.election.observe({ signal: stop.signal });
+      const first = await next(events);
+      assert.equal(leaderOf(first), `${ha.key}=a1`);
+      assert.ok(first.type === 'leader');
+      assert.equal(first.leader.fencingToken, ha.fencingToken);
+      assert.equal(first.leader.leaseId, a.session.leaseId);
+
+      const tb = track(b.election.campaign('b1'));
+      await awaitKey(obsClient, b.election.key);
+      await ha.proclaim('a2');
+      assert.equal(leaderOf(await next(events)), `${ha.key}=a2`, 'B queueing is not an event; the proclaim is');
+      await ha.resign();
+      const hb = await tb.promise;
+      const eb = await next(events);
+      assert.equal(leaderOf(eb), `${hb.key}=b1`);
+      assert.ok(eb.type === 'leader' && eb.leader.fencingToken === hb.fencingToken);
+      await hb.proclaim('b2');
+      assert.equal(leaderOf(await next(events)), `${hb.key}=b2`);
+      await hb.resign();
+      const none = await next(events);
+      assert.equal(none.type, 'none');
+
+      // A second observer, started with no leader, reports 'none' first.
+      const events2 = observeLeader(obsClient, name, { signal: stop.signal });
+      assert.equal((await next(events2)).type, 'none');
+      const ha2 = await a.election.campaign('a3');
+      assert.equal(leaderOf(await next(events)), `${ha2.key}=a3`);
+      assert.equal(leaderOf(await next(events2)), `${ha2.key}=a3`);
+      await ha2.resign();
+      assert.equal((await next(events)).type, 'none');
+      assert.equal((await next(events2)).type, 'none');
+      stop.abort();
+      assert.equal((await events.next()).done, true);
+      assert.equal((await events2.next()).done, true);
+    }));
+
+  it('never reports a candidate that is not the leader (etcd 18163)', T, () =>
+    scoped('observe-oldest', async (s, name) => {
+      const admin = s.client();
+      const rec = new Recorder(admin, `${name}/`);
+      s.defer(() => rec.close());
+      await rec.created;
+      const [a, b, c, d] = await Promise.all([1, 2, 3, 4].map(() => candidate(s, name)));
+      const stop = new AbortController();
+      s.defer(() => stop.abort());
+      const events = observeLeader(s.client(), name, { signal: stop.signal });
+      assert.equal((await next(events)).type, 'none');
+
+      const ha = await a!.election.campaign('a');
+      const tb = track(b!.election.campaign('b'));
+      await rec.keyCreated(b!.election.key);
+      const tc = track(c!.election.campaign('c'));
+      await rec.keyCreated(c!.election.key);
+      const td = track(d!.election.campaign('d'));
+      await rec.keyCreated(d!.election.key);
+
+      // The leader resigns while three candidates queue: the next leader is the oldest, B.
+      await ha.resign();
+      const hb = await tb.promise;
+      // B and C leave in one revision: D is the leader at that revision, C never was.
+      await admin.txn({ compare: [], success: [op.delete(hb.key), op.delete(c!.election.key)], failure: [] });
+      await assert.rejects(tc.promise, LeadershipLostError, 'C notices its key was deleted');
+      const hd = await td.promise;
+      await hd.resign();
+
+      const seen: string[] = [];
+      for (;;) {
+        const e = await next(events);
+        seen.push(leaderOf(e));
+        if (e.type === 'none') break;
+      }
+      assert.deepEqual(seen, [`${ha.key}=a`, `${hb.key}=b`, `${hd.key}=d`, 'none']);
+      stop.abort();
+    }));
+
+  it('survives compaction: events continue after the store is compacted', T, () =>
+    scoped('observe-compact', async (s, name) => {
+      const admin = s.client();
+      const a = await candidate(s, name);
+      const b = await candidate(s, name);
+      const stop = new AbortController();
+      s.defer(() => stop.abort());
+      const events = observeLeader(s.client(), name, { signal: stop.signal });
+      assert.equal((await next(events)).type, 'none');
+      const ha = await a.election.campaign('a1');
+      assert.equal(leaderOf(await next(events)), `${ha.key}=a1`);
+      await admin.compact(await storeRevision(admin), { physical: true });
+      await ha.proclaim('a2');
+      assert.equal(leaderOf(await next(events)), `${ha.key}=a2`);
+      const tb = track(b.election.campaign('b1'));
+      await awaitKey(admin, b.election.key);
+      await ha.resign();
+      const hb = await tb.promise;
+      await admin.compact(await storeRevision(admin), { physical: true });
+      assert.equal(leaderOf(await next(events)), `${hb.key}=b1`);
+      await hb.resign();
+      assert.equal((await next(events)).type, 'none');
+      stop.abort();
+    }));
+
+  it('survives a dropped stream, and history compacted while it was cut off', T, async () => {
+    const proxy = await startProxy(endpoints[0]!);
+    try {
+      await scoped('observe-proxy', async (s, name) => {
+        const admin = s.client();
+        const viaProxy = s.client({ endpoints: [proxy.endpoint] });
+        const a = await candidate(s, name);
+        const b = await candidate(s, name);
+        const stop = new AbortController();
+        s.defer(() => stop.abort());
+        const events = observeLeader(viaProxy, name, { signal: stop.signal });
+        assert.equal((await next(events)).type, 'none');
+        const ha = await a.election.campaign('a1');
+        assert.equal(leaderOf(await next(events)), `${ha.key}=a1`);
+
+        // Drop the stream: the watch resumes where it left off, nothing is lost or repeated.
+        proxy.cut();
+        await ha.proclaim('a2');
+        await ha.proclaim('a3');
+        assert.equal(leaderOf(await next(events)), `${ha.key}=a2`);
+        assert.equal(leaderOf(await next(events)), `${ha.key}=a3`);
+
+        // Cut off (black hole), the leader changes and history is compacted; when the link
+        // returns, the watch cannot resume (compacted) and the observer reads the state again.
+        proxy.blackhole(true);
+        const tb = track(b.election.campaign('b1'));
+        await ha.proclaim('a4');
+        await ha.resign();
+        const hb = await tb.promise;
+        await hb.proclaim('b2');
+        await admin.compact(await storeRevision(admin), { physical: true });
+        // Reset the stalled connections (dropping what etcd had sent into them), then heal.
+        proxy.cut();
+        proxy.blackhole(false);
+        const e = await next(events);
+        assert.equal(leaderOf(e), `${hb.key}=b2`, 'the first event after the gap is the leader now');
+        await hb.proclaim('b3');
+        assert.equal(leaderOf(await next(events)), `${hb.key}=b3`);
+        await hb.resign();
+        assert.equal((await next(events)).type, 'none');
+        stop.abort();
+        assert.equal((await events.next()).done, true);
+      });
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it(
+    'does not keep reporting a dead leader when history is compacted exactly at the revision it resumes from',
+    T,
+    async () => {
+      const proxy = await startProxy(endpoints[0]!);
+      try {
+        await scoped('observe-compact-edge', async (s, name) => {
+          const admin = s.client();
+          const viaProxy = s.client({ endpoints: [proxy.endpoint] });
+          const a = await candidate(s, name);
+          const b = await candidate(s, name);
+          const stop = new AbortController();
+          s.defer(() => stop.abort());
+          const events = observeLeader(viaProxy, name, { signal: stop.signal });
+          assert.equal((await next(events)).type, 'none');
+          const ha = await a.election.campaign('a1');
+          assert.equal(leaderOf(await next(events)), `${ha.key}=a1`);
+
+          proxy.blackhole(true);
+          await ha.resign(); // the revision the observer's watch resumes from
+          await admin.compact(await storeRevision(admin), { physical: true });
+          proxy.cut();
+          proxy.blackhole(false);
+          const hb = await b.election.campaign('b1');
+          await hb.proclaim('b2');
+          // A sentinel the observer sees either way: A's key is created again (A queues behind B).
+          const ta = track(a.election.campaign('a2'));
+          await awaitKey(admin, a.election.key);
+          const seen: string[] = [];
+          for (;;) {
+            const e = await next(events);
+            seen.push(leaderOf(e));
+            if (seen.at(-1) === `${hb.key}=b2`) break;
+          }
+          await hb.resign();
+          await (await ta.promise).resign();
+          stop.abort();
+          // History up to the cut was compacted away: the observer cannot replay it, only re-read.
+          // It must never go on reporting the dead leader A, and must reach B's latest value.
+          assert.ok(!seen.some((x) => x.startsWith(`${ha.key}=`)), `the dead leader was reported again: ${seen.join(', ')}`);
+          assert.equal(seen.at(-1), `${hb.key}=b2`);
+        });
+      } finally {
+        await proxy.close();
+      }
+    },
+  );
+
+  it('ends only when its signal aborts (or the consumer stops)', T, () =>
+    scoped('observe-end', async (s, name) => {
+      const client = s.client();
+      // Already aborted: ends at once.
+      const pre = observeLeader(client, name, { signal: AbortSignal.abort() });
+      assert.equal((await pre.next()).done, true);
+
+      const stop = new AbortController();
+      const events = observeLeader(client, name, { signal: stop.signal });
+      assert.equal((await next(events)).type, 'none');
+      const { election } = await candidate(s, name);
+      const h = await election.campaign('x');
+      assert.equal(leaderOf(await next(events)), `${h.key}=x`);
+      await h.resign();
+      assert.equal((await next(events)).type, 'none');
+      // No leader, nothing happening: the iteration stays open until the signal aborts.
+      const pending = track(events.next());
+      assert.equal((await currentLeader(client, name)), undefined);
+      assert.equal(pending.settled, false);
+      stop.abort();
+      assert.equal((await pending.promise).done, true);
+
+      // Breaking out of the loop releases the watch too.
+      const events2 = observeLeader(client, name);
+      for await (const e of events2) {
+        assert.equal(e.type, 'none');
+        break;
+      }
+      assert.equal((await events2.next()).done, true);
+    }));
+});

@@ -1,0 +1,268 @@
+// Mutex against a real single-member etcd, every way a waiter gives up or a holder loses the lock:
+// aborts, timeouts, revoked leases, an operator's delete or lease move, a partition, ownerCompare().
+// Each test uses its own lock names and leaves nothing.
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  Client,
+  LockLostError,
+  Mutex,
+  Session,
+  SessionExpiredError,
+  op,
+} from '../src/index.js';
+import { startProxy, type EtcdCluster } from '../src/testing/index.js';
+import { EventLog, aborted, assertNoKeys, killEtcdctls, etcdForFile, openSessions, closeAll, serverState, waitersBlocked, withSessions } from './helpers.js';
+
+const ROOT = 'test/mutex-loss/';
+let etcd: EtcdCluster;
+let client: Client;
+const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
+
+/** Sessions on `on` (default: this file's client) that the test closes at its end. */
+const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
+
+/** Watchers open on etcd now: the base for {@link blocked}. */
+const watchersNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).watchers;
+/** `n` more waiters than `base` (watchersNow) blocked on their watch, with nothing in flight. */
+const blocked = (base: number, n = 1, what?: string): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n, what);
+
+describe('Mutex: giving up and losing', () => {
+  it('aborting a waiter deletes its key and rejects with the signal’s reason', async () => {
+    const p = fresh('abort');
+    const name = `${p}lock`;
+    const [a, b] = await sessions(2);
+    const log = new EventLog(client, `${name}/`);
+    try {
+      await log.ready;
+      const held = await new Mutex(a!, name).lock();
+      const ac = new AbortController();
+      const m = new Mutex(b!, name);
+      const base = await watchersNow();
+      const waiting = m.lock({ signal: ac.signal });
+      await blocked(base); // queued and waiting
+      const reason = new Error('caller gave up');
+      ac.abort(reason);
+      await assert.rejects(waiting, (e) => e === reason);
+      assert.equal(await client.get(m.key), undefined, 'our queued key is gone when lock() rejects');
+      await held.unlock();
+    } finally {
+      await log.close();
+      await closeAll([a!, b!]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('AbortSignal.timeout while waiting rejects with TimeoutError and deletes our key', async () => {
+    const p = fresh('timeout');
+    await withSessions(client, p, 2, async ([a, b]) => {
+      const held = await new Mutex(a!, `${p}lock`).lock();
+      const m = new Mutex(b!, `${p}lock`);
+      await assert.rejects(m.lock({ signal: AbortSignal.timeout(300) }), (e: unknown) => e instanceof DOMException && e.name === 'TimeoutError');
+      assert.equal(await client.get(m.key), undefined);
+      await held.unlock();
+    });
+  });
+
+  it('an already-aborted signal rejects before anything is written', async () => {
+    const p = fresh('pre-aborted');
+    const [s] = await sessions(1);
+    try {
+      const reason = new Error('never mind');
+      await assert.rejects(new Mutex(s!, `${p}lock`).lock({ signal: AbortSignal.abort(reason) }), (e) => e === reason);
+      await assertNoKeys(client, p);
+    } finally {
+      await closeAll([s!]);
+    }
+  });
+
+  it('a waiter whose lease is revoked fails with SessionExpiredError without waiting for the holder', async () => {
+    const p = fresh('waiter-session-lost');
+    const name = `${p}lock`;
+    const [a] = await sessions(1);
+    const [b] = await sessions(1, 3);
+    try {
+      const held = await new Mutex(a!, name).lock();
+      const m = new Mutex(b!, name);
+      const base = await watchersNow();
+      const waiting = m.lock();
+      await blocked(base); // queued and waiting
+      await client.leaseRevoke(b!.leaseId);
+      // The holder never lets go during this: lock() can only end because the session did.
+      await assert.rejects(waiting, (e: unknown) => {
+        assert.ok(e instanceof SessionExpiredError, String(e));
+        assert.equal(e.leaseId, b!.leaseId);
+        assert.equal(e.reason, 'lease-gone');
+        return true;
+      });
+      held.assertHeld();
+      await held.unlock();
+    } finally {
+      await closeAll([a!, b!]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it(
+    'a waiter whose lease is revoked reports SessionExpiredError even when its turn comes before the session notices',
+    async () => {
+      const p = fresh('waiter-lease-gone-race');
+      const name = `${p}lock`;
+      const [a, b] = await sessions(2, 30); // next renewal in 10 s: the session cannot notice first
+      try {
+        const held = await new Mutex(a!, name).lock();
+        const base = await watchersNow();
+        const waiting = new Mutex(b!, name).lock();
+        waiting.catch(() => {});
+        await blocked(base);
+        await client.leaseRevoke(b!.leaseId); // b's key goes with its lease
+        await held.unlock(); // wakes b, which finds its own key gone
+        await assert.rejects(waiting, (e: unknown) => {
+          assert.ok(e instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(e)}`);
+          assert.equal(e.reason, 'lease-gone');
+          return true;
+        });
+      } finally {
+        await closeAll([a!, b!]);
+      }
+      await assertNoKeys(client, p);
+    },
+  );
+
+  it(
+    'aborting lock() after its enqueue committed but before the answer arrived leaves no key behind',
+    async () => {
+      const p = fresh('abort-in-enqueue');
+      const name = `${p}lock`;
+      const proxy = await startProxy(etcd.endpoints[0]!);
+      const slow = new Client({ endpoints: proxy.endpoint });
+      const [a] = await sessions(1);
+      const [b] = await sessions(1, 30, slow);
+      const log = new EventLog(client, `${name}/`);
+      try {
+        await log.ready;
+        const held = await new Mutex(a!, name).lock();
+        proxy.delay(1000); // each direction: the answer to b's enqueue arrives a second after it commits
+        const ac = new AbortController();
+        const m = new Mutex(b!, name);
+        const waiting = m.lock({ signal: ac.signal });
+        await log.put(m.key); // committed (seen by our direct watch); the answer is still in the proxy
+        const reason = new Error('gave up');
+        ac.abort(reason);
+        proxy.delay(0); // bytes already queued keep their delay; the clean-up need not wait
+        await assert.rejects(waiting, (e) => e === reason);
+        const left = await client.get(m.key);
+        await held.unlock();
+        // Left behind, the key keeps its place while b's session lives: it would "hold" the lock
+        // for nobody and block every later waiter.
+        assert.equal(left, undefined, 'the queued key was left behind');
+      } finally {
+        proxy.delay(0);
+        await log.close();
+        await closeAll([a!, b!]);
+        await slow.close();
+        await proxy.close();
+      }
+      await assertNoKeys(client, p);
+    },
+  );
+
+  it('an operator deleting the holder’s key aborts handle.signal with LockLostError', async () => {
+    const p = fresh('key-deleted');
+    await withSessions(client, p, 1, async ([s]) => {
+      const h = await new Mutex(s!, `${p}lock`).lock();
+      const signal = h.signal; // start watching
+      assert.equal(signal.aborted, false);
+      await client.delete(h.key);
+      const reason = await aborted(signal);
+      assert.ok(reason instanceof LockLostError, String(reason));
+      assert.equal(reason.key, h.key);
+      assert.throws(() => h.assertHeld(), LockLostError);
+      await h.unlock(); // nothing to delete; must not throw
+    });
+  });
+
+  it('an operator moving the holder’s key off its lease ends the holding, and the next waiter takes over', async () => {
+    const p = fresh('key-moved');
+    const name = `${p}lock`;
+    const [a, b] = await sessions(2);
+    try {
+      const held = await new Mutex(a!, name).lock();
+      const signal = held.signal;
+      const base = await watchersNow();
+      const next = new Mutex(b!, name).lock();
+      await blocked(base);
+      await client.put(held.key, ''); // no lease: now stray data, which waiters skip (etcd 6631)
+      const reason = await aborted(signal);
+      assert.ok(reason instanceof LockLostError, String(reason));
+      const h = await next;
+      assert.ok(h.fencingToken > held.fencingToken);
+      await h.unlock();
+    } finally {
+      await closeAll([a!, b!]);
+      await client.delete(p, { prefix: true }); // the moved key belongs to no lease
+    }
+  });
+
+  it('revoking the holder’s lease aborts handle.signal with LockLostError', async () => {
+    const p = fresh('holder-session-lost');
+    await withSessions(client, p, { n: 1, ttl: 3 }, async ([s]) => {
+      const h = await new Mutex(s!, `${p}lock`).lock();
+      await client.leaseRevoke(s!.leaseId);
+      const reason = await aborted(h.signal);
+      assert.ok(reason instanceof LockLostError, String(reason));
+      assert.throws(() => h.assertHeld(), LockLostError);
+    });
+  });
+
+  it('a partitioned holder’s signal fires before a waiter can take over the lock', { timeout: 30_000 }, async () => {
+    const p = fresh('partitioned-holder');
+    const name = `${p}lock`;
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const cut = new Client({ endpoints: proxy.endpoint });
+    // TTL 6 s: the holder's deadline comes 1 s (the margin) before the server can expire its lease.
+    const [a] = await sessions(1, 6, cut);
+    const [b] = await sessions(1);
+    try {
+      const held = await new Mutex(a!, name).lock();
+      let holderKnew = false;
+      held.signal.addEventListener('abort', () => (holderKnew = true));
+      const base = await watchersNow();
+      const next = new Mutex(b!, name).lock().then((h) => ({ h, holderKnew }));
+      await blocked(base);
+      proxy.blackhole(true); // the holder can no longer renew; the server expires its lease after 6 s
+      const { h, holderKnew: knewFirst } = await next;
+      assert.ok(knewFirst, 'the waiter got the lock while the old holder still believed it held it');
+      const reason = held.signal.reason as LockLostError;
+      assert.ok(reason instanceof LockLostError, String(reason));
+      assert.ok(reason.cause instanceof SessionExpiredError && reason.cause.reason === 'deadline', String(reason.cause));
+      assert.throws(() => held.assertHeld(), LockLostError);
+      assert.ok(h.fencingToken > held.fencingToken);
+      await h.unlock();
+    } finally {
+      await cut.close();
+      await proxy.close();
+      await closeAll([a!, b!]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('ownerCompare() lets a Txn through while held and stops it after the key is lost', async () => {
+    const p = fresh('owner-compare');
+    const [s] = await sessions(1);
+    try {
+      const h = await new Mutex(s!, `${p}lock`).lock();
+      const fenced = (v: string) => client.txn({ compare: [h.ownerCompare()], success: [op.put(`${p}data`, v)], failure: [] });
+      assert.equal((await fenced('1')).succeeded, true);
+      await client.delete(h.key);
+      // Even a new key for the same session and name is another incarnation: still refused.
+      const again = await new Mutex(s!, `${p}lock`).lock();
+      assert.equal((await fenced('2')).succeeded, false);
+      assert.equal((await client.get(`${p}data`))?.value.toString(), '1');
+      await again.unlock();
+    } finally {
+      await closeAll([s!]);
+      await client.delete(p, { prefix: true });
+    }
+  });
+});
