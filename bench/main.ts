@@ -56,9 +56,9 @@ function usage(message: string): never {
 }
 
 function options() {
-  let parsed;
-  try {
-    parsed = parseArgs({
+  const parsed = (() => {
+    try {
+    return parseArgs({
       options: {
         quick: { type: 'boolean', default: false },
         members: { type: 'string', default: '1' },
@@ -75,9 +75,10 @@ function options() {
       strict: true,
       allowPositionals: false,
     }).values;
-  } catch (err) {
-    usage((err as Error).message);
-  }
+    } catch (err) {
+      return usage((err as Error).message);
+    }
+  })();
   const members = Number(parsed.members);
   if (members !== 1 && members !== 3) usage(`--members must be 1 or 3, got ${parsed.members}`);
   const contenders = Number(parsed.contenders);

@@ -102,7 +102,7 @@ export class RpcCounter {
   constructor(client: Client) {
     // Bench-only instrumentation: the Client's connection and hubs are internal; we patch this
     // instance's methods (own properties shadow the prototype's), which the library never sees.
-    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    // biome-ignore lint/suspicious/noExplicitAny: the bench counts RPCs by wrapping an internal method
     const conn = client.conn as any;
     const unary = conn.unary.bind(conn);
     conn.unary = async (method: { path: string }, ...rest: unknown[]) => {
@@ -118,7 +118,7 @@ export class RpcCounter {
         if (this.tracing) this.unaryLog.push({ method: name, start, end: performance.now() });
       }
     };
-    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    // biome-ignore lint/suspicious/noExplicitAny: the bench counts watch events by wrapping an internal method
     const hub = client.watches as any;
     const onResponse = hub.onResponse.bind(hub);
     hub.onResponse = (s: unknown, r: { created?: boolean; events?: unknown[] }) => {

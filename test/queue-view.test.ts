@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { Client, Mutex, Session, type LockHandle } from '../src/index.js';
 import { queueOf } from '../src/queue/state.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, closeAll, etcdForFile, grpcStarted, serverState, track, waitersBlocked } from './helpers.js';
+import { assertNoKeys, closeAll, etcdForFile, grpcStarted, serverState, track, type Tracked, waitersBlocked } from './helpers.js';
 
 const ROOT = 'test/queue-view/';
 let etcd: EtcdCluster;
@@ -69,7 +69,7 @@ describe('joining a long queue', T, () => {
       const base = await watchersNow();
       const txns = await grpcStarted(etcd.clientUrls[0]!, 'Txn');
       const spy = rangeReads(c);
-      let joined;
+      let joined: Tracked<undefined>;
       try {
         joined = track(new Mutex(more, name).lock().then((h) => void h.unlock()));
         await waitersBlocked(etcd.clientUrls[0]!, base, 1, 'the new waiter blocked');
