@@ -13,6 +13,7 @@ import type { LinearOp } from './porcupine.js';
 import { clockOffset, hash, lineSplitter, now, type LockRole, type ParentMessage, type Role, type RWMode, type WorkerConfig, type WorkerEvent } from './common.js';
 import type { FencedStore } from './fenced-store.js';
 import { StoreDesk } from './store-desk.js';
+import { stuckLine } from './stuck-line.js';
 
 const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
 const PARENT_OFFSET = clockOffset();
@@ -283,16 +284,7 @@ export class WorkerProc {
         this.logStream?.write(`${this.pool.options.stamp(this.t(e.at))} error ${e.op}: ${e.name}: ${e.message}\n`);
         break;
       case 'stuck': {
-        const owners = e.queue.map((q) => `${q.key.slice(q.key.lastIndexOf('/') + 1)}@${q.createRevision}(${h.leaseOwner.get(q.lease) ?? '?'}, ttl ${q.leaseTtl})`);
-        const what = this.pool.workers.map((w) => `${w.label}:${w.lastEvent ?? '-'}`).join(' ');
-        // One session with two keys in one queue (an RWMutex's read and write keys): one of them is
-        // not a wait in progress but a key re-created after its release, by a stale attempt of an
-        // enqueue that had been retried on another member (see docs/reliability.md).
-        const perLease = new Map<string, number>();
-        for (const q of e.queue) perLease.set(q.lease, (perLease.get(q.lease) ?? 0) + 1);
-        const twice = [...perLease].filter(([, n]) => n > 1).map(([l]) => `${h.leaseOwner.get(l) ?? l} has ${perLease.get(l)} keys`);
-        const note = twice.length > 0 ? ` [${twice.join(', ')}: a stale enqueue re-created a released key?]` : '';
-        const line = `${label} waited ${e.waitedMs} ms for ${e.key}; queue: ${owners.join(' < ')}${note}; workers: ${what}`;
+        const line = stuckLine(e, label, h.leaseOwner, this.pool.workers);
         h.stuck.push(line);
         this.pool.options.log(`STUCK ${line}`);
         this.logStream?.write(`${this.pool.options.stamp(this.t(e.at))} STUCK ${line}\n`);
