@@ -122,7 +122,7 @@ export function hasBug15247(version: string | undefined): boolean {
 }
 
 /**
- * Holds lost to their key's deletion (`lostReason` as worker.ts lossClock() reports it) where etcd's
+ * Holds lost to their key's deletion (`lostReason` as worker-loss.ts lossClock() reports it) where etcd's
  * history shows a plain delete while the key's lease lived, not the operator's: in a correct build
  * only a holder's own release deletes a live lease's key, and a release is not a loss. So someone
  * deleted a key that was not theirs to delete, such as a late release of an older incarnation of the

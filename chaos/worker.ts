@@ -19,15 +19,11 @@
 import {
   Client,
   EtcdError,
-  OwnershipLostError,
   prefixEnd,
   Mutex,
   RWMutex,
   Semaphore,
   Session,
-  SessionExpiredError,
-  compare,
-  op,
   runAsLeader,
   type LockHandle,
   type ReleaseResult,
@@ -36,16 +32,16 @@ import {
 import { PgLedger } from './worker-pg.js';
 import { emit, errorCount, pause, reportError, watchSession } from './worker-io.js';
 import { recipeCycles } from './worker-recipes.js';
+import { settleStore, store } from './worker-store.js';
+import { lossClock } from './worker-loss.js';
+import { etcdIncrement } from './worker-counter.js';
 import {
   Prng,
   clockOffsetSample,
-  counterKey,
   lineSplitter,
   now,
-  opKey,
   type ParentMessage,
   type RWMode,
-  type StoreOp,
   type WorkerConfig,
 } from './common.js';
 
@@ -55,27 +51,6 @@ const stop = new AbortController();
 const LOCK_WAIT_LIMIT_MS = 60_000;
 const STUCK_REPORT_MS = 12_000;
 
-// ---- the fenced store, reached through the parent ----
-interface StoreReply {
-  ok: boolean;
-  value: number;
-  careful?: boolean;
-}
-let nextStoreId = 1;
-const pendingStore = new Map<number, (r: StoreReply) => void>();
-function store(
-  opName: StoreOp,
-  register: string,
-  token: bigint,
-  extra: { value?: number; opId?: string; careful?: boolean; mode?: RWMode } = {},
-): Promise<StoreReply> {
-  const id = nextStoreId++;
-  return new Promise((resolve) => {
-    pendingStore.set(id, resolve);
-    emit({ t: 'store', id, op: opName, register, token: token.toString(), ...extra, sentAt: now() });
-  });
-}
-
 process.stdin.setEncoding('utf8');
 process.stdin.on(
   'data',
@@ -83,11 +58,7 @@ process.stdin.on(
     const m = JSON.parse(line) as ParentMessage;
     if (m.t === 'stop') stop.abort(new Error('worker stopping'));
     else if (m.t === 'sibling') siblingRun = siblingOnce(m.holdMs);
-    else if (m.t === 'store-reply') {
-      const r = pendingStore.get(m.id);
-      pendingStore.delete(m.id);
-      r?.({ ok: m.ok, value: m.value, careful: m.careful });
-    }
+    else if (m.t === 'store-reply') settleStore(m);
   }),
 );
 // The parent is gone: stop as if told to.
@@ -176,28 +147,6 @@ async function reportStuck(key: string, started: number): Promise<void> {
   }
 }
 
-/**
- * Watches the handle: the first moment it said "not held any more", and why (`lostReason`): the
- * `reason` of the handle's abort reason (an OwnershipLostError: `key_deleted`, `lease_expired`,
- * `released`, ...), followed, when the loss came from the session, by `/<reason>` with the
- * SessionExpiredError's reason (`deadline`, `lease-gone`, `closed`, `client-closed`): a session lost
- * to its deadline and one whose lease etcd said was gone are both `lease_expired`, and the checker
- * must tell them apart (see REVOKE_LOSS_REASONS in checker/excuses.ts). `other` for any other abort reason.
- */
-function lossClock(handle: { signal: AbortSignal }): { lostAt: () => number | undefined; reason: () => string | undefined } {
-  let at: number | undefined;
-  const sig = handle.signal;
-  if (sig.aborted) at = now();
-  else sig.addEventListener('abort', () => (at ??= now()), { once: true });
-  const reason = (): string | undefined => {
-    if (!sig.aborted) return undefined;
-    const r: unknown = sig.reason;
-    if (!(r instanceof OwnershipLostError)) return 'other';
-    return r.cause instanceof SessionExpiredError ? `${r.reason}/${r.cause.reason}` : r.reason;
-  };
-  return { lostAt: () => at, reason };
-}
-
 // The PostgreSQL ledger (fenced role; worker-pg.ts).
 const pgLedger = cfg.pg ? new PgLedger(cfg.pg, emit) : undefined;
 
@@ -232,7 +181,7 @@ async function fencedCycle(): Promise<void> {
       else await store('write', 'ledger', token, { value: r.value + 1, opId: `${cfg.id}#${cfg.incarnation}/${cycles}`, careful });
     }
     // 2. The same increment in etcd, guarded by ownerCompare (no fencing help from anyone else).
-    await etcdIncrement(handle, token);
+    await etcdIncrement(client, cfg, handle, token);
     // 3. And on PostgreSQL, fenced by the database, with the unfenced shadow beside it.
     if (pgRead) await pgLedger!.increment(handle, token, pgRead, shadow, careful, `${cfg.id}#${cfg.incarnation}/${cycles}`);
   } finally {
@@ -346,40 +295,6 @@ async function rwCycle(): Promise<void> {
   } finally {
     await release(handle, from, loss, mode);
   }
-}
-
-async function etcdIncrement(handle: LockHandle, token: bigint): Promise<void> {
-  const ck = counterKey(cfg.dataPrefix);
-  const ok = opKey(cfg.dataPrefix, token);
-  let value = -1;
-  let outcome: 'accepted' | 'rejected' | 'unknown' = 'unknown';
-  let error: string | undefined;
-  // Invoke and return times, for Porcupine (chaos/porcupine.ts).
-  let read: { call: number; ret: number; value: number } | undefined;
-  let txn: { call: number; ret?: number } | undefined;
-  try {
-    const readCall = now();
-    const cur = await client.get(ck);
-    read = { call: readCall, ret: now(), value: cur ? Number(cur.value.toString()) : 0 };
-    value = read.value + 1;
-    txn = { call: now() };
-    const t = await client.txn(
-      {
-        // Guarded by ownership alone: if two processes could both pass ownerCompare, increments are lost.
-        // The ledger key's absence makes the Txn safe to retry after an ambiguous failure.
-        compare: [handle.ownerCompare(), compare.createRevision(ok, '=', 0n)],
-        success: [op.put(ck, String(value)), op.put(ok, `${cfg.id}#${cfg.incarnation}:${value}`)],
-        failure: [],
-      },
-      { idempotent: true },
-    );
-    if (t.succeeded) outcome = 'accepted';
-    else outcome = (await client.get(ok)) ? 'accepted' : 'rejected';
-    txn.ret = now();
-  } catch (err) {
-    error = `${(err as Error).name}: ${(err as Error).message}`.slice(0, 200);
-  }
-  emit({ t: 'etcd-inc', token: token.toString(), opKey: ok, value, outcome, error, at: now(), read, txn });
 }
 
 /** The sibling hold running now (siblingOnce()); the fenced cycle waits for it before its next lock. */

@@ -12,6 +12,8 @@ import { isOurError, type History } from './run-history.js';
 import type { LinearOp } from './porcupine.js';
 import { clockOffset, hash, lineSplitter, now, type LockRole, type ParentMessage, type Role, type RWMode, type WorkerConfig, type WorkerEvent } from './common.js';
 import type { FencedStore } from './fenced-store.js';
+import { StoreDesk } from './store-desk.js';
+import { stuckLine } from './stuck-line.js';
 
 const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
 const PARENT_OFFSET = clockOffset();
@@ -75,20 +77,22 @@ export class WorkerProc {
   ready: Promise<void> = Promise.resolve();
   byeSeen = false;
   killedByUs = false;
-  /**
-   * Armed by the nemesis. `freeze`: SIGSTOP this worker the moment its next first request of a hold
-   * (a ledger read, an enter) is answered. `operator`: at its next request while holding (those, or
-   * a leader's write), hand the hold's token to `take` (which deletes its key or revokes its lease)
-   * and answer only once that is done and `take` returns.
-   */
-  private trap?: { kind: 'freeze'; fire: () => void; careful: boolean } | { kind: 'operator'; take: (token: bigint) => Promise<void> };
+  /** Answers its store requests and holds the nemesis's traps (store-desk.ts). */
+  private readonly desk: StoreDesk;
   private logStream?: WriteStream;
   private leases = new Set<string>();
 
   constructor(
     readonly spec: WorkerSpec,
     private readonly pool: { readonly options: PoolOptions; readonly workers: readonly WorkerProc[] },
-  ) {}
+  ) {
+    this.desk = new StoreDesk({
+      store: pool.options.store,
+      pause: () => this.pause(),
+      send: (m) => this.send(m),
+      answered: (e, entry, label) => this.ledgerOp(e, entry, label),
+    });
+  }
 
   get label(): string {
     return `${this.spec.id}#${this.incarnation}`;
@@ -237,49 +241,9 @@ export class WorkerProc {
           seen: e.seen.map((k) => ({ key: k.key, create: BigInt(k.create), lease: k.lease })),
         });
         break;
-      case 'store': {
-        const store = this.pool.options.store;
-        const token = BigInt(e.token);
-        const at = now();
-        let entry: { ok: boolean; value: number };
-        let highest: bigint;
-        if (e.register === 'permits') {
-          const p = store.permits;
-          entry = e.op === 'enter' ? p.enter(label, token, at) : e.op === 'write' ? p.write(label, token, at, e.opId, e.careful) : p.leave(label, token, at);
-          highest = [...p.admitted].reduce((m, t) => (t > m ? t : m), -1n);
-        } else if (e.register === 'rw') {
-          const op = e.op === 'enter' || e.op === 'write' ? e.op : 'read';
-          entry = store.rw.request(label, op, e.mode ?? 'read', token, at, e.value, e.opId, e.careful);
-          highest = store.rw.highest;
-        } else {
-          const reg = store.register(e.register);
-          entry = e.op === 'read' ? reg.read(label, token, at) : reg.write(label, token, e.value ?? 0, at, e.opId, e.careful);
-          highest = reg.highest;
-        }
-        let careful: boolean | undefined;
-        const firstOfHold = e.op === 'enter' || (e.op === 'read' && e.register === 'ledger');
-        const trap = this.trap;
-        if (firstOfHold && trap?.kind === 'freeze') {
-          // Freeze it before the answer is written: it wakes up inside its critical section, with a
-          // value read under a token that may have been superseded meanwhile (the GC-pause ghost).
-          this.pause();
-          careful = trap.careful;
-          trap.fire();
-          this.trap = undefined;
-        } else if ((firstOfHold || (e.op === 'write' && e.register === 'election')) && trap?.kind === 'operator') {
-          // An operator takes the key away while the holder waits for this answer; it answers after.
-          this.trap = undefined;
-          const reply: ParentMessage = { t: 'store-reply', id: e.id, ok: entry.ok, value: entry.value, highest: highest.toString() };
-          void trap.take(token).finally(() => {
-            this.send(reply);
-            this.ledgerOp(e, entry, label);
-          });
-          break;
-        }
-        this.send({ t: 'store-reply', id: e.id, ok: entry.ok, value: entry.value, highest: highest.toString(), careful });
-        this.ledgerOp(e, entry, label);
+      case 'store':
+        this.desk.answer(e, label);
         break;
-      }
       case 'etcd-inc': {
         h.etcdIncrements.push({ worker: label, token: BigInt(e.token), opKey: e.opKey, value: e.value, outcome: e.outcome });
         const client = this.clientId(label);
@@ -320,16 +284,7 @@ export class WorkerProc {
         this.logStream?.write(`${this.pool.options.stamp(this.t(e.at))} error ${e.op}: ${e.name}: ${e.message}\n`);
         break;
       case 'stuck': {
-        const owners = e.queue.map((q) => `${q.key.slice(q.key.lastIndexOf('/') + 1)}@${q.createRevision}(${h.leaseOwner.get(q.lease) ?? '?'}, ttl ${q.leaseTtl})`);
-        const what = this.pool.workers.map((w) => `${w.label}:${w.lastEvent ?? '-'}`).join(' ');
-        // One session with two keys in one queue (an RWMutex's read and write keys): one of them is
-        // not a wait in progress but a key re-created after its release, by a stale attempt of an
-        // enqueue that had been retried on another member (see docs/reliability.md).
-        const perLease = new Map<string, number>();
-        for (const q of e.queue) perLease.set(q.lease, (perLease.get(q.lease) ?? 0) + 1);
-        const twice = [...perLease].filter(([, n]) => n > 1).map(([l]) => `${h.leaseOwner.get(l) ?? l} has ${perLease.get(l)} keys`);
-        const note = twice.length > 0 ? ` [${twice.join(', ')}: a stale enqueue re-created a released key?]` : '';
-        const line = `${label} waited ${e.waitedMs} ms for ${e.key}; queue: ${owners.join(' < ')}${note}; workers: ${what}`;
+        const line = stuckLine(e, label, h.leaseOwner, this.pool.workers);
         h.stuck.push(line);
         this.pool.options.log(`STUCK ${line}`);
         this.logStream?.write(`${this.pool.options.stamp(this.t(e.at))} STUCK ${line}\n`);
@@ -419,45 +374,12 @@ export class WorkerProc {
 
   /** Resolves true once the worker was frozen right after the first request of a hold, false after `limitMs`. */
   trapNextRead(limitMs: number, careful: boolean): Promise<boolean> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.trap = undefined;
-        resolve(false);
-      }, limitMs);
-      this.trap = {
-        kind: 'freeze',
-        careful,
-        fire: () => {
-          clearTimeout(timer);
-          resolve(true);
-        },
-      };
-    });
+    return this.desk.trapNextRead(limitMs, careful);
   }
 
-  /**
-   * Arms an operator trap: at the next request this worker makes while holding (see `trap`), `take`
-   * runs with the hold's token and the answer waits for it. Resolves true once `take` has run,
-   * false if no such request came within `limitMs`.
-   */
+  /** Arms an operator trap (StoreDesk.trapNextHold()). */
   trapNextHold(limitMs: number, take: (token: bigint) => Promise<void>): Promise<boolean> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.trap = undefined;
-        resolve(false);
-      }, limitMs);
-      this.trap = {
-        kind: 'operator',
-        take: async (token) => {
-          clearTimeout(timer);
-          try {
-            await take(token);
-          } finally {
-            resolve(true);
-          }
-        },
-      };
-    });
+    return this.desk.trapNextHold(limitMs, take);
   }
 
   pause(): void {

@@ -64,7 +64,7 @@ export interface HeldInterval {
   died?: boolean;
   /** RW lock holds: a read (shared) or a write (exclusive) hold. */
   mode?: 'read' | 'write';
-  /** Why the handle said it was lost, as the worker reported it (worker.ts lossClock(): `key_deleted`, `lease_expired/deadline`, ...); only when `lost`. */
+  /** Why the handle said it was lost, as the worker reported it (worker-loss.ts lossClock(): `key_deleted`, `lease_expired/deadline`, ...); only when `lost`. */
   lostReason?: string;
   /**
    * When the session (lease) the hold was on is first known to have existed, on the common clock:
