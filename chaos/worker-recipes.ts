@@ -8,7 +8,7 @@
 //              little, leave().
 //   multilock  lockAll() two or three of the locks `<name>/m0`..`<name>/m3`, hold, unlock(); after a
 //              failed lockAll, report any of its keys still there once its release had time.
-import { Barrier, DoubleBarrier, lockAll, prefixEnd, type Client, type Session } from '../src/index.js';
+import { Barrier, DoubleBarrier, lockAll, prefixEnd, type Client, type MultiLockHandle, type Session } from '../src/index.js';
 import { now, type Prng, type WorkerConfig, type WorkerEvent } from './common.js';
 
 /** What a recipe cycle needs from its worker. */
@@ -108,7 +108,7 @@ export function recipeCycles(ctx: RecipeContext): Record<'barrier' | 'dbarrier' 
     const s = await ctx.currentSession();
     const all = [0, 1, 2, 3].map((i) => `${cfg.name}/m${i}`);
     const names = [...all].sort(() => rng.between(0, 1) - 0.5).slice(0, rng.int(2, 3));
-    let handle;
+    let handle: MultiLockHandle;
     try {
       handle = await lockAll(s, names, { signal: limit(ctx) });
     } catch (err) {

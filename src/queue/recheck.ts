@@ -1,5 +1,5 @@
 import type { Client } from '../client/client.js';
-import { op, txnRange, type KeyValue } from '../client/kv.js';
+import { op, txnRange, type KeyValue, type TxnResult } from '../client/kv.js';
 
 /**
  * A waiter's safety-net check in a form one request can carry for many waiters: the keys to read
@@ -111,7 +111,7 @@ export class Rechecker {
     // Taken now: a waiter that moves on meanwhile may register again with another check.
     const checks = live.map((e) => e.check);
     const keys = checks.map((c) => c.keys);
-    let t;
+    let t: TxnResult;
     try {
       t = await this.client.txn({ compare: [], success: keys.flatMap((ks) => ks.map((k) => op.get(k))), failure: [] }, { idempotent: true });
     } catch {

@@ -76,7 +76,7 @@ export class Http2Transport implements Transport {
   }
 
   get isReady(): boolean {
-    return this.session !== undefined && this.session.usable;
+    return this.session?.usable === true;
   }
 
   get isClosed(): boolean {
@@ -269,7 +269,7 @@ export class Http2Transport implements Transport {
   /** Starts (or restarts) `call` on the ready session, connecting first when there is none. */
   start(call: UnaryCall<unknown>): void {
     const s = this.session;
-    if (s !== undefined && s.usable) return call.attempt(s);
+    if (s?.usable) return call.attempt(s);
     if (this.closed) return call.fail(new TransportError(Status.UNAVAILABLE, 'the transport is closed', { notSent: true }));
     const until = Math.min(call.deadline, performance.now() + this.dialTimeoutMs);
     this.ready(until, call.signal).then(

@@ -104,7 +104,7 @@ function why(err: Error | undefined): string {
  * and the length is capped, so a hostile member can neither forge log lines nor grow our memory.
  */
 export function clean(s: string): string {
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it removes
+  // Control characters are what it removes.
   const flat = s.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, ' ');
   return flat.length > LIMITS.grpcMessageChars ? `${flat.slice(0, LIMITS.grpcMessageChars)}… (${flat.length} characters)` : flat;
 }
