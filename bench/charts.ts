@@ -75,7 +75,9 @@ export function renderPanels(title: string, subtitle: string, panels: Panel[]): 
     }
     if (p.bound) {
       const bx = x(p.bound.value).toFixed(1);
-      parts.push(`<line x1="${bx}" y1="${top - 4}" x2="${bx}" y2="${y - gap + 4}" stroke="#c53030" stroke-width="1.5" stroke-dasharray="5,3"/>`);
+      parts.push(
+        `<line x1="${bx}" y1="${top - 4}" x2="${bx}" y2="${y - gap + 4}" stroke="#c53030" stroke-width="1.5" stroke-dasharray="5,3"/>`,
+      );
       parts.push(`<text x="${bx}" y="${y + 10}" class="b" text-anchor="middle">${esc(p.bound.text)}</text>`);
       y += 16;
     }
@@ -101,14 +103,22 @@ export function caption(rs: Results[]): string {
 }
 
 /** Bars for each implementation, then (with several runs) each etcd version under it. */
-function bars<T extends { impl: string; client?: string }>(rs: Results[], pick: (r: Results) => T[] | undefined, bar: (x: T) => Omit<Bar, 'label' | 'color'>): Bar[] {
+function bars<T extends { impl: string; client?: string }>(
+  rs: Results[],
+  pick: (r: Results) => T[] | undefined,
+  bar: (x: T) => Omit<Bar, 'label' | 'color'>,
+): Bar[] {
   const impls = [...new Set(rs.flatMap((r) => (pick(r) ?? []).map((x) => x.impl)))];
   const out: Bar[] = [];
   for (const impl of impls) {
     for (const [k, r] of rs.entries()) {
       const x = pick(r)?.find((y) => y.impl === impl);
       if (!x) continue;
-      out.push({ label: rs.length > 1 ? `${implLabel(x)}, etcd ${r.meta.etcd}` : implLabel(x), color: color(impl, k, rs.length), ...bar(x) });
+      out.push({
+        label: rs.length > 1 ? `${implLabel(x)}, etcd ${r.meta.etcd}` : implLabel(x),
+        color: color(impl, k, rs.length),
+        ...bar(x),
+      });
     }
   }
   return out;
@@ -120,11 +130,19 @@ export function contendedSvg(runs: Results | Results[]): string | undefined {
   return renderPanels(`Contended lock: ${rs[0]!.meta.contenders} contenders, empty critical section`, caption(rs), [
     {
       title: 'Acquisitions per second (higher is better)',
-      bars: bars(rs, (r) => r.contended, (x) => ({ value: x.acquisitionsPerSec, text: `${num(x.acquisitionsPerSec)}/s` })),
+      bars: bars(
+        rs,
+        (r) => r.contended,
+        (x) => ({ value: x.acquisitionsPerSec, text: `${num(x.acquisitionsPerSec)}/s` }),
+      ),
     },
     {
       title: 'Wait for the lock, ms: bar p50, whisker p99 (lower is better)',
-      bars: bars(rs, (r) => r.contended, (x) => ({ value: x.wait.p50, whisker: x.wait.p99, text: `p50 ${ms(x.wait.p50)}, p99 ${ms(x.wait.p99)}` })),
+      bars: bars(
+        rs,
+        (r) => r.contended,
+        (x) => ({ value: x.wait.p50, whisker: x.wait.p99, text: `p50 ${ms(x.wait.p50)}, p99 ${ms(x.wait.p99)}` }),
+      ),
     },
   ]);
 }

@@ -269,7 +269,8 @@ class Run implements Round {
       this.requests.unary += now.unary - b.s.unary;
       this.requests.watchCreates += c.watchCreateRequests - b.creates;
       this.requests.watchCancels += c.watchCancelRequests - b.cancels;
-      for (const [m, n] of Object.entries(now.byMethod)) this.requests.byMethod.set(m, (this.requests.byMethod.get(m) ?? 0) + n - (b.s.byMethod[m] ?? 0));
+      for (const [m, n] of Object.entries(now.byMethod))
+        this.requests.byMethod.set(m, (this.requests.byMethod.get(m) ?? 0) + n - (b.s.byMethod[m] ?? 0));
     });
   }
 

@@ -118,7 +118,12 @@ export async function runElection(ctxs: BenchContext[], impls: ElectionImpl[]): 
               samples.set(`${impl}/${queued}`, s);
               await sleep(Math.random() * PHASE_JITTER_MS);
               if (impl === 'go') {
-                const g = await runGoBench<GoElectionRun>(ctx, ['bench-election', `--name=${names.go}`, '--rounds=1', `--queued=${queued}`]);
+                const g = await runGoBench<GoElectionRun>(ctx, [
+                  'bench-election',
+                  `--name=${names.go}`,
+                  '--rounds=1',
+                  `--queued=${queued}`,
+                ]);
                 const x = g.results[0]!;
                 s.handover.push(x.handover.p50); // one round: its only sample
                 s.violations += x.violations;
@@ -173,7 +178,13 @@ export async function runElection(ctxs: BenchContext[], impls: ElectionImpl[]): 
         const keysLeft = (await floorClient.getPrefix(prefix)).kvs.length;
         for (const queued of ['long-before', '5ms-before'] as const) {
           const s = samples.get(`${impl}/${queued}`)!;
-          const r: ElectionResult = { impl, queued, handover: summarize(s.handover), violations: s.violations, keysLeft: keysLeft + s.keysLeft };
+          const r: ElectionResult = {
+            impl,
+            queued,
+            handover: summarize(s.handover),
+            violations: s.violations,
+            keysLeft: keysLeft + s.keysLeft,
+          };
           if (s.client) r.client = s.client;
           const p = s.parts;
           if (p.notify.length > 0) {

@@ -50,5 +50,12 @@ export function mergeSummaries(parts: readonly Summary[]): Summary {
   const n = s.reduce((a, p) => a + p.n, 0);
   if (n === 0) return { n: 0, mean: NaN, p50: NaN, p99: NaN, min: NaN, max: NaN };
   const w = (f: (p: Summary) => number): number => s.reduce((a, p) => a + f(p) * p.n, 0) / n;
-  return { n, mean: w((p) => p.mean), p50: w((p) => p.p50), p99: w((p) => p.p99), min: Math.min(...s.map((p) => p.min)), max: Math.max(...s.map((p) => p.max)) };
+  return {
+    n,
+    mean: w((p) => p.mean),
+    p50: w((p) => p.p50),
+    p99: w((p) => p.p99),
+    min: Math.min(...s.map((p) => p.min)),
+    max: Math.max(...s.map((p) => p.max)),
+  };
 }

@@ -59,7 +59,11 @@ async function loop(mode: 'lock' | 'txn', prefix: string, durationMs: number): P
         const k = Math.floor(Math.random() * names);
         if (mode === 'txn') {
           const key = `${prefix}${k}/floor-${process.pid}-${s}`;
-          await client.txn({ compare: [compare.createRevision(key, '=', 0n)], success: [op.put(key, '', session.leaseId)], failure: [op.get(key)] });
+          await client.txn({
+            compare: [compare.createRevision(key, '=', 0n)],
+            success: [op.put(key, '', session.leaseId)],
+            failure: [op.get(key)],
+          });
           await client.txn({ compare: [compare.createRevision(key, '>', 0n)], success: [op.delete(key)], failure: [] });
           txns += 2;
           continue;

@@ -189,7 +189,9 @@ const fixed = (v: number | undefined, d = 2): string => (v !== undefined && Numb
  */
 export function locksGoals(l: LocksResult): { id: string; goal: string; measured: string; met: boolean }[] {
   const bound = l.floor.perSec / l.ours.requestsPerCycle;
-  const go = l.go ? `; Go ${num(l.go.perSec)}/s (${fixed(l.go.requestsPerCycle)} requests per cycle), ours ÷ Go ${fixed(l.ours.perSec / l.go.perSec)}x` : '';
+  const go = l.go
+    ? `; Go ${num(l.go.perSec)}/s (${fixed(l.go.requestsPerCycle)} requests per cycle), ours ÷ Go ${fixed(l.ours.perSec / l.go.perSec)}x`
+    : '';
   return [
     {
       id: 'locks-vs-floor',
@@ -220,7 +222,18 @@ export function locksSection(l: LocksResult): { title: string; header: string[];
       `Independent locks: ${num(l.names)} names, ${l.processes} processes x ${l.sessionsPerProcess} sessions, ` +
       `lock -> one turn -> unlock on random names (${l.rounds} round${l.rounds > 1 ? 's' : ''} of ${l.roundMs / 1000} s, taking turns` +
       `${l.warmupMs > 0 ? `, after ${l.warmupMs / 1000} s of each to warm up` : ''})`,
-    header: ['implementation', 'cycles/s (floor: Txns/s)', 'requests/cycle', 'watches/cycle', 'client CPU µs/cycle', 'etcd CPU µs/cycle', 'etcd CPU ms/s', 'wait p50 ms', 'wait p99 ms', 'violations'],
+    header: [
+      'implementation',
+      'cycles/s (floor: Txns/s)',
+      'requests/cycle',
+      'watches/cycle',
+      'client CPU µs/cycle',
+      'etcd CPU µs/cycle',
+      'etcd CPU ms/s',
+      'wait p50 ms',
+      'wait p99 ms',
+      'violations',
+    ],
     rows: [l.floor, l.ours, ...(l.go ? [l.go] : [])].map((x) => [
       label[x.impl],
       num(x.perSec),
@@ -237,16 +250,28 @@ export function locksSection(l: LocksResult): { title: string; header: string[];
 }
 
 /** Several runs (one per etcd version) side by side: cycles/s, requests and CPU per cycle, and ours ÷ Go. */
-export function locksVersionsSection(rs: { meta: { etcd: string }; locks?: LocksResult }[]): { title: string; header: string[]; rows: string[][] } | undefined {
+export function locksVersionsSection(
+  rs: { meta: { etcd: string }; locks?: LocksResult }[],
+): { title: string; header: string[]; rows: string[][] } | undefined {
   if (!rs.every((r) => r.locks)) return undefined;
   const ls = rs.map((r) => r.locks!);
   const cols = (name: string): string[] => rs.map((r) => `${name} ${r.meta.etcd}`);
   const per = (impl: LocksRow['impl'], f: (x: LocksRow) => string): string[] => ls.map((l) => (l[impl] ? f(l[impl]) : '-'));
-  const label = { floor: 'floor: Txns without locking', ours: 'ours', go: `Go concurrency ${ls.find((l) => l.go)?.go?.client ?? ''}`.trim() };
+  const label = {
+    floor: 'floor: Txns without locking',
+    ours: 'ours',
+    go: `Go concurrency ${ls.find((l) => l.go)?.go?.client ?? ''}`.trim(),
+  };
   const impls = (['floor', 'ours', 'go'] as const).filter((i) => ls.some((l) => l[i]));
   return {
     title: `Independent locks, etcd versions side by side: ${num(ls[0]!.names)} names, ${ls[0]!.processes} processes x ${ls[0]!.sessionsPerProcess} sessions`,
-    header: ['implementation', ...cols('cycles/s'), ...cols('requests/cycle'), ...cols('client CPU µs/cycle'), ...cols('etcd CPU µs/cycle')],
+    header: [
+      'implementation',
+      ...cols('cycles/s'),
+      ...cols('requests/cycle'),
+      ...cols('client CPU µs/cycle'),
+      ...cols('etcd CPU µs/cycle'),
+    ],
     rows: [
       ...impls.map((i) => [
         label[i],

@@ -41,7 +41,21 @@ import { renderRtt, runRtt } from './rtt.js';
 import { rttSvg } from './rtt-chart.js';
 import { runTelemetry } from './telemetry.js';
 
-const PHASES = ['floor', 'uncontended', 'telemetry', 'contended', 'election', 'scale', 'semaphore', 'rwlock', 'semaphore-scale', 'sessions', 'locks', 'rtt', 'sessions-scale'] as const;
+const PHASES = [
+  'floor',
+  'uncontended',
+  'telemetry',
+  'contended',
+  'election',
+  'scale',
+  'semaphore',
+  'rwlock',
+  'semaphore-scale',
+  'sessions',
+  'locks',
+  'rtt',
+  'sessions-scale',
+] as const;
 type Phase = (typeof PHASES)[number];
 
 /** semaphore-scale: waiters queued on a semaphore of 4 permits (--quick: tiny sizes, sanity only). */
@@ -58,23 +72,23 @@ function usage(message: string): never {
 function options() {
   const parsed = (() => {
     try {
-    return parseArgs({
-      options: {
-        quick: { type: 'boolean', default: false },
-        members: { type: 'string', default: '1' },
-        contenders: { type: 'string', default: '8' },
-        etcd: { type: 'string' },
-        // rtt phase: the round-trip times to run it at (default 10,1; --quick: 10).
-        rtt: { type: 'string' },
-        only: { type: 'string' },
-        json: { type: 'string' },
-        markdown: { type: 'string' },
-        charts: { type: 'string' },
-        'require-go': { type: 'boolean', default: false },
-      },
-      strict: true,
-      allowPositionals: false,
-    }).values;
+      return parseArgs({
+        options: {
+          quick: { type: 'boolean', default: false },
+          members: { type: 'string', default: '1' },
+          contenders: { type: 'string', default: '8' },
+          etcd: { type: 'string' },
+          // rtt phase: the round-trip times to run it at (default 10,1; --quick: 10).
+          rtt: { type: 'string' },
+          only: { type: 'string' },
+          json: { type: 'string' },
+          markdown: { type: 'string' },
+          charts: { type: 'string' },
+          'require-go': { type: 'boolean', default: false },
+        },
+        strict: true,
+        allowPositionals: false,
+      }).values;
     } catch (err) {
       return usage((err as Error).message);
     }
@@ -88,10 +102,19 @@ function options() {
   const only = parsed.only ? parsed.only.split(',').map((s) => s.trim()) : PHASES.filter((p) => !(parsed.quick && p === 'rtt'));
   for (const p of only) if (!(PHASES as readonly string[]).includes(p)) usage(`unknown phase "${p}"`);
   const versions = parsed.etcd ? parsed.etcd.split(',').map((v) => v.trim()) : [undefined];
-  for (const v of versions) if (v !== undefined && !/^\d+\.\d+(\.\d+)?$/.test(v)) usage(`--etcd wants versions like 3.4 or 3.7.3, got "${v}"`);
+  for (const v of versions)
+    if (v !== undefined && !/^\d+\.\d+(\.\d+)?$/.test(v)) usage(`--etcd wants versions like 3.4 or 3.7.3, got "${v}"`);
   const rtts = (parsed.rtt ?? (parsed.quick ? '10' : '10,1')).split(',').map(Number);
   for (const v of rtts) if (!(v > 0 && v <= 200)) usage(`--rtt wants milliseconds in (0, 200], got "${parsed.rtt}"`);
-  return { ...parsed, rtts, members: members as 1 | 3, contenders, only: new Set(only as Phase[]), versions, requireGo: parsed['require-go'] };
+  return {
+    ...parsed,
+    rtts,
+    members: members as 1 | 3,
+    contenders,
+    only: new Set(only as Phase[]),
+    versions,
+    requireGo: parsed['require-go'],
+  };
 }
 
 async function main(): Promise<number> {
@@ -172,12 +195,14 @@ async function main(): Promise<number> {
       }
     };
     const each = async (name: string, fn: (ctx: BenchContext, r: Results) => Promise<void>): Promise<void> => {
-      for (const [k, ctx] of ctxs.entries()) await phase(ctxs.length > 1 ? `${name} (etcd ${ctx.etcd})` : name, [runs[k]!], () => fn(ctx, runs[k]!));
+      for (const [k, ctx] of ctxs.entries())
+        await phase(ctxs.length > 1 ? `${name} (etcd ${ctx.etcd})` : name, [runs[k]!], () => fn(ctx, runs[k]!));
     };
     if (opts.only.has('floor')) await each('floor', async (ctx, r) => void (r.floor = await runFloor(ctx)));
     if (opts.only.has('uncontended')) await each('uncontended', async (ctx, r) => void (r.uncontended = await runUncontended(ctx)));
     // The cost of metrics and spans (logged, and kept in the JSON as `telemetry`).
-    if (opts.only.has('telemetry')) await each('telemetry', async (ctx, r) => void Object.assign(r, { telemetry: await runTelemetry(ctx) }));
+    if (opts.only.has('telemetry'))
+      await each('telemetry', async (ctx, r) => void Object.assign(r, { telemetry: await runTelemetry(ctx) }));
     if (opts.only.has('contended')) {
       const impls: LockImpl[] = go ? ['ours', 'go', 'reference', 'etcd3'] : ['ours', 'reference', 'etcd3'];
       await phase('contended', runs, async () => {
@@ -215,16 +240,22 @@ async function main(): Promise<number> {
       await each('semaphore-scale', async (ctx, r) => {
         r.semaphoreScale = [];
         for (const n of SEMAPHORE_SCALE.waiters(opts.quick)) {
-          await phase(`semaphore-scale/${n}`, [r], async () => void r.semaphoreScale!.push(await runSemaphoreScale(ctx, n, SEMAPHORE_SCALE.permits)));
+          await phase(
+            `semaphore-scale/${n}`,
+            [r],
+            async () => void r.semaphoreScale!.push(await runSemaphoreScale(ctx, n, SEMAPHORE_SCALE.permits)),
+          );
         }
       });
     }
     if (opts.only.has('sessions')) await each('sessions', async (ctx, r) => void (r.sessions = await runSessions(ctx)));
     if (opts.only.has('locks')) await each('locks', async (ctx, r) => void (r.locks = await runLocks(ctx)));
     // Real round-trip times (bench/rtt.ts): a delayed 3-member cluster of its own per version and RTT.
-    if (opts.only.has('rtt')) await each('rtt', async (ctx, r) => void (r.rtt = await runRtt(ctx, opts.rtts, opts.versions[ctxs.indexOf(ctx)], go !== undefined)));
+    if (opts.only.has('rtt'))
+      await each('rtt', async (ctx, r) => void (r.rtt = await runRtt(ctx, opts.rtts, opts.versions[ctxs.indexOf(ctx)], go !== undefined)));
     // Last: it kills etcd (and starts it again).
-    if (opts.only.has('sessions-scale')) await each('sessions-scale', async (ctx, r) => void (r.sessionsScale = await runSessionsScale(ctx)));
+    if (opts.only.has('sessions-scale'))
+      await each('sessions-scale', async (ctx, r) => void (r.sessionsScale = await runSessionsScale(ctx)));
   } finally {
     log(`stopping etcd`);
     for (const e of etcds) await e.stop().catch((err: unknown) => log(`stopping etcd: ${(err as Error).message}`));

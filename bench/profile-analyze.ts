@@ -1,7 +1,6 @@
 // Self time of a V8 CPU profile by layer (our client, node:http2, protobuf, GC, ...), for bench/profile-unary.ts.
 import type { Profiler } from 'node:inspector';
 
-
 type Layer =
   | 'protobuf runtime (@bufbuild/protobuf)'
   | 'generated codec (src/proto)'
@@ -28,8 +27,13 @@ function layerOf(url: string): Layer | undefined {
   if (url.includes('/bench/')) return 'this script / bench';
   if (/^node:(internal\/)?http2/.test(url)) return 'node http2';
   if (url.startsWith('node:internal/streams') || url === 'node:stream') return 'node streams';
-  if (url === 'node:net' || url.startsWith('node:internal/stream_base') || url.startsWith('node:internal/net')) return 'node net / stream_base';
-  if (/^node:(internal\/)?(timers|process\/task_queues|async_hooks|events|internal\/async_hooks)/.test(url) || url.startsWith('node:internal/async_hooks') || url === 'node:events')
+  if (url === 'node:net' || url.startsWith('node:internal/stream_base') || url.startsWith('node:internal/net'))
+    return 'node net / stream_base';
+  if (
+    /^node:(internal\/)?(timers|process\/task_queues|async_hooks|events|internal\/async_hooks)/.test(url) ||
+    url.startsWith('node:internal/async_hooks') ||
+    url === 'node:events'
+  )
     return 'node event loop (timers, microtasks, nextTick, async hooks, events)';
   if (url.startsWith('node:')) return 'node other';
   return 'other JS (tsx, etcd3, ...)';
@@ -67,7 +71,8 @@ export function analyze(profile: Profiler.Profile, calls: number, window?: [numb
       const l = layerOf(n.callFrame.url);
       layer = l ?? inherited;
       // tsx emits each module on one line: the column tells functions apart there.
-      if (l) fn = `${name || '(anonymous)'} ${n.callFrame.url.replace(/^.*?\/(node_modules|src|bench)\//, '$1/')}:${n.callFrame.lineNumber + 1}:${n.callFrame.columnNumber + 1}`;
+      if (l)
+        fn = `${name || '(anonymous)'} ${n.callFrame.url.replace(/^.*?\/(node_modules|src|bench)\//, '$1/')}:${n.callFrame.lineNumber + 1}:${n.callFrame.columnNumber + 1}`;
       else if (name) fn = `${inheritedFn} > ${name}`;
     }
     if (name.startsWith('(')) fn = name;
@@ -120,7 +125,7 @@ export function printBreakdown(title: string, b: ProfileBreakdown): void {
   const lines = [`${title}: ${b.cpuUsPerCall.toFixed(0)} µs of sampled CPU per call (idle ${b.idlePercent.toFixed(0)} % of the profile)`];
   for (const l of b.layers) lines.push(`  ${l.percent.toFixed(1).padStart(5)} %  ${l.usPerCall.toFixed(1).padStart(7)} µs  ${l.layer}`);
   lines.push('  top self time:');
-  for (const t of b.top.slice(0, 10)) lines.push(`  ${t.percent.toFixed(1).padStart(5)} %  ${t.usPerCall.toFixed(1).padStart(7)} µs  ${t.fn}`);
+  for (const t of b.top.slice(0, 10))
+    lines.push(`  ${t.percent.toFixed(1).padStart(5)} %  ${t.usPerCall.toFixed(1).padStart(7)} µs  ${t.fn}`);
   process.stdout.write(`${lines.join('\n')}\n\n`);
 }
-

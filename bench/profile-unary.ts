@@ -199,7 +199,8 @@ async function main(): Promise<void> {
     leanSession = await Session.create(lean);
     const oursMutex = new Mutex(oursSession, `${prefix}ours`);
     const leanMutex = new Mutex(leanSession, `${prefix}lean`);
-    const putReq = (key: string): Uint8Array => pb.PutRequest.encode({ key: Buffer.from(key), value: Buffer.from('v'), lease: 0n }).finish();
+    const putReq = (key: string): Uint8Array =>
+      pb.PutRequest.encode({ key: Buffer.from(key), value: Buffer.from('v'), lease: 0n }).finish();
     const impls: Record<string, () => Promise<unknown>> = {
       'ours-put': () => ours.put(`${prefix}ours-put`, 'v'),
       'lean-put': () => lean.put(`${prefix}lean-put`, 'v'),
@@ -218,7 +219,9 @@ async function main(): Promise<void> {
       const t0 = process.hrtime.bigint() / 1000n;
       for (let i = 0; i < N; i++) await run();
       const t1 = process.hrtime.bigint() / 1000n;
-      process.stdout.write(`--loop ${opts.loop}: ${N} ${opts.loop.endsWith('-lock') ? 'cycles' : 'calls'}; analyse with --window ${t0},${t1}\n`);
+      process.stdout.write(
+        `--loop ${opts.loop}: ${N} ${opts.loop.endsWith('-lock') ? 'cycles' : 'calls'}; analyse with --window ${t0},${t1}\n`,
+      );
       return;
     }
     // JIT warm-up: the CPU per call keeps falling for the first thousand or so calls.
@@ -229,8 +232,23 @@ async function main(): Promise<void> {
     const samples = Object.fromEntries(names.map((n) => [n, [] as number[]]));
     const spent = Object.fromEntries(names.map((n) => [n, 0]));
     const cpu = Object.fromEntries(names.map((n) => [n, 0]));
-    const goRounds: { cyclesPerSec: number; latency: Summary; cpuUsPerCycle: number; cycles: number; put: { cyclesPerSec: number; latency: Summary; cpuUsPerCycle: number; cycles: number } }[] = [];
-    const ctx: BenchContext = { endpoints: etcd.endpoints, etcd: etcd.version, members: 1, quick: false, contenders: 1, prefix, log, ...(goBin && 'bin' in goBin ? { go: goBin.bin } : {}) };
+    const goRounds: {
+      cyclesPerSec: number;
+      latency: Summary;
+      cpuUsPerCycle: number;
+      cycles: number;
+      put: { cyclesPerSec: number; latency: Summary; cpuUsPerCycle: number; cycles: number };
+    }[] = [];
+    const ctx: BenchContext = {
+      endpoints: etcd.endpoints,
+      etcd: etcd.version,
+      members: 1,
+      quick: false,
+      contenders: 1,
+      prefix,
+      log,
+      ...(goBin && 'bin' in goBin ? { go: goBin.bin } : {}),
+    };
     for (let r = 0; r < rounds; r++) {
       const start = performance.now();
       while (performance.now() - start < (seconds * 1000) / rounds) {
@@ -247,7 +265,15 @@ async function main(): Promise<void> {
           cpu[n]! += c.user + c.system;
         }
       }
-      if (ctx.go) goRounds.push(await runGoBench(ctx, ['bench-uncontended', `--name=${prefix}go/${r}`, `--duration=${Math.round((seconds * 1000) / rounds / 2)}ms`, `--block=${BLOCK}`]));
+      if (ctx.go)
+        goRounds.push(
+          await runGoBench(ctx, [
+            'bench-uncontended',
+            `--name=${prefix}go/${r}`,
+            `--duration=${Math.round((seconds * 1000) / rounds / 2)}ms`,
+            `--block=${BLOCK}`,
+          ]),
+        );
     }
     const timing: TimingRow[] = names.map((n) => ({
       impl: n,
@@ -258,7 +284,10 @@ async function main(): Promise<void> {
     }));
     if (goRounds.length > 0) {
       // Go prints summaries per round: n-weighted means of p50 (an approximation), exact rates.
-      const merge = (pick: (g: (typeof goRounds)[number]) => { cyclesPerSec: number; latency: Summary; cpuUsPerCycle: number; cycles: number }, impl: string): TimingRow => {
+      const merge = (
+        pick: (g: (typeof goRounds)[number]) => { cyclesPerSec: number; latency: Summary; cpuUsPerCycle: number; cycles: number },
+        impl: string,
+      ): TimingRow => {
         const parts = goRounds.map(pick);
         const n = parts.reduce((a, p) => a + p.cycles, 0);
         const w = (f: (p: (typeof parts)[number]) => number): number => parts.reduce((a, p) => a + f(p) * p.cycles, 0) / n;
@@ -266,11 +295,21 @@ async function main(): Promise<void> {
           impl,
           calls: n,
           perSec: (n * 1000) / parts.reduce((a, p) => a + (p.cycles * 1000) / p.cyclesPerSec, 0),
-          latency: { n, mean: w((p) => p.latency.mean), p50: w((p) => p.latency.p50), p99: w((p) => p.latency.p99), min: Math.min(...parts.map((p) => p.latency.min)), max: Math.max(...parts.map((p) => p.latency.max)) },
+          latency: {
+            n,
+            mean: w((p) => p.latency.mean),
+            p50: w((p) => p.latency.p50),
+            p99: w((p) => p.latency.p99),
+            min: Math.min(...parts.map((p) => p.latency.min)),
+            max: Math.max(...parts.map((p) => p.latency.max)),
+          },
           cpuUsPerCall: w((p) => p.cpuUsPerCycle),
         };
       };
-      timing.push(merge((g) => g.put, 'go-put'), merge((g) => g, 'go-lock'));
+      timing.push(
+        merge((g) => g.put, 'go-put'),
+        merge((g) => g, 'go-lock'),
+      );
     }
     result.timing = timing;
     const lines = ['impl        calls   per s   p50 ms  mean ms  p99 ms  CPU µs/call'];
@@ -280,14 +319,25 @@ async function main(): Promise<void> {
       );
     const get = (n: string): TimingRow | undefined => timing.find((t) => t.impl === n);
     const ratio = (a?: TimingRow, b?: TimingRow): string => (a && b ? `${(a.perSec / b.perSec).toFixed(2)}x` : '-');
-    lines.push(`ours-lock ÷ go-lock ${ratio(get('ours-lock'), get('go-lock'))}; lean-lock ÷ go-lock ${ratio(get('lean-lock'), get('go-lock'))}`);
+    lines.push(
+      `ours-lock ÷ go-lock ${ratio(get('ours-lock'), get('go-lock'))}; lean-lock ÷ go-lock ${ratio(get('lean-lock'), get('go-lock'))}`,
+    );
     lines.push(`ours-put ÷ go-put ${ratio(get('ours-put'), get('go-put'))}; raw-put ÷ go-put ${ratio(get('raw-put'), get('go-put'))}`);
-    process.stdout.write(`Timing (interleaved blocks of ${BLOCK}, ${rounds} rounds; Go: a process after each round)\n${lines.join('\n')}\n\n`);
+    process.stdout.write(
+      `Timing (interleaved blocks of ${BLOCK}, ${rounds} rounds; Go: a process after each round)\n${lines.join('\n')}\n\n`,
+    );
 
     // (2) latency split of one Put, at the HTTP/2 stream
     const split: Record<string, Record<string, number>> = {};
     for (const n of ['ours-put', 'raw-put', 'lean-put']) {
-      const parts: Record<string, number[]> = { 'call -> stream created': [], 'stream created -> body written': [], 'body written -> response headers': [], 'response headers -> trailers': [], 'trailers -> caller resumes': [], total: [] };
+      const parts: Record<string, number[]> = {
+        'call -> stream created': [],
+        'stream created -> body written': [],
+        'body written -> response headers': [],
+        'response headers -> trailers': [],
+        'trailers -> caller resumes': [],
+        total: [],
+      };
       tracing = true;
       for (let i = 0; i < Math.min(N, 1000); i++) {
         current = {};
@@ -310,9 +360,20 @@ async function main(): Promise<void> {
     }
     result.split = split;
     const segs = Object.keys(split['ours-put']!).filter((k) => k !== 'n');
-    const sl = [`segment (p50 ms)                      ${Object.keys(split).map((k) => k.padStart(9)).join(' ')}`];
-    for (const s of segs) sl.push(`${s.padEnd(37)} ${Object.values(split).map((v) => v[s]!.toFixed(3).padStart(9)).join(' ')}`);
-    process.stdout.write(`Latency split of one Put (p50 of each segment, so they need not add up to the total's p50)\n${sl.join('\n')}\n\n`);
+    const sl = [
+      `segment (p50 ms)                      ${Object.keys(split)
+        .map((k) => k.padStart(9))
+        .join(' ')}`,
+    ];
+    for (const s of segs)
+      sl.push(
+        `${s.padEnd(37)} ${Object.values(split)
+          .map((v) => v[s]!.toFixed(3).padStart(9))
+          .join(' ')}`,
+      );
+    process.stdout.write(
+      `Latency split of one Put (p50 of each segment, so they need not add up to the total's p50)\n${sl.join('\n')}\n\n`,
+    );
 
     // (3) CPU profiles, one implementation at a time
     await mkdir(opts.out, { recursive: true });

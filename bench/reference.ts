@@ -1,14 +1,7 @@
 // The reference: a fair lock / election built the usual way, i.e. Go's concurrency package
 // (Mutex.Lock, Election.Campaign, waitDeletes), on our Client. Its waits start the predecessor's
 // watch at the read's header revision, which etcd serves from its 100 ms catch-up loop.
-import {
-  compare,
-  op,
-  prefixEnd,
-  participantKey,
-  type Client,
-  type Session,
-} from '../dist/index.js';
+import { compare, op, prefixEnd, participantKey, type Client, type Session } from '../dist/index.js';
 
 import { SortOrder, SortTarget } from '../dist/client/kv.js';
 

@@ -83,7 +83,11 @@ export function versionSections(rs: Results[]): Section[] {
     });
   }
   if (rs.every((r) => r.floor)) {
-    const row = (name: string, f: (x: NonNullable<Results['floor']>) => Summary): string[] => [name, ...rs.map((r) => ms(f(r.floor!).p50)), ...rs.map((r) => ms(f(r.floor!).p99))];
+    const row = (name: string, f: (x: NonNullable<Results['floor']>) => Summary): string[] => [
+      name,
+      ...rs.map((r) => ms(f(r.floor!).p50)),
+      ...rs.map((r) => ms(f(r.floor!).p99)),
+    ];
     out.push({
       title: 'Floor, etcd versions side by side (ms)',
       header: ['operation', ...cols('p50'), ...cols('p99')],
@@ -133,11 +137,9 @@ export function renderVersionsText(rs: Results[]): string {
 }
 
 export function renderVersionsMarkdown(rs: Results[]): string {
-  return (
-    [
-      ...rs.map((r) => `_${metaLine(r)}_`),
-      ...versionSections(rs).map((s) => `\n#### ${s.title}\n\n${markdownTable(s.header, s.rows)}`),
-      ...rs.map((r) => `\n### etcd ${r.meta.etcd}\n\n${renderMarkdown(r)}`),
-    ].join('\n') + '\n'
-  );
+  return `${[
+    ...rs.map((r) => `_${metaLine(r)}_`),
+    ...versionSections(rs).map((s) => `\n#### ${s.title}\n\n${markdownTable(s.header, s.rows)}`),
+    ...rs.map((r) => `\n### etcd ${r.meta.etcd}\n\n${renderMarkdown(r)}`),
+  ].join('\n')}\n`;
 }

@@ -39,8 +39,16 @@ export function sections(r: Results): Section[] {
         ['linearizable Get', ...lat(f.get), String(f.get.n)],
         ['watch notification: Delete call -> event (watch from now, synced)', ...lat(f.watchNotify), String(f.watchNotify.n)],
         ['  of which after the Delete response', ...lat(f.watchAfterResponse), String(f.watchAfterResponse.n)],
-        ['  same, our Watch with startRevision = put revision + 1', ...lat(f.watchNotifyFromNextRevision), String(f.watchNotifyFromNextRevision.n)],
-        ['  same, startRevision = put revision (Go: the 100 ms trap, random phase)', ...lat(f.watchNotifyFromReadRevision), String(f.watchNotifyFromReadRevision.n)],
+        [
+          '  same, our Watch with startRevision = put revision + 1',
+          ...lat(f.watchNotifyFromNextRevision),
+          String(f.watchNotifyFromNextRevision.n),
+        ],
+        [
+          '  same, startRevision = put revision (Go: the 100 ms trap, random phase)',
+          ...lat(f.watchNotifyFromReadRevision),
+          String(f.watchNotifyFromReadRevision.n),
+        ],
       ],
     });
   }
@@ -53,7 +61,16 @@ export function sections(r: Results): Section[] {
         ['ours (Mutex.lock + unlock)', num(u.ours.cyclesPerSec), ...lat(u.ours.latency), u.ours.rpcsPerCycle?.toFixed(2) ?? '-'],
         ['etcd3 (Lock acquire + release)', num(u.etcd3.cyclesPerSec), ...lat(u.etcd3.latency), '3 + a keepalive stream'],
         ['sequential Put, interleaved (yardstick)', num(u.put.cyclesPerSec), ...lat(u.put.latency), '1'],
-        ...(u.go ? [[`Go concurrency ${u.go.client} (Mutex.Lock + Unlock)`, num(u.go.cyclesPerSec), ...lat(u.go.latency), u.go.rpcsPerCycle?.toFixed(2) ?? '-']] : []),
+        ...(u.go
+          ? [
+              [
+                `Go concurrency ${u.go.client} (Mutex.Lock + Unlock)`,
+                num(u.go.cyclesPerSec),
+                ...lat(u.go.latency),
+                u.go.rpcsPerCycle?.toFixed(2) ?? '-',
+              ],
+            ]
+          : []),
         ...(u.goPut ? [['Go sequential Put (yardstick)', num(u.goPut.cyclesPerSec), ...lat(u.goPut.latency), '1']] : []),
       ],
     });
@@ -61,7 +78,17 @@ export function sections(r: Results): Section[] {
   if (r.contended) {
     out.push({
       title: `Contended: ${r.meta.contenders} contenders, own client + session each, one lock`,
-      header: ['implementation', 'acq/s', 'wait p50 ms', 'wait p99 ms', 'per contender', 'spread', 'mutual exclusion', 'failed tries', 'requests per acquisition (RPCs + watch creates + cancels)'],
+      header: [
+        'implementation',
+        'acq/s',
+        'wait p50 ms',
+        'wait p99 ms',
+        'per contender',
+        'spread',
+        'mutual exclusion',
+        'failed tries',
+        'requests per acquisition (RPCs + watch creates + cancels)',
+      ],
       rows: r.contended.map((c) => [
         implLabel(c) + (c.waitMerged ? ' *' : ''),
         num(c.acquisitionsPerSec),
@@ -93,7 +120,16 @@ export function sections(r: Results): Section[] {
     if (parts.length > 0) {
       out.push({
         title: 'Election handover, where the time goes (p50 ms; rounds where the follower was woken by its watch)',
-        header: ['implementation', 'follower queued', 'rounds', 'resign RPC', 'resign -> watch event', 'event -> read sent', 'read', 'read -> resolved'],
+        header: [
+          'implementation',
+          'follower queued',
+          'rounds',
+          'resign RPC',
+          'resign -> watch event',
+          'event -> read sent',
+          'read',
+          'read -> resolved',
+        ],
         rows: parts.map((e) => {
           const b = e.breakdown!;
           return [
@@ -112,10 +148,15 @@ export function sections(r: Results): Section[] {
     const f = r.electionFloor;
     const c = r.electionColdFloor;
     if (f) {
-      const row = (name: string, hot: Summary, cold: Summary | undefined): string[] => [name, ...lat(hot), ...(cold ? lat(cold) : ['-', '-', '-'])];
+      const row = (name: string, hot: Summary, cold: Summary | undefined): string[] => [
+        name,
+        ...lat(hot),
+        ...(cold ? lat(cold) : ['-', '-', '-']),
+      ];
       const bound = (x: typeof f): string => ms(x.put.p50 + x.watchNotify.p50 + x.get.p50);
       out.push({
-        title: 'Floor sampled between the election rounds (ms), back to back and each after 250 ms idle; the goal bound is put + notification + get (p50s)',
+        title:
+          'Floor sampled between the election rounds (ms), back to back and each after 250 ms idle; the goal bound is put + notification + get (p50s)',
         header: ['operation', 'p50', 'p99', 'mean', 'after idle: p50', 'p99', 'mean'],
         rows: [
           row('Put', f.put, c?.put),
@@ -151,7 +192,18 @@ export function sections(r: Results): Section[] {
       title:
         'Scale: N waiters on one lock in one process (one client, a session each, at most 32 taking a ticket at once)' +
         (inc ? `\n  first failure at ${num(inc.waiters)}: ${inc.incomplete!.firstFailure}` : ''),
-      header: ['waiters', 'enqueue all ms', 'heap B/waiter', '+ Buffer B/waiter', 'B/session', 'RPCs/release', 'events/release', 'handover p50 ms', 'abort all ms', 'keys left'],
+      header: [
+        'waiters',
+        'enqueue all ms',
+        'heap B/waiter',
+        '+ Buffer B/waiter',
+        'B/session',
+        'RPCs/release',
+        'events/release',
+        'handover p50 ms',
+        'abort all ms',
+        'keys left',
+      ],
       rows: r.scale.map(row),
     });
   }
@@ -161,7 +213,20 @@ export function sections(r: Results): Section[] {
       title:
         `Semaphore: ${p.contenders} contenders, own client + session each, on one semaphore of N permits, and on our Mutex ` +
         `(the configurations taking turns, ${p.rounds} x ${(p.roundMs / 1000).toFixed(1)} s each; "vs Mutex": the Mutex with the same critical section)`,
-      header: ['lock', 'critical section', 'acq/s', 'vs Mutex', 'wait p50 ms', 'wait p99 ms', 'per contender', 'spread', 'holders mean / max', 'at most N', 'tokens', 'keys left'],
+      header: [
+        'lock',
+        'critical section',
+        'acq/s',
+        'vs Mutex',
+        'wait p50 ms',
+        'wait p99 ms',
+        'per contender',
+        'spread',
+        'holders mean / max',
+        'at most N',
+        'tokens',
+        'keys left',
+      ],
       rows: p.results.map((x) => {
         const mutex = p.results.find((m) => m.impl === 'mutex' && m.holdMs === x.holdMs);
         return [
@@ -187,7 +252,22 @@ export function sections(r: Results): Section[] {
       title:
         `RWLock: ${p.contenders} contenders, own client + session each, ${Math.round((1 - p.writeShare) * 100)}% reads ` +
         `(rLock) and ${Math.round(p.writeShare * 100)}% writes (lock), and our Mutex for both (taking turns, ${p.rounds} x ${(p.roundMs / 1000).toFixed(1)} s each)`,
-      header: ['lock', 'critical section', 'reads/s', 'writes/s', 'total/s', 'read wait p50 ms', 'p99', 'write wait p50 ms', 'p99', 'readers mean / max', 'spread', 'exclusion', 'tokens', 'keys left'],
+      header: [
+        'lock',
+        'critical section',
+        'reads/s',
+        'writes/s',
+        'total/s',
+        'read wait p50 ms',
+        'p99',
+        'write wait p50 ms',
+        'p99',
+        'readers mean / max',
+        'spread',
+        'exclusion',
+        'tokens',
+        'keys left',
+      ],
       rows: p.results.map((x) => [
         x.impl === 'mutex' ? 'Mutex (reads too)' : 'RWMutex',
         holdLabel(x.holdMs),
@@ -236,7 +316,19 @@ export function sections(r: Results): Section[] {
         `Semaphore scale: N waiters behind the ${first?.permits ?? '?'} holders of one semaphore in one process ` +
         `(one client, a session each, at most 32 taking a ticket at once; ${first?.releases ?? '?'} releases, one at a time)` +
         (inc ? `\n  first failure at ${num(inc.waiters)}: ${inc.incomplete!.firstFailure}` : ''),
-      header: ['waiters', 'enqueue all ms', 'heap B/waiter', 'RPCs/release', 'by method', 'events/release', 'watches opened/release', 'handover p50 ms', 'p99', 'abort all ms', 'keys left'],
+      header: [
+        'waiters',
+        'enqueue all ms',
+        'heap B/waiter',
+        'RPCs/release',
+        'by method',
+        'events/release',
+        'watches opened/release',
+        'handover p50 ms',
+        'p99',
+        'abort all ms',
+        'keys left',
+      ],
       rows: r.semaphoreScale.map(row),
     });
   }
@@ -244,7 +336,16 @@ export function sections(r: Results): Section[] {
     const s = r.sessions;
     out.push({
       title: `Sessions: ${num(s.sessions)} sessions on one client (TTL ${s.ttl} s, renewed every ${(s.ttl / 3).toFixed(0)} s)`,
-      header: ['keepalive streams (client/server)', 'leases on hub', 'renewals/s', 'CPU ms/s', 'idle CPU ms/s', 'CPU µs/renewal', 'lost', 'create all ms'],
+      header: [
+        'keepalive streams (client/server)',
+        'leases on hub',
+        'renewals/s',
+        'CPU ms/s',
+        'idle CPU ms/s',
+        'CPU µs/renewal',
+        'lost',
+        'create all ms',
+      ],
       rows: [
         [
           `${s.keepAliveStreamsOpened} / ${s.serverKeepAliveStreams ?? '?'}`,
@@ -289,7 +390,8 @@ export function metaLine(r: Results): string {
   );
 }
 
-export const MERGED_NOTE = "* Go's wait p50/p99 over several rounds: the n-weighted mean of each round's (the Go program prints summaries).";
+export const MERGED_NOTE =
+  "* Go's wait p50/p99 over several rounds: the n-weighted mean of each round's (the Go program prints summaries).";
 
 export function renderText(r: Results): string {
   const merged = r.contended?.some((c) => c.waitMerged) ? `\n${MERGED_NOTE}` : '';
@@ -298,5 +400,5 @@ export function renderText(r: Results): string {
 
 export function renderMarkdown(r: Results): string {
   const merged = r.contended?.some((c) => c.waitMerged) ? `\n${MERGED_NOTE}\n` : '';
-  return [`_${metaLine(r)}_`, ...sections(r).map((s) => `\n#### ${s.title}\n\n${markdownTable(s.header, s.rows)}`)].join('\n') + '\n' + merged;
+  return `${[`_${metaLine(r)}_`, ...sections(r).map((s) => `\n#### ${s.title}\n\n${markdownTable(s.header, s.rows)}`)].join('\n')}\n${merged}`;
 }

@@ -200,7 +200,8 @@ export function judgeGoals(r: Results): Goal[] {
   // The goals are judged on the critical section of one turn (the lock's own cost, as the contended
   // phase); the 20 ms rows are shown alongside.
   const sem = r.semaphore?.results;
-  const semAt = (impl: string, permits: number, holdMs: number) => sem?.find((x) => x.impl === impl && x.permits === permits && x.holdMs === holdMs);
+  const semAt = (impl: string, permits: number, holdMs: number) =>
+    sem?.find((x) => x.impl === impl && x.permits === permits && x.holdMs === holdMs);
   const semMutex = semAt('mutex', 1, 0);
   const sem1 = semAt('semaphore', 1, 0);
   if (semMutex && sem1) {
@@ -211,7 +212,9 @@ export function judgeGoals(r: Results): Goal[] {
       goal: `semaphore N=1: within 1.5x of our Mutex's acquisitions/s (${r.semaphore!.contenders} contenders, taking turns, critical section of one turn)`,
       measured:
         `${num(sem1.acquisitionsPerSec)} vs ${num(semMutex.acquisitionsPerSec)} /s = ${ratio(sem1.acquisitionsPerSec, semMutex.acquisitionsPerSec)}` +
-        (held1 ? ` (holding ${heldMutex.holdMs} ms: ${num(held1.acquisitionsPerSec)} vs ${num(heldMutex.acquisitionsPerSec)} /s = ${ratio(held1.acquisitionsPerSec, heldMutex.acquisitionsPerSec)})` : ''),
+        (held1
+          ? ` (holding ${heldMutex.holdMs} ms: ${num(held1.acquisitionsPerSec)} vs ${num(heldMutex.acquisitionsPerSec)} /s = ${ratio(held1.acquisitionsPerSec, heldMutex.acquisitionsPerSec)})`
+          : ''),
       met: sem1.acquisitionsPerSec * 1.5 >= semMutex.acquisitionsPerSec,
     });
   }
@@ -279,7 +282,9 @@ export function judgeGoals(r: Results): Goal[] {
         '>= 2x the acquisitions/s of our Mutex with the same contenders',
       measured:
         `${num(rwOurs.acquisitionsPerSec)} vs ${num(rwMutex.acquisitionsPerSec)} /s = ${ratio(rwOurs.acquisitionsPerSec, rwMutex.acquisitionsPerSec)}` +
-        (held && heldMutex ? ` (holding ${held.holdMs} ms: ${num(held.acquisitionsPerSec)} vs ${num(heldMutex.acquisitionsPerSec)} /s = ${ratio(held.acquisitionsPerSec, heldMutex.acquisitionsPerSec)})` : ''),
+        (held && heldMutex
+          ? ` (holding ${held.holdMs} ms: ${num(held.acquisitionsPerSec)} vs ${num(heldMutex.acquisitionsPerSec)} /s = ${ratio(held.acquisitionsPerSec, heldMutex.acquisitionsPerSec)})`
+          : ''),
       met: rwOurs.acquisitionsPerSec >= 2 * rwMutex.acquisitionsPerSec,
     });
   }
@@ -311,7 +316,12 @@ export function collectChecks(r: Results): Check[] {
   }
   for (const s of r.scale ?? []) {
     if (s.incomplete) {
-      checks.push({ phase: `scale/${s.waiters}`, what: 'every key removed', ok: s.keysLeft === 0, detail: `${s.keysLeft} keys left (incomplete run)` });
+      checks.push({
+        phase: `scale/${s.waiters}`,
+        what: 'every key removed',
+        ok: s.keysLeft === 0,
+        detail: `${s.keysLeft} keys left (incomplete run)`,
+      });
       continue;
     }
     checks.push({

@@ -38,7 +38,9 @@ export function rttSvg(runs: Results[]): string | undefined {
         const e = x.election?.results.find((y) => y.impl === impl && y.queued === 'long-before');
         return e && { value: e.handover.p50, whisker: e.handover.p99, text: `p50 ${ms(e.handover.p50)}, p99 ${ms(e.handover.p99)}` };
       }),
-      ...(floor !== undefined ? { bound: { value: floor, text: `floor: 1 RTT + 1 commit (a Delete's notification) = ${ms(floor)} ms` } } : {}),
+      ...(floor !== undefined
+        ? { bound: { value: floor, text: `floor: 1 RTT + 1 commit (a Delete's notification) = ${ms(floor)} ms` } }
+        : {}),
     });
   }
   const m = rs[0]!.meta;

@@ -30,11 +30,15 @@ export interface DelayedCluster {
 
 async function freePorts(n: number): Promise<number[]> {
   const servers = await Promise.all(
-    Array.from({ length: n }, () => new Promise<ReturnType<typeof createServer>>((resolve, reject) => {
-      const s = createServer();
-      s.once('error', reject);
-      s.listen(0, '127.0.0.1', () => resolve(s));
-    })),
+    Array.from(
+      { length: n },
+      () =>
+        new Promise<ReturnType<typeof createServer>>((resolve, reject) => {
+          const s = createServer();
+          s.once('error', reject);
+          s.listen(0, '127.0.0.1', () => resolve(s));
+        }),
+    ),
   );
   const ports = servers.map((s) => (s.address() as { port: number }).port);
   await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
@@ -58,7 +62,10 @@ export async function startDelayedCluster(rttMs: number, version?: string): Prom
   const ports = await freePorts(6);
   const clientPorts = ports.slice(0, 3);
   const peerPorts = ports.slice(3);
-  const { endpoints: proxied, child: proxies } = await startProxies(rttMs / 2, [...clientPorts, ...peerPorts].map((p) => `127.0.0.1:${p}`));
+  const { endpoints: proxied, child: proxies } = await startProxies(
+    rttMs / 2,
+    [...clientPorts, ...peerPorts].map((p) => `127.0.0.1:${p}`),
+  );
   const clientProxies = proxied.slice(0, 3);
   const peerProxies = proxied.slice(3);
   const dir = await mkdtemp(join(tmpdir(), 'bench-rtt-'));
@@ -66,31 +73,48 @@ export async function startDelayedCluster(rttMs: number, version?: string): Prom
   const initialCluster = peerProxies.map((p, i) => `m${i}=http://${p}`).join(',');
   const members = clientPorts.map((cp, i) => {
     const log = createWriteStream(join(dir, `m${i}.log`));
-    const p = spawn(install.etcd, [
-      '--name', `m${i}`,
-      '--data-dir', join(dir, `m${i}`),
-      '--listen-client-urls', `http://127.0.0.1:${cp}`,
-      '--advertise-client-urls', `http://${clientProxies[i]}`,
-      '--listen-peer-urls', `http://127.0.0.1:${peerPorts[i]}`,
-      '--initial-advertise-peer-urls', `http://${peerProxies[i]}`,
-      '--initial-cluster', initialCluster,
-      '--initial-cluster-state', 'new',
-      '--initial-cluster-token', token,
-      '--logger', 'zap',
-      '--log-outputs', 'stderr',
-    ], { stdio: ['ignore', 'ignore', 'pipe'], env: etcdFreeEnv });
+    const p = spawn(
+      install.etcd,
+      [
+        '--name',
+        `m${i}`,
+        '--data-dir',
+        join(dir, `m${i}`),
+        '--listen-client-urls',
+        `http://127.0.0.1:${cp}`,
+        '--advertise-client-urls',
+        `http://${clientProxies[i]}`,
+        '--listen-peer-urls',
+        `http://127.0.0.1:${peerPorts[i]}`,
+        '--initial-advertise-peer-urls',
+        `http://${peerProxies[i]}`,
+        '--initial-cluster',
+        initialCluster,
+        '--initial-cluster-state',
+        'new',
+        '--initial-cluster-token',
+        token,
+        '--logger',
+        'zap',
+        '--log-outputs',
+        'stderr',
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'], env: etcdFreeEnv },
+    );
     p.stderr!.pipe(log);
     return p;
   });
   const stop = async (keepLogs = false): Promise<void> => {
-    await Promise.all(members.map(async (m) => {
-      if (m.exitCode !== null || m.signalCode !== null) return;
-      const exited = once(m, 'exit');
-      m.kill('SIGTERM');
-      const timer = setTimeout(() => m.kill('SIGKILL'), 5000);
-      await exited;
-      clearTimeout(timer);
-    }));
+    await Promise.all(
+      members.map(async (m) => {
+        if (m.exitCode !== null || m.signalCode !== null) return;
+        const exited = once(m, 'exit');
+        m.kill('SIGTERM');
+        const timer = setTimeout(() => m.kill('SIGKILL'), 5000);
+        await exited;
+        clearTimeout(timer);
+      }),
+    );
     proxies.stdin!.end();
     await once(proxies, 'exit').catch(() => {});
     if (!keepLogs) await rm(dir, { recursive: true, force: true });
@@ -102,7 +126,10 @@ export async function startDelayedCluster(rttMs: number, version?: string): Prom
       for (;;) {
         const dead = members.find((m) => m.exitCode !== null);
         if (dead) throw new Error(`bench: an etcd member exited (${dead.exitCode}); logs in ${dir}`);
-        const ok = await fetch(`http://127.0.0.1:${cp}/health`).then((r) => r.json() as Promise<{ health: string }>, () => undefined);
+        const ok = await fetch(`http://127.0.0.1:${cp}/health`).then(
+          (r) => r.json() as Promise<{ health: string }>,
+          () => undefined,
+        );
         if (ok?.health === 'true') break;
         if (performance.now() > deadline) throw new Error(`bench: the delayed cluster did not become healthy in 30 s; logs in ${dir}`);
         await sleep(100);

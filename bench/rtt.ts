@@ -53,7 +53,13 @@ export async function runRtt(base: BenchContext, rtts: number[], version: string
     const cluster = await startDelayedCluster(rttMs, version);
     const run: RttRun = { rttMs, etcd: cluster.version, load: { start: loadavg() }, errors: [] };
     out.push(run);
-    const ctx: BenchContext = { ...base, endpoints: cluster.endpoints, etcd: cluster.version, members: 3, prefix: `${base.prefix}rtt${rttMs}/` };
+    const ctx: BenchContext = {
+      ...base,
+      endpoints: cluster.endpoints,
+      etcd: cluster.version,
+      members: 3,
+      prefix: `${base.prefix}rtt${rttMs}/`,
+    };
     const step = async (name: string, fn: () => Promise<void>): Promise<void> => {
       ctx.log(`rtt ${rttMs} ms (etcd ${cluster.version}): ${name}...`);
       try {
@@ -99,7 +105,9 @@ async function measureNet(ctx: BenchContext): Promise<RttNet> {
     for (let i = 0; i < Math.ceil(n / 2); i++) notify.push((await watchNotification(client, key, 'now')).notify);
     const st = await client.status();
     const firstIsLeader = st.leader === st.header.memberId;
-    ctx.log(`rtt: member 0 is ${firstIsLeader ? '' : 'not '}the leader; round trip ${ms(rtt.p50)} ms, put ${ms(put.p50)}, linearizable get ${ms(get.p50)}, delete -> event ${ms(summarize(notify).p50)} (p50)`);
+    ctx.log(
+      `rtt: member 0 is ${firstIsLeader ? '' : 'not '}the leader; round trip ${ms(rtt.p50)} ms, put ${ms(put.p50)}, linearizable get ${ms(get.p50)}, delete -> event ${ms(summarize(notify).p50)} (p50)`,
+    );
     return { rtt, put, get, notify: summarize(notify), firstIsLeader };
   } finally {
     await client.delete(key).catch(() => {});
@@ -162,14 +170,34 @@ export function rttChecks(runs: RttRun[] | undefined): Check[] {
   for (const r of runs ?? []) {
     const at = `rtt${r.rttMs}`;
     for (const c of r.contended ?? []) {
-      checks.push({ phase: `${at}/contended/${c.impl}`, what: 'mutual exclusion', ok: c.mutualExclusion && c.acquisitions > 0, detail: `${c.violations} violations, ${c.acquisitions} acquisitions` });
+      checks.push({
+        phase: `${at}/contended/${c.impl}`,
+        what: 'mutual exclusion',
+        ok: c.mutualExclusion && c.acquisitions > 0,
+        detail: `${c.violations} violations, ${c.acquisitions} acquisitions`,
+      });
       checks.push({ phase: `${at}/contended/${c.impl}`, what: 'no keys left', ok: c.keysLeft === 0, detail: `${c.keysLeft} keys left` });
     }
     for (const e of r.election?.results ?? []) {
-      checks.push({ phase: `${at}/election/${e.impl}/${e.queued}`, what: 'one leader at a time', ok: e.violations === 0 && e.handover.n > 0, detail: `${e.violations} early leaders in ${e.handover.n} rounds` });
-      checks.push({ phase: `${at}/election/${e.impl}/${e.queued}`, what: 'no keys left', ok: e.keysLeft === 0, detail: `${e.keysLeft} keys left` });
+      checks.push({
+        phase: `${at}/election/${e.impl}/${e.queued}`,
+        what: 'one leader at a time',
+        ok: e.violations === 0 && e.handover.n > 0,
+        detail: `${e.violations} early leaders in ${e.handover.n} rounds`,
+      });
+      checks.push({
+        phase: `${at}/election/${e.impl}/${e.queued}`,
+        what: 'no keys left',
+        ok: e.keysLeft === 0,
+        detail: `${e.keysLeft} keys left`,
+      });
     }
-    checks.push({ phase: at, what: 'every step ran', ok: r.errors.length === 0 && !!r.net && !!r.uncontended && !!r.contended && !!r.election, detail: r.errors.map((e) => `${e.phase}: ${e.message}`).join('; ') || 'ok' });
+    checks.push({
+      phase: at,
+      what: 'every step ran',
+      ok: r.errors.length === 0 && !!r.net && !!r.uncontended && !!r.contended && !!r.election,
+      detail: r.errors.map((e) => `${e.phase}: ${e.message}`).join('; ') || 'ok',
+    });
   }
   return checks;
 }
@@ -205,27 +233,64 @@ export function renderRtt(runs: RttRun[], markdown: boolean): string {
     const rows: string[][] = [];
     const u = r.uncontended;
     if (u) {
-      for (const [impl, c] of [['ours', u.ours], ['go', u.go], ['etcd3', u.etcd3]] as const) {
+      for (const [impl, c] of [
+        ['ours', u.ours],
+        ['go', u.go],
+        ['etcd3', u.etcd3],
+      ] as const) {
         if (!c) continue;
         const cyc = 1000 / c.cyclesPerSec;
-        rows.push(['uncontended lock + unlock', LABEL[impl]!, `${num(c.cyclesPerSec, 1)} cycles/s`, ms(cyc), inRtt(cyc), `${inFloor(cyc / 2)} (per half)`, impl === 'go' || !u.go ? '' : x(c.cyclesPerSec, u.go.cyclesPerSec)]);
+        rows.push([
+          'uncontended lock + unlock',
+          LABEL[impl]!,
+          `${num(c.cyclesPerSec, 1)} cycles/s`,
+          ms(cyc),
+          inRtt(cyc),
+          `${inFloor(cyc / 2)} (per half)`,
+          impl === 'go' || !u.go ? '' : x(c.cyclesPerSec, u.go.cyclesPerSec),
+        ]);
       }
     }
     const go = find(r.contended, 'go');
     for (const c of r.contended ?? []) {
       const per = 1000 / c.acquisitionsPerSec;
-      rows.push([`contended, ${c.contenders} contenders: time per acquisition`, LABEL[c.impl]!, `${num(c.acquisitionsPerSec, 1)} acq/s`, ms(per), inRtt(per), inFloor(per), c.impl === 'go' || !go ? '' : x(c.acquisitionsPerSec, go.acquisitionsPerSec)]);
+      rows.push([
+        `contended, ${c.contenders} contenders: time per acquisition`,
+        LABEL[c.impl]!,
+        `${num(c.acquisitionsPerSec, 1)} acq/s`,
+        ms(per),
+        inRtt(per),
+        inFloor(per),
+        c.impl === 'go' || !go ? '' : x(c.acquisitionsPerSec, go.acquisitionsPerSec),
+      ]);
     }
     for (const queued of ['long-before', '5ms-before'] as const) {
       const g = r.election?.results.find((e) => e.impl === 'go' && e.queued === queued);
       for (const e of r.election?.results.filter((e) => e.queued === queued) ?? []) {
         const p = e.handover.p50;
-        rows.push([`election hand-over, follower queued ${queued === 'long-before' ? 'long before' : '5 ms before'} (p50; p99 ${ms(e.handover.p99)})`, LABEL[e.impl]!, '', ms(p), inRtt(p), inFloor(p), e.impl === 'go' || !g ? '' : `${p <= g.handover.p50 ? '' : '+'}${ms(p - g.handover.p50)} ms`]);
+        rows.push([
+          `election hand-over, follower queued ${queued === 'long-before' ? 'long before' : '5 ms before'} (p50; p99 ${ms(e.handover.p99)})`,
+          LABEL[e.impl]!,
+          '',
+          ms(p),
+          inRtt(p),
+          inFloor(p),
+          e.impl === 'go' || !g ? '' : `${p <= g.handover.p50 ? '' : '+'}${ms(p - g.handover.p50)} ms`,
+        ]);
       }
     }
-    render(`Results at ${r.rttMs} ms RTT (etcd ${r.etcd}): each in ms, in RTTs, and against the hand-over floor (1 RTT + 1 commit)`, ['phase', 'implementation', 'rate', 'ms', 'RTTs', '÷ floor', 'vs Go'], rows);
+    render(
+      `Results at ${r.rttMs} ms RTT (etcd ${r.etcd}): each in ms, in RTTs, and against the hand-over floor (1 RTT + 1 commit)`,
+      ['phase', 'implementation', 'rate', 'ms', 'RTTs', '÷ floor', 'vs Go'],
+      rows,
+    );
     const q = find(r.contended, 'ours')?.requests;
-    if (q) out.push(`${markdown ? '\n' : ''}ours, contended: ${q.perAcquisition.toFixed(2)} requests per acquisition (${Object.entries(q.byMethod).map(([m, v]) => `${m} ${v.toFixed(2)}`).join(', ')}, watch creates ${q.watchCreates.toFixed(2)}).`);
+    if (q)
+      out.push(
+        `${markdown ? '\n' : ''}ours, contended: ${q.perAcquisition.toFixed(2)} requests per acquisition (${Object.entries(q.byMethod)
+          .map(([m, v]) => `${m} ${v.toFixed(2)}`)
+          .join(', ')}, watch creates ${q.watchCreates.toFixed(2)}).`,
+      );
   }
   return out.join('\n');
 }

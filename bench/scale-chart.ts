@@ -18,13 +18,43 @@ export function scaleSvg(runs: Results[]): string | undefined {
     for (const [k, r] of withLocks.entries()) {
       const l = r.locks!;
       const bound = l.floor.perSec / l.ours.requestsPerCycle;
-      rate.push({ label: `floor's bound${on(r)}`, value: bound, color: color('reference', k, withLocks.length), text: `${num(bound)}/s (goal: 80% = ${num(0.8 * bound)})` });
-      rate.push({ label: `ours${on(r)}`, value: l.ours.perSec, color: color('ours', k, withLocks.length), text: `${num(l.ours.perSec)}/s, ${l.ours.requestsPerCycle.toFixed(2)} requests/cycle` });
-      if (l.go) rate.push({ label: `Go${on(r)}`, value: l.go.perSec, color: color('go', k, withLocks.length), text: `${num(l.go.perSec)}/s, ${l.go.requestsPerCycle.toFixed(2)} requests/cycle` });
-      cpu.push({ label: `ours${on(r)}`, value: l.ours.clientCpuUsPerCycle, color: color('ours', k, withLocks.length), text: `${num(l.ours.clientCpuUsPerCycle)} µs client, ${num(l.ours.etcdCpuUsPerCycle)} µs etcd` });
-      if (l.go) cpu.push({ label: `Go${on(r)}`, value: l.go.clientCpuUsPerCycle, color: color('go', k, withLocks.length), text: `${num(l.go.clientCpuUsPerCycle)} µs client, ${num(l.go.etcdCpuUsPerCycle)} µs etcd` });
+      rate.push({
+        label: `floor's bound${on(r)}`,
+        value: bound,
+        color: color('reference', k, withLocks.length),
+        text: `${num(bound)}/s (goal: 80% = ${num(0.8 * bound)})`,
+      });
+      rate.push({
+        label: `ours${on(r)}`,
+        value: l.ours.perSec,
+        color: color('ours', k, withLocks.length),
+        text: `${num(l.ours.perSec)}/s, ${l.ours.requestsPerCycle.toFixed(2)} requests/cycle`,
+      });
+      if (l.go)
+        rate.push({
+          label: `Go${on(r)}`,
+          value: l.go.perSec,
+          color: color('go', k, withLocks.length),
+          text: `${num(l.go.perSec)}/s, ${l.go.requestsPerCycle.toFixed(2)} requests/cycle`,
+        });
+      cpu.push({
+        label: `ours${on(r)}`,
+        value: l.ours.clientCpuUsPerCycle,
+        color: color('ours', k, withLocks.length),
+        text: `${num(l.ours.clientCpuUsPerCycle)} µs client, ${num(l.ours.etcdCpuUsPerCycle)} µs etcd`,
+      });
+      if (l.go)
+        cpu.push({
+          label: `Go${on(r)}`,
+          value: l.go.clientCpuUsPerCycle,
+          color: color('go', k, withLocks.length),
+          text: `${num(l.go.clientCpuUsPerCycle)} µs client, ${num(l.go.etcdCpuUsPerCycle)} µs etcd`,
+        });
     }
-    panels.push({ title: `Independent locks: cycles/s, ${num(l0.names)} names, ${l0.processes} processes x ${l0.sessionsPerProcess} sessions (higher is better)`, bars: rate });
+    panels.push({
+      title: `Independent locks: cycles/s, ${num(l0.names)} names, ${l0.processes} processes x ${l0.sessionsPerProcess} sessions (higher is better)`,
+      bars: rate,
+    });
     panels.push({ title: 'Client CPU per lock cycle, µs, all processes (lower is better)', bars: cpu });
   }
   const withSessions = rs.filter((r) => r.sessionsScale);
@@ -34,8 +64,20 @@ export function scaleSvg(runs: Results[]): string | undefined {
     for (const [k, r] of withSessions.entries()) {
       const s = r.sessionsScale!;
       const c = color('ours', k, withSessions.length);
-      learned.push({ label: `gone, after the kill${on(r)}`, value: s.learnedGone.p50, whisker: s.learnedGone.max, color: c, text: `p50 ${ms(s.learnedGone.p50)}, max ${ms(s.learnedGone.max)} ms` });
-      learned.push({ label: `back, after the restart began${on(r)}`, value: s.learnedBack.p50, whisker: s.learnedBack.max, color: c, text: `p50 ${ms(s.learnedBack.p50)}, max ${ms(s.learnedBack.max)} ms (restart ${ms(s.restartMs)})` });
+      learned.push({
+        label: `gone, after the kill${on(r)}`,
+        value: s.learnedGone.p50,
+        whisker: s.learnedGone.max,
+        color: c,
+        text: `p50 ${ms(s.learnedGone.p50)}, max ${ms(s.learnedGone.max)} ms`,
+      });
+      learned.push({
+        label: `back, after the restart began${on(r)}`,
+        value: s.learnedBack.p50,
+        whisker: s.learnedBack.max,
+        color: c,
+        text: `p50 ${ms(s.learnedBack.p50)}, max ${ms(s.learnedBack.max)} ms (restart ${ms(s.restartMs)})`,
+      });
     }
     panels.push({
       title: `${num(s0.sessions)} sessions over ${s0.processes} processes (TTL ${s0.ttl} s): when each learned etcd was gone / back, ms: bar p50, whisker max`,

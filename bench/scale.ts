@@ -153,7 +153,11 @@ async function quiet(counter: RpcCounter, quietMs: number): Promise<void> {
   }
 }
 
-export async function runQueueScale<H extends { fencingToken: bigint }>(ctx: BenchContext, n: number, subject: ScaleSubject<H>): Promise<ScaleResult> {
+export async function runQueueScale<H extends { fencingToken: bigint }>(
+  ctx: BenchContext,
+  n: number,
+  subject: ScaleSubject<H>,
+): Promise<ScaleResult> {
   const name = `${ctx.prefix}${subject.label}/${n}`;
   const k = subject.holders;
   const client = new Client({ endpoints: ctx.endpoints, callTimeoutMs: 120_000 });

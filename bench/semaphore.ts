@@ -52,7 +52,9 @@ export const HOLDS_MS = [0, 20];
 
 /** The configurations measured: our Mutex and semaphores of these permits, with each critical section. */
 export function semaphoreSizes(quick: boolean): { contenders: number; permits: number[]; rounds: number; roundMs: number } {
-  return quick ? { contenders: 8, permits: [1, 2, 4], rounds: 1, roundMs: 500 } : { contenders: 32, permits: [1, 4, 16], rounds: 3, roundMs: 2000 };
+  return quick
+    ? { contenders: 8, permits: [1, 2, 4], rounds: 1, roundMs: 500 }
+    : { contenders: 32, permits: [1, 4, 16], rounds: 3, roundMs: 2000 };
 }
 
 /** One event-loop turn, or a timer. */

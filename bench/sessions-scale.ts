@@ -27,7 +27,9 @@ export interface SessionsScaleSize {
 }
 
 export const SESSIONS_SCALE_SIZE = (quick: boolean): SessionsScaleSize =>
-  quick ? { processes: 2, sessionsPerProcess: 50, ttl: 30, windowMs: 10_500 } : { processes: 10, sessionsPerProcess: 1000, ttl: 60, windowMs: 20_500 };
+  quick
+    ? { processes: 2, sessionsPerProcess: 50, ttl: 30, windowMs: 10_500 }
+    : { processes: 10, sessionsPerProcess: 1000, ttl: 60, windowMs: 20_500 };
 
 export interface SessionsScaleResult extends SessionsScaleSize, Omit<SessionsSteady, 'impl' | 'client'> {
   sessions: number;
@@ -68,7 +70,13 @@ export interface SessionsSteady {
   lostInWindow: number;
 }
 
-async function steady(ctx: BenchContext, size: SessionsScaleSize, impl: 'ours' | 'go', start: (i: number) => LineWorker, workers: LineWorker[]): Promise<SessionsSteady> {
+async function steady(
+  ctx: BenchContext,
+  size: SessionsScaleSize,
+  impl: 'ours' | 'go',
+  start: (i: number) => LineWorker,
+  workers: LineWorker[],
+): Promise<SessionsSteady> {
   const server = ctx.server!;
   const etcdCpu = async (): Promise<number> => (await Promise.all(server.pids().map(processCpuMs))).reduce((a, b) => a + b, 0);
   const streams0 = await serverStreams(ctx.endpoints, 'LeaseKeepAlive');
@@ -121,7 +129,13 @@ export async function runSessionsScale(ctx: BenchContext): Promise<SessionsScale
   if (ctx.go) {
     const workers: LineWorker[] = [];
     const start = (i: number): LineWorker =>
-      LineWorker.go(ctx.go!, [`--endpoints=${eps(i)}`, `--ttl=${size.ttl}`, 'bench-sessions', `--sessions=${size.sessionsPerProcess}`, `--idle=${idle}ms`]);
+      LineWorker.go(ctx.go!, [
+        `--endpoints=${eps(i)}`,
+        `--ttl=${size.ttl}`,
+        'bench-sessions',
+        `--sessions=${size.sessionsPerProcess}`,
+        `--idle=${idle}ms`,
+      ]);
     try {
       go = await steady(ctx, size, 'go', start, workers);
       await Promise.all(workers.map((w) => w.close(60_000)));
@@ -131,7 +145,12 @@ export async function runSessionsScale(ctx: BenchContext): Promise<SessionsScale
   }
   const workers: LineWorker[] = [];
   const start = (i: number): LineWorker =>
-    LineWorker.node('sessions-worker.ts', [`--endpoints=${eps(i)}`, `--sessions=${size.sessionsPerProcess}`, `--ttl=${size.ttl}`, `--idle=${idle}`]);
+    LineWorker.node('sessions-worker.ts', [
+      `--endpoints=${eps(i)}`,
+      `--sessions=${size.sessionsPerProcess}`,
+      `--ttl=${size.ttl}`,
+      `--idle=${idle}`,
+    ]);
   try {
     const ours = await steady(ctx, size, 'ours', start, workers);
     // The outage: every session must learn it within a renewal interval plus its retry (2 s).
@@ -177,7 +196,10 @@ export function sessionsScaleChecks(s: SessionsScaleResult): { phase: string; wh
     {
       phase: 'sessions-scale',
       what: 'one keepalive stream per process, no session lost while etcd ran',
-      ok: s.keepAliveStreamsPerProcess.every((k) => k === 1) && (s.serverKeepAliveStreams === null || s.serverKeepAliveStreams === s.processes) && s.lostInWindow === 0,
+      ok:
+        s.keepAliveStreamsPerProcess.every((k) => k === 1) &&
+        (s.serverKeepAliveStreams === null || s.serverKeepAliveStreams === s.processes) &&
+        s.lostInWindow === 0,
       detail: `${s.keepAliveStreamsPerProcess.join(', ')} opened by the processes, ${s.serverKeepAliveStreams ?? '?'} open on the server, ${s.lostInWindow} lost`,
     },
     {
@@ -218,7 +240,12 @@ export function sessionsScaleSection(s: SessionsScaleResult): { title: string; h
       'lost',
     ],
     rows: [
-      row('ours', s, [`${n(s.learnedGone.p50)} / ${n(s.learnedGone.max)}`, n(s.restartMs), `${n(s.learnedBack.p50)} / ${n(s.learnedBack.max)}`, String(s.lost)]),
+      row('ours', s, [
+        `${n(s.learnedGone.p50)} / ${n(s.learnedGone.max)}`,
+        n(s.restartMs),
+        `${n(s.learnedBack.p50)} / ${n(s.learnedBack.max)}`,
+        String(s.lost),
+      ]),
       ...(s.go ? [row(`Go concurrency ${s.go.client ?? ''}`.trim(), s.go, ['-', '-', '-', String(s.go.lostInWindow)])] : []),
     ],
   };
@@ -242,14 +269,18 @@ export function sessionsScaleGoals(s: SessionsScaleResult): { id: string; goal: 
       measured:
         `gone: p50 ${n(s.learnedGone.p50)}, max ${n(s.learnedGone.max)} ms after the kill; back: p50 ${n(s.learnedBack.p50)}, ` +
         `max ${n(s.learnedBack.max)} ms after the restart began (restart ${n(s.restartMs)} ms); ${s.lost} lost` +
-        (s.go ? `; client CPU per renewal ${n(s.clientCpuUsPerRenewal)} µs vs Go's ${n(s.go.clientCpuUsPerRenewal)} µs (${(s.clientCpuUsPerRenewal / s.go.clientCpuUsPerRenewal).toFixed(2)}x)` : ''),
+        (s.go
+          ? `; client CPU per renewal ${n(s.clientCpuUsPerRenewal)} µs vs Go's ${n(s.go.clientCpuUsPerRenewal)} µs (${(s.clientCpuUsPerRenewal / s.go.clientCpuUsPerRenewal).toFixed(2)}x)`
+          : ''),
       met: s.neverLearnedGone === 0 && s.neverLearnedBack === 0 && s.learnedGone.max <= goneBound && s.learnedBack.max <= backBound,
     },
   ];
 }
 
 /** Several runs (one per etcd version) side by side. */
-export function sessionsScaleVersionsSection(rs: { meta: { etcd: string }; sessionsScale?: SessionsScaleResult }[]): { title: string; header: string[]; rows: string[][] } | undefined {
+export function sessionsScaleVersionsSection(
+  rs: { meta: { etcd: string }; sessionsScale?: SessionsScaleResult }[],
+): { title: string; header: string[]; rows: string[][] } | undefined {
   if (!rs.every((r) => r.sessionsScale)) return undefined;
   const s0 = rs[0]!.sessionsScale!;
   const row = (name: string, f: (s: SessionsScaleResult) => string): string[] => [name, ...rs.map((r) => f(r.sessionsScale!))];
@@ -257,10 +288,15 @@ export function sessionsScaleVersionsSection(rs: { meta: { etcd: string }; sessi
     title: `Sessions at scale, etcd versions side by side: ${n(s0.sessions)} sessions over ${s0.processes} processes, TTL ${s0.ttl} s`,
     header: ['', ...rs.map((r) => `etcd ${r.meta.etcd}`)],
     rows: [
-      row('keepalive streams (per process / on etcd)', (s) => `${Math.max(...s.keepAliveStreamsPerProcess)} / ${s.serverKeepAliveStreams ?? '?'}`),
+      row(
+        'keepalive streams (per process / on etcd)',
+        (s) => `${Math.max(...s.keepAliveStreamsPerProcess)} / ${s.serverKeepAliveStreams ?? '?'}`,
+      ),
       row('renewals/s', (s) => n(s.renewalsPerSec)),
       row('client CPU µs per renewal', (s) => n(s.clientCpuUsPerRenewal)),
-      row("Go's client CPU µs per renewal (ours ÷ Go)", (s) => (s.go ? `${n(s.go.clientCpuUsPerRenewal)} (${(s.clientCpuUsPerRenewal / s.go.clientCpuUsPerRenewal).toFixed(2)}x)` : '-')),
+      row("Go's client CPU µs per renewal (ours ÷ Go)", (s) =>
+        s.go ? `${n(s.go.clientCpuUsPerRenewal)} (${(s.clientCpuUsPerRenewal / s.go.clientCpuUsPerRenewal).toFixed(2)}x)` : '-',
+      ),
       row('etcd CPU µs per renewal', (s) => n(s.etcdCpuUsPerRenewal)),
       row("etcd CPU µs per renewal, Go's sessions", (s) => (s.go ? n(s.go.etcdCpuUsPerRenewal) : '-')),
       row('etcd CPU ms/s', (s) => n(s.etcdCpuMsPerSec)),

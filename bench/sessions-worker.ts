@@ -32,7 +32,12 @@ export interface SessionsLearned {
 }
 
 const { values } = parseArgs({
-  options: { endpoints: { type: 'string' }, sessions: { type: 'string' }, ttl: { type: 'string' }, idle: { type: 'string', default: '1000' } },
+  options: {
+    endpoints: { type: 'string' },
+    sessions: { type: 'string' },
+    ttl: { type: 'string' },
+    idle: { type: 'string', default: '1000' },
+  },
   strict: true,
 });
 const count = Number(values.sessions);

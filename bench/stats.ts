@@ -226,7 +226,8 @@ export async function settledMemory(): Promise<{ heapUsed: number; arrayBuffers:
 // ---- formatting ----
 
 export const ms = (v: number): string => (Number.isFinite(v) ? (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)) : '-');
-export const num = (v: number, digits = 0): string => (Number.isFinite(v) ? v.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : '-');
+export const num = (v: number, digits = 0): string =>
+  Number.isFinite(v) ? v.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : '-';
 
 /** A plain-text table with aligned columns. */
 export function table(header: string[], rows: string[][]): string {

@@ -95,7 +95,8 @@ export async function runTelemetry(ctx: BenchContext): Promise<TelemetryResult> 
   const metered = new Client({ endpoints: ctx.endpoints, meterProvider: new MeterProvider({ readers: [new IdleReader()] }) });
   const sessions: Session[] = [];
   try {
-    if (plain.telemetry.metricsOn || telemetryOf(plain).tracing()) throw new Error('the no-SDK client records: a global SDK is registered in this process');
+    if (plain.telemetry.metricsOn || telemetryOf(plain).tracing())
+      throw new Error('the no-SDK client records: a global SDK is registered in this process');
     const variants = { noSdk: plain, metricsOnly: metered, sdk: traced };
     type Variant = keyof typeof variants;
     const names = Object.keys(variants) as Variant[];

@@ -147,7 +147,8 @@ export async function runUncontended(ctx: BenchContext): Promise<UncontendedResu
     // Correctness: every lock was released and the Put key deleted: nothing of this phase is left
     // (our session's lease is still live, so a key of ours left on it would show here).
     const left = (await client.getPrefix(base)).kvs;
-    if (left.length > 0) throw new Error(`uncontended: ${left.length} key(s) left under ${base}: ${left.map((kv) => kv.key.toString()).join(', ')}`);
+    if (left.length > 0)
+      throw new Error(`uncontended: ${left.length} key(s) left under ${base}: ${left.map((kv) => kv.key.toString()).join(', ')}`);
     const out: UncontendedResult = { ours, etcd3: result('etcd3'), put: result('put') };
     if (goRounds.length > 0) {
       out.go = { ...mergeGo(goRounds.map((r) => r)), client: goRounds[0]!.client, rounds: goRounds.length };

@@ -33,12 +33,18 @@ export class LineWorker {
 
   /** A bench/*.ts worker run by node with tsx (as the bench itself is). */
   static node(script: string, args: string[]): LineWorker {
-    return new LineWorker(script, spawn(process.execPath, ['--import', 'tsx', `${BENCH}${script}`, ...args], { stdio: ['pipe', 'pipe', 'pipe'] }));
+    return new LineWorker(
+      script,
+      spawn(process.execPath, ['--import', 'tsx', `${BENCH}${script}`, ...args], { stdio: ['pipe', 'pipe', 'pipe'] }),
+    );
   }
 
   /** The interop/go binary in one of its modes. */
   static go(bin: string, args: string[]): LineWorker {
-    return new LineWorker(`go-interop ${args.find((a) => !a.startsWith('-')) ?? ''}`, spawn(bin, args, { stdio: ['pipe', 'pipe', 'pipe'] }));
+    return new LineWorker(
+      `go-interop ${args.find((a) => !a.startsWith('-')) ?? ''}`,
+      spawn(bin, args, { stdio: ['pipe', 'pipe', 'pipe'] }),
+    );
   }
 
   /** The next line printed, within `ms` (a hang guard), or an error with the worker's stderr. */

@@ -159,7 +159,18 @@ export type WorkerEvent =
    * registers), 'permits' (the semaphore's resource: enter, write, leave) or 'rw' (the RW lock's
    * resource: enter and read or write, with the holder's `mode`).
    */
-  | { t: 'store'; id: number; op: StoreOp; register: string; token: string; value?: number; opId?: string; careful?: boolean; mode?: RWMode; sentAt: number }
+  | {
+      t: 'store';
+      id: number;
+      op: StoreOp;
+      register: string;
+      token: string;
+      value?: number;
+      opId?: string;
+      careful?: boolean;
+      mode?: RWMode;
+      sentAt: number;
+    }
   /**
    * A guarded increment of the etcd counter: `read` the get before it (invoke, return, value), `txn`
    * the Txn's invoke and return (absent: it never returned, its outcome unknown), for Porcupine.
@@ -177,7 +188,15 @@ export type WorkerEvent =
     }
   | { t: 'careful-skip'; token: string; at: number }
   /** A PostgreSQL fenced increment (worker.ts pgIncrement()), and whether its unfenced shadow write was made. */
-  | { t: 'pg-inc'; token: string; opId: string; outcome: 'committed' | 'refused' | 'failed'; shadowWritten: boolean; error?: string; at: number }
+  | {
+      t: 'pg-inc';
+      token: string;
+      opId: string;
+      outcome: 'committed' | 'refused' | 'failed';
+      shadowWritten: boolean;
+      error?: string;
+      at: number;
+    }
   | { t: 'term-start'; token: string; lease: string; at: number }
   | { t: 'term-end'; token: string; from: number; to: number; lost: boolean; lostReason?: string }
   /**
@@ -187,7 +206,13 @@ export type WorkerEvent =
    */
   | { t: 'error'; op: string; name: string; code?: string; message: string; at: number; leftMs?: number }
   /** A lock wait longer than the stall limit: the queue as etcd has it, for diagnosis. */
-  | { t: 'stuck'; at: number; waitedMs: number; key: string; queue: { key: string; createRevision: string; lease: string; leaseTtl: number }[] }
+  | {
+      t: 'stuck';
+      at: number;
+      waitedMs: number;
+      key: string;
+      queue: { key: string; createRevision: string; lease: string; leaseTtl: number }[];
+    }
   | { t: 'bye'; at: number; cycles: number; errors: number }
   /** Recipe roles (worker-recipes.ts): a call that resolved and the read right after it; revisions as decimal strings. */
   | RecipeEvent;
@@ -198,7 +223,15 @@ export type RecipeEvent =
   | { t: 'recipe'; kind: 'barrier-pass'; held: string; rev: string; waitedMs: number; at: number }
   | { t: 'recipe'; kind: 'dbarrier-enter'; own: string; ready: string; rev: string; waitedMs: number; at: number }
   | { t: 'recipe'; kind: 'dbarrier-leave'; ready: string; rev: string; waitedMs: number; at: number }
-  | { t: 'recipe'; kind: 'multi-acquired'; names: string[]; tokens: Record<string, string>; rev: string; seen: { key: string; create: string; lease: string }[]; at: number }
+  | {
+      t: 'recipe';
+      kind: 'multi-acquired';
+      names: string[];
+      tokens: Record<string, string>;
+      rev: string;
+      seen: { key: string; create: string; lease: string }[];
+      at: number;
+    }
   | { t: 'recipe'; kind: 'multi-failed'; leftover: string[]; at: number };
 
 /** What a worker asks of a protected resource; `enter` and `leave` only of 'permits' and 'rw'. */

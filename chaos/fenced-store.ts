@@ -41,7 +41,15 @@ export class FencedRegister {
     return this.apply(worker, 'write', token, value, at, opId, careful);
   }
 
-  private apply(worker: string, op: 'read' | 'write', token: bigint, value: number, at: number, opId?: string, careful?: boolean): StoreEntry {
+  private apply(
+    worker: string,
+    op: 'read' | 'write',
+    token: bigint,
+    value: number,
+    at: number,
+    opId?: string,
+    careful?: boolean,
+  ): StoreEntry {
     const entry: StoreEntry = {
       seq: this.seq++,
       at,
@@ -218,7 +226,16 @@ export class FencedRW {
 
   constructor(readonly name: string) {}
 
-  request(worker: string, op: RWEntry['op'], mode: RWEntry['mode'], token: bigint, at: number, value?: number, opId?: string, careful?: boolean): RWEntry {
+  request(
+    worker: string,
+    op: RWEntry['op'],
+    mode: RWEntry['mode'],
+    token: bigint,
+    at: number,
+    value?: number,
+    opId?: string,
+    careful?: boolean,
+  ): RWEntry {
     const write = op === 'write';
     if (write && mode !== 'write') throw new Error(`${worker}: a write under a read lock`);
     const ok = mode === 'write' ? token >= this.highest : token >= this.highestWrite;

@@ -55,7 +55,14 @@ export interface PhaseEvidence {
   leaderlessBoundMs: number;
   etcdCounter: EtcdCounterReport;
   counterOps: LinearOp[];
-  cleanup: { notExited: string[]; leasesAtExit: string[]; unaccounted: string[]; leasesLeft: string[]; keysLeft: string[]; leaseDrainMs: number };
+  cleanup: {
+    notExited: string[];
+    leasesAtExit: string[];
+    unaccounted: string[];
+    leasesLeft: string[];
+    keysLeft: string[];
+    leaseDrainMs: number;
+  };
   pgAdmin: pg.Pool | undefined;
   say: (msg: string) => void;
 }
@@ -98,7 +105,9 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
     semaphore: 'semaphore-over-grant',
     rwlock: 'rw-grant-by-revision',
   };
-  const byRevision = Object.fromEntries(ROLES.map((r) => [r, checkGrantsByRevision(lives, history.witnesses[r], rules[r], checkName[r])])) as Record<CoreRole, Violation[]>;
+  const byRevision = Object.fromEntries(
+    ROLES.map((r) => [r, checkGrantsByRevision(lives, history.witnesses[r], rules[r], checkName[r])]),
+  ) as Record<CoreRole, Violation[]>;
   const foreign = [
     ...ROLES.flatMap((r) => foreignDeletes(r === 'election' ? history.terms : history.held[r], lives, `${r}-key-deleted-by-another`)),
   ];
@@ -122,7 +131,10 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
   }
   const porcupineViolations: Violation[] = porcupine
     .filter((r) => r.result !== 'Ok')
-    .map((r) => ({ check: 'porcupine-not-linearizable', detail: `${r.name} (${r.operations} operations): ${r.result}${r.visualization ? `; see ${r.visualization}` : ''}` }));
+    .map((r) => ({
+      check: 'porcupine-not-linearizable',
+      detail: `${r.name} (${r.operations} operations): ${r.result}${r.visualization ? `; see ${r.visualization}` : ''}`,
+    }));
   for (const r of porcupine) if (r.visualization) say(`porcupine: ${r.name} is ${r.result}: ${r.visualization}`);
   let pgLedger: PgLedgerReport | null = null;
   if (pgAdmin) {
@@ -131,7 +143,11 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
     const ops = await pgAdmin.query('SELECT op_id, value, token FROM chaos_ops WHERE phase = $1', [phaseKey]);
     pgLedger = checkPgLedger(
       num(await pgAdmin.query('SELECT value FROM chaos_ledger WHERE phase = $1', [phaseKey])),
-      (ops.rows as { op_id: string; value: string; token: string }[]).map((o) => ({ opId: o.op_id, value: Number(o.value), token: BigInt(o.token) })),
+      (ops.rows as { op_id: string; value: string; token: string }[]).map((o) => ({
+        opId: o.op_id,
+        value: Number(o.value),
+        token: BigInt(o.token),
+      })),
       history.pgIncrements,
       num(await pgAdmin.query('SELECT value FROM chaos_shadow WHERE phase = $1', [phaseKey])),
     );
@@ -146,7 +162,10 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
   // What a holder did under its hold, by token (tokens are revisions: unique across workloads). Only
   // a holder that did none of it may be excused as a ghost that recorded its start late (lateStart).
   const actedTokens = new Set<bigint>([
-    ...store.register('ledger').log.filter((e) => e.ok && e.op === 'write').map((e) => e.token),
+    ...store
+      .register('ledger')
+      .log.filter((e) => e.ok && e.op === 'write')
+      .map((e) => e.token),
     ...history.etcdIncrements.filter((e) => e.outcome !== 'rejected').map((e) => e.token),
     ...store.permits.log.filter((e) => e.ok && e.op === 'write').map((e) => e.token),
     ...store.rw.log.filter((e) => e.ok && e.op !== 'enter').map((e) => e.token),
@@ -194,7 +213,12 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
     ...foreign,
     ...(pgLedger?.violations ?? []),
     ...(leaderlessMs === undefined
-      ? [{ check: 'election-leaderless', detail: `no leader within ${leaderlessBoundMs} ms after the faults ended and the cluster was healthy` }]
+      ? [
+          {
+            check: 'election-leaderless',
+            detail: `no leader within ${leaderlessBoundMs} ms after the faults ended and the cluster was healthy`,
+          },
+        ]
       : []),
     ...porcupineViolations,
     ...recipes.violations,
@@ -217,7 +241,13 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
       rwWriteHolds: history.held.rwlock.filter((i) => i.mode === 'write').length,
     },
     faults: byKind,
-    faultLog: faults.map((f) => ({ kind: f.kind, target: f.target, startS: round((f.start - start) / 1000), ms: Math.round(f.end - f.start), note: f.note })),
+    faultLog: faults.map((f) => ({
+      kind: f.kind,
+      target: f.target,
+      startS: round((f.start - start) / 1000),
+      ms: Math.round(f.end - f.start),
+      note: f.note,
+    })),
     fenced,
     carefulSkips: history.carefulSkips.length,
     etcdCounter,
@@ -251,14 +281,27 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
     sessionsLost: Object.fromEntries(history.sessionsLost),
     leaseGone: {
       ...leaseExpiries,
-      list: history.leaseGone.map((r) => ({ worker: r.worker, lease: r.lease, leftMs: round(r.leftMs), atS: round((r.at - start) / 1000) })),
+      list: history.leaseGone.map((r) => ({
+        worker: r.worker,
+        lease: r.lease,
+        leftMs: round(r.leftMs),
+        atS: round((r.at - start) / 1000),
+      })),
       revokeTimeouts: revokeTimeouts.map((e) => ({ member: e.member, atS: round((e.at - start) / 1000), lease: e.lease })),
     },
     errors: Object.fromEntries([...history.errors].sort((a, b) => b[1] - a[1])),
     unexpectedErrors: history.unexpectedErrors,
     stuckWaits: history.stuck,
     violations,
-    cleanup: { ok: cleanupOk, workersNotExited: notExited, leasesAtExit: leasesAtExit.length, leasesUnaccounted: unaccounted, leasesLeft, keysLeft, leaseDrainMs },
+    cleanup: {
+      ok: cleanupOk,
+      workersNotExited: notExited,
+      leasesAtExit: leasesAtExit.length,
+      leasesUnaccounted: unaccounted,
+      leasesLeft,
+      keysLeft,
+      leaseDrainMs,
+    },
     problems: nemesis.problems,
     clockErrMs: round(history.clockErrMs * 1000) / 1000,
   };

@@ -77,7 +77,9 @@ const workerCounts = workerCountsFor(quick);
 const netns = args['no-netns'] ? { ok: false, why: '--no-netns' } : await netnsAvailable();
 const plans = phasePlans(chaosSeconds, netns.ok);
 
-say(`etcd-concurrency chaos: seed ${seed} (--seed ${seed} to replay the fault schedule), ${quick ? 'quick' : `${chaosSeconds / 60} min`}, TTL ${ttl} s`);
+say(
+  `etcd-concurrency chaos: seed ${seed} (--seed ${seed} to replay the fault schedule), ${quick ? 'quick' : `${chaosSeconds / 60} min`}, TTL ${ttl} s`,
+);
 say(`  logs: ${runDir}`);
 if (!netns.ok) say(`  network namespaces unavailable (${netns.why}): partitions are client-side only (proxies black-holed)`);
 
@@ -88,8 +90,14 @@ function leaderlessBoundMs(): number {
 
 /** The etcd under test (`etcd --version`): on versions said to be fixed, etcd 15247 needs more evidence (deposedRevokeOf()). */
 const runEtcdVersion = etcdVersion();
-if (hasBug15247(runEtcdVersion)) say(`  ${runEtcdVersion.trim()}: has etcd bug 15247 (a deposed leader revoking live leases); it is excused only with etcd's revisions to show it`);
-else say(`  ${runEtcdVersion.trim()}: a woken deposed leader's revoke (etcd 15247's wake form) is excused only with etcd's revisions and the holder's own session told its lease was gone early`);
+if (hasBug15247(runEtcdVersion))
+  say(
+    `  ${runEtcdVersion.trim()}: has etcd bug 15247 (a deposed leader revoking live leases); it is excused only with etcd's revisions to show it`,
+  );
+else
+  say(
+    `  ${runEtcdVersion.trim()}: a woken deposed leader's revoke (etcd 15247's wake form) is excused only with etcd's revisions and the holder's own session told its lease was gone early`,
+  );
 const results: PhaseResult[] = [];
 let fatal: string | undefined;
 let current: { pool?: WorkerPool; stop?: () => Promise<void> } = {};
@@ -129,7 +137,17 @@ for (const plan of plans) {
 
 await pgAdmin?.end().catch(() => {});
 await pgServer?.stop().catch(() => {});
-const summary = summarize(results, { ...(fatal !== undefined ? { fatal } : {}), seed, quick, chaosSeconds, ttl, startedAt, t0, etcd: runEtcdVersion, netns });
+const summary = summarize(results, {
+  ...(fatal !== undefined ? { fatal } : {}),
+  seed,
+  quick,
+  chaosSeconds,
+  ttl,
+  startedAt,
+  t0,
+  etcd: runEtcdVersion,
+  netns,
+});
 await writeFile(jsonFile, `${JSON.stringify(summary, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2)}\n`);
 printTable(results);
 say(`JSON: ${jsonFile}`);
@@ -150,7 +168,10 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   current = { stop: () => cluster.stop() };
   const admin = new Client({ endpoints: cluster.endpoints, callTimeoutMs: 5000 });
   const prefix = `chaos/${runId}/${plan.name}/`;
-  const names: Record<Role, string> = Object.fromEntries([...ROLES, ...RECIPE_ROLES].map((r) => [r, `${prefix}${r}`])) as Record<Role, string>;
+  const names: Record<Role, string> = Object.fromEntries([...ROLES, ...RECIPE_ROLES].map((r) => [r, `${prefix}${r}`])) as Record<
+    Role,
+    string
+  >;
   const dataPrefix = `${prefix}data/`;
   const store = new FencedStore({ permits: PERMITS });
   const history = new History();
@@ -219,7 +240,8 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   // Election liveness: with the faults over and the cluster healthy, some worker must lead within
   // LEADERLESS_BOUND_MS (a dead leader's lease runs out within a TTL; then the next in line leads).
   const calm = now();
-  const leads = (): boolean => history.termStarts.some((t) => t.at >= calm) || pool.byRole('election').some((w) => w.alive && w.holding !== undefined);
+  const leads = (): boolean =>
+    history.termStarts.some((t) => t.at >= calm) || pool.byRole('election').some((w) => w.alive && w.holding !== undefined);
   while (!leads() && now() - calm < leaderlessBoundMs()) await sleep(50);
   const leaderlessMs = leads() ? Math.round(Math.max(0, (history.termStarts.find((t) => t.at >= calm)?.at ?? calm) - calm)) : undefined;
   await sleep(1000); // let the workers make progress on a healthy cluster before stopping them
@@ -231,7 +253,9 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   const unaccounted: string[] = [];
   for (const l of leasesAtExit.filter((x) => !history.abandonedLeases.has(x))) {
     const t = await admin.leaseTimeToLive(BigInt(`0x${l}`), { keys: true }).catch(() => undefined);
-    unaccounted.push(`${l} owner=${history.leaseOwner.get(l) ?? 'unknown'} ttl=${t?.ttl} keys=[${t?.keys.map((k) => k.toString()).join(',') ?? ''}]`);
+    unaccounted.push(
+      `${l} owner=${history.leaseOwner.get(l) ?? 'unknown'} ttl=${t?.ttl} keys=[${t?.keys.map((k) => k.toString()).join(',') ?? ''}]`,
+    );
   }
   const drainStart = now();
   let leasesLeft = leasesAtExit;
@@ -297,4 +321,3 @@ function etcdVersion(): string {
     return 'unknown';
   }
 }
-

@@ -93,7 +93,10 @@ export class Nemesis {
     // Every kind once, in a seeded order, but the phase's main fault (the heaviest weight) first.
     const must = [...(this.o.mustHappen ?? [])];
     const first = this.o.everyKindFirst
-      ? shuffle(rng, (Object.keys(w) as FaultKind[]).filter((k) => (w[k] ?? 0) > 0 && !must.includes(k))).sort((a, b) => (w[b] ?? 0) - (w[a] ?? 0) || 0)
+      ? shuffle(
+          rng,
+          (Object.keys(w) as FaultKind[]).filter((k) => (w[k] ?? 0) > 0 && !must.includes(k)),
+        ).sort((a, b) => (w[b] ?? 0) - (w[a] ?? 0) || 0)
       : [];
     const retries = new Map<FaultKind, number>();
     const min = this.o.minFaults ?? 0;
@@ -311,7 +314,11 @@ export class Nemesis {
           }
           rec.key = kv.key.toString();
           if (kind === 'key-delete') {
-            const t = await admin.txn({ compare: [compare.createRevision(rec.key, '=', token)], success: [op.delete(rec.key)], failure: [] });
+            const t = await admin.txn({
+              compare: [compare.createRevision(rec.key, '=', token)],
+              success: [op.delete(rec.key)],
+              failure: [],
+            });
             if (t.succeeded) {
               rec.revision = t.header.revision;
               this.o.onOperator?.({ how: 'operator-delete', revision: t.header.revision });

@@ -53,27 +53,41 @@ export function checkPgLedger(
   shadowValue: number,
 ): PgLedgerReport {
   const violations: Violation[] = [];
-  if (ops.length !== value) violations.push({ check: 'pg-count', detail: `the PostgreSQL ledger holds ${value} but ${ops.length} fenced increments were committed` });
+  if (ops.length !== value)
+    violations.push({
+      check: 'pg-count',
+      detail: `the PostgreSQL ledger holds ${value} but ${ops.length} fenced increments were committed`,
+    });
   const byValue = new Map<number, string>();
   for (const o of ops) {
     const prev = byValue.get(o.value);
-    if (prev !== undefined) violations.push({ check: 'pg-lost-update', detail: `${prev} and ${o.opId} both incremented to ${o.value}: two holders passed the fence at once` });
+    if (prev !== undefined)
+      violations.push({
+        check: 'pg-lost-update',
+        detail: `${prev} and ${o.opId} both incremented to ${o.value}: two holders passed the fence at once`,
+      });
     byValue.set(o.value, o.opId);
   }
-  for (let v = 1; v <= value; v++) if (!byValue.has(v)) violations.push({ check: 'pg-gap', detail: `no increment to ${v} in the PostgreSQL ledger` });
+  for (let v = 1; v <= value; v++)
+    if (!byValue.has(v)) violations.push({ check: 'pg-gap', detail: `no increment to ${v} in the PostgreSQL ledger` });
   // In the order they were applied (by value), tokens never go down: the fence stores each accepted
   // token and refuses a lower one, so a lower token after a higher one is a stale holder let through.
   const inOrder = [...ops].sort((a, b) => a.value - b.value);
   for (let i = 1; i < inOrder.length; i++) {
     const [prev, o] = [inOrder[i - 1]!, inOrder[i]!];
     if (o.token < prev.token) {
-      violations.push({ check: 'pg-token-order', detail: `${o.opId} (token ${o.token}) wrote ${o.value} after ${prev.opId} (token ${prev.token}) wrote ${prev.value}: the fence let an older token through` });
+      violations.push({
+        check: 'pg-token-order',
+        detail: `${o.opId} (token ${o.token}) wrote ${o.value} after ${prev.opId} (token ${prev.token}) wrote ${prev.value}: the fence let an older token through`,
+      });
     }
   }
   const applied = new Set(ops.map((o) => o.opId));
   for (const r of reports) {
-    if (r.outcome === 'committed' && !applied.has(r.opId)) violations.push({ check: 'pg-lost-ack', detail: `${r.worker} saw ${r.opId} committed but it is not in PostgreSQL` });
-    if (r.outcome === 'refused' && applied.has(r.opId)) violations.push({ check: 'pg-misreport', detail: `${r.worker} saw ${r.opId} refused but it was committed` });
+    if (r.outcome === 'committed' && !applied.has(r.opId))
+      violations.push({ check: 'pg-lost-ack', detail: `${r.worker} saw ${r.opId} committed but it is not in PostgreSQL` });
+    if (r.outcome === 'refused' && applied.has(r.opId))
+      violations.push({ check: 'pg-misreport', detail: `${r.worker} saw ${r.opId} refused but it was committed` });
   }
   const shadowWrites = reports.filter((r) => r.shadowWritten).length;
   return {

@@ -51,7 +51,12 @@ function goBinary(): string {
 export async function porcupineBinary(): Promise<string> {
   const hash = createHash('sha256');
   for (const f of ['go.mod', 'go.sum', 'main.go']) hash.update(await readFile(join(SOURCE, f)));
-  const dir = join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'etcd-concurrency', 'chaos-porcupine', hash.digest('hex').slice(0, 16));
+  const dir = join(
+    process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'),
+    'etcd-concurrency',
+    'chaos-porcupine',
+    hash.digest('hex').slice(0, 16),
+  );
   const bin = join(dir, 'porcupine');
   if (existsSync(bin)) return bin;
   await mkdir(dir, { recursive: true });
@@ -64,7 +69,9 @@ export async function porcupineBinary(): Promise<string> {
 function toMicros(histories: LinearHistory[]): unknown {
   const end = Math.max(0, ...histories.flatMap((h) => h.ops.map((o) => o.ret)).filter(Number.isFinite)) + 1;
   const us = (ms: number): number => Math.round((Number.isFinite(ms) ? ms : end) * 1000);
-  return { histories: histories.map((h) => ({ ...h, ops: h.ops.map((o) => ({ ...o, call: us(o.call), ret: Math.max(us(o.call), us(o.ret)) })) })) };
+  return {
+    histories: histories.map((h) => ({ ...h, ops: h.ops.map((o) => ({ ...o, call: us(o.call), ret: Math.max(us(o.call), us(o.ret)) })) })),
+  };
 }
 
 /**
@@ -73,7 +80,7 @@ function toMicros(histories: LinearHistory[]): unknown {
  */
 export async function checkLinearizable(histories: LinearHistory[], resultPath: string): Promise<PorcupineResult[]> {
   const bin = await porcupineBinary();
-  const input = resultPath.replace(/\.json$/, '') + '.input.json';
+  const input = `${resultPath.replace(/\.json$/, '')}.input.json`;
   await writeFile(input, `${JSON.stringify(toMicros(histories))}\n`);
   try {
     await run(bin, [input, resultPath], { timeout: 600_000, maxBuffer: 1 << 20 });

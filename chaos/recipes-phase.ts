@@ -14,10 +14,18 @@ type Reported = RecipeEvent & { worker: string };
 type Kind<K extends RecipeEvent['kind']> = Extract<Reported, { kind: K }>;
 
 /** `events` as History.recipes has them; `dbarrierName` the DoubleBarrier's name and `count` its member count. */
-export function judgeRecipes(events: Reported[], lives: KeyLife[], dbarrierName: string, count: number): { report: RecipesReport; violations: Violation[] } {
+export function judgeRecipes(
+  events: Reported[],
+  lives: KeyLife[],
+  dbarrierName: string,
+  count: number,
+): { report: RecipesReport; violations: Violation[] } {
   const of = <K extends RecipeEvent['kind']>(kind: K): Kind<K>[] => events.filter((e): e is Kind<K> => e.kind === kind);
   const passes = of('barrier-pass');
-  const barrier = checkBarrierPasses(passes.map((p) => ({ worker: p.worker, held: BigInt(p.held), rev: BigInt(p.rev) })), lives);
+  const barrier = checkBarrierPasses(
+    passes.map((p) => ({ worker: p.worker, held: BigInt(p.held), rev: BigInt(p.rev) })),
+    lives,
+  );
   const enters = of('dbarrier-enter');
   const leaves = of('dbarrier-leave');
   const dbarrier = checkDoubleBarrier(
@@ -40,12 +48,30 @@ export function judgeRecipes(events: Reported[], lives: KeyLife[], dbarrierName:
     failures,
     lives,
   );
-  const waitP99 = percentile(passes.map((p) => p.waitedMs), 99);
-  const enterP99 = percentile(enters.map((e) => e.waitedMs), 99);
+  const waitP99 = percentile(
+    passes.map((p) => p.waitedMs),
+    99,
+  );
+  const enterP99 = percentile(
+    enters.map((e) => e.waitedMs),
+    99,
+  );
   return {
     report: {
-      barrier: { holds: of('barrier-held').length, passes: passes.length, unjudged: barrier.unjudged, ...(waitP99 !== undefined ? { waitP99Ms: waitP99 } : {}), violations: barrier.violations.length },
-      dbarrier: { enters: enters.length, leaves: leaves.length, unjudged: dbarrier.unjudged, ...(enterP99 !== undefined ? { enterP99Ms: enterP99 } : {}), violations: dbarrier.violations.length },
+      barrier: {
+        holds: of('barrier-held').length,
+        passes: passes.length,
+        unjudged: barrier.unjudged,
+        ...(waitP99 !== undefined ? { waitP99Ms: waitP99 } : {}),
+        violations: barrier.violations.length,
+      },
+      dbarrier: {
+        enters: enters.length,
+        leaves: leaves.length,
+        unjudged: dbarrier.unjudged,
+        ...(enterP99 !== undefined ? { enterP99Ms: enterP99 } : {}),
+        violations: dbarrier.violations.length,
+      },
       multilock: { grants: grants.length, failures: failures.length, violations: multilock.length },
     },
     violations: [...barrier.violations, ...dbarrier.violations, ...multilock],

@@ -1,6 +1,19 @@
 // A chaos run's result: each phase's figures and violations (PhaseResult), the run's summary (the
 // JSON written at the end) and the table printed at the end.
-import { percentile, round, verdict, type ElectionReport, type EtcdCounterReport, type ExcessReport, type FencedReport, type LeaseExpiryReport, type OverlapReport, type PermitsReport, type RWReport, type Violation } from './checker/index.js';
+import {
+  percentile,
+  round,
+  verdict,
+  type ElectionReport,
+  type EtcdCounterReport,
+  type ExcessReport,
+  type FencedReport,
+  type LeaseExpiryReport,
+  type OverlapReport,
+  type PermitsReport,
+  type RWReport,
+  type Violation,
+} from './checker/index.js';
 import { now, type CoreRole, type RecipeRole, type Role } from './common.js';
 import type { PgLedgerReport } from './pg-ledger.js';
 import type { PorcupineResult } from './porcupine.js';
@@ -110,7 +123,14 @@ export interface PhaseResult {
 
 export function summarize(results: PhaseResult[], run: RunFacts) {
   const failures = verdict(
-    results.map((r) => ({ name: r.name, violations: r.violations, unexpectedErrors: r.unexpectedErrors, stuckWaits: r.stuckWaits, problems: r.problems, cleanupOk: r.cleanup.ok })),
+    results.map((r) => ({
+      name: r.name,
+      violations: r.violations,
+      unexpectedErrors: r.unexpectedErrors,
+      stuckWaits: r.stuckWaits,
+      problems: r.problems,
+      cleanupOk: r.cleanup.ok,
+    })),
     run.fatal,
   );
   const fencedViolations = results.reduce((n, r) => n + r.fenced.violations.length, 0);
@@ -190,44 +210,100 @@ export function printTable(results: PhaseResult[]): void {
   row('chaos time (s)', (r) => round(r.chaosMs / 1000));
   row('workers (fenced/unfenced/election/semaphore/rwlock)', (r) => ROLES.map((k) => r.workers[k]).join('/'));
   row('recipe workers (barrier/dbarrier/multilock)', (r) => RECIPE_ROLES.map((k) => r.workers[k]).join('/'));
-  row('barrier: holds, passes judged, violations', (r) => `${r.recipes.barrier.holds}, ${r.recipes.barrier.passes - r.recipes.barrier.unjudged}, ${r.recipes.barrier.violations}`);
-  row('double barrier: enters, leaves judged, violations', (r) => `${r.recipes.dbarrier.enters - r.recipes.dbarrier.unjudged}, ${r.recipes.dbarrier.leaves}, ${r.recipes.dbarrier.violations}`);
-  row('lockAll: grants, failures, violations', (r) => `${r.recipes.multilock.grants}, ${r.recipes.multilock.failures}, ${r.recipes.multilock.violations}`);
-  row('  barrier wait, double-barrier enter p99 (ms)', (r) => `${r.recipes.barrier.waitP99Ms ?? '-'}, ${r.recipes.dbarrier.enterP99Ms ?? '-'}`);
+  row(
+    'barrier: holds, passes judged, violations',
+    (r) => `${r.recipes.barrier.holds}, ${r.recipes.barrier.passes - r.recipes.barrier.unjudged}, ${r.recipes.barrier.violations}`,
+  );
+  row(
+    'double barrier: enters, leaves judged, violations',
+    (r) => `${r.recipes.dbarrier.enters - r.recipes.dbarrier.unjudged}, ${r.recipes.dbarrier.leaves}, ${r.recipes.dbarrier.violations}`,
+  );
+  row(
+    'lockAll: grants, failures, violations',
+    (r) => `${r.recipes.multilock.grants}, ${r.recipes.multilock.failures}, ${r.recipes.multilock.violations}`,
+  );
+  row(
+    '  barrier wait, double-barrier enter p99 (ms)',
+    (r) => `${r.recipes.barrier.waitP99Ms ?? '-'}, ${r.recipes.dbarrier.enterP99Ms ?? '-'}`,
+  );
   row('operations (lock cycles + terms)', (r) => r.operations.cycles);
   row('  fenced ledger writes accepted', (r) => r.fenced.writesAccepted);
   row('  fenced ledger writes refused (stale token)', (r) => `${r.fenced.writesRefused} (+${r.fenced.readsRefused} reads)`);
   row('  careful writes refused / skipped', (r) => `${r.fenced.carefulRefused} / ${r.carefulSkips}`);
-  row('  etcd ownerCompare increments', (r) => `${r.etcdCounter.ledgerEntries} (refused ${r.etcdCounter.rejected}, unknown ${r.etcdCounter.unknownResolvedApplied + r.etcdCounter.unknownResolvedNotApplied})`);
+  row(
+    '  etcd ownerCompare increments',
+    (r) =>
+      `${r.etcdCounter.ledgerEntries} (refused ${r.etcdCounter.rejected}, unknown ${r.etcdCounter.unknownResolvedApplied + r.etcdCounter.unknownResolvedNotApplied})`,
+  );
   row('  unfenced holds', (r) => r.operations.unfencedHolds);
   row('  election terms (lost)', (r) => `${r.election.terms} (${r.election.termsLost})`);
   row(`  semaphore holds (${PERMITS} permits)`, (r) => r.operations.semaphoreHolds);
-  row('    permit writes accepted / refused', (r) => `${r.semaphore.writesAccepted} / ${r.semaphore.writesRefused} (enters refused ${r.semaphore.entersRefused}, evicted ${r.semaphore.evicted})`);
+  row(
+    '    permit writes accepted / refused',
+    (r) =>
+      `${r.semaphore.writesAccepted} / ${r.semaphore.writesRefused} (enters refused ${r.semaphore.entersRefused}, evicted ${r.semaphore.evicted})`,
+  );
   row('  rwlock holds read / write', (r) => `${r.operations.rwReadHolds} / ${r.operations.rwWriteHolds}`);
-  row('    rw reads / writes accepted (refused)', (r) => `${r.rw.readsAccepted} (${r.rw.readsRefused}) / ${r.rw.writesAccepted} (${r.rw.writesRefused})`);
+  row(
+    '    rw reads / writes accepted (refused)',
+    (r) => `${r.rw.readsAccepted} (${r.rw.readsRefused}) / ${r.rw.writesAccepted} (${r.rw.writesRefused})`,
+  );
   const kinds = [...new Set(results.flatMap((r) => Object.keys(r.faults)))].sort();
   row('faults', (r) => Object.values(r.faults).reduce((a, b) => a + b, 0));
   for (const k of kinds) row(`  ${k}`, (r) => r.faults[k] ?? 0);
   row('VIOLATIONS (all checks)', (r) => r.violations.length);
-  row('  fenced / etcd / election', (r) => `${r.fenced.violations.length} / ${r.etcdCounter.violations.length} / ${r.election.violations.length}`);
-  row('  semaphore / rwlock (resource, careful refused)', (r) => `${r.semaphore.violations.length} / ${r.rw.violations.length} (careful ${r.semaphore.carefulRefused} / ${r.rw.carefulRefused})`);
-  row('grants judged by revision (witnesses), violations', (r) => `${Object.values(r.revisions.witnesses).reduce((a, b) => a + b, 0)}, ${Object.values(r.revisions.violations).reduce((a, b) => a + b, 0)}`);
-  row('  keys observed, how they went', (r) => `${r.revisions.keys}: ${Object.entries(r.revisions.byHow).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+  row(
+    '  fenced / etcd / election',
+    (r) => `${r.fenced.violations.length} / ${r.etcdCounter.violations.length} / ${r.election.violations.length}`,
+  );
+  row(
+    '  semaphore / rwlock (resource, careful refused)',
+    (r) => `${r.semaphore.violations.length} / ${r.rw.violations.length} (careful ${r.semaphore.carefulRefused} / ${r.rw.carefulRefused})`,
+  );
+  row(
+    'grants judged by revision (witnesses), violations',
+    (r) =>
+      `${Object.values(r.revisions.witnesses).reduce((a, b) => a + b, 0)}, ${Object.values(r.revisions.violations).reduce((a, b) => a + b, 0)}`,
+  );
+  row(
+    '  keys observed, how they went',
+    (r) =>
+      `${r.revisions.keys}: ${Object.entries(r.revisions.byHow)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}`,
+  );
   row('  token-order violations', (r) => r.revisions.tokenOrderViolations);
   row('  held keys deleted by another (not the operator)', (r) => r.revisions.foreignDeletes);
-  row('PostgreSQL ledger: committed / refused by the fence / failed', (r) => (r.pgLedger ? `${r.pgLedger.committed} / ${r.pgLedger.refusedByFence} / ${r.pgLedger.failed} (value ${r.pgLedger.value}, ${r.pgLedger.violations.length} violations)` : 'no PostgreSQL'));
+  row('PostgreSQL ledger: committed / refused by the fence / failed', (r) =>
+    r.pgLedger
+      ? `${r.pgLedger.committed} / ${r.pgLedger.refusedByFence} / ${r.pgLedger.failed} (value ${r.pgLedger.value}, ${r.pgLedger.violations.length} violations)`
+      : 'no PostgreSQL',
+  );
   row('  unfenced shadow: writes, lost updates', (r) => (r.pgLedger ? `${r.pgLedger.shadowWrites}, ${r.pgLedger.shadowLostUpdates}` : '-'));
   row('leaderless after the faults ended (ms)', (r) => r.leaderlessAfterFaultsMs ?? 'none within the bound');
-  row('porcupine (operations: verdict)', (r) => r.porcupine.map((p) => `${p.name.replace(`${r.name}-`, '')} ${p.operations}: ${p.result}`).join(', ') || 'not run');
+  row(
+    'porcupine (operations: verdict)',
+    (r) => r.porcupine.map((p) => `${p.name.replace(`${r.name}-`, '')} ${p.operations}: ${p.result}`).join(', ') || 'not run',
+  );
   row('  lease gone before client deadline', (r) => `${r.leaseGone.violations.length} (of ${r.leaseGone.reports} lease-gone)`);
-  row('lease revoked by a deposed leader (etcd 15247)', (r) => `${r.leaseGone.byDeposedLeader} (late wave ${r.leaseGone.byDeposedLeaderLate})${r.leaseGone.latestMs !== undefined && r.leaseGone.latestMs > 0 ? `, up to ${r.leaseGone.latestMs} ms early` : ''}`);
+  row(
+    'lease revoked by a deposed leader (etcd 15247)',
+    (r) =>
+      `${r.leaseGone.byDeposedLeader} (late wave ${r.leaseGone.byDeposedLeaderLate})${r.leaseGone.latestMs !== undefined && r.leaseGone.latestMs > 0 ? `, up to ${r.leaseGone.latestMs} ms early` : ''}`,
+  );
   row('stale holders from a deposed leader (etcd 15247) unf/fen/elect/sem/rw', (r) => overlapsByDeposedLeader(r).join('/'));
   row('unfenced stale holders (unexplained)', (r) => `${r.unfenced.overlaps} (${r.unfenced.unexplained})`);
   row('fenced stale holders (unexplained)', (r) => `${r.fencedHolds.overlaps} (${r.fencedHolds.unexplained})`);
-  row(`over ${PERMITS} permit holders (unexplained), max at once`, (r) => `${r.semaphoreHolds.overlaps} (${r.semaphoreHolds.unexplained}), ${r.semaphoreHolds.maxConcurrent}`);
+  row(
+    `over ${PERMITS} permit holders (unexplained), max at once`,
+    (r) => `${r.semaphoreHolds.overlaps} (${r.semaphoreHolds.unexplained}), ${r.semaphoreHolds.maxConcurrent}`,
+  );
   row('rw stale holders vs a writer (unexplained)', (r) => `${r.rwHolds.overlaps} (${r.rwHolds.unexplained})`);
   row('longest unfenced overlap (ms)', (r) => `${r.unfenced.longestMs}${r.unfenced.worst[0] ? ` [${r.unfenced.worst[0].cause}]` : ''}`);
-  row('stale leaders (unexplained), longest ms', (r) => `${r.election.overlaps.overlaps} (${r.election.overlaps.unexplained}), ${r.election.overlaps.longestMs}`);
+  row(
+    'stale leaders (unexplained), longest ms',
+    (r) => `${r.election.overlaps.overlaps} (${r.election.overlaps.unexplained}), ${r.election.overlaps.longestMs}`,
+  );
   row('raft failover p50/max (ms)', (r) => {
     const v = r.failover.filter((f) => f.raftMs !== undefined).map((f) => f.raftMs!);
     return v.length ? `${percentile(v, 50)}/${Math.max(...v)} (n=${v.length})` : '-';
@@ -242,15 +318,31 @@ export function printTable(results: PhaseResult[]): void {
   });
   row('longest stall fenced/unfenced/election (ms)', (r) => `${r.liveness.fenced.ms}/${r.liveness.unfenced.ms}/${r.liveness.election.ms}`);
   row('longest stall semaphore/rwlock (ms)', (r) => `${r.liveness.semaphore.ms}/${r.liveness.rwlock.ms}`);
-  row('sessions lost', (r) => Object.entries(r.sessionsLost).map(([k, v]) => `${k}:${v}`).join(' ') || '0');
+  row(
+    'sessions lost',
+    (r) =>
+      Object.entries(r.sessionsLost)
+        .map(([k, v]) => `${k}:${v}`)
+        .join(' ') || '0',
+  );
   row('unexpected errors', (r) => r.unexpectedErrors.length);
   row('lock waits over 12 s', (r) => r.stuckWaits.length);
   row('harness problems', (r) => r.problems.length);
-  row('cleanup (keys/leases/exits)', (r) => (r.cleanup.ok ? `ok (leases drained in ${r.cleanup.leaseDrainMs} ms)` : `FAILED keys=${r.cleanup.keysLeft.length} leases=${r.cleanup.leasesLeft.length} stuck=${r.cleanup.workersNotExited.length}`));
+  row('cleanup (keys/leases/exits)', (r) =>
+    r.cleanup.ok
+      ? `ok (leases drained in ${r.cleanup.leaseDrainMs} ms)`
+      : `FAILED keys=${r.cleanup.keysLeft.length} leases=${r.cleanup.leasesLeft.length} stuck=${r.cleanup.workersNotExited.length}`,
+  );
   const width = rows.map((r) => r[0]!.length).reduce((a, b) => Math.max(a, b), 0);
   const colw = results.map((_, i) => Math.max(...rows.map((r) => r[i + 1]!.length)));
   console.log('');
-  for (const r of rows) console.log(`${r[0]!.padEnd(width)}  ${r.slice(1).map((c, i) => c.padEnd(colw[i]!)).join('  ')}`);
+  for (const r of rows)
+    console.log(
+      `${r[0]!.padEnd(width)}  ${r
+        .slice(1)
+        .map((c, i) => c.padEnd(colw[i]!))
+        .join('  ')}`,
+    );
   console.log('');
   for (const r of results) {
     // Up to 8 of each kind, so that one abundant kind does not hide the others.
@@ -266,8 +358,12 @@ export function printTable(results: PhaseResult[]): void {
     for (const w of r.unfenced.worst) console.log(`unfenced overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
     for (const w of r.fencedHolds.worst) console.log(`fenced-hold overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
     for (const w of r.election.overlaps.worst) console.log(`leader-term overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
-    for (const w of r.semaphoreHolds.worst) console.log(`over-${PERMITS}-permits overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
+    for (const w of r.semaphoreHolds.worst)
+      console.log(`over-${PERMITS}-permits overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
     for (const w of r.rwHolds.worst) console.log(`rw overlap [${r.name}] ${w.ms} ms ${w.a} / ${w.b}: ${w.cause}`);
-    if (r.cleanup.leasesUnaccounted.length > 0) console.log(`note [${r.name}]: ${r.cleanup.leasesUnaccounted.length} lease(s) of cleanly stopped workers were still present right after exit`);
+    if (r.cleanup.leasesUnaccounted.length > 0)
+      console.log(
+        `note [${r.name}]: ${r.cleanup.leasesUnaccounted.length} lease(s) of cleanly stopped workers were still present right after exit`,
+      );
   }
 }

@@ -76,7 +76,9 @@ export function checkGrantsByRevision(lives: KeyLife[], witnesses: GrantWitness[
   for (const w of witnesses) byQueue.set(w.queue, [...(byQueue.get(w.queue) ?? []), w]);
   for (const [queue, ws] of byQueue) {
     const mine = lives.filter((l) => participant(queue, rule, l)).sort((a, b) => (a.create < b.create ? -1 : a.create > b.create ? 1 : 0));
-    const ends = mine.filter((l) => l.deleted !== undefined).sort((a, b) => (a.deleted! < b.deleted! ? -1 : a.deleted! > b.deleted! ? 1 : 0));
+    const ends = mine
+      .filter((l) => l.deleted !== undefined)
+      .sort((a, b) => (a.deleted! < b.deleted! ? -1 : a.deleted! > b.deleted! ? 1 : 0));
     const alive = new Set<KeyLife>();
     let ci = 0;
     let di = 0;

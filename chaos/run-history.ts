@@ -31,15 +31,37 @@ export class History {
   readonly held: Record<LockRole, HeldInterval[]> = { fenced: [], unfenced: [], semaphore: [], rwlock: [] };
   readonly terms: Term[] = [];
   readonly termStarts: { worker: string; token: bigint; at: number }[] = [];
-  readonly acquisitions: Record<Role, number[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [], barrier: [], dbarrier: [], multilock: [] };
+  readonly acquisitions: Record<Role, number[]> = {
+    fenced: [],
+    unfenced: [],
+    election: [],
+    semaphore: [],
+    rwlock: [],
+    barrier: [],
+    dbarrier: [],
+    multilock: [],
+  };
   /** What the recipe workers reported (worker-recipes.ts), with the worker's label, times on the parent's clock. */
   readonly recipes: (RecipeEvent & { worker: string })[] = [];
   /** The etcd counter's reads and guarded increments, and the fenced ledger's requests, for Porcupine. */
-  readonly linear: { counter: LinearOp[]; ledger: LinearOp[]; unknownIncs: { op: LinearOp; opKey: string }[] } = { counter: [], ledger: [], unknownIncs: [] };
+  readonly linear: { counter: LinearOp[]; ledger: LinearOp[]; unknownIncs: { op: LinearOp; opKey: string }[] } = {
+    counter: [],
+    ledger: [],
+    unknownIncs: [],
+  };
   /** Porcupine client ids, by worker label. */
   readonly clientIds = new Map<string, number>();
   /** Each grant's witness read (worker.ts witness()), by role. */
-  readonly witnesses: Record<Role, GrantWitness[]> = { fenced: [], unfenced: [], election: [], semaphore: [], rwlock: [], barrier: [], dbarrier: [], multilock: [] };
+  readonly witnesses: Record<Role, GrantWitness[]> = {
+    fenced: [],
+    unfenced: [],
+    election: [],
+    semaphore: [],
+    rwlock: [],
+    barrier: [],
+    dbarrier: [],
+    multilock: [],
+  };
   readonly etcdIncrements: EtcdIncrementReport[] = [];
   readonly pgIncrements: PgIncrementReport[] = [];
   readonly errors = new Map<string, number>();
@@ -62,8 +84,19 @@ export class History {
 // LeaseNotFoundError is not on this list: it is judged by the session's deadline at that moment
 // (History.leaseGone), and is unexpected when the worker could not say which session made the call.
 const OUR_ERRORS = new Set<string>([
-  ...[EtcdError, InvalidArgumentError, UnavailableError, NoLeaderError, WriteOutcomeUnknownError, CompactedError, PermissionDeniedError, AuthenticationError].map((c) => c.code),
-  ...[DeadlineExceededError, ClientClosedError, SessionExpiredError, OwnershipLostError, LockLostError, LeadershipLostError].map((c) => c.code),
+  ...[
+    EtcdError,
+    InvalidArgumentError,
+    UnavailableError,
+    NoLeaderError,
+    WriteOutcomeUnknownError,
+    CompactedError,
+    PermissionDeniedError,
+    AuthenticationError,
+  ].map((c) => c.code),
+  ...[DeadlineExceededError, ClientClosedError, SessionExpiredError, OwnershipLostError, LockLostError, LeadershipLostError].map(
+    (c) => c.code,
+  ),
   ...[NotLeaderError, PermitLostError, RWLockLostError].map((c) => c.code),
   // a DoubleBarrier whose dead member's key is still there when its new incarnation enters
   TooManyClientsError.code,

@@ -34,7 +34,12 @@ export class StoreDesk {
     let highest: bigint;
     if (e.register === 'permits') {
       const p = store.permits;
-      entry = e.op === 'enter' ? p.enter(label, token, at) : e.op === 'write' ? p.write(label, token, at, e.opId, e.careful) : p.leave(label, token, at);
+      entry =
+        e.op === 'enter'
+          ? p.enter(label, token, at)
+          : e.op === 'write'
+            ? p.write(label, token, at, e.opId, e.careful)
+            : p.leave(label, token, at);
       highest = [...p.admitted].reduce((m, t) => (t > m ? t : m), -1n);
     } else if (e.register === 'rw') {
       const op = e.op === 'enter' || e.op === 'write' ? e.op : 'read';

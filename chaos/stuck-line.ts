@@ -9,7 +9,9 @@ export function stuckLine(
   leaseOwner: ReadonlyMap<string, string>,
   workers: readonly { label: string; lastEvent?: string }[],
 ): string {
-  const owners = e.queue.map((q) => `${q.key.slice(q.key.lastIndexOf('/') + 1)}@${q.createRevision}(${leaseOwner.get(q.lease) ?? '?'}, ttl ${q.leaseTtl})`);
+  const owners = e.queue.map(
+    (q) => `${q.key.slice(q.key.lastIndexOf('/') + 1)}@${q.createRevision}(${leaseOwner.get(q.lease) ?? '?'}, ttl ${q.leaseTtl})`,
+  );
   const what = workers.map((w) => `${w.label}:${w.lastEvent ?? '-'}`).join(' ');
   // One session with two keys in one queue (an RWMutex's read and write keys): one of them is
   // not a wait in progress but a key re-created after its release, by a stale attempt of an

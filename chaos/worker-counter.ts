@@ -8,7 +8,12 @@ import { counterKey, now, opKey, type WorkerConfig } from './common.js';
  * One increment of the etcd counter under `handle`'s ownerCompare(), with a ledger key per token
  * (opKey()) so that the parent can settle an increment whose outcome was unknown.
  */
-export async function etcdIncrement(client: Client, cfg: Pick<WorkerConfig, 'dataPrefix' | 'id' | 'incarnation'>, handle: LockHandle, token: bigint): Promise<void> {
+export async function etcdIncrement(
+  client: Client,
+  cfg: Pick<WorkerConfig, 'dataPrefix' | 'id' | 'incarnation'>,
+  handle: LockHandle,
+  token: bigint,
+): Promise<void> {
   const ck = counterKey(cfg.dataPrefix);
   const ok = opKey(cfg.dataPrefix, token);
   let value = -1;

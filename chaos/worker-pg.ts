@@ -70,7 +70,14 @@ export class PgLedger {
    * its shadow write lands over newer ones; a fence that let it through would write a value twice
    * (pg-lost-update).
    */
-  async increment(handle: LockHandle, token: bigint, read: PgRead, shadow: number | undefined, careful: boolean, opId: string): Promise<void> {
+  async increment(
+    handle: LockHandle,
+    token: bigint,
+    read: PgRead,
+    shadow: number | undefined,
+    careful: boolean,
+    opId: string,
+  ): Promise<void> {
     const phase = this.pgc.phase;
     let outcome: PgOutcome = 'failed';
     let error: string | undefined;
@@ -78,7 +85,10 @@ export class PgLedger {
       const v = read.value + 1;
       try {
         await this.fence.run(fencingOf(handle, careful), `ledger/${phase}`, async (tx) => {
-          await tx.query('INSERT INTO chaos_ledger (phase, value) VALUES ($1, $2) ON CONFLICT (phase) DO UPDATE SET value = $2', [phase, v]);
+          await tx.query('INSERT INTO chaos_ledger (phase, value) VALUES ($1, $2) ON CONFLICT (phase) DO UPDATE SET value = $2', [
+            phase,
+            v,
+          ]);
           await tx.query('INSERT INTO chaos_ops (op_id, phase, value, token) VALUES ($1, $2, $3, $4)', [opId, phase, v, token.toString()]);
         });
         outcome = 'committed';
@@ -93,7 +103,10 @@ export class PgLedger {
     let shadowWritten = false;
     if (shadow !== undefined) {
       try {
-        await this.pool.query('INSERT INTO chaos_shadow (phase, value) VALUES ($1, $2) ON CONFLICT (phase) DO UPDATE SET value = $2', [phase, shadow + 1]);
+        await this.pool.query('INSERT INTO chaos_shadow (phase, value) VALUES ($1, $2) ON CONFLICT (phase) DO UPDATE SET value = $2', [
+          phase,
+          shadow + 1,
+        ]);
         shadowWritten = true;
       } catch {
         // not written: not counted

@@ -29,10 +29,16 @@ const limit = (ctx: RecipeContext, withStop = true): AbortSignal =>
   withStop ? AbortSignal.any([ctx.stop, AbortSignal.timeout(WAIT_LIMIT_MS)]) : AbortSignal.timeout(WAIT_LIMIT_MS);
 
 /** A linearizable read of `prefix`: every key under it and the revision it was read at. */
-async function readPrefix(client: Client, prefix: string): Promise<{ rev: bigint; kvs: { key: string; create: bigint; mod: bigint; lease: bigint }[] }> {
+async function readPrefix(
+  client: Client,
+  prefix: string,
+): Promise<{ rev: bigint; kvs: { key: string; create: bigint; mod: bigint; lease: bigint }[] }> {
   const p = Buffer.from(prefix);
   const r = await client.range({ key: p, rangeEnd: prefixEnd(p) });
-  return { rev: r.header.revision, kvs: r.kvs.map((kv) => ({ key: kv.key.toString(), create: kv.createRevision, mod: kv.modRevision, lease: kv.lease })) };
+  return {
+    rev: r.header.revision,
+    kvs: r.kvs.map((kv) => ({ key: kv.key.toString(), create: kv.createRevision, mod: kv.modRevision, lease: kv.lease })),
+  };
 }
 
 export function recipeCycles(ctx: RecipeContext): Record<'barrier' | 'dbarrier' | 'multilock', () => Promise<void>> {
@@ -55,7 +61,14 @@ export function recipeCycles(ctx: RecipeContext): Record<'barrier' | 'dbarrier' 
     const started = now();
     await barrier.wait({ signal: limit(ctx) });
     const after = await readPrefix(client, `${cfg.name}/`);
-    ctx.emit({ t: 'recipe', kind: 'barrier-pass', held: before.create.toString(), rev: after.rev.toString(), waitedMs: Math.round(now() - started), at: now() });
+    ctx.emit({
+      t: 'recipe',
+      kind: 'barrier-pass',
+      held: before.create.toString(),
+      rev: after.rev.toString(),
+      waitedMs: Math.round(now() - started),
+      at: now(),
+    });
   }
 
   async function dbarrierCycle(): Promise<void> {
@@ -84,7 +97,15 @@ export function recipeCycles(ctx: RecipeContext): Record<'barrier' | 'dbarrier' 
     const leaving = now();
     await db.leave({ signal: limit(ctx, false) });
     const left = await readPrefix(client, `${cfg.name}/`);
-    if (ready) ctx.emit({ t: 'recipe', kind: 'dbarrier-leave', ready: ready.mod.toString(), rev: left.rev.toString(), waitedMs: Math.round(now() - leaving), at: now() });
+    if (ready)
+      ctx.emit({
+        t: 'recipe',
+        kind: 'dbarrier-leave',
+        ready: ready.mod.toString(),
+        rev: left.rev.toString(),
+        waitedMs: Math.round(now() - leaving),
+        at: now(),
+      });
   }
 
   /** After a failed lockAll: keys of `lease` under `names` still there once the release had time (3 TTLs + 5 s). */

@@ -35,15 +35,7 @@ import { recipeCycles } from './worker-recipes.js';
 import { settleStore, store } from './worker-store.js';
 import { lossClock } from './worker-loss.js';
 import { etcdIncrement } from './worker-counter.js';
-import {
-  Prng,
-  clockOffsetSample,
-  lineSplitter,
-  now,
-  type ParentMessage,
-  type RWMode,
-  type WorkerConfig,
-} from './common.js';
+import { Prng, clockOffsetSample, lineSplitter, now, type ParentMessage, type RWMode, type WorkerConfig } from './common.js';
 
 const cfg = JSON.parse(process.env.CHAOS_WORKER ?? '') as WorkerConfig;
 const rng = new Prng(cfg.seed);
@@ -200,7 +192,16 @@ async function release(
   const token = handle.fencingToken.toString();
   // Reported before unlocking: if we are killed during unlock(), the parent still knows when our
   // belief ended (a later holder may legitimately start as soon as the delete commits).
-  emit({ t: 'releasing', token, from, to: loss.lostAt() ?? now(), lost: loss.lostAt() !== undefined, lostReason: loss.reason(), mode, ...(sibling ? { sibling } : {}) });
+  emit({
+    t: 'releasing',
+    token,
+    from,
+    to: loss.lostAt() ?? now(),
+    lost: loss.lostAt() !== undefined,
+    lostReason: loss.reason(),
+    mode,
+    ...(sibling ? { sibling } : {}),
+  });
   try {
     const r = await ('unlock' in handle ? handle.unlock() : handle.release());
     // Its first delete failed: the library retries it in the background until the key is gone.
@@ -257,7 +258,8 @@ async function semaphoreCycle(): Promise<void> {
     const careful = r.careful ?? coin;
     if (r.ok) {
       await pause(between(cfg.holdMs));
-      if (!careful || stillHeld(handle)) await store('write', 'permits', token, { opId: `${cfg.id}#${cfg.incarnation}/${cycles}`, careful });
+      if (!careful || stillHeld(handle))
+        await store('write', 'permits', token, { opId: `${cfg.id}#${cfg.incarnation}/${cycles}`, careful });
     }
     await store('leave', 'permits', token);
   } finally {
@@ -274,7 +276,9 @@ async function rwCycle(): Promise<void> {
   const s = await currentSession();
   const mode: RWMode = rng.chance(cfg.writeShare) ? 'write' : 'read';
   const rw = new RWMutex(s, cfg.name);
-  const handle = await waitFor(mode === 'write' ? rw.writeKey : rw.readKey, (signal) => (mode === 'write' ? rw.lock({ signal }) : rw.rLock({ signal })));
+  const handle = await waitFor(mode === 'write' ? rw.writeKey : rw.readKey, (signal) =>
+    mode === 'write' ? rw.lock({ signal }) : rw.rLock({ signal }),
+  );
   if (handle.mode !== mode) throw new Error(`asked for a ${mode} lock, got a ${handle.mode} lock`);
   const token = handle.fencingToken;
   const from = now();
@@ -288,7 +292,8 @@ async function rwCycle(): Promise<void> {
     if (r.ok) {
       await pause(between(cfg.holdMs));
       if (!careful || stillHeld(handle)) {
-        if (mode === 'write') await store('write', 'rw', token, { mode, value: r.value + 1, opId: `${cfg.id}#${cfg.incarnation}/${cycles}`, careful });
+        if (mode === 'write')
+          await store('write', 'rw', token, { mode, value: r.value + 1, opId: `${cfg.id}#${cfg.incarnation}/${cycles}`, careful });
         else await store('read', 'rw', token, { mode, careful });
       }
     }
@@ -354,7 +359,14 @@ async function electionCycle(): Promise<void> {
       await store('write', 'election', token, { value: i, opId: `${cfg.id}#${cfg.incarnation}/${cycles}/${i}` });
       await pause(between(cfg.holdMs), leader.signal);
     }
-    emit({ t: 'term-end', token: token.toString(), from, to: loss.lostAt() ?? now(), lost: loss.lostAt() !== undefined, lostReason: loss.reason() });
+    emit({
+      t: 'term-end',
+      token: token.toString(),
+      from,
+      to: loss.lostAt() ?? now(),
+      lost: loss.lostAt() !== undefined,
+      lostReason: loss.reason(),
+    });
   });
 }
 

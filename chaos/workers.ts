@@ -10,7 +10,18 @@ import { startProxy, type TcpProxy } from '../src/testing/index.js';
 import type { HeldInterval } from './checker/index.js';
 import { isOurError, type History } from './run-history.js';
 import type { LinearOp } from './porcupine.js';
-import { clockOffset, hash, lineSplitter, now, type LockRole, type ParentMessage, type Role, type RWMode, type WorkerConfig, type WorkerEvent } from './common.js';
+import {
+  clockOffset,
+  hash,
+  lineSplitter,
+  now,
+  type LockRole,
+  type ParentMessage,
+  type Role,
+  type RWMode,
+  type WorkerConfig,
+  type WorkerEvent,
+} from './common.js';
 import type { FencedStore } from './fenced-store.js';
 import { StoreDesk } from './store-desk.js';
 import { stuckLine } from './stuck-line.js';
@@ -212,17 +223,38 @@ export class WorkerProc {
           h.acquisitions[this.spec.role].push(this.t(e.at));
           break;
         }
-        this.holding = { token: BigInt(e.token), from: this.t(e.at), ...(e.mode ? { mode: e.mode } : {}), ...this.sessionFrom(this.lastSessionAt), ...this.leaseOf(this.lastLease) };
+        this.holding = {
+          token: BigInt(e.token),
+          from: this.t(e.at),
+          ...(e.mode ? { mode: e.mode } : {}),
+          ...this.sessionFrom(this.lastSessionAt),
+          ...this.leaseOf(this.lastLease),
+        };
         h.acquisitions[this.spec.role].push(this.t(e.at));
         break;
       case 'releasing': {
         if (e.sibling) {
           const lostReason = e.lostReason !== undefined ? { lostReason: e.lostReason } : {};
-          h.held[this.lockRole()].push({ worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost, ttl: this.pool.options.ttl, ...lostReason });
+          h.held[this.lockRole()].push({
+            worker: label,
+            token: BigInt(e.token),
+            from: this.t(e.from),
+            to: this.t(e.to),
+            lost: e.lost,
+            ttl: this.pool.options.ttl,
+            ...lostReason,
+          });
           h.cycles++;
           break;
         }
-        const iv: HeldInterval = { worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost, ...this.holdFacts(e.lostReason) };
+        const iv: HeldInterval = {
+          worker: label,
+          token: BigInt(e.token),
+          from: this.t(e.from),
+          to: this.t(e.to),
+          lost: e.lost,
+          ...this.holdFacts(e.lostReason),
+        };
         if (e.mode) iv.mode = e.mode;
         h.held[this.lockRole()].push(iv);
         this.holding = undefined;
@@ -247,9 +279,17 @@ export class WorkerProc {
       case 'etcd-inc': {
         h.etcdIncrements.push({ worker: label, token: BigInt(e.token), opKey: e.opKey, value: e.value, outcome: e.outcome });
         const client = this.clientId(label);
-        if (e.read) h.linear.counter.push({ client, call: this.t(e.read.call), ret: this.t(e.read.ret), op: 'read', value: e.read.value, ok: true });
+        if (e.read)
+          h.linear.counter.push({ client, call: this.t(e.read.call), ret: this.t(e.read.ret), op: 'read', value: e.read.value, ok: true });
         if (e.txn && e.outcome !== 'rejected') {
-          const inc: LinearOp = { client, call: this.t(e.txn.call), ret: e.txn.ret !== undefined ? this.t(e.txn.ret) : Infinity, op: 'inc', value: e.value, ok: true };
+          const inc: LinearOp = {
+            client,
+            call: this.t(e.txn.call),
+            ret: e.txn.ret !== undefined ? this.t(e.txn.ret) : Infinity,
+            op: 'inc',
+            value: e.value,
+            ok: true,
+          };
           if (e.outcome === 'accepted') h.linear.counter.push(inc);
           else h.linear.unknownIncs.push({ op: inc, opKey: e.opKey }); // settled against etcd's ledger at the end
         }
@@ -272,7 +312,14 @@ export class WorkerProc {
         h.leaseOwner.set(e.lease, label);
         break;
       case 'term-end':
-        h.terms.push({ worker: label, token: BigInt(e.token), from: this.t(e.from), to: this.t(e.to), lost: e.lost, ...this.holdFacts(e.lostReason) });
+        h.terms.push({
+          worker: label,
+          token: BigInt(e.token),
+          from: this.t(e.from),
+          to: this.t(e.to),
+          lost: e.lost,
+          ...this.holdFacts(e.lostReason),
+        });
         this.holding = undefined;
         h.cycles++;
         break;
@@ -314,7 +361,15 @@ export class WorkerProc {
    */
   private ledgerOp(e: Extract<WorkerEvent, { t: 'store' }>, entry: { ok: boolean; value: number }, label: string): void {
     if (e.register !== 'ledger' || (e.op !== 'read' && e.op !== 'write')) return;
-    this.pool.options.history.linear.ledger.push({ client: this.clientId(label), call: this.t(e.sentAt), ret: now(), op: e.op, token: e.token, value: entry.value, ok: entry.ok });
+    this.pool.options.history.linear.ledger.push({
+      client: this.clientId(label),
+      call: this.t(e.sentAt),
+      ret: now(),
+      op: e.op,
+      token: e.token,
+      value: entry.value,
+      ok: entry.ok,
+    });
   }
 
   private sessionFrom(at: number | undefined): { sessionFrom?: number } {
@@ -352,7 +407,15 @@ export class WorkerProc {
     this.paused = false;
     // Died holding: its belief ends with it (its lease lives on until the TTL runs out).
     if (this.holding) {
-      const iv: HeldInterval = { worker: label, token: this.holding.token, from: this.holding.from, to: at, lost: false, died: true, ...this.holdFacts(undefined) };
+      const iv: HeldInterval = {
+        worker: label,
+        token: this.holding.token,
+        from: this.holding.from,
+        to: at,
+        lost: false,
+        died: true,
+        ...this.holdFacts(undefined),
+      };
       if (this.holding.mode) iv.mode = this.holding.mode;
       if (this.spec.role === 'election') h.terms.push(iv);
       else h.held[this.lockRole()].push(iv);
@@ -368,7 +431,8 @@ export class WorkerProc {
   /** The history list its holds go to (never called for election workers, whose terms go to `terms`). */
   private lockRole(): LockRole {
     const r = this.spec.role;
-    if (r === 'election' || r === 'barrier' || r === 'dbarrier' || r === 'multilock') throw new Error(`${this.label}: a ${r} worker reported a lock hold`);
+    if (r === 'election' || r === 'barrier' || r === 'dbarrier' || r === 'multilock')
+      throw new Error(`${this.label}: a ${r} worker reported a lock hold`);
     return r;
   }
 

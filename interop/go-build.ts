@@ -47,7 +47,14 @@ async function executable(p: string): Promise<boolean> {
 
 /** Finds a Go toolchain new enough: $GO, then /usr/local/go/bin/go, then every `go` on PATH. */
 export async function findGo(): Promise<GoTool> {
-  const candidates = [process.env.GO, '/usr/local/go/bin/go', ...(process.env.PATH ?? '').split(delimiter).filter(Boolean).map((d) => join(d, 'go'))];
+  const candidates = [
+    process.env.GO,
+    '/usr/local/go/bin/go',
+    ...(process.env.PATH ?? '')
+      .split(delimiter)
+      .filter(Boolean)
+      .map((d) => join(d, 'go')),
+  ];
   const seen: string[] = [];
   for (const path of candidates) {
     if (!path || !(await executable(path))) continue;
@@ -69,7 +76,10 @@ export async function findGo(): Promise<GoTool> {
 async function sourceHash(go: GoTool): Promise<string> {
   const files = (await readdir(GO_INTEROP_DIR)).filter((f) => f === 'go.mod' || f === 'go.sum' || f.endsWith('.go')).sort();
   const h = createHash('sha256').update(`${go.version}\n`);
-  for (const f of files) h.update(`${f}\n`).update(await readFile(join(GO_INTEROP_DIR, f))).update('\n');
+  for (const f of files)
+    h.update(`${f}\n`)
+      .update(await readFile(join(GO_INTEROP_DIR, f)))
+      .update('\n');
   return h.digest('hex').slice(0, 16);
 }
 
@@ -107,4 +117,3 @@ export function buildGoInterop(): Promise<string> {
   built.catch(() => (built = undefined));
   return built;
 }
-

@@ -8,7 +8,17 @@
 // else `etcd` on PATH.
 
 import { spawnSync } from 'node:child_process';
-import { binaryVersion, etcdCacheDir as cacheDir, ETCD_LINES as VERSIONS, EtcdInstallError, findCached, goFor, install, LINES, moduleDir } from './etcd.mjs';
+import {
+  binaryVersion,
+  etcdCacheDir as cacheDir,
+  ETCD_LINES as VERSIONS,
+  EtcdInstallError,
+  findCached,
+  goFor,
+  install,
+  LINES,
+  moduleDir,
+} from './etcd.mjs';
 
 const say = (msg) => process.stderr.write(`ensure-etcd: ${msg}\n`);
 const newest = LINES[LINES.length - 1];
@@ -31,9 +41,11 @@ function chosen() {
     const hit = findCached(requested);
     if (hit) return hit.dir;
     const line = requested.split('.').slice(0, 2).join('.');
-    if (!VERSIONS[line]) throw new EtcdInstallError(`ETCD_VERSION=${requested} is not cached and not a line this script installs (${LINES.join(', ')})`);
+    if (!VERSIONS[line])
+      throw new EtcdInstallError(`ETCD_VERSION=${requested} is not cached and not a line this script installs (${LINES.join(', ')})`);
     const dir = install(line);
-    if (!findCached(requested)) throw new EtcdInstallError(`ETCD_VERSION=${requested}, but the pinned ${line} is ${VERSIONS[line].version}`);
+    if (!findCached(requested))
+      throw new EtcdInstallError(`ETCD_VERSION=${requested}, but the pinned ${line} is ${VERSIONS[line].version}`);
     return dir;
   }
   const top = findCached(newest);
@@ -60,9 +72,11 @@ try {
   } else {
     const onPath = spawnSync('sh', ['-c', 'command -v etcd'], { encoding: 'utf8' }).stdout.trim();
     if (!onPath) {
-      say(`no etcd: nothing in ${cacheDir()}, none could be fetched or built, and none on PATH.\n` +
-        `Run \`npm run etcd -- install ${newest}\` (needs Go >= 1.26 at /usr/local/go) or \`npm run etcd -- install 3.4\` ` +
-        "(Debian/Ubuntu), or put etcd and etcdctl (v3.4+) on PATH.");
+      say(
+        `no etcd: nothing in ${cacheDir()}, none could be fetched or built, and none on PATH.\n` +
+          `Run \`npm run etcd -- install ${newest}\` (needs Go >= 1.26 at /usr/local/go) or \`npm run etcd -- install 3.4\` ` +
+          '(Debian/Ubuntu), or put etcd and etcdctl (v3.4+) on PATH.',
+      );
       process.exit(1);
     }
     say(`tests will use etcd ${binaryVersion(onPath) ?? '(unknown version)'} from PATH (${onPath})`);

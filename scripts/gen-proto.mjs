@@ -20,11 +20,15 @@ const opts = [
   'useExactTypes=false',
   'stringEnums=false',
 ].join(',');
-execFileSync('protoc', [
-  `--plugin=protoc-gen-ts_proto=${plugin}`,
-  `--ts_proto_out=${path.join(root, 'src', 'proto')}`,
-  `--ts_proto_opt=${opts}`,
-  `-I${path.join(root, 'src', 'proto')}`,
-  'etcd.proto',
-], { stdio: 'inherit' });
+execFileSync(
+  'protoc',
+  [
+    `--plugin=protoc-gen-ts_proto=${plugin}`,
+    `--ts_proto_out=${path.join(root, 'src', 'proto')}`,
+    `--ts_proto_opt=${opts}`,
+    `-I${path.join(root, 'src', 'proto')}`,
+    'etcd.proto',
+  ],
+  { stdio: 'inherit' },
+);
 console.log('generated src/proto/etcd.ts');

@@ -21,7 +21,11 @@ function files(dir, root = dir) {
 function specifiers(text) {
   const code = text.replace(/\/\*[\s\S]*?\*\//g, '').replace(/^\s*\/\/.*$/gm, '');
   const out = [];
-  for (const re of [/\b(?:import|export)\s[^;]*?\bfrom\s*['"]([^'"]+)['"]/g, /\bimport\s*\(\s*['"]([^'"]+)['"]\s*\)/g, /^\s*import\s*['"]([^'"]+)['"]/gm]) {
+  for (const re of [
+    /\b(?:import|export)\s[^;]*?\bfrom\s*['"]([^'"]+)['"]/g,
+    /\bimport\s*\(\s*['"]([^'"]+)['"]\s*\)/g,
+    /^\s*import\s*['"]([^'"]+)['"]/gm,
+  ]) {
     for (const m of code.matchAll(re)) if (m[1].startsWith('.')) out.push(m[1]);
   }
   return out;
@@ -33,7 +37,10 @@ export function importGraph(srcDir) {
   for (const f of files(srcDir)) {
     const deps = new Set();
     for (const s of specifiers(readFileSync(join(srcDir, f), 'utf8'))) {
-      const target = relative(srcDir, resolve(srcDir, dirname(f), s)).replace(/\.js$/, '.ts').split('\\').join('/');
+      const target = relative(srcDir, resolve(srcDir, dirname(f), s))
+        .replace(/\.js$/, '.ts')
+        .split('\\')
+        .join('/');
       deps.add(target);
     }
     graph.set(f.split('\\').join('/'), deps);

@@ -105,43 +105,75 @@ export const channels = {
 type Level = 'info' | 'warn' | 'error';
 
 /** Publishes `make()` on `channel` and logs it, building it only if someone listens. */
-function emit<T extends object>(channel: diagnosticsChannel.Channel, logger: Logger | undefined, level: Level, message: string, make: () => T): void {
+function emit<T extends object>(
+  channel: diagnosticsChannel.Channel,
+  logger: Logger | undefined,
+  level: Level,
+  message: string,
+  make: () => T,
+): void {
   if (!channel.hasSubscribers && !logger) return;
   const event = make();
   if (channel.hasSubscribers) channel.publish(event);
   // bigints as decimal strings: JSON (and so most loggers) cannot write them.
-  if (logger) logger[level](Object.fromEntries([['event', channel.name], ...Object.entries(event).map(([k, v]) => [k, typeof v === 'bigint' ? String(v) : v])]), message);
+  if (logger)
+    logger[level](
+      Object.fromEntries([['event', channel.name], ...Object.entries(event).map(([k, v]) => [k, typeof v === 'bigint' ? String(v) : v])]),
+      message,
+    );
 }
 
 /** Calls move from endpoint `from` to `to` (connection.ts, Connection.failover). */
 export function publishFailover(logger: Logger | undefined, from: string, to: string, error?: unknown): void {
-  emit(channels.failover, logger, 'warn', `etcd: failing over from ${from} to ${to}`, () => (error === undefined ? { from, to } : { from, to, error }));
+  emit(channels.failover, logger, 'warn', `etcd: failing over from ${from} to ${to}`, () =>
+    error === undefined ? { from, to } : { from, to, error },
+  );
 }
 
 export function publishWatchReconnect(logger: Logger | undefined, endpoint: string, count: number, error: unknown): void {
-  emit(channels.watchReconnect, logger, 'info', `etcd: the watch stream to ${endpoint} broke; resuming ${count} watch(es) on another stream`, () =>
-    error === undefined ? { endpoint, count } : { endpoint, count, error },
+  emit(
+    channels.watchReconnect,
+    logger,
+    'info',
+    `etcd: the watch stream to ${endpoint} broke; resuming ${count} watch(es) on another stream`,
+    () => (error === undefined ? { endpoint, count } : { endpoint, count, error }),
   );
 }
 
 export function publishLeaseReconnect(logger: Logger | undefined, endpoint: string, count: number, error: unknown): void {
-  emit(channels.leaseReconnect, logger, 'info', `etcd: the keepalive stream to ${endpoint} broke or stalled; renewing ${count} lease(s) on another stream`, () =>
-    error === undefined ? { endpoint, count } : { endpoint, count, error },
+  emit(
+    channels.leaseReconnect,
+    logger,
+    'info',
+    `etcd: the keepalive stream to ${endpoint} broke or stalled; renewing ${count} lease(s) on another stream`,
+    () => (error === undefined ? { endpoint, count } : { endpoint, count, error }),
   );
 }
 
 export function publishLateRenewal(logger: Logger | undefined, leaseId: bigint, waitedMs: number, remainingMs: number): void {
-  emit(channels.lateRenewal, logger, 'warn', `etcd: lease ${leaseId.toString(16)} renewal unanswered after ${Math.round(waitedMs)} ms (${Math.round(remainingMs)} ms left)`, () => ({
-    leaseId,
-    waitedMs,
-    remainingMs,
-  }));
+  emit(
+    channels.lateRenewal,
+    logger,
+    'warn',
+    `etcd: lease ${leaseId.toString(16)} renewal unanswered after ${Math.round(waitedMs)} ms (${Math.round(remainingMs)} ms left)`,
+    () => ({
+      leaseId,
+      waitedMs,
+      remainingMs,
+    }),
+  );
 }
 
 export function publishSessionLost(logger: Logger | undefined, leaseId: bigint, reason: SessionLostEvent['reason'], error: Error): void {
   emit(channels.sessionLost, logger, 'error', error.message, () => ({ leaseId, reason, error }));
 }
 
-export function publishOwnershipLost(logger: Logger | undefined, key: string, fencingToken: bigint, reason: OwnershipLostEvent['reason'], error: Error): void {
+export function publishOwnershipLost(
+  logger: Logger | undefined,
+  key: string,
+  fencingToken: bigint,
+  reason: OwnershipLostEvent['reason'],
+  error: Error,
+): void {
   emit(channels.ownershipLost, logger, 'warn', error.message, () => ({ key, fencingToken, reason, error }));
 }

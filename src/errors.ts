@@ -77,7 +77,6 @@ export class NotLeaderError extends LeadershipLostError {
   static override readonly code: string = 'ERR_NOT_LEADER';
 }
 
-
 /** A semaphore's participants disagree on its permit count: every one of them must use the same. */
 export class PermitCountConflictError extends EtcdError {
   static override readonly code: string = 'ERR_PERMIT_COUNT_CONFLICT';

@@ -84,7 +84,10 @@ export class Session implements AsyncDisposable {
     // Every waiter and every held lock listens here: many is normal, not a leak.
     setMaxListeners(0, this.signal);
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
-    client.keepAlives.register(leaseId, { onRenewed: (ttl, sentAt) => this.renewed(ttl, sentAt), onClosed: () => this.end('client-closed') });
+    client.keepAlives.register(leaseId, {
+      onRenewed: (ttl, sentAt) => this.renewed(ttl, sentAt),
+      onClosed: () => this.end('client-closed'),
+    });
     telemetryOf(client).trackSession(this);
     this.armExpiry();
     this.scheduleRenewal(this.renewIntervalMs());

@@ -2,14 +2,7 @@
 // waiters giving up at once. Every test cleans up; `after` proves nothing is left (no key, no lease).
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  Client,
-  Election,
-  Mutex,
-  Session,
-  observeLeader,
-  type LeaderEvent,
-} from '../src/index.js';
+import { Client, Election, Mutex, Session, observeLeader, type LeaderEvent } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { EventLog, assertNoKeys, grpcHandled, track, waitFor, etcdForFile, openSessions, closeAll } from './helpers.js';
 
@@ -21,7 +14,9 @@ const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
 
 describe('compaction', () => {
-  it('a waiter whose predecessor was deleted and compacted away while its watch stream was down still gets the lock', { timeout: 30_000 }, async () => {
+  it('a waiter whose predecessor was deleted and compacted away while its watch stream was down still gets the lock', {
+    timeout: 30_000,
+  }, async () => {
     const p = fresh('compact-wait');
     const name = `${p}lock`;
     const proxy = await startProxy(etcd.endpoints[0]!);
@@ -97,7 +92,11 @@ describe('thousands of waiters', () => {
   async function manySessions(n: number, clients: Client[]): Promise<Session[]> {
     const out: Session[] = [];
     for (let i = 0; i < n; i += 250) {
-      out.push(...(await Promise.all(Array.from({ length: Math.min(250, n - i) }, (_, j) => Session.create(clients[(i + j) % clients.length]!, { ttl: 60 })))));
+      out.push(
+        ...(await Promise.all(
+          Array.from({ length: Math.min(250, n - i) }, (_, j) => Session.create(clients[(i + j) % clients.length]!, { ttl: 60 })),
+        )),
+      );
     }
     return out;
   }
@@ -107,10 +106,9 @@ describe('thousands of waiters', () => {
   const count = async (prefix: string): Promise<bigint> =>
     (await client.range({ key: Buffer.from(prefix), rangeEnd: Buffer.from(`${prefix.slice(0, -1)}0`), countOnly: true })).count;
 
-  it(
-    '2000 waiters on 4 clients, aborted at once: every lock() rejects with the reason and every key goes',
-    { timeout: 180_000 },
-    async () => {
+  it('2000 waiters on 4 clients, aborted at once: every lock() rejects with the reason and every key goes', {
+    timeout: 180_000,
+  }, async () => {
     const p = fresh('many');
     const name = `${p}lock`;
     const clients = Array.from({ length: 4 }, () => new Client({ endpoints: etcd.endpoints }));
@@ -138,44 +136,39 @@ describe('thousands of waiters', () => {
     }
     await assertNoKeys(client, p);
     assert.deepEqual(await client.leaseLeases(), []);
-  },
-  );
+  });
 
-  it(
-    '500 waiters aborted while their enqueue is still in flight leave no key behind',
-    { timeout: 120_000 },
-    async () => {
-      const p = fresh('many-inflight');
-      const name = `${p}lock`;
-      const proxy = await startProxy(etcd.endpoints[0]!);
-      const far = new Client({ endpoints: proxy.endpoint });
-      const [holderSession] = await sessions(1);
-      let ss: Session[] = [];
-      const log = new EventLog(client, `${name}/`);
-      try {
-        await log.ready;
-        ss = await manySessions(500, [far]);
-        const held = await new Mutex(holderSession!, name).lock();
-        proxy.delay(500); // answers come back half a second after etcd applied the requests
-        const ac = new AbortController();
-        const waits = ss.map((s) => new Mutex(s, name).lock({ signal: ac.signal }));
-        await log.put(`${name}/${ss[0]!.leaseId.toString(16)}`); // at least one enqueue committed
-        ac.abort(new Error('give up'));
-        await Promise.allSettled(waits);
-        proxy.delay(0);
-        // Whatever committed must be taken back: nothing but the holder may stay queued.
-        const left = await count(`${name}/`);
-        await held.unlock();
-        assert.equal(left, 1n, `${left - 1n} aborted waiters left their key queued`);
-      } finally {
-        proxy.delay(0);
-        await log.close();
-        await closeMany(ss);
-        await closeAll([holderSession]);
-        await far.close();
-        await proxy.close();
-      }
-      await assertNoKeys(client, p);
-    },
-  );
+  it('500 waiters aborted while their enqueue is still in flight leave no key behind', { timeout: 120_000 }, async () => {
+    const p = fresh('many-inflight');
+    const name = `${p}lock`;
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const far = new Client({ endpoints: proxy.endpoint });
+    const [holderSession] = await sessions(1);
+    let ss: Session[] = [];
+    const log = new EventLog(client, `${name}/`);
+    try {
+      await log.ready;
+      ss = await manySessions(500, [far]);
+      const held = await new Mutex(holderSession!, name).lock();
+      proxy.delay(500); // answers come back half a second after etcd applied the requests
+      const ac = new AbortController();
+      const waits = ss.map((s) => new Mutex(s, name).lock({ signal: ac.signal }));
+      await log.put(`${name}/${ss[0]!.leaseId.toString(16)}`); // at least one enqueue committed
+      ac.abort(new Error('give up'));
+      await Promise.allSettled(waits);
+      proxy.delay(0);
+      // Whatever committed must be taken back: nothing but the holder may stay queued.
+      const left = await count(`${name}/`);
+      await held.unlock();
+      assert.equal(left, 1n, `${left - 1n} aborted waiters left their key queued`);
+    } finally {
+      proxy.delay(0);
+      await log.close();
+      await closeMany(ss);
+      await closeAll([holderSession]);
+      await far.close();
+      await proxy.close();
+    }
+    await assertNoKeys(client, p);
+  });
 });

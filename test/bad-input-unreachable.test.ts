@@ -4,14 +4,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as delay } from 'node:timers/promises';
-import {
-  Client,
-  InvalidArgumentError,
-  LockHandle,
-  Mutex,
-  Session,
-  UnavailableError,
-} from '../src/index.js';
+import { Client, InvalidArgumentError, type LockHandle, Mutex, Session, UnavailableError } from '../src/index.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { EventLog, assertNoKeys, grpcHandled, track, waitFor, etcdForFile, closedPort, openSessions, closeAll } from './helpers.js';
 
@@ -49,7 +42,9 @@ describe('unreachable endpoints', () => {
     }
   });
 
-  it('a black hole (TCP accepted, nothing ever answers): UnavailableError once the dial timeout passes, no hang', { timeout: 20_000 }, async () => {
+  it('a black hole (TCP accepted, nothing ever answers): UnavailableError once the dial timeout passes, no hang', {
+    timeout: 20_000,
+  }, async () => {
     const proxy = await startProxy(etcd.endpoints[0]!);
     proxy.blackhole(true);
     const c = new Client({ endpoints: proxy.endpoint, dialTimeoutMs: 500 });
@@ -66,25 +61,21 @@ describe('unreachable endpoints', () => {
     }
   });
 
-  it(
-    'a black hole: the message says nothing answered (as for a hung or paused etcd), not to check TLS',
-    {
-      timeout: 20_000,
-    },
-    async () => {
-      const proxy = await startProxy(etcd.endpoints[0]!);
-      proxy.blackhole(true);
-      const c = new Client({ endpoints: proxy.endpoint, dialTimeoutMs: 500 });
-      try {
-        const { err } = await rejection(c.get('k'));
-        assert.match((err as Error).message, /no answer|not answer|timed? ?out|hung/i);
-        assert.doesNotMatch((err as Error).message, /TLS|https/);
-      } finally {
-        await c.close();
-        await proxy.close();
-      }
-    },
-  );
+  it('a black hole: the message says nothing answered (as for a hung or paused etcd), not to check TLS', {
+    timeout: 20_000,
+  }, async () => {
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    proxy.blackhole(true);
+    const c = new Client({ endpoints: proxy.endpoint, dialTimeoutMs: 500 });
+    try {
+      const { err } = await rejection(c.get('k'));
+      assert.match((err as Error).message, /no answer|not answer|timed? ?out|hung/i);
+      assert.doesNotMatch((err as Error).message, /TLS|https/);
+    } finally {
+      await c.close();
+      await proxy.close();
+    }
+  });
 
   it('several endpoints, none reachable: one error that names them all', { timeout: 20_000 }, async () => {
     const ports = [await closedPort(), await closedPort(), await closedPort()];
@@ -173,7 +164,10 @@ describe('a member that answers but has no leader', () => {
 async function within<T>(p: Promise<T>, limitMs: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`gave up waiting for ${what}`)), limitMs)))]);
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`gave up waiting for ${what}`)), limitMs))),
+    ]);
   } finally {
     clearTimeout(timer);
   }
@@ -214,7 +208,9 @@ describe('giving up while etcd cannot be reached', () => {
     return { name, proxy, b: b!, log, held, outage, cleanup, cGetsTheLock };
   }
 
-  it('a waiter aborted during an outage takes its key back once etcd answers again, and the lock moves on', { timeout: 60_000 }, async () => {
+  it('a waiter aborted during an outage takes its key back once etcd answers again, and the lock moves on', {
+    timeout: 60_000,
+  }, async () => {
     const t = await outageSetup('abort-outage');
     try {
       const mb = new Mutex(t.b, t.name);
@@ -235,70 +231,68 @@ describe('giving up while etcd cannot be reached', () => {
     }
   });
 
-  it(
-    'an abort during an outage settles at once; the key is taken back in the background',
-    {
-      timeout: 60_000,
-    },
-    async () => {
-      const t = await outageSetup('abort-outage-prompt');
-      try {
-        const mb = new Mutex(t.b, t.name);
-        const txns = await grpcHandled(etcd.clientUrls[0]!, 'Txn');
-        const ac = new AbortController();
-        const wb = track(mb.lock({ signal: ac.signal }));
-        wb.promise.catch(() => {});
-        await waitFor(async () => (await grpcHandled(etcd.clientUrls[0]!, 'Txn')) >= txns + 2, 'the waiter to block on its predecessor');
-        t.outage();
-        ac.abort(new Error('give up'));
-        const settledInTime = await Promise.race([wb.promise.then(() => true, () => true), delay(2000).then(() => false)]);
-        t.proxy.refuse(false);
-        await wb.promise.catch(() => {});
-        // Taken back in the background once etcd answers again: its key is deleted while the holder
-        // still holds (so not by the queue moving on).
-        await within(t.log.deleted(mb.key), 20_000, "b's key to be taken back");
-        assert.equal(await client.get(mb.key), undefined);
-        assert.ok(await client.get(t.held.key), 'the holder still holds');
-        await t.held.unlock();
-        await t.cGetsTheLock();
-        assert.ok(settledInTime, 'lock() was still pending 2 s after its signal aborted');
-      } finally {
-        await t.cleanup();
-      }
-    },
-  );
+  it('an abort during an outage settles at once; the key is taken back in the background', {
+    timeout: 60_000,
+  }, async () => {
+    const t = await outageSetup('abort-outage-prompt');
+    try {
+      const mb = new Mutex(t.b, t.name);
+      const txns = await grpcHandled(etcd.clientUrls[0]!, 'Txn');
+      const ac = new AbortController();
+      const wb = track(mb.lock({ signal: ac.signal }));
+      wb.promise.catch(() => {});
+      await waitFor(async () => (await grpcHandled(etcd.clientUrls[0]!, 'Txn')) >= txns + 2, 'the waiter to block on its predecessor');
+      t.outage();
+      ac.abort(new Error('give up'));
+      const settledInTime = await Promise.race([
+        wb.promise.then(
+          () => true,
+          () => true,
+        ),
+        delay(2000).then(() => false),
+      ]);
+      t.proxy.refuse(false);
+      await wb.promise.catch(() => {});
+      // Taken back in the background once etcd answers again: its key is deleted while the holder
+      // still holds (so not by the queue moving on).
+      await within(t.log.deleted(mb.key), 20_000, "b's key to be taken back");
+      assert.equal(await client.get(mb.key), undefined);
+      assert.ok(await client.get(t.held.key), 'the holder still holds');
+      await t.held.unlock();
+      await t.cGetsTheLock();
+      assert.ok(settledInTime, 'lock() was still pending 2 s after its signal aborted');
+    } finally {
+      await t.cleanup();
+    }
+  });
 
-  it(
-    'an enqueue that committed but whose answer was lost in an outage leaves no key queued',
-    {
-      timeout: 60_000,
-    },
-    async () => {
-      const t = await outageSetup('enqueue-outage');
-      try {
-        const mb = new Mutex(t.b, t.name);
-        t.proxy.delay(500); // the answer trails the commit by half a second
-        const wb = mb.lock();
-        wb.catch(() => {});
-        await t.log.put(mb.key); // committed; the answer is still in the proxy
-        t.outage(); // ... and now it is lost, and the retry cannot connect
-        const err = await wb.then(
-          (h) => h,
-          (e: unknown) => e,
-        );
-        t.proxy.refuse(false);
-        t.proxy.delay(0);
-        if (!(err instanceof Error)) await (err as LockHandle).unlock();
-        // No key queued: b's committed key is deleted (by its unlock, or taken back after the error)
-        // while the holder still holds.
-        await within(t.log.deleted(mb.key), 20_000, "b's committed key to be deleted");
-        assert.equal(await client.get(mb.key), undefined);
-        assert.ok(await client.get(t.held.key), 'the holder still holds');
-        await t.held.unlock();
-        await t.cGetsTheLock();
-      } finally {
-        await t.cleanup();
-      }
-    },
-  );
+  it('an enqueue that committed but whose answer was lost in an outage leaves no key queued', {
+    timeout: 60_000,
+  }, async () => {
+    const t = await outageSetup('enqueue-outage');
+    try {
+      const mb = new Mutex(t.b, t.name);
+      t.proxy.delay(500); // the answer trails the commit by half a second
+      const wb = mb.lock();
+      wb.catch(() => {});
+      await t.log.put(mb.key); // committed; the answer is still in the proxy
+      t.outage(); // ... and now it is lost, and the retry cannot connect
+      const err = await wb.then(
+        (h) => h,
+        (e: unknown) => e,
+      );
+      t.proxy.refuse(false);
+      t.proxy.delay(0);
+      if (!(err instanceof Error)) await (err as LockHandle).unlock();
+      // No key queued: b's committed key is deleted (by its unlock, or taken back after the error)
+      // while the holder still holds.
+      await within(t.log.deleted(mb.key), 20_000, "b's committed key to be deleted");
+      assert.equal(await client.get(mb.key), undefined);
+      assert.ok(await client.get(t.held.key), 'the holder still holds');
+      await t.held.unlock();
+      await t.cGetsTheLock();
+    } finally {
+      await t.cleanup();
+    }
+  });
 });

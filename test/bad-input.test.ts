@@ -4,7 +4,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  Client,
+  type Client,
   Election,
   InvalidArgumentError,
   LockLostError,
@@ -16,8 +16,19 @@ import {
   observeLeader,
   op,
 } from '../src/index.js';
-import { type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, track, etcdForFile, openSessions, closeAll, serverState, waitersBlocked, withSessions } from './helpers.js';
+import type { EtcdCluster } from '../src/testing/index.js';
+import {
+  EventLog,
+  aborted,
+  assertNoKeys,
+  track,
+  etcdForFile,
+  openSessions,
+  closeAll,
+  serverState,
+  waitersBlocked,
+  withSessions,
+} from './helpers.js';
 
 const ROOT = 'test/bad-input/';
 let etcd: EtcdCluster;
@@ -30,7 +41,10 @@ describe('names', () => {
   it('an empty name is refused before anything is sent, saying what to give', async () => {
     const [s] = await sessions(1);
     try {
-      for (const [make, example] of [[() => new Mutex(s!, ''), /locks\/orders/], [() => new Election(s!, ''), /elections\/scheduler/]] as const) {
+      for (const [make, example] of [
+        [() => new Mutex(s!, ''), /locks\/orders/],
+        [() => new Election(s!, ''), /elections\/scheduler/],
+      ] as const) {
         assert.throws(make, (e: unknown) => e instanceof InvalidArgumentError && /empty/.test(e.message) && example.test(e.message));
       }
       await assert.rejects(currentLeader(client, ''), InvalidArgumentError);
@@ -43,9 +57,18 @@ describe('names', () => {
   it('a trailing slash, a NUL byte or a non-string is refused with the fix in the message', async () => {
     const [s] = await sessions(1);
     try {
-      assert.throws(() => new Mutex(s!, 'locks/a/'), (e: unknown) => e instanceof InvalidArgumentError && /trailing slash/.test(e.message));
-      assert.throws(() => new Mutex(s!, 'locks/a\0b'), (e: unknown) => e instanceof InvalidArgumentError && /NUL/.test(e.message));
-      assert.throws(() => new Mutex(s!, 42 as unknown as string), (e: unknown) => e instanceof InvalidArgumentError && /string/.test(e.message));
+      assert.throws(
+        () => new Mutex(s!, 'locks/a/'),
+        (e: unknown) => e instanceof InvalidArgumentError && /trailing slash/.test(e.message),
+      );
+      assert.throws(
+        () => new Mutex(s!, 'locks/a\0b'),
+        (e: unknown) => e instanceof InvalidArgumentError && /NUL/.test(e.message),
+      );
+      assert.throws(
+        () => new Mutex(s!, 42 as unknown as string),
+        (e: unknown) => e instanceof InvalidArgumentError && /string/.test(e.message),
+      );
       assert.throws(() => new Election(s!, undefined as unknown as string), InvalidArgumentError);
     } finally {
       await closeAll([s]);
@@ -101,7 +124,10 @@ describe('names', () => {
       const leader = await new Election(a!, `${name.slice(0, -1)}e`).campaign('v');
       assert.equal((await currentLeader(client, `${name.slice(0, -1)}e`))?.key, leader.key);
       await leader.resign();
-      assert.throws(() => new Mutex(a!, `${name}y`), (e: unknown) => e instanceof InvalidArgumentError && /4097 bytes/.test(e.message) && /4096/.test(e.message));
+      assert.throws(
+        () => new Mutex(a!, `${name}y`),
+        (e: unknown) => e instanceof InvalidArgumentError && /4097 bytes/.test(e.message) && /4096/.test(e.message),
+      );
     });
   });
 
@@ -109,7 +135,10 @@ describe('names', () => {
     const [s] = await sessions(1);
     try {
       const name = '€'.repeat(1366); // 1366 characters, 4098 bytes
-      assert.throws(() => new Mutex(s!, name), (e: unknown) => e instanceof InvalidArgumentError && /4098 bytes/.test(e.message));
+      assert.throws(
+        () => new Mutex(s!, name),
+        (e: unknown) => e instanceof InvalidArgumentError && /4098 bytes/.test(e.message),
+      );
     } finally {
       await closeAll([s]);
     }

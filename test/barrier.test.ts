@@ -8,9 +8,31 @@
 // settled by then.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Barrier, Client, DoubleBarrier, InvalidArgumentError, Session, SessionExpiredError, TooManyClientsError } from '../src/index.js';
-import { type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, assertNoKeys, etcdForFile, grpcHandled, metric, settle, track, waitFor, waitersBlocked, type LoggedEvent, openSessions, closeAll, withSessions } from './helpers.js';
+import {
+  Barrier,
+  type Client,
+  DoubleBarrier,
+  InvalidArgumentError,
+  type Session,
+  SessionExpiredError,
+  TooManyClientsError,
+} from '../src/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
+import {
+  EventLog,
+  assertNoKeys,
+  etcdForFile,
+  grpcHandled,
+  metric,
+  settle,
+  track,
+  waitFor,
+  waitersBlocked,
+  type LoggedEvent,
+  openSessions,
+  closeAll,
+  withSessions,
+} from './helpers.js';
 import { GoFleet, goInteropBinary, closeGoFleets } from './go-fleet.js';
 
 const ROOT = 'test/barrier/';
@@ -56,7 +78,7 @@ async function startGo(t: { diagnostic(m: string): void }): Promise<GoFleet> {
 }
 
 describe('Barrier', () => {
-  it('hold() creates Go\'s key (the name, empty value, no lease); wait() blocks while held and returns on release()', T, async () => {
+  it("hold() creates Go's key (the name, empty value, no lease); wait() blocks while held and returns on release()", T, async () => {
     const name = `${fresh('hold-wait')}b`;
     const b = new Barrier(client, name);
     await b.hold();
@@ -70,7 +92,11 @@ describe('Barrier', () => {
     const w0 = await watchers();
     const waiting = [track(b.wait()), track(new Barrier(client, name).wait())];
     await blocked(w0, 2);
-    assert.deepEqual(waiting.map((w) => w.settled), [false, false], 'both wait while the barrier is held');
+    assert.deepEqual(
+      waiting.map((w) => w.settled),
+      [false, false],
+      'both wait while the barrier is held',
+    );
     await b.release();
     await Promise.all(waiting.map((w) => w.promise));
     assert.equal(await client.get(name), undefined);
@@ -104,7 +130,7 @@ describe('Barrier', () => {
     await assertNoKeys(client, name);
   });
 
-  it('with a session the key goes on its lease: the barrier releases itself when the holder\'s session ends', T, async () => {
+  it("with a session the key goes on its lease: the barrier releases itself when the holder's session ends", T, async () => {
     const name = `${fresh('leased')}b`;
     await withSessions(client, name, 1, async ([s]) => {
       await new Barrier(client, name, { session: s! }).hold();
@@ -126,7 +152,7 @@ describe('Barrier', () => {
 });
 
 describe('Go and TypeScript on the same recipes (go.etcd.io/etcd/client/v3/experimental/recipes)', () => {
-  it('one Barrier: each waits on the other\'s hold and passes on the other\'s release', T, async (t) => {
+  it("one Barrier: each waits on the other's hold and passes on the other's release", T, async (t) => {
     const name = `${fresh('go-barrier')}b`;
     const go = await startGo(t);
     try {
@@ -147,7 +173,11 @@ describe('Go and TypeScript on the same recipes (go.etcd.io/etcd/client/v3/exper
       go.send('g2', 'barrier-wait', { name });
       await blocked(w0, 2);
       assert.equal(ours.settled, false);
-      assert.deepEqual(go.pending('g2').filter((e) => e.event === 'waited'), [], 'Go waits while the barrier is held');
+      assert.deepEqual(
+        go.pending('g2').filter((e) => e.event === 'waited'),
+        [],
+        'Go waits while the barrier is held',
+      );
       // Ours releases Go's hold: both pass.
       await b.release();
       await ours.promise;
@@ -187,7 +217,7 @@ describe('Go and TypeScript on the same recipes (go.etcd.io/etcd/client/v3/exper
       const goFrom = go.events.length;
       go.send('g1', 'dbarrier-enter', { name, n: 3 });
       const goKey = (await waiterPut(log, name, from + 1)).key;
-      assert.match(goKey, new RegExp(`^${name}/waiters/\\d+$`), 'Go\'s key has the layout ours has');
+      assert.match(goKey, new RegExp(`^${name}/waiters/\\d+$`), "Go's key has the layout ours has");
       await t2.enter();
       await e1.promise;
       const entered = await go.until((e) => e.id === 'g1' && e.event === 'entered', goFrom);
@@ -204,7 +234,11 @@ describe('Go and TypeScript on the same recipes (go.etcd.io/etcd/client/v3/exper
       const l1 = track(t1.leave());
       await answered('Range', base, 1);
       assert.equal(l1.settled, false);
-      assert.deepEqual(go.pending('g1').filter((e) => e.event === 'left'), [], 'Go waits while t2 is inside');
+      assert.deepEqual(
+        go.pending('g1').filter((e) => e.event === 'left'),
+        [],
+        'Go waits while t2 is inside',
+      );
       await t2.leave();
       await l1.promise;
       await go.until((e) => e.id === 'g1' && e.event === 'left', goLeft);
@@ -225,8 +259,12 @@ describe('Go and TypeScript on the same recipes (go.etcd.io/etcd/client/v3/exper
       const leaving = [track(t1.leave()), track(t2.leave())];
       await Promise.all([log.deleted(k1), log.deleted(k2)]);
       await roundTrip();
-      assert.deepEqual(leaving.map((l) => l.settled), [false, false], 'ours wait for the oldest, Go\'s');
-      assert.ok(await client.get(goKey2), 'Go\'s oldest member keeps its key until it leaves');
+      assert.deepEqual(
+        leaving.map((l) => l.settled),
+        [false, false],
+        "ours wait for the oldest, Go's",
+      );
+      assert.ok(await client.get(goKey2), "Go's oldest member keeps its key until it leaves");
       const goLeft2 = go.events.length;
       go.send('g1', 'dbarrier-leave');
       await go.until((e) => e.id === 'g1' && e.event === 'left', goLeft2);
@@ -239,7 +277,7 @@ describe('Go and TypeScript on the same recipes (go.etcd.io/etcd/client/v3/exper
     await assertNoKeys(client, name);
   });
 
-  it('Go\'s RWMutex commands: a writer blocks a reader, and a reader blocks the next writer', T, async (t) => {
+  it("Go's RWMutex commands: a writer blocks a reader, and a reader blocks the next writer", T, async (t) => {
     const name = `${fresh('go-rwmutex')}rw`;
     const go = await startGo(t);
     const log = new EventLog(client, `${name}/`);
@@ -258,7 +296,11 @@ describe('Go and TypeScript on the same recipes (go.etcd.io/etcd/client/v3/exper
       const rKey = (await log.next((e) => e.type === 'put' && e.key.startsWith(`${name}/read/`), from)).key;
       await answered('Range', base, 1);
       await go.session('w'); // and a round trip through the Go process
-      assert.deepEqual(go.pending('r').filter((e) => e.event === 'rlocked'), [], 'the reader waits while the writer holds');
+      assert.deepEqual(
+        go.pending('r').filter((e) => e.event === 'rlocked'),
+        [],
+        'the reader waits while the writer holds',
+      );
       const wu = await go.call('w', 'rwunlock', {}, 'rwunlocked');
       assert.deepEqual([wu.key, wu.rev], [w.key, w.rev]);
       const r = await go.until((e) => e.id === 'r' && e.event === 'rlocked', rFrom);
@@ -269,7 +311,11 @@ describe('Go and TypeScript on the same recipes (go.etcd.io/etcd/client/v3/exper
       go.send('w', 'wlock', { name });
       await log.next((e) => e.type === 'put' && e.key.startsWith(`${name}/write/`), from);
       await go.call('r', 'session', {}, 'session'); // a round trip through the Go process
-      assert.deepEqual(go.events.slice(wFrom).filter((e) => e.id === 'w' && e.event === 'wlocked'), [], 'the writer waits while the reader holds');
+      assert.deepEqual(
+        go.events.slice(wFrom).filter((e) => e.id === 'w' && e.event === 'wlocked'),
+        [],
+        'the writer waits while the reader holds',
+      );
       const ru = await go.call('r', 'rwunlock', {}, 'rwunlocked');
       assert.deepEqual([ru.key, ru.rev], [r.key, r.rev]);
       await go.until((e) => e.id === 'w' && e.event === 'wlocked', wFrom);

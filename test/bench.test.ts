@@ -52,16 +52,49 @@ interface BenchJson {
   meta: { quick: boolean; etcd: string; go?: { client?: string; skipped?: string }; load?: { start: number[]; end?: number[] } };
   floor?: { put: { n: number }; get: { n: number }; watchNotify: { n: number } };
   uncontended?: { ours: { cycles: number; rpcsPerCycle: number }; etcd3: { cycles: number } };
-  contended?: { impl: string; client?: string; acquisitions: number; mutualExclusion: boolean; violations: number; keysLeft: number; perContender: number[] }[];
+  contended?: {
+    impl: string;
+    client?: string;
+    acquisitions: number;
+    mutualExclusion: boolean;
+    violations: number;
+    keysLeft: number;
+    perContender: number[];
+  }[];
   election?: { impl: string; client?: string; queued: string; violations: number; keysLeft: number; handover: { n: number } }[];
   scale?: { waiters: number; violations: number; keysLeft: number; incomplete?: unknown; rpcsPerRelease: number }[];
   semaphore?: {
-    results: { impl: string; permits: number; holdMs: number; acquisitions: number; maxHolders: number; violations: number; tokenViolations: number; keysLeft: number }[];
+    results: {
+      impl: string;
+      permits: number;
+      holdMs: number;
+      acquisitions: number;
+      maxHolders: number;
+      violations: number;
+      tokenViolations: number;
+      keysLeft: number;
+    }[];
   };
   rwlock?: {
-    results: { impl: string; holdMs: number; reads: number; writes: number; maxReaders: number; violations: number; tokenViolations: number; keysLeft: number }[];
+    results: {
+      impl: string;
+      holdMs: number;
+      reads: number;
+      writes: number;
+      maxReaders: number;
+      violations: number;
+      tokenViolations: number;
+      keysLeft: number;
+    }[];
   };
-  semaphoreScale?: { waiters: number; permits: number; violations: number; keysLeft: number; incomplete?: unknown; rpcsPerRelease: number }[];
+  semaphoreScale?: {
+    waiters: number;
+    permits: number;
+    violations: number;
+    keysLeft: number;
+    incomplete?: unknown;
+    rpcsPerRelease: number;
+  }[];
   sessions?: { sessions: number; lost: number; keepAliveStreamsOpened: number; hubLeases: number };
   locks?: {
     processes: number;
@@ -133,7 +166,10 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
       assert.equal(e.keysLeft, 0, `${e.impl}: no key left`);
     }
     // scale: 100 and 1,000 waiters fully queued, FIFO, every key removed
-    assert.deepEqual(r.scale?.map((s) => s.waiters), [100, 1000]);
+    assert.deepEqual(
+      r.scale?.map((s) => s.waiters),
+      [100, 1000],
+    );
     for (const s of r.scale!) {
       assert.equal(s.incomplete, undefined, `${s.waiters} waiters all queued`);
       assert.equal(s.violations, 0, `${s.waiters}: FIFO, one holder at a time`);
@@ -149,12 +185,18 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
     for (const x of r.semaphore!.results) {
       const what = `semaphore ${x.impl} N=${x.permits} holding ${x.holdMs} ms`;
       assert.ok(x.acquisitions > 0, `${what}: acquired at least once`);
-      assert.ok(x.maxHolders <= x.permits && x.violations === 0, `${what}: at most N holders (${x.maxHolders} seen, ${x.violations} violations)`);
+      assert.ok(
+        x.maxHolders <= x.permits && x.violations === 0,
+        `${what}: at most N holders (${x.maxHolders} seen, ${x.violations} violations)`,
+      );
       assert.equal(x.tokenViolations, 0, `${what}: fencing tokens`);
       assert.equal(x.keysLeft, 0, `${what}: no key left`);
     }
     // rwlock: reads and writes both ran, readers shared, a writer never overlapped anyone
-    assert.deepEqual(r.rwlock?.results.map((x) => `${x.impl}/${x.holdMs}`), ['rwmutex/0', 'mutex/0', 'rwmutex/20', 'mutex/20']);
+    assert.deepEqual(
+      r.rwlock?.results.map((x) => `${x.impl}/${x.holdMs}`),
+      ['rwmutex/0', 'mutex/0', 'rwmutex/20', 'mutex/20'],
+    );
     for (const x of r.rwlock!.results) {
       const what = `rwlock ${x.impl} holding ${x.holdMs} ms`;
       assert.ok(x.reads > 0 && x.writes > 0, `${what}: ${x.reads} reads, ${x.writes} writes`);
@@ -164,7 +206,10 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
       assert.equal(x.keysLeft, 0, `${what}: no key left`);
     }
     // semaphore-scale: both sizes fully queued behind 4 holders, one waiter let in per release, every key removed
-    assert.deepEqual(r.semaphoreScale?.map((s) => s.waiters), [20, 100]);
+    assert.deepEqual(
+      r.semaphoreScale?.map((s) => s.waiters),
+      [20, 100],
+    );
     for (const s of r.semaphoreScale!) {
       assert.equal(s.permits, 4);
       assert.equal(s.incomplete, undefined, `semaphore-scale ${s.waiters}: all queued`);
@@ -181,7 +226,10 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
     assert.ok(r.locks, 'locks measured');
     assert.deepEqual([r.locks.processes, r.locks.sessionsPerProcess, r.locks.names], [2, 5, 20]);
     assert.ok(r.locks.floor.cycles > 0 && r.locks.floor.requestsPerCycle === 1, 'the floor: one request per Txn');
-    assert.ok(r.locks.ours.cycles > 0 && r.locks.ours.requestsPerCycle >= 2, `ours cycled, lock + unlock at least (${r.locks.ours.requestsPerCycle})`);
+    assert.ok(
+      r.locks.ours.cycles > 0 && r.locks.ours.requestsPerCycle >= 2,
+      `ours cycled, lock + unlock at least (${r.locks.ours.requestsPerCycle})`,
+    );
     assert.equal(r.locks.ours.violations, 0, 'ours: one holder per name');
     assert.ok(r.locks.go && r.locks.go.cycles > 0, "Go's package cycled");
     assert.match(r.locks.go.client ?? '', /^v3\./);
@@ -200,26 +248,37 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
     assert.equal(ss.learnedBack.n, 100);
     assert.equal(ss.lost, 0);
     // every goal is judged (MET or MISSED), none silently skipped
-    assert.ok(r.goals.some((g) => g.id === 'locks-vs-floor') && r.goals.some((g) => g.id === 'sessions-scale-outage'), 'the new goals judged');
+    assert.ok(
+      r.goals.some((g) => g.id === 'locks-vs-floor') && r.goals.some((g) => g.id === 'sessions-scale-outage'),
+      'the new goals judged',
+    );
     assert.ok(r.goals.length >= 15, `goals judged: ${r.goals.map((g) => g.id).join(', ')}`);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
 });
 
-test('--etcd V,V: two servers take turns; the JSON lists both runs; bench/compare.ts renders them side by side', { timeout: 180_000 }, async () => {
+test('--etcd V,V: two servers take turns; the JSON lists both runs; bench/compare.ts renders them side by side', {
+  timeout: 180_000,
+}, async () => {
   const dir = await mkdtemp(join(tmpdir(), 'bench-test-'));
   const out = join(dir, 'bench.json');
   const md = join(dir, 'bench.md');
   try {
     const v = await etcdVersion();
-    const output = await bench(['--quick', '--require-go', '--only', 'contended', '--contenders', '3', '--etcd', `${v},${v}`, '--json', out], 170_000);
+    const output = await bench(
+      ['--quick', '--require-go', '--only', 'contended', '--contenders', '3', '--etcd', `${v},${v}`, '--json', out],
+      170_000,
+    );
     const runs = JSON.parse(await readFile(out, 'utf8')) as BenchJson[];
     assert.equal(runs.length, 2, output);
     for (const r of runs) {
       assert.equal(r.meta.etcd, v);
       assert.deepEqual(r.errors, [], output);
-      assert.deepEqual(r.contended?.map((c) => c.impl), ['ours', 'go', 'reference', 'etcd3']);
+      assert.deepEqual(
+        r.contended?.map((c) => c.impl),
+        ['ours', 'go', 'reference', 'etcd3'],
+      );
       for (const c of r.contended!) assert.equal(c.mutualExclusion, true, `${c.impl}: mutual exclusion`);
     }
     const compare = await runScript('bench/compare.ts', [out, '--markdown', md], 60_000);
@@ -232,12 +291,17 @@ test('--etcd V,V: two servers take turns; the JSON lists both runs; bench/compar
   }
 });
 
-test('--only rtt --quick: the phases on a 3-member cluster whose every path is delayed, checks held, goals judged', { timeout: 240_000 }, async () => {
+test('--only rtt --quick: the phases on a 3-member cluster whose every path is delayed, checks held, goals judged', {
+  timeout: 240_000,
+}, async () => {
   const dir = await mkdtemp(join(tmpdir(), 'bench-test-'));
   const out = join(dir, 'bench.json');
   const md = join(dir, 'bench.md');
   try {
-    const output = await bench(['--quick', '--require-go', '--only', 'rtt', '--rtt', '10', '--contenders', '3', '--json', out, '--markdown', md], 230_000);
+    const output = await bench(
+      ['--quick', '--require-go', '--only', 'rtt', '--rtt', '10', '--contenders', '3', '--json', out, '--markdown', md],
+      230_000,
+    );
     type S = { n: number; min: number };
     const r = JSON.parse(await readFile(out, 'utf8')) as BenchJson & {
       rtt?: {
@@ -260,7 +324,10 @@ test('--only rtt --quick: the phases on a 3-member cluster whose every path is d
     assert.ok(run.net!.rtt.min >= 10, `a round trip through the proxy: ${run.net!.rtt.min} ms`);
     assert.ok(run.net!.put.min >= 20, `a Put pays the client's and the members' round trips: ${run.net!.put.min} ms`);
     assert.ok(run.uncontended!.ours.cycles > 0 && run.uncontended!.go!.cycles > 0);
-    assert.deepEqual(run.contended?.map((c) => c.impl), ['ours', 'go', 'etcd3']);
+    assert.deepEqual(
+      run.contended?.map((c) => c.impl),
+      ['ours', 'go', 'etcd3'],
+    );
     for (const c of run.contended!) {
       assert.equal(c.mutualExclusion, true, `${c.impl}: mutual exclusion`);
       assert.ok(c.acquisitions > 0, `${c.impl}: acquired`);
@@ -268,7 +335,11 @@ test('--only rtt --quick: the phases on a 3-member cluster whose every path is d
     }
     assert.equal(run.election?.results.length, 6);
     for (const e of run.election!.results) assert.ok(e.violations === 0 && e.keysLeft === 0 && e.handover.n > 0, `${e.impl} ${e.queued}`);
-    assert.deepEqual(r.checks.filter((c) => !c.ok), [], output);
+    assert.deepEqual(
+      r.checks.filter((c) => !c.ok),
+      [],
+      output,
+    );
     assert.deepEqual(
       r.goals.map((g) => g.id),
       ['rtt10-contended', 'rtt10-election', 'rtt10-uncontended'],

@@ -22,7 +22,7 @@ import {
   type LeaseGoneReport,
   type StaleRevoke,
 } from '../chaos/checker/index.js';
-import * as checker from '../chaos/checker/index.js';
+import type * as checker from '../chaos/checker/index.js';
 import type { KeyLife } from '../chaos/revisions.js';
 import { clean, emptyRegister, fault, iv, TTL } from './chaos-checker-helpers.js';
 
@@ -33,7 +33,10 @@ test('leases: etcd saying a lease is gone while the client deadline still lay ah
     { worker: 'w', lease: 'cd', leftMs: 310, at: 5 },
   ]);
   assert.equal(early.early, 1);
-  assert.deepEqual(early.violations.map((v) => v.check), ['lease-expired-early']);
+  assert.deepEqual(
+    early.violations.map((v) => v.check),
+    ['lease-expired-early'],
+  );
   assert.match(early.violations[0]!.detail, /cd .*310 ms/);
   assert.deepEqual(verdict([{ ...clean, violations: early.violations }]), ['p: 1 lease-expired-early violation(s)']);
 });
@@ -52,7 +55,11 @@ test('leases: an early expiry right after a frozen Raft leader wakes is etcd 152
     { ...pause, kind: 'member-kill' },
     { ...pause, kind: 'proxy-blackhole', target: 'w', worker: 'w' },
   ]) {
-    assert.deepEqual(checkLeaseExpiries([r], [f]).violations.map((v) => v.check), ['lease-expired-early'], JSON.stringify(f));
+    assert.deepEqual(
+      checkLeaseExpiries([r], [f]).violations.map((v) => v.check),
+      ['lease-expired-early'],
+      JSON.stringify(f),
+    );
   }
 });
 
@@ -73,7 +80,13 @@ const leaseGone = 'lease_expired/lease-gone';
  * after the wake; `aOver` overrides `a`'s fields.
  */
 const revokedPair = (after = 300, noticedMs = 444, lost = true, aOver: Partial<HeldInterval> = {}): [HeldInterval, HeldInterval] => [
-  { ...iv('election-2#2', 9360n, 12_000, wokenAt + after + noticedMs, lost), ...(lost ? { lostReason: keyDeleted } : {}), sessionFrom: leaderPause.start - 100, ttl: TTL, ...aOver },
+  {
+    ...iv('election-2#2', 9360n, 12_000, wokenAt + after + noticedMs, lost),
+    ...(lost ? { lostReason: keyDeleted } : {}),
+    sessionFrom: leaderPause.start - 100,
+    ttl: TTL,
+    ...aOver,
+  },
   { ...iv('election-0#1', 9374n, wokenAt + after, wokenAt + after + 800), witnessRev: 9380n },
 ];
 /**
@@ -90,7 +103,11 @@ const attributed = (report: { violations: unknown[]; overlaps: { byDeposedLeader
   assert.equal(report.overlaps.byDeposedLeader, 1);
 };
 const failed = (report: ReturnType<typeof checkElection>, why: string): void => {
-  assert.deepEqual(report.violations.map((v) => v.check), ['election-two-leaders'], why);
+  assert.deepEqual(
+    report.violations.map((v) => v.check),
+    ['election-two-leaders'],
+    why,
+  );
   assert.equal(report.overlaps.byDeposedLeader, 0, why);
 };
 const twoLeaders = (terms: HeldInterval[], faults: FaultRecord[]) => checkElection(terms, emptyRegister(), faults, onBuggyEtcd);
@@ -111,19 +128,31 @@ test('election overlap: a leader whose live lease a woken deposed Raft leader re
   assert.equal(frozen.overlaps.byDeposedLeader, 0);
   // Without the leader's pause it fails as it did.
   const bare = twoLeaders(revokedPair(), []);
-  assert.deepEqual(bare.violations.map((v) => v.check), ['election-two-leaders']);
-  assert.match(bare.violations[0]!.detail, /election-2#2 \(token 9360\) still held until 444 ms after election-0#1 \(token 9374\) started: unexplained/);
+  assert.deepEqual(
+    bare.violations.map((v) => v.check),
+    ['election-two-leaders'],
+  );
+  assert.match(
+    bare.violations[0]!.detail,
+    /election-2#2 \(token 9360\) still held until 444 ms after election-0#1 \(token 9374\) started: unexplained/,
+  );
 });
 
 test('election overlap: etcd 15247 does not excuse a leader that released its term (or died) rather than saw it lost', () => {
   assert.deepEqual(twoLeaders(revokedPair(300, 444, true), [leaderPause]).violations, []); // lost: attributed
   const released = twoLeaders(revokedPair(300, 444, false), [leaderPause]);
-  assert.deepEqual(released.violations.map((v) => v.check), ['election-two-leaders']);
+  assert.deepEqual(
+    released.violations.map((v) => v.check),
+    ['election-two-leaders'],
+  );
   assert.match(released.violations[0]!.detail, /unexplained \(during member-pause m0 \(leader\)\)/);
   const [a, b] = revokedPair();
   // A worker that dies holding is recorded as not having seen a loss (workers.ts onExit).
   const died = twoLeaders([{ ...a, lost: false, died: true }, b], [leaderPause]);
-  assert.deepEqual(died.violations.map((v) => v.check), ['election-two-leaders']);
+  assert.deepEqual(
+    died.violations.map((v) => v.check),
+    ['election-two-leaders'],
+  );
 });
 
 test('election overlap: etcd 15247 does not excuse a next leader that started outside the window after the leader woke', () => {
@@ -133,7 +162,11 @@ test('election overlap: etcd 15247 does not excuse a next leader that started ou
   // Just outside: too long after the wake, or while the leader was still frozen.
   for (const after of [DEPOSED_LEADER_WINDOW_MS + 1, -251, -2000]) {
     const report = twoLeaders(revokedPair(after), [leaderPause]);
-    assert.deepEqual(report.violations.map((v) => v.check), ['election-two-leaders'], `b ${after} ms after the wake`);
+    assert.deepEqual(
+      report.violations.map((v) => v.check),
+      ['election-two-leaders'],
+      `b ${after} ms after the wake`,
+    );
     assert.equal(report.overlaps.byDeposedLeader, 0);
   }
 });
@@ -141,11 +174,14 @@ test('election overlap: etcd 15247 does not excuse a next leader that started ou
 test('election overlap: etcd 15247 does not excuse a leader that noticed the loss more than DEPOSED_REVOKE_NOTICE_MS after the next one started', () => {
   assert.deepEqual(twoLeaders(revokedPair(300, DEPOSED_REVOKE_NOTICE_MS), [leaderPause]).violations, []);
   const late = twoLeaders(revokedPair(300, DEPOSED_REVOKE_NOTICE_MS + 1), [leaderPause]);
-  assert.deepEqual(late.violations.map((v) => v.check), ['election-two-leaders']);
+  assert.deepEqual(
+    late.violations.map((v) => v.check),
+    ['election-two-leaders'],
+  );
   assert.equal(late.overlaps.byDeposedLeader, 0);
 });
 
-test('election overlap: etcd 15247 does not excuse a loss seen as the session\'s own deadline, or as anything but its key deleted or its lease gone', () => {
+test("election overlap: etcd 15247 does not excuse a loss seen as the session's own deadline, or as anything but its key deleted or its lease gone", () => {
   assert.equal(REVOKE_LOSS_REASONS.length, 2);
   attributed(twoLeaders(revokedPair(300, 444, true, { lostReason: keyDeleted }), [leaderPause]));
   attributed(twoLeaders(revokedPair(300, 444, true, { lostReason: leaseGone }), [leaderPause]));
@@ -197,7 +233,7 @@ test('election overlap: etcd 15247 does not excuse a holder whose lease was gran
   attributed(twoLeaders([{ ...noSession, from: leaderPause.start - 1 }, b], [leaderPause]));
 });
 
-test('election overlap: etcd 15247 needs a pause of the Raft leader: a follower\'s pause, or a leader killed, explains nothing', () => {
+test("election overlap: etcd 15247 needs a pause of the Raft leader: a follower's pause, or a leader killed, explains nothing", () => {
   assert.deepEqual(twoLeaders(revokedPair(), [leaderPause]).violations, []); // m0 (leader) paused: attributed
   for (const f of [
     { ...leaderPause, target: 'm1' },
@@ -206,12 +242,16 @@ test('election overlap: etcd 15247 needs a pause of the Raft leader: a follower\
     { ...leaderPause, kind: 'proxy-blackhole', target: 'election-2#2', worker: 'election-2#2' },
   ]) {
     const report = twoLeaders(revokedPair(), [f]);
-    assert.deepEqual(report.violations.map((v) => v.check), ['election-two-leaders'], JSON.stringify(f));
+    assert.deepEqual(
+      report.violations.map((v) => v.check),
+      ['election-two-leaders'],
+      JSON.stringify(f),
+    );
     assert.equal(report.overlaps.byDeposedLeader, 0);
   }
 });
 
-test('lock, RW lock and semaphore overlaps: etcd 15247 explains them on the same terms as leaders\' ones', () => {
+test("lock, RW lock and semaphore overlaps: etcd 15247 explains them on the same terms as leaders' ones", () => {
   const fo = (h: HeldInterval[], f: FaultRecord[], c?: typeof rwConflict) => findOverlaps(h, f, c, undefined, onBuggyEtcd);
   const fe = (h: HeldInterval[], n: number, f: FaultRecord[]) => findExcess(h, n, f, undefined, onBuggyEtcd);
   const [a, b] = revokedPair();
@@ -225,7 +265,10 @@ test('lock, RW lock and semaphore overlaps: etcd 15247 explains them on the same
   assert.equal(fo([aLate, bLate], [leaderPause]).report.unexplained, 1);
   assert.equal(fo([a, b], [follower]).report.unexplained, 1);
   // An RW lock: a reader whose lease was revoked, and the writer let in.
-  const rw = [{ ...a, mode: 'read' as const }, { ...b, mode: 'write' as const }];
+  const rw = [
+    { ...a, mode: 'read' as const },
+    { ...b, mode: 'write' as const },
+  ];
   assert.deepEqual(fo(rw, [leaderPause], rwConflict).report.byCause, { [DEPOSED_REVOKE_CAUSE]: 1 });
   assert.equal(fo([{ ...rw[0]!, to: b.from + DEPOSED_REVOKE_NOTICE_MS + 1 }, rw[1]!], [leaderPause], rwConflict).report.unexplained, 1);
   // A semaphore of two permits: s1 holds, s0's lease is revoked, b takes its permit.
@@ -250,7 +293,13 @@ const runPause: FaultRecord = { kind: 'member-pause', target: 'm0 (leader)', sta
 const runLease = '7addb624266e8e8b';
 const runB: HeldInterval = { ...iv('unfenced-1#1', 20928n, 82_860, 83_500), witnessRev: 20930n };
 const runA: HeldInterval = { ...iv('unfenced-0#1', 20923n, 77_000, runB.from + 4.5), sessionFrom: 70_000, lease: runLease, ttl: TTL };
-const runGone = (over: Partial<LeaseGoneReport> = {}): LeaseGoneReport => ({ worker: 'unfenced-0#1', lease: runLease, leftMs: 1684.4, at: runB.from + 40, ...over });
+const runGone = (over: Partial<LeaseGoneReport> = {}): LeaseGoneReport => ({
+  worker: 'unfenced-0#1',
+  lease: runLease,
+  leftMs: 1684.4,
+  at: runB.from + 40,
+  ...over,
+});
 /** The unfenced lock's overlap of runA (with `aOver`) and `b`, judged with `gone` and `staleRevokes`. */
 const runOverlap = (gone: LeaseGoneReport[], staleRevokes: StaleRevoke[] = [], aOver: Partial<HeldInterval> = {}, b = runB) =>
   findOverlaps([{ ...runA, ...aOver }, b], [runPause], undefined, undefined, { ...onBuggyEtcd, leaseGone: gone, staleRevokes });
@@ -259,11 +308,15 @@ const runAttributed = (found: ReturnType<typeof findOverlaps>, why = 'attributed
   assert.deepEqual(found.report.byCause, { [DEPOSED_REVOKE_CAUSE]: 1 }, why);
 };
 const runFailed = (found: ReturnType<typeof findOverlaps>, why: string): void => {
-  assert.deepEqual(overlapViolations(found.overlaps, 'unfenced-overlap').map((v) => v.check), ['unfenced-overlap'], why);
+  assert.deepEqual(
+    overlapViolations(found.overlaps, 'unfenced-overlap').map((v) => v.check),
+    ['unfenced-overlap'],
+    why,
+  );
   assert.equal(found.report.byDeposedLeader, 0, why);
 };
 
-test('lock overlap: a holder that released before its loss reached it, whose lease etcd then said was gone at the leader\'s wake, is etcd 15247 (seed 20261209)', () => {
+test("lock overlap: a holder that released before its loss reached it, whose lease etcd then said was gone at the leader's wake, is etcd 15247 (seed 20261209)", () => {
   // The lease-gone report itself is etcd 15247 to the lease check.
   const leases = checkLeaseExpiries([runGone()], [runPause]);
   assert.deepEqual([leases.byDeposedLeader, leases.violations.length], [1, 0]);
@@ -283,23 +336,29 @@ test('lock overlap: a holder that released before its loss reached it, whose lea
   runFailed(findOverlaps([noLease, runB], [runPause], undefined, undefined, { leaseGone: [runGone()] }), 'no lease known');
   runFailed(runOverlap([runGone()], [], { sessionFrom: runPause.start }), 'lease granted during the pause');
   runFailed(runOverlap([runGone()], [], { ttl: 7 }), 'a 4.5 s pause at TTL 7 s');
-  runFailed(runOverlap([runGone({ at: runB.from + DEPOSED_REVOKE_NOTICE_MS })], [], { to: runB.from + DEPOSED_REVOKE_NOTICE_MS + 1 }), 'released too late');
+  runFailed(
+    runOverlap([runGone({ at: runB.from + DEPOSED_REVOKE_NOTICE_MS })], [], { to: runB.from + DEPOSED_REVOKE_NOTICE_MS + 1 }),
+    'released too late',
+  );
   // The same evidence reaches leaders' and permit holders' overlaps.
   const leaders = checkElection([runA, runB], emptyRegister(), [runPause], { ...onBuggyEtcd, leaseGone: [runGone()] });
   assert.deepEqual([leaders.violations, leaders.overlaps.byDeposedLeader], [[], 1]);
   const s1 = iv('s1#1', 20900n, 76_000, 90_000);
-  assert.equal(findExcess([runA, s1, runB], 2, [runPause], undefined, { ...onBuggyEtcd, leaseGone: [runGone()] }).report.byDeposedLeader, 1);
+  assert.equal(
+    findExcess([runA, s1, runB], 2, [runPause], undefined, { ...onBuggyEtcd, leaseGone: [runGone()] }).report.byDeposedLeader,
+    1,
+  );
   assert.equal(findExcess([runA, s1, runB], 2, [runPause]).report.unexplained, 1);
 });
 
-test('lock overlap: etcd 15247 after a release needs the report for the holder\'s own lease, from its own worker', () => {
+test("lock overlap: etcd 15247 after a release needs the report for the holder's own lease, from its own worker", () => {
   runAttributed(runOverlap([runGone()]));
   runFailed(runOverlap([runGone({ lease: '7addb624266e8e8c' })]), 'another lease');
   runFailed(runOverlap([runGone({ lease: '(keepalive)' })]), 'a LeaseNotFound on a call');
   runFailed(runOverlap([runGone({ worker: 'unfenced-0#2' })]), 'another worker');
 });
 
-test('lock overlap: etcd 15247 after a release needs the lease gone before the client\'s deadline (leftMs > 0)', () => {
+test("lock overlap: etcd 15247 after a release needs the lease gone before the client's deadline (leftMs > 0)", () => {
   runAttributed(runOverlap([runGone({ leftMs: 0.1 })]));
   for (const leftMs of [0, -0.1, -500]) runFailed(runOverlap([runGone({ leftMs })]), `leftMs ${leftMs}: expired by its deadline, our bug`);
 });
@@ -331,7 +390,10 @@ test('audit: a 1.9 s overlap near a leader pause is not etcd 15247 without a rev
   // The excuse's old terms all hold: lost as its key deleted, leader paused 4.4 s, lease older than the pause, noticed within 2 s.
   const pair = revokedPair(300, 1900);
   const noRevision = checkElection(pair, emptyRegister(), [leaderPause], { leaseGone: [], etcdVersion: '3.4.23' });
-  assert.deepEqual(noRevision.violations.map((v) => v.check), ['election-two-leaders']);
+  assert.deepEqual(
+    noRevision.violations.map((v) => v.check),
+    ['election-two-leaders'],
+  );
   assert.equal(noRevision.overlaps.byDeposedLeader, 0);
   // With the key removed with its lease before the next leader's witness, on 3.4.23: excused.
   assert.deepEqual(checkElection(pair, emptyRegister(), [leaderPause], onBuggyEtcd).violations, []);
@@ -343,11 +405,18 @@ test('audit: a 1.9 s overlap near a leader pause is not etcd 15247 without a rev
     ['deleted, not revoked', { ...onBuggyEtcd, keys: revokedKeys.map((k) => ({ ...k, how: 'deleted' as const })) }],
     ['revoked after the grant', { ...onBuggyEtcd, keys: revokedKeys.map((k) => ({ ...k, deleted: 9381n })) }],
   ] as const) {
-    assert.deepEqual(checkElection(pair, emptyRegister(), [leaderPause], evidence).violations.map((v) => v.check), ['election-two-leaders'], why);
+    assert.deepEqual(
+      checkElection(pair, emptyRegister(), [leaderPause], evidence).violations.map((v) => v.check),
+      ['election-two-leaders'],
+      why,
+    );
   }
   // Without the next leader's witness revision nothing shows the order either.
   const { witnessRev: _, ...noWitness } = pair[1];
-  assert.deepEqual(checkElection([pair[0], noWitness], emptyRegister(), [leaderPause], onBuggyEtcd).violations.map((v) => v.check), ['election-two-leaders']);
+  assert.deepEqual(
+    checkElection([pair[0], noWitness], emptyRegister(), [leaderPause], onBuggyEtcd).violations.map((v) => v.check),
+    ['election-two-leaders'],
+  );
 });
 
 // The open finding of the 10-minute run on 3.7.3, seed 20261205 (docs/reliability.md): m1, the Raft
@@ -358,15 +427,26 @@ test('audit: a 1.9 s overlap near a leader pause is not etcd 15247 without a rev
 // logs, ms on the phase clock); the revisions are illustrative (the run kept no per-key record).
 const finding = {
   pause: { kind: 'member-pause', target: 'm1 (leader)', start: 174_830, end: 178_537 } as FaultRecord,
-  a: { ...iv('fenced-0#1', 32827n, 178_560, 178_618, true), lostReason: 'key_deleted', sessionFrom: 109_613, lease: '7ee0941f15139bf', ttl: 3 },
+  a: {
+    ...iv('fenced-0#1', 32827n, 178_560, 178_618, true),
+    lostReason: 'key_deleted',
+    sessionFrom: 109_613,
+    lease: '7ee0941f15139bf',
+    ttl: 3,
+  },
   b: { ...iv('fenced-2#1', 32830n, 178_615, 178_694), witnessRev: 32836n },
   key: { key: 'chaos/fenced/7ee0941f15139bf', create: 32827n, lease: '7ee0941f15139bf', deleted: 32833n, how: 'lease-ended' } as KeyLife,
   told: { worker: 'fenced-0#1', lease: '7ee0941f15139bf', leftMs: 2261.4, at: 178_734 } as LeaseGoneReport,
 };
 const judgeFinding = (over: Partial<checker.LeaseEvidence> = {}, faults = [finding.pause]) =>
-  findOverlaps([finding.a, finding.b], faults, undefined, undefined, { etcdVersion: '3.7.3', keys: [finding.key], leaseGone: [finding.told], ...over });
+  findOverlaps([finding.a, finding.b], faults, undefined, undefined, {
+    etcdVersion: '3.7.3',
+    keys: [finding.key],
+    leaseGone: [finding.told],
+    ...over,
+  });
 
-test('seed 20261205: a 3 ms belief after a woken leader revoked the lease is etcd 15247 on 3.7.3 too, with both of etcd\'s words for it', () => {
+test("seed 20261205: a 3 ms belief after a woken leader revoked the lease is etcd 15247 on 3.7.3 too, with both of etcd's words for it", () => {
   const judged = judgeFinding();
   assert.equal(judged.overlaps.length, 1);
   assert.equal(judged.overlaps[0]!.ms, 3);
@@ -379,7 +459,11 @@ test('seed 20261205: a 3 ms belief after a woken leader revoked the lease is etc
 test('seed 20261205: on a fixed etcd the overlap stays a violation without the session told its lease was gone early at that wake', () => {
   const unexplained = (why: string, over: Partial<checker.LeaseEvidence>, faults = [finding.pause]): void => {
     const v = overlapViolations(judgeFinding(over, faults).overlaps, 'fenced-hold-overlap');
-    assert.deepEqual(v.map((x) => x.check), ['fenced-hold-overlap'], why);
+    assert.deepEqual(
+      v.map((x) => x.check),
+      ['fenced-hold-overlap'],
+      why,
+    );
   };
   unexplained('no lease-gone report', { leaseGone: [] });
   unexplained('the report is for another lease', { leaseGone: [{ ...finding.told, lease: '1' }] });
@@ -388,7 +472,9 @@ test('seed 20261205: on a fixed etcd the overlap stays a violation without the s
   unexplained('the key deleted, not removed with its lease', { keys: [{ ...finding.key, how: 'deleted' }] });
   unexplained('the key removed after the grant', { keys: [{ ...finding.key, deleted: 32837n }] });
   unexplained('a follower paused', {}, [{ ...finding.pause, target: 'm1' }]);
-  unexplained('the leader paused 1.9 s, less than the TTL minus a renewal interval', {}, [{ ...finding.pause, start: finding.pause.end - 1900 }]);
+  unexplained('the leader paused 1.9 s, less than the TTL minus a renewal interval', {}, [
+    { ...finding.pause, start: finding.pause.end - 1900 },
+  ]);
   // On 3.4.23 (the bug unfixed) the revision record alone suffices, as before.
   assert.deepEqual(overlapViolations(judgeFinding({ etcdVersion: '3.4.23', leaseGone: [] }).overlaps, 'x'), []);
 });

@@ -2,9 +2,21 @@
 import type { FaultRecord, HeldInterval, PhaseVerdictInput } from '../chaos/checker/index.js';
 import { FencedRegister } from '../chaos/fenced-store.js';
 
-export const iv = (worker: string, token: bigint, from: number, to: number, lost = false): HeldInterval => ({ worker, token, from, to, lost });
-export const rd = (worker: string, token: bigint, from: number, to: number): HeldInterval => ({ ...iv(worker, token, from, to), mode: 'read' });
-export const wr = (worker: string, token: bigint, from: number, to: number): HeldInterval => ({ ...iv(worker, token, from, to), mode: 'write' });
+export const iv = (worker: string, token: bigint, from: number, to: number, lost = false): HeldInterval => ({
+  worker,
+  token,
+  from,
+  to,
+  lost,
+});
+export const rd = (worker: string, token: bigint, from: number, to: number): HeldInterval => ({
+  ...iv(worker, token, from, to),
+  mode: 'read',
+});
+export const wr = (worker: string, token: bigint, from: number, to: number): HeldInterval => ({
+  ...iv(worker, token, from, to),
+  mode: 'write',
+});
 export const fault = (kind: string, worker: string | undefined, start: number, end: number): FaultRecord => ({
   kind,
   target: worker ?? 'm0',

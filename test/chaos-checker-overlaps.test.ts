@@ -77,7 +77,10 @@ test('semaphore overlap: three holders of two permits at once with no freeze (a 
   assert.equal(found.excess[0]!.ms, 30); // from s2's start until the first of the three ended (s2 itself, at 90)
   const violations = excessViolations(found.excess, 2, 'semaphore-overlap');
   assert.equal(violations.length, 2);
-  assert.match(violations[0]!.detail, /s2#1 \(token 12\) started while s0#1 \(token 10\), s1#1 \(token 11\) still held: 3 holders of 2 permits/);
+  assert.match(
+    violations[0]!.detail,
+    /s2#1 \(token 12\) started while s0#1 \(token 10\), s1#1 \(token 11\) still held: 3 holders of 2 permits/,
+  );
   assert.deepEqual(verdict([{ ...clean, violations }]), ['p: 2 semaphore-overlap violation(s)']);
 });
 
@@ -91,7 +94,12 @@ test('semaphore overlap: only freezes of enough earlier holders, covering the la
     assert.deepEqual(excessViolations(found.excess, 2, 'semaphore-overlap'), [], kind);
   }
   // A network fault, a freeze of the later holder, or a freeze over before the start: unexplained.
-  for (const f of [fault('proxy-blackhole', 's0#1', 100, 3990), fault('member-pause', undefined, 100, 3990), fault('worker-pause', 's2#1', 100, 3990), fault('worker-pause', 's0#1', 100, 3000)]) {
+  for (const f of [
+    fault('proxy-blackhole', 's0#1', 100, 3990),
+    fault('member-pause', undefined, 100, 3990),
+    fault('worker-pause', 's2#1', 100, 3990),
+    fault('worker-pause', 's0#1', 100, 3000),
+  ]) {
     assert.equal(findExcess(history, 2, [f]).report.unexplained, 1, JSON.stringify(f));
   }
   // Four at once on two permits needs two stale holders: one frozen is not enough.
@@ -99,7 +107,10 @@ test('semaphore overlap: only freezes of enough earlier holders, covering the la
   const oneFrozen = findExcess(four, 2, [fault('worker-pause', 's0#1', 100, 3990)]);
   assert.equal(oneFrozen.report.unexplained, 1);
   assert.match(oneFrozen.excess[1]!.cause, /^unexplained \(during worker-pause s0#1/);
-  assert.equal(findExcess(four, 2, [fault('worker-pause', 's0#1', 100, 3990), fault('ghost-pause', 's1#1', 1050, 3700)]).report.unexplained, 0);
+  assert.equal(
+    findExcess(four, 2, [fault('worker-pause', 's0#1', 100, 3990), fault('ghost-pause', 's1#1', 1050, 3700)]).report.unexplained,
+    0,
+  );
 });
 
 test('semaphore overlap: a ghost granted before its own freeze that records its start on waking is explained only if it never acted', () => {
@@ -162,7 +173,10 @@ test('rw overlap: readers may overlap; a writer overlapping any holder with no f
   const found = findOverlaps(broken, [], rwConflict);
   assert.equal(found.report.unexplained, 2); // w0 (reader r0 started inside), r0 (writer w1 started inside); r0/r1 may share
   const violations = overlapViolations(found.overlaps, 'rw-overlap');
-  assert.deepEqual(violations.map((v) => v.detail.slice(0, 5)), ['w0#1 ', 'r0#1 ']);
+  assert.deepEqual(
+    violations.map((v) => v.detail.slice(0, 5)),
+    ['w0#1 ', 'r0#1 '],
+  );
   assert.deepEqual(verdict([{ ...clean, violations }]), ['p: 2 rw-overlap violation(s)']);
   // Explained only by a freeze of the earlier holder covering the later start.
   const frozen = [fault('worker-pause', 'w0#1', 300, 2850), fault('ghost-pause', 'r0#1', 1800, 4350)];
@@ -183,7 +197,10 @@ test('audit: a 50 ms freeze (TTL 3 s) does not excuse a 990 ms overlap; a ghost-
   const short = findOverlaps([a, b], [fault('worker-pause', 'a#1', 1000, 1050)]);
   assert.equal(short.report.unexplained, 1);
   assert.equal(short.report.longestMs, 990);
-  assert.deepEqual(overlapViolations(short.overlaps, 'unfenced-overlap').map((v) => v.check), ['unfenced-overlap']);
+  assert.deepEqual(
+    overlapViolations(short.overlaps, 'unfenced-overlap').map((v) => v.check),
+    ['unfenced-overlap'],
+  );
   // A ghost-pause whose trap caught nothing is recorded with start = end (nemesis.ts): a 200 ms overlap stays unexplained.
   const a2: HeldInterval = { ...iv('a#1', 100n, 0, 1200), ttl: 3 };
   assert.equal(findOverlaps([a2, iv('b#1', 101n, 1000, 1100)], [fault('ghost-pause', 'a#1', 1000, 1000)]).report.unexplained, 1);
@@ -206,7 +223,10 @@ test('audit: a ghost that goes on believing 11.5 s after SIGCONT is not excused,
   const judged = findOverlaps([{ ...a, to: 4300 }, b, { ...c, from: 4200 }], [fault('worker-pause', 'a#1', 100, 4100)]);
   assert.equal(judged.report.unexplained, 0);
   // 251 ms after the wake is too long: unexplained, though the freeze covers every later start.
-  assert.equal(findOverlaps([{ ...a, to: 4351 }, b, { ...c, from: 4200 }], [fault('worker-pause', 'a#1', 100, 4100)]).report.unexplained, 1);
+  assert.equal(
+    findOverlaps([{ ...a, to: 4351 }, b, { ...c, from: 4200 }], [fault('worker-pause', 'a#1', 100, 4100)]).report.unexplained,
+    1,
+  );
 });
 
 test('audit: an older lock token holding after a newer one is a violation (locks, RW locks), unless it was frozen since', () => {
@@ -214,7 +234,10 @@ test('audit: an older lock token holding after a newer one is a violation (locks
   const history = [iv('b#1', 200n, 0, 100), iv('a#1', 150n, 200, 300)];
   // The clocks show no overlap: the old checks see nothing.
   assert.equal(findOverlaps(history, []).report.overlaps, 0);
-  assert.deepEqual(checker.tokenOrderViolations(history, [], 'lock-token-order').map((v: { check: string }) => v.check), ['lock-token-order']);
+  assert.deepEqual(
+    checker.tokenOrderViolations(history, [], 'lock-token-order').map((v: { check: string }) => v.check),
+    ['lock-token-order'],
+  );
   // Frozen from before b began until it recorded its start: a won, froze, and recorded late.
   assert.deepEqual(checker.tokenOrderViolations(history, [fault('worker-pause', 'a#1', -2600, 190)], 'lock-token-order'), []);
   // A short or zero-length freeze excuses nothing.
@@ -222,10 +245,13 @@ test('audit: an older lock token holding after a newer one is a violation (locks
   // RW: an older reader after a newer reader is fine; after a newer writer it is not.
   const rwOk = [rd('b#1', 200n, 0, 100), rd('a#1', 150n, 200, 300)];
   assert.deepEqual(checker.tokenOrderViolations(rwOk, [], 'rw-token-order', rwConflict), []);
-  assert.equal(checker.tokenOrderViolations([wr('b#1', 200n, 0, 100), rd('a#1', 150n, 200, 300)], [], 'rw-token-order', rwConflict).length, 1);
+  assert.equal(
+    checker.tokenOrderViolations([wr('b#1', 200n, 0, 100), rd('a#1', 150n, 200, 300)], [], 'rw-token-order', rwConflict).length,
+    1,
+  );
 });
 
-test('audit: a semaphore over-grant proven by the holder\'s own read right after its grant is a violation, whatever the clocks say', () => {
+test("audit: a semaphore over-grant proven by the holder's own read right after its grant is a violation, whatever the clocks say", () => {
   // Two permits; s2 (token 12) read at revision 20, right after its grant, and still found keys 10 and 11.
   const seen = [
     { key: 'sem/a', create: 10n, lease: 'a' },
@@ -237,7 +263,10 @@ test('audit: a semaphore over-grant proven by the holder\'s own read right after
   const freezes = [fault('worker-pause', 's0#1', 50, 3900), fault('worker-pause', 's1#1', 150, 3900)];
   assert.equal(findExcess(holds, 2, freezes).report.unexplained, 0);
   const over = checker.overGrantViolations([witness], 2);
-  assert.deepEqual(over.map((v: { check: string }) => v.check), ['semaphore-over-grant']);
+  assert.deepEqual(
+    over.map((v: { check: string }) => v.check),
+    ['semaphore-over-grant'],
+  );
   assert.match(over[0].detail, /s2#1 \(token 12\) held at revision 20 while 2 older key\(s\)/);
   assert.match(verdict([{ ...clean, violations: over }]).join(), /semaphore-over-grant/);
   // One older key of two permits is a rightful grant; a key without a lease (a stray) is no participant.

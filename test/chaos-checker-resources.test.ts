@@ -4,13 +4,7 @@
 // Pure: no etcd.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  checkEtcdCounter,
-  checkFencedLedger,
-  checkPermits,
-  checkRW,
-  verdict,
-} from '../chaos/checker/index.js';
+import { checkEtcdCounter, checkFencedLedger, checkPermits, checkRW, verdict } from '../chaos/checker/index.js';
 import { FencedPermits, FencedRegister, FencedRW, type PermitEntry, type RWEntry } from '../chaos/fenced-store.js';
 import { clean } from './chaos-checker-helpers.js';
 
@@ -29,7 +23,9 @@ test('fenced ledger: lost updates, repeated tokens and a miscounted ledger are v
   lost.read('b', 11n, 1); // both read 0
   lost.write('b', 11n, 1, 2, 'b/1');
   lost.write('b', 11n, 1, 3, 'b/2'); // same token again, over 1: lost update
-  const checks = checkFencedLedger(lost).violations.map((v) => v.check).sort();
+  const checks = checkFencedLedger(lost)
+    .violations.map((v) => v.check)
+    .sort();
   assert.deepEqual(checks, ['fenced-count', 'fenced-lost-update', 'fenced-token-order']);
 });
 
@@ -40,16 +36,21 @@ test('fenced ledger: a careful write that passed assertHeld() and was still refu
   ledger.write('a', 10n, 1, 2, 'a/1', true); // a's assertHeld() passed: its deadline was wrong
   const report = checkFencedLedger(ledger);
   assert.equal(report.carefulRefused, 1);
-  assert.deepEqual(report.violations.map((v) => v.check), ['careful-write-refused']);
+  assert.deepEqual(
+    report.violations.map((v) => v.check),
+    ['careful-write-refused'],
+  );
   assert.match(verdict([{ ...clean, violations: report.violations }]).join('; '), /careful-write-refused/);
 });
 
 test('etcd counter: two owners, a key written twice and a lost acknowledgement are violations', () => {
   const entry = (token: number, value: number, version = 1n) => ({ key: `ops/${token}`, value: `w:${value}`, version });
   assert.deepEqual(checkEtcdCounter(2, [entry(1, 1), entry(2, 2)], []).violations, []);
-  const bad = checkEtcdCounter(2, [entry(1, 1), entry(2, 2), entry(3, 2, 2n)], [
-    { worker: 'w', token: 4n, opKey: 'ops/4', value: 3, outcome: 'accepted' },
-  ]);
+  const bad = checkEtcdCounter(
+    2,
+    [entry(1, 1), entry(2, 2), entry(3, 2, 2n)],
+    [{ worker: 'w', token: 4n, opKey: 'ops/4', value: 3, outcome: 'accepted' }],
+  );
   assert.deepEqual(bad.violations.map((v) => v.check).sort(), ['etcd-count', 'etcd-double-apply', 'etcd-lost-ack', 'etcd-lost-update']);
 });
 
@@ -76,7 +77,10 @@ test('semaphore resource: a frozen holder pushed out by newer ones is refused; a
   // The same, but a's write came right after assertHeld() passed: its deadline was wrong, or three held.
   res.write('a', 10n, 10, 'a/2', true);
   const careful = checkPermits(res);
-  assert.deepEqual(careful.violations.map((v) => v.check), ['semaphore-careful-refused']);
+  assert.deepEqual(
+    careful.violations.map((v) => v.check),
+    ['semaphore-careful-refused'],
+  );
   assert.match(verdict([{ ...clean, violations: careful.violations }]).join(), /semaphore-careful-refused/);
 });
 
@@ -89,11 +93,17 @@ test('semaphore resource: three holders served at once by a resource of two fail
   res.write('a', 10n, 3, 'a/1');
   res.write('b', 11n, 4, 'b/1');
   res.write('c', 12n, 5, 'a/1');
-  assert.deepEqual(checkPermits(res).violations.map((v) => v.check), ['semaphore-double-apply']);
+  assert.deepEqual(
+    checkPermits(res).violations.map((v) => v.check),
+    ['semaphore-double-apply'],
+  );
   const report = checkPermits({ capacity: 2, log: res.log });
   assert.equal(report.maxAccepted, 3);
   assert.deepEqual(report.violations.map((v) => v.check).sort(), ['semaphore-double-apply', 'semaphore-fence-capacity']);
-  assert.match(report.violations.find((v) => v.check === 'semaphore-fence-capacity')!.detail, /request #2: 3 holders served at once by a resource of 2/);
+  assert.match(
+    report.violations.find((v) => v.check === 'semaphore-fence-capacity')!.detail,
+    /request #2: 3 holders served at once by a resource of 2/,
+  );
   // One at a time, judged with capacity 1: nothing.
   const serial: PermitEntry[] = [
     { seq: 0, at: 0, worker: 'a', op: 'enter', token: 1n, ok: true, value: 0 },
@@ -120,20 +130,34 @@ test('rw resource: readers share, writers increment; a stale reader or writer is
   assert.equal(res.request('w1', 'write', 'write', 30n, 10, 2, 'w1/1').ok, true);
   const report = checkRW(res);
   assert.deepEqual(report.violations, []);
-  assert.deepEqual([report.readHolds, report.writeHolds, report.writesAccepted, report.writesRefused, report.readsRefused, report.finalValue], [3, 2, 2, 1, 1, 2]);
+  assert.deepEqual(
+    [report.readHolds, report.writeHolds, report.writesAccepted, report.writesRefused, report.readsRefused, report.finalValue],
+    [3, 2, 2, 1, 1, 2],
+  );
   // A careful reader (assertHeld() passed) refused after a newer writer, and a careful writer after a newer reader.
   res.request('r2', 'read', 'read', 21n, 11, undefined, undefined, true);
   res.request('w1', 'write', 'write', 30n, 12, 3, 'w1/2', true); // fine: still the newest
   res.request('r3', 'enter', 'read', 31n, 13);
   res.request('w1', 'write', 'write', 30n, 14, 4, 'w1/3', true);
   const careful = checkRW(res);
-  assert.deepEqual(careful.violations.map((v) => v.check), ['rw-careful-refused', 'rw-careful-refused']);
+  assert.deepEqual(
+    careful.violations.map((v) => v.check),
+    ['rw-careful-refused', 'rw-careful-refused'],
+  );
   assert.match(careful.violations[0]!.detail, /read #11 by reader r2 \(token 21\) passed assertHeld\(\) but was refused: writer token 30/);
   assert.match(careful.violations[1]!.detail, /write #14 by writer w1 \(token 30\) passed assertHeld\(\) but was refused: holder token 31/);
 });
 
-test('rw resource: a write served inside another holder\'s window, a lost update and a miscount fail the run', () => {
-  const e = (seq: number, worker: string, op: RWEntry['op'], mode: RWEntry['mode'], token: bigint, value: number, before: number): RWEntry => ({
+test("rw resource: a write served inside another holder's window, a lost update and a miscount fail the run", () => {
+  const e = (
+    seq: number,
+    worker: string,
+    op: RWEntry['op'],
+    mode: RWEntry['mode'],
+    token: bigint,
+    value: number,
+    before: number,
+  ): RWEntry => ({
     seq,
     at: seq,
     worker,
@@ -147,28 +171,80 @@ test('rw resource: a write served inside another holder\'s window, a lost update
     highestWriteBefore: -1n,
   });
   // What a resource without its watermarks would accept from a writer and a reader at once.
-  const log = [e(0, 'r0', 'enter', 'read', 10n, 0, 0), e(1, 'w0', 'enter', 'write', 20n, 0, 0), e(2, 'w0', 'write', 'write', 20n, 1, 0), e(3, 'r0', 'read', 'read', 10n, 1, 1)];
+  const log = [
+    e(0, 'r0', 'enter', 'read', 10n, 0, 0),
+    e(1, 'w0', 'enter', 'write', 20n, 0, 0),
+    e(2, 'w0', 'write', 'write', 20n, 1, 0),
+    e(3, 'r0', 'read', 'read', 10n, 1, 1),
+  ];
   const report = checkRW({ log, value: 1 });
-  assert.deepEqual(report.violations.map((v) => v.check), ['rw-fence-conflict']);
-  assert.match(report.violations[0]!.detail, /writer w0 \(token 20, #1..#2\) was served inside the window of reader r0 \(token 10, #0..#3\)/);
+  assert.deepEqual(
+    report.violations.map((v) => v.check),
+    ['rw-fence-conflict'],
+  );
+  assert.match(
+    report.violations[0]!.detail,
+    /writer w0 \(token 20, #1..#2\) was served inside the window of reader r0 \(token 10, #0..#3\)/,
+  );
   // Two readers' windows may interleave.
-  const readers = [e(0, 'r0', 'enter', 'read', 10n, 0, 0), e(1, 'r1', 'enter', 'read', 11n, 0, 0), e(2, 'r0', 'read', 'read', 10n, 0, 0), e(3, 'r1', 'read', 'read', 11n, 0, 0)];
+  const readers = [
+    e(0, 'r0', 'enter', 'read', 10n, 0, 0),
+    e(1, 'r1', 'enter', 'read', 11n, 0, 0),
+    e(2, 'r0', 'read', 'read', 10n, 0, 0),
+    e(3, 'r1', 'read', 'read', 11n, 0, 0),
+  ];
   assert.deepEqual(checkRW({ log: readers, value: 0 }).violations, []);
   // Two writers that read the same value, one after the other: the second write is a lost update.
-  const lost = [e(0, 'w0', 'enter', 'write', 10n, 0, 0), e(1, 'w0', 'write', 'write', 10n, 1, 0), e(2, 'w1', 'enter', 'write', 11n, 1, 1), e(3, 'w1', 'write', 'write', 11n, 1, 1)];
-  assert.deepEqual(checkRW({ log: lost, value: 1 }).violations.map((v) => v.check).sort(), ['rw-count', 'rw-lost-update']);
+  const lost = [
+    e(0, 'w0', 'enter', 'write', 10n, 0, 0),
+    e(1, 'w0', 'write', 'write', 10n, 1, 0),
+    e(2, 'w1', 'enter', 'write', 11n, 1, 1),
+    e(3, 'w1', 'write', 'write', 11n, 1, 1),
+  ];
+  assert.deepEqual(
+    checkRW({ log: lost, value: 1 })
+      .violations.map((v) => v.check)
+      .sort(),
+    ['rw-count', 'rw-lost-update'],
+  );
 });
 
-test('PostgreSQL ledger: a value written twice, a gap, a miscount and a lost acknowledgement are violations; the shadow\'s losses are only reported', async () => {
+test("PostgreSQL ledger: a value written twice, a gap, a miscount and a lost acknowledgement are violations; the shadow's losses are only reported", async () => {
   const { checkPgLedger } = await import('../chaos/pg-ledger.js');
   const op = (opId: string, value: number, token: bigint) => ({ opId, value, token });
-  const report = (opId: string, outcome: 'committed' | 'refused' | 'failed', shadowWritten = true) => ({ worker: 'fenced-0#1', opId, token: 1n, outcome, shadowWritten });
-  const good = checkPgLedger(2, [op('a', 1, 10n), op('b', 2, 12n)], [report('a', 'committed'), report('b', 'committed'), report('c', 'refused')], 1);
+  const report = (opId: string, outcome: 'committed' | 'refused' | 'failed', shadowWritten = true) => ({
+    worker: 'fenced-0#1',
+    opId,
+    token: 1n,
+    outcome,
+    shadowWritten,
+  });
+  const good = checkPgLedger(
+    2,
+    [op('a', 1, 10n), op('b', 2, 12n)],
+    [report('a', 'committed'), report('b', 'committed'), report('c', 'refused')],
+    1,
+  );
   assert.deepEqual(good.violations, []);
   assert.deepEqual([good.committed, good.refusedByFence, good.shadowWrites, good.shadowLostUpdates], [2, 1, 3, 2]);
-  const bad = checkPgLedger(3, [op('a', 1, 10n), op('b', 1, 12n)], [report('a', 'committed'), report('d', 'committed'), report('b', 'refused')], 3);
-  assert.deepEqual(bad.violations.map((v) => v.check).sort(), ['pg-count', 'pg-gap', 'pg-gap', 'pg-lost-ack', 'pg-lost-update', 'pg-misreport']);
+  const bad = checkPgLedger(
+    3,
+    [op('a', 1, 10n), op('b', 1, 12n)],
+    [report('a', 'committed'), report('d', 'committed'), report('b', 'refused')],
+    3,
+  );
+  assert.deepEqual(bad.violations.map((v) => v.check).sort(), [
+    'pg-count',
+    'pg-gap',
+    'pg-gap',
+    'pg-lost-ack',
+    'pg-lost-update',
+    'pg-misreport',
+  ]);
   // A stale holder let through: value 3 written with an older token than value 2's.
   const stale = checkPgLedger(3, [op('a', 1, 10n), op('b', 2, 12n), op('c', 3, 11n)], [], 0);
-  assert.deepEqual(stale.violations.map((v) => v.check), ['pg-token-order']);
+  assert.deepEqual(
+    stale.violations.map((v) => v.check),
+    ['pg-token-order'],
+  );
 });

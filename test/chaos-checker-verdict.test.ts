@@ -3,9 +3,7 @@
 // Pure: no etcd.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  verdict,
-} from '../chaos/checker/index.js';
+import { verdict } from '../chaos/checker/index.js';
 import type { KeyLife } from '../chaos/revisions.js';
 import { clean, iv } from './chaos-checker-helpers.js';
 
@@ -23,20 +21,34 @@ test('verdict: unexpected errors, stuck waits, harness problems, cleanup and a h
 
 test('a hold lost to a delete of its key while its lease lived, by neither its release nor the operator, is a violation', async () => {
   const { foreignDeletes } = await import('../chaos/revisions.js');
-  const lost = (token: bigint, why = 'its key was deleted') => ({ ...iv('fenced-0#1', token, 0, 10, true), lostReason: `chaos/f/ab (token ${token}) is no longer owned: ${why}` });
+  const lost = (token: bigint, why = 'its key was deleted') => ({
+    ...iv('fenced-0#1', token, 0, 10, true),
+    lostReason: `chaos/f/ab (token ${token}) is no longer owned: ${why}`,
+  });
   const lives: KeyLife[] = [
     { key: 'chaos/f/ab', create: 20n, lease: 'ab', deleted: 25n, how: 'deleted' }, // a late unguarded release of incarnation 10
     { key: 'chaos/f/ab', create: 30n, lease: 'ab', deleted: 31n, how: 'operator-delete' },
     { key: 'chaos/f/ab', create: 40n, lease: 'ab', deleted: 41n, how: 'lease-ended' },
   ];
-  assert.deepEqual(foreignDeletes([lost(20n)], lives, 'fenced-key-deleted-by-another').map((v) => v.check), ['fenced-key-deleted-by-another']);
+  assert.deepEqual(
+    foreignDeletes([lost(20n)], lives, 'fenced-key-deleted-by-another').map((v) => v.check),
+    ['fenced-key-deleted-by-another'],
+  );
   // The operator's delete, a lease gone, a loss for another reason, a release (not lost): nothing.
-  assert.deepEqual(foreignDeletes([lost(30n), lost(40n), lost(20n, 'its session was lost (session deadline)'), { ...lost(20n), lost: false }], lives, 'x'), []);
+  assert.deepEqual(
+    foreignDeletes([lost(30n), lost(40n), lost(20n, 'its session was lost (session deadline)'), { ...lost(20n), lost: false }], lives, 'x'),
+    [],
+  );
 });
 
-test('grants judged by revision: an older key alive at the witness\'s revision fails it; one deleted by then does not', async () => {
+test("grants judged by revision: an older key alive at the witness's revision fails it; one deleted by then does not", async () => {
   const { checkGrantsByRevision } = await import('../chaos/revisions.js');
-  const life = (key: string, create: bigint, deleted?: bigint, lease = 'ab'): KeyLife => ({ key, create, lease, ...(deleted !== undefined ? { deleted, how: 'deleted' as const } : {}) });
+  const life = (key: string, create: bigint, deleted?: bigint, lease = 'ab'): KeyLife => ({
+    key,
+    create,
+    lease,
+    ...(deleted !== undefined ? { deleted, how: 'deleted' as const } : {}),
+  });
   const lives = [life('m/a', 10n, 15n), life('m/b', 12n), life('m/c', 14n, 30n), life('m/x/y', 11n), life('m/s', 9n, undefined, '0')];
   const w = (token: bigint, rev: bigint) => ({ worker: 'w', queue: 'm/', token, rev });
   // Token 14 witnessed at 20: key 12 (older, never deleted) was there: a violation. Key 10 was gone at 15.

@@ -33,19 +33,23 @@ test('etcd-logs: "failed to revoke lease ... timed out" lines become timed-out r
     '{"level":"warn","ts":"2026-12-03T08:35:45.7Z","msg":"failed to apply request","error":"lease not found"}',
     'not json: failed to revoke lease',
   ].join('\n');
-  assert.deepEqual(parseRevokeTimeouts('m0', other, (w) => w), []);
+  assert.deepEqual(
+    parseRevokeTimeouts('m0', other, (w) => w),
+    [],
+  );
 });
 
-test('leases: the run\'s two expiries, 7 s after the frozen leader woke, fail without the members\' logs', () => {
+test("leases: the run's two expiries, 7 s after the frozen leader woke, fail without the members' logs", () => {
   const r = checkLeaseExpiries(losses, [pause]);
   assert.equal(r.early, 2);
   assert.equal(r.byDeposedLeader, 0);
-  assert.deepEqual(verdict([{ name: 'loopback', violations: r.violations, unexpectedErrors: [], stuckWaits: [], problems: [], cleanupOk: true }]), [
-    'loopback: 2 lease-expired-early violation(s)',
-  ]);
+  assert.deepEqual(
+    verdict([{ name: 'loopback', violations: r.violations, unexpectedErrors: [], stuckWaits: [], problems: [], cleanupOk: true }]),
+    ['loopback: 2 lease-expired-early violation(s)'],
+  );
 });
 
-test('leases: with the frozen leader\'s timed-out revokes just before them, they are its stale batch (reported, not failed)', () => {
+test("leases: with the frozen leader's timed-out revokes just before them, they are its stale batch (reported, not failed)", () => {
   const r = checkLeaseExpiries(losses, [pause], timeouts);
   assert.equal(r.early, 2);
   assert.equal(r.byDeposedLeader, 2);
@@ -57,7 +61,7 @@ test('leases: with the frozen leader\'s timed-out revokes just before them, they
   assert.equal(atWake.byDeposedLeaderLate, 0);
 });
 
-test('leases: a timed-out revoke explains nothing unless it is the frozen leader\'s, after its wake, right before the loss', () => {
+test("leases: a timed-out revoke explains nothing unless it is the frozen leader's, after its wake, right before the loss", () => {
   const at = timeouts[0]!.at;
   const cases: [string, FaultRecord[], { member: string; at: number }[], LeaseGoneReport][] = [
     ['another member logged it', [pause], [{ member: 'm1', at }], losses[0]!],
@@ -66,9 +70,18 @@ test('leases: a timed-out revoke explains nothing unless it is the frozen leader
     ['logged before the pause ended', [pause], [{ member: 'm0', at: pause.start + 500 }], { ...losses[0]!, at: pause.start + 600 }],
     ['loss 2.5 s after it', [pause], [{ member: 'm0', at }], { ...losses[0]!, at: at + 2500 }],
     ['loss well before it', [pause], [{ member: 'm0', at }], { ...losses[0]!, at: at - 1000 }],
-    ['too long after the wake', [pause], [{ member: 'm0', at: pause.end + DEPOSED_BATCH_MS + 1000 }], { ...losses[0]!, at: pause.end + DEPOSED_BATCH_MS + 1100 }],
+    [
+      'too long after the wake',
+      [pause],
+      [{ member: 'm0', at: pause.end + DEPOSED_BATCH_MS + 1000 }],
+      { ...losses[0]!, at: pause.end + DEPOSED_BATCH_MS + 1100 },
+    ],
   ];
   for (const [why, faults, revokes, r] of cases) {
-    assert.deepEqual(checkLeaseExpiries([r], faults, revokes).violations.map((v) => v.check), ['lease-expired-early'], why);
+    assert.deepEqual(
+      checkLeaseExpiries([r], faults, revokes).violations.map((v) => v.check),
+      ['lease-expired-early'],
+      why,
+    );
   }
 });

@@ -20,7 +20,9 @@ const op = (client: number, call: number, ret: number, o: LinearOp['op'], value:
   ...extra,
 });
 
-test('porcupine: a guarded counter and a fenced register are linearizable; two owners at once, or an older token accepted, are not', { timeout: 300_000 }, async () => {
+test('porcupine: a guarded counter and a fenced register are linearizable; two owners at once, or an older token accepted, are not', {
+  timeout: 300_000,
+}, async () => {
   const dir = await mkdtemp(join(tmpdir(), 'chaos-porcupine-test-'));
   try {
     // One owner after the other: read 0, inc to 1; read 1, inc to 2 (the second inc never returned).

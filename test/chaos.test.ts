@@ -104,21 +104,41 @@ test('ciGaps: a run without netns, a leader pause, a trapped ghost or an operato
     fault('lease-revoke', 'rwlock-1#1 (holding 99)', 20, 'chaos/x/rwlock/write/abd at revision 101'),
   ];
   const phase = (faultLog: typeof full) =>
-    ({ name: 'p', faultLog, pgLedger: { committed: 5, violations: [] }, porcupine: [{ name: 'c', result: 'Ok' }, { name: 'l', result: 'Ok' }] }) as unknown as ChaosResult['phases'][number];
+    ({
+      name: 'p',
+      faultLog,
+      pgLedger: { committed: 5, violations: [] },
+      porcupine: [
+        { name: 'c', result: 'Ok' },
+        { name: 'l', result: 'Ok' },
+      ],
+    }) as unknown as ChaosResult['phases'][number];
   assert.deepEqual(ciGaps({ netns: 'used', phases: [phase(full)] }), []);
-  assert.deepEqual(ciGaps({ netns: 'unavailable (no CAP_NET_ADMIN)', phases: [phase(full)] }), ['network namespaces not used: unavailable (no CAP_NET_ADMIN)']);
-  assert.deepEqual(ciGaps({ netns: 'used', phases: [phase([{ ...full[0]!, target: 'm1' }, ...full.slice(1)])] }), ['no pause of the Raft leader']);
-  assert.deepEqual(ciGaps({ netns: 'used', phases: [phase([full[0]!, { ...full[1]!, ms: 0 }, ...full.slice(2)])] }), ['no ghost-pause trapped a holder']);
-  assert.deepEqual(ciGaps({ netns: 'used', phases: [phase([...full.slice(0, 2), { ...full[2]!, note: 'no request while holding within 3 s' }, full[3]!])] }), [
-    "no key-delete took a holder's key",
+  assert.deepEqual(ciGaps({ netns: 'unavailable (no CAP_NET_ADMIN)', phases: [phase(full)] }), [
+    'network namespaces not used: unavailable (no CAP_NET_ADMIN)',
   ]);
+  assert.deepEqual(ciGaps({ netns: 'used', phases: [phase([{ ...full[0]!, target: 'm1' }, ...full.slice(1)])] }), [
+    'no pause of the Raft leader',
+  ]);
+  assert.deepEqual(ciGaps({ netns: 'used', phases: [phase([full[0]!, { ...full[1]!, ms: 0 }, ...full.slice(2)])] }), [
+    'no ghost-pause trapped a holder',
+  ]);
+  assert.deepEqual(
+    ciGaps({
+      netns: 'used',
+      phases: [phase([...full.slice(0, 2), { ...full[2]!, note: 'no request while holding within 3 s' }, full[3]!])],
+    }),
+    ["no key-delete took a holder's key"],
+  );
   assert.deepEqual(ciGaps({ netns: 'used', phases: [{ ...phase(full), pgLedger: null, porcupine: [] }] }), [
     'p: no increment committed through PostgresFence',
     'p: Porcupine did not check both histories',
   ]);
 });
 
-test('chaos --quick: no violation, overlap, early expiry, unexpected error or stuck wait, and a clean cluster afterwards', { timeout: 6 * 60_000 }, async () => {
+test('chaos --quick: no violation, overlap, early expiry, unexpected error or stuck wait, and a clean cluster afterwards', {
+  timeout: 6 * 60_000,
+}, async () => {
   const dir = await mkdtemp(join(tmpdir(), 'etcd-concurrency-chaos-test-'));
   const json = join(dir, 'result.json');
   try {
@@ -164,10 +184,19 @@ test('chaos --quick: no violation, overlap, early expiry, unexpected error or st
       assert.ok(p.operations.cycles > 50, `${p.name}: only ${p.operations.cycles} cycles; ${context}`);
       // Every workload ran, so each verdict had something to judge.
       const ops = p.operations;
-      assert.ok(ops.fencedAcquisitions > 0 && ops.unfencedHolds > 0 && ops.electionTerms > 0, `${p.name}: a workload did nothing; ${context}`);
-      assert.ok(ops.semaphoreHolds > 0 && ops.rwReadHolds > 0 && ops.rwWriteHolds > 0, `${p.name}: the semaphore or RW lock workload did nothing; ${context}`);
+      assert.ok(
+        ops.fencedAcquisitions > 0 && ops.unfencedHolds > 0 && ops.electionTerms > 0,
+        `${p.name}: a workload did nothing; ${context}`,
+      );
+      assert.ok(
+        ops.semaphoreHolds > 0 && ops.rwReadHolds > 0 && ops.rwWriteHolds > 0,
+        `${p.name}: the semaphore or RW lock workload did nothing; ${context}`,
+      );
       const r = p.recipes;
-      assert.ok(r.barrier.passes > 0 && r.dbarrier.enters > 0 && r.dbarrier.leaves > 0 && r.multilock.grants > 0, `${p.name}: a recipe workload judged nothing; ${context}`);
+      assert.ok(
+        r.barrier.passes > 0 && r.dbarrier.enters > 0 && r.dbarrier.leaves > 0 && r.multilock.grants > 0,
+        `${p.name}: a recipe workload judged nothing; ${context}`,
+      );
       assert.deepEqual(p.violations, [], context);
       assert.deepEqual(p.unexpectedErrors, [], context);
       assert.deepEqual(p.stuckWaits, [], context);

@@ -74,7 +74,9 @@ describe('safetyMarginMs', () => {
     }
   });
 
-  it('a custom margin moves the moment the signal fires: it aborts the margin before the server could expire the lease', { timeout: 30_000 }, async () => {
+  it('a custom margin moves the moment the signal fires: it aborts the margin before the server could expire the lease', {
+    timeout: 30_000,
+  }, async () => {
     const proxy = await startProxy(etcd.endpoints[0]!);
     const far = new Client({ endpoints: [proxy.endpoint] });
     try {
@@ -85,7 +87,10 @@ describe('safetyMarginMs', () => {
       const waited = performance.now() - t0;
       // Lost about TTL - margin (2 s) after the grant was sent: the lease has about 3 s left.
       const onServer = await client.leaseTimeToLive(s.leaseId);
-      assert.ok(onServer.ttl >= 2, `the margin left the lease ~3 s on the server, got ${onServer.ttl} s (lost after ${Math.round(waited)} ms)`);
+      assert.ok(
+        onServer.ttl >= 2,
+        `the margin left the lease ~3 s on the server, got ${onServer.ttl} s (lost after ${Math.round(waited)} ms)`,
+      );
       await client.leaseRevoke(s.leaseId);
     } finally {
       proxy.blackhole(false);
@@ -110,14 +115,21 @@ describe('loss is final', () => {
       await far.get('after-heal');
       assert.equal(s.signal.aborted, true);
       assert.equal(s.signal.reason, reason, 'the same loss, not a new state');
-      assert.throws(() => s.assertAlive(), (e) => e === reason);
+      assert.throws(
+        () => s.assertAlive(),
+        (e) => e === reason,
+      );
       assert.equal(s.remainingMs(), 0);
       // The lease runs out on the server: nobody renews it. (Renewals the black hole held back may
       // land at the heal and extend it once; a client still renewing would keep it forever.)
       const left = (await client.leaseTimeToLive(s.leaseId)).ttl;
-      await waitFor(async () => (await client.leaseTimeToLive(s.leaseId)).ttl === -1, `the lease to expire unrenewed within its ${left} s`, {
-        limitMs: (left + 2) * 1000,
-      });
+      await waitFor(
+        async () => (await client.leaseTimeToLive(s.leaseId)).ttl === -1,
+        `the lease to expire unrenewed within its ${left} s`,
+        {
+          limitMs: (left + 2) * 1000,
+        },
+      );
       await s.close(); // tries a revoke (ignores failure): nothing is left
     } finally {
       proxy.blackhole(false);

@@ -99,7 +99,9 @@ describe('dev', () => {
     }
   });
 
-  test('--members 3: three members of one cluster, every one listed; the CLI works with one down; all stop on SIGTERM', { skip: !hasProc && 'needs /proc to find a member\'s pid: `dev` does not print them' }, async () => {
+  test('--members 3: three members of one cluster, every one listed; the CLI works with one down; all stop on SIGTERM', {
+    skip: !hasProc && "needs /proc to find a member's pid: `dev` does not print them",
+  }, async () => {
     const dev = start(['dev', '--members', '3', '--json']);
     let dataDir: string | undefined;
     try {
@@ -132,7 +134,10 @@ describe('dev', () => {
       const m0 = memberPid(path.join(doc.dataDir, 'm0'));
       process.kill(m0, 'SIGKILL');
       await waitFor(() => !alive(m0), 'the first member to die');
-      const failover = await run(['lock', 'dev-check', '--dial-timeout', '1s', '--', ...nodeCmd('console.log(process.env.ETCD_LOCK_REV)')], env);
+      const failover = await run(
+        ['lock', 'dev-check', '--dial-timeout', '1s', '--', ...nodeCmd('console.log(process.env.ETCD_LOCK_REV)')],
+        env,
+      );
       assert.equal(failover.code, 0, failover.stderr);
       assert.match(failover.stdout, /^\d+\n$/);
       dev.signal('SIGTERM');

@@ -5,9 +5,20 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
-import { Client } from '../src/index.js';
+import type { Client } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, hasEtcdctl, hasOpenssl, assertOneErrorLine, etcdForCliFile, runCli as start, runCliToEnd as run, spawnEtcdctl, waitFor, testCerts } from './helpers.js';
+import {
+  assertNoKeys,
+  hasEtcdctl,
+  hasOpenssl,
+  assertOneErrorLine,
+  etcdForCliFile,
+  runCli as start,
+  runCliToEnd as run,
+  spawnEtcdctl,
+  waitFor,
+  testCerts,
+} from './helpers.js';
 
 const ROOT = 'test/cli-etcdctl/';
 
@@ -77,7 +88,7 @@ describe('etcdctl interop', { skip: !hasEtcdctl() && 'etcdctl is not installed' 
     await revokeEtcdctlLeases([leaseOf(ourKey)]);
   });
 
-  test('etcdctl elect --listen sees our leader; our inspect and --listen see etcdctl\'s', async () => {
+  test("etcdctl elect --listen sees our leader; our inspect and --listen see etcdctl's", async () => {
     const name = fresh('interop-elect');
     const ctlListen = spawnEtcdctl(endpoint, ['elect', '--listen', name]);
     const ours = start(['elect', name, 'from-cli', '--endpoints', endpoint]);
@@ -93,7 +104,9 @@ describe('etcdctl interop', { skip: !hasEtcdctl() && 'etcdctl is not installed' 
     const ctl = spawnEtcdctl(endpoint, ['elect', name, 'from-etcdctl']);
     const ctlKey = await ctl.line(new RegExp(`^${name}/`));
     assert.match(await listen.next(/./), new RegExp(`^leader key=${ctlKey} term=\\d+ lease=[0-9a-f]+ value=from-etcdctl$`));
-    const j = JSON.parse((await run(['inspect', name, '--endpoints', endpoint, '--json'])).stdout) as { owner: { key: string; value: string } };
+    const j = JSON.parse((await run(['inspect', name, '--endpoints', endpoint, '--json'])).stdout) as {
+      owner: { key: string; value: string };
+    };
     assert.deepEqual({ key: j.owner.key, value: j.owner.value }, { key: ctlKey, value: 'from-etcdctl' });
     await ctl.kill();
     assert.equal(await listen.next(/./), 'no leader');
@@ -117,8 +130,14 @@ describe('TLS and auth flags', { skip: !(hasOpenssl() && hasEtcdctl()) && 'needs
     secure = await startEtcd({ members: 1, tls: certs.etcdTls });
     url = secure.clientUrls[0]!;
     const tlsArgs = [`--cacert=${file('ca.pem')}`, `--cert=${file('node.pem')}`, `--key=${file('node.key')}`];
-    for (const args of [['user', 'add', 'root:s3cret-pw'], ['auth', 'enable']]) {
-      const r = spawnSync('etcdctl', [`--endpoints=${url}`, ...tlsArgs, ...args], { env: { ...process.env, ETCDCTL_API: '3' }, encoding: 'utf8' });
+    for (const args of [
+      ['user', 'add', 'root:s3cret-pw'],
+      ['auth', 'enable'],
+    ]) {
+      const r = spawnSync('etcdctl', [`--endpoints=${url}`, ...tlsArgs, ...args], {
+        env: { ...process.env, ETCDCTL_API: '3' },
+        encoding: 'utf8',
+      });
       assert.equal(r.status, 0, r.stderr);
     }
   });
@@ -165,12 +184,9 @@ describe('TLS and auth flags', { skip: !(hasOpenssl() && hasEtcdctl()) && 'needs
     assertOneErrorLine(half.stderr, /--cert and --key together/);
   });
 
-  test(
-    'a server that requires a client certificate, reached without one, is diagnosed as such',
-    async () => {
-      const r = await run(['inspect', 'tls/n', '--endpoints', url, '--cacert', file('ca.pem')]);
-      assert.equal(r.code, 1);
-      assert.match(r.stderr, /client certificate/);
-    },
-  );
+  test('a server that requires a client certificate, reached without one, is diagnosed as such', async () => {
+    const r = await run(['inspect', 'tls/n', '--endpoints', url, '--cacert', file('ca.pem')]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /client certificate/);
+  });
 });

@@ -4,7 +4,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Mutex, Session, type Client } from '../src/index.js';
-import { type EtcdCluster } from '../src/testing/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
 import { assertOneErrorLine, etcdForCliFile, runCli, runCliToEnd } from './helpers.js';
 
 let etcd: EtcdCluster;
@@ -16,7 +16,10 @@ describe('mistyped and misplaced options', () => {
   test("a command's own option without `--` says where `--` goes", async () => {
     const r = await runCliToEnd([...ep(), 'lock', 'x', 'ls', '-l']);
     assert.equal(r.code, 2);
-    assertOneErrorLine(r.stderr, /unknown option -l; if it is meant for the command to run, put -- before the command: lock <name> \[options\] -- <command> -l/);
+    assertOneErrorLine(
+      r.stderr,
+      /unknown option -l; if it is meant for the command to run, put -- before the command: lock <name> \[options\] -- <command> -l/,
+    );
   });
 
   test('a mistyped flag gets "did you mean"', async () => {

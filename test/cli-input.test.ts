@@ -107,7 +107,7 @@ describe('options a command does not take are refused, not ignored', () => {
   });
 });
 
-describe('TTL below etcd\'s minimum', () => {
+describe("TTL below etcd's minimum", () => {
   test('`--ttl 1` is refused (etcd would silently grant 2 s), for lock and elect', async () => {
     await Promise.all([
       rejects(['lock', 'x', '--ttl', '1'], /--ttl 1 is below etcd's minimum lease TTL.*use --ttl 2 or more/),

@@ -2,7 +2,7 @@
 // `npm run build` first. Every wait is on a child's output line, its exit, or etcd state.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client } from '../src/index.js';
+import type { Client } from '../src/index.js';
 import { assertNoKeys, assertOneErrorLine, etcdForCliFile, runCli as start, runCliToEnd as run, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/cli-inspect/';
@@ -59,7 +59,10 @@ describe('inspect', () => {
     assert.match(lines[0]!, new RegExp(`^${name}: owned by ${keys[0]}, 2 waiting`));
     // Each lock carries its holder's label (default <hostname>:<pid>) as its value.
     assert.match(lines[1]!, /^ROLE\s+KEY\s+LEASE\s+TTL\s+TOKEN\s+AGE\s+VALUE$/);
-    assert.match(lines[2]!, new RegExp(`^owner\\s+${keys[0]}\\s+[0-9a-f]+\\s+\\d+s/20s\\s+${doc.owner.token}\\s+\\d+ revs?\\s+\\S+:${holder.child.pid}$`));
+    assert.match(
+      lines[2]!,
+      new RegExp(`^owner\\s+${keys[0]}\\s+[0-9a-f]+\\s+\\d+s/20s\\s+${doc.owner.token}\\s+\\d+ revs?\\s+\\S+:${holder.child.pid}$`),
+    );
     assert.match(lines[3]!, new RegExp(`^#1\\s+${keys[1]}\\s`));
     assert.match(lines[4]!, new RegExp(`^#2\\s+${keys[2]}\\s`));
 

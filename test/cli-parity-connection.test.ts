@@ -26,7 +26,7 @@ const fresh = (scope: string): string => `${prefix(scope)}n`;
 const esc = (s: string): string => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
 
 describe('etcdctl connection flags and ETCDCTL_* variables', () => {
-  test('a flag and its variable together are refused (etcdctl\'s rule); unknown and unsupported variables warn', async () => {
+  test("a flag and its variable together are refused (etcdctl's rule); unknown and unsupported variables warn", async () => {
     const both = await run(['inspect', 'x', '--endpoints', endpoint], { ETCDCTL_ENDPOINTS: endpoint });
     assert.equal(both.code, 2);
     assertOneErrorLine(both.stderr, /--endpoints and ETCDCTL_ENDPOINTS are both set; unset the variable or drop the flag/);
@@ -40,7 +40,10 @@ describe('etcdctl connection flags and ETCDCTL_* variables', () => {
       'etcd-concurrency: unrecognized environment variable ETCDCTL_NOT_A_FLAG ignored',
       "etcd-concurrency: ETCDCTL_WRITE_OUT ignored: etcd-concurrency has no equivalent of etcdctl's --write-out (use --json where a command has it)",
     ]);
-    const keep = await run(['inspect', `${ROOT}nothing`, '--keepalive-time', '20s'], { ETCDCTL_ENDPOINTS: endpoint, ETCDCTL_KEEPALIVE_TIMEOUT: '5s' });
+    const keep = await run(['inspect', `${ROOT}nothing`, '--keepalive-time', '20s'], {
+      ETCDCTL_ENDPOINTS: endpoint,
+      ETCDCTL_KEEPALIVE_TIMEOUT: '5s',
+    });
     assert.equal(keep.code, 0, keep.stderr);
     assert.equal(keep.stderr, '', 'both applied, nothing to warn about');
     const zero = await run(['inspect', `${ROOT}nothing`, '--keepalive-time', '0s'], { ETCDCTL_ENDPOINTS: endpoint });
@@ -51,7 +54,10 @@ describe('etcdctl connection flags and ETCDCTL_* variables', () => {
   });
 
   test('--insecure-transport=false (or ETCDCTL_INSECURE_TRANSPORT=false) speaks TLS even to host:port', async () => {
-    for (const [args, env] of [[['--insecure-transport=false'], {}], [[], { ETCDCTL_INSECURE_TRANSPORT: 'false' }]] as const) {
+    for (const [args, env] of [
+      [['--insecure-transport=false'], {}],
+      [[], { ETCDCTL_INSECURE_TRANSPORT: 'false' }],
+    ] as const) {
       const r = await run(['inspect', `${ROOT}nothing`, '--endpoints', endpoint, ...args], env);
       // A plaintext etcd cannot answer a TLS handshake: the command fails instead of connecting.
       assert.equal(r.code, 1, `${JSON.stringify(env)}: ${r.stderr}`);
@@ -65,7 +71,10 @@ describe('etcdctl connection flags and ETCDCTL_* variables', () => {
     const own = await startEtcd({ members: 1 });
     try {
       own.pause(0);
-      for (const [args, env] of [[['--endpoints', own.endpoints[0]!, '--command-timeout', '300ms'], {}], [[], { ETCDCTL_ENDPOINTS: own.endpoints[0]!, ETCDCTL_COMMAND_TIMEOUT: '300ms' }]] as const) {
+      for (const [args, env] of [
+        [['--endpoints', own.endpoints[0]!, '--command-timeout', '300ms'], {}],
+        [[], { ETCDCTL_ENDPOINTS: own.endpoints[0]!, ETCDCTL_COMMAND_TIMEOUT: '300ms' }],
+      ] as const) {
         // --dial-timeout 60s: only the command timeout can end this before the hang guard.
         const p = start(['inspect', 'x', '--dial-timeout', '60s', ...args], { env });
         const code = await Promise.race([p.exited, delay(15_000, 'hang')]);
@@ -106,11 +115,18 @@ describe('etcdctl connection flags and ETCDCTL_* variables', () => {
         extraArgs: [`--auth-token=jwt,pub-key=${file('jwt.pub')},priv-key=${file('jwt.key')},sign-method=RS256,ttl=10m`],
       });
       url = secure.clientUrls[0]!;
-      for (const args of [['user', 'add', 'root:s3cret-pw'], ['auth', 'enable']]) {
-        const r = spawnSync('etcdctl', [`--endpoints=${url}`, `--cacert=${file('ca.pem')}`, `--cert=${file('node.pem')}`, `--key=${file('node.key')}`, ...args], {
-          env: { ...process.env, ETCDCTL_API: '3' },
-          encoding: 'utf8',
-        });
+      for (const args of [
+        ['user', 'add', 'root:s3cret-pw'],
+        ['auth', 'enable'],
+      ]) {
+        const r = spawnSync(
+          'etcdctl',
+          [`--endpoints=${url}`, `--cacert=${file('ca.pem')}`, `--cert=${file('node.pem')}`, `--key=${file('node.key')}`, ...args],
+          {
+            env: { ...process.env, ETCDCTL_API: '3' },
+            encoding: 'utf8',
+          },
+        );
         assert.equal(r.status, 0, r.stderr);
       }
       // The DNS server: SRV answers from `srv`, NXDOMAIN for anything else; every question is logged.
@@ -135,7 +151,11 @@ describe('etcdctl connection flags and ETCDCTL_* variables', () => {
 
     /** A token etcd issued for root (a JWT with --auth-token jwt). */
     async function issuedToken(): Promise<string> {
-      const c = new Client({ endpoints: [url], tls: { ca: readFileSync(file('ca.pem')), cert: readFileSync(file('node.pem')), key: readFileSync(file('node.key')) }, auth: { username: 'root', password: 's3cret-pw' } });
+      const c = new Client({
+        endpoints: [url],
+        tls: { ca: readFileSync(file('ca.pem')), cert: readFileSync(file('node.pem')), key: readFileSync(file('node.key')) },
+        auth: { username: 'root', password: 's3cret-pw' },
+      });
       try {
         const t = await c.conn.tokens!.token();
         assert.ok(t, 'no token');
@@ -147,7 +167,23 @@ describe('etcdctl connection flags and ETCDCTL_* variables', () => {
 
     test('every TLS and auth flag works as a flag and as its ETCDCTL_* variable', async () => {
       const name = fresh('tls');
-      const viaFlags = await run(['lock', name, '--endpoints', url, ...tls(), '--user', 'root', '--password', 's3cret-pw', '--dial-timeout', '5s', '--command-timeout', '20s', '--', 'true']);
+      const viaFlags = await run([
+        'lock',
+        name,
+        '--endpoints',
+        url,
+        ...tls(),
+        '--user',
+        'root',
+        '--password',
+        's3cret-pw',
+        '--dial-timeout',
+        '5s',
+        '--command-timeout',
+        '20s',
+        '--',
+        'true',
+      ]);
       assert.equal(viaFlags.code, 0, viaFlags.stderr);
       assert.equal(viaFlags.stderr, '');
       const env = {
@@ -187,7 +223,18 @@ describe('etcdctl connection flags and ETCDCTL_* variables', () => {
     });
 
     test('--insecure-skip-tls-verify connects to a server whose CA we were not given, with a warning; without it the server is refused', async () => {
-      const args = ['inspect', `${ROOT}skip`, '--endpoints', url, '--cert', file('node.pem'), '--key', file('node.key'), '--user', 'root:s3cret-pw'];
+      const args = [
+        'inspect',
+        `${ROOT}skip`,
+        '--endpoints',
+        url,
+        '--cert',
+        file('node.pem'),
+        '--key',
+        file('node.key'),
+        '--user',
+        'root:s3cret-pw',
+      ];
       const refused = await run(args);
       assert.equal(refused.code, 1, 'unverified server refused without the flag');
       const r = await run([...args, '--insecure-skip-tls-verify']);
@@ -210,7 +257,10 @@ describe('etcdctl connection flags and ETCDCTL_* variables', () => {
 
       const secureRun = await run(['inspect', `${ROOT}srv`, '--discovery-srv', 'secure.test', ...auth, '--json'], env);
       assert.equal(secureRun.code, 0, secureRun.stderr);
-      assert.ok(queries.includes('_etcd-client-ssl._tcp.secure.test') && queries.includes('_etcd-client._tcp.secure.test'), queries.join(' '));
+      assert.ok(
+        queries.includes('_etcd-client-ssl._tcp.secure.test') && queries.includes('_etcd-client._tcp.secure.test'),
+        queries.join(' '),
+      );
 
       const plainRun = await run(['inspect', `${ROOT}srv`, '--json'], { ...env, ETCDCTL_DISCOVERY_SRV: 'plain.test' });
       assert.equal(plainRun.code, 0, plainRun.stderr);
@@ -231,7 +281,10 @@ describe('etcdctl connection flags and ETCDCTL_* variables', () => {
 
       const missing = await run(['inspect', `${ROOT}srv`, '--discovery-srv', 'nowhere.test'], env);
       assert.equal(missing.code, 1);
-      assertOneErrorLine(missing.stderr, /--discovery-srv nowhere\.test: no etcd endpoints in DNS \(_etcd-client-ssl\._tcp\.nowhere\.test: ENOTFOUND; _etcd-client\._tcp\.nowhere\.test: ENOTFOUND\)/);
+      assertOneErrorLine(
+        missing.stderr,
+        /--discovery-srv nowhere\.test: no etcd endpoints in DNS \(_etcd-client-ssl\._tcp\.nowhere\.test: ENOTFOUND; _etcd-client\._tcp\.nowhere\.test: ENOTFOUND\)/,
+      );
 
       // A lock through discovery, end to end.
       const name = fresh('srv-lock');
@@ -255,7 +308,10 @@ function readName(msg: Buffer, offset: number): { name: string; end: number } {
 }
 
 function encodeName(name: string): Buffer {
-  return Buffer.concat([...name.split('.').map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l, 'latin1')])), Buffer.from([0])]);
+  return Buffer.concat([
+    ...name.split('.').map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l, 'latin1')])),
+    Buffer.from([0]),
+  ]);
 }
 
 /** The answer to `query` (its question ends at `questionEnd`): SRV records, or NXDOMAIN when there are none. */

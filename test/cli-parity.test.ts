@@ -9,8 +9,18 @@ import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, symlink } from 'node:fs/promises';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
-import { Client } from '../src/index.js';
-import { assertNoKeys, hasEtcdctl, assertOneErrorLine, etcdForCliFile, runCli as start, runCliToEnd as run, spawnEtcdctl, waitFor, type CliProc } from './helpers.js';
+import type { Client } from '../src/index.js';
+import {
+  assertNoKeys,
+  hasEtcdctl,
+  assertOneErrorLine,
+  etcdForCliFile,
+  runCli as start,
+  runCliToEnd as run,
+  spawnEtcdctl,
+  waitFor,
+  type CliProc,
+} from './helpers.js';
 
 const ROOT = 'test/cli-parity/';
 
@@ -24,7 +34,9 @@ const fresh = (scope: string): string => `${prefix(scope)}n`;
 /** The participant keys of `name` with their values, oldest first. */
 async function keysOf(name: string): Promise<{ key: string; value: string }[]> {
   const r = await client.getPrefix(`${name}/`);
-  return r.kvs.sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1)).map((kv) => ({ key: kv.key.toString(), value: kv.value.toString() }));
+  return r.kvs
+    .sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1))
+    .map((kv) => ({ key: kv.key.toString(), value: kv.value.toString() }));
 }
 
 const esc = (s: string): string => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
@@ -63,8 +75,15 @@ describe('try once, and the exit code on conflict', () => {
       const r = await run(['lock', name, '--endpoints', endpoint, ...flags, '--', 'echo', 'ran']);
       assert.equal(r.code, 4, `${flags.join(' ')}: ${r.stderr}`);
       assert.equal(r.stdout, '', 'the command must not run');
-      assertOneErrorLine(r.stderr, new RegExp(`lock ${esc(name)} is taken \\(held by ${esc(h.key)} batch-host:42, token \\d+\\); not waiting`));
-      assert.deepEqual((await keysOf(name)).map((k) => k.key), [h.key], 'the try left its key behind');
+      assertOneErrorLine(
+        r.stderr,
+        new RegExp(`lock ${esc(name)} is taken \\(held by ${esc(h.key)} batch-host:42, token \\d+\\); not waiting`),
+      );
+      assert.deepEqual(
+        (await keysOf(name)).map((k) => k.key),
+        [h.key],
+        'the try left its key behind',
+      );
     }
     await release(h);
     // Free: it runs the command at once.
@@ -80,11 +99,26 @@ describe('try once, and the exit code on conflict', () => {
     const tried = await run(['lock', name, '--endpoints', endpoint, '--try', '--conflict-exit-code', '75', '--', 'true']);
     assert.equal(tried.code, 75, tried.stderr);
     assertOneErrorLine(tried.stderr, /is taken \(held by/);
-    const timed = await run(['lock', name, '--endpoints', endpoint, '--timeout', '200ms', '--conflict-exit-code', '0', '--', 'echo', 'ran']);
+    const timed = await run([
+      'lock',
+      name,
+      '--endpoints',
+      endpoint,
+      '--timeout',
+      '200ms',
+      '--conflict-exit-code',
+      '0',
+      '--',
+      'echo',
+      'ran',
+    ]);
     assert.equal(timed.code, 0, timed.stderr);
     assert.equal(timed.stdout, '');
     assertOneErrorLine(timed.stderr, new RegExp(`timed out after 200ms waiting for lock ${esc(name)} \\(held by ${esc(h.key)}`));
-    assert.deepEqual((await keysOf(name)).map((k) => k.key), [h.key]);
+    assert.deepEqual(
+      (await keysOf(name)).map((k) => k.key),
+      [h.key],
+    );
     await release(h);
     await assertNoKeys(client, `${name}/`);
   });
@@ -103,7 +137,10 @@ describe('try once, and the exit code on conflict', () => {
     // Readers share: a second reader's --try succeeds.
     const r3 = await run(['lock', rw, '--endpoints', endpoint, '--read', '--try', '--', 'true']);
     assert.equal(r3.code, 0, r3.stderr);
-    assert.deepEqual((await keysOf(rw)).map((k) => k.key), [reader.key]);
+    assert.deepEqual(
+      (await keysOf(rw)).map((k) => k.key),
+      [reader.key],
+    );
     await release(s);
     await release(reader);
     await assertNoKeys(client, `${sem}/`);
@@ -132,12 +169,18 @@ describe('holder labels', () => {
     const a = await holder(name);
     const b = start(['lock', name, '--endpoints', endpoint, '--label', 'deploy by ann', '--', 'true']);
     await waitFor(async () => (await keysOf(name)).length === 2, 'the second to queue');
-    assert.deepEqual((await keysOf(name)).map((k) => k.value), [`${hostname()}:${a.p.child.pid}`, 'deploy by ann']);
+    assert.deepEqual(
+      (await keysOf(name)).map((k) => k.value),
+      [`${hostname()}:${a.p.child.pid}`, 'deploy by ann'],
+    );
     const plain = await run(['inspect', name, '--endpoints', endpoint]);
     assert.match(plain.stdout, /\bVALUE\b/);
     assert.match(plain.stdout, new RegExp(`^owner .*${esc(`${hostname()}:${a.p.child.pid}`)}$`, 'm'));
     assert.match(plain.stdout, /^#1 .*"deploy by ann"$/m);
-    const j = JSON.parse((await run(['inspect', name, '--endpoints', endpoint, '--json'])).stdout) as { owner: { label: string }; waiting: { label: string }[] };
+    const j = JSON.parse((await run(['inspect', name, '--endpoints', endpoint, '--json'])).stdout) as {
+      owner: { label: string };
+      waiting: { label: string }[];
+    };
     assert.equal(j.owner.label, `${hostname()}:${a.p.child.pid}`);
     assert.equal(j.waiting[0]!.label, 'deploy by ann');
     await release(a);
@@ -153,11 +196,21 @@ describe('holder labels', () => {
     const name = fresh('label-sem');
     const a = await holder(name, ['--limit', '2', '--label', 'worker-a']);
     const b = await holder(name, ['--limit', '2']);
-    assert.deepEqual((await keysOf(name)).map((k) => k.value), ['2 worker-a', `2 ${hostname()}:${b.p.child.pid}`]);
-    const j = JSON.parse((await run(['inspect', name, '--endpoints', endpoint, '--json'])).stdout) as { kind: string; permits: number; holders: { label: string }[] };
+    assert.deepEqual(
+      (await keysOf(name)).map((k) => k.value),
+      ['2 worker-a', `2 ${hostname()}:${b.p.child.pid}`],
+    );
+    const j = JSON.parse((await run(['inspect', name, '--endpoints', endpoint, '--json'])).stdout) as {
+      kind: string;
+      permits: number;
+      holders: { label: string }[];
+    };
     assert.equal(j.kind, 'semaphore');
     assert.equal(j.permits, 2);
-    assert.deepEqual(j.holders.map((p) => p.label), ['worker-a', `${hostname()}:${b.p.child.pid}`]);
+    assert.deepEqual(
+      j.holders.map((p) => p.label),
+      ['worker-a', `${hostname()}:${b.p.child.pid}`],
+    );
     const plain = await run(['inspect', name, '--endpoints', endpoint]);
     assert.match(plain.stdout, /semaphore, 2 of 2 permits held/);
     assert.match(plain.stdout, /^permit .* worker-a$/m);
@@ -169,18 +222,27 @@ describe('holder labels', () => {
     await assertNoKeys(client, `${name}/`);
   });
 
-  test('etcdctl lock and a labelled holder exclude each other both ways', { skip: !hasEtcdctl() && 'etcdctl is not installed' }, async () => {
+  test('etcdctl lock and a labelled holder exclude each other both ways', {
+    skip: !hasEtcdctl() && 'etcdctl is not installed',
+  }, async () => {
     const name = fresh('label-etcdctl');
     const ours = await holder(name, ['--label', 'ours']);
     const ctl = spawnEtcdctl(endpoint, ['lock', name]);
     await waitFor(async () => (await keysOf(name)).length === 2, 'etcdctl to queue');
-    assert.deepEqual((await keysOf(name)).map((k) => k.value), ['ours', ''], 'etcdctl writes an empty value, ours a label');
+    assert.deepEqual(
+      (await keysOf(name)).map((k) => k.value),
+      ['ours', ''],
+      'etcdctl writes an empty value, ours a label',
+    );
     assert.equal(ctl.stdout(), '', 'etcdctl must not get the lock while we hold it');
     await release(ours);
     const ctlKey = await ctl.line(new RegExp(`^${esc(name)}/`));
     const waiter = start(['lock', name, '--endpoints', endpoint, '--label', 'second', '--', 'sh', '-c', 'echo "ran $ETCD_LOCK_KEY"']);
     await waitFor(async () => (await keysOf(name)).length === 2, 'ours to queue');
-    assert.deepEqual(await keysOf(name), [{ key: ctlKey, value: '' }, { key: (await keysOf(name))[1]!.key, value: 'second' }]);
+    assert.deepEqual(await keysOf(name), [
+      { key: ctlKey, value: '' },
+      { key: (await keysOf(name))[1]!.key, value: 'second' },
+    ]);
     assert.equal(waiter.stdout(), '', 'ours must not run while etcdctl holds');
     await ctl.kill();
     await waiter.next(/^ran /);
@@ -211,7 +273,16 @@ describe('the process group', () => {
 
   test('lock lost: a grandchild that ignores SIGTERM is SIGKILLed after --kill-grace, before we exit', async () => {
     const name = fresh('group-kill');
-    const p = start(['lock', name, '--endpoints', endpoint, '--kill-grace', '1s', '-c', script(`sh -c 'trap "" TERM; echo armed; while :; do sleep 1; done'`)]);
+    const p = start([
+      'lock',
+      name,
+      '--endpoints',
+      endpoint,
+      '--kill-grace',
+      '1s',
+      '-c',
+      script(`sh -c 'trap "" TERM; echo armed; while :; do sleep 1; done'`),
+    ]);
     // Two shells print these, in either order: take both lines as they come.
     const lines = [await p.next(/^(grandchild \d+|armed)$/), await p.next(/^(grandchild \d+|armed)$/)];
     const pid = Number(/^grandchild (\d+)$/.exec(lines.find((l) => l !== 'armed') ?? '')![1]);
@@ -242,7 +313,9 @@ describe('shell mode and --verbose', () => {
       const shell = path.join(dir, 'my-shell');
       await symlink('/bin/sh', shell);
       const name = fresh('shell');
-      const c = await run(['lock', name, '--endpoints', endpoint, '-c', 'echo "$0 $ETCD_LOCK_KEY $ETCD_LOCK_REV" | tr a-z A-Z'], { SHELL: shell });
+      const c = await run(['lock', name, '--endpoints', endpoint, '-c', 'echo "$0 $ETCD_LOCK_KEY $ETCD_LOCK_REV" | tr a-z A-Z'], {
+        SHELL: shell,
+      });
       assert.equal(c.code, 0, c.stderr);
       assert.match(c.stdout, new RegExp(`^${esc(shell.toUpperCase())} ${esc(name.toUpperCase())}/[0-9A-F]+ \\d+\\n$`));
       const s = await run(['lock', name, '--endpoints', endpoint, '--shell', '--', 'echo', '$0', '&&', 'exit', '7'], { SHELL: '' });
@@ -260,7 +333,9 @@ describe('shell mode and --verbose', () => {
     const p = start(['lock', name, '--endpoints', endpoint, '--verbose', '--label', 'second', '--', 'echo', 'working']);
     assert.match(await p.next(/^etcd-concurrency: connected /, 'stderr'), /connected to .* session lease [0-9a-f]+, TTL 30s$/);
     const queued = await p.next(/^etcd-concurrency: queued /, 'stderr');
-    const m = new RegExp(`^etcd-concurrency: queued as (${esc(name)}/[0-9a-f]+) with token (\\d+) behind ${esc(h.key)} \\(first\\), the holder$`).exec(queued);
+    const m = new RegExp(
+      `^etcd-concurrency: queued as (${esc(name)}/[0-9a-f]+) with token (\\d+) behind ${esc(h.key)} \\(first\\), the holder$`,
+    ).exec(queued);
     assert.ok(m, queued);
     assert.equal(p.stdout(), '');
     await release(h);

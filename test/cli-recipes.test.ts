@@ -5,7 +5,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import type { ChildProcess } from 'node:child_process';
-import { Client, Semaphore, Session } from '../src/index.js';
+import { type Client, Semaphore, Session } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { etcdForFile, spawnCli } from './helpers.js';
 
@@ -54,7 +54,9 @@ async function run(args: string[]): Promise<{ code: number | null; out: string; 
 }
 
 describe('lock --limit N: a semaphore', () => {
-  it('N holders at once; the next one times out naming the holders (exit 4), then gets a permit when one leaves', { timeout: 60_000 }, async () => {
+  it('N holders at once; the next one times out naming the holders (exit 4), then gets a permit when one leaves', {
+    timeout: 60_000,
+  }, async () => {
     const name = `${fresh('sem')}jobs`;
     const a = new Cli(['lock', '--limit', '2', name]);
     const b = new Cli(['lock', '--limit', '2', name]);
@@ -65,7 +67,12 @@ describe('lock --limit N: a semaphore', () => {
       assert.match(timedOut.err, /timed out after 1s waiting for a permit of semaphore .* \(held by /);
       for (const k of [ka, kb]) assert.ok(timedOut.err.includes(/key=(\S+)/.exec(k)![1]!), timedOut.err);
 
-      const inspect = JSON.parse((await run(['inspect', name, '--json'])).out) as { kind: string; permits: number; holders: unknown[]; waiting: unknown[] };
+      const inspect = JSON.parse((await run(['inspect', name, '--json'])).out) as {
+        kind: string;
+        permits: number;
+        holders: unknown[];
+        waiting: unknown[];
+      };
       assert.equal(inspect.kind, 'semaphore');
       assert.equal(inspect.permits, 2);
       assert.equal(inspect.holders.length, 2);
@@ -97,7 +104,13 @@ describe('lock --limit N: a semaphore', () => {
   });
 
   it('bad --limit values and exclusive options are usage errors (exit 2)', { timeout: 30_000 }, async () => {
-    for (const args of [['--limit', '0'], ['--limit', '61'], ['--limit', 'x'], ['--read', '--write'], ['--limit', '2', '--read']]) {
+    for (const args of [
+      ['--limit', '0'],
+      ['--limit', '61'],
+      ['--limit', 'x'],
+      ['--read', '--write'],
+      ['--limit', '2', '--read'],
+    ]) {
       const r = await run(['lock', 'locks/x', ...args, '--', 'true']);
       assert.equal(r.code, 2, `${args.join(' ')}: ${r.err}`);
       assert.match(r.err, /--limit must be a whole number from 1 to 60|exclude each other/);
@@ -133,7 +146,10 @@ describe('lock --read / --write: a readers-writer lock', () => {
       assert.match(w.err, /timed out after 1s waiting for the write lock of .* \(oldest holder .*\/read\//);
       const snap = JSON.parse((await run(['inspect', name, '--json'])).out) as { kind: string; holders: { mode: string }[] };
       assert.equal(snap.kind, 'rwlock');
-      assert.deepEqual(snap.holders.map((h) => h.mode), ['read', 'read']);
+      assert.deepEqual(
+        snap.holders.map((h) => h.mode),
+        ['read', 'read'],
+      );
       const text = (await run(['inspect', name])).out;
       assert.match(text, /read-locked by 2 readers/);
 

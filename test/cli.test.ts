@@ -5,8 +5,18 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as delay } from 'node:timers/promises';
-import { Client } from '../src/index.js';
-import { assertNoKeys, assertNoLeases, assertOneErrorLine, etcdForCliFile, runCli as start, runCliToEnd as run, waitFor, closedPort, type CliProc } from './helpers.js';
+import type { Client } from '../src/index.js';
+import {
+  assertNoKeys,
+  assertNoLeases,
+  assertOneErrorLine,
+  etcdForCliFile,
+  runCli as start,
+  runCliToEnd as run,
+  waitFor,
+  closedPort,
+  type CliProc,
+} from './helpers.js';
 
 const ROOT = 'test/cli/';
 
@@ -191,20 +201,17 @@ describe('lock', () => {
     assertOneErrorLine(p.stderr(), new RegExp(`lock lost: ${key} .*its key was deleted`));
   });
 
-  test(
-    'a lock key overwritten by hand (lease detached) counts as lost',
-    async () => {
-      const name = fresh('lock-replaced');
-      const p = start(['lock', name, '--endpoints', endpoint]);
-      const key = /^key=(\S+)/.exec(await p.next(/^key=/))![1]!;
-      await client.put(key, '');
-      // Were the loss missed, nothing would happen: bound the wait so the test fails instead of hanging.
-      const code = await unlessAfter(p.exited, 10_000, 'still holding');
-      await client.delete(key);
-      await p.kill('SIGINT');
-      assert.equal(code, 3);
-    },
-  );
+  test('a lock key overwritten by hand (lease detached) counts as lost', async () => {
+    const name = fresh('lock-replaced');
+    const p = start(['lock', name, '--endpoints', endpoint]);
+    const key = /^key=(\S+)/.exec(await p.next(/^key=/))![1]!;
+    await client.put(key, '');
+    // Were the loss missed, nothing would happen: bound the wait so the test fails instead of hanging.
+    const code = await unlessAfter(p.exited, 10_000, 'still holding');
+    await client.delete(key);
+    await p.kill('SIGINT');
+    assert.equal(code, 3);
+  });
 
   test('--json prints key, rev, lease and ttl as one JSON line', async () => {
     const name = fresh('lock-json');
@@ -237,7 +244,10 @@ describe('lock', () => {
     const name = fresh('lock-wait-signal');
     const holder = start(['lock', name, '--endpoints', endpoint]);
     const holderKey = /^key=(\S+)/.exec(await holder.next(/^key=/))![1]!;
-    for (const [sig, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) {
+    for (const [sig, code] of [
+      ['SIGINT', 130],
+      ['SIGTERM', 143],
+    ] as const) {
       const waiter = start(['lock', name, '--endpoints', endpoint, '--', 'true']);
       await waitFor(async () => (await keysOf(name)).length === 2, 'the waiter to queue');
       waiter.signal(sig);
@@ -328,9 +338,15 @@ describe('lock', () => {
     const codes = await Promise.all(waiters.map((w) => w.exited));
     assert.deepEqual(codes, [0, 0, 0]);
     const runs = waiters.map((w) => JSON.parse(w.stdout()) as { i: number; rev: string; from: number; to: number });
-    assert.deepEqual(runs.map((r) => r.i), [0, 1, 2]);
+    assert.deepEqual(
+      runs.map((r) => r.i),
+      [0, 1, 2],
+    );
     for (let i = 1; i < runs.length; i++) {
-      assert.ok(BigInt(runs[i]!.rev) > BigInt(runs[i - 1]!.rev), `served in queue order: ETCD_LOCK_REV ${runs.map((r) => r.rev).join(', ')}`);
+      assert.ok(
+        BigInt(runs[i]!.rev) > BigInt(runs[i - 1]!.rev),
+        `served in queue order: ETCD_LOCK_REV ${runs.map((r) => r.rev).join(', ')}`,
+      );
       assert.ok(runs[i]!.from >= runs[i - 1]!.to, `command ${i} started only after command ${i - 1} ended: ${JSON.stringify(runs)}`);
     }
     await holder.exited;

@@ -3,15 +3,7 @@
 // Each test works under its own prefix and removes what it wrote.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  Client,
-  ClientClosedError,
-  DeadlineExceededError,
-  UnavailableError,
-  WriteOutcomeUnknownError,
-  compare,
-  op,
-} from '../src/index.js';
+import { Client, ClientClosedError, DeadlineExceededError, UnavailableError, WriteOutcomeUnknownError, compare, op } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { EventLog, settle, etcdForFile, closedPort } from './helpers.js';
 
@@ -40,21 +32,17 @@ describe('connection failures', () => {
     }
   });
 
-  it(
-    'a second call to an endpoint known to refuse also fails on the refusal, not the dial timeout',
-    { timeout: 5_000 },
-    async () => {
-      // The timeout is far below the dial timeout: only the refusal can end these calls in time.
-      const port = await closedPort();
-      const dead = new Client({ endpoints: `127.0.0.1:${port}`, dialTimeoutMs: 30_000 });
-      try {
-        await assert.rejects(dead.get('k'), UnavailableError);
-        await assert.rejects(dead.get('k'), UnavailableError);
-      } finally {
-        await dead.close();
-      }
-    },
-  );
+  it('a second call to an endpoint known to refuse also fails on the refusal, not the dial timeout', { timeout: 5_000 }, async () => {
+    // The timeout is far below the dial timeout: only the refusal can end these calls in time.
+    const port = await closedPort();
+    const dead = new Client({ endpoints: `127.0.0.1:${port}`, dialTimeoutMs: 30_000 });
+    try {
+      await assert.rejects(dead.get('k'), UnavailableError);
+      await assert.rejects(dead.get('k'), UnavailableError);
+    } finally {
+      await dead.close();
+    }
+  });
 
   it('fails over from a dead endpoint to a live one', { timeout: 20_000 }, async () => {
     const port = await closedPort();
@@ -168,23 +156,20 @@ describe('connection failures', () => {
     }
   });
 
-  it(
-    'a signal aborted right after the call started still cancels it',
-    async () => {
-      const p = fresh('abort-early');
-      const ac = new AbortController();
-      const call = client.put(`${p}k`, 'v', { signal: ac.signal });
-      call.catch(() => {});
-      const reason = new Error('changed my mind');
-      ac.abort(reason); // before the request went out (it waits for ready() and metadata())
-      try {
-        await assert.rejects(call, (e) => e === reason);
-      } finally {
-        await call.catch(() => {});
-        await cleanup(p);
-      }
-    },
-  );
+  it('a signal aborted right after the call started still cancels it', async () => {
+    const p = fresh('abort-early');
+    const ac = new AbortController();
+    const call = client.put(`${p}k`, 'v', { signal: ac.signal });
+    call.catch(() => {});
+    const reason = new Error('changed my mind');
+    ac.abort(reason); // before the request went out (it waits for ready() and metadata())
+    try {
+      await assert.rejects(call, (e) => e === reason);
+    } finally {
+      await call.catch(() => {});
+      await cleanup(p);
+    }
+  });
 
   it('calls on a closed client fail with ClientClosedError', async () => {
     const c = new Client({ endpoints: etcd.endpoints });

@@ -84,7 +84,9 @@ describe('a hung endpoint while connecting', () => {
     assert.match(err.message, /nothing answered within \d+ ms/);
   });
 
-  it('with default call options, a hung endpoint costs one dial timeout, not a second one for a diagnosis', { timeout: 30_000 }, async () => {
+  it('with default call options, a hung endpoint costs one dial timeout, not a second one for a diagnosis', {
+    timeout: 30_000,
+  }, async () => {
     await using silent = await silentListener();
     await using c = new Client({ endpoints: silent.endpoint, dialTimeoutMs: 3000 });
     const err = await rejection(c.get('k'));
@@ -131,7 +133,7 @@ describe('a hung endpoint while connecting', () => {
     assert.ok(err instanceof UnavailableError, String(err));
     assert.match(err.message, /^granting a lease: could not connect/);
     // The old code dialled for the grant, probed, then dialled and probed again for the revoke.
-    assert.equal(silent.accepted(), 1, 'one connection: the grant\'s dial');
+    assert.equal(silent.accepted(), 1, "one connection: the grant's dial");
   });
 
   it('a grant that never reached etcd is not revoked on an endpoint that works again', { timeout: 30_000 }, async () => {

@@ -3,12 +3,7 @@
 // what it wrote.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  Client,
-  ClientClosedError,
-  CompactedError,
-  type WatchBatch,
-} from '../src/index.js';
+import { Client, ClientClosedError, CompactedError, type WatchBatch } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { grpcStarted, etcdForFile } from './helpers.js';
 
@@ -25,7 +20,9 @@ async function putMany(prefix: string, n: number, from = 0): Promise<bigint[]> {
   const width = 64;
   for (let i = from; i < from + n; i += width) {
     const batch = await Promise.all(
-      Array.from({ length: Math.min(width, from + n - i) }, (_, j) => client.put(`${prefix}${String(i + j).padStart(6, '0')}`, `v${i + j}`)),
+      Array.from({ length: Math.min(width, from + n - i) }, (_, j) =>
+        client.put(`${prefix}${String(i + j).padStart(6, '0')}`, `v${i + j}`),
+      ),
     );
     revs.push(...batch.map((h) => h.revision));
   }

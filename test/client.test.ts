@@ -182,7 +182,16 @@ describe('txn and compare builders', () => {
     const c = await client.get(`${p}c`);
     assert.equal(b?.modRevision, t.header.revision);
     assert.equal(c?.modRevision, t.header.revision);
-    assert.equal((await client.txn({ compare: [compare.value(`${p}b`, '=', '2'), compare.value(`${p}c`, '=', 'nope')], success: [op.delete(`${p}b`)], failure: [] })).succeeded, false);
+    assert.equal(
+      (
+        await client.txn({
+          compare: [compare.value(`${p}b`, '=', '2'), compare.value(`${p}c`, '=', 'nope')],
+          success: [op.delete(`${p}b`)],
+          failure: [],
+        })
+      ).succeeded,
+      false,
+    );
     assert.ok(await client.get(`${p}b`));
     await cleanup(p);
   });
@@ -220,7 +229,10 @@ describe('leases', () => {
         [`${p}k`],
       );
       // etcdctl sees the same id: it lists lease ids as 16 lowercase hex digits.
-      const ls = spawnSync('etcdctl', [`--endpoints=${etcd.endpoints[0]}`, 'lease', 'list'], { env: { ...process.env, ETCDCTL_API: '3' }, encoding: 'utf8' });
+      const ls = spawnSync('etcdctl', [`--endpoints=${etcd.endpoints[0]}`, 'lease', 'list'], {
+        env: { ...process.env, ETCDCTL_API: '3' },
+        encoding: 'utf8',
+      });
       assert.equal(ls.status, 0, ls.stderr);
       assert.ok(ls.stdout.split('\n').includes(id.toString(16).padStart(16, '0')), `etcdctl lease list: ${ls.stdout}`);
     } finally {
@@ -271,7 +283,10 @@ describe('members, status, auth status, and one-shot renewals', () => {
     assert.equal(m!.isLearner, false);
     assert.ok(m!.name.length > 0);
     assert.ok(m!.peerUrls.length > 0);
-    assert.ok(m!.clientUrls.some((u) => u.endsWith(etcd.endpoints[0]!)), `${m!.clientUrls.join(', ')} names ${etcd.endpoints[0]}`);
+    assert.ok(
+      m!.clientUrls.some((u) => u.endsWith(etcd.endpoints[0]!)),
+      `${m!.clientUrls.join(', ')} names ${etcd.endpoints[0]}`,
+    );
     for (const endpoint of [etcd.endpoints[0]!, `http://${etcd.endpoints[0]}`]) {
       assert.equal((await client.status({ endpoint })).header.memberId, s.header.memberId, endpoint);
     }
@@ -344,7 +359,7 @@ describe('members, status, auth status, and one-shot renewals', () => {
     });
   });
 
-  it('leaseKeepAliveOnce without an answer: DeadlineExceededError at its timeout, or the signal\'s reason', async () => {
+  it("leaseKeepAliveOnce without an answer: DeadlineExceededError at its timeout, or the signal's reason", async () => {
     const proxy = await startProxy(etcd.endpoints[0]!);
     const c = new Client({ endpoints: proxy.endpoint });
     const { id } = await client.leaseGrant(60);

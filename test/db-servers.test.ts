@@ -29,7 +29,7 @@ test('startPostgres: a PostgreSQL on a loopback port, as the postgres user when 
     const r = await c.query<{ v: string }>("SELECT current_setting('server_version') AS v");
     await c.end();
     assert.equal(r.rows[0]!.v.split('.')[0], server.version);
-    if (process.getuid?.() === 0) assert.notEqual(statSync(`${server.dir}/data`).uid, 0, 'the data dir is not root\'s');
+    if (process.getuid?.() === 0) assert.notEqual(statSync(`${server.dir}/data`).uid, 0, "the data dir is not root's");
   } finally {
     await server.stop();
   }

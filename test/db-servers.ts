@@ -22,7 +22,10 @@ export interface FileServer<S> {
  */
 export function skipWithout(t: TestContext, what: string, missing: string | undefined): boolean {
   if (missing === undefined) return false;
-  if (MUST_RUN) assert.fail(`no ${what} under CI=${process.env.CI}: ${missing}. Install it (.ci/run does), or set FENCING_ALLOW_SKIP=1 to let these tests skip`);
+  if (MUST_RUN)
+    assert.fail(
+      `no ${what} under CI=${process.env.CI}: ${missing}. Install it (.ci/run does), or set FENCING_ALLOW_SKIP=1 to let these tests skip`,
+    );
   t.skip(missing);
   return true;
 }
@@ -36,7 +39,9 @@ function serverForFile<S extends { stop(): Promise<void> }>(what: string, start:
     } catch (err) {
       if (!(err instanceof ServerNotFoundError)) throw err;
       skipReason = err.message;
-      process.stderr.write(`fencing: ${MUST_RUN ? 'FAILING (CI; FENCING_ALLOW_SKIP=1 to skip)' : 'skipping'} the ${what} tests: ${skipReason}\n`);
+      process.stderr.write(
+        `fencing: ${MUST_RUN ? 'FAILING (CI; FENCING_ALLOW_SKIP=1 to skip)' : 'skipping'} the ${what} tests: ${skipReason}\n`,
+      );
     }
   });
   after(async () => {

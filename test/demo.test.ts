@@ -56,7 +56,9 @@ test('npm run demo -- --fast --quiet: the story runs, every invariant holds, eve
   assert.doesNotMatch(stderr, /kept the process alive/, output);
 });
 
-test('npm run demo -- --web: prints the web inspector\'s URL, which serves the page and its event stream; Ctrl-C stops everything', { timeout: 120_000 }, async () => {
+test("npm run demo -- --web: prints the web inspector's URL, which serves the page and its event stream; Ctrl-C stops everything", {
+  timeout: 120_000,
+}, async () => {
   const child = spawn(process.execPath, ['--import', 'tsx', 'examples/demo/main.ts', '--fast', '--quiet', '--web'], {
     cwd: root,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -75,7 +77,9 @@ test('npm run demo -- --web: prints the web inspector\'s URL, which serves the p
         const m = /^web inspector: (http:\/\/127\.0\.0\.1:\d+\/) /m.exec(stdout);
         if (m) resolve(m[1]!);
       });
-      void exited.then(([code, signal]) => reject(new Error(`the demo ended (${code ?? signal}) before printing its URL\n${stdout}\n${stderr}`)));
+      void exited.then(([code, signal]) =>
+        reject(new Error(`the demo ended (${code ?? signal}) before printing its URL\n${stdout}\n${stderr}`)),
+      );
     });
     const page = await fetch(url);
     assert.equal(page.status, 200);

@@ -31,7 +31,8 @@ function next<T>(name: string, match: (m: T) => boolean = () => true): Promise<T
 /** A logger that records its calls. */
 function recordingLogger(): Logger & { lines: { level: string; fields: Record<string, unknown>; message: string }[] } {
   const lines: { level: string; fields: Record<string, unknown>; message: string }[] = [];
-  const at = (level: string) => (fields: object, message: string) => void lines.push({ level, fields: fields as Record<string, unknown>, message });
+  const at = (level: string) => (fields: object, message: string) =>
+    void lines.push({ level, fields: fields as Record<string, unknown>, message });
   return { lines, debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
 }
 
@@ -48,7 +49,10 @@ describe('diagnostics channels', { timeout: 60_000 }, () => {
     const s = await Session.create(c);
     try {
       const h = await new Mutex(s, `${p}lock`).lock();
-      const event = next<{ key: string; fencingToken: bigint; reason: string; error: unknown }>(DIAGNOSTICS_CHANNEL.ownershipLost, (e) => e.key === h.key);
+      const event = next<{ key: string; fencingToken: bigint; reason: string; error: unknown }>(
+        DIAGNOSTICS_CHANNEL.ownershipLost,
+        (e) => e.key === h.key,
+      );
       const lost = aborted(h.signal);
       await client.delete(h.key);
       const e = await event;
@@ -73,7 +77,10 @@ describe('diagnostics channels', { timeout: 60_000 }, () => {
     const c = new Client({ endpoints: etcd.endpoints, logger });
     const s = await Session.create(c, { ttl: 3 });
     try {
-      const event = next<{ leaseId: bigint; reason: string; error: unknown }>(DIAGNOSTICS_CHANNEL.sessionLost, (e) => e.leaseId === s.leaseId);
+      const event = next<{ leaseId: bigint; reason: string; error: unknown }>(
+        DIAGNOSTICS_CHANNEL.sessionLost,
+        (e) => e.leaseId === s.leaseId,
+      );
       await client.leaseRevoke(s.leaseId);
       const e = await event;
       assert.equal(e.reason, 'lease-gone');
@@ -105,8 +112,14 @@ describe('diagnostics channels', { timeout: 60_000 }, () => {
     const c = new Client({ endpoints: proxy.endpoint });
     const s = await Session.create(c, { ttl: 3 });
     try {
-      const event = next<{ leaseId: bigint; waitedMs: number; remainingMs: number }>(DIAGNOSTICS_CHANNEL.lateRenewal, (e) => e.leaseId === s.leaseId);
-      const reconnect = next<{ endpoint: string; count: number; error?: unknown }>(DIAGNOSTICS_CHANNEL.leaseReconnect, (e) => e.endpoint === proxy.endpoint);
+      const event = next<{ leaseId: bigint; waitedMs: number; remainingMs: number }>(
+        DIAGNOSTICS_CHANNEL.lateRenewal,
+        (e) => e.leaseId === s.leaseId,
+      );
+      const reconnect = next<{ endpoint: string; count: number; error?: unknown }>(
+        DIAGNOSTICS_CHANNEL.leaseReconnect,
+        (e) => e.endpoint === proxy.endpoint,
+      );
       proxy.blackhole(true);
       const e = await event;
       const r = await reconnect;
@@ -131,7 +144,10 @@ describe('diagnostics channels', { timeout: 60_000 }, () => {
     const w = c.watch(`${p}k`);
     try {
       await w.created;
-      const watchEvent = next<{ endpoint: string; count: number; error: unknown }>(DIAGNOSTICS_CHANNEL.watchReconnect, (e) => e.endpoint === proxy.endpoint);
+      const watchEvent = next<{ endpoint: string; count: number; error: unknown }>(
+        DIAGNOSTICS_CHANNEL.watchReconnect,
+        (e) => e.endpoint === proxy.endpoint,
+      );
       proxy.cut();
       const e = await watchEvent;
       assert.equal(e.count, 1, 'one watch resumes');
@@ -144,21 +160,22 @@ describe('diagnostics channels', { timeout: 60_000 }, () => {
     }
   });
 
-  it(
-    'client:failover: a dead first endpoint, calls move to the next',
-    async () => {
-      const dead = `127.0.0.1:${await closedPort()}`;
-      const c = new Client({ endpoints: [dead, etcd.endpoints[0]!] });
-      const seen: { from: string; to: string }[] = [];
-      const fn = (m: unknown): void => void seen.push(m as { from: string; to: string });
-      diagnosticsChannel.subscribe(DIAGNOSTICS_CHANNEL.failover, fn);
-      try {
-        await c.get('diagnostics-probe');
-        assert.deepEqual(seen.map(({ from, to }) => ({ from, to })), [{ from: dead, to: etcd.endpoints[0] }], 'a failover event was published by the time the call returned');
-      } finally {
-        diagnosticsChannel.unsubscribe(DIAGNOSTICS_CHANNEL.failover, fn);
-        await c.close();
-      }
-    },
-  );
+  it('client:failover: a dead first endpoint, calls move to the next', async () => {
+    const dead = `127.0.0.1:${await closedPort()}`;
+    const c = new Client({ endpoints: [dead, etcd.endpoints[0]!] });
+    const seen: { from: string; to: string }[] = [];
+    const fn = (m: unknown): void => void seen.push(m as { from: string; to: string });
+    diagnosticsChannel.subscribe(DIAGNOSTICS_CHANNEL.failover, fn);
+    try {
+      await c.get('diagnostics-probe');
+      assert.deepEqual(
+        seen.map(({ from, to }) => ({ from, to })),
+        [{ from: dead, to: etcd.endpoints[0] }],
+        'a failover event was published by the time the call returned',
+      );
+    } finally {
+      diagnosticsChannel.unsubscribe(DIAGNOSTICS_CHANNEL.failover, fn);
+      await c.close();
+    }
+  });
 });

@@ -106,7 +106,15 @@ describe('renewalChecksPermission: the etcd releases that want put permission on
 
 describe('leaderCheck', () => {
   const follower = (name: string, leader: string, term = 7n) =>
-    member({ name, id: name === 'm0' ? 'a1' : name === 'm1' ? 'b2' : 'c3', version: '3.6.16', leader, hasLeader: leader !== '0', isLeader: false, raftTerm: term });
+    member({
+      name,
+      id: name === 'm0' ? 'a1' : name === 'm1' ? 'b2' : 'c3',
+      version: '3.6.16',
+      leader,
+      hasLeader: leader !== '0',
+      isLeader: false,
+      raftTerm: term,
+    });
 
   it('every member follows one leader: ok, naming it and its term', () => {
     const ms = [{ ...follower('m0', 'a1'), isLeader: true }, follower('m1', 'a1'), follower('m2', 'a1')];
@@ -114,7 +122,11 @@ describe('leaderCheck', () => {
   });
 
   it('a member with no leader: a warning naming it', () => {
-    const ms = [{ ...follower('m0', 'a1'), isLeader: true }, follower('m1', 'a1'), member({ name: 'm2', id: 'c3', hasLeader: false, error: 'no leader' })];
+    const ms = [
+      { ...follower('m0', 'a1'), isLeader: true },
+      follower('m1', 'a1'),
+      member({ name: 'm2', id: 'c3', hasLeader: false, error: 'no leader' }),
+    ];
     const c = leaderCheck(ms);
     assert.equal(c.level, 'warn');
     assert.equal(c.message, 'no leader on m2');
@@ -151,7 +163,8 @@ describe('leaderCheck', () => {
 });
 
 const ms = (medianMs: number, maxMs = medianMs): Stats => ({ samples: 5, medianMs, maxMs });
-const up = (name: string, fields: Partial<MemberReport> = {}) => member({ name, id: name, endpoint: `${name}:2379`, version: '3.6.16', hasLeader: true, leader: 'm0', ...fields });
+const up = (name: string, fields: Partial<MemberReport> = {}) =>
+  member({ name, id: name, endpoint: `${name}:2379`, version: '3.6.16', hasLeader: true, leader: 'm0', ...fields });
 
 describe('membersCheck', () => {
   it('every member answers: ok, counting them', () => {
@@ -176,7 +189,10 @@ describe('membersCheck', () => {
 
 describe('versionCheck when Status was refused', () => {
   it('says the versions came from /version', () => {
-    assert.equal(versionCheck(['3.6.16'], [up('m0', { statusRefused: true })]).message, '3.6.16 on every member that answered (read from /version: etcd refuses Status to users without the root role here)');
+    assert.equal(
+      versionCheck(['3.6.16'], [up('m0', { statusRefused: true })]).message,
+      '3.6.16 on every member that answered (read from /version: etcd refuses Status to users without the root role here)',
+    );
   });
 });
 
@@ -193,7 +209,10 @@ describe('alarmsCheck', () => {
   });
 
   it('Status refused on some members: unknown there; on all: not checked', () => {
-    assert.equal(alarmsCheck([up('m0'), up('m1', { statusRefused: true })]).message, 'no member reports an alarm (unknown on m1: Status needs the root role there)');
+    assert.equal(
+      alarmsCheck([up('m0'), up('m1', { statusRefused: true })]).message,
+      'no member reports an alarm (unknown on m1: Status needs the root role there)',
+    );
     assert.equal(alarmsCheck([up('m0', { statusRefused: true })]).level, 'skip');
   });
 });
@@ -225,13 +244,21 @@ describe('roundTripsCheck', () => {
   });
 
   it('another failure: not ready, without a fix', () => {
-    const rt: RoundTripFindings = { stats: { put: ms(1), read: ms(1), watch: null }, failed: { what: 'a watch notification', failure: { message: 'the watch ended', denied: false } }, catchUp: null };
+    const rt: RoundTripFindings = {
+      stats: { put: ms(1), read: ms(1), watch: null },
+      failed: { what: 'a watch notification', failure: { message: 'the watch ended', denied: false } },
+      catchUp: null,
+    };
     assert.equal(roundTripsCheck(rt, 5, 'locks/', grant).fix, undefined);
   });
 });
 
 describe('catchUpCheck', () => {
-  const rt = (catchUp: RoundTripFindings['catchUp']): RoundTripFindings => ({ stats: { put: ms(1), read: ms(1), watch: ms(1) }, failed: null, catchUp });
+  const rt = (catchUp: RoundTripFindings['catchUp']): RoundTripFindings => ({
+    stats: { put: ms(1), read: ms(1), watch: ms(1) },
+    failed: null,
+    catchUp,
+  });
 
   it("a wait of etcd's 100 ms loop, or none: info either way", () => {
     assert.match(catchUpCheck(rt(ms(60, 98)))?.message ?? '', /^a watch from the current revision waited 60 ms .*catch-up loop/);
@@ -240,7 +267,11 @@ describe('catchUpCheck', () => {
   });
 
   it('not measured: skipped with why; not reached: no line', () => {
-    assert.deepEqual(catchUpCheck(rt({ error: 'the watch ended' })), { name: 'watch catch-up', level: 'skip', message: 'not measured: the watch ended' });
+    assert.deepEqual(catchUpCheck(rt({ error: 'the watch ended' })), {
+      name: 'watch catch-up',
+      level: 'skip',
+      message: 'not measured: the watch ended',
+    });
     assert.equal(catchUpCheck(null), null);
     assert.equal(catchUpCheck({ ...rt(null), failed: { what: 'a put', failure: { message: 'x', denied: false } } }), null);
   });
@@ -248,14 +279,27 @@ describe('catchUpCheck', () => {
 
 describe('authCheck', () => {
   it('off, on as a user, on with a token; with the renewal note on versions that check', () => {
-    assert.equal(authCheck({ enabled: false, username: null, authenticated: false }, false, ['3.6.16']).message, 'off: any client may take or delete any lock');
+    assert.equal(
+      authCheck({ enabled: false, username: null, authenticated: false }, false, ['3.6.16']).message,
+      'off: any client may take or delete any lock',
+    );
     assert.equal(authCheck({ enabled: true, username: 'app', authenticated: true }, false, ['3.6.8']).message, 'on; checked as user app');
-    assert.equal(authCheck({ enabled: true, username: null, authenticated: true }, false, ['3.6.8']).message, 'on; checked with --auth-jwt-token');
-    assert.match(authCheck({ enabled: true, username: 'app', authenticated: true }, false, ['3.6.16']).message, /checks put permission on every key attached to a lease/);
+    assert.equal(
+      authCheck({ enabled: true, username: null, authenticated: true }, false, ['3.6.8']).message,
+      'on; checked with --auth-jwt-token',
+    );
+    assert.match(
+      authCheck({ enabled: true, username: 'app', authenticated: true }, false, ['3.6.16']).message,
+      /checks put permission on every key attached to a lease/,
+    );
   });
 
   it('unknown without a leader: skipped', () => {
-    assert.deepEqual(authCheck({ enabled: null, username: null, authenticated: false }, true, []), { name: 'auth', level: 'skip', message: 'not checked: the cluster has no leader' });
+    assert.deepEqual(authCheck({ enabled: null, username: null, authenticated: false }, true, []), {
+      name: 'auth',
+      level: 'skip',
+      message: 'not checked: the cluster has no leader',
+    });
   });
 });
 
@@ -265,7 +309,9 @@ describe('leaseCheck', () => {
 
   it('every step done: one ok line saying what was done', () => {
     const lease: LeaseFindings = { steps: { ...all }, failures: {}, renewal: ms(1.8) };
-    assert.deepEqual(leaseCheck(lease, where), [{ name: 'lease', level: 'ok', message: 'granted a lease, attached a key under locks/, renewed it (1.8 ms), revoked it' }]);
+    assert.deepEqual(leaseCheck(lease, where), [
+      { name: 'lease', level: 'ok', message: 'granted a lease, attached a key under locks/, renewed it (1.8 ms), revoked it' },
+    ]);
   });
 
   it('a renewal refused on a version that checks put permission: not ready, saying which versions and what to grant', () => {
@@ -287,7 +333,10 @@ describe('leaseCheck', () => {
   it('a refused attach and a failed revoke: one line each, in the order they ran', () => {
     const lease: LeaseFindings = {
       steps: { grant: 'ok', attach: { error: 'denied' }, renew: 'skipped', revoke: { error: 'timeout' } },
-      failures: { attach: { message: 'attaching locks/x/lease to the lease: denied', denied: true }, revoke: { message: 'timeout', denied: false } },
+      failures: {
+        attach: { message: 'attaching locks/x/lease to the lease: denied', denied: true },
+        revoke: { message: 'timeout', denied: false },
+      },
       renewal: null,
     };
     assert.deepEqual(
@@ -343,7 +392,18 @@ describe('runChecks: the report is every check in order', () => {
   it('a healthy cluster: ten lines, cleanup absent', () => {
     assert.deepEqual(
       runChecks(findings({})).map((c) => `${c.name}:${c.level}`),
-      ['members:ok', 'versions:ok', 'leader:ok', 'alarms:ok', 'round trips:ok', 'watch catch-up:info', 'auth:info', 'lease:ok', 'ttl:info', 'clock rate:skip'],
+      [
+        'members:ok',
+        'versions:ok',
+        'leader:ok',
+        'alarms:ok',
+        'round trips:ok',
+        'watch catch-up:info',
+        'auth:info',
+        'lease:ok',
+        'ttl:info',
+        'clock rate:skip',
+      ],
     );
   });
 
@@ -358,7 +418,18 @@ describe('runChecks: the report is every check in order', () => {
     });
     assert.deepEqual(
       runChecks(f).map((c) => `${c.name}:${c.level}`),
-      ['members:ok', 'versions:ok', 'leader:fail', 'alarms:ok', 'round trips:skip', 'auth:skip', 'lease:skip', 'ttl:skip', 'clock rate:skip', 'cleanup:warn'],
+      [
+        'members:ok',
+        'versions:ok',
+        'leader:fail',
+        'alarms:ok',
+        'round trips:skip',
+        'auth:skip',
+        'lease:skip',
+        'ttl:skip',
+        'clock rate:skip',
+        'cleanup:warn',
+      ],
     );
   });
 });

@@ -13,7 +13,18 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { Client } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { CLI_MAIN, assertCleanAndStop, assertNoKeys, assertNoLeases, assertOneErrorLine, closedPort, hasOpenssl, spawnCli, testCerts, uniquePrefix } from './helpers.js';
+import {
+  CLI_MAIN,
+  assertCleanAndStop,
+  assertNoKeys,
+  assertNoLeases,
+  assertOneErrorLine,
+  closedPort,
+  hasOpenssl,
+  spawnCli,
+  testCerts,
+  uniquePrefix,
+} from './helpers.js';
 
 const run = promisify(execFile);
 const ROOT = 'test/doctor/';
@@ -256,7 +267,16 @@ describe('doctor with authentication', () => {
   after(() => assertCleanAndStop(root, etcd, [LOCKS, 'other/']));
 
   test('a user without permission on the prefix: not ready (exit 6), saying what to grant', async () => {
-    const { code, report } = await doctorJson(['--endpoints', etcd.endpoints[0]!, '--user', `limited:${LIMITED_PASSWORD}`, '--prefix', LOCKS, '--samples', '1']);
+    const { code, report } = await doctorJson([
+      '--endpoints',
+      etcd.endpoints[0]!,
+      '--user',
+      `limited:${LIMITED_PASSWORD}`,
+      '--prefix',
+      LOCKS,
+      '--samples',
+      '1',
+    ]);
     assert.equal(code, NOT_READY, JSON.stringify(report.checks));
     assert.equal(report.status, 'not-ready');
     assert.equal(report.auth.enabled, true);
@@ -283,7 +303,16 @@ describe('doctor with authentication', () => {
   });
 
   test('the same, in human output: the failures and a fix line each', async () => {
-    const r = await doctor(['--endpoints', etcd.endpoints[0]!, '--user', `limited:${LIMITED_PASSWORD}`, '--prefix', LOCKS, '--samples', '1']);
+    const r = await doctor([
+      '--endpoints',
+      etcd.endpoints[0]!,
+      '--user',
+      `limited:${LIMITED_PASSWORD}`,
+      '--prefix',
+      LOCKS,
+      '--samples',
+      '1',
+    ]);
     assert.equal(r.code, NOT_READY, r.stdout + r.stderr);
     assert.match(r.stdout, /^fail\s+round trips\s+writing locks\/[0-9a-f]+\/round-trip failed: .*permission denied/m);
     assert.match(r.stdout, /^fail\s+lease\s+attaching locks\/[0-9a-f]+\/lease to the lease: .*permission denied/m);
@@ -293,7 +322,16 @@ describe('doctor with authentication', () => {
   });
 
   test('a user whose role grants readwrite on the prefix: ready', async () => {
-    const { code, report } = await doctorJson(['--endpoints', etcd.endpoints[0]!, '--user', `locker:${LOCKER_PASSWORD}`, '--prefix', LOCKS, '--samples', '2']);
+    const { code, report } = await doctorJson([
+      '--endpoints',
+      etcd.endpoints[0]!,
+      '--user',
+      `locker:${LOCKER_PASSWORD}`,
+      '--prefix',
+      LOCKS,
+      '--samples',
+      '2',
+    ]);
     assert.equal(code, healthyCode(etcd.version), JSON.stringify(report.checks));
     assert.deepEqual(report.auth, { enabled: true, user: 'locker', renewalNeedsPutPermission: report.auth.renewalNeedsPutPermission });
     assert.deepEqual(report.lease, { grant: 'ok', attach: 'ok', renew: 'ok', revoke: 'ok' });
@@ -303,7 +341,7 @@ describe('doctor with authentication', () => {
     await assertNoLeases(root);
   });
 
-  test('a wrong password, or no user at all: the CLI\'s one-line authentication error, exit 1', async () => {
+  test("a wrong password, or no user at all: the CLI's one-line authentication error, exit 1", async () => {
     const wrong = await doctor(['--endpoints', etcd.endpoints[0]!, '--user', 'locker:wrong-password', '--prefix', LOCKS]);
     assert.equal(wrong.code, 1, wrong.stderr);
     assert.equal(wrong.stdout, '');
@@ -325,7 +363,10 @@ describe('doctor over TLS', { skip: !hasOpenssl() && 'needs openssl' }, () => {
   before(async () => {
     // The cluster's CA and certificate for 127.0.0.1 (server and client), and a CA that signed nothing of the cluster's.
     ({ dir } = await testCerts('doctor-tls', ['other']));
-    secure = await startEtcd({ members: 1, tls: { certFile: file('node.pem'), keyFile: file('node.key'), trustedCaFile: file('ca.pem'), clientCertAuth: true } });
+    secure = await startEtcd({
+      members: 1,
+      tls: { certFile: file('node.pem'), keyFile: file('node.key'), trustedCaFile: file('ca.pem'), clientCertAuth: true },
+    });
     url = secure.clientUrls[0]!;
   });
 
@@ -335,7 +376,18 @@ describe('doctor over TLS', { skip: !hasOpenssl() && 'needs openssl' }, () => {
   });
 
   test('the right CA and client certificate: the checks run over TLS', async () => {
-    const { code, report } = await doctorJson(['--endpoints', url, '--cacert', file('ca.pem'), '--cert', file('node.pem'), '--key', file('node.key'), '--samples', '1']);
+    const { code, report } = await doctorJson([
+      '--endpoints',
+      url,
+      '--cacert',
+      file('ca.pem'),
+      '--cert',
+      file('node.pem'),
+      '--key',
+      file('node.key'),
+      '--samples',
+      '1',
+    ]);
     assert.equal(code, healthyCode(secure.version), JSON.stringify(report.checks));
     assert.equal(report.members.length, 1);
     assert.equal(report.members[0]!.version, secure.version);
@@ -346,7 +398,10 @@ describe('doctor over TLS', { skip: !hasOpenssl() && 'needs openssl' }, () => {
     const r = await doctor(['--endpoints', url, '--cacert', file('other.pem'), '--cert', file('node.pem'), '--key', file('node.key')]);
     assert.equal(r.code, 1, r.stdout + r.stderr);
     assert.equal(r.stdout, '');
-    assertOneErrorLine(r.stderr, /could not connect to etcd at 127\.0\.0\.1:\d+ \(TLS handshake failed: .*check the CA certificate \(--cacert\)/);
+    assertOneErrorLine(
+      r.stderr,
+      /could not connect to etcd at 127\.0\.0\.1:\d+ \(TLS handshake failed: .*check the CA certificate \(--cacert\)/,
+    );
   });
 
   test('no client certificate for a server that requires one: the one-line error says so, exit 1', async () => {

@@ -9,7 +9,21 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, DoubleBarrier, InvalidArgumentError, Session, SessionExpiredError, TooManyClientsError } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, metric, settle, track, waitFor, waitersBlocked, type LoggedEvent, openSessions, closeAll } from './helpers.js';
+import {
+  EventLog,
+  aborted,
+  assertNoKeys,
+  etcdForFile,
+  grpcHandled,
+  metric,
+  settle,
+  track,
+  waitFor,
+  waitersBlocked,
+  type LoggedEvent,
+  openSessions,
+  closeAll,
+} from './helpers.js';
 import { closeGoFleets } from './go-fleet.js';
 
 const ROOT = 'test/double-barrier/';
@@ -69,7 +83,7 @@ class CreateHook extends Client {
 }
 
 describe('DoubleBarrier', () => {
-  it('three members enter together (keys as Go\'s), and nobody leaves before all have left', T, async () => {
+  it("three members enter together (keys as Go's), and nobody leaves before all have left", T, async () => {
     const name = `${fresh('three')}db`;
     const ss = await sessions(3);
     const log = new EventLog(client, `${name}/`);
@@ -90,18 +104,15 @@ describe('DoubleBarrier', () => {
       const keys = [b1.key!, b2.key!, b3.key!];
       const stored = (await client.getPrefix(`${name}/`)).kvs;
       for (const [i, k] of keys.entries()) {
-        assert.match(k, new RegExp(`^${name}/waiters/\\d+$`), 'Go\'s layout: <name>/waiters/<unix nanoseconds>');
+        assert.match(k, new RegExp(`^${name}/waiters/\\d+$`), "Go's layout: <name>/waiters/<unix nanoseconds>");
         const kv = stored.find((x) => x.key.toString() === k);
-        assert.equal(kv?.lease, ss[i]!.leaseId, 'a waiter key is on its member\'s lease');
+        assert.equal(kv?.lease, ss[i]!.leaseId, "a waiter key is on its member's lease");
         assert.equal(kv.value.length, 0);
       }
       const ready = stored.find((x) => x.key.toString() === `${name}/ready`);
       assert.ok(ready, 'the third member opened the barrier with <name>/ready');
-      assert.equal(ready.lease, 0n, '<name>/ready has no lease, as Go\'s');
-      assert.deepEqual(
-        stored.map((x) => x.key.toString()).sort(),
-        [...keys, `${name}/ready`].sort(),
-      );
+      assert.equal(ready.lease, 0n, "<name>/ready has no lease, as Go's");
+      assert.deepEqual(stored.map((x) => x.key.toString()).sort(), [...keys, `${name}/ready`].sort());
 
       // Leaving: the second member leaves first (deletes its key), then the oldest, which keeps its key.
       const l2 = track(b2.leave());
@@ -110,7 +121,7 @@ describe('DoubleBarrier', () => {
       const l1 = track(b1.leave());
       await answered('Range', base, 1);
       assert.deepEqual([l1.settled, l2.settled], [false, false], 'nobody leaves while the third is still inside');
-      assert.ok(await client.get(keys[0]!), 'the oldest member keeps its key until it is alone (Go\'s protocol)');
+      assert.ok(await client.get(keys[0]!), "the oldest member keeps its key until it is alone (Go's protocol)");
       await b3.leave();
       await Promise.all([l1.promise, l2.promise]);
       assert.equal(b1.key, undefined);
@@ -230,37 +241,46 @@ describe('DoubleBarrier', () => {
     await assertNoKeys(client, name);
   });
 
-  it('a member whose session is lost inside enter() frees its place: the others keep waiting, and a newcomer completes the count', T, async () => {
-    const name = `${fresh('lost-in-enter')}db`;
-    const ss = await sessions(4);
-    const log = new EventLog(client, `${name}/`);
-    await log.ready;
-    try {
-      const [b1, b2, b3, b4] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [DoubleBarrier, DoubleBarrier, DoubleBarrier, DoubleBarrier];
-      let base = await handled('Txn');
-      const e1 = track(b1.enter());
-      await answered('Txn', base, 2);
-      base = await handled('Txn');
-      const e2 = track(b2.enter());
-      const k2 = (await waiterPut(log, name, 1)).key;
-      await answered('Txn', base, 2);
-      await ss[1]!.close(); // b2's process dies: its lease and key go at once
-      await assert.rejects(e2.promise, (err: unknown) => err instanceof SessionExpiredError && err.reason === 'closed');
-      await log.deleted(k2);
-      // Three members are still needed: b1 waits, and so does the next to come.
-      base = await handled('Txn');
-      const e3 = track(b3.enter());
-      await answered('Txn', base, 2);
-      assert.deepEqual([e1.settled, e3.settled], [false, false], 'b1 and b3 make two: they wait');
-      await b4.enter(); // the third live member opens the barrier (b2's place was free, so no TooManyClientsError)
-      await Promise.all([e1.promise, e3.promise]);
-      await Promise.all([b1.leave(), b3.leave(), b4.leave()]);
-    } finally {
-      await log.close();
-      await closeAll(ss);
-    }
-    await assertNoKeys(client, name);
-  });
+  it(
+    'a member whose session is lost inside enter() frees its place: the others keep waiting, and a newcomer completes the count',
+    T,
+    async () => {
+      const name = `${fresh('lost-in-enter')}db`;
+      const ss = await sessions(4);
+      const log = new EventLog(client, `${name}/`);
+      await log.ready;
+      try {
+        const [b1, b2, b3, b4] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [
+          DoubleBarrier,
+          DoubleBarrier,
+          DoubleBarrier,
+          DoubleBarrier,
+        ];
+        let base = await handled('Txn');
+        const e1 = track(b1.enter());
+        await answered('Txn', base, 2);
+        base = await handled('Txn');
+        const e2 = track(b2.enter());
+        const k2 = (await waiterPut(log, name, 1)).key;
+        await answered('Txn', base, 2);
+        await ss[1]!.close(); // b2's process dies: its lease and key go at once
+        await assert.rejects(e2.promise, (err: unknown) => err instanceof SessionExpiredError && err.reason === 'closed');
+        await log.deleted(k2);
+        // Three members are still needed: b1 waits, and so does the next to come.
+        base = await handled('Txn');
+        const e3 = track(b3.enter());
+        await answered('Txn', base, 2);
+        assert.deepEqual([e1.settled, e3.settled], [false, false], 'b1 and b3 make two: they wait');
+        await b4.enter(); // the third live member opens the barrier (b2's place was free, so no TooManyClientsError)
+        await Promise.all([e1.promise, e3.promise]);
+        await Promise.all([b1.leave(), b3.leave(), b4.leave()]);
+      } finally {
+        await log.close();
+        await closeAll(ss);
+      }
+      await assertNoKeys(client, name);
+    },
+  );
 
   it('a member whose session is lost inside leave() fails with SessionExpiredError; its key goes, the others finish', T, async () => {
     const name = `${fresh('lost-in-leave')}db`;
@@ -290,43 +310,51 @@ describe('DoubleBarrier', () => {
     await assertNoKeys(client, name);
   });
 
-  it('a member killed while the others wait in leave() counts as left once its lease expires, and <name>/ready is cleaned up', T, async () => {
-    const name = `${fresh('killed')}db`;
-    const ss = await sessions(2);
-    const [doomed] = await sessions(1, 2); // a short TTL: its lease expires soon after it stops renewing
-    const log = new EventLog(client, `${name}/`);
-    await log.ready;
-    try {
-      const b1 = new DoubleBarrier(doomed!, name, 3);
-      const [b2, b3] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [DoubleBarrier, DoubleBarrier];
-      const base = await handled('Txn');
-      const e1 = track(b1.enter()); // the oldest member
-      await answered('Txn', base, 2);
-      await Promise.all([b2.enter(), b3.enter()]);
-      await e1.promise;
-      const k1 = b1.key!;
-      const leaving = [track(b2.leave()), track(b3.leave())];
-      await Promise.all([log.deleted(b2.key!), log.deleted(b3.key!)]);
-      await roundTrip();
-      assert.deepEqual(leaving.map((l) => l.settled), [false, false], 'both wait for the oldest, still at work');
-      doomed!.orphan(); // b1's process is killed: no more renewals, and nobody revokes its lease
-      const gone = await log.deleted(k1);
-      assert.equal(gone.type, 'delete', 'its key went with its expired lease');
-      await Promise.all(leaving.map((l) => l.promise));
-      // Go's recipe leaves <name>/ready behind here (only the oldest deletes it, and it died);
-      // the others found their round empty and removed it.
-      await waitFor(async () => (await client.get(`${name}/ready`)) === undefined, '<name>/ready removed');
-      await aborted(doomed!.signal);
-      await assert.rejects(b1.leave(), SessionExpiredError);
-    } finally {
-      await log.close();
-      await closeAll(ss);
-      await doomed!.close();
-    }
-    await assertNoKeys(client, name);
-  });
+  it(
+    'a member killed while the others wait in leave() counts as left once its lease expires, and <name>/ready is cleaned up',
+    T,
+    async () => {
+      const name = `${fresh('killed')}db`;
+      const ss = await sessions(2);
+      const [doomed] = await sessions(1, 2); // a short TTL: its lease expires soon after it stops renewing
+      const log = new EventLog(client, `${name}/`);
+      await log.ready;
+      try {
+        const b1 = new DoubleBarrier(doomed!, name, 3);
+        const [b2, b3] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [DoubleBarrier, DoubleBarrier];
+        const base = await handled('Txn');
+        const e1 = track(b1.enter()); // the oldest member
+        await answered('Txn', base, 2);
+        await Promise.all([b2.enter(), b3.enter()]);
+        await e1.promise;
+        const k1 = b1.key!;
+        const leaving = [track(b2.leave()), track(b3.leave())];
+        await Promise.all([log.deleted(b2.key!), log.deleted(b3.key!)]);
+        await roundTrip();
+        assert.deepEqual(
+          leaving.map((l) => l.settled),
+          [false, false],
+          'both wait for the oldest, still at work',
+        );
+        doomed!.orphan(); // b1's process is killed: no more renewals, and nobody revokes its lease
+        const gone = await log.deleted(k1);
+        assert.equal(gone.type, 'delete', 'its key went with its expired lease');
+        await Promise.all(leaving.map((l) => l.promise));
+        // Go's recipe leaves <name>/ready behind here (only the oldest deletes it, and it died);
+        // the others found their round empty and removed it.
+        await waitFor(async () => (await client.get(`${name}/ready`)) === undefined, '<name>/ready removed');
+        await aborted(doomed!.signal);
+        await assert.rejects(b1.leave(), SessionExpiredError);
+      } finally {
+        await log.close();
+        await closeAll(ss);
+        await doomed!.close();
+      }
+      await assertNoKeys(client, name);
+    },
+  );
 
-  it('leave() waits only for its own round: a newcomer of the next round does not hold it up (Go\'s Leave waits for it)', T, async () => {
+  it("leave() waits only for its own round: a newcomer of the next round does not hold it up (Go's Leave waits for it)", T, async () => {
     const name = `${fresh('next-round')}db`;
     const ss = await sessions(4);
     const log = new EventLog(client, `${name}/`);
@@ -387,12 +415,21 @@ describe('DoubleBarrier', () => {
       const key = b.key!;
       await b.leave();
       const left = await log.deleted(key);
-      assert.ok(performance.now() - heldAt < HOLD_MS, 'entered and left before the held attempt landed (else this machine is too slow for the test)');
+      assert.ok(
+        performance.now() - heldAt < HOLD_MS,
+        'entered and left before the held attempt landed (else this machine is too slow for the test)',
+      );
       // The held attempt lands: our key is back, on our live lease, and is swept.
       // (Hang guards only: the attempt lands HOLD_MS after it was sent, and the sweep follows at once.)
-      const back = await waitFor(() => log.events.find((e) => e.type === 'put' && e.key === key && e.rev > left.rev), 'the held create to land', { limitMs: 10_000 });
+      const back = await waitFor(
+        () => log.events.find((e) => e.type === 'put' && e.key === key && e.rev > left.rev),
+        'the held create to land',
+        { limitMs: 10_000 },
+      );
       assert.equal(back.lease, s.leaseId, 're-created on our live lease');
-      await waitFor(() => log.events.find((e) => e.type === 'delete' && e.key === key && e.rev > back.rev), 'the ghost key swept', { limitMs: 10_000 });
+      await waitFor(() => log.events.find((e) => e.type === 'delete' && e.key === key && e.rev > back.rev), 'the ghost key swept', {
+        limitMs: 10_000,
+      });
       // Nobody counts it: a barrier of two with one participant stays shut (the ghost would fill it),
       // until a second one comes.
       const next = new DoubleBarrier(other!, name, 2);

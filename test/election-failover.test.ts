@@ -5,12 +5,10 @@
 import { after, before, describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-
   Election,
   LeadershipLostError,
   SessionExpiredError,
   UnavailableError,
-
   currentLeader,
   listParticipants,
   type LeaderHandle,
@@ -80,7 +78,8 @@ describe('single member', () => {
       assert.equal(info?.value, 'follower');
       report(t, `crash failover: follower led ${ms(took)} after SIGKILL of the leader process (lease TTL ${ttl} s)`);
       await hf.resign();
-    }));
+    }),
+  );
 
   it('leader process exits cleanly (SIGTERM): it resigns and the follower leads at once', T, (t) =>
     scoped(etcd.endpoints, 'sigterm', async (s, name) => {
@@ -100,7 +99,8 @@ describe('single member', () => {
       assert.equal((await admin.leaseTimeToLive(BigInt(`0x${leading.leaseId}`))).ttl, -1, 'the child closed its session');
       report(t, `clean exit failover: follower led ${ms(tf.at! - t0)} after SIGTERM (includes the child's shutdown)`);
       await hf.resign();
-    }));
+    }),
+  );
 
   it('graceful resign handover time', T, (t) =>
     scoped(etcd.endpoints, 'handover', async (s, name) => {
@@ -125,7 +125,8 @@ describe('single member', () => {
       }
       await leader.resign();
       report(t, `graceful handover (resign() called to the follower's campaign resolving): ${stats(times)}`);
-    }));
+    }),
+  );
 });
 
 describe('3-member cluster', () => {
@@ -201,7 +202,11 @@ describe('3-member cluster', () => {
       const hf = await tf.promise;
       assert.ok(tSignal < tf.at!, 'the old leader was told to stop before the new one started');
       const { participants } = await listParticipants(followerClient, name);
-      assert.deepEqual(participants.map((kv) => kv.key.toString()), [hf.key], 'exactly one candidate is left: the leader');
+      assert.deepEqual(
+        participants.map((kv) => kv.key.toString()),
+        [hf.key],
+        'exactly one candidate is left: the leader',
+      );
       const info = await currentLeader(followerClient, name);
       assert.equal(info?.key, hf.key);
       assert.equal(info?.value, 'new');
@@ -219,8 +224,6 @@ describe('3-member cluster', () => {
           (retries > 0 ? ` (its first campaign failed with UnavailableError during the outage: campaigned again)` : ''),
       );
       await hf.resign();
-    }));
+    }),
+  );
 });
-
-
-

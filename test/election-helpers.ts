@@ -145,7 +145,9 @@ export class Child {
         return false;
       }
       if (this.ended) {
-        w.reject(new Error(`child exited before printing line ${w.index + 1}; stdout: ${JSON.stringify(this.lines)}; stderr: ${this.stderr}`));
+        w.reject(
+          new Error(`child exited before printing line ${w.index + 1}; stdout: ${JSON.stringify(this.lines)}; stderr: ${this.stderr}`),
+        );
         return false;
       }
       return true;
@@ -242,8 +244,16 @@ export async function assertClean(endpoints: string[], name: string): Promise<vo
     const keys = await admin.getPrefix(`${name}/`);
     const leases = await admin.leaseLeases();
     try {
-      assert.deepEqual(keys.kvs.map((kv) => kv.key.toString()), [], `keys left under ${name}/`);
-      assert.deepEqual(leases.map((l) => l.toString(16)), [], 'leases left');
+      assert.deepEqual(
+        keys.kvs.map((kv) => kv.key.toString()),
+        [],
+        `keys left under ${name}/`,
+      );
+      assert.deepEqual(
+        leases.map((l) => l.toString(16)),
+        [],
+        'leases left',
+      );
     } finally {
       for (const l of leases) await admin.leaseRevoke(l).catch(() => {});
       await admin.delete(`${name}/`, { prefix: true }).catch(() => {});

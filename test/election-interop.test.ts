@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Election, currentLeader, observeLeader, type Client, type LeaderEvent } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { Child, Recorder, Scope, awaitKey, etcdctl, next, track, withScope } from './election-helpers.js';
+import { type Child, Recorder, type Scope, awaitKey, etcdctl, next, track, withScope } from './election-helpers.js';
 
 let etcd: EtcdCluster;
 before(async () => {
@@ -78,7 +78,8 @@ describe('etcdctl elect leads, we follow', () => {
       assert.equal((await next(events)).type, 'none', 'etcdctl resigned on SIGTERM');
       assert.equal(await currentLeader(admin, name), undefined);
       stop.abort();
-    }));
+    }),
+  );
 
   it('our campaign waits while etcdctl leads, and leads once etcdctl exits (it resigns)', T, () =>
     scoped('ctl-exit', async (s, name) => {
@@ -101,9 +102,10 @@ describe('etcdctl elect leads, we follow', () => {
       assert.equal(await admin.get(key), undefined);
       assert.equal((await currentLeader(admin, name))?.key, h.key);
       assert.equal(h.fencingToken, (await admin.get(h.key))!.createRevision);
-      assert.ok(h.fencingToken > ctlRev, 'our term is later than etcdctl\'s');
+      assert.ok(h.fencingToken > ctlRev, "our term is later than etcdctl's");
       await h.resign();
-    }));
+    }),
+  );
 
   it('our campaign leads after etcdctl is killed (SIGKILL) and its lease is gone', T, () =>
     scoped('ctl-kill', async (s, name) => {
@@ -127,7 +129,8 @@ describe('etcdctl elect leads, we follow', () => {
       const h = await tc.promise;
       assert.equal((await currentLeader(admin, name))?.key, h.key);
       await h.resign();
-    }));
+    }),
+  );
 });
 
 describe('we lead, etcdctl follows or listens', () => {
@@ -164,7 +167,8 @@ describe('we lead, etcdctl follows or listens', () => {
       const h2 = await tc.promise;
       assert.ok(h2.fencingToken > queued.createRevision);
       await h2.resign();
-    }));
+    }),
+  );
 
   it('etcdctl elect -l prints our leader and every value we proclaim', T, () =>
     scoped('listen', async (s, name) => {
@@ -172,7 +176,7 @@ describe('we lead, etcdctl follows or listens', () => {
       const a = new Election(await s.session(s.client(), { ttl: 10 }), name);
       const b = new Election(await s.session(s.client(), { ttl: 10 }), name);
       const ha = await a.campaign('first value');
-      const ours = new Set((await admin.leaseLeases()));
+      const ours = new Set(await admin.leaseLeases());
 
       const listener = s.child(etcdctl(etcd.endpoints, ['elect', '-l', name]));
       assert.equal(await listener.line(0), ha.key);
@@ -196,5 +200,6 @@ describe('we lead, etcdctl follows or listens', () => {
 
       await listener.kill('SIGTERM');
       assert.equal(listener.lines.length, 6, `nothing else was printed: ${JSON.stringify(listener.lines)}`);
-    }));
+    }),
+  );
 });

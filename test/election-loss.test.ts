@@ -4,7 +4,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  Client,
+  type Client,
   Election,
   LeadershipLostError,
   SessionExpiredError,
@@ -15,7 +15,7 @@ import {
   type Session,
 } from '../src/index.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { Recorder, Scope, aborted, ms, storeRevision, track, waitFor, withScope } from './election-helpers.js';
+import { Recorder, type Scope, aborted, ms, storeRevision, track, waitFor, withScope } from './election-helpers.js';
 
 let etcd: EtcdCluster;
 let endpoints: string[];
@@ -65,7 +65,8 @@ describe('losing the campaign or the term', () => {
       assert.equal(await admin.get(b.election.key), undefined);
       assert.equal((await currentLeader(admin, name))?.key, ha.key);
       await ha.resign();
-    }));
+    }),
+  );
 
   it('abort while the enqueue Txn is in flight (applied, answer not yet back) deletes our key', T, async () => {
     const proxy = await startProxy(endpoints[0]!);
@@ -115,7 +116,8 @@ describe('losing the campaign or the term', () => {
       // On a lost session campaign fails at once.
       await assert.rejects(b.election.campaign('b'), SessionExpiredError);
       await ha.resign();
-    }));
+    }),
+  );
 
   it('lease revoked while campaigning rejects, and the session ends (lease-gone) at the next renewal', T, () =>
     scoped('session-revoked', async (s, name) => {
@@ -139,11 +141,14 @@ describe('losing the campaign or the term', () => {
       );
       const gone = await b.session.done;
       assert.equal(gone.reason, 'lease-gone');
-      console.log(`revoked lease: campaign rejected after ${ms(tb.at! - t0)} with ${(tb.error as Error).name}; session ended after ${ms(performance.now() - t0)} (TTL 3 s)`);
+      console.log(
+        `revoked lease: campaign rejected after ${ms(tb.at! - t0)} with ${(tb.error as Error).name}; session ended after ${ms(performance.now() - t0)} (TTL 3 s)`,
+      );
       await assert.rejects(b.election.campaign('b'), SessionExpiredError);
       assert.equal((await currentLeader(admin, name))?.key, ha.key);
       await ha.resign();
-    }));
+    }),
+  );
 
   it('LeaderHandle.signal aborts with LeadershipLostError when the key is deleted by hand', T, () =>
     scoped('signal-deleted', async (s, name) => {
@@ -155,11 +160,15 @@ describe('losing the campaign or the term', () => {
       const reason = await aborted(h.signal);
       assert.ok(reason instanceof LeadershipLostError, `got ${String(reason)}`);
       assert.equal(reason.key, h.key);
-      assert.throws(() => h.assertLeader(), (err) => err === reason);
+      assert.throws(
+        () => h.assertLeader(),
+        (err) => err === reason,
+      );
       const t = await admin.txn({ compare: [h.ownerCompare()], success: [op.put(`${name}/data`, 'x')], failure: [] });
       assert.equal(t.succeeded, false);
       await h.resign();
-    }));
+    }),
+  );
 
   it('LeaderHandle.signal learns of a loss that happened before it was first read, even across compaction', T, () =>
     scoped('signal-late', async (s, name) => {
@@ -183,26 +192,24 @@ describe('losing the campaign or the term', () => {
       await admin.delete(h2.key);
       assert.ok((await aborted(sig2)) instanceof LeadershipLostError);
       await h2.resign();
-    }));
+    }),
+  );
 
-  it(
-    'LeaderHandle.signal read for the first time after the delete was compacted at exactly that revision',
-    T,
-    () =>
-      scoped('signal-compacted', async (s, name) => {
-        const admin = s.client();
-        const { election } = await candidate(s, name);
-        const h = await election.campaign('v');
-        await admin.delete(h.key); // revision confirmedAt + 1
-        await admin.compact(await storeRevision(admin), { physical: true });
-        const sig = h.signal;
-        // Todo test only: there is no event to wait on when the library misses the delete, so this
-        // bounded poll is what turns the hang into a failure.
-        await waitFor(() => sig.aborted, 'the signal to abort', { limitMs: 2000 }).catch(() => {});
-        const aborted_ = sig.aborted;
-        await h.resign();
-        assert.equal(aborted_, true, 'a handle whose key is gone must not look like a leader');
-      }),
+  it('LeaderHandle.signal read for the first time after the delete was compacted at exactly that revision', T, () =>
+    scoped('signal-compacted', async (s, name) => {
+      const admin = s.client();
+      const { election } = await candidate(s, name);
+      const h = await election.campaign('v');
+      await admin.delete(h.key); // revision confirmedAt + 1
+      await admin.compact(await storeRevision(admin), { physical: true });
+      const sig = h.signal;
+      // Todo test only: there is no event to wait on when the library misses the delete, so this
+      // bounded poll is what turns the hang into a failure.
+      await waitFor(() => sig.aborted, 'the signal to abort', { limitMs: 2000 }).catch(() => {});
+      const aborted_ = sig.aborted;
+      await h.resign();
+      assert.equal(aborted_, true, 'a handle whose key is gone must not look like a leader');
+    }),
   );
 
   it('LeaderHandle.signal aborts when the session is lost (closed, or its lease revoked)', T, () =>
@@ -225,7 +232,8 @@ describe('losing the campaign or the term', () => {
       assert.ok((await aborted(sigB)) instanceof LeadershipLostError);
       assert.throws(() => hb.assertLeader(), LeadershipLostError);
       await b.session.done;
-    }));
+    }),
+  );
 
   it('ownerCompare() guards a Txn: it succeeds only during the term', T, () =>
     scoped('owner-compare', async (s, name) => {
@@ -235,8 +243,7 @@ describe('losing the campaign or the term', () => {
       const ha = await a.election.campaign('a');
       const data = `${name}-data`;
       s.defer(() => admin.delete(data));
-      const write = (h: LeaderHandle, v: string) =>
-        a.client.txn({ compare: [h.ownerCompare()], success: [op.put(data, v)], failure: [] });
+      const write = (h: LeaderHandle, v: string) => a.client.txn({ compare: [h.ownerCompare()], success: [op.put(data, v)], failure: [] });
       assert.equal((await write(ha, 'from a')).succeeded, true);
       const tb = track(b.election.campaign('b'));
       await ha.resign();
@@ -248,5 +255,6 @@ describe('losing the campaign or the term', () => {
       const t = await admin.txn({ compare: [compare.createRevision(hb.key, '=', hb.fencingToken)], success: [], failure: [] });
       assert.equal(t.succeeded, true);
       await hb.resign();
-    }));
+    }),
+  );
 });

@@ -5,7 +5,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  Client,
+  type Client,
   Election,
   LeadershipLostError,
   currentLeader,
@@ -15,7 +15,7 @@ import {
   type Session,
 } from '../src/index.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { Recorder, Scope, awaitKey, next, storeRevision, track, withScope } from './election-helpers.js';
+import { Recorder, type Scope, awaitKey, next, storeRevision, track, withScope } from './election-helpers.js';
 
 let etcd: EtcdCluster;
 let endpoints: string[];
@@ -84,7 +84,8 @@ describe('observe', () => {
       stop.abort();
       assert.equal((await events.next()).done, true);
       assert.equal((await events2.next()).done, true);
-    }));
+    }),
+  );
 
   it('never reports a candidate that is not the leader (etcd 18163)', T, () =>
     scoped('observe-oldest', async (s, name) => {
@@ -123,7 +124,8 @@ describe('observe', () => {
       }
       assert.deepEqual(seen, [`${ha.key}=a`, `${hb.key}=b`, `${hd.key}=d`, 'none']);
       stop.abort();
-    }));
+    }),
+  );
 
   it('survives compaction: events continue after the store is compacted', T, () =>
     scoped('observe-compact', async (s, name) => {
@@ -148,7 +150,8 @@ describe('observe', () => {
       await hb.resign();
       assert.equal((await next(events)).type, 'none');
       stop.abort();
-    }));
+    }),
+  );
 
   it('survives a dropped stream, and history compacted while it was cut off', T, async () => {
     const proxy = await startProxy(endpoints[0]!);
@@ -198,53 +201,49 @@ describe('observe', () => {
     }
   });
 
-  it(
-    'does not keep reporting a dead leader when history is compacted exactly at the revision it resumes from',
-    T,
-    async () => {
-      const proxy = await startProxy(endpoints[0]!);
-      try {
-        await scoped('observe-compact-edge', async (s, name) => {
-          const admin = s.client();
-          const viaProxy = s.client({ endpoints: [proxy.endpoint] });
-          const a = await candidate(s, name);
-          const b = await candidate(s, name);
-          const stop = new AbortController();
-          s.defer(() => stop.abort());
-          const events = observeLeader(viaProxy, name, { signal: stop.signal });
-          assert.equal((await next(events)).type, 'none');
-          const ha = await a.election.campaign('a1');
-          assert.equal(leaderOf(await next(events)), `${ha.key}=a1`);
+  it('does not keep reporting a dead leader when history is compacted exactly at the revision it resumes from', T, async () => {
+    const proxy = await startProxy(endpoints[0]!);
+    try {
+      await scoped('observe-compact-edge', async (s, name) => {
+        const admin = s.client();
+        const viaProxy = s.client({ endpoints: [proxy.endpoint] });
+        const a = await candidate(s, name);
+        const b = await candidate(s, name);
+        const stop = new AbortController();
+        s.defer(() => stop.abort());
+        const events = observeLeader(viaProxy, name, { signal: stop.signal });
+        assert.equal((await next(events)).type, 'none');
+        const ha = await a.election.campaign('a1');
+        assert.equal(leaderOf(await next(events)), `${ha.key}=a1`);
 
-          proxy.blackhole(true);
-          await ha.resign(); // the revision the observer's watch resumes from
-          await admin.compact(await storeRevision(admin), { physical: true });
-          proxy.cut();
-          proxy.blackhole(false);
-          const hb = await b.election.campaign('b1');
-          await hb.proclaim('b2');
-          // A sentinel the observer sees either way: A's key is created again (A queues behind B).
-          const ta = track(a.election.campaign('a2'));
-          await awaitKey(admin, a.election.key);
-          const seen: string[] = [];
-          for (;;) {
-            const e = await next(events);
-            seen.push(leaderOf(e));
-            if (seen.at(-1) === `${hb.key}=b2`) break;
-          }
-          await hb.resign();
-          await (await ta.promise).resign();
-          stop.abort();
-          // History up to the cut was compacted away: the observer cannot replay it, only re-read.
-          // It must never go on reporting the dead leader A, and must reach B's latest value.
-          assert.ok(!seen.some((x) => x.startsWith(`${ha.key}=`)), `the dead leader was reported again: ${seen.join(', ')}`);
-          assert.equal(seen.at(-1), `${hb.key}=b2`);
-        });
-      } finally {
-        await proxy.close();
-      }
-    },
-  );
+        proxy.blackhole(true);
+        await ha.resign(); // the revision the observer's watch resumes from
+        await admin.compact(await storeRevision(admin), { physical: true });
+        proxy.cut();
+        proxy.blackhole(false);
+        const hb = await b.election.campaign('b1');
+        await hb.proclaim('b2');
+        // A sentinel the observer sees either way: A's key is created again (A queues behind B).
+        const ta = track(a.election.campaign('a2'));
+        await awaitKey(admin, a.election.key);
+        const seen: string[] = [];
+        for (;;) {
+          const e = await next(events);
+          seen.push(leaderOf(e));
+          if (seen.at(-1) === `${hb.key}=b2`) break;
+        }
+        await hb.resign();
+        await (await ta.promise).resign();
+        stop.abort();
+        // History up to the cut was compacted away: the observer cannot replay it, only re-read.
+        // It must never go on reporting the dead leader A, and must reach B's latest value.
+        assert.ok(!seen.some((x) => x.startsWith(`${ha.key}=`)), `the dead leader was reported again: ${seen.join(', ')}`);
+        assert.equal(seen.at(-1), `${hb.key}=b2`);
+      });
+    } finally {
+      await proxy.close();
+    }
+  });
 
   it('ends only when its signal aborts (or the consumer stops)', T, () =>
     scoped('observe-end', async (s, name) => {
@@ -263,7 +262,7 @@ describe('observe', () => {
       assert.equal((await next(events)).type, 'none');
       // No leader, nothing happening: the iteration stays open until the signal aborts.
       const pending = track(events.next());
-      assert.equal((await currentLeader(client, name)), undefined);
+      assert.equal(await currentLeader(client, name), undefined);
       assert.equal(pending.settled, false);
       stop.abort();
       assert.equal((await pending.promise).done, true);
@@ -275,5 +274,6 @@ describe('observe', () => {
         break;
       }
       assert.equal((await events2.next()).done, true);
-    }));
+    }),
+  );
 });

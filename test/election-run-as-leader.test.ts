@@ -4,7 +4,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  Client,
+  type Client,
   Election,
   InvalidArgumentError,
   LeadershipLostError,
@@ -14,7 +14,7 @@ import {
   type Session,
 } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { Recorder, Scope, aborted, ms, track, waitFor, withScope } from './election-helpers.js';
+import { Recorder, type Scope, aborted, ms, track, waitFor, withScope } from './election-helpers.js';
 
 let etcd: EtcdCluster;
 let endpoints: string[];
@@ -44,18 +44,26 @@ describe('runAsLeader', () => {
       const admin = s.client();
       const { session } = await candidate(s, name);
       const changes: Array<[boolean, bigint]> = [];
-      const result = await runAsLeader(session, name, { value: 'me', onLeaderChange: (l, h) => changes.push([l, h.fencingToken]) }, async (leader) => {
-        const info = await currentLeader(admin, name);
-        assert.equal(info?.key, leader.key);
-        assert.equal(info?.value, 'me');
-        assert.equal(info?.fencingToken, leader.fencingToken);
-        leader.assertLeader();
-        return 42;
-      });
+      const result = await runAsLeader(
+        session,
+        name,
+        { value: 'me', onLeaderChange: (l, h) => changes.push([l, h.fencingToken]) },
+        async (leader) => {
+          const info = await currentLeader(admin, name);
+          assert.equal(info?.key, leader.key);
+          assert.equal(info?.value, 'me');
+          assert.equal(info?.fencingToken, leader.fencingToken);
+          leader.assertLeader();
+          return 42;
+        },
+      );
       assert.equal(result, 42);
       assert.equal(await currentLeader(admin, name), undefined, 'resigned after the task');
       assert.equal(changes.length, 2);
-      assert.deepEqual(changes.map((c) => c[0]), [true, false]);
+      assert.deepEqual(
+        changes.map((c) => c[0]),
+        [true, false],
+      );
       assert.equal(session.signal.aborted, false, 'a Session passed in is not closed');
 
       // A task that throws: resigned too, the error propagates.
@@ -67,7 +75,8 @@ describe('runAsLeader', () => {
         (err) => err === boom,
       );
       assert.equal(await currentLeader(admin, name), undefined);
-    }));
+    }),
+  );
 
   it('after a lost term waits for the task to settle, then campaigns again (higher token)', T, () =>
     scoped('run-lost', async (s, name) => {
@@ -104,7 +113,8 @@ describe('runAsLeader', () => {
       assert.ok(terms[1]! > terms[0]!, 'the second term has a higher fencing token');
       assert.deepEqual(changes, [true, false, true, false]);
       assert.equal(await currentLeader(admin, name), undefined);
-    }));
+    }),
+  );
 
   it('once: true stops after one term', T, () =>
     scoped('run-once', async (s, name) => {
@@ -120,7 +130,8 @@ describe('runAsLeader', () => {
       assert.equal(result, undefined, 'a lost term yields no result');
       assert.equal(runs, 1);
       assert.equal(await currentLeader(admin, name), undefined);
-    }));
+    }),
+  );
 
   it('shutdown signal: the task is aborted, then resigns, and the successor takes over at once', T, () =>
     scoped('run-shutdown', async (s, name) => {
@@ -156,7 +167,11 @@ describe('runAsLeader', () => {
       assert.equal(await run.promise, undefined);
       assert.deepEqual(taskSaw, [reason]);
       assert.ok(keyWhileWindingDown, 'the task wound down');
-      assert.equal(keyWhileWindingDown.rev, keyWhileWindingDown.token, 'our key still existed while the task wound down: resign came after it');
+      assert.equal(
+        keyWhileWindingDown.rev,
+        keyWhileWindingDown.token,
+        'our key still existed while the task wound down: resign came after it',
+      );
       const del = await rec.deleted(leaderKey);
       assert.equal(a.session.signal.aborted, false, 'the key was deleted by resign, not by losing the lease');
       const hb = await tb.promise;
@@ -165,7 +180,11 @@ describe('runAsLeader', () => {
       // expiry) that handed over; and nothing else happened under the name in between.
       assert.ok((await admin.leaseTimeToLive(a.session.leaseId)).ttl > 0, "a's lease still lives: the successor did not wait for it");
       const after = rec.events.slice(rec.events.findIndex((e) => e.type === 'delete' && e.key === leaderKey) + 1);
-      assert.deepEqual(after.filter((e) => e.key !== b.election.key), [], 'no other event between the resign and the successor leading');
+      assert.deepEqual(
+        after.filter((e) => e.key !== b.election.key),
+        [],
+        'no other event between the resign and the successor leading',
+      );
       console.log(`runAsLeader shutdown to successor leading: ${ms(tb.at! - t0)}`);
       await hb.resign();
 
@@ -183,7 +202,8 @@ describe('runAsLeader', () => {
       assert.equal(ran, false);
       assert.equal(await admin.get(a.election.key), undefined);
       await hb2.resign();
-    }));
+    }),
+  );
 
   it('with a Client: its own session, closed at the end; a fresh session after the session is lost', T, () =>
     scoped('run-client', async (s, name) => {
@@ -209,7 +229,8 @@ describe('runAsLeader', () => {
       assert.equal(leases.length, 2);
       assert.notEqual(leases[0], leases[1], 'a new session (lease) for the second term');
       assert.deepEqual(await admin.leaseLeases(), [], 'the session runAsLeader made is closed');
-    }));
+    }),
+  );
 
   it('with a Client: a fresh session after its lease was revoked by hand', T, () =>
     scoped('run-client-revoked', async (s, name) => {
@@ -234,7 +255,8 @@ describe('runAsLeader', () => {
       assert.notEqual(leases[0], leases[1], 'the second term runs on a new lease');
       assert.deepEqual(secondSessionAlive, [true, true], 'the new session was alive, on a lease etcd had');
       assert.deepEqual(await admin.leaseLeases(), [], 'both sessions are gone afterwards');
-    }));
+    }),
+  );
 
   it('with a Session: its lease revoked by hand ends the loop with SessionExpiredError', T, () =>
     scoped('run-session-revoked', async (s, name) => {
@@ -251,7 +273,8 @@ describe('runAsLeader', () => {
         SessionExpiredError,
       );
       assert.equal(runs, 1);
-    }));
+    }),
+  );
 
   it('with a Client: shutdown resigns and closes the session', T, () =>
     scoped('run-client-shutdown', async (s, name) => {
@@ -259,23 +282,36 @@ describe('runAsLeader', () => {
       const client = s.client();
       const shutdown = new AbortController();
       const seen: boolean[] = [];
-      const result = await runAsLeader(client, name, { value: 'c', ttl: 5, signal: shutdown.signal, onLeaderChange: (l) => seen.push(l) }, async (leader) => {
-        shutdown.abort();
-        await aborted(leader.signal);
-        return 1;
-      });
+      const result = await runAsLeader(
+        client,
+        name,
+        { value: 'c', ttl: 5, signal: shutdown.signal, onLeaderChange: (l) => seen.push(l) },
+        async (leader) => {
+          shutdown.abort();
+          await aborted(leader.signal);
+          return 1;
+        },
+      );
       assert.equal(result, undefined);
       assert.deepEqual(seen, [true, false]);
       assert.equal(await currentLeader(admin, name), undefined);
       assert.deepEqual(await admin.leaseLeases(), []);
-    }));
+    }),
+  );
 
   it('rejects a bad name without running the task', T, () =>
     scoped('run-badname', async (s, name) => {
       const { session } = await candidate(s, name);
       let ran = false;
-      await assert.rejects(runAsLeader(session, `${name}/`, { value: 'x' }, () => (ran = true)), InvalidArgumentError);
-      await assert.rejects(runAsLeader(s.client(), '', { value: 'x' }, () => (ran = true)), InvalidArgumentError);
+      await assert.rejects(
+        runAsLeader(session, `${name}/`, { value: 'x' }, () => (ran = true)),
+        InvalidArgumentError,
+      );
+      await assert.rejects(
+        runAsLeader(s.client(), '', { value: 'x' }, () => (ran = true)),
+        InvalidArgumentError,
+      );
       assert.equal(ran, false);
-    }));
+    }),
+  );
 });

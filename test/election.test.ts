@@ -6,7 +6,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  Client,
+  type Client,
   Election,
   InvalidArgumentError,
   LeadershipLostError,
@@ -19,7 +19,7 @@ import {
 } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import { metric } from './helpers.js';
-import { Recorder, Scope, aborted, ms, next, storeRevision, track, withScope } from './election-helpers.js';
+import { Recorder, type Scope, aborted, ms, next, storeRevision, track, withScope } from './election-helpers.js';
 
 let etcd: EtcdCluster;
 let endpoints: string[];
@@ -66,14 +66,21 @@ describe('campaign', () => {
       h.assertLeader();
 
       const info = await election.leader();
-      assert.deepEqual(info, { key: h.key, value: 'alpha', valueBytes: Buffer.from('alpha'), fencingToken: h.fencingToken, leaseId: session.leaseId });
+      assert.deepEqual(info, {
+        key: h.key,
+        value: 'alpha',
+        valueBytes: Buffer.from('alpha'),
+        fencingToken: h.fencingToken,
+        leaseId: session.leaseId,
+      });
       assert.deepEqual(await currentLeader(admin, name), info);
 
       await h.resign();
       assert.equal(await admin.get(h.key), undefined, 'resign deletes the key');
       assert.equal(await election.leader(), undefined);
       assert.throws(() => h.assertLeader(), LeadershipLostError);
-    }));
+    }),
+  );
 
   it('takes binary values', T, () =>
     scoped('binary', async (s, name) => {
@@ -87,7 +94,8 @@ describe('campaign', () => {
       assert.deepEqual((await election.leader())?.valueBytes, Buffer.from([9, 8, 7]));
       assert.deepEqual(h.valueBytes, Buffer.from([9, 8, 7]));
       await h.resign();
-    }));
+    }),
+  );
 
   it('a second candidate waits; resign hands over with one delete and one watch event', T, () =>
     scoped('handover', async (s, name) => {
@@ -113,7 +121,7 @@ describe('campaign', () => {
       const handover = performance.now() - t0;
       const del = await rec.deleted(ha.key);
       const eventsSent = (await metric(etcd.clientUrls[0]!, 'etcd_debugging_mvcc_events_total')) - eventsBefore;
-      assert.equal(eventsSent, 2, 'one watch event woke B (the other went to this test\'s recorder)');
+      assert.equal(eventsSent, 2, "one watch event woke B (the other went to this test's recorder)");
 
       // Nothing but the resign's single delete was written between B queueing and B leading.
       assert.equal(await storeRevision(admin), del.modRevision, 'no write after the resign');
@@ -126,7 +134,8 @@ describe('campaign', () => {
       assert.equal((await currentLeader(admin, name))?.key, hb.key);
       console.log(`graceful handover (resign to follower's campaign resolving): ${ms(handover)}`);
       await hb.resign();
-    }));
+    }),
+  );
 
   it('is FIFO among many candidates, with strictly increasing terms', T, () =>
     scoped('fifo', async (s, name) => {
@@ -141,14 +150,15 @@ describe('campaign', () => {
       // All queue at once: the queue order is whatever order etcd created their keys in.
       const pending = cands.map((c, i) => ({ c, i, t: track(c.election.campaign(`c${i + 1}`)) }));
       const puts = await Promise.all(cands.map((c) => rec.keyCreated(c.election.key)));
-      const order = pending
-        .map((p, i) => ({ ...p, rev: puts[i]!.createRevision }))
-        .sort((x, y) => (x.rev < y.rev ? -1 : 1));
+      const order = pending.map((p, i) => ({ ...p, rev: puts[i]!.createRevision })).sort((x, y) => (x.rev < y.rev ? -1 : 1));
 
       let current: LeaderHandle = h0;
       const tokens = [h0.fencingToken];
       while (order.length > 0) {
-        assert.ok(order.every((o) => !o.t.settled), 'nobody leads before its predecessor resigns');
+        assert.ok(
+          order.every((o) => !o.t.settled),
+          'nobody leads before its predecessor resigns',
+        );
         await current.resign();
         const nextUp = order.shift()!;
         const h = await nextUp.t.promise;
@@ -161,7 +171,8 @@ describe('campaign', () => {
       for (let i = 1; i < tokens.length; i++) assert.ok(tokens[i]! > tokens[i - 1]!, 'terms strictly increase');
       assert.equal(tokens.length, n + 1);
       await current.resign();
-    }));
+    }),
+  );
 
   it('campaigning again on the same session with share: true keeps its place and updates its value', T, () =>
     scoped('again', async (s, name) => {
@@ -205,7 +216,8 @@ describe('campaign', () => {
       const hc = await tc.promise;
       assert.equal((await currentLeader(admin, name))?.key, hc.key);
       await hc.resign();
-    }));
+    }),
+  );
 
   it('leader() returns the oldest candidate, or undefined; stray and nested keys are no candidates', T, () =>
     scoped('leader', async (s, name) => {
@@ -237,7 +249,8 @@ describe('campaign', () => {
       assert.equal((await a.election.leader())?.key, hb.key);
       await hb.resign();
       assert.equal(await a.election.leader(), undefined);
-    }));
+    }),
+  );
 });
 
 describe('proclaim', () => {
@@ -270,7 +283,8 @@ describe('proclaim', () => {
       assert.equal((await next(events)).type, 'none');
       stop.abort();
       assert.equal((await events.next()).done, true);
-    }));
+    }),
+  );
 
   it('after losing leadership (key deleted by hand) throws NotLeaderError and the handle is dead', T, () =>
     scoped('proclaim-lost', async (s, name) => {
@@ -292,7 +306,8 @@ describe('proclaim', () => {
       assert.throws(() => h.assertLeader(), LeadershipLostError);
       await assert.rejects(h.proclaim('v3'), NotLeaderError);
       await h.resign(); // harmless
-    }));
+    }),
+  );
 
   it('after the handle already saw the loss also throws NotLeaderError', T, () =>
     scoped('proclaim-lost-seen', async (s, name) => {
@@ -304,7 +319,8 @@ describe('proclaim', () => {
       await lost;
       await assert.rejects(h.proclaim('v2'), NotLeaderError);
       await h.resign();
-    }));
+    }),
+  );
 });
 
 describe('resign', () => {
@@ -332,7 +348,8 @@ describe('resign', () => {
       await h3.resign();
       await h3.resign();
       assert.equal(await admin.get(election.key), undefined);
-    }));
+    }),
+  );
 
   it('after someone else leads, does not delete their key', T, () =>
     scoped('resign-other', async (s, name) => {
@@ -347,7 +364,8 @@ describe('resign', () => {
       assert.equal((await currentLeader(admin, name))?.key, hb.key, 'B still leads');
       hb.assertLeader();
       await hb.resign();
-    }));
+    }),
+  );
 
   it('aborts the handle signal (our key is deleted: leadership ended)', T, () =>
     scoped('resign-signal', async (s, name) => {
@@ -357,7 +375,8 @@ describe('resign', () => {
       // Read after resign (deterministic); read before, it depends on whether the watch's delete
       // event or the Txn's answer arrives first.
       assert.equal(h.signal.aborted, true, 'a task given this handle must learn that the term ended');
-    }));
+    }),
+  );
 });
 
 describe('names', () => {
@@ -376,5 +395,6 @@ describe('names', () => {
         const e = new Election(session, good);
         assert.equal(e.key, `${good}/${session.leaseId.toString(16)}`);
       }
-    }));
+    }),
+  );
 });

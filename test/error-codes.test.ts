@@ -9,7 +9,18 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as api from '../src/index.js';
 import * as testing from '../src/testing/index.js';
-import { Client, Election, EtcdError, LeadershipLostError, LeaseNotFoundError, LockLostError, Mutex, NotLeaderError, OwnershipLostError, Session } from '../src/index.js';
+import {
+  type Client,
+  Election,
+  EtcdError,
+  LeadershipLostError,
+  LeaseNotFoundError,
+  LockLostError,
+  Mutex,
+  NotLeaderError,
+  OwnershipLostError,
+  Session,
+} from '../src/index.js';
 import { aborted, etcdForFile } from './helpers.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -95,7 +106,10 @@ describe('lost errors carry reason', { timeout: 60_000 }, () => {
       assert.ok(err instanceof LockLostError, String(err));
       assert.equal(err.code, 'ERR_LOCK_LOST');
       assert.equal(err.reason, 'key_deleted');
-      assert.throws(() => h.assertHeld(), (e: unknown) => e instanceof LockLostError && e.reason === 'key_deleted');
+      assert.throws(
+        () => h.assertHeld(),
+        (e: unknown) => e instanceof LockLostError && e.reason === 'key_deleted',
+      );
       await h.unlock();
 
       const again = await new Mutex(s, `${p}lock`).lock();

@@ -71,7 +71,11 @@ describe('`etcd-concurrency etcd`', () => {
   test('list names the command a package user runs, with a cache of its own', async () => {
     const r = await runCliToEnd(['etcd', 'list'], { ETCD_CACHE_DIR: path.join(work, 'empty-cache') });
     assert.equal(r.code, 0, r.stderr);
-    for (const line of ['3.4', '3.5', '3.6', '3.7']) assert.match(r.stdout, new RegExp(`^${line.replace('.', '\\.')} +not installed: etcd-concurrency etcd install ${line.replace('.', '\\.')} `, 'm'));
+    for (const line of ['3.4', '3.5', '3.6', '3.7'])
+      assert.match(
+        r.stdout,
+        new RegExp(`^${line.replace('.', '\\.')} +not installed: etcd-concurrency etcd install ${line.replace('.', '\\.')} `, 'm'),
+      );
   });
 
   test('bad requests exit 1 (2 without a command) with one line saying what is supported', async () => {

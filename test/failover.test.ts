@@ -28,7 +28,9 @@ async function proxies(n: number): Promise<{ list: TcpProxy[] } & AsyncDisposabl
 }
 
 describe('callTimeoutMs covers failover retries across several endpoints', () => {
-  it('a member that stops answering mid-call costs a share of the budget, not all of it: the call succeeds on the third endpoint', { timeout: 30_000 }, async () => {
+  it('a member that stops answering mid-call costs a share of the budget, not all of it: the call succeeds on the third endpoint', {
+    timeout: 30_000,
+  }, async () => {
     const p = fresh('share');
     await client.put(`${p}k`, 'v');
     await using eps = await proxies(3);
@@ -48,7 +50,9 @@ describe('callTimeoutMs covers failover retries across several endpoints', () =>
     await client.delete(`${p}k`);
   });
 
-  it('every member hung: the round of retries ends with the budget, a DeadlineExceededError after trying each one', { timeout: 30_000 }, async () => {
+  it('every member hung: the round of retries ends with the budget, a DeadlineExceededError after trying each one', {
+    timeout: 30_000,
+  }, async () => {
     await using eps = await proxies(3);
     const [, b, c] = eps.list as [TcpProxy, TcpProxy, TcpProxy];
     await using far = new Client({ endpoints: eps.list.map((x) => x.endpoint), dialTimeoutMs: 1000, callTimeoutMs: 6000 });
@@ -84,12 +88,14 @@ async function assertRefusesReads(endpoint: string, key: string): Promise<void> 
   await assert.rejects(alone.get(key), (err: unknown) => {
     assert.ok(err instanceof UnavailableError, `refused as leaderless: ${String(err)}`);
     assert.match(err.message, /etcd has no Raft leader/);
-    assert.match(String((err.cause as { details?: string } | undefined)?.details), /^etcdserver: no leader$/, 'etcd\'s own refusal');
+    assert.match(String((err.cause as { details?: string } | undefined)?.details), /^etcdserver: no leader$/, "etcd's own refusal");
     return true;
   });
 }
 
-describe('hasleader: a member partitioned from the other two (network namespaces)', { skip: !netns.ok && `needs network namespaces (${netns.why})` }, () => {
+describe('hasleader: a member partitioned from the other two (network namespaces)', {
+  skip: !netns.ok && `needs network namespaces (${netns.why})`,
+}, () => {
   // Three members in their own network namespaces (chaos/netns.ts): the partition cuts one member's
   // Raft traffic to the others while clients still reach it, as a client on the minority side would.
   let dir: string;
@@ -158,7 +164,9 @@ describe('hasleader: a member partitioned from the other two (network namespaces
     assert.deepEqual(await majority.leaseLeases(), [], 'nothing left on the majority side');
   });
 
-  it('a read is refused there at once (not left to time out) and answered by the majority, never with the stale copy', { timeout: 30_000 }, async () => {
+  it('a read is refused there at once (not left to time out) and answered by the majority, never with the stale copy', {
+    timeout: 30_000,
+  }, async () => {
     await assertRefusesReads(endpoints[0]!, key);
     await using c = new Client({ endpoints, ...READ_BUDGET });
     const kv = await c.get(key);

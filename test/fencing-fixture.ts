@@ -6,13 +6,12 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { MetricReader } from '@opentelemetry/sdk-metrics';
-import { Client, Mutex, Session, type LockHandle } from '../src/index.js';
+import { type Client, Mutex, Session, type LockHandle } from '../src/index.js';
 import type { HeldFencingHandle } from '../src/fencing/index.js';
 import type { EtcdCluster, PostgresServer, RedisServer } from '../src/testing/index.js';
 import { ATTR, METRIC } from '../src/metrics/names.js';
 import { Holder, killHolders, type HolderEvent } from './fence-holders.js';
 import { etcdForFile } from './helpers.js';
-
 
 /** A name no other test uses, valid as a PostgreSQL identifier and a Redis key. */
 export const unique = (scope: string): string => `${scope}_${randomBytes(4).toString('hex')}`;
@@ -43,16 +42,18 @@ export async function logRows(db: pg.Pool, resource: string): Promise<{ token: b
   return r.rows.map((row) => ({ token: BigInt(row.token), value: row.value }));
 }
 
-
 export type Store = 'postgres' | 'redis';
-
 
 /** The race's verdict from the writes applied, in the order they were applied. */
 export function checkRace(events: HolderEvent[], applied: bigint[], stored: bigint | undefined): void {
-  for (let i = 1; i < applied.length; i++) assert.ok(applied[i]! >= applied[i - 1]!, `write ${i} (token ${applied[i]}) applied after token ${applied[i - 1]}`);
+  for (let i = 1; i < applied.length; i++)
+    assert.ok(applied[i]! >= applied[i - 1]!, `write ${i} (token ${applied[i]}) applied after token ${applied[i - 1]}`);
   const appliedEvents = events.filter((e) => e.applied).map((e) => BigInt(e.token as string));
   assert.deepEqual([...applied].sort(cmp), appliedEvents.sort(cmp), 'the writes reported applied are those in the data');
-  assert.ok(events.some((e) => !e.applied), 'stale writes were offered (each round after the first offers one)');
+  assert.ok(
+    events.some((e) => !e.applied),
+    'stale writes were offered (each round after the first offers one)',
+  );
   for (const e of events.filter((e) => !e.applied)) {
     assert.ok(BigInt(e.highest as string) > BigInt(e.token as string), `a refusal names a higher stored token: ${JSON.stringify(e)}`);
   }
@@ -122,7 +123,10 @@ export function fencingFixture(root: string) {
    */
   async function race(store: Store, url: string, resource: string, workers: number, rounds: number): Promise<HolderEvent[]> {
     const lockName = `${fresh(`race-${store}`)}lock`;
-    const holders = Array.from({ length: workers }, (_, w) => new Holder(['race', etcd().endpoints.join(','), lockName, '10', store, url, resource, `w${w}`, String(rounds)]));
+    const holders = Array.from(
+      { length: workers },
+      (_, w) => new Holder(['race', etcd().endpoints.join(','), lockName, '10', store, url, resource, `w${w}`, String(rounds)]),
+    );
     const events = (await Promise.all(holders.map((h) => h.rest()))).flat();
     assert.equal(events.length, workers * (2 * rounds - 1));
     for (const e of events) assert.equal(e.event, 'write', JSON.stringify(e));

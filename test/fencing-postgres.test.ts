@@ -10,7 +10,13 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import { Client, Election, InvalidArgumentError, LockLostError, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
-import { FenceNotInstalledError, FenceUnavailableError, PostgresFence, StaleTokenError, type HeldFencingHandle } from '../src/fencing/index.js';
+import {
+  FenceNotInstalledError,
+  FenceUnavailableError,
+  PostgresFence,
+  StaleTokenError,
+  type HeldFencingHandle,
+} from '../src/fencing/index.js';
 import { postgresForFile } from './db-servers.js';
 import { Counted, checkRace, fencingFixture, logRows, logTable, pool, token, unique } from './fencing-fixture.js';
 
@@ -32,7 +38,10 @@ describe('PostgresFence on a real PostgreSQL', () => {
       'postgres',
       server.connectionString,
       resource,
-      (lock) => fence.run(lock, resource, (tx) => tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, 'second')`, [String(lock.fencingToken)])),
+      (lock) =>
+        fence.run(lock, resource, (tx) =>
+          tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, 'second')`, [String(lock.fencingToken)]),
+        ),
       async () => (await logRows(db, resource)).map((r) => r.value),
       () => fence.highestToken(resource),
     );
@@ -49,7 +58,11 @@ describe('PostgresFence on a real PostgreSQL', () => {
     await logTable(db, resource);
     const events = await race('postgres', server.connectionString, resource, 3, 8);
     const rows = await logRows(db, resource);
-    checkRace(events, rows.map((r) => r.token), await fence.highestToken(resource));
+    checkRace(
+      events,
+      rows.map((r) => r.token),
+      await fence.highestToken(resource),
+    );
   });
 
   it('a transaction failing midway (thrown, SQL error, lock lost before COMMIT) leaves the fence row and the data unchanged', async (t) => {
@@ -60,7 +73,8 @@ describe('PostgresFence on a real PostgreSQL', () => {
     await fence.install();
     const resource = unique('midway');
     await logTable(db, resource);
-    const insert = (tx: pg.PoolClient, value: string, n: bigint) => tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, $2)`, [String(n), value]);
+    const insert = (tx: pg.PoolClient, value: string, n: bigint) =>
+      tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, $2)`, [String(n), value]);
     await using s = await session();
     const name = `${fresh('midway')}lock`;
     const first = await new Mutex(s, name).lock();
@@ -90,7 +104,10 @@ describe('PostgresFence on a real PostgreSQL', () => {
       LockLostError,
     );
     assert.equal(await fence.highestToken(resource), first.fencingToken, 'the fence row still holds the first token');
-    assert.deepEqual((await logRows(db, resource)).map((r) => r.value), ['before']);
+    assert.deepEqual(
+      (await logRows(db, resource)).map((r) => r.value),
+      ['before'],
+    );
     assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
   });
 
@@ -114,7 +131,10 @@ describe('PostgresFence on a real PostgreSQL', () => {
     await assert.rejects(write('killed', true));
     for (let i = 0; i < 4; i++) await write(`after ${i}`, false); // as many as the pool holds: none gets the dead client
     assert.ok(!pids.slice(1).includes(pids[0]!), 'the killed connection was not handed out again');
-    assert.deepEqual((await logRows(db, resource)).map((r) => r.value), ['after 0', 'after 1', 'after 2', 'after 3']);
+    assert.deepEqual(
+      (await logRows(db, resource)).map((r) => r.value),
+      ['after 0', 'after 1', 'after 2', 'after 3'],
+    );
     assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
   });
 
@@ -135,12 +155,18 @@ describe('PostgresFence on a real PostgreSQL', () => {
       const old = await new Mutex(s, name).lock();
       await old.unlock();
       await using lock = await new Mutex(s, name).lock();
-      const write = (h: HeldFencingHandle, v: string) => fence.run(h, resource, (tx) => tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, $2) RETURNING value`, [String(h.fencingToken), v]));
+      const write = (h: HeldFencingHandle, v: string) =>
+        fence.run(h, resource, (tx) =>
+          tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, $2) RETURNING value`, [String(h.fencingToken), v]),
+        );
       assert.equal((await write(lock, 'one')).rows[0].value, 'one', 'run returns what fn returns');
       await write(lock, 'two');
       // A handle that says it still holds (its check cannot know): the database refuses it.
       const stale = token(old.fencingToken);
-      const err = await write(stale, 'stale').then(() => assert.fail('a lower token was accepted'), (e: unknown) => e);
+      const err = await write(stale, 'stale').then(
+        () => assert.fail('a lower token was accepted'),
+        (e: unknown) => e,
+      );
       assert.ok(err instanceof StaleTokenError);
       assert.equal(err.code, 'ERR_STALE_TOKEN');
       assert.equal(err.resource, resource);
@@ -150,7 +176,10 @@ describe('PostgresFence on a real PostgreSQL', () => {
       assert.equal(await reader.refused('postgres'), 0, 'a handle not of this library counts nowhere');
       // An old lock's own handle, released: refused by its own check before any round trip.
       await assert.rejects(write(old, 'released'), LockLostError);
-      assert.deepEqual((await logRows(db, resource)).map((r) => r.value), ['one', 'two']);
+      assert.deepEqual(
+        (await logRows(db, resource)).map((r) => r.value),
+        ['one', 'two'],
+      );
       // The refusals counter: a stale write through one of our handles (an election's, here).
       await using leader = await new Election(s, `${fresh('equal')}election`).campaign('me');
       const staleLeader = Object.create(leader) as typeof leader;
@@ -179,10 +208,16 @@ describe('PostgresFence on a real PostgreSQL', () => {
     assert.equal(await fence.run(w, resource, () => 'written'), 'written');
     await w.unlock();
     await using r = await rw.rLock();
-    await assert.rejects(fence.run(r, resource, () => 'read'), (err: Error) => err instanceof InvalidArgumentError && /read lock/.test(err.message));
+    await assert.rejects(
+      fence.run(r, resource, () => 'read'),
+      (err: Error) => err instanceof InvalidArgumentError && /read lock/.test(err.message),
+    );
     await r.unlock();
     await using permit = await new Semaphore(s, `${p}sem`, { permits: 2 }).acquire();
-    await assert.rejects(fence.run(permit, resource, () => 'permit'), (err: Error) => err instanceof InvalidArgumentError && /semaphore permit/.test(err.message));
+    await assert.rejects(
+      fence.run(permit, resource, () => 'permit'),
+      (err: Error) => err instanceof InvalidArgumentError && /semaphore permit/.test(err.message),
+    );
   });
 
   it('bad input: an unknown handle, a table missing without install(), a bad table name, a closed pool: clear errors', async (t) => {
@@ -192,18 +227,35 @@ describe('PostgresFence on a real PostgreSQL', () => {
     t.after(() => (db.ended ? undefined : db.end()));
     const resource = unique('bad');
     const missing = new PostgresFence(db, { table: unique('never_installed') });
-    await assert.rejects(missing.run(token(5n), resource, () => 1), (err: Error) => {
-      assert.ok(err instanceof FenceNotInstalledError);
-      assert.equal((err as unknown as { code: string }).code, 'ERR_FENCE_NOT_INSTALLED');
-      assert.match(err.message, /call install\(\)/);
-      return true;
-    });
+    await assert.rejects(
+      missing.run(token(5n), resource, () => 1),
+      (err: Error) => {
+        assert.ok(err instanceof FenceNotInstalledError);
+        assert.equal((err as unknown as { code: string }).code, 'ERR_FENCE_NOT_INSTALLED');
+        assert.match(err.message, /call install\(\)/);
+        return true;
+      },
+    );
     const fence = new PostgresFence(db, { table: 'fences' });
     await fence.install();
-    for (const [i, bad] of [{}, null, 'lock', { fencingToken: 5, assertHeld() {} }, { fencingToken: 0n, assertHeld() {} }, { fencingToken: 5n }].entries()) {
-      await assert.rejects(fence.run(bad as HeldFencingHandle, resource, () => 1), (err: Error) => err instanceof InvalidArgumentError && /fencingToken/.test(err.message), `bad handle ${i}`);
+    for (const [i, bad] of [
+      {},
+      null,
+      'lock',
+      { fencingToken: 5, assertHeld() {} },
+      { fencingToken: 0n, assertHeld() {} },
+      { fencingToken: 5n },
+    ].entries()) {
+      await assert.rejects(
+        fence.run(bad as HeldFencingHandle, resource, () => 1),
+        (err: Error) => err instanceof InvalidArgumentError && /fencingToken/.test(err.message),
+        `bad handle ${i}`,
+      );
     }
-    await assert.rejects(fence.run(token(5n), '', () => 1), InvalidArgumentError);
+    await assert.rejects(
+      fence.run(token(5n), '', () => 1),
+      InvalidArgumentError,
+    );
     for (const table of ['fences; DROP TABLE fences', 'a"b', 'x.y.z', '1abc', '', 'a'.repeat(64)]) {
       assert.throws(() => new PostgresFence(db, { table }), InvalidArgumentError, table);
     }
@@ -216,12 +268,15 @@ describe('PostgresFence on a real PostgreSQL', () => {
     assert.equal((await db.query(`SELECT token FROM fencing_test."Fences" WHERE resource = $1`, [resource])).rows[0].token, '7');
     assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
     await db.end();
-    await assert.rejects(fence.run(token(9n), resource, () => 1), (err: Error) => {
-      assert.ok(err instanceof FenceUnavailableError);
-      assert.match(err.message, /end\(\)/);
-      assert.ok(err.cause instanceof Error, 'the driver error is the cause');
-      return true;
-    });
+    await assert.rejects(
+      fence.run(token(9n), resource, () => 1),
+      (err: Error) => {
+        assert.ok(err instanceof FenceUnavailableError);
+        assert.match(err.message, /end\(\)/);
+        assert.ok(err.cause instanceof Error, 'the driver error is the cause');
+        return true;
+      },
+    );
   });
 
   it('a single pg Client: concurrent runs are queued on it, and each is fenced', async (t) => {
@@ -238,7 +293,10 @@ describe('PostgresFence on a real PostgreSQL', () => {
         fence.run(token(12n), resource, () => 'twelve'),
         fence.run(token(11n), resource, () => 'eleven'),
       ]);
-      assert.deepEqual(results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).name)), [1, 'twelve', 'StaleTokenError']);
+      assert.deepEqual(
+        results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).name)),
+        [1, 'twelve', 'StaleTokenError'],
+      );
       assert.equal(await fence.highestToken(resource), 12n);
     } finally {
       await c.end();

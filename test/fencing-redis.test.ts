@@ -57,7 +57,10 @@ describe('RedisFence on a real Redis', () => {
     const key = unique('config');
     assert.equal(await fence.set(token(10n), key, 'ten'), 'OK');
     assert.equal(await fence.set(token(10n), key, 'ten again'), 'OK');
-    await assert.rejects(fence.set(token(9n), key, 'nine'), (err: Error) => err instanceof StaleTokenError && err.offeredToken === 9n && err.highestToken === 10n && err.resource === key);
+    await assert.rejects(
+      fence.set(token(9n), key, 'nine'),
+      (err: Error) => err instanceof StaleTokenError && err.offeredToken === 9n && err.highestToken === 10n && err.resource === key,
+    );
     assert.equal(await redis.get(key), 'ten again');
     await assert.rejects(fence.del(token(9n), key), StaleTokenError);
     assert.equal(await fence.del(token(11n), key), 1);
@@ -80,7 +83,10 @@ describe('RedisFence on a real Redis', () => {
     await assert.rejects(fence.set(token(9n), key, 'nine'), StaleTokenError);
     const big = 2n ** 53n + 1n; // 9007199254740993: the same double as 2^53
     await fence.set(token(big), key, 'big');
-    await assert.rejects(fence.set(token(big - 1n), key, 'stale'), (err: Error) => err instanceof StaleTokenError && err.highestToken === big);
+    await assert.rejects(
+      fence.set(token(big - 1n), key, 'stale'),
+      (err: Error) => err instanceof StaleTokenError && err.highestToken === big,
+    );
     const max = 2n ** 63n - 1n;
     await fence.set(token(max), key, 'max');
     assert.equal(await redis.get(key), 'max');
@@ -96,7 +102,11 @@ describe('RedisFence on a real Redis', () => {
       const fence = new RedisFence(nodeRedis);
       const key = unique('node_redis');
       assert.equal(await fence.set(token(5n), key, 'five'), 'OK');
-      assert.deepEqual(await fence.eval(token(6n), key, "return {KEYS[1], ARGV[1], redis.call('GET', KEYS[1])}", [key], ['six']), [key, 'six', 'five']);
+      assert.deepEqual(await fence.eval(token(6n), key, "return {KEYS[1], ARGV[1], redis.call('GET', KEYS[1])}", [key], ['six']), [
+        key,
+        'six',
+        'five',
+      ]);
       await assert.rejects(fence.set(token(5n), key, 'stale'), (err: Error) => err instanceof StaleTokenError && err.highestToken === 6n);
       await assert.rejects(fence.del(token(4n), key), StaleTokenError);
       assert.equal(await nodeRedis.get(key), 'five');

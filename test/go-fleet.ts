@@ -82,7 +82,8 @@ export class GoFleet {
     this.exited = once(this.child, 'close').then(([code, signal]) => {
       this.ended = true;
       live.delete(this);
-      for (const w of this.waiters) w.reject(new Error(`go-interop exited (${code ?? signal}) before the awaited event; stderr: ${this.stderrText}`));
+      for (const w of this.waiters)
+        w.reject(new Error(`go-interop exited (${code ?? signal}) before the awaited event; stderr: ${this.stderrText}`));
       this.waiters = [];
       return (code ?? signal) as number | string;
     });
@@ -145,7 +146,9 @@ export class GoFleet {
   async expect(id: string, event: string): Promise<GoEvent> {
     const e = await this.next(id);
     if (e.event !== event) {
-      throw new Error(`go-interop actor ${id}: expected "${event}", got ${JSON.stringify(e)}${this.stderrText ? `; stderr: ${this.stderrText}` : ''}`);
+      throw new Error(
+        `go-interop actor ${id}: expected "${event}", got ${JSON.stringify(e)}${this.stderrText ? `; stderr: ${this.stderrText}` : ''}`,
+      );
     }
     return e;
   }

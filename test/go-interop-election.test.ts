@@ -3,15 +3,8 @@
 // program is built once into node_modules/.cache (see test/go-fleet.ts); it needs Go >= 1.26.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  Client,
-  Election,
-  Session,
-  currentLeader,
-  observeLeader,
-  type LeaderEvent,
-} from '../src/index.js';
-import { type EtcdCluster } from '../src/testing/index.js';
+import { type Client, Election, Session, currentLeader, observeLeader, type LeaderEvent } from '../src/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
 import { EventLog, assertNoKeys, etcdForFile, settle, track } from './helpers.js';
 import { GoFleet, goInteropBinary, closeGoFleets, type GoEvent } from './go-fleet.js';
 
@@ -28,13 +21,19 @@ const T = { timeout: 120_000 };
 async function startGo(t: { diagnostic(m: string): void }, endpoints = etcd.endpoints, ttl = 30, server = etcd): Promise<GoFleet> {
   const go = new GoFleet(goBin(), endpoints, { ttl });
   const ready = await go.ready;
-  t.diagnostic(`etcd ${server.version} (${server.members.length} member${server.members.length > 1 ? 's' : ''}), go.etcd.io/etcd/client/v3 ${String(ready.client)}, Go session TTL ${ttl} s`);
+  t.diagnostic(
+    `etcd ${server.version} (${server.members.length} member${server.members.length > 1 ? 's' : ''}), go.etcd.io/etcd/client/v3 ${String(ready.client)}, Go session TTL ${ttl} s`,
+  );
   return go;
 }
 
 /** Every lease must be gone: each test revokes what it granted (Go's sessions on close, ours on close). */
 async function assertNoLeasesOn(c: Client): Promise<void> {
-  assert.deepEqual((await c.leaseLeases()).map((l) => l.toString(16)), [], 'leases left behind');
+  assert.deepEqual(
+    (await c.leaseLeases()).map((l) => l.toString(16)),
+    [],
+    'leases left behind',
+  );
 }
 
 const next = async <T>(it: AsyncIterator<T>): Promise<T> => {
@@ -99,7 +98,11 @@ describe('Go and TypeScript in one election', () => {
 
       await h.proclaim('ours, again');
       assert.equal(leaderOf(await next(events)), `${e.key}=ours, again@${h.fencingToken}`);
-      assert.equal(goLeaderOf(await go.expect('watcher', 'observed')), `${e.key}=ours, again@${h.fencingToken}`, 'Go sees what we proclaim');
+      assert.equal(
+        goLeaderOf(await go.expect('watcher', 'observed')),
+        `${e.key}=ours, again@${h.fencingToken}`,
+        'Go sees what we proclaim',
+      );
       const goLeader = await go.call('leader', 'leader', { name }, 'leader');
       assert.equal(goLeaderOf(goLeader), `${e.key}=ours, again@${h.fencingToken}`, "Go's Leader() reports us");
       await h.resign();
@@ -146,7 +149,14 @@ describe('Go and TypeScript in one election', () => {
       const queued = await log.put(goKey);
       assert.ok(queued.createRevision > h.fencingToken);
       assert.equal((await currentLeader(client, name))?.key, e.key);
-      assert.deepEqual(go.events.slice(from).filter((x) => x.id === 'candidate').map((x) => x.event), [], 'Go waits while we lead');
+      assert.deepEqual(
+        go.events
+          .slice(from)
+          .filter((x) => x.id === 'candidate')
+          .map((x) => x.event),
+        [],
+        'Go waits while we lead',
+      );
 
       const resignAt = performance.now();
       await h.resign();

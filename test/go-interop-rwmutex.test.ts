@@ -3,12 +3,8 @@
 // program is built once into node_modules/.cache (see test/go-fleet.ts); it needs Go >= 1.26.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  Client,
-  RWMutex,
-  Session,
-} from '../src/index.js';
-import { type EtcdCluster } from '../src/testing/index.js';
+import { type Client, RWMutex, Session } from '../src/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
 import { EventLog, assertNoKeys, etcdForFile, settle, track } from './helpers.js';
 import { GoFleet, goInteropBinary, closeGoFleets } from './go-fleet.js';
 
@@ -25,13 +21,19 @@ const T = { timeout: 120_000 };
 async function startGo(t: { diagnostic(m: string): void }, endpoints = etcd.endpoints, ttl = 30, server = etcd): Promise<GoFleet> {
   const go = new GoFleet(goBin(), endpoints, { ttl });
   const ready = await go.ready;
-  t.diagnostic(`etcd ${server.version} (${server.members.length} member${server.members.length > 1 ? 's' : ''}), go.etcd.io/etcd/client/v3 ${String(ready.client)}, Go session TTL ${ttl} s`);
+  t.diagnostic(
+    `etcd ${server.version} (${server.members.length} member${server.members.length > 1 ? 's' : ''}), go.etcd.io/etcd/client/v3 ${String(ready.client)}, Go session TTL ${ttl} s`,
+  );
   return go;
 }
 
 /** Every lease must be gone: each test revokes what it granted (Go's sessions on close, ours on close). */
 async function assertNoLeasesOn(c: Client): Promise<void> {
-  assert.deepEqual((await c.leaseLeases()).map((l) => l.toString(16)), [], 'leases left behind');
+  assert.deepEqual(
+    (await c.leaseLeases()).map((l) => l.toString(16)),
+    [],
+    'leases left behind',
+  );
 }
 
 describe("Go's recipe.RWMutex and our RWMutex on one name", () => {
@@ -67,7 +69,11 @@ describe("Go's recipe.RWMutex and our RWMutex on one name", () => {
       go.send('gw', 'wlock', { name });
       await log.next((e) => e.type === 'put' && e.key.startsWith(`${name}/write/`), log.events.length);
       await settle();
-      assert.equal(go.events.slice(fromW).some((e) => e.id === 'gw' && e.event === 'wlocked'), false, "Go's writer waits for our reader");
+      assert.equal(
+        go.events.slice(fromW).some((e) => e.id === 'gw' && e.event === 'wlocked'),
+        false,
+        "Go's writer waits for our reader",
+      );
       await r1.unlock();
       await go.call('gr', 'rwunlock', {}, 'rwunlocked');
       const w2 = await go.until((e) => e.id === 'gw' && e.event === 'wlocked', fromW);

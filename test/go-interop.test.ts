@@ -10,11 +10,7 @@
 // never overlap; a holder that acquires while another still holds is caught on arrival.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  Client,
-  Mutex,
-  Session,
-} from '../src/index.js';
+import { Client, Mutex, Session } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import { queueOf } from '../src/queue/state.js';
 import { EventLog, assertNoKeys, etcdForFile, settle, track } from './helpers.js';
@@ -34,85 +30,106 @@ const T = { timeout: 120_000 };
 async function startGo(t: { diagnostic(m: string): void }, endpoints = etcd.endpoints, ttl = 30, server = etcd): Promise<GoFleet> {
   const go = new GoFleet(goBin(), endpoints, { ttl });
   const ready = await go.ready;
-  t.diagnostic(`etcd ${server.version} (${server.members.length} member${server.members.length > 1 ? 's' : ''}), go.etcd.io/etcd/client/v3 ${String(ready.client)}, Go session TTL ${ttl} s`);
+  t.diagnostic(
+    `etcd ${server.version} (${server.members.length} member${server.members.length > 1 ? 's' : ''}), go.etcd.io/etcd/client/v3 ${String(ready.client)}, Go session TTL ${ttl} s`,
+  );
   return go;
 }
 
 /** Every lease must be gone: each test revokes what it granted (Go's sessions on close, ours on close). */
 async function assertNoLeasesOn(c: Client): Promise<void> {
-  assert.deepEqual((await c.leaseLeases()).map((l) => l.toString(16)), [], 'leases left behind');
+  assert.deepEqual(
+    (await c.leaseLeases()).map((l) => l.toString(16)),
+    [],
+    'leases left behind',
+  );
 }
 
 describe('Go and TypeScript on one lock', () => {
-  it('a long queue (over 32 keys), which our later joins find their place in without reading it: Go and TypeScript still served in CreateRevision order', T, async (t) => {
-    const p = fresh('long');
-    const name = `${p}lock`;
-    const counter = `${p}counter`;
-    const go = await startGo(t);
-    // A client of its own: the view of the queue it keeps (queue-view.ts) closes with it.
-    const c = new Client({ endpoints: etcd.endpoints });
-    const sessions: Session[] = [];
-    let log: EventLog | undefined;
-    try {
-      const who = [...Array.from({ length: 33 }, (_, i) => `ts-l${i}`), 'go-1', 'ts-a', 'go-2', 'ts-b', 'ts-c', 'go-3'];
-      const r = await mixedQueue(c, go, name, counter, who, sessions);
-      log = r.log;
-      assert.ok(queueOf(c).views.live(Buffer.from(`${name}/`)), 'the later joins went through the view of the long queue');
-      assert.deepEqual(r.violations, [], 'one holder at a time');
-      assert.deepEqual(r.order, who, 'served in queue order, across languages');
-      const byRev = [...r.created.entries()].sort((a, b) => (a[1] < b[1] ? -1 : 1)).map(([w]) => w);
-      assert.deepEqual(byRev, who, 'queue order is CreateRevision order');
-    } finally {
-      await log?.close();
-      await Promise.all(sessions.map((s) => s.close()));
-      await c.delete(counter);
-      await c.close();
-      assert.equal(await go.close(), 0, go.stderr);
-    }
-    await assertNoKeys(client, p);
-  });
+  it(
+    'a long queue (over 32 keys), which our later joins find their place in without reading it: Go and TypeScript still served in CreateRevision order',
+    T,
+    async (t) => {
+      const p = fresh('long');
+      const name = `${p}lock`;
+      const counter = `${p}counter`;
+      const go = await startGo(t);
+      // A client of its own: the view of the queue it keeps (queue-view.ts) closes with it.
+      const c = new Client({ endpoints: etcd.endpoints });
+      const sessions: Session[] = [];
+      let log: EventLog | undefined;
+      try {
+        const who = [...Array.from({ length: 33 }, (_, i) => `ts-l${i}`), 'go-1', 'ts-a', 'go-2', 'ts-b', 'ts-c', 'go-3'];
+        const r = await mixedQueue(c, go, name, counter, who, sessions);
+        log = r.log;
+        assert.ok(queueOf(c).views.live(Buffer.from(`${name}/`)), 'the later joins went through the view of the long queue');
+        assert.deepEqual(r.violations, [], 'one holder at a time');
+        assert.deepEqual(r.order, who, 'served in queue order, across languages');
+        const byRev = [...r.created.entries()].sort((a, b) => (a[1] < b[1] ? -1 : 1)).map(([w]) => w);
+        assert.deepEqual(byRev, who, 'queue order is CreateRevision order');
+      } finally {
+        await log?.close();
+        await Promise.all(sessions.map((s) => s.close()));
+        await c.delete(counter);
+        await c.close();
+        assert.equal(await go.close(), 0, go.stderr);
+      }
+      await assertNoKeys(client, p);
+    },
+  );
 
-  it('one holder at a time, FIFO across languages (queue order = CreateRevision = acquisition order), fenced counter exact', T, async (t) => {
-    const p = fresh('fifo');
-    const name = `${p}lock`;
-    const counter = `${p}counter`;
-    const go = await startGo(t);
-    const sessions: Session[] = [];
-    let log: EventLog | undefined;
-    try {
-      const who = ['go-1', 'ts-1', 'go-2', 'ts-2', 'go-3', 'ts-3', 'ts-4', 'go-4'];
-      const r = await mixedQueue(client, go, name, counter, who, sessions);
-      log = r.log;
-      assert.deepEqual(r.violations, [], 'one holder at a time');
-      assert.deepEqual(r.order, who, 'served in queue order, across languages');
-      const byRev = [...r.created.entries()].sort((a, b) => (a[1] < b[1] ? -1 : 1)).map(([w]) => w);
-      assert.deepEqual(byRev, who, 'queue order is CreateRevision order');
-      for (const h of r.holdings.slice(1)) {
-        assert.equal(h.token, r.created.get(h.who), `${h.who}: its token is its key's CreateRevision`);
-      }
-      assert.deepEqual(r.values, Array.from({ length: who.length + 1 }, (_, i) => i + 1), 'each holder incremented the counter once, in turn');
-      assert.equal((await client.get(counter))?.value.toString(), String(who.length + 1));
-      // Go confirmed each holding at a revision where every older key was already gone.
-      for (const h of r.holdings.filter((x) => x.header !== undefined)) {
-        for (const older of r.holdings.filter((x) => x.token < h.token)) {
-          const del = await r.log.deleted(older.key);
-          assert.ok(del.rev <= h.header!, `${h.who} (confirmed at ${h.header}) held only after ${older.who}'s key was deleted (at ${del.rev})`);
+  it(
+    'one holder at a time, FIFO across languages (queue order = CreateRevision = acquisition order), fenced counter exact',
+    T,
+    async (t) => {
+      const p = fresh('fifo');
+      const name = `${p}lock`;
+      const counter = `${p}counter`;
+      const go = await startGo(t);
+      const sessions: Session[] = [];
+      let log: EventLog | undefined;
+      try {
+        const who = ['go-1', 'ts-1', 'go-2', 'ts-2', 'go-3', 'ts-3', 'ts-4', 'go-4'];
+        const r = await mixedQueue(client, go, name, counter, who, sessions);
+        log = r.log;
+        assert.deepEqual(r.violations, [], 'one holder at a time');
+        assert.deepEqual(r.order, who, 'served in queue order, across languages');
+        const byRev = [...r.created.entries()].sort((a, b) => (a[1] < b[1] ? -1 : 1)).map(([w]) => w);
+        assert.deepEqual(byRev, who, 'queue order is CreateRevision order');
+        for (const h of r.holdings.slice(1)) {
+          assert.equal(h.token, r.created.get(h.who), `${h.who}: its token is its key's CreateRevision`);
         }
+        assert.deepEqual(
+          r.values,
+          Array.from({ length: who.length + 1 }, (_, i) => i + 1),
+          'each holder incremented the counter once, in turn',
+        );
+        assert.equal((await client.get(counter))?.value.toString(), String(who.length + 1));
+        // Go confirmed each holding at a revision where every older key was already gone.
+        for (const h of r.holdings.filter((x) => x.header !== undefined)) {
+          for (const older of r.holdings.filter((x) => x.token < h.token)) {
+            const del = await r.log.deleted(older.key);
+            assert.ok(
+              del.rev <= h.header!,
+              `${h.who} (confirmed at ${h.header}) held only after ${older.who}'s key was deleted (at ${del.rev})`,
+            );
+          }
+        }
+        // Both languages write the same keys: <name>/<lease hex>, empty value, on the lease.
+        for (const e of r.log.events.filter((x) => x.type === 'put')) {
+          assert.equal(e.key, `${name}/${e.lease.toString(16)}`);
+        }
+        t.diagnostic(`order: ${r.order.join(' ')}`);
+      } finally {
+        await log?.close();
+        await Promise.all(sessions.map((s) => s.close()));
+        await client.delete(counter);
+        assert.equal(await go.close(), 0, go.stderr);
       }
-      // Both languages write the same keys: <name>/<lease hex>, empty value, on the lease.
-      for (const e of r.log.events.filter((x) => x.type === 'put')) {
-        assert.equal(e.key, `${name}/${e.lease.toString(16)}`);
-      }
-      t.diagnostic(`order: ${r.order.join(' ')}`);
-    } finally {
-      await log?.close();
-      await Promise.all(sessions.map((s) => s.close()));
-      await client.delete(counter);
-      assert.equal(await go.close(), 0, go.stderr);
-    }
-    await assertNoKeys(client, p);
-    await assertNoLeasesOn(client);
-  });
+      await assertNoKeys(client, p);
+      await assertNoLeasesOn(client);
+    },
+  );
 
   it('a fenced counter incremented concurrently by Go and TypeScript holders ends exactly at the total', T, async (t) => {
     const p = fresh('counter');
@@ -163,7 +180,10 @@ describe('Go and TypeScript on one lock', () => {
         'every value written exactly once',
       );
       for (let i = 1; i < sorted.length; i++) {
-        assert.ok(sorted[i]!.token > sorted[i - 1]!.token, `fencing tokens grow with the counter (${sorted[i - 1]!.who} then ${sorted[i]!.who})`);
+        assert.ok(
+          sorted[i]!.token > sorted[i - 1]!.token,
+          `fencing tokens grow with the counter (${sorted[i - 1]!.who} then ${sorted[i]!.who})`,
+        );
       }
       const per = Object.fromEntries(['go-0', 'go-1', 'ts-0', 'ts-1'].map((w) => [w, writes.filter((x) => x.who === w).length]));
       assert.deepEqual(per, { 'go-0': N, 'go-1': N, 'ts-0': N, 'ts-1': N });
@@ -178,106 +198,117 @@ describe('Go and TypeScript on one lock', () => {
     await assertNoLeasesOn(client);
   });
 
-  it("Go's TryLock fails with ErrLocked against our holder and succeeds once we unlock; ours fails and our lock() waits against Go's", T, async (t) => {
-    const p = fresh('trylock');
-    const name = `${p}lock`;
-    const go = await startGo(t);
-    const s = await Session.create(client, { ttl: 30 });
-    const log = new EventLog(client, `${name}/`);
-    try {
-      await log.ready;
-      const goKey = `${name}/${await go.session('go')}`;
-      const m = new Mutex(s, name);
-      const ours = await m.lock();
+  it(
+    "Go's TryLock fails with ErrLocked against our holder and succeeds once we unlock; ours fails and our lock() waits against Go's",
+    T,
+    async (t) => {
+      const p = fresh('trylock');
+      const name = `${p}lock`;
+      const go = await startGo(t);
+      const s = await Session.create(client, { ttl: 30 });
+      const log = new EventLog(client, `${name}/`);
+      try {
+        await log.ready;
+        const goKey = `${name}/${await go.session('go')}`;
+        const m = new Mutex(s, name);
+        const ours = await m.lock();
 
-      const locked = await go.call('go', 'trylock', { name }, 'locked');
-      assert.equal(locked.error, 'mutex: Locked by another session');
-      // TryLock queued its key, saw ours first and deleted its key again.
-      await log.put(goKey);
-      await log.deleted(goKey);
-      assert.deepEqual((await client.getPrefix(`${name}/`)).kvs.map((kv) => kv.key.toString()), [ours.key]);
+        const locked = await go.call('go', 'trylock', { name }, 'locked');
+        assert.equal(locked.error, 'mutex: Locked by another session');
+        // TryLock queued its key, saw ours first and deleted its key again.
+        await log.put(goKey);
+        await log.deleted(goKey);
+        assert.deepEqual(
+          (await client.getPrefix(`${name}/`)).kvs.map((kv) => kv.key.toString()),
+          [ours.key],
+        );
 
-      await ours.unlock();
-      const from = log.events.length;
-      const held = await go.call('go', 'trylock', { name }, 'acquired');
-      assert.equal(held.key, goKey);
-      assert.equal(BigInt(held.rev!), (await log.put(goKey, from)).createRevision);
+        await ours.unlock();
+        const from = log.events.length;
+        const held = await go.call('go', 'trylock', { name }, 'acquired');
+        assert.equal(held.key, goKey);
+        assert.equal(BigInt(held.rev!), (await log.put(goKey, from)).createRevision);
 
-      // Now Go holds: our tryLock returns null and leaves nothing; our lock() waits.
-      const beforeTry = log.events.length;
-      assert.equal(await m.tryLock(), null);
-      await log.deleted(m.key, beforeTry); // tryLock queued, saw Go first, and left
-      const afterTry = log.events.length;
-      const waiting = track(m.lock());
-      const queued = await log.put(m.key, afterTry);
-      assert.ok(queued.createRevision > BigInt(held.rev!));
-      await settle();
-      assert.equal(waiting.settled, false, 'our lock() waits while Go holds');
-      const unlockSent = performance.now();
-      await go.call('go', 'unlock', {}, 'unlocked');
-      const h = await waiting.promise;
-      assert.ok(waiting.at! > unlockSent, 'our lock() resolved only after Go was told to unlock');
-      t.diagnostic(`Go Unlock -> our lock() resolved: ${(waiting.at! - unlockSent).toFixed(1)} ms`);
-      assert.equal(h.fencingToken, queued.createRevision);
-      assert.ok((await log.deleted(goKey, from)).rev > 0n);
-      await h.unlock();
-    } finally {
-      await log.close();
-      await s.close();
-      assert.equal(await go.close(), 0, go.stderr);
-    }
-    await assertNoKeys(client, p);
-    await assertNoLeasesOn(client);
-  });
+        // Now Go holds: our tryLock returns null and leaves nothing; our lock() waits.
+        const beforeTry = log.events.length;
+        assert.equal(await m.tryLock(), null);
+        await log.deleted(m.key, beforeTry); // tryLock queued, saw Go first, and left
+        const afterTry = log.events.length;
+        const waiting = track(m.lock());
+        const queued = await log.put(m.key, afterTry);
+        assert.ok(queued.createRevision > BigInt(held.rev!));
+        await settle();
+        assert.equal(waiting.settled, false, 'our lock() waits while Go holds');
+        const unlockSent = performance.now();
+        await go.call('go', 'unlock', {}, 'unlocked');
+        const h = await waiting.promise;
+        assert.ok(waiting.at! > unlockSent, 'our lock() resolved only after Go was told to unlock');
+        t.diagnostic(`Go Unlock -> our lock() resolved: ${(waiting.at! - unlockSent).toFixed(1)} ms`);
+        assert.equal(h.fencingToken, queued.createRevision);
+        assert.ok((await log.deleted(goKey, from)).rev > 0n);
+        await h.unlock();
+      } finally {
+        await log.close();
+        await s.close();
+        assert.equal(await go.close(), 0, go.stderr);
+      }
+      await assertNoKeys(client, p);
+      await assertNoLeasesOn(client);
+    },
+  );
 
-  it("a labelled holder (a non-empty value): Go's TryLock fails against it, Go's Lock waits and gets it on our unlock, and ours labelled waits behind Go", T, async (t) => {
-    const p = fresh('label');
-    const name = `${p}lock`;
-    const go = await startGo(t);
-    const s = await Session.create(client, { ttl: 30 });
-    const log = new EventLog(client, `${name}/`);
-    try {
-      await log.ready;
-      const goKey = `${name}/${await go.session('go')}`;
-      const m = new Mutex(s, name);
-      const ours = await m.lock({ label: 'host-a:4242' });
-      assert.equal((await client.get(ours.key))!.value.toString(), 'host-a:4242');
+  it(
+    "a labelled holder (a non-empty value): Go's TryLock fails against it, Go's Lock waits and gets it on our unlock, and ours labelled waits behind Go",
+    T,
+    async (t) => {
+      const p = fresh('label');
+      const name = `${p}lock`;
+      const go = await startGo(t);
+      const s = await Session.create(client, { ttl: 30 });
+      const log = new EventLog(client, `${name}/`);
+      try {
+        await log.ready;
+        const goKey = `${name}/${await go.session('go')}`;
+        const m = new Mutex(s, name);
+        const ours = await m.lock({ label: 'host-a:4242' });
+        assert.equal((await client.get(ours.key))!.value.toString(), 'host-a:4242');
 
-      const locked = await go.call('go', 'trylock', { name }, 'locked');
-      assert.equal(locked.error, 'mutex: Locked by another session');
-      await log.deleted(goKey);
+        const locked = await go.call('go', 'trylock', { name }, 'locked');
+        assert.equal(locked.error, 'mutex: Locked by another session');
+        await log.deleted(goKey);
 
-      // Go's Lock queues behind our labelled key and only gets the lock once we unlock.
-      const from = log.events.length;
-      const goLock = go.call('go', 'lock', { name }, 'acquired');
-      const queued = await log.put(goKey, from);
-      assert.ok(queued.createRevision > ours.fencingToken);
-      assert.equal((await client.get(goKey))!.value.toString(), '', "Go's key has an empty value");
-      await ours.unlock();
-      const held = await goLock;
-      assert.equal(BigInt(held.rev!), queued.createRevision);
+        // Go's Lock queues behind our labelled key and only gets the lock once we unlock.
+        const from = log.events.length;
+        const goLock = go.call('go', 'lock', { name }, 'acquired');
+        const queued = await log.put(goKey, from);
+        assert.ok(queued.createRevision > ours.fencingToken);
+        assert.equal((await client.get(goKey))!.value.toString(), '', "Go's key has an empty value");
+        await ours.unlock();
+        const held = await goLock;
+        assert.equal(BigInt(held.rev!), queued.createRevision);
 
-      // Now Go holds: our labelled tryLock returns null and leaves nothing; our labelled lock() waits.
-      const beforeTry = log.events.length;
-      assert.equal(await m.tryLock({ label: 'host-a:4242' }), null);
-      await log.deleted(m.key, beforeTry);
-      const afterTry = log.events.length;
-      const waiting = track(m.lock({ label: 'host-a:4242' }));
-      await log.put(m.key, afterTry);
-      await settle();
-      assert.equal(waiting.settled, false, 'our lock() waits while Go holds');
-      await go.call('go', 'unlock', {}, 'unlocked');
-      const h = await waiting.promise;
-      assert.equal((await client.get(h.key))!.value.toString(), 'host-a:4242');
-      await h.unlock();
-    } finally {
-      await log.close();
-      await s.close();
-      assert.equal(await go.close(), 0, go.stderr);
-    }
-    await assertNoKeys(client, p);
-    await assertNoLeasesOn(client);
-  });
+        // Now Go holds: our labelled tryLock returns null and leaves nothing; our labelled lock() waits.
+        const beforeTry = log.events.length;
+        assert.equal(await m.tryLock({ label: 'host-a:4242' }), null);
+        await log.deleted(m.key, beforeTry);
+        const afterTry = log.events.length;
+        const waiting = track(m.lock({ label: 'host-a:4242' }));
+        await log.put(m.key, afterTry);
+        await settle();
+        assert.equal(waiting.settled, false, 'our lock() waits while Go holds');
+        await go.call('go', 'unlock', {}, 'unlocked');
+        const h = await waiting.promise;
+        assert.equal((await client.get(h.key))!.value.toString(), 'host-a:4242');
+        await h.unlock();
+      } finally {
+        await log.close();
+        await s.close();
+        assert.equal(await go.close(), 0, go.stderr);
+      }
+      await assertNoKeys(client, p);
+      await assertNoLeasesOn(client);
+    },
+  );
 
   it('a Go holder killed with SIGKILL frees the lock for our waiter when its lease expires', T, async (t) => {
     const p = fresh('go-killed');
@@ -356,14 +387,19 @@ describe('mixed fleet on a 3-member cluster', () => {
         logs.push(r.log);
         assert.deepEqual(r.violations, [], 'one holder at a time');
         assert.deepEqual(r.order, who, 'FIFO across languages and members');
-        assert.deepEqual(r.values, Array.from({ length: who.length + 1 }, (_, k) => i * (who.length + 1) + k + 1));
+        assert.deepEqual(
+          r.values,
+          Array.from({ length: who.length + 1 }, (_, k) => i * (who.length + 1) + k + 1),
+        );
       }
       // And all at once: every Go process and every client hammering one lock.
       const N = 6;
       const all = `${name}-all`;
       await admin!.delete(counter);
       const writes: { value: number; token: bigint }[] = [];
-      const stops = gos.map((g) => g.onEvent((e) => e.event === 'counted' && writes.push({ value: Number(e.value), token: BigInt(e.rev!) })));
+      const stops = gos.map((g) =>
+        g.onEvent((e) => e.event === 'counted' && writes.push({ value: Number(e.value), token: BigInt(e.rev!) })),
+      );
       try {
         await Promise.all([
           ...gos.map((g) => g.call('counter', 'count', { name: all, counter, n: N }, 'done')),
@@ -385,7 +421,10 @@ describe('mixed fleet on a 3-member cluster', () => {
       const total = N * (gos.length + clients.length);
       assert.equal((await admin!.get(counter))?.value.toString(), String(total));
       const sorted = [...writes].sort((a, b) => a.value - b.value);
-      assert.deepEqual(sorted.map((w) => w.value), Array.from({ length: total }, (_, k) => k + 1));
+      assert.deepEqual(
+        sorted.map((w) => w.value),
+        Array.from({ length: total }, (_, k) => k + 1),
+      );
       for (let k = 1; k < sorted.length; k++) assert.ok(sorted[k]!.token > sorted[k - 1]!.token, 'tokens grow with the counter');
     } finally {
       await Promise.all(logs.map((l) => l.close()));

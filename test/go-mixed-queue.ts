@@ -1,15 +1,9 @@
 // The mixed Go/TypeScript lock queue of test/go-interop.test.ts: both languages' acquisitions in
 // arrival order, the fenced increment each holder makes, and a check that no two ever overlap.
 import assert from 'node:assert/strict';
-import {
-  Client,
-  Mutex,
-  Session,
-  op,
-  type LockHandle,
-} from '../src/index.js';
+import { type Client, Mutex, Session, op, type LockHandle } from '../src/index.js';
 import { EventLog, settle } from './helpers.js';
-import { GoFleet } from './go-fleet.js';
+import type { GoFleet } from './go-fleet.js';
 
 /** The TypeScript half of the fenced write Go does with IsOwner: read, then write +1 only while we own the lock. */
 export async function tsIncrement(c: Client, h: LockHandle, counter: string): Promise<{ value: number; ok: boolean }> {
@@ -102,7 +96,13 @@ export async function mixedQueue(
     const s0 = await Session.create(c, { ttl: 30 });
     sessions.push(s0);
     const h0 = await new Mutex(s0, name).lock();
-    arrive({ who: 'ts-holder', key: h0.key, token: h0.fencingToken, incr: () => tsIncrement(c, h0, counter), release: async () => void (await h0.unlock()) });
+    arrive({
+      who: 'ts-holder',
+      key: h0.key,
+      token: h0.fencingToken,
+      incr: () => tsIncrement(c, h0, counter),
+      release: async () => void (await h0.unlock()),
+    });
     const created = new Map<string, bigint>();
     for (const w of who) {
       const from = log.events.length;
@@ -116,7 +116,14 @@ export async function mixedQueue(
         const m = new Mutex(s, name);
         key = m.key;
         m.lock().then(
-          (h) => arrive({ who: w, key: h.key, token: h.fencingToken, incr: () => tsIncrement(c, h, counter), release: async () => void (await h.unlock()) }),
+          (h) =>
+            arrive({
+              who: w,
+              key: h.key,
+              token: h.fencingToken,
+              incr: () => tsIncrement(c, h, counter),
+              release: async () => void (await h.unlock()),
+            }),
           (err: unknown) => arrivals.fail(err as Error),
         );
       }

@@ -9,7 +9,19 @@ import assert from 'node:assert/strict';
 import { setImmediate as turn } from 'node:timers/promises';
 import { Client, LockLostError, Mutex, Session, type LockHandle } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, assertNoLeases, closeAll, openSessions, serverState, settledOrHang, settleAll, track, uniquePrefix, waitersBlocked, type Tracked } from './helpers.js';
+import {
+  assertNoKeys,
+  assertNoLeases,
+  closeAll,
+  openSessions,
+  serverState,
+  settledOrHang,
+  settleAll,
+  track,
+  uniquePrefix,
+  waitersBlocked,
+  type Tracked,
+} from './helpers.js';
 
 let etcd: EtcdCluster;
 let admin: Client;
@@ -125,7 +137,7 @@ test('a waiter ahead that gives up hands nothing over: the one behind it waits f
   await assertNoKeys(admin, prefix);
 });
 
-test("a waiter whose own key is deleted while it waits is told it lost it, and the one behind it takes over", async () => {
+test('a waiter whose own key is deleted while it waits is told it lost it, and the one behind it takes over', async () => {
   const prefix = uniquePrefix('no-read-lost');
   const name = `${prefix}lock`;
   const [a, b, c] = await Promise.all([contender(), contender(), contender()]);
@@ -210,7 +222,10 @@ test('behind a queue grown long (more than 32 newcomers) the waiter stops taking
     // B moves to a watch on its predecessor's key alone (after one look-up): its prefix watch goes.
     await waitersBlocked(etcd.clientUrls[0]!, watchers, 1 + sessions.length, 'the newcomers queued, and B waiting on one key');
     t.diagnostic(`B after the newcomers: ${b!.calls.join(' ')}`);
-    assert.ok(b!.calls.length >= 1 && b!.calls.every((c) => c === 'Txn'), `B looked its predecessor up once the queue grew: ${b!.calls.join(' ')}`);
+    assert.ok(
+      b!.calls.length >= 1 && b!.calls.every((c) => c === 'Txn'),
+      `B looked its predecessor up once the queue grew: ${b!.calls.join(' ')}`,
+    );
     await held.unlock();
     await (await settledOrHang(pb, 'B to take over')).unlock();
     for (const p of pending.slice(1)) await settledOrHang(p, 'every newcomer to take its turn');

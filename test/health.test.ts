@@ -5,7 +5,16 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Client, healthHandler, InvalidArgumentError, leaderHealth, runAsLeader, type LeaderHandle, type LeaderHealth, type LeaderTerm } from '../src/index.js';
+import {
+  type Client,
+  healthHandler,
+  InvalidArgumentError,
+  leaderHealth,
+  runAsLeader,
+  type LeaderHandle,
+  type LeaderHealth,
+  type LeaderTerm,
+} from '../src/index.js';
 import { assertNoKeys, etcdForFile, settledOrHang, track, waitFor } from './helpers.js';
 
 const ROOT = 'test/health/';
@@ -26,10 +35,11 @@ async function serve(handler: Parameters<typeof createServer>[1]): Promise<{ url
   const { port } = server.address() as AddressInfo;
   return {
     url: `http://127.0.0.1:${port}/healthz`,
-    [Symbol.asyncDispose]: () => new Promise<void>((resolve) => {
-      server.closeAllConnections();
-      server.close(() => resolve());
-    }),
+    [Symbol.asyncDispose]: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
 }
 
@@ -67,7 +77,10 @@ describe('leaderHealth fed by runAsLeader, with a task that ignores its abort si
       await waitFor(() => !health.healthy(), 'the check turns unhealthy');
       const status = health.check();
       assert.equal(status.healthy, false);
-      assert.match(!status.healthy ? status.reason : '', new RegExp(`leadership of ${leader.key} \\(term ${leader.fencingToken}\\) ended .* has not stopped within the 0s grace period`));
+      assert.match(
+        !status.healthy ? status.reason : '',
+        new RegExp(`leadership of ${leader.key} \\(term ${leader.fencingToken}\\) ended .* has not stopped within the 0s grace period`),
+      );
       r = await fetch(http.url);
       assert.equal(r.status, 503);
       assert.match(await r.text(), /has not stopped within the 0s grace period .*deleted/);
@@ -130,7 +143,12 @@ describe('leaderHealth fed by runAsLeader, with a task that ignores its abort si
     assert.throws(() => leaderHealth({ graceMs: Number.NaN }), InvalidArgumentError);
     await assert.rejects(
       // Not a LeaderHealth: no ended() or stopped() for runAsLeader to call.
-      runAsLeader(client, `${fresh('bad')}e`, { value: 'v', health: { check: () => ({ healthy: true }), healthy: () => true, graceMs: 0 } as unknown as LeaderHealth }, () => 1),
+      runAsLeader(
+        client,
+        `${fresh('bad')}e`,
+        { value: 'v', health: { check: () => ({ healthy: true }), healthy: () => true, graceMs: 0 } as unknown as LeaderHealth },
+        () => 1,
+      ),
       InvalidArgumentError,
     );
   });

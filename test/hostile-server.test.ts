@@ -43,12 +43,16 @@ interface ChildOutcome {
 
 /** One Client read against `server` in a child with a 256 MB heap; how it ended. */
 async function clientInChild(server: HostileServer, timeoutMs = 4000): Promise<ChildOutcome> {
-  const child = spawn(process.execPath, ['--max-old-space-size=256', CHILD, String(server.port), String(timeoutMs)], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--max-old-space-size=256', CHILD, String(server.port), String(timeoutMs)], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   let err = '';
   child.stdout.on('data', (c: Buffer) => (out += c.toString()));
   child.stderr.on('data', (c: Buffer) => (err += c.toString()));
-  const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve) => child.on('exit', (c, s) => resolve([c, s])));
+  const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve) =>
+    child.on('exit', (c, s) => resolve([c, s])),
+  );
   assert.equal(signal, null, `the client process was killed by ${signal}: ${err.slice(-2000)}`);
   assert.equal(code, 0, `the client process exited ${code}: ${err.slice(-2000)}`);
   return JSON.parse(out.trim().split('\n').pop()!) as ChildOutcome;
@@ -104,7 +108,11 @@ describe('hostile servers: memory stays bounded and the process survives (Client
       onRequest: (socket, id) => {
         socket.write(h2frame(FRAME.HEADERS, 4, id, GRPC_RESPONSE_HEADERS));
         // One 4,000-character grpc-message in the dynamic table, then 20,000 one-byte references to it.
-        const block = Buffer.concat([indexedLiteral('grpc-message', 'x'.repeat(4000)), Buffer.alloc(20_000, indexed(62)[0]), literal('grpc-status', '13')]);
+        const block = Buffer.concat([
+          indexedLiteral('grpc-message', 'x'.repeat(4000)),
+          Buffer.alloc(20_000, indexed(62)[0]),
+          literal('grpc-status', '13'),
+        ]);
         const frames: Buffer[] = [];
         for (let at = 0; at < block.length; at += 16_000) {
           const part = block.subarray(at, at + 16_000);
@@ -176,7 +184,11 @@ describe('hostile servers: each bad answer is a clear error with the right statu
   });
 
   const answer =
-    (body: Buffer | undefined, trailers: http2.OutgoingHttpHeaders, headers: http2.OutgoingHttpHeaders = { ':status': 200, 'content-type': 'application/grpc' }) =>
+    (
+      body: Buffer | undefined,
+      trailers: http2.OutgoingHttpHeaders,
+      headers: http2.OutgoingHttpHeaders = { ':status': 200, 'content-type': 'application/grpc' },
+    ) =>
     (stream: http2.ServerHttp2Stream): void => {
       stream.respond(headers, { waitForTrailers: true });
       stream.on('wantTrailers', () => stream.sendTrailers(trailers));
@@ -190,16 +202,36 @@ describe('hostile servers: each bad answer is a clear error with the right statu
       status: Status.INTERNAL,
       details: /more than one message/,
     },
-    { name: 'a duplicated grpc-status', respond: answer(grpcMessage(Buffer.alloc(0)), { 'grpc-status': ['0', '0'] }), status: Status.INTERNAL, details: /invalid grpc-status/ },
-    { name: 'a non-numeric grpc-status', respond: answer(grpcMessage(Buffer.alloc(0)), { 'grpc-status': 'OK' }), status: Status.INTERNAL, details: /invalid grpc-status \(OK\)/ },
-    { name: 'an empty grpc-status', respond: answer(grpcMessage(Buffer.alloc(0)), { 'grpc-status': '' }), status: Status.INTERNAL, details: /invalid grpc-status/ },
+    {
+      name: 'a duplicated grpc-status',
+      respond: answer(grpcMessage(Buffer.alloc(0)), { 'grpc-status': ['0', '0'] }),
+      status: Status.INTERNAL,
+      details: /invalid grpc-status/,
+    },
+    {
+      name: 'a non-numeric grpc-status',
+      respond: answer(grpcMessage(Buffer.alloc(0)), { 'grpc-status': 'OK' }),
+      status: Status.INTERNAL,
+      details: /invalid grpc-status \(OK\)/,
+    },
+    {
+      name: 'an empty grpc-status',
+      respond: answer(grpcMessage(Buffer.alloc(0)), { 'grpc-status': '' }),
+      status: Status.INTERNAL,
+      details: /invalid grpc-status/,
+    },
     {
       name: 'a wrong content-type',
       respond: answer(Buffer.from('<html>'), {}, { ':status': 200, 'content-type': 'text/html' }),
       status: Status.UNKNOWN,
       details: /content-type text\/html, not gRPC/,
     },
-    { name: 'no message with status OK', respond: answer(undefined, { 'grpc-status': '0' }), status: Status.INTERNAL, details: /no message/ },
+    {
+      name: 'no message with status OK',
+      respond: answer(undefined, { 'grpc-status': '0' }),
+      status: Status.INTERNAL,
+      details: /no message/,
+    },
   ];
   for (const c of cases) {
     it(`${c.name}: ${Object.keys(Status).find((k) => Status[k as keyof typeof Status] === c.status)}`, async () => {
@@ -220,7 +252,10 @@ describe('hostile servers: each bad answer is a clear error with the right statu
 
   it('RST_STREAM INTERNAL_ERROR after the response headers: INTERNAL, the outcome unknown', async () => {
     const server = await rawServer({
-      onRequest: (socket, id) => socket.write(Buffer.concat([h2frame(FRAME.HEADERS, 4, id, GRPC_RESPONSE_HEADERS), rstStream(id, http2.constants.NGHTTP2_INTERNAL_ERROR)])),
+      onRequest: (socket, id) =>
+        socket.write(
+          Buffer.concat([h2frame(FRAME.HEADERS, 4, id, GRPC_RESPONSE_HEADERS), rstStream(id, http2.constants.NGHTTP2_INTERNAL_ERROR)]),
+        ),
     });
     await withServer(server, async () => {
       const t = transport(server.port);
@@ -235,8 +270,10 @@ describe('hostile servers: each bad answer is a clear error with the right statu
     });
   });
 
-  it("a grpc-message with CR/LF and 10,000 characters: control characters gone, length capped", async () => {
-    const server = await grpcServer(answer(undefined, { 'grpc-status': '9', 'grpc-message': encodeURIComponent('line one\r\nFAKE LOG LINE\u0007') + 'y'.repeat(10_000) }));
+  it('a grpc-message with CR/LF and 10,000 characters: control characters gone, length capped', async () => {
+    const server = await grpcServer(
+      answer(undefined, { 'grpc-status': '9', 'grpc-message': encodeURIComponent('line one\r\nFAKE LOG LINE\u0007') + 'y'.repeat(10_000) }),
+    );
     await withServer(server, async () => {
       const t = transport(server.port);
       try {
@@ -347,7 +384,9 @@ describe('hostile servers: each bad answer is a clear error with the right statu
     });
   });
 
-  it('a GOAWAY while a stream is open: the stream ends at once with UNAVAILABLE, for its owner to reopen elsewhere', { timeout: 20_000 }, async () => {
+  it('a GOAWAY while a stream is open: the stream ends at once with UNAVAILABLE, for its owner to reopen elsewhere', {
+    timeout: 20_000,
+  }, async () => {
     const server = await rawServer({
       onRequest: (socket, id) => socket.write(Buffer.concat([h2frame(FRAME.HEADERS, 4, id, GRPC_RESPONSE_HEADERS), goaway(id)])),
     });
@@ -394,7 +433,10 @@ describe('hostile servers: each bad answer is a clear error with the right statu
     await withServer(server, async () => {
       const client = new Client({ endpoints: `127.0.0.1:${server.port}`, maxReceiveMessageBytes: 1024 });
       try {
-        await assert.rejects(client.txn({ compare: [], success: [], failure: [] }), (e: unknown) => e instanceof WriteOutcomeUnknownError && /4096 bytes, above the limit of 1024/.test(e.message));
+        await assert.rejects(
+          client.txn({ compare: [], success: [], failure: [] }),
+          (e: unknown) => e instanceof WriteOutcomeUnknownError && /4096 bytes, above the limit of 1024/.test(e.message),
+        );
       } finally {
         await client.close();
       }
@@ -418,7 +460,10 @@ describe('hostile servers: each bad answer is a clear error with the right statu
     const client = new Client({ endpoints: '127.0.0.1:1' });
     try {
       for (const timeoutMs of [Infinity, 2 ** 31, Number.NaN]) {
-        await assert.rejects(client.get('k', { timeoutMs }), (e: unknown) => e instanceof InvalidArgumentError && /timeoutMs/.test(e.message));
+        await assert.rejects(
+          client.get('k', { timeoutMs }),
+          (e: unknown) => e instanceof InvalidArgumentError && /timeoutMs/.test(e.message),
+        );
       }
     } finally {
       await client.close();

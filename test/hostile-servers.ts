@@ -14,7 +14,12 @@ export interface HostileServer {
 }
 
 /** Listens on a free loopback port; close() first destroys what is still open (`open`), so it does not wait for it. */
-async function listening(server: net.Server, streams: () => number, connections: () => number, open: ReadonlySet<{ destroy(): void }>): Promise<HostileServer> {
+async function listening(
+  server: net.Server,
+  streams: () => number,
+  connections: () => number,
+  open: ReadonlySet<{ destroy(): void }>,
+): Promise<HostileServer> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     port: (server.address() as net.AddressInfo).port,
@@ -122,7 +127,12 @@ export async function rawServer(options: {
       }
     });
   });
-  return listening(server, () => streams, () => connections, sockets);
+  return listening(
+    server,
+    () => streams,
+    () => connections,
+    sockets,
+  );
 }
 
 /** Writes `frames()` while the socket takes them, up to `limit` frames; stops when it closes. */
@@ -160,7 +170,12 @@ export async function grpcServer(
     stream.on('error', () => {});
     respond(stream, stream.session as http2.ServerHttp2Session);
   });
-  return listening(server, () => streams, () => connections, sessions);
+  return listening(
+    server,
+    () => streams,
+    () => connections,
+    sessions,
+  );
 }
 
 /** A gRPC message frame: the 5-byte prefix and `body`. */

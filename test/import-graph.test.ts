@@ -28,7 +28,10 @@ describe('the import graph of src/', () => {
     try {
       mkdirSync(join(dir, 'client'));
       mkdirSync(join(dir, 'primitives'));
-      writeFileSync(join(dir, 'client', 'client.ts'), "import { Telemetry } from '../metrics/telemetry.js';\nimport type { X } from './x.js';\n");
+      writeFileSync(
+        join(dir, 'client', 'client.ts'),
+        "import { Telemetry } from '../metrics/telemetry.js';\nimport type { X } from './x.js';\n",
+      );
       writeFileSync(join(dir, 'client', 'x.ts'), 'export type X = 1;\n');
       writeFileSync(join(dir, 'primitives', 'a.ts'), "import type { B } from './b.js';\nexport type A = B;\n");
       writeFileSync(join(dir, 'primitives', 'b.ts'), "import {\n  a,\n} from './a.js';\nexport type B = 1;\n");

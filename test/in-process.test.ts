@@ -6,10 +6,21 @@
 // Against a real single-member etcd; no sleeps: waits are on promises, signals and etcd's metrics.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, Election, Mutex, RWMutex, Semaphore } from '../src/index.js';
+import { type Client, Election, Mutex, RWMutex, Semaphore } from '../src/index.js';
 import * as lib from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { etcdForFile, grpcHandled, serverState, settle, settledOrHang, track, waitFor, waitersBlocked, keysUnder, withSessions } from './helpers.js';
+import {
+  etcdForFile,
+  grpcHandled,
+  serverState,
+  settle,
+  settledOrHang,
+  track,
+  waitFor,
+  waitersBlocked,
+  keysUnder,
+  withSessions,
+} from './helpers.js';
 
 const ROOT = 'test/in-process/';
 let etcd: EtcdCluster;
@@ -27,7 +38,7 @@ const calls = (): Promise<number> => grpcHandled(etcd.clientUrls[0]!, 'Txn');
 async function quiet(): Promise<void> {
   await settle();
   let n = 0;
-  await waitFor(async () => ((n = (await serverState(etcd.clientUrls[0]!)).inFlight === 0 ? n + 1 : 0) >= 2), 'nothing in flight');
+  await waitFor(async () => (n = (await serverState(etcd.clientUrls[0]!)).inFlight === 0 ? n + 1 : 0) >= 2, 'nothing in flight');
 }
 
 describe('two calls of one process on one session and name', T, () => {
@@ -46,7 +57,11 @@ describe('two calls of one process on one session and name', T, () => {
       assert.equal(await calls(), before, 'no request to etcd while it waits in the process');
       assert.equal(await new Mutex(a!, name).tryLock(), null, 'tryLock() is busy at once too');
       assert.equal(await calls(), before, 'nor for tryLock()');
-      assert.deepEqual((await keysUnder(client, `${name}/`)).sort(), [first.key, `${name}/${b!.leaseId.toString(16)}`].sort(), 'no key of its own yet');
+      assert.deepEqual(
+        (await keysUnder(client, `${name}/`)).sort(),
+        [first.key, `${name}/${b!.leaseId.toString(16)}`].sort(),
+        'no key of its own yet',
+      );
       await first.unlock();
       // Fair to the other process: it queued before our second call had a key.
       const t = await theirs.promise;

@@ -37,7 +37,11 @@ describe('the shared keepalive stream', () => {
     const made: Session[] = [];
     try {
       // etcd raises a TTL of 1 to its minimum (2 s with the default election timeout): still the floor.
-      for (const [ttl, retryMs] of [[1, 250], [10, 1000], [60, 2000]] as const) {
+      for (const [ttl, retryMs] of [
+        [1, 250],
+        [10, 1000],
+        [60, 2000],
+      ] as const) {
         const s = await Session.create(client, { ttl });
         made.push(s);
         assert.equal(retryMsOf(s), retryMs, `TTL ${ttl} (granted ${s.ttl})`);
@@ -47,7 +51,9 @@ describe('the shared keepalive stream', () => {
     }
   });
 
-  it('a member that stops answering: after TTL/10 of silence the stream moves to the next endpoint and renews every lease there', { timeout: 60_000 }, async () => {
+  it('a member that stops answering: after TTL/10 of silence the stream moves to the next endpoint and renews every lease there', {
+    timeout: 60_000,
+  }, async () => {
     await using eps = await twoEndpoints();
     const { a, b } = eps;
     await using far = new Client({ endpoints: [a.endpoint, b.endpoint], dialTimeoutMs: 1000 });
@@ -77,7 +83,10 @@ describe('the shared keepalive stream', () => {
       // Nothing gets through the black hole: every renewal etcd receives from now on came through b.
       const moved = await renewalsReceived();
       // Four renewals each, 2 s apart: more than a TTL since the black hole began.
-      await waitFor(async () => alive() && (await renewalsReceived()) >= moved + 4 * sessions.length, 'both sessions to renew on the second endpoint');
+      await waitFor(
+        async () => alive() && (await renewalsReceived()) >= moved + 4 * sessions.length,
+        'both sessions to renew on the second endpoint',
+      );
       for (const s of sessions) {
         assert.equal(s.signal.aborted, false);
         assert.ok((await client.leaseTimeToLive(s.leaseId)).ttl > 0, `lease ${s.leaseId.toString(16)} was renewed on the second endpoint`);
@@ -89,7 +98,9 @@ describe('the shared keepalive stream', () => {
     }
   });
 
-  it('a slow member that keeps answering other renewals is kept, though one renewal waits longer than TTL/10', { timeout: 90_000 }, async () => {
+  it('a slow member that keeps answering other renewals is kept, though one renewal waits longer than TTL/10', {
+    timeout: 90_000,
+  }, async () => {
     await using eps = await twoEndpoints();
     const { a, b } = eps;
     await using far = new Client({ endpoints: [a.endpoint, b.endpoint] });

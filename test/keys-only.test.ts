@@ -4,7 +4,7 @@
 // grabbed a held lock. These tests fail that way on 3.7 without the fix, and pass on every version.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, Election, Mutex, Session, op } from '../src/index.js';
+import { type Client, Election, Mutex, Session, op } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { etcdForFile, serverState } from './helpers.js';
 
@@ -23,10 +23,12 @@ const watchersNow = async (): Promise<number> => (await serverState(etcd.clientU
  */
 async function settledOrBlocked(p: Promise<unknown>, base: number): Promise<'settled' | 'blocked'> {
   let done = false;
-  const settled = p.then(
-    () => 'settled' as const,
-    () => 'settled' as const,
-  ).finally(() => (done = true));
+  const settled = p
+    .then(
+      () => 'settled' as const,
+      () => 'settled' as const,
+    )
+    .finally(() => (done = true));
   const blocked = (async () => {
     // As waitersBlocked: two quiet scrapes in a row; stops looking once `p` settled.
     for (let quiet = 0; !done && quiet < 2; ) {

@@ -4,10 +4,10 @@
 // line, its exit, or a scrape's content; never on a sleep.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { type Client } from '../src/index.js';
+import type { Client } from '../src/index.js';
 import { metricsAddress } from '../src/cli/metrics.js';
 import { UsageError } from '../src/cli/output.js';
-import { type EtcdCluster } from '../src/testing/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
 import { etcdForCliFile, runCli, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/metrics-cli/';
@@ -55,7 +55,10 @@ describe('--metrics', () => {
     assert.equal(sample(held, 'etcd_concurrency_held', labels), 1, held);
     assert.match(held, /# TYPE etcd_concurrency_acquire_duration histogram/);
     assert.equal(sample(held, 'etcd_concurrency_acquire_duration_count', { ...labels, etcd_concurrency_result: 'acquired' }), 1, held);
-    assert.ok((sample(held, 'rpc_client_call_duration_count', { rpc_method: 'etcdserverpb.KV/Txn', rpc_response_status_code: 'OK' }) ?? 0) >= 1, held);
+    assert.ok(
+      (sample(held, 'rpc_client_call_duration_count', { rpc_method: 'etcdserverpb.KV/Txn', rpc_response_status_code: 'OK' }) ?? 0) >= 1,
+      held,
+    );
     // The waiter counts itself once its key is queued.
     const waiting = await waitFor(async () => {
       const text = await scrape(waiterUrl);
@@ -83,13 +86,17 @@ describe('--metrics', () => {
     await leader.next(/^leader key=/);
     const text = await scrape(url);
     assert.equal(sample(text, 'etcd_concurrency_election_leader', { etcd_concurrency_name: name }), 1, text);
-    assert.equal(sample(text, 'etcd_concurrency_election_transitions_total', { etcd_concurrency_name: name, etcd_concurrency_leading: 'true' }), 1, text);
+    assert.equal(
+      sample(text, 'etcd_concurrency_election_transitions_total', { etcd_concurrency_name: name, etcd_concurrency_leading: 'true' }),
+      1,
+      text,
+    );
     assert.equal((await fetch(url.replace(/\/metrics$/, '/other'))).status, 404);
     leader.child.kill('SIGINT');
     assert.equal(await leader.exited, 0, leader.output());
   });
 
-  it('inspect --watch: a scrape shows the inspected name\'s holders and waiters, and the client\'s calls', { timeout: 60_000 }, async () => {
+  it("inspect --watch: a scrape shows the inspected name's holders and waiters, and the client's calls", { timeout: 60_000 }, async () => {
     const name = `${fresh('inspect')}jobs`;
     const labels = { etcd_concurrency_name: name };
     const inspector = cli(['inspect', '--watch', name, '--metrics', '127.0.0.1:0']);
@@ -100,9 +107,14 @@ describe('--metrics', () => {
     // Both participants, as the inspector last saw them.
     const text = await waitFor(async () => {
       const t = await scrape(url);
-      return sample(t, 'etcd_concurrency_inspect_holders', labels) === 1 && sample(t, 'etcd_concurrency_inspect_waiting', labels) === 1 ? t : undefined;
+      return sample(t, 'etcd_concurrency_inspect_holders', labels) === 1 && sample(t, 'etcd_concurrency_inspect_waiting', labels) === 1
+        ? t
+        : undefined;
     }, 'the inspector reports 1 holder and 1 waiter');
-    assert.ok((sample(text, 'rpc_client_call_duration_count', { rpc_method: 'etcdserverpb.KV/Range', rpc_response_status_code: 'OK' }) ?? 0) >= 1, text);
+    assert.ok(
+      (sample(text, 'rpc_client_call_duration_count', { rpc_method: 'etcdserverpb.KV/Range', rpc_response_status_code: 'OK' }) ?? 0) >= 1,
+      text,
+    );
     holder.child.kill('SIGINT');
     assert.equal(await holder.exited, 0, holder.output());
     await waiter.next(/^key=\S+ rev=\d+$/);

@@ -31,7 +31,12 @@ class Sdk implements AsyncDisposable {
   readonly client: Client;
 
   constructor(options: ClientOptions = {}) {
-    this.client = new Client({ endpoints: etcd.endpoints, meterProvider: this.meterProvider, tracerProvider: this.tracerProvider, ...options });
+    this.client = new Client({
+      endpoints: etcd.endpoints,
+      meterProvider: this.meterProvider,
+      tracerProvider: this.tracerProvider,
+      ...options,
+    });
   }
 
   async metrics(): Promise<Map<string, MetricData>> {
@@ -331,7 +336,9 @@ describe('elections', () => {
 });
 
 describe('failover across a 3-member cluster', () => {
-  it('killing the member in use: the next call fails over (counted), the watch stream resumes (counted), the lock stays held', { timeout: 120_000 }, async () => {
+  it('killing the member in use: the next call fails over (counted), the watch stream resumes (counted), the lock stays held', {
+    timeout: 120_000,
+  }, async () => {
     const cluster = await startEtcd({ members: 3 });
     const reader = new CollectingReader();
     const meterProvider = new MeterProvider({ readers: [reader] });
@@ -355,7 +362,10 @@ describe('failover across a 3-member cluster', () => {
       assert.ok(used >= 0);
       assert.equal(await value(METRIC.failovers), 0);
       await cluster.kill(used);
-      await waitFor(async () => (await c.get('test/metrics/failover/probe'), c.activeEndpoint !== cluster.endpoints[used]), 'a call served by another member');
+      await waitFor(
+        async () => (await c.get('test/metrics/failover/probe'), c.activeEndpoint !== cluster.endpoints[used]),
+        'a call served by another member',
+      );
       assert.ok((await value(METRIC.failovers)) >= 1, 'the failover was counted');
       await waitFor(async () => (await value(METRIC.watchResumes)) >= 1, 'the watch stream resumed elsewhere');
       assert.equal(signal.aborted, false, 'the lock is still held');

@@ -7,7 +7,7 @@ import { metrics, trace, type Attributes } from '@opentelemetry/api';
 import { MeterProvider, MetricReader, DataPointType, type DataPoint, type Histogram, type MetricData } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { Client, Election, Mutex, Session, type ClientOptions } from '../src/index.js';
-import { type EtcdCluster } from '../src/testing/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
 import { ATTR, METRIC } from '../src/metrics/names.js';
 import { telemetryOf } from '../src/metrics/telemetry.js';
 import { aborted, assertNoKeys, closeAll, etcdForFile, settledOrHang, track, waitFor } from './helpers.js';
@@ -32,7 +32,12 @@ class Sdk implements AsyncDisposable {
   readonly client: Client;
 
   constructor(options: ClientOptions = {}) {
-    this.client = new Client({ endpoints: etcd.endpoints, meterProvider: this.meterProvider, tracerProvider: this.tracerProvider, ...options });
+    this.client = new Client({
+      endpoints: etcd.endpoints,
+      meterProvider: this.meterProvider,
+      tracerProvider: this.tracerProvider,
+      ...options,
+    });
   }
 
   async metrics(): Promise<Map<string, MetricData>> {
@@ -114,8 +119,18 @@ function spyOnTelemetry(c: Client): { calls: Map<string, number>; restore(): voi
     undo.push(() => Object.defineProperty(tel, field, { configurable: true, writable: true, value: original }));
   };
   const instruments = {
-    acquireDuration: 'record', holdDuration: 'record', keepaliveDuration: 'record', rpcDuration: 'record',
-    held: 'add', waiting: 'add', losses: 'add', leader: 'add', transitions: 'add', sessionLosses: 'add', watchResumes: 'add', failovers: 'add',
+    acquireDuration: 'record',
+    holdDuration: 'record',
+    keepaliveDuration: 'record',
+    rpcDuration: 'record',
+    held: 'add',
+    waiting: 'add',
+    losses: 'add',
+    leader: 'add',
+    transitions: 'add',
+    sessionLosses: 'add',
+    watchResumes: 'add',
+    failovers: 'add',
   } as const;
   for (const [name, method] of Object.entries(instruments)) wrap(name, method, `${name}.${method}`);
   wrap('tracer', 'startSpan', 'tracer.startSpan');
@@ -162,7 +177,16 @@ describe('without an SDK', () => {
     const counted = spyOnTelemetry(sdk.client);
     try {
       await exercise(sdk.client, `${p}sdk/`);
-      for (const label of ['acquireDuration.record', 'holdDuration.record', 'rpcDuration.record', 'held.add', 'waiting.add', 'losses.add', 'leader.add', 'tracer.startSpan']) {
+      for (const label of [
+        'acquireDuration.record',
+        'holdDuration.record',
+        'rpcDuration.record',
+        'held.add',
+        'waiting.add',
+        'losses.add',
+        'leader.add',
+        'tracer.startSpan',
+      ]) {
         assert.ok((counted.calls.get(label) ?? 0) > 0, `${label} called with an SDK: ${JSON.stringify(Object.fromEntries(counted.calls))}`);
       }
     } finally {

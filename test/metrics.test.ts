@@ -8,8 +8,17 @@ import assert from 'node:assert/strict';
 import { SpanStatusCode, type Attributes } from '@opentelemetry/api';
 import { MeterProvider, MetricReader, DataPointType, type DataPoint, type Histogram, type MetricData } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
-import { Client, Mutex, PermitCountConflictError, RWMutex, Semaphore, Session, SessionExpiredError, type ClientOptions } from '../src/index.js';
-import { type EtcdCluster } from '../src/testing/index.js';
+import {
+  Client,
+  Mutex,
+  PermitCountConflictError,
+  RWMutex,
+  Semaphore,
+  Session,
+  SessionExpiredError,
+  type ClientOptions,
+} from '../src/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
 import { ATTR, METRIC } from '../src/metrics/names.js';
 import { assertNoKeys, closeAll, etcdForFile, settledOrHang, track, waitFor } from './helpers.js';
 
@@ -33,7 +42,12 @@ class Sdk implements AsyncDisposable {
   readonly client: Client;
 
   constructor(options: ClientOptions = {}) {
-    this.client = new Client({ endpoints: etcd.endpoints, meterProvider: this.meterProvider, tracerProvider: this.tracerProvider, ...options });
+    this.client = new Client({
+      endpoints: etcd.endpoints,
+      meterProvider: this.meterProvider,
+      tracerProvider: this.tracerProvider,
+      ...options,
+    });
   }
 
   async metrics(): Promise<Map<string, MetricData>> {
@@ -115,8 +129,13 @@ describe('metrics and spans with the real SDK', () => {
       assert.equal(hold.events.length, 0);
       assert.equal(hold.parentSpanContext?.spanId, acq.parentSpanContext?.spanId, 'the hold span is a sibling of the acquire span');
       // The calls behind it: a lease grant and two Txns (enqueue, release), all OK.
-      assert.ok((await sdk.value(METRIC.rpcDuration, { [ATTR.rpcMethod]: 'etcdserverpb.KV/Txn', [ATTR.rpcResponseStatusCode]: 'OK' })) >= 2);
-      assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcSystemName]: 'grpc', [ATTR.rpcMethod]: 'etcdserverpb.Lease/LeaseGrant' }), 1);
+      assert.ok(
+        (await sdk.value(METRIC.rpcDuration, { [ATTR.rpcMethod]: 'etcdserverpb.KV/Txn', [ATTR.rpcResponseStatusCode]: 'OK' })) >= 2,
+      );
+      assert.equal(
+        await sdk.value(METRIC.rpcDuration, { [ATTR.rpcSystemName]: 'grpc', [ATTR.rpcMethod]: 'etcdserverpb.Lease/LeaseGrant' }),
+        1,
+      );
       const left = await sdk.points(METRIC.sessionTimeLeft);
       assert.equal(left.length, 1, 'one time-left series');
       assert.deepEqual(left[0]!.attributes, {});
@@ -188,7 +207,9 @@ describe('metrics and spans with the real SDK', () => {
       const h = await settledOrHang(waiter, 'the waiter gets the lock');
       assert.equal(await sdk.value(METRIC.waiting, LOCK), 0);
       assert.equal(await sdk.value(METRIC.acquireDuration, { ...LOCK, [ATTR.result]: 'acquired' }), 2);
-      const queued = sdk.finished('lock.acquire').filter((s) => s.attributes[ATTR.result] === 'acquired' && s.attributes[ATTR.queued] === true);
+      const queued = sdk
+        .finished('lock.acquire')
+        .filter((s) => s.attributes[ATTR.result] === 'acquired' && s.attributes[ATTR.queued] === true);
       assert.equal(queued.length, 1, 'the waiter span says it queued');
       assert.equal(queued[0]!.attributes[ATTR.fencingToken], Number(h.fencingToken));
       assert.ok((queued[0]!.attributes[ATTR.waitDuration] as number) > 0);
@@ -215,7 +236,9 @@ describe('metrics and spans with the real SDK', () => {
       await (await settledOrHang(second, 'the second caller gets the lock')).unlock();
       const h = await settledOrHang(third, 'the third caller gets the lock');
       await h.unlock();
-      const spans = sdk.finished('lock.acquire').sort((x, y) => Number(x.attributes[ATTR.fencingToken]) - Number(y.attributes[ATTR.fencingToken]));
+      const spans = sdk
+        .finished('lock.acquire')
+        .sort((x, y) => Number(x.attributes[ATTR.fencingToken]) - Number(y.attributes[ATTR.fencingToken]));
       assert.deepEqual(
         spans.map((s) => [s.attributes[ATTR.queueAhead], s.attributes[ATTR.queued]]),
         [
@@ -269,8 +292,17 @@ describe('metrics and spans with the real SDK', () => {
   it('a failed call is timed with its gRPC status: revoking an unknown lease is NOT_FOUND', async () => {
     await using sdk = new Sdk();
     await sdk.client.leaseRevoke(0x0bad_1eafn); // not an error to the caller: already gone is fine
-    assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcMethod]: 'etcdserverpb.Lease/LeaseRevoke', [ATTR.rpcResponseStatusCode]: 'NOT_FOUND' }), 1);
-    assert.equal(await sdk.value(METRIC.rpcDuration, { [ATTR.rpcMethod]: 'etcdserverpb.Lease/LeaseRevoke', [ATTR.rpcResponseStatusCode]: 'OK' }), 0);
+    assert.equal(
+      await sdk.value(METRIC.rpcDuration, {
+        [ATTR.rpcMethod]: 'etcdserverpb.Lease/LeaseRevoke',
+        [ATTR.rpcResponseStatusCode]: 'NOT_FOUND',
+      }),
+      1,
+    );
+    assert.equal(
+      await sdk.value(METRIC.rpcDuration, { [ATTR.rpcMethod]: 'etcdserverpb.Lease/LeaseRevoke', [ATTR.rpcResponseStatusCode]: 'OK' }),
+      0,
+    );
   });
 
   it('rpc.client.call.duration carries exactly the attributes of semantic conventions v1.40.0', async () => {
@@ -279,7 +311,11 @@ describe('metrics and spans with the real SDK', () => {
     await sdk.client.get('semconv-probe');
     const byMethod = new Map((await sdk.points(METRIC.rpcDuration)).map((p) => [p.attributes[ATTR.rpcMethod], p.attributes]));
     // A success: the system, the fully-qualified method and the status by name; no error.type.
-    assert.deepEqual(byMethod.get('etcdserverpb.KV/Range'), { 'rpc.system.name': 'grpc', 'rpc.method': 'etcdserverpb.KV/Range', 'rpc.response.status_code': 'OK' });
+    assert.deepEqual(byMethod.get('etcdserverpb.KV/Range'), {
+      'rpc.system.name': 'grpc',
+      'rpc.method': 'etcdserverpb.KV/Range',
+      'rpc.response.status_code': 'OK',
+    });
     // A failure: error.type too, the status again (gRPC counts every status but OK an error).
     assert.deepEqual(byMethod.get('etcdserverpb.Lease/LeaseRevoke'), {
       'rpc.system.name': 'grpc',
@@ -308,7 +344,9 @@ describe('metrics and spans with the real SDK', () => {
         assert.equal(await sdk.value(METRIC.held, { [ATTR.kind]: kind }), 0, kind);
       }
       assert.deepEqual(
-        ['permit.acquire', 'rwlock.read.acquire', 'rwlock.write.acquire', 'permit.hold', 'rwlock.read.hold', 'rwlock.write.hold'].map((n) => sdk.finished(n).length),
+        ['permit.acquire', 'rwlock.read.acquire', 'rwlock.write.acquire', 'permit.hold', 'rwlock.read.hold', 'rwlock.write.hold'].map(
+          (n) => sdk.finished(n).length,
+        ),
         [1, 1, 1, 1, 1, 1],
       );
       // Nobody was ahead of any of them.

@@ -4,17 +4,21 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { getEventListeners } from 'node:events';
-import {
-  Client,
-  LockLostError,
-  Mutex,
-  Session,
-  SessionExpiredError,
-  op,
-} from '../src/index.js';
+import { Client, LockLostError, Mutex, type Session, SessionExpiredError, op } from '../src/index.js';
 import { lockAll } from '../src/primitives/multilock.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, etcdForFile, grpcHandled, track, waitFor, openSessions, closeAll, withSessions } from './helpers.js';
+import {
+  EventLog,
+  aborted,
+  assertNoKeys,
+  etcdForFile,
+  grpcHandled,
+  track,
+  waitFor,
+  openSessions,
+  closeAll,
+  withSessions,
+} from './helpers.js';
 
 const ROOT = 'test/multilock-loss/';
 let etcd: EtcdCluster;
@@ -122,7 +126,10 @@ describe('lockAll: giving up and failing', T, () => {
       await log.put(keyOf(a!, n2));
       await client.delete(keyOf(a!, n1)); // an operator frees n1 behind our back
       await blocker.unlock(); // a gets n2, then must find n1 gone
-      await assert.rejects(waiting, (e: unknown) => e instanceof LockLostError && e.key === keyOf(a!, n1) && /call lockAll again/.test(e.message));
+      await assert.rejects(
+        waiting,
+        (e: unknown) => e instanceof LockLostError && e.key === keyOf(a!, n1) && /call lockAll again/.test(e.message),
+      );
       assert.deepEqual(await keysOn(a!, p), [], 'n2, taken last, is released too');
     } finally {
       await log.close();
@@ -179,11 +186,18 @@ describe('lockAll: losing a lock', T, () => {
       const reason = await aborted(signal);
       assert.ok(reason instanceof LockLostError, String(reason));
       assert.equal(reason.key, victim);
-      assert.throws(() => locks.assertHeld(), (e) => e === reason);
+      assert.throws(
+        () => locks.assertHeld(),
+        (e) => e === reason,
+      );
       assert.deepEqual(inner.map(listeners), [0, 0, 0], 'no listener left once the holding ended');
       assert.ok(await client.get(keyOf(s!, `${p}a`)), 'the other locks stay held until unlock()');
       await locks.unlock(); // the lost one has nothing to delete; must not throw
-      assert.throws(() => locks.assertHeld(), (e) => e === reason, 'the loss stays the reason');
+      assert.throws(
+        () => locks.assertHeld(),
+        (e) => e === reason,
+        'the loss stays the reason',
+      );
     });
   });
 

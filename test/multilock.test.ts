@@ -4,15 +4,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { getEventListeners } from 'node:events';
-import {
-  Client,
-  InvalidArgumentError,
-  LockLostError,
-  Mutex,
-  Session,
-  SessionExpiredError,
-  op,
-} from '../src/index.js';
+import { type Client, InvalidArgumentError, LockLostError, Mutex, type Session, SessionExpiredError, op } from '../src/index.js';
 import { lockAll, withLocks, type MultiLockHandle } from '../src/primitives/multilock.js';
 import { EventLog, assertNoKeys, etcdForFile, track, openSessions, closeAll, withSessions } from './helpers.js';
 
@@ -82,7 +74,10 @@ describe('lockAll: acquire and release', T, () => {
       await locks.unlock();
       assert.equal(signal.aborted, true);
       assert.ok(signal.reason instanceof LockLostError, String(signal.reason));
-      assert.throws(() => locks.assertHeld(), (e) => e === signal.reason);
+      assert.throws(
+        () => locks.assertHeld(),
+        (e) => e === signal.reason,
+      );
       assert.deepEqual(inner.map(listeners), [0, 0], 'listeners removed from every lock’s signal');
       await assertNoKeys(client, p);
       // Released: a new lockAll on the same names gets them at once, with larger tokens.
@@ -278,7 +273,10 @@ describe('lockAll: no deadlock', T, () => {
         await log.next((e) => e.type === 'delete' && e.key === put.key && e.rev > token);
       }
       assert.deepEqual(
-        log.events.filter((e) => e.type === 'put').map((e) => e.createRevision).sort(),
+        log.events
+          .filter((e) => e.type === 'put')
+          .map((e) => e.createRevision)
+          .sort(),
         [...granted].sort(),
         'no key was created that was not a granted holding',
       );

@@ -55,16 +55,16 @@ async function queue(name: string, waiters: number) {
     const m = new Mutex(ss[i]!, name);
     const from = log.events.length;
     const acquired = m.lock().then(async (h) => {
-        inside++;
-        maxInside = Math.max(maxInside, inside);
-        order.push(i);
-        tokens.push(h.fencingToken);
-        h.assertHeld();
-        await clients[i % 3]!.get(h.key);
-        inside--;
-        await h.unlock();
-        return h;
-      });
+      inside++;
+      maxInside = Math.max(maxInside, inside);
+      order.push(i);
+      tokens.push(h.fencingToken);
+      h.assertHeld();
+      await clients[i % 3]!.get(h.key);
+      inside--;
+      await h.unlock();
+      return h;
+    });
     acquired.catch(() => {}); // awaited by the test; this only keeps an early failure from being "unhandled"
     handles.push(acquired);
     created.push((await log.put(m.key, from)).createRevision);
@@ -78,7 +78,11 @@ async function queue(name: string, waiters: number) {
     await holder.unlock();
     await Promise.all(handles);
     assert.equal(maxInside, 1, 'one holder at a time, the first holder included');
-    assert.deepEqual(order, Array.from({ length: waiters }, (_, i) => i + 1), why);
+    assert.deepEqual(
+      order,
+      Array.from({ length: waiters }, (_, i) => i + 1),
+      why,
+    );
     assert.deepEqual(tokens, created);
   };
   return { ss, log, holder, holderSignal, order, handsOverInOrder };
@@ -177,13 +181,19 @@ describe('Mutex on a 3-member cluster', () => {
 });
 
 describe('an enqueue attempt that lands late', () => {
-  it('a key re-created after its release by a slow first attempt is swept: the next session still gets the lock', { timeout: 60_000 }, async () => {
+  it('a key re-created after its release by a slow first attempt is swept: the next session still gets the lock', {
+    timeout: 60_000,
+  }, async () => {
     const name = `${fresh('late-enqueue')}lock`;
     await using proxy = await startProxy(etcd.endpoints[0]!);
     // Calls go first to the proxied member; an idempotent attempt there gets 1 s before the call
     // moves on, and the proxy holds every byte for 1.5 s each way: the first attempt is still in
     // flight when the retry on another member takes the key, and lands after the key was released.
-    const slow = new Client({ endpoints: [proxy.endpoint, etcd.endpoints[1]!, etcd.endpoints[2]!], dialTimeoutMs: 1000, callTimeoutMs: 3000 });
+    const slow = new Client({
+      endpoints: [proxy.endpoint, etcd.endpoints[1]!, etcd.endpoints[2]!],
+      dialTimeoutMs: 1000,
+      callTimeoutMs: 3000,
+    });
     const s = await Session.create(slow, { ttl: 30 });
     const other = await Session.create(clients[1]!, { ttl: 30 });
     const log = new EventLog(clients[1]!, `${name}/`);

@@ -3,15 +3,24 @@
 // read-modify-write. Each test uses its own lock names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  Client,
-  Mutex,
-  Session,
-  withLock,
-} from '../src/index.js';
-import { type EtcdCluster } from '../src/testing/index.js';
+import { Client, Mutex, Session, withLock } from '../src/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
 import { queueOf } from '../src/queue/state.js';
-import { EventLog, assertNoKeys, grpcHandled, grpcStarted, killEtcdctls, metric, track, waitFor, etcdForFile, openSessions, closeAll, serverState, waitersBlocked } from './helpers.js';
+import {
+  EventLog,
+  assertNoKeys,
+  grpcHandled,
+  grpcStarted,
+  killEtcdctls,
+  metric,
+  track,
+  waitFor,
+  etcdForFile,
+  openSessions,
+  closeAll,
+  serverState,
+  waitersBlocked,
+} from './helpers.js';
 
 const ROOT = 'test/mutex-fairness/';
 let etcd: EtcdCluster;
@@ -35,7 +44,9 @@ const watchersNow = async (): Promise<number> => (await serverState(etcd.clientU
 const blocked = (base: number, n = 1, what?: string): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n, what);
 
 describe('Mutex: fairness', () => {
-  it('50 waiters acquire strictly in enqueue (CreateRevision) order with increasing tokens, one at a time', { timeout: 120_000 }, async () => {
+  it('50 waiters acquire strictly in enqueue (CreateRevision) order with increasing tokens, one at a time', {
+    timeout: 120_000,
+  }, async () => {
     const p = fresh('fifo');
     const name = `${p}lock`;
     const n = 50;
@@ -89,7 +100,11 @@ describe('Mutex: fairness', () => {
       const txns = (await grpcStarted(etcd.clientUrls[0]!, 'Txn')) - txnsBefore;
       const ranges = (await grpcStarted(etcd.clientUrls[0]!, 'Range')) - rangesBefore;
 
-      assert.deepEqual(order, Array.from({ length: n }, (_, i) => i + 1), 'acquired in enqueue order');
+      assert.deepEqual(
+        order,
+        Array.from({ length: n }, (_, i) => i + 1),
+        'acquired in enqueue order',
+      );
       assert.deepEqual(tokens, created, 'fencing token = the CreateRevision of each waiter’s key');
       for (let i = 1; i < n; i++) assert.ok(tokens[i]! > tokens[i - 1]!, 'tokens strictly increase');
       // Between two holders nothing else happened under the prefix: the holders' deletes, in order,

@@ -3,16 +3,20 @@
 // Each test uses its own lock names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  Client,
-  LockLostError,
-  Mutex,
-  Session,
-  SessionExpiredError,
-  op,
-} from '../src/index.js';
+import { Client, LockLostError, Mutex, type Session, SessionExpiredError, op } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, killEtcdctls, etcdForFile, openSessions, closeAll, serverState, waitersBlocked, withSessions } from './helpers.js';
+import {
+  EventLog,
+  aborted,
+  assertNoKeys,
+  killEtcdctls,
+  etcdForFile,
+  openSessions,
+  closeAll,
+  serverState,
+  waitersBlocked,
+  withSessions,
+} from './helpers.js';
 
 const ROOT = 'test/mutex-loss/';
 let etcd: EtcdCluster;
@@ -58,7 +62,10 @@ describe('Mutex: giving up and losing', () => {
     await withSessions(client, p, 2, async ([a, b]) => {
       const held = await new Mutex(a!, `${p}lock`).lock();
       const m = new Mutex(b!, `${p}lock`);
-      await assert.rejects(m.lock({ signal: AbortSignal.timeout(300) }), (e: unknown) => e instanceof DOMException && e.name === 'TimeoutError');
+      await assert.rejects(
+        m.lock({ signal: AbortSignal.timeout(300) }),
+        (e: unknown) => e instanceof DOMException && e.name === 'TimeoutError',
+      );
       assert.equal(await client.get(m.key), undefined);
       await held.unlock();
     });
@@ -103,69 +110,63 @@ describe('Mutex: giving up and losing', () => {
     await assertNoKeys(client, p);
   });
 
-  it(
-    'a waiter whose lease is revoked reports SessionExpiredError even when its turn comes before the session notices',
-    async () => {
-      const p = fresh('waiter-lease-gone-race');
-      const name = `${p}lock`;
-      const [a, b] = await sessions(2, 30); // next renewal in 10 s: the session cannot notice first
-      try {
-        const held = await new Mutex(a!, name).lock();
-        const base = await watchersNow();
-        const waiting = new Mutex(b!, name).lock();
-        waiting.catch(() => {});
-        await blocked(base);
-        await client.leaseRevoke(b!.leaseId); // b's key goes with its lease
-        await held.unlock(); // wakes b, which finds its own key gone
-        await assert.rejects(waiting, (e: unknown) => {
-          assert.ok(e instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(e)}`);
-          assert.equal(e.reason, 'lease-gone');
-          return true;
-        });
-      } finally {
-        await closeAll([a!, b!]);
-      }
-      await assertNoKeys(client, p);
-    },
-  );
+  it('a waiter whose lease is revoked reports SessionExpiredError even when its turn comes before the session notices', async () => {
+    const p = fresh('waiter-lease-gone-race');
+    const name = `${p}lock`;
+    const [a, b] = await sessions(2, 30); // next renewal in 10 s: the session cannot notice first
+    try {
+      const held = await new Mutex(a!, name).lock();
+      const base = await watchersNow();
+      const waiting = new Mutex(b!, name).lock();
+      waiting.catch(() => {});
+      await blocked(base);
+      await client.leaseRevoke(b!.leaseId); // b's key goes with its lease
+      await held.unlock(); // wakes b, which finds its own key gone
+      await assert.rejects(waiting, (e: unknown) => {
+        assert.ok(e instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(e)}`);
+        assert.equal(e.reason, 'lease-gone');
+        return true;
+      });
+    } finally {
+      await closeAll([a!, b!]);
+    }
+    await assertNoKeys(client, p);
+  });
 
-  it(
-    'aborting lock() after its enqueue committed but before the answer arrived leaves no key behind',
-    async () => {
-      const p = fresh('abort-in-enqueue');
-      const name = `${p}lock`;
-      const proxy = await startProxy(etcd.endpoints[0]!);
-      const slow = new Client({ endpoints: proxy.endpoint });
-      const [a] = await sessions(1);
-      const [b] = await sessions(1, 30, slow);
-      const log = new EventLog(client, `${name}/`);
-      try {
-        await log.ready;
-        const held = await new Mutex(a!, name).lock();
-        proxy.delay(1000); // each direction: the answer to b's enqueue arrives a second after it commits
-        const ac = new AbortController();
-        const m = new Mutex(b!, name);
-        const waiting = m.lock({ signal: ac.signal });
-        await log.put(m.key); // committed (seen by our direct watch); the answer is still in the proxy
-        const reason = new Error('gave up');
-        ac.abort(reason);
-        proxy.delay(0); // bytes already queued keep their delay; the clean-up need not wait
-        await assert.rejects(waiting, (e) => e === reason);
-        const left = await client.get(m.key);
-        await held.unlock();
-        // Left behind, the key keeps its place while b's session lives: it would "hold" the lock
-        // for nobody and block every later waiter.
-        assert.equal(left, undefined, 'the queued key was left behind');
-      } finally {
-        proxy.delay(0);
-        await log.close();
-        await closeAll([a!, b!]);
-        await slow.close();
-        await proxy.close();
-      }
-      await assertNoKeys(client, p);
-    },
-  );
+  it('aborting lock() after its enqueue committed but before the answer arrived leaves no key behind', async () => {
+    const p = fresh('abort-in-enqueue');
+    const name = `${p}lock`;
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const slow = new Client({ endpoints: proxy.endpoint });
+    const [a] = await sessions(1);
+    const [b] = await sessions(1, 30, slow);
+    const log = new EventLog(client, `${name}/`);
+    try {
+      await log.ready;
+      const held = await new Mutex(a!, name).lock();
+      proxy.delay(1000); // each direction: the answer to b's enqueue arrives a second after it commits
+      const ac = new AbortController();
+      const m = new Mutex(b!, name);
+      const waiting = m.lock({ signal: ac.signal });
+      await log.put(m.key); // committed (seen by our direct watch); the answer is still in the proxy
+      const reason = new Error('gave up');
+      ac.abort(reason);
+      proxy.delay(0); // bytes already queued keep their delay; the clean-up need not wait
+      await assert.rejects(waiting, (e) => e === reason);
+      const left = await client.get(m.key);
+      await held.unlock();
+      // Left behind, the key keeps its place while b's session lives: it would "hold" the lock
+      // for nobody and block every later waiter.
+      assert.equal(left, undefined, 'the queued key was left behind');
+    } finally {
+      proxy.delay(0);
+      await log.close();
+      await closeAll([a!, b!]);
+      await slow.close();
+      await proxy.close();
+    }
+    await assertNoKeys(client, p);
+  });
 
   it('an operator deleting the holder’s key aborts handle.signal with LockLostError', async () => {
     const p = fresh('key-deleted');

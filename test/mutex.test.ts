@@ -3,17 +3,22 @@
 // mutex-loss.test.ts). Each test uses its own lock names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  Client,
-  InvalidArgumentError,
-  LockLostError,
-  Mutex,
-  Session,
-  SessionExpiredError,
-  withLock,
-} from '../src/index.js';
+import { Client, InvalidArgumentError, LockLostError, Mutex, type Session, SessionExpiredError, withLock } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, killEtcdctls, spawnEtcdctl, track, etcdForFile, openSessions, closeAll, serverState, waitersBlocked, withSessions } from './helpers.js';
+import {
+  EventLog,
+  aborted,
+  assertNoKeys,
+  killEtcdctls,
+  spawnEtcdctl,
+  track,
+  etcdForFile,
+  openSessions,
+  closeAll,
+  serverState,
+  waitersBlocked,
+  withSessions,
+} from './helpers.js';
 
 const ROOT = 'test/mutex/';
 let etcd: EtcdCluster;
@@ -172,11 +177,14 @@ describe('Mutex: names and keys', () => {
     it(`rejects ${what} with InvalidArgumentError`, async () => {
       const [s] = await sessions(1);
       try {
-        assert.throws(() => new Mutex(s!, name as string), (e: unknown) => {
-          assert.ok(e instanceof InvalidArgumentError, String(e));
-          assert.match(e.message, /lock name/);
-          return true;
-        });
+        assert.throws(
+          () => new Mutex(s!, name as string),
+          (e: unknown) => {
+            assert.ok(e instanceof InvalidArgumentError, String(e));
+            assert.match(e.message, /lock name/);
+            return true;
+          },
+        );
       } finally {
         await closeAll([s!]);
       }
@@ -250,45 +258,41 @@ describe('Mutex: tryLock', () => {
     const p = fresh('trylock-free');
     await withSessions(client, p, 1, async ([s]) => {
       const h = await new Mutex(s!, `${p}lock`).tryLock();
-      assert.ok(h, "tryLock returns a handle when the lock is free");
+      assert.ok(h, 'tryLock returns a handle when the lock is free');
       assert.equal((await client.get(h.key))?.createRevision, h.fencingToken);
       await h.unlock();
     });
   });
-  it(
-    'tryLock whose enqueue answer was lost and retried leaves no key behind',
-    { timeout: 30_000 },
-    async () => {
-      const p = fresh('trylock-retried');
-      const name = `${p}lock`;
-      const proxy = await startProxy(etcd.endpoints[0]!);
-      const slow = new Client({ endpoints: proxy.endpoint });
-      const [a] = await sessions(1);
-      const [b] = await sessions(1, 30, slow);
-      const log = new EventLog(client, `${name}/`);
-      try {
-        await log.ready;
-        const held = await new Mutex(a!, name).lock();
-        const m = new Mutex(b!, name);
-        proxy.delay(1000);
-        const tried = m.tryLock();
-        await log.put(m.key); // the enqueue Txn committed; its answer is held in the proxy
-        proxy.delay(0);
-        proxy.cut(); // ... and lost: the client retries the (guarded, idempotent) Txn, which finds our key
-        assert.equal(await tried, null, 'the lock is held by a');
-        const left = await client.get(m.key);
-        await held.unlock();
-        assert.equal(left, undefined, 'our key stayed in the queue: it would hold the lock for nobody while b lives');
-      } finally {
-        proxy.delay(0);
-        await log.close();
-        await closeAll([a!, b!]);
-        await slow.close();
-        await proxy.close();
-      }
-      await assertNoKeys(client, p);
-    },
-  );
+  it('tryLock whose enqueue answer was lost and retried leaves no key behind', { timeout: 30_000 }, async () => {
+    const p = fresh('trylock-retried');
+    const name = `${p}lock`;
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const slow = new Client({ endpoints: proxy.endpoint });
+    const [a] = await sessions(1);
+    const [b] = await sessions(1, 30, slow);
+    const log = new EventLog(client, `${name}/`);
+    try {
+      await log.ready;
+      const held = await new Mutex(a!, name).lock();
+      const m = new Mutex(b!, name);
+      proxy.delay(1000);
+      const tried = m.tryLock();
+      await log.put(m.key); // the enqueue Txn committed; its answer is held in the proxy
+      proxy.delay(0);
+      proxy.cut(); // ... and lost: the client retries the (guarded, idempotent) Txn, which finds our key
+      assert.equal(await tried, null, 'the lock is held by a');
+      const left = await client.get(m.key);
+      await held.unlock();
+      assert.equal(left, undefined, 'our key stayed in the queue: it would hold the lock for nobody while b lives');
+    } finally {
+      proxy.delay(0);
+      await log.close();
+      await closeAll([a!, b!]);
+      await slow.close();
+      await proxy.close();
+    }
+    await assertNoKeys(client, p);
+  });
 });
 
 describe('Mutex: interoperation with etcdctl lock', () => {

@@ -5,7 +5,13 @@ import { InvalidArgumentError, validateName } from '../src/index.js';
 
 describe('validateName', () => {
   it('an empty election name suggests an election name, an empty lock name a lock name', () => {
-    assert.throws(() => validateName('', 'election name'), (e: Error) => e instanceof InvalidArgumentError && /"elections\/scheduler"/.test(e.message) && !/locks\//.test(e.message));
-    assert.throws(() => validateName('', 'lock name'), (e: Error) => e instanceof InvalidArgumentError && /"locks\/orders"/.test(e.message));
+    assert.throws(
+      () => validateName('', 'election name'),
+      (e: Error) => e instanceof InvalidArgumentError && /"elections\/scheduler"/.test(e.message) && !/locks\//.test(e.message),
+    );
+    assert.throws(
+      () => validateName('', 'lock name'),
+      (e: Error) => e instanceof InvalidArgumentError && /"locks\/orders"/.test(e.message),
+    );
   });
 });

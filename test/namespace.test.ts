@@ -15,7 +15,6 @@ let etcd: EtcdCluster;
 let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
 
-
 describe('namespaces: two tenants on one cluster', { timeout: 60_000 }, () => {
   let a: Client;
   let b: Client;
@@ -85,7 +84,8 @@ describe('namespaces: two tenants on one cluster', { timeout: 60_000 }, () => {
       const seen: string[] = [];
       while (seen.length < 2) {
         const batch = (await it.next()).value!;
-        for (const e of batch.events) seen.push(`${e.type} ${e.kv.key.toString()}=${e.kv.value.toString()} prev ${e.prevKv?.key.toString() ?? '-'}`);
+        for (const e of batch.events)
+          seen.push(`${e.type} ${e.kv.key.toString()}=${e.kv.value.toString()} prev ${e.prevKv?.key.toString() ?? '-'}`);
       }
       assert.deepEqual(seen, ['put w/k=one prev -', 'put w/k=two prev w/k']);
     } finally {
@@ -99,16 +99,29 @@ describe('namespaces: two tenants on one cluster', { timeout: 60_000 }, () => {
     await b.put('t/k', 'b');
     const t = await a.txn({
       compare: [compare.version('t/k', '=', 0n)],
-      success: [op.put('t/k', 'a'), op.range({ key: Buffer.from('t/'), rangeEnd: Buffer.from('t0') }), { requestTxn: { success: [op.get('t/k')] } }],
+      success: [
+        op.put('t/k', 'a'),
+        op.range({ key: Buffer.from('t/'), rangeEnd: Buffer.from('t0') }),
+        { requestTxn: { success: [op.get('t/k')] } },
+      ],
       failure: [],
     });
     assert.ok(t.succeeded, "tenant b's t/k is not tenant a's");
-    assert.deepEqual(txnRange(t, 1).kvs.map((kv) => kv.key.toString()), ['t/k']);
+    assert.deepEqual(
+      txnRange(t, 1).kvs.map((kv) => kv.key.toString()),
+      ['t/k'],
+    );
     const nested = t.responses[2]!.responseTxn!.responses![0]!.responseRange!.kvs!;
-    assert.deepEqual(nested.map((kv) => kv.key!.toString()), ['t/k']);
+    assert.deepEqual(
+      nested.map((kv) => kv.key!.toString()),
+      ['t/k'],
+    );
     // Every key from a key on ("\0" as range end) means every key of the namespace from there.
     const all = await a.range({ key: Buffer.from('t/'), rangeEnd: Buffer.from([0]) });
-    assert.deepEqual(all.kvs.map((kv) => kv.key.toString()), ['t/k']);
+    assert.deepEqual(
+      all.kvs.map((kv) => kv.key.toString()),
+      ['t/k'],
+    );
     assert.equal(await a.delete('t/', { prefix: true }), 1n);
     assert.equal((await b.get('t/k'))?.value.toString(), 'b', "tenant b's key survives tenant a's prefix delete");
     await b.delete('t/k');
@@ -144,7 +157,11 @@ describe("namespaces: Go's namespace package and ours on one prefix", () => {
       const from = go.events.length;
       go.send('g1', 'lock', { name: 'locks/x' });
       await waitFor(async () => (await client.get(`${ns}locks/x/${lease}`)) !== undefined, 'the Go key queued behind ours');
-      assert.equal(go.events.slice(from).some((e) => e.event === 'acquired'), false, 'Go waits while we hold');
+      assert.equal(
+        go.events.slice(from).some((e) => e.event === 'acquired'),
+        false,
+        'Go waits while we hold',
+      );
       await h.unlock();
       const goHeld = await go.expect('g1', 'acquired');
       assert.ok(BigInt(goHeld.rev!) > h.fencingToken);

@@ -74,7 +74,9 @@ function deferred<T>() {
 }
 
 describe('runAsLeader through an outage longer than the TTL', () => {
-  test('keeps trying between terms, reports each retry, and leads again on a new session once etcd is back', { timeout: 120_000 }, async () => {
+  test('keeps trying between terms, reports each retry, and leads again on a new session once etcd is back', {
+    timeout: 120_000,
+  }, async () => {
     const name = `${ROOT}${uniquePrefix('leader').slice('test/'.length)}election`;
     const reader = new CollectingReader();
     const meterProvider = new MeterProvider({ readers: [reader] });
@@ -113,9 +115,19 @@ describe('runAsLeader through an outage longer than the TTL', () => {
       ]);
       assert.equal(run.settled, false, 'runAsLeader is still trying');
       assert.ok(seen.events.length >= 2);
-      assert.deepEqual(seen.events.map((e) => e.attempt), seen.events.map((_, i) => i + 1), 'attempts count up');
-      assert.ok(seen.events.every((e) => e.delayMs > 0 && e.delayMs <= 400), 'each wait is capped');
-      assert.ok(seen.events.some((e) => e.error instanceof UnavailableError), seen.events.map((e) => String(e.error)).join('; '));
+      assert.deepEqual(
+        seen.events.map((e) => e.attempt),
+        seen.events.map((_, i) => i + 1),
+        'attempts count up',
+      );
+      assert.ok(
+        seen.events.every((e) => e.delayMs > 0 && e.delayMs <= 400),
+        'each wait is capped',
+      );
+      assert.ok(
+        seen.events.some((e) => e.error instanceof UnavailableError),
+        seen.events.map((e) => String(e.error)).join('; '),
+      );
 
       await etcd.restart(0);
       await secondTerm.promise;
@@ -124,7 +136,9 @@ describe('runAsLeader through an outage longer than the TTL', () => {
       assert.notEqual(terms[1]!.lease, terms[0]!.lease, 'on a new session');
 
       const { resourceMetrics } = await reader.collect();
-      const metric = resourceMetrics.scopeMetrics.flatMap((s) => s.metrics).find((m: MetricData) => m.descriptor.name === 'etcd_concurrency.election.retries');
+      const metric = resourceMetrics.scopeMetrics
+        .flatMap((s) => s.metrics)
+        .find((m: MetricData) => m.descriptor.name === 'etcd_concurrency.election.retries');
       const counted = (metric?.dataPoints ?? []).reduce((sum, p) => sum + (p.value as number), 0);
       assert.ok(counted >= seen.events.length, `retries counted in metrics: ${counted} of ${seen.events.length}`);
 
@@ -139,7 +153,9 @@ describe('runAsLeader through an outage longer than the TTL', () => {
     }
   });
 
-  test('shutdown while waiting between retries ends it at once with undefined; bad input still fails at once', { timeout: 60_000 }, async () => {
+  test('shutdown while waiting between retries ends it at once with undefined; bad input still fails at once', {
+    timeout: 60_000,
+  }, async () => {
     const name = `${ROOT}${uniquePrefix('down').slice('test/'.length)}election`;
     const down = new Client({ endpoints: ['127.0.0.1:1'], dialTimeoutMs: 200 });
     const seen = retries(name);
@@ -149,7 +165,10 @@ describe('runAsLeader through an outage longer than the TTL', () => {
       await seen.waited(1);
       shutdown.abort();
       assert.equal(await settledOrHang(run, 'ends on shutdown'), undefined);
-      await assert.rejects(runAsLeader(down, `${name}/`, { value: 'x' }, () => 1), InvalidArgumentError);
+      await assert.rejects(
+        runAsLeader(down, `${name}/`, { value: 'x' }, () => 1),
+        InvalidArgumentError,
+      );
     } finally {
       seen.close();
       await down.close();
@@ -158,7 +177,9 @@ describe('runAsLeader through an outage longer than the TTL', () => {
 });
 
 describe('withLock through an outage longer than the TTL (decided: no retry; the caller makes a new session)', () => {
-  test('a waiting withLock ends with SessionExpiredError; after etcd is back a new session takes the lock; nothing is left', { timeout: 120_000 }, async () => {
+  test('a waiting withLock ends with SessionExpiredError; after etcd is back a new session takes the lock; nothing is left', {
+    timeout: 120_000,
+  }, async () => {
     const name = `${ROOT}${uniquePrefix('lock').slice('test/'.length)}lock`;
     const client = new Client({ endpoints: etcd.endpoints });
     const holder = await Session.create(client, { ttl: TTL });
@@ -209,7 +230,9 @@ async function portPair(): Promise<number> {
 }
 
 describe('the CLI through an outage', () => {
-  test('`elect --listen` says etcd does not answer, keeps listening, and reports the leader of a fresh cluster that came back', { timeout: 120_000 }, async () => {
+  test('`elect --listen` says etcd does not answer, keeps listening, and reports the leader of a fresh cluster that came back', {
+    timeout: 120_000,
+  }, async () => {
     const base = await portPair();
     const name = `${ROOT}${uniquePrefix('listen').slice('test/'.length)}election`;
     let first: EtcdCluster | undefined = await startEtcd({ basePort: base });
@@ -246,7 +269,9 @@ describe('the CLI through an outage', () => {
     }
   });
 
-  test('`elect` (campaigning) exits 3 with "leadership lost" when etcd stays down past the TTL (decided: as etcdctl elect; a supervisor or runAsLeader campaigns again)', { timeout: 120_000 }, async () => {
+  test('`elect` (campaigning) exits 3 with "leadership lost" when etcd stays down past the TTL (decided: as etcdctl elect; a supervisor or runAsLeader campaigns again)', {
+    timeout: 120_000,
+  }, async () => {
     const name = `${ROOT}${uniquePrefix('campaign').slice('test/'.length)}election`;
     const cli = runCli(['elect', name, 'me', '--ttl', String(TTL), '--endpoints', etcd.endpoints[0]!]);
     try {
@@ -259,6 +284,6 @@ describe('the CLI through an outage', () => {
       if (!etcd.members[0]!.running) await etcd.restart(0);
     }
     // Nobody could revoke the lease while etcd was down: it expires a TTL after etcd is back.
-    await waitFor(async () => (await admin.getPrefix(`${name}/`)).kvs.length === 0, 'the lost leader\'s lease expired');
+    await waitFor(async () => (await admin.getPrefix(`${name}/`)).kvs.length === 0, "the lost leader's lease expired");
   });
 });

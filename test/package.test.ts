@@ -13,8 +13,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { type Client } from '../src/index.js';
-import { type EtcdCluster } from '../src/testing/index.js';
+import type { Client } from '../src/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
 import { etcdForFile } from './helpers.js';
 
 const run = promisify(execFile);
@@ -219,11 +219,14 @@ describe('npm pack', () => {
       assert.ok(files.includes(f), `${f} is missing from the package`);
     }
     const goModule = /^etcd\/(README\.md|v\d+\.\d+\/(go\.mod|go\.sum|etcd\/main\.go|etcdctl\/main\.go))$/;
-    const outside = files.filter((f) => (/^(test|bench|chaos|examples|scripts|interop|etcd|scratch|\.ci)\//.test(f) && !goModule.test(f)) || f.startsWith('.'));
+    const outside = files.filter(
+      (f) => (/^(test|bench|chaos|examples|scripts|interop|etcd|scratch|\.ci)\//.test(f) && !goModule.test(f)) || f.startsWith('.'),
+    );
     assert.deepEqual(outside, [], 'development files in the package');
     // dist holds the build of src and nothing stale: each compiled file has its source.
     // A source may be TypeScript, or a script served as it is (the web inspector's page).
-    const hasSource = (f: string): boolean => files.includes(`src/${f.slice(5).replace(/\.(js|d\.ts)(\.map)?$/, '.ts')}`) || files.includes(`src/${f.slice(5)}`);
+    const hasSource = (f: string): boolean =>
+      files.includes(`src/${f.slice(5).replace(/\.(js|d\.ts)(\.map)?$/, '.ts')}`) || files.includes(`src/${f.slice(5)}`);
     const stale = files.filter((f) => f.startsWith('dist/') && !hasSource(f));
     assert.deepEqual(stale, [], 'dist files without a source');
     assert.equal(pkg.license, 'Apache-2.0');
@@ -246,7 +249,11 @@ describe('npm pack', () => {
 
   test('--metrics without the optional OpenTelemetry SDK: exit 2 and the packages to install', async () => {
     const cli = path.join(consumer, 'node_modules/etcd-concurrency/dist/cli/main.js');
-    const r = await run(process.execPath, [cli, 'lock', `${fresh('metrics')}x`, '--endpoints', etcd.endpoints[0]!, '--metrics', '127.0.0.1:0', '--', 'true'], { cwd: consumer }).then(
+    const r = await run(
+      process.execPath,
+      [cli, 'lock', `${fresh('metrics')}x`, '--endpoints', etcd.endpoints[0]!, '--metrics', '127.0.0.1:0', '--', 'true'],
+      { cwd: consumer },
+    ).then(
       () => assert.fail('--metrics ran without the SDK'),
       (err: { code?: number; stderr?: string }) => err,
     );
@@ -274,7 +281,10 @@ describe('the installed package runs a README program against a real etcd', () =
     await runProgram('esm.mjs', 'esm');
   });
 
-  test('as CommonJS (require), on Node >= 20.19', { timeout: 60_000, skip: !canRequireEsm && 'this Node cannot require() ES modules' }, async () => {
+  test('as CommonJS (require), on Node >= 20.19', {
+    timeout: 60_000,
+    skip: !canRequireEsm && 'this Node cannot require() ES modules',
+  }, async () => {
     await writeFile(path.join(consumer, 'cjs.cjs'), program('cjs'));
     await runProgram('cjs.cjs', 'cjs');
   });
@@ -283,7 +293,10 @@ describe('the installed package runs a README program against a real etcd', () =
     await runProgram(await typescriptProject('ts-esm', 'module'), 'ts-esm');
   });
 
-  test('TypeScript --strict, nodenext, a CommonJS project: compiles to require() and runs', { timeout: 120_000, skip: !canRequireEsm && 'this Node cannot require() ES modules' }, async () => {
+  test('TypeScript --strict, nodenext, a CommonJS project: compiles to require() and runs', {
+    timeout: 120_000,
+    skip: !canRequireEsm && 'this Node cannot require() ES modules',
+  }, async () => {
     const out = await typescriptProject('ts-cjs', 'commonjs');
     assert.match(await readFile(out, 'utf8'), /require\("etcd-concurrency"\)/);
     await runProgram(out, 'ts-cjs');
@@ -292,7 +305,11 @@ describe('the installed package runs a README program against a real etcd', () =
 
 /** The installed package's command, as `npx etcd-concurrency` runs it. */
 function bin(args: string[], env: NodeJS.ProcessEnv): Promise<{ stdout: string; stderr: string }> {
-  return run(path.join(consumer, 'node_modules/.bin/etcd-concurrency'), args, { cwd: consumer, env: { ...process.env, ...env }, maxBuffer: 16 << 20 });
+  return run(path.join(consumer, 'node_modules/.bin/etcd-concurrency'), args, {
+    cwd: consumer,
+    env: { ...process.env, ...env },
+    maxBuffer: 16 << 20,
+  });
 }
 
 /** Debian's etcd 3.4.23 in /usr/bin: the installer copies it, so this needs no network. */
@@ -302,7 +319,10 @@ const debianEtcd = (() => {
 })();
 
 describe('a package user gets an etcd', () => {
-  test('`etcd-concurrency etcd install 3.4` fills an empty cache; `etcd list` shows it; `dev` runs it; a README program locks on it', { timeout: 120_000, skip: !debianEtcd && "needs Debian's etcd 3.4.23 in /usr/bin (apt-get install etcd-server etcd-client)" }, async () => {
+  test('`etcd-concurrency etcd install 3.4` fills an empty cache; `etcd list` shows it; `dev` runs it; a README program locks on it', {
+    timeout: 120_000,
+    skip: !debianEtcd && "needs Debian's etcd 3.4.23 in /usr/bin (apt-get install etcd-server etcd-client)",
+  }, async () => {
     const cache = path.join(work, 'etcd-cache');
     const env = { ETCD_CACHE_DIR: cache, ETCD_VERSION: '' };
     const before = await bin(['etcd', 'list'], env);
@@ -314,7 +334,10 @@ describe('a package user gets an etcd', () => {
 
     // dev finds it in the cache (free ports: this test must not depend on 2379).
     const [port] = await freePortPair();
-    const dev = spawn(path.join(consumer, 'node_modules/.bin/etcd-concurrency'), ['dev', '--base-port', String(port)], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const dev = spawn(path.join(consumer, 'node_modules/.bin/etcd-concurrency'), ['dev', '--base-port', String(port)], {
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     try {
       const endpoints = await new Promise<string>((resolve, reject) => {
         let out = '';
@@ -326,7 +349,10 @@ describe('a package user gets an etcd', () => {
         dev.once('exit', (code) => reject(new Error(`dev exited with ${code}: ${out}`)));
       });
       await writeFile(path.join(consumer, 'dev.mjs'), program('esm'));
-      const { stdout } = await run(process.execPath, ['dev.mjs'], { cwd: consumer, env: { ...process.env, ENDPOINTS: endpoints, PREFIX: 'pkg-dev/' } });
+      const { stdout } = await run(process.execPath, ['dev.mjs'], {
+        cwd: consumer,
+        env: { ...process.env, ENDPOINTS: endpoints, PREFIX: 'pkg-dev/' },
+      });
       assert.match(stdout, /leader instance-01\ndone/);
     } finally {
       dev.kill('SIGINT');
@@ -334,12 +360,19 @@ describe('a package user gets an etcd', () => {
     }
   });
 
-  test('`dev --etcd-binary` runs the etcd it is given', { timeout: 60_000, skip: !debianEtcd && "needs Debian's etcd 3.4.23 in /usr/bin" }, async () => {
+  test('`dev --etcd-binary` runs the etcd it is given', {
+    timeout: 60_000,
+    skip: !debianEtcd && "needs Debian's etcd 3.4.23 in /usr/bin",
+  }, async () => {
     const [port] = await freePortPair();
-    const dev = spawn(path.join(consumer, 'node_modules/.bin/etcd-concurrency'), ['dev', '--etcd-binary', '/usr/bin/etcd', '--base-port', String(port)], {
-      env: { ...process.env, ETCD_CACHE_DIR: path.join(work, 'empty-cache'), ETCD_VERSION: '' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const dev = spawn(
+      path.join(consumer, 'node_modules/.bin/etcd-concurrency'),
+      ['dev', '--etcd-binary', '/usr/bin/etcd', '--base-port', String(port)],
+      {
+        env: { ...process.env, ETCD_CACHE_DIR: path.join(work, 'empty-cache'), ETCD_VERSION: '' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     try {
       let out = '';
       for await (const d of dev.stdout!) {
@@ -388,7 +421,10 @@ describe("the README's project setup", () => {
     await writeFile(path.join(dir, 'package.json'), JSON.stringify({ type: 'module' }));
     await writeFile(
       path.join(dir, 'tsconfig.json'),
-      JSON.stringify({ compilerOptions: { ...tsconfig.compilerOptions, types: ['node'], typeRoots: [path.join(root, 'node_modules/@types')] }, files: ['main.ts'] }),
+      JSON.stringify({
+        compilerOptions: { ...tsconfig.compilerOptions, types: ['node'], typeRoots: [path.join(root, 'node_modules/@types')] },
+        files: ['main.ts'],
+      }),
     );
     await writeFile(
       path.join(dir, 'main.ts'),
@@ -402,7 +438,9 @@ const client = new Client(); // ETCDCTL_ENDPOINTS, as dev prints it
 await client.close();
 `,
     );
-    await run(process.execPath, [TSC, '-p', dir], { cwd: dir }).catch((err: { stdout?: string }) => assert.fail(`tsc: ${err.stdout ?? ''}`));
+    await run(process.execPath, [TSC, '-p', dir], { cwd: dir }).catch((err: { stdout?: string }) =>
+      assert.fail(`tsc: ${err.stdout ?? ''}`),
+    );
     const { stdout } = await run(process.execPath, [path.join(dir, String(tsconfig.compilerOptions.outDir ?? '.'), 'main.js')], {
       cwd: dir,
       env: { ...process.env, ETCDCTL_ENDPOINTS: etcd.endpoints.join(','), PREFIX: fresh('setup-box') },

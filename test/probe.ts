@@ -57,10 +57,7 @@ export class Probe {
    * an answered call has run: a participant that got an answer has already made its next call.
    */
   async quiet(what: string, done: (open: Watch[]) => boolean): Promise<void> {
-    await waitFor(
-      () => this.inflight === 0 && this.active().every((w) => this.confirmed.has(w)) && done(this.active()),
-      what,
-    );
+    await waitFor(() => this.inflight === 0 && this.active().every((w) => this.confirmed.has(w)) && done(this.active()), what);
   }
 
   /** quiet() with exactly `n` open watches: `n` participants blocked, each on its one watch. */

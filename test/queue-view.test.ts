@@ -18,7 +18,11 @@ const T = { timeout: 120_000 };
 const watchersNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).watchers;
 
 /** A queue longer than 32 on `name`, all on client `c`: the holder and `n - 1` waiters, enqueued one after the other. */
-async function longQueue(c: Client, name: string, n: number): Promise<{ sessions: Session[]; holder: LockHandle; waiting: ReturnType<typeof track<void>>[] }> {
+async function longQueue(
+  c: Client,
+  name: string,
+  n: number,
+): Promise<{ sessions: Session[]; holder: LockHandle; waiting: ReturnType<typeof track<void>>[] }> {
   const sessions = await Promise.all(Array.from({ length: n }, () => Session.create(c, { ttl: 30 })));
   const holder = await new Mutex(sessions[0]!, name).lock();
   const waiting: ReturnType<typeof track<void>>[] = [];
@@ -36,7 +40,8 @@ function rangeReads(c: Client): { readonly n: number; restore(): void } {
   const wide = (r: { rangeEnd?: Uint8Array } | undefined): boolean => (r?.rangeEnd?.length ?? 0) > 0;
   const txn = c.txn.bind(c);
   const range = c.range.bind(c);
-  const own = (name: 'txn' | 'range', value: unknown): void => void Object.defineProperty(c, name, { configurable: true, writable: true, value });
+  const own = (name: 'txn' | 'range', value: unknown): void =>
+    void Object.defineProperty(c, name, { configurable: true, writable: true, value });
   own('txn', ((req, ...rest) => {
     for (const o of [...(req.success ?? []), ...(req.failure ?? [])]) if (wide(o.requestRange)) n++;
     return txn(req, ...rest);

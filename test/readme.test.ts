@@ -50,7 +50,21 @@ after(async () => {
 
 test('README has examples for Mutex, withLock, Election, runAsLeader, the recipes and testing', () => {
   const all = blocks.join('\n');
-  for (const api of ['new Mutex(', 'withLock(', 'new Election(', 'runAsLeader(', 'startEtcd(', 'new Semaphore(', 'new RWMutex(', 'lockAll(', 'withLocks(', 'new Barrier(', 'new DoubleBarrier(', 'new PostgresFence(', 'new RedisFence(']) {
+  for (const api of [
+    'new Mutex(',
+    'withLock(',
+    'new Election(',
+    'runAsLeader(',
+    'startEtcd(',
+    'new Semaphore(',
+    'new RWMutex(',
+    'lockAll(',
+    'withLocks(',
+    'new Barrier(',
+    'new DoubleBarrier(',
+    'new PostgresFence(',
+    'new RedisFence(',
+  ]) {
     assert.ok(all.includes(api), `README shows ${api}`);
   }
 });
@@ -73,8 +87,19 @@ test('every README example runs against a real etcd and leaves nothing behind', 
       process.execPath,
       [
         path.join(root, 'node_modules/typescript/bin/tsc'),
-        '--noEmit', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext',
-        '--target', 'es2022', '--lib', 'es2023,esnext.disposable', '--types', 'node', '--skipLibCheck',
+        '--noEmit',
+        '--strict',
+        '--module',
+        'nodenext',
+        '--moduleResolution',
+        'nodenext',
+        '--target',
+        'es2022',
+        '--lib',
+        'es2023,esnext.disposable',
+        '--types',
+        'node',
+        '--skipLibCheck',
         ...files,
       ],
       { cwd: root },
@@ -87,7 +112,8 @@ test('every README example runs against a real etcd and leaves nothing behind', 
       const { stdout } = await run(process.execPath, ['--import', 'tsx', file], { cwd: root, timeout: 60_000 });
       if (blocks[i]!.includes('console.log(')) assert.notEqual(stdout, '', 'the example printed something');
       const lines = stdout.split('\n');
-      for (const line of promised(blocks[i]!)) assert.ok(lines.includes(line), `the example printed "${line}", as the README says:\n${stdout}`);
+      for (const line of promised(blocks[i]!))
+        assert.ok(lines.includes(line), `the example printed "${line}", as the README says:\n${stdout}`);
     });
   }
   await t.test('the README promises outputs that these runs check', () => {

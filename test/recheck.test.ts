@@ -3,7 +3,7 @@
 // once, and an unregistered check is never read again.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client } from '../src/index.js';
+import type { Client } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import type { BatchCheck, Due } from '../src/queue/recheck.js';
 import { queueOf } from '../src/queue/state.js';
@@ -71,7 +71,11 @@ describe('the batched re-check of waiters', () => {
       const goneChecks = [...gone].map((k) => checks[keys.indexOf(k)]!);
       const judged = goneChecks.map((c) => c.judged);
       await waitFor(async () => checks[0]!.judged >= 2 + Math.max(...judged), 'two more rounds for the others');
-      assert.deepEqual(goneChecks.map((c) => c.judged), judged, 'a stale check is not read again');
+      assert.deepEqual(
+        goneChecks.map((c) => c.judged),
+        judged,
+        'a stale check is not read again',
+      );
       assert.deepEqual(wronglyTold, [], 'told stale while their keys exist');
     } finally {
       unregister.forEach((d) => queueOf(client).rechecker.remove(d));

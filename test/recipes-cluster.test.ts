@@ -222,7 +222,9 @@ describe('barrier waiters through a broken watch stream and a compaction', () =>
     await assertNoKeys(clients[0]!, p);
   });
 
-  it('Barrier: released and held again while the waiter is cut off and the history compacted: it waits for the new hold', { timeout: 60_000 }, async () => {
+  it('Barrier: released and held again while the waiter is cut off and the history compacted: it waits for the new hold', {
+    timeout: 60_000,
+  }, async () => {
     const p = fresh('barrier-compact-again');
     await using proxy = await startProxy(etcd.endpoints[1]!);
     await using far = new Client({ endpoints: [proxy.endpoint] });

@@ -220,7 +220,11 @@ describe('a release whose delete fails is retried in the background', T, () => {
       const locks = await lockAll(h.s, [`${p}a`, `${p}b`]);
       const ra = await failedRelease(h.proxy, locks.handles.get(`${p}a`)!.key, () => locks.unlock());
       await Promise.all([rp.settled, rl.settled, ra.settled]);
-      assert.deepEqual((await client.getPrefix(p)).kvs.map((kv) => kv.key.toString()), [], 'every key gone while the session lives');
+      assert.deepEqual(
+        (await client.getPrefix(p)).kvs.map((kv) => kv.key.toString()),
+        [],
+        'every key gone while the session lives',
+      );
       h.s.assertAlive();
     } finally {
       await h.close();

@@ -5,7 +5,20 @@ import assert from 'node:assert/strict';
 import { Client, Mutex, Session, type LockHandle } from '../src/index.js';
 import type { TxnRequest } from '../src/proto/etcd.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, assertNoLeases, closeAll, openSessions, serverState, settleAll, settledOrHang, track, uniquePrefix, waitFor, waitersBlocked, type Tracked } from './helpers.js';
+import {
+  assertNoKeys,
+  assertNoLeases,
+  closeAll,
+  openSessions,
+  serverState,
+  settleAll,
+  settledOrHang,
+  track,
+  uniquePrefix,
+  waitFor,
+  waitersBlocked,
+  type Tracked,
+} from './helpers.js';
 
 let etcd: EtcdCluster;
 let admin: Client;
@@ -59,28 +72,32 @@ test('a contended handoff costs the holder one write and the waiter nothing afte
   const hs = await Session.create(holder.client, { ttl: 30 });
   const ws = await Session.create(waiter.client, { ttl: 30 });
   try {
-  const held = await new Mutex(hs, name).lock();
-  // The waiter's client has counted the queue (short), so its enqueue reads the keys before its own.
-  assert.equal(await new Mutex(ws, name).tryLock(), null);
-  waiter.calls.length = 0;
-  const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
-  const pending = track(new Mutex(ws, name).lock());
-  // Queued in a short queue: the enqueue Txn (O(1) in etcd's apply loop) with the look-up of the keys
-  // before ours, then a re-read of those only if the watch on the prefix started after that read.
-  await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'the waiter to be queued and watching');
-  const queuedWith = [...waiter.calls];
-  holder.calls.length = 0;
-  waiter.calls.length = 0;
-  await held.unlock();
-  const h2 = await pending.promise;
-  t.diagnostic(`queueing: ${queuedWith.join(' ')}; handoff: holder ${holder.calls.join(' ')}, waiter ${waiter.calls.join(' ')}`);
-  assert.ok(
-    queuedWith.length >= 1 && queuedWith.length <= 2 && queuedWith.every((c) => c === 'Txn'),
-    `enqueue with its look-up, and at most one re-read once the watch is up: ${queuedWith.join(' ')}`,
-  );
-  assert.deepEqual(holder.calls, ['Txn'], 'the release is one guarded delete');
-  assert.deepEqual(waiter.calls, [], 'after the delete event, no read: its watch on the prefix saw the only older key go and its own key stand');
-  await h2.unlock();
+    const held = await new Mutex(hs, name).lock();
+    // The waiter's client has counted the queue (short), so its enqueue reads the keys before its own.
+    assert.equal(await new Mutex(ws, name).tryLock(), null);
+    waiter.calls.length = 0;
+    const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
+    const pending = track(new Mutex(ws, name).lock());
+    // Queued in a short queue: the enqueue Txn (O(1) in etcd's apply loop) with the look-up of the keys
+    // before ours, then a re-read of those only if the watch on the prefix started after that read.
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'the waiter to be queued and watching');
+    const queuedWith = [...waiter.calls];
+    holder.calls.length = 0;
+    waiter.calls.length = 0;
+    await held.unlock();
+    const h2 = await pending.promise;
+    t.diagnostic(`queueing: ${queuedWith.join(' ')}; handoff: holder ${holder.calls.join(' ')}, waiter ${waiter.calls.join(' ')}`);
+    assert.ok(
+      queuedWith.length >= 1 && queuedWith.length <= 2 && queuedWith.every((c) => c === 'Txn'),
+      `enqueue with its look-up, and at most one re-read once the watch is up: ${queuedWith.join(' ')}`,
+    );
+    assert.deepEqual(holder.calls, ['Txn'], 'the release is one guarded delete');
+    assert.deepEqual(
+      waiter.calls,
+      [],
+      'after the delete event, no read: its watch on the prefix saw the only older key go and its own key stand',
+    );
+    await h2.unlock();
   } finally {
     // Also when an assertion failed: an open session or a pending lock() would keep this file's
     // process alive until the CI run's hang guard.
@@ -98,8 +115,14 @@ test('behind a long queue a holder marks its key, and the waiter behind it takes
   const requests: { method: string; ranges: number; puts: number }[] = [];
   const unary = c.client.conn.unary.bind(c.client.conn);
   c.client.conn.unary = ((method, request, ...rest) => {
-    const ops = method.path.endsWith('/Txn') ? [...((request as TxnRequest).success ?? []), ...((request as TxnRequest).failure ?? [])] : [];
-    requests.push({ method: method.path.slice(method.path.lastIndexOf('/') + 1), ranges: ops.filter((o) => o.requestRange).length, puts: ops.filter((o) => o.requestPut).length });
+    const ops = method.path.endsWith('/Txn')
+      ? [...((request as TxnRequest).success ?? []), ...((request as TxnRequest).failure ?? [])]
+      : [];
+    requests.push({
+      method: method.path.slice(method.path.lastIndexOf('/') + 1),
+      ranges: ops.filter((o) => o.requestRange).length,
+      puts: ops.filter((o) => o.requestPut).length,
+    });
     return unary(method, request, ...rest);
   }) as typeof c.client.conn.unary;
   const sessions = await openSessions(c.client, waiting + 1);
@@ -132,9 +155,17 @@ test('behind a long queue a holder marks its key, and the waiter behind it takes
       if (i === 1) {
         // The first waiter's enqueue (while the queue was short) read everyone older than it: it
         // takes over on the delete event with no read, and marks for the long queue behind it.
-        assert.deepEqual(handover, [{ method: 'Txn', ranges: 0, puts: 1 }], 'the first waiter knew the holder was the only one older: no read, only its mark');
+        assert.deepEqual(
+          handover,
+          [{ method: 'Txn', ranges: 0, puts: 1 }],
+          'the first waiter knew the holder was the only one older: no read, only its mark',
+        );
       } else {
-        assert.deepEqual(handover, [{ method: 'Txn', ranges: 0, puts: 1 }], 'behind a marked holder: one guarded Txn that confirms our key and marks it, no read');
+        assert.deepEqual(
+          handover,
+          [{ method: 'Txn', ranges: 0, puts: 1 }],
+          'behind a marked holder: one guarded Txn that confirms our key and marks it, no read',
+        );
       }
     }
     await holder.unlock();
@@ -173,7 +204,11 @@ test('a put that moves a waiting key onto another lease is no mark: the waiter b
     assert.equal(pending[w - 1]!.settled, false, 'the waiter behind the moved key does not take the lock while the first holder holds it');
     await first.unlock();
     await settledOrHang(pending[w - 1]!, 'the waiter behind the moved key to take over from the holder');
-    await assert.rejects(pending[p - 1]!.promise, (err: Error) => err.name === 'LockLostError', 'the moved key’s owner is told its key was lost');
+    await assert.rejects(
+      pending[p - 1]!.promise,
+      (err: Error) => err.name === 'LockLostError',
+      'the moved key’s owner is told its key was lost',
+    );
     await (await pending[w - 1]!.promise).unlock();
     for (const next of queue.slice(3)) await (await settledOrHang(pending[next - 1]!, `waiter ${next} to take over`)).unlock();
   } finally {

@@ -2,17 +2,21 @@
 // included). Each test uses its own names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  Client,
-  LockLostError,
-  RWLockLostError,
-  RWMutex,
-  Session,
-  SessionExpiredError,
-  type RWLockHandle,
-} from '../src/index.js';
+import { Client, LockLostError, RWLockLostError, RWMutex, type Session, SessionExpiredError, type RWLockHandle } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, etcdForFile, track, type Tracked, openSessions, closeAll, settleAll, settledOrHang, keysUnder } from './helpers.js';
+import {
+  EventLog,
+  aborted,
+  assertNoKeys,
+  etcdForFile,
+  track,
+  type Tracked,
+  openSessions,
+  closeAll,
+  settleAll,
+  settledOrHang,
+  keysUnder,
+} from './helpers.js';
 import { Probe } from './probe.js';
 
 const ROOT = 'test/rwmutex-loss/';
@@ -98,7 +102,10 @@ describe('RWMutex: giving up and losing', () => {
       await w!.close();
       // The reader never lets go: lock() can only end because its session did (at once, not at its
       // periodic re-check 30 s later).
-      await assert.rejects(settledOrHang(waiting, 'lock() to fail once its session closed'), (e: unknown) => e instanceof SessionExpiredError && e.reason === 'closed');
+      await assert.rejects(
+        settledOrHang(waiting, 'lock() to fail once its session closed'),
+        (e: unknown) => e instanceof SessionExpiredError && e.reason === 'closed',
+      );
       assert.deepEqual(await keysUnder(client, `${name}/`), [hr.key]);
       hr.assertHeld();
       await hr.unlock();
@@ -187,7 +194,9 @@ describe('RWMutex: giving up and losing', () => {
     await assertNoKeys(client, p);
   });
 
-  it('etcd 16221: a waiting writer whose lease is revoked fails, and never holds while another writer does', { timeout: 30_000 }, async () => {
+  it('etcd 16221: a waiting writer whose lease is revoked fails, and never holds while another writer does', {
+    timeout: 30_000,
+  }, async () => {
     const p = fresh('16221');
     const name = `${p}rw`;
     const probe = probed();
@@ -211,7 +220,10 @@ describe('RWMutex: giving up and losing', () => {
       await h1.unlock(); // wakes b (which finds its key gone) and then c
       const h3 = await third.promise;
       await assert.rejects(settledOrHang(victim, 'the revoked writer to give up'), (e: unknown) => {
-        assert.ok(e instanceof SessionExpiredError || e instanceof RWLockLostError, `expected SessionExpiredError or RWLockLostError, got ${String(e)}`);
+        assert.ok(
+          e instanceof SessionExpiredError || e instanceof RWLockLostError,
+          `expected SessionExpiredError or RWLockLostError, got ${String(e)}`,
+        );
         return true;
       });
       assert.equal('value' in victim, false, 'the revoked writer never got a handle');

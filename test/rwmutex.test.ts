@@ -3,18 +3,20 @@
 // (giving up and losing: rwmutex-loss.test.ts). Each test uses its own names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  Client,
-  InvalidArgumentError,
-  Mutex,
-  RWLockLostError,
-  RWMutex,
-  Session,
-  op,
-  type RWLockHandle,
-} from '../src/index.js';
+import { Client, InvalidArgumentError, Mutex, RWLockLostError, RWMutex, type Session, op, type RWLockHandle } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, etcdForFile, track, type Tracked, openSessions, closeAll, settleAll, settledOrHang, keysUnder, withSessions } from './helpers.js';
+import {
+  assertNoKeys,
+  etcdForFile,
+  track,
+  type Tracked,
+  openSessions,
+  closeAll,
+  settleAll,
+  settledOrHang,
+  keysUnder,
+  withSessions,
+} from './helpers.js';
 import { Probe } from './probe.js';
 
 const ROOT = 'test/rwmutex/';
@@ -65,7 +67,10 @@ describe('RWMutex: keys', () => {
     const [s] = await sessions(1);
     try {
       for (const bad of ['', 'locks/rw/']) {
-        assert.throws(() => new RWMutex(s!, bad), (e: unknown) => e instanceof InvalidArgumentError && /lock name/.test(e.message));
+        assert.throws(
+          () => new RWMutex(s!, bad),
+          (e: unknown) => e instanceof InvalidArgumentError && /lock name/.test(e.message),
+        );
       }
     } finally {
       await closeAll([s!]);
@@ -280,24 +285,20 @@ describe('RWMutex: sharing and exclusion', () => {
 });
 
 describe('RWMutex: other names under the prefix', () => {
-  it(
-    'a writer is not blocked by the keys of a nested name such as <name>/lock (etcd 6278)',
-    { timeout: 60_000 },
-    async () => {
-      const p = fresh('6278');
-      const name = `${p}rw`;
-      await withSessions(client, p, 2, async ([a, b]) => {
-        const nested = await new Mutex(a!, `${name}/lock`).lock(); // key <name>/lock/<hex>: another lock
-        const w = await new RWMutex(b!, name).tryLock();
-        assert.ok(w, 'tryLock: nobody holds or waits for this RWMutex');
-        await w.unlock();
-        const r = await new RWMutex(b!, name).tryRLock();
-        assert.ok(r);
-        await r.unlock();
-        await nested.unlock();
-      });
-    },
-  );
+  it('a writer is not blocked by the keys of a nested name such as <name>/lock (etcd 6278)', { timeout: 60_000 }, async () => {
+    const p = fresh('6278');
+    const name = `${p}rw`;
+    await withSessions(client, p, 2, async ([a, b]) => {
+      const nested = await new Mutex(a!, `${name}/lock`).lock(); // key <name>/lock/<hex>: another lock
+      const w = await new RWMutex(b!, name).tryLock();
+      assert.ok(w, 'tryLock: nobody holds or waits for this RWMutex');
+      await w.unlock();
+      const r = await new RWMutex(b!, name).tryRLock();
+      assert.ok(r);
+      await r.unlock();
+      await nested.unlock();
+    });
+  });
 
   it('readers are not blocked by a nested name under <name>/write/', async () => {
     const p = fresh('6278-readers');

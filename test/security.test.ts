@@ -59,12 +59,44 @@ async function makePki(): Promise<Pki> {
   const file = (name: string): string => join(dir, name);
   const ossl = (...args: string[]) => run('openssl', args, { cwd: dir });
   const ca = async (name: string) => {
-    await ossl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-sha256', '-days', '2', '-subj', `/CN=${name}`, '-keyout', `${name}.key`, '-out', `${name}.crt`);
+    await ossl(
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-sha256',
+      '-days',
+      '2',
+      '-subj',
+      `/CN=${name}`,
+      '-keyout',
+      `${name}.key`,
+      '-out',
+      `${name}.crt`,
+    );
   };
   const leaf = async (name: string, signer: string, ext: string) => {
     await writeFile(file(`${name}.ext`), ext);
     await ossl('req', '-newkey', 'rsa:2048', '-nodes', '-sha256', '-subj', `/CN=${name}`, '-keyout', `${name}.key`, '-out', `${name}.csr`);
-    await ossl('x509', '-req', '-sha256', '-days', '2', '-in', `${name}.csr`, '-CA', `${signer}.crt`, '-CAkey', `${signer}.key`, '-CAcreateserial', '-extfile', `${name}.ext`, '-out', `${name}.crt`);
+    await ossl(
+      'x509',
+      '-req',
+      '-sha256',
+      '-days',
+      '2',
+      '-in',
+      `${name}.csr`,
+      '-CA',
+      `${signer}.crt`,
+      '-CAkey',
+      `${signer}.key`,
+      '-CAcreateserial',
+      '-extfile',
+      `${name}.ext`,
+      '-out',
+      `${name}.crt`,
+    );
   };
   await ca('ca');
   await ca('other');
@@ -161,23 +193,15 @@ describe('TLS with client-certificate authentication', () => {
     assert.throws(() => new Client({ endpoints: endpoint, tls: { ca: good.ca!, key: good.key! } }), InvalidArgumentError);
   });
 
-  it(
-    'without a client certificate: the error says the server requires one (tls.cert and tls.key)',
-    REFUSAL_ONLY,
-    async () => {
-      const err = await refused({ ca: good.ca! });
-      assert.match(err.message, /client certificate/i);
-    },
-  );
+  it('without a client certificate: the error says the server requires one (tls.cert and tls.key)', REFUSAL_ONLY, async () => {
+    const err = await refused({ ca: good.ca! });
+    assert.match(err.message, /client certificate/i);
+  });
 
-  it(
-    'with a client certificate from another CA: the error says the server rejected the client certificate',
-    REFUSAL_ONLY,
-    async () => {
-      const err = await refused({ ca: good.ca!, cert: await pki.pem('stranger.crt'), key: await pki.pem('stranger.key') });
-      assert.match(err.message, /client certificate/i);
-    },
-  );
+  it('with a client certificate from another CA: the error says the server rejected the client certificate', REFUSAL_ONLY, async () => {
+    const err = await refused({ ca: good.ca!, cert: await pki.pem('stranger.crt'), key: await pki.pem('stranger.key') });
+    assert.match(err.message, /client certificate/i);
+  });
 });
 
 describe('TLS with only a CA on the client, against a server that asks for no client certificate', () => {
@@ -223,7 +247,9 @@ describe('TLS with only a CA on the client, against a server that asks for no cl
     ['an https:// endpoint', () => `https://${etcd.endpoints[0]}`],
     ['a host:port endpoint (the CA alone turns TLS on)', () => etcd.endpoints[0]!],
   ] as const) {
-    it(`with ${how} and only tls.ca: a session, a lock, a campaign and a watch work, and nothing is left`, { timeout: 30_000 }, async () => {
+    it(`with ${how} and only tls.ca: a session, a lock, a campaign and a watch work, and nothing is left`, {
+      timeout: 30_000,
+    }, async () => {
       const p = `${ROOT}${uniquePrefix('ok').slice('test/'.length)}`;
       await using c = new Client({ endpoints: endpoint(), tls: { ca: await pki.pem('ca.crt') } });
       // A unary call first: were the connection broken, it fails within the dial timeout, where a
@@ -278,7 +304,8 @@ describe('authentication and role-based access', () => {
   before(async () => {
     etcd = await startEtcd({ extraArgs: ['--auth-token', 'simple', '--auth-token-ttl', String(TOKEN_TTL_S)] });
     url = etcd.clientUrls[0]!;
-    const ctl = (...args: string[]) => run('etcdctl', [`--endpoints=${etcd.endpoints[0]}`, ...args], { env: { ...process.env, ETCDCTL_API: '3' } });
+    const ctl = (...args: string[]) =>
+      run('etcdctl', [`--endpoints=${etcd.endpoints[0]}`, ...args], { env: { ...process.env, ETCDCTL_API: '3' } });
     await ctl('user', 'add', `root:${ROOT_PASSWORD}`, '--interactive=false');
     await ctl('user', 'add', `alice:${ALICE_PASSWORD}`, '--interactive=false');
     await ctl('role', 'add', 'locker');
@@ -362,30 +389,32 @@ describe('authentication and role-based access', () => {
   });
 
   it('an empty user name is refused before anything is sent', () => {
-    assert.throws(() => new Client({ endpoints: etcd.endpoints, auth: { username: '', password: ALICE_PASSWORD } }), (e: unknown) => {
-      keep(e);
-      return e instanceof InvalidArgumentError;
-    });
+    assert.throws(
+      () => new Client({ endpoints: etcd.endpoints, auth: { username: '', password: ALICE_PASSWORD } }),
+      (e: unknown) => {
+        keep(e);
+        return e instanceof InvalidArgumentError;
+      },
+    );
   });
 
-  it(
-    'no credentials against an auth-enabled etcd: AuthenticationError saying to pass a user and password',
-    async () => {
-      const c = new Client({ endpoints: etcd.endpoints });
-      try {
-        await assert.rejects(c.get('locks/x'), (e: unknown) => {
-          keep(e);
-          assert.ok(e instanceof AuthenticationError, `got ${String(e)}`);
-          assert.match(e.message, /auth/);
-          return true;
-        });
-      } finally {
-        await c.close();
-      }
-    },
-  );
+  it('no credentials against an auth-enabled etcd: AuthenticationError saying to pass a user and password', async () => {
+    const c = new Client({ endpoints: etcd.endpoints });
+    try {
+      await assert.rejects(c.get('locks/x'), (e: unknown) => {
+        keep(e);
+        assert.ok(e instanceof AuthenticationError, `got ${String(e)}`);
+        assert.match(e.message, /auth/);
+        return true;
+      });
+    } finally {
+      await c.close();
+    }
+  });
 
-  it('a token that expires between renewals is replaced: the keepalive stream reopens with a new one and the session lives', { timeout: 60_000 }, async () => {
+  it('a token that expires between renewals is replaced: the keepalive stream reopens with a new one and the session lives', {
+    timeout: 60_000,
+  }, async () => {
     // etcd 3.4.42+, 3.5.28+, 3.6.9+ and 3.7 check the token on every renewal. Renewals every 3 s and
     // a 2 s token TTL: each renewal meets an expired token. Reopening the stream with the same token
     // again lost the session once the lease ran out.
@@ -416,7 +445,9 @@ describe('authentication and role-based access', () => {
     }
   });
 
-  it('a token that expires during a long wait is fetched again, and the waiter gets the lock (etcd 17623)', { timeout: 60_000 }, async () => {
+  it('a token that expires during a long wait is fetched again, and the waiter gets the lock (etcd 17623)', {
+    timeout: 60_000,
+  }, async () => {
     const p = `locks/${uniquePrefix('token').slice('test/'.length)}`;
     const name = `${p}lock`;
     const [r1, r2] = [await Session.create(root, { ttl: 30 }), await Session.create(root, { ttl: 30 })];

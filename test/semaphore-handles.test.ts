@@ -11,7 +11,7 @@ import {
   PermitCountConflictError,
   PermitLostError,
   Semaphore,
-  Session,
+  type Session,
   op,
   withPermit,
 } from '../src/index.js';
@@ -110,7 +110,10 @@ describe('Semaphore: permit counts', () => {
       await assert.rejects(new Semaphore(b!, name, { permits: 3 }).tryAcquire(), check);
       assert.deepEqual(await keysUnder(client, `${name}/`), [held.key]);
       const after = await client.get(held.key);
-      assert.deepEqual([after?.createRevision, after?.modRevision, after?.lease], [before?.createRevision, before?.modRevision, before?.lease]);
+      assert.deepEqual(
+        [after?.createRevision, after?.modRevision, after?.lease],
+        [before?.createRevision, before?.modRevision, before?.lease],
+      );
       held.assertHeld();
       assert.equal(signal.aborted, false);
       // The same count is welcome.

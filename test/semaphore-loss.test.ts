@@ -6,16 +6,21 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
-import {
-  Client,
-  PermitLostError,
-  Semaphore,
-  Session,
-  SessionExpiredError,
-  type PermitHandle,
-} from '../src/index.js';
+import { Client, PermitLostError, Semaphore, type Session, SessionExpiredError, type PermitHandle } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { aborted, assertNoKeys, etcdForFile, track, waitFor, type Tracked, openSessions, closeAll, settleAll, settledOrHang, keysUnder } from './helpers.js';
+import {
+  aborted,
+  assertNoKeys,
+  etcdForFile,
+  track,
+  waitFor,
+  type Tracked,
+  openSessions,
+  closeAll,
+  settleAll,
+  settledOrHang,
+  keysUnder,
+} from './helpers.js';
 import { Probe } from './probe.js';
 
 const ROOT = 'test/semaphore-loss/';
@@ -76,7 +81,10 @@ describe('Semaphore: giving up and losing', () => {
     const [s] = await sessions(1);
     try {
       const reason = new Error('never mind');
-      await assert.rejects(new Semaphore(s!, `${p}sem`, { permits: 1 }).acquire({ signal: AbortSignal.abort(reason) }), (e) => e === reason);
+      await assert.rejects(
+        new Semaphore(s!, `${p}sem`, { permits: 1 }).acquire({ signal: AbortSignal.abort(reason) }),
+        (e) => e === reason,
+      );
       await assertNoKeys(client, p);
     } finally {
       await closeAll([s!]);
@@ -94,7 +102,10 @@ describe('Semaphore: giving up and losing', () => {
       await f.probe.blocked(2);
       await f.ws[1]!.close();
       // At once: not at its periodic re-check, 30 s (its TTL) after it began to wait.
-      await assert.rejects(settledOrHang(waiting, 'acquire() to fail once its session closed'), (e: unknown) => e instanceof SessionExpiredError && e.reason === 'closed' && e.leaseId === f.ws[1]!.leaseId);
+      await assert.rejects(
+        settledOrHang(waiting, 'acquire() to fail once its session closed'),
+        (e: unknown) => e instanceof SessionExpiredError && e.reason === 'closed' && e.leaseId === f.ws[1]!.leaseId,
+      );
       await f.probe.blocked(1, 'the head still blocked');
       assert.equal(head.settled, false);
       assert.deepEqual((await keysUnder(client, `${f.name}/`)).sort(), [...f.holders.map((h) => h.key), f.sem(0).key].sort());
@@ -180,10 +191,9 @@ describe('Semaphore: giving up and losing', () => {
     await assertNoKeys(client, p);
   });
 
-  it(
-    'an operator moving a holder’s key off its lease ends the holding, and the waiter at the head takes the permit',
-    { timeout: 60_000 },
-    async () => {
+  it('an operator moving a holder’s key off its lease ends the holding, and the waiter at the head takes the permit', {
+    timeout: 60_000,
+  }, async () => {
     const p = fresh('key-moved');
     const name = `${p}sem`;
     const probe = probed();
@@ -205,8 +215,7 @@ describe('Semaphore: giving up and losing', () => {
       await probe.client.close();
       await client.delete(p, { prefix: true }); // the moved key belongs to no lease
     }
-  },
-  );
+  });
 
   it('a waiter whose predecessor gives up keeps its place and gets its permit in order', { timeout: 30_000 }, async () => {
     const p = fresh('pred-aborts');
@@ -343,10 +352,7 @@ describe('Semaphore: giving up and losing', () => {
     }
   });
 
-  it(
-    'a stray key ahead of the queue does not keep a waiter from the permit a release frees',
-    { timeout: 60_000 },
-    async () => {
+  it('a stray key ahead of the queue does not keep a waiter from the permit a release frees', { timeout: 60_000 }, async () => {
     const p = fresh('stray-behind');
     const name = `${p}sem`;
     const probe = probed();
@@ -368,6 +374,5 @@ describe('Semaphore: giving up and losing', () => {
       await probe.client.close();
       await client.delete(p, { prefix: true });
     }
-  },
-  );
+  });
 });

@@ -3,15 +3,22 @@
 // semaphore-loss.test.ts). Each test uses its own names and leaves no key and no lease.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  Client,
-  MAX_PERMITS,
-  Semaphore,
-  Session,
-  type PermitHandle,
-} from '../src/index.js';
+import { Client, MAX_PERMITS, Semaphore, Session, type PermitHandle } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { EventLog, assertNoKeys, etcdForFile, grpcHandled, track, type Tracked, openSessions, closeAll, settleAll, settledOrHang, keysUnder, withSessions } from './helpers.js';
+import {
+  EventLog,
+  assertNoKeys,
+  etcdForFile,
+  grpcHandled,
+  track,
+  type Tracked,
+  openSessions,
+  closeAll,
+  settleAll,
+  settledOrHang,
+  keysUnder,
+  withSessions,
+} from './helpers.js';
 import { Probe } from './probe.js';
 
 const ROOT = 'test/semaphore/';
@@ -114,7 +121,9 @@ describe('Semaphore: permits', () => {
     await assertNoKeys(client, p);
   });
 
-  it('free-running: 20 waiters on 3 permits are granted in CreateRevision order, never more than 3 at once', { timeout: 120_000 }, async () => {
+  it('free-running: 20 waiters on 3 permits are granted in CreateRevision order, never more than 3 at once', {
+    timeout: 120_000,
+  }, async () => {
     const p = fresh('fifo-run');
     const name = `${p}sem`;
     const permits = 3;
@@ -157,7 +166,10 @@ describe('Semaphore: permits', () => {
       // Grants as etcd recorded them: each waiter's mark, in revision order.
       const marks = log.events.filter(isMark).map((e) => e.createRevision);
       assert.deepEqual(marks, created, 'each waiter marked its permit, in enqueue order');
-      assert.deepEqual([...tokens].sort((a, b) => (a < b ? -1 : 1)), created);
+      assert.deepEqual(
+        [...tokens].sort((a, b) => (a < b ? -1 : 1)),
+        created,
+      );
       // And at each mark, the waiter was among the `permits` oldest keys then present (a delete
       // event carries no CreateRevision: keys are tracked by name).
       const live = new Map<string, bigint>();
@@ -194,13 +206,19 @@ describe('Semaphore: permits', () => {
       }
       const from = log.events.length;
       await Promise.all(holders.map((h) => h.release()));
-      const [a, b] = await Promise.all([settledOrHang(pending[0]!, 'the head’s permit'), settledOrHang(pending[1]!, 'the second waiter’s permit')]);
+      const [a, b] = await Promise.all([
+        settledOrHang(pending[0]!, 'the head’s permit'),
+        settledOrHang(pending[1]!, 'the second waiter’s permit'),
+      ]);
       await probe.blocked(2, 'the last two waiters blocked again');
       assert.equal(pending[2]!.settled || pending[3]!.settled, false, 'two permits freed, two waiters in');
       // As etcd recorded the grants: the head marked its key first, then the waiter behind it.
       await log.next((e) => isMark(e) && e.key === b.key, from);
       assert.deepEqual(
-        log.events.slice(from).filter(isMark).map((e) => e.key),
+        log.events
+          .slice(from)
+          .filter(isMark)
+          .map((e) => e.key),
         [a.key, b.key],
       );
       await a.release();
@@ -217,7 +235,9 @@ describe('Semaphore: permits', () => {
     await assertNoKeys(client, p);
   });
 
-  it('MAX_PERMITS holders and a waiter at the head: the head’s one-Txn check of every holder fits etcd’s limit', { timeout: 60_000 }, async () => {
+  it('MAX_PERMITS holders and a waiter at the head: the head’s one-Txn check of every holder fits etcd’s limit', {
+    timeout: 60_000,
+  }, async () => {
     const p = fresh('max-permits');
     const name = `${p}sem`;
     const probe = probed();
@@ -268,7 +288,10 @@ describe('Semaphore: one release wakes one waiter (no herd)', () => {
       await holders[0]!.release();
       const first = await pending[0]!.promise;
       // The next waiter is the head now: its new prefix watch is open, and everything is answered.
-      await probe.quiet('the next waiter blocked at the head', (open) => open.length === waiters - 1 && open.some((w) => Probe.isPrefix(w) && probe.watches.indexOf(w) >= watches));
+      await probe.quiet(
+        'the next waiter blocked at the head',
+        (open) => open.length === waiters - 1 && open.some((w) => Probe.isPrefix(w) && probe.watches.indexOf(w) >= watches),
+      );
       cost = {
         txns: (await grpcHandled(url, 'Txn')) - txns,
         ranges: (await grpcHandled(url, 'Range')) - ranges,

@@ -19,7 +19,6 @@ let etcd: EtcdCluster;
 let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
-
 /** Asserts that `value` is a SessionExpiredError for `session` with `reason`. */
 function assertExpired(value: unknown, session: Session, reason: SessionEndReason): asserts value is SessionExpiredError {
   assert.ok(value instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(value)}`);
@@ -85,32 +84,29 @@ describe('Session.create', () => {
     await assertNoLeases(client);
   });
 
-  it(
-    'aborting creation after the grant committed but before its answer arrived leaves no lease',
-    async () => {
-      const proxy = await startProxy(etcd.endpoints[0]!);
-      const slow = new Client({ endpoints: proxy.endpoint });
-      const before = new Set(await client.leaseLeases());
-      let granted: bigint | undefined;
-      try {
-        await slow.get('warm-up');
-        proxy.delay(1000); // each direction
-        const ac = new AbortController();
-        const creating = Session.create(slow, { ttl: 600, signal: ac.signal });
-        creating.catch(() => {});
-        granted = await waitFor(async () => (await client.leaseLeases()).find((id) => !before.has(id)), 'the grant to commit');
-        const reason = new Error('stop');
-        ac.abort(reason); // the answer is still in the proxy
-        await assert.rejects(creating, (e) => e === reason);
-        assert.equal(await leaseExists(granted), false, 'a 600 s lease was left behind');
-      } finally {
-        proxy.delay(0);
-        await slow.close();
-        await proxy.close();
-        if (granted !== undefined) await client.leaseRevoke(granted);
-      }
-    },
-  );
+  it('aborting creation after the grant committed but before its answer arrived leaves no lease', async () => {
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const slow = new Client({ endpoints: proxy.endpoint });
+    const before = new Set(await client.leaseLeases());
+    let granted: bigint | undefined;
+    try {
+      await slow.get('warm-up');
+      proxy.delay(1000); // each direction
+      const ac = new AbortController();
+      const creating = Session.create(slow, { ttl: 600, signal: ac.signal });
+      creating.catch(() => {});
+      granted = await waitFor(async () => (await client.leaseLeases()).find((id) => !before.has(id)), 'the grant to commit');
+      const reason = new Error('stop');
+      ac.abort(reason); // the answer is still in the proxy
+      await assert.rejects(creating, (e) => e === reason);
+      assert.equal(await leaseExists(granted), false, 'a 600 s lease was left behind');
+    } finally {
+      proxy.delay(0);
+      await slow.close();
+      await proxy.close();
+      if (granted !== undefined) await client.leaseRevoke(granted);
+    }
+  });
 
   it('adopts an existing lease by id, with its granted TTL, and keeps it alive', async () => {
     const { id } = await client.leaseGrant(3);
@@ -177,7 +173,10 @@ describe('Session liveness', () => {
     const reason = await aborted(s.signal); // the next renewal (within TTL/3) finds the lease gone
     assertExpired(reason, s, 'lease-gone');
     assert.equal(await s.done, reason);
-    assert.throws(() => s.assertAlive(), (e) => e === reason);
+    assert.throws(
+      () => s.assertAlive(),
+      (e) => e === reason,
+    );
     assert.equal(s.remainingMs(), 0);
     await s.close(); // nothing left to revoke; must not throw
   });
@@ -254,7 +253,10 @@ describe('Session end', () => {
       // Checked through a direct client while the partition lasts: the server still holds both.
       assert.equal(await leaseExists(s.leaseId), true, 'the session gave up before the server did');
       assert.ok(await client.get(`${p}k`));
-      assert.throws(() => s.assertAlive(), (e) => e === reason);
+      assert.throws(
+        () => s.assertAlive(),
+        (e) => e === reason,
+      );
     } finally {
       await c.close();
       await proxy.close();
@@ -263,30 +265,27 @@ describe('Session end', () => {
     await assertNoKeys(client, p);
   });
 
-  it(
-    'close() after a deadline loss still revokes the lease, which may outlive the local deadline',
-    async () => {
-      const p = fresh('close-after-deadline');
-      const proxy = await startProxy(etcd.endpoints[0]!);
-      const c = new Client({ endpoints: proxy.endpoint, callTimeoutMs: 2000 });
-      const s = await Session.create(c, { ttl: 6 }); // margin 1 s for the close below
-      try {
-        await client.put(`${p}k`, '', { lease: s.leaseId });
-        proxy.blackhole(true);
-        assertExpired(await aborted(s.signal), s, 'deadline');
-        // The partition heals. (The renewals it held back now reach etcd and even extend the lease.)
-        proxy.blackhole(false);
-        await s.close();
-        // The lease had at least the safety margin (1 s) left on the server when close() ran.
-        assert.equal(await leaseExists(s.leaseId), false, 'close() left the lease and its keys to expire on their own');
-      } finally {
-        await c.close();
-        await proxy.close();
-        await client.leaseRevoke(s.leaseId);
-      }
-      await assertNoKeys(client, p);
-    },
-  );
+  it('close() after a deadline loss still revokes the lease, which may outlive the local deadline', async () => {
+    const p = fresh('close-after-deadline');
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const c = new Client({ endpoints: proxy.endpoint, callTimeoutMs: 2000 });
+    const s = await Session.create(c, { ttl: 6 }); // margin 1 s for the close below
+    try {
+      await client.put(`${p}k`, '', { lease: s.leaseId });
+      proxy.blackhole(true);
+      assertExpired(await aborted(s.signal), s, 'deadline');
+      // The partition heals. (The renewals it held back now reach etcd and even extend the lease.)
+      proxy.blackhole(false);
+      await s.close();
+      // The lease had at least the safety margin (1 s) left on the server when close() ran.
+      assert.equal(await leaseExists(s.leaseId), false, 'close() left the lease and its keys to expire on their own');
+    } finally {
+      await c.close();
+      await proxy.close();
+      await client.leaseRevoke(s.leaseId);
+    }
+    await assertNoKeys(client, p);
+  });
 
   it('a paused etcd: the signal fires before the lease could expire there', async () => {
     const p = fresh('paused');
@@ -321,7 +320,10 @@ describe('Session end', () => {
         /* busy wait, on purpose */
       }
       assert.equal(s.signal.aborted, false, 'no timer ran');
-      assert.throws(() => s.assertAlive(), (e: unknown) => e instanceof SessionExpiredError && e.reason === 'deadline');
+      assert.throws(
+        () => s.assertAlive(),
+        (e: unknown) => e instanceof SessionExpiredError && e.reason === 'deadline',
+      );
       assert.equal(s.signal.aborted, true);
     } finally {
       await client.leaseRevoke(s.leaseId);

@@ -4,10 +4,32 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
-import { Client, Election, LeadershipLostError, LockLostError, Mutex, RWMutex, Semaphore, Session, SessionExpiredError } from '../src/index.js';
+import {
+  Client,
+  Election,
+  LeadershipLostError,
+  LockLostError,
+  Mutex,
+  RWMutex,
+  Semaphore,
+  Session,
+  SessionExpiredError,
+} from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { ATTR, METRIC } from '../src/metrics/names.js';
-import { aborted, assertNoKeys, closeAll, etcdForFile, openSessions, serverState, settledOrHang, track, waitersBlocked, keysUnder, withSessions } from './helpers.js';
+import {
+  aborted,
+  assertNoKeys,
+  closeAll,
+  etcdForFile,
+  openSessions,
+  serverState,
+  settledOrHang,
+  track,
+  waitersBlocked,
+  keysUnder,
+  withSessions,
+} from './helpers.js';
 
 const ROOT = 'test/siblings/';
 let etcd: EtcdCluster;
@@ -59,7 +81,7 @@ describe('siblings: one key, counted', () => {
       const first = await new Mutex(a!, name).lock({ share: true });
       const sibling = await new Mutex(a!, name).lock({ share: true });
       assert.equal(sibling.key, first.key);
-      assert.equal(sibling.fencingToken, first.fencingToken, 'the sibling joined the first call\'s key');
+      assert.equal(sibling.fencingToken, first.fencingToken, "the sibling joined the first call's key");
       const base = await watchersNow();
       const other = track(new Mutex(b!, name).lock());
       await blocked(base, 1, "another session's lock() waits");
@@ -96,7 +118,11 @@ describe('siblings: one key, counted', () => {
     const [a] = await sessions(1);
     const others: Session[] = [];
     try {
-      for (const order of [[0, 1, 2], [2, 1, 0], [1, 0, 2]]) {
+      for (const order of [
+        [0, 1, 2],
+        [2, 1, 0],
+        [1, 0, 2],
+      ]) {
         const handles = [];
         for (let i = 0; i < 3; i++) handles.push(await new Mutex(a!, name).lock({ share: true }));
         // A new session each round: its wait must open a watch of its own (none kept from the last).
@@ -256,7 +282,9 @@ describe('siblings: metrics', () => {
       const { resourceMetrics } = await reader.collect();
       const m = resourceMetrics.scopeMetrics.flatMap((sm) => sm.metrics).find((x) => x.descriptor.name === metric);
       const points = (m?.dataPoints ?? []) as { attributes: Record<string, unknown>; value: unknown }[];
-      return points.filter((pt) => Object.entries(attrs).every(([k, v]) => pt.attributes[k] === v)).reduce((n, pt) => n + (pt.value as number), 0);
+      return points
+        .filter((pt) => Object.entries(attrs).every(([k, v]) => pt.attributes[k] === v))
+        .reduce((n, pt) => n + (pt.value as number), 0);
     };
     const campaigns = { [ATTR.kind]: 'campaign' };
     const [a, b] = await Promise.all([Session.create(recording), Session.create(client)]);

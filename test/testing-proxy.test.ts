@@ -5,10 +5,7 @@ import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { once } from 'node:events';
-import {
-  startProxy,
-  type TcpProxy,
-} from '../src/testing/index.js';
+import { startProxy, type TcpProxy } from '../src/testing/index.js';
 
 describe('startProxy', () => {
   let echo: Server;

@@ -128,7 +128,9 @@ describe('etcd versions', () => {
     });
   }
 
-  test('ETCD_VERSION picks the version; an explicit version wins over it', { skip: cachedLines.length < 2 && 'needs two cached versions (npm run etcd -- install all)' }, async () => {
+  test('ETCD_VERSION picks the version; an explicit version wins over it', {
+    skip: cachedLines.length < 2 && 'needs two cached versions (npm run etcd -- install all)',
+  }, async () => {
     const [oldest, newest] = [cachedLines[0]!, cachedLines[cachedLines.length - 1]!];
     await withEnv({ ETCD_VERSION: oldest.version }, async () => {
       assert.equal(await etcdVersion(), oldest.version);
@@ -172,7 +174,10 @@ describe('etcd versions', () => {
     t.after(() => rmSync(empty, { recursive: true, force: true }));
     await withEnv({ ETCD_VERSION: undefined, ETCD_CACHE_DIR: empty }, async () => {
       // With an empty cache, only PATH (or /usr/bin/etcd) can answer: ask for a line it is not.
-      const onPath = await resolveEtcd().then((r) => r.version, () => undefined);
+      const onPath = await resolveEtcd().then(
+        (r) => r.version,
+        () => undefined,
+      );
       const fallback = existsSync('/usr/bin/etcd') ? await etcdBinaryVersion('/usr/bin/etcd').catch(() => undefined) : undefined;
       const line = SUPPORTED_ETCD_LINES.find((l) => ![onPath, fallback].some((v) => v?.startsWith(`${l}.`)))!;
       for (const attempt of [() => startEtcd({ version: line }), () => withEnv({ ETCD_VERSION: line }, () => startEtcd())]) {
@@ -202,8 +207,13 @@ describe('etcd versions', () => {
 
 describe('flags per etcd version', () => {
   const settings = {
-    name: 'm0', dataDir: '/d', clientUrl: 'http://127.0.0.1:1', peerUrl: 'http://127.0.0.1:2',
-    initialCluster: 'm0=http://127.0.0.1:2', clusterToken: 't', watchProgressNotifyIntervalMs: 1500,
+    name: 'm0',
+    dataDir: '/d',
+    clientUrl: 'http://127.0.0.1:1',
+    peerUrl: 'http://127.0.0.1:2',
+    initialCluster: 'm0=http://127.0.0.1:2',
+    clusterToken: 't',
+    watchProgressNotifyIntervalMs: 1500,
   };
   const flagValue = (args: string[], flag: string) => (args.includes(flag) ? args[args.indexOf(flag) + 1] : undefined);
 
@@ -222,10 +232,18 @@ describe('flags per etcd version', () => {
 
   test('extraArgs that the version lacks are refused with the flag to use', async () => {
     const cases: [string, string[], RegExp][] = [
-      ['3.7.3', ['--experimental-watch-progress-notify-interval=1s'], /no --experimental-watch-progress-notify-interval .*use --watch-progress-notify-interval/],
+      [
+        '3.7.3',
+        ['--experimental-watch-progress-notify-interval=1s'],
+        /no --experimental-watch-progress-notify-interval .*use --watch-progress-notify-interval/,
+      ],
       ['3.7.3', ['--experimental-initial-corrupt-check'], /use --feature-gates=InitialCorruptCheck=true/],
       ['3.6.16', ['--enable-v2'], /no --enable-v2 \(removed in 3\.6/],
-      ['3.4.23', ['--watch-progress-notify-interval', '1s'], /new in 3\.6\); before 3\.6 it is --experimental-watch-progress-notify-interval/],
+      [
+        '3.4.23',
+        ['--watch-progress-notify-interval', '1s'],
+        /new in 3\.6\); before 3\.6 it is --experimental-watch-progress-notify-interval/,
+      ],
     ];
     for (const [version, extraArgs, message] of cases) {
       const install = cachedLines.find((e) => e.version.startsWith(version.split('.').slice(0, 2).join('.')));
@@ -272,9 +290,13 @@ describe('basePort', () => {
   test('`etcd-concurrency dev --etcd <version> --base-port <port>`', async () => {
     const version = await etcdVersion();
     const base = await freeRange(2);
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'dev', '--json', '--etcd', version, '--base-port', String(base)], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', 'src/cli/main.ts', 'dev', '--json', '--etcd', version, '--base-port', String(base)],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     const exited = once(child, 'exit');
@@ -335,7 +357,10 @@ describe('startEtcd, three members', () => {
 
   test('reports distinct endpoints and one leader', async () => {
     assert.equal(new Set(etcd.endpoints).size, 3);
-    assert.deepEqual(etcd.members.map((m) => m.name), ['m0', 'm1', 'm2']);
+    assert.deepEqual(
+      etcd.members.map((m) => m.name),
+      ['m0', 'm1', 'm2'],
+    );
     const leader = await etcd.leaderIndex();
     assert.ok([0, 1, 2].includes(leader));
   });
@@ -383,7 +408,22 @@ function makeCerts(dir: string): { certFile: string; keyFile: string; trustedCaF
   writeFileSync(f('ext.cnf'), 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n');
   run('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', f('ca.key'), '-out', f('ca.crt'), '-days', '1', '-subj', '/CN=test-ca');
   run('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', f('etcd.key'), '-out', f('etcd.csr'), '-subj', '/CN=etcd');
-  run('x509', '-req', '-in', f('etcd.csr'), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial',
-    '-out', f('etcd.crt'), '-days', '1', '-extfile', f('ext.cnf'));
+  run(
+    'x509',
+    '-req',
+    '-in',
+    f('etcd.csr'),
+    '-CA',
+    f('ca.crt'),
+    '-CAkey',
+    f('ca.key'),
+    '-CAcreateserial',
+    '-out',
+    f('etcd.crt'),
+    '-days',
+    '1',
+    '-extfile',
+    f('ext.cnf'),
+  );
   return { certFile: f('etcd.crt'), keyFile: f('etcd.key'), trustedCaFile: f('ca.crt') };
 }

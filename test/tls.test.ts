@@ -29,7 +29,23 @@ before(async () => {
   const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
   openssl(['req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', '/CN=tls-names-ca']);
   openssl(['req', ...ec, '-keyout', 'node.key', '-out', 'node.csr', '-subj', `/CN=${NAME}`, '-addext', `subjectAltName=DNS:${NAME}`]);
-  openssl(['x509', '-req', '-in', 'node.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'node.pem', '-days', '1', '-copy_extensions', 'copy']);
+  openssl([
+    'x509',
+    '-req',
+    '-in',
+    'node.csr',
+    '-CA',
+    'ca.pem',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-out',
+    'node.pem',
+    '-days',
+    '1',
+    '-copy_extensions',
+    'copy',
+  ]);
   [ca, cert, key] = await Promise.all(['ca.pem', 'node.pem', 'node.key'].map((f) => readFile(path.join(dir, f))));
 });
 
@@ -42,7 +58,10 @@ async function grpcOverTls(): Promise<{ endpoint: string; close(): Promise<void>
     stream.end(Buffer.alloc(5));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { endpoint: `https://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise((resolve) => server.close(() => resolve())) };
+  return {
+    endpoint: `https://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
 }
 
 describe('TLS server names and ALPN', { skip: !hasOpenssl() && 'needs openssl' }, () => {
@@ -50,7 +69,11 @@ describe('TLS server names and ALPN', { skip: !hasOpenssl() && 'needs openssl' }
     const server = await grpcOverTls();
     const client = new Client({ endpoints: server.endpoint, tls: { ca }, dialTimeoutMs: 2000, callTimeoutMs: 4000 });
     try {
-      await assert.rejects(client.get('k'), (e: unknown) => e instanceof UnavailableError && /TLS handshake failed/.test(e.message) && /altnames|does not match/i.test(e.message));
+      await assert.rejects(
+        client.get('k'),
+        (e: unknown) =>
+          e instanceof UnavailableError && /TLS handshake failed/.test(e.message) && /altnames|does not match/i.test(e.message),
+      );
     } finally {
       await client.close();
       await server.close();
@@ -78,7 +101,10 @@ describe('TLS server names and ALPN', { skip: !hasOpenssl() && 'needs openssl' }
     const endpoint = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
     const client = new Client({ endpoints: endpoint, tls: { ca, serverName: NAME }, dialTimeoutMs: 2000, callTimeoutMs: 4000 });
     try {
-      await assert.rejects(client.get('k'), (e: unknown) => e instanceof UnavailableError && /does not speak HTTP\/2 \(ALPN none\)/.test(e.message));
+      await assert.rejects(
+        client.get('k'),
+        (e: unknown) => e instanceof UnavailableError && /does not speak HTTP\/2 \(ALPN none\)/.test(e.message),
+      );
     } finally {
       await client.close();
       for (const s of sockets) s.destroy();

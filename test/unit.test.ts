@@ -52,14 +52,11 @@ describe('parseEndpoints', () => {
     }
   });
 
-  it(
-    'rejects ports that are not plain decimal digits',
-    () => {
-      for (const bad of ['h:0x50', 'h:1e3', 'h: 80', 'h:0b1']) {
-        rejectsArg(() => parseEndpoint(bad), /invalid port/);
-      }
-    },
-  );
+  it('rejects ports that are not plain decimal digits', () => {
+    for (const bad of ['h:0x50', 'h:1e3', 'h: 80', 'h:0b1']) {
+      rejectsArg(() => parseEndpoint(bad), /invalid port/);
+    }
+  });
 
   it('splits a comma-separated string and trims blanks, as ETCDCTL_ENDPOINTS', () => {
     assert.deepEqual(

@@ -12,7 +12,9 @@ const fresh = etcdForFile('test/watch-backpressure/', (_e, c) => (client = c));
 /** Puts `n` keys under `prefix`, 64 at a time (each its own revision, so mostly its own batch). */
 async function putMany(prefix: string, n: number, from = 0): Promise<void> {
   for (let i = from; i < from + n; i += 64) {
-    await Promise.all(Array.from({ length: Math.min(64, from + n - i) }, (_, j) => client.put(`${prefix}${String(i + j).padStart(6, '0')}`, 'v')));
+    await Promise.all(
+      Array.from({ length: Math.min(64, from + n - i) }, (_, j) => client.put(`${prefix}${String(i + j).padStart(6, '0')}`, 'v')),
+    );
   }
 }
 
@@ -77,7 +79,8 @@ describe('a watch nobody reads', () => {
     assert.ok(failure instanceof CompactedError, `ends with a CompactedError, got ${String(failure)}`);
     assert.ok(revisions.length >= 1024 && revisions.length < total, `${revisions.length} events delivered before the compaction was met`);
     // Every put is its own revision: what was delivered is one run with no gap and no repeat.
-    for (let i = 1; i < revisions.length; i++) assert.equal(revisions[i], revisions[i - 1]! + 1n, `no gap after revision ${revisions[i - 1]}`);
+    for (let i = 1; i < revisions.length; i++)
+      assert.equal(revisions[i], revisions[i - 1]! + 1n, `no gap after revision ${revisions[i - 1]}`);
     assert.ok(failure.compactRevision >= revisions.at(-1)!, 'the history it missed is the compacted one');
     await client.delete(prefix, { prefix: true });
   });

@@ -32,7 +32,10 @@ export function browserForFile(): void {
         skipReason = `chromium at ${CHROMIUM} does not start: ${(err as Error).message.split('\n')[0]}`;
       }
     }
-    if (skipReason) process.stderr.write(`web-inspector: ${MUST_RUN ? 'FAILING (CI; WEB_INSPECTOR_ALLOW_SKIP=1 to skip)' : 'skipping'} the browser tests: ${skipReason}\n`);
+    if (skipReason)
+      process.stderr.write(
+        `web-inspector: ${MUST_RUN ? 'FAILING (CI; WEB_INSPECTOR_ALLOW_SKIP=1 to skip)' : 'skipping'} the browser tests: ${skipReason}\n`,
+      );
   });
 }
 
@@ -48,7 +51,10 @@ export async function closeBrowser(): Promise<void> {
 export function needBrowser(t: TestContext): Browser | undefined {
   if (!browser) {
     const reason = skipReason ?? 'no browser';
-    if (MUST_RUN) assert.fail(`no browser under CI=${process.env.CI}: ${reason}. Install chromium, or set WEB_INSPECTOR_ALLOW_SKIP=1 to let the browser tests skip`);
+    if (MUST_RUN)
+      assert.fail(
+        `no browser under CI=${process.env.CI}: ${reason}. Install chromium, or set WEB_INSPECTOR_ALLOW_SKIP=1 to let the browser tests skip`,
+      );
     t.skip(reason);
   }
   return browser;

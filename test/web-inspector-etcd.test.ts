@@ -17,10 +17,25 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { Client, Election, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
 import { startEtcd, startProxy } from '../src/testing/index.js';
-import { assertNoKeys, assertOneErrorLine, closeAll, etcdForCliFile, grpcHandled, grpcStarted, hasEtcdctl, killClis, openSessions, runCli, settledOrHang, track, waitFor, type CliProc } from './helpers.js';
+import {
+  assertNoKeys,
+  assertOneErrorLine,
+  closeAll,
+  etcdForCliFile,
+  grpcHandled,
+  grpcStarted,
+  hasEtcdctl,
+  killClis,
+  openSessions,
+  runCli,
+  settledOrHang,
+  track,
+  waitFor,
+  type CliProc,
+} from './helpers.js';
 import { assertNoPageErrors, browserForFile, closeBrowser, evaluate, needBrowser, open, until } from './web-inspector-browser.js';
 
 const ROOT = 'test/web-etcd/';
@@ -61,7 +76,12 @@ browserForFile();
 const start = (args: string[], env?: NodeJS.ProcessEnv): CliProc => runCli(args, { exitEvent: 'exit', env });
 
 /** Starts the web inspector on `prefix`; resolves once it printed its URL. */
-async function inspector(prefix: string, extra: string[] = [], ep = endpoint, env?: NodeJS.ProcessEnv): Promise<{ proc: CliProc; url: string }> {
+async function inspector(
+  prefix: string,
+  extra: string[] = [],
+  ep = endpoint,
+  env?: NodeJS.ProcessEnv,
+): Promise<{ proc: CliProc; url: string }> {
   const port = extra.includes('--listen') ? [] : ['--port', '0'];
   const proc = start(['inspect', '--web', prefix, ...port, '--endpoints', ep, ...extra], env);
   const m = await proc.match(/^inspector: (http:\/\/\S+)/);
@@ -71,7 +91,9 @@ async function inspector(prefix: string, extra: string[] = [], ep = endpoint, en
 /** The participant keys of `name`, oldest first, as etcd has them. */
 async function queueOf(name: string): Promise<{ key: string; token: string }[]> {
   const r = await client.getPrefix(`${name}/`);
-  return r.kvs.sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1)).map((kv) => ({ key: kv.key.toString(), token: kv.createRevision.toString() }));
+  return r.kvs
+    .sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1))
+    .map((kv) => ({ key: kv.key.toString(), token: kv.createRevision.toString() }));
 }
 
 // ── tests ──────────────────────────────────────────────────────────────────────────────────────
@@ -93,7 +115,11 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
         const k = await queueOf(name);
         return k.length === 2 ? k : undefined;
       }, 'the waiter queued');
-      await until(page, `rows(${n}).length === 2 && rows(${n})[0].token === '${q[0]!.token}' && rows(${n})[1].token === '${q[1]!.token}'`, 'the holder and the waiter');
+      await until(
+        page,
+        `rows(${n}).length === 2 && rows(${n})[0].token === '${q[0]!.token}' && rows(${n})[1].token === '${q[1]!.token}'`,
+        'the holder and the waiter',
+      );
 
       // Cut off: the watch stream and every connection reset, new ones refused.
       proxy.refuse(true);
@@ -125,7 +151,7 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       await page.close();
       assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
       await closeAll([s1, s2]);
-            await proxy.close();
+      await proxy.close();
     }
   });
 
@@ -147,7 +173,11 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
     /** Every page shows `count` rows, each with its lease's TTL (its TimeToLive answered). */
     const allShow = async (count: number): Promise<void> => {
       for (const page of pages) {
-        await until(page, `rows(${n}).length === ${count} && rows(${n}).every(function (r) { return /^\\d+ s \\/ 600 s$/.test(r.ttl); })`, `${count} rows with their TTLs`);
+        await until(
+          page,
+          `rows(${n}).length === ${count} && rows(${n}).every(function (r) { return /^\\d+ s \\/ 600 s$/.test(r.ttl); })`,
+          `${count} rows with their TTLs`,
+        );
       }
     };
     const counters = async (): Promise<Record<string, number>> => ({
@@ -177,68 +207,74 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
     }
   });
 
-  test(
-    'an auth-enabled etcd and a user with a read-only role on the prefix: the page goes live, and no password shows anywhere',
-    { skip: !hasEtcdctl() && 'needs etcdctl (to set up users and enable auth)' },
-    async (t) => {
-      if (!needBrowser(t)) return;
-      const rootPw = `r00t-pw-${randomBytes(6).toString('hex')}`;
-      const viewerPw = `v1ewer-pw-${randomBytes(6).toString('hex')}`;
-      const wrongPw = `wr0ng-pw-${randomBytes(6).toString('hex')}`;
-      const prefix = 'secured/';
-      const name = `${prefix}locks/deploy`;
-      const n = JSON.stringify(name);
-      const secured = await startEtcd();
-      const ep = secured.endpoints[0]!;
-      const ctl = (...args: string[]): void => {
-        const r = spawnSync('etcdctl', [`--endpoints=${ep}`, ...args], { env: { ...process.env, ETCDCTL_API: '3' }, encoding: 'utf8' });
-        assert.equal(r.status, 0, `etcdctl ${args[0]} ${args[1]}: ${r.stderr}`);
-      };
-      let root: Client | undefined;
-      let ss: Session[] = [];
-      let ins: { proc: CliProc; url: string } | undefined;
-      let page: Page | undefined;
-      try {
-        ctl('user', 'add', `root:${rootPw}`, '--interactive=false');
-        ctl('user', 'add', `viewer:${viewerPw}`, '--interactive=false');
-        ctl('role', 'add', 'inspector');
-        ctl('role', 'grant-permission', 'inspector', '--prefix=true', 'read', prefix);
-        ctl('user', 'grant-role', 'viewer', 'inspector');
-        ctl('auth', 'enable');
-        root = new Client({ endpoints: secured.endpoints, auth: { username: 'root', password: rootPw } });
-        ss = await openSessions(root, 2);
-        const held = await new Mutex(ss[0]!, name).lock();
-        const waiting = track(new Mutex(ss[1]!, name).lock());
-        await waitFor(async () => (await root!.getPrefix(name)).kvs.length === 2, 'the waiter queued');
+  test('an auth-enabled etcd and a user with a read-only role on the prefix: the page goes live, and no password shows anywhere', {
+    skip: !hasEtcdctl() && 'needs etcdctl (to set up users and enable auth)',
+  }, async (t) => {
+    if (!needBrowser(t)) return;
+    const rootPw = `r00t-pw-${randomBytes(6).toString('hex')}`;
+    const viewerPw = `v1ewer-pw-${randomBytes(6).toString('hex')}`;
+    const wrongPw = `wr0ng-pw-${randomBytes(6).toString('hex')}`;
+    const prefix = 'secured/';
+    const name = `${prefix}locks/deploy`;
+    const n = JSON.stringify(name);
+    const secured = await startEtcd();
+    const ep = secured.endpoints[0]!;
+    const ctl = (...args: string[]): void => {
+      const r = spawnSync('etcdctl', [`--endpoints=${ep}`, ...args], { env: { ...process.env, ETCDCTL_API: '3' }, encoding: 'utf8' });
+      assert.equal(r.status, 0, `etcdctl ${args[0]} ${args[1]}: ${r.stderr}`);
+    };
+    let root: Client | undefined;
+    let ss: Session[] = [];
+    let ins: { proc: CliProc; url: string } | undefined;
+    let page: Page | undefined;
+    try {
+      ctl('user', 'add', `root:${rootPw}`, '--interactive=false');
+      ctl('user', 'add', `viewer:${viewerPw}`, '--interactive=false');
+      ctl('role', 'add', 'inspector');
+      ctl('role', 'grant-permission', 'inspector', '--prefix=true', 'read', prefix);
+      ctl('user', 'grant-role', 'viewer', 'inspector');
+      ctl('auth', 'enable');
+      root = new Client({ endpoints: secured.endpoints, auth: { username: 'root', password: rootPw } });
+      ss = await openSessions(root, 2);
+      const held = await new Mutex(ss[0]!, name).lock();
+      const waiting = track(new Mutex(ss[1]!, name).lock());
+      await waitFor(async () => (await root!.getPrefix(name)).kvs.length === 2, 'the waiter queued');
 
-        // A wrong password: one error line, without it.
-        const wrong = start(['inspect', '--web', prefix, '--port', '0', '--endpoints', ep, '--user', `viewer:${wrongPw}`]);
-        assert.equal(await wrong.exited, 1, wrong.stderr());
-        assertOneErrorLine(wrong.stderr(), /authentication failed/);
-        assert.ok(!wrong.output().includes(wrongPw), wrong.output());
+      // A wrong password: one error line, without it.
+      const wrong = start(['inspect', '--web', prefix, '--port', '0', '--endpoints', ep, '--user', `viewer:${wrongPw}`]);
+      assert.equal(await wrong.exited, 1, wrong.stderr());
+      assertOneErrorLine(wrong.stderr(), /authentication failed/);
+      assert.ok(!wrong.output().includes(wrongPw), wrong.output());
 
-        ins = await inspector(prefix, ['--user', `viewer:${viewerPw}`], ep);
-        page = await open(ins.url);
-        // Live, with both participants and their leases' TTLs (TimeToLive answered for this user).
-        await until(page, `rows(${n}).length === 2 && rows(${n}).every(function (r) { return /^\\d+ s \\/ 30 s$/.test(r.ttl); })`, 'the holder and the waiter with their TTLs');
-        await held.unlock();
-        await settledOrHang(waiting, 'the waiter taking the lock');
-        await until(page, `document.querySelector('.status.live') && rows(${n}).length === 1 && timeline(${n}).some(function (e) { return e.type === 'acquired'; })`, 'the hand-over, still live');
-        const state = await (await fetch(`${ins.url}state`)).text();
-        const shown = [state, ins.proc.output(), await page.content(), await evaluate<string>(page, 'text()')];
-        for (const text of shown) {
-          for (const secret of [viewerPw, rootPw]) assert.ok(!text.includes(secret), `a password shows: ${text.slice(0, 300)}`);
-        }
-        assertNoPageErrors(page);
-      } finally {
-        await page?.close();
-        if (ins) assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
-        await closeAll(ss);
-        await root?.close();
-        await secured.stop();
+      ins = await inspector(prefix, ['--user', `viewer:${viewerPw}`], ep);
+      page = await open(ins.url);
+      // Live, with both participants and their leases' TTLs (TimeToLive answered for this user).
+      await until(
+        page,
+        `rows(${n}).length === 2 && rows(${n}).every(function (r) { return /^\\d+ s \\/ 30 s$/.test(r.ttl); })`,
+        'the holder and the waiter with their TTLs',
+      );
+      await held.unlock();
+      await settledOrHang(waiting, 'the waiter taking the lock');
+      await until(
+        page,
+        `document.querySelector('.status.live') && rows(${n}).length === 1 && timeline(${n}).some(function (e) { return e.type === 'acquired'; })`,
+        'the hand-over, still live',
+      );
+      const state = await (await fetch(`${ins.url}state`)).text();
+      const shown = [state, ins.proc.output(), await page.content(), await evaluate<string>(page, 'text()')];
+      for (const text of shown) {
+        for (const secret of [viewerPw, rootPw]) assert.ok(!text.includes(secret), `a password shows: ${text.slice(0, 300)}`);
       }
-    },
-  );
+      assertNoPageErrors(page);
+    } finally {
+      await page?.close();
+      if (ins) assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+      await closeAll(ss);
+      await root?.close();
+      await secured.stop();
+    }
+  });
 
   test('the screenshot: a lock, a semaphore, a readers-writer lock and an election with a history', async (t) => {
     if (!needBrowser(t)) return;
@@ -251,7 +287,8 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
     try {
       // Staged with pauses, so that the picture has a history to show (nothing is timed here).
       const lock = (i: number, label: string) => new Mutex(ss[i]!, `${SCENE}locks/deploy`).lock({ label });
-      const queued = async (prefix: string, n: number) => waitFor(async () => (await client.getPrefix(prefix)).kvs.length === n, `${n} keys under ${prefix}`);
+      const queued = async (prefix: string, n: number) =>
+        waitFor(async () => (await client.getPrefix(prefix)).kvs.length === n, `${n} keys under ${prefix}`);
       const e0 = await new Election(ss[9]!, `${SCENE}election/scheduler`).campaign('instance-01');
       const first = await lock(0, 'ci-runner-3:4121');
       const second = lock(1, 'ci-runner-7:977');
@@ -287,7 +324,10 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
         'the whole scene, with every lease TTL',
       );
       // Each kind told apart, each row in its role: holders first, then waiters in queue order.
-      const kinds = await evaluate<Record<string, string>>(page, `Object.fromEntries(Array.from(document.querySelectorAll('.card')).map(function (c) { return [c.dataset.name, c.dataset.kind]; }))`);
+      const kinds = await evaluate<Record<string, string>>(
+        page,
+        `Object.fromEntries(Array.from(document.querySelectorAll('.card')).map(function (c) { return [c.dataset.name, c.dataset.kind]; }))`,
+      );
       assert.deepEqual(kinds, {
         [`${SCENE}config`]: 'rwlock',
         [`${SCENE}election/scheduler`]: 'election',
@@ -303,7 +343,10 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       assert.match(await evaluate<string>(page, `card(${JSON.stringify(`${SCENE}jobs/encoders`)}).innerText`), /semaphore · 2 permits/);
       const dir = mkdtempSync(path.join(tmpdir(), 'web-inspector-'));
       try {
-        const file = process.env.WEB_INSPECTOR_SCREENSHOT === '1' ? fileURLToPath(new URL('../docs/inspector.png', import.meta.url)) : path.join(dir, 'inspector.png');
+        const file =
+          process.env.WEB_INSPECTOR_SCREENSHOT === '1'
+            ? fileURLToPath(new URL('../docs/inspector.png', import.meta.url))
+            : path.join(dir, 'inspector.png');
         await page.screenshot({ path: file, fullPage: false });
         assert.ok(statSync(file).size > 10_000, 'a screenshot with something in it');
       } finally {

@@ -6,7 +6,7 @@
 // reason printed, or fails when CI is set (unless WEB_INSPECTOR_ALLOW_SKIP=1).
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, Election, Mutex, runAsLeader, Semaphore, Session } from '../src/index.js';
+import { type Client, Election, Mutex, runAsLeader, Semaphore, Session } from '../src/index.js';
 import { assertNoKeys, etcdForCliFile, killClis, runCli, runCliToEnd, type CliProc } from './helpers.js';
 import { assertNoPageErrors, browserForFile, closeBrowser, evaluate, needBrowser, open, until } from './web-inspector-browser.js';
 
@@ -46,7 +46,12 @@ browserForFile();
 const start = (args: string[], env?: NodeJS.ProcessEnv): CliProc => runCli(args, { exitEvent: 'exit', env });
 
 /** Starts the web inspector on `prefix`; resolves once it printed its URL. */
-async function inspector(prefix: string, extra: string[] = [], ep = endpoint, env?: NodeJS.ProcessEnv): Promise<{ proc: CliProc; url: string }> {
+async function inspector(
+  prefix: string,
+  extra: string[] = [],
+  ep = endpoint,
+  env?: NodeJS.ProcessEnv,
+): Promise<{ proc: CliProc; url: string }> {
   const port = extra.includes('--listen') ? [] : ['--port', '0'];
   const proc = start(['inspect', '--web', prefix, ...port, '--endpoints', ep, ...extra], env);
   const m = await proc.match(/^inspector: (http:\/\/\S+)/);
@@ -83,7 +88,10 @@ describe('what the inspector misread for a newcomer', { timeout: 240_000 }, () =
         `card(${cr}) && card(${cr}).dataset.kind === 'lock-or-election' && card(${sc}) && card(${sc}).dataset.kind === 'lock-or-election' && card(${dp}) && card(${dp}).dataset.kind === 'lock'`,
         'the two elections as "lock or election", the CLI lock as a lock',
       );
-      const badge = await evaluate<{ text: string; title: string }>(page, `(function () { var b = card(${cr}).querySelector('.badge'); return { text: b.textContent, title: b.title }; })()`);
+      const badge = await evaluate<{ text: string; title: string }>(
+        page,
+        `(function () { var b = card(${cr}).querySelector('.badge'); return { text: b.textContent, title: b.title }; })()`,
+      );
       assert.equal(badge.text, 'lock or election');
       assert.match(badge.title, /cannot tell .*--elections/);
       const named = await inspector(prefix, ['--elections', `${prefix}app/*`]);
@@ -116,7 +124,9 @@ describe('what the inspector misread for a newcomer', { timeout: 240_000 }, () =
       await holder.match(/^key=/);
       await until(page, `rows(${n}).length === 1 && /^\\d+ s \\/ 6 s$/.test(rows(${n})[0].ttl)`, "the holder's TTL");
       // The page's own clock watches the cell for more than two TTLs.
-      await evaluate(page, `(function () {
+      await evaluate(
+        page,
+        `(function () {
         var s = window.__ttl = { min: Infinity, warn: false, start: Date.now(), samples: 0 };
         setInterval(function () {
           var c = card(${n}); if (!c) return;
@@ -126,7 +136,8 @@ describe('what the inspector misread for a newcomer', { timeout: 240_000 }, () =
           if (/warn|bad/.test(td.className)) s.warn = true;
         }, 100);
         return true;
-      })()`);
+      })()`,
+      );
       await until(page, 'Date.now() - window.__ttl.start > 14000', 'two TTLs and more of samples');
       const seen = await evaluate<{ min: number; warn: boolean; samples: number }>(page, 'window.__ttl');
       assert.ok(seen.samples > 50, JSON.stringify(seen));
@@ -158,11 +169,19 @@ describe('what the inspector misread for a newcomer', { timeout: 240_000 }, () =
       await permit.release();
       await held.unlock();
       await leader.resign();
-      await until(page, `rows(${sm}).length === 0 && rows(${lk}).length === 0 && rows(${el}).length === 0 && timeline(${el}).some(function (e) { return e.type === 'gap'; })`, 'all three free');
+      await until(
+        page,
+        `rows(${sm}).length === 0 && rows(${lk}).length === 0 && rows(${el}).length === 0 && timeline(${el}).some(function (e) { return e.type === 'gap'; })`,
+        'all three free',
+      );
       const semText = await evaluate<string>(page, `card(${sm}).innerText`);
       assert.doesNotMatch(semText, /undefined/);
       assert.match(semText, /semaphore · 3 permits/);
-      assert.equal(await evaluate<number>(page, `timeline(${lk}).filter(function (e) { return e.type === 'gap'; }).length`), 0, 'a free lock is no event');
+      assert.equal(
+        await evaluate<number>(page, `timeline(${lk}).filter(function (e) { return e.type === 'gap'; }).length`),
+        0,
+        'a free lock is no event',
+      );
       assert.match(await evaluate<string>(page, `card(${lk}).innerText`), /free/, 'the card still says so');
       assertNoPageErrors(page);
     } finally {

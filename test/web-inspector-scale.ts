@@ -34,7 +34,10 @@ function summary(xs: number[]): string {
 
 /** Resolves (with the page's Date.now()) at the first animation frame where `expr` holds. */
 async function pageTime(page: Page, expr: string): Promise<number> {
-  const h = await page.waitForFunction(`(function () { return (${expr}) ? Date.now() : 0; })()`, undefined, { timeout: 120_000, polling: 'raf' });
+  const h = await page.waitForFunction(`(function () { return (${expr}) ? Date.now() : 0; })()`, undefined, {
+    timeout: 120_000,
+    polling: 'raf',
+  });
   return (await h.jsonValue()) as number;
 }
 
@@ -49,7 +52,8 @@ function quiet<T>(p: Promise<T>): Promise<T> {
 
 async function sessions(client: Client, n: number): Promise<Session[]> {
   const out: Session[] = [];
-  for (let i = 0; i < n; i += 100) out.push(...(await Promise.all(Array.from({ length: Math.min(100, n - i) }, () => Session.create(client, { ttl: TTL })))));
+  for (let i = 0; i < n; i += 100)
+    out.push(...(await Promise.all(Array.from({ length: Math.min(100, n - i) }, () => Session.create(client, { ttl: TTL })))));
   return out;
 }
 
@@ -57,12 +61,20 @@ async function main(): Promise<void> {
   const etcd = await startEtcd();
   const client = new Client({ endpoints: etcd.endpoints });
   const prof = process.env.INSPECTOR_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.INSPECTOR_PROF}`] : [];
-  const ins = spawn(process.execPath, [...prof, CLI_MAIN, 'inspect', '--web', 'scale/', '--port', '0', '--endpoints', etcd.endpoints[0]!], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const url = await new Promise<string>((resolve) => ins.stdout!.on('data', (d: Buffer) => {
-    const m = /(http:\/\/\S+)/.exec(String(d));
-    if (m) resolve(m[1]!);
-  }));
-  const browser = await chromium.launch({ executablePath: process.env.CHROMIUM_PATH || '/usr/bin/chromium', headless: true, args: ['--no-sandbox'] });
+  const ins = spawn(process.execPath, [...prof, CLI_MAIN, 'inspect', '--web', 'scale/', '--port', '0', '--endpoints', etcd.endpoints[0]!], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const url = await new Promise<string>((resolve) =>
+    ins.stdout!.on('data', (d: Buffer) => {
+      const m = /(http:\/\/\S+)/.exec(String(d));
+      if (m) resolve(m[1]!);
+    }),
+  );
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM_PATH || '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox'],
+  });
   // waitForFunction's per-frame polling needs eval, which the page's CSP forbids: bypass it here.
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 }, bypassCSP: true });
   await page.goto(url);
@@ -93,7 +105,9 @@ async function main(): Promise<void> {
     while (all.length < WAITERS) all = await keys();
     const lastRev = all[all.length - 1]!.createRevision;
     const shownAll = await pageTime(page, `window.__inspector && BigInt(window.__inspector.revision) >= ${lastRev}n`);
-    say(`${WAITERS} waiters queued on one lock as fast as one client can (${((Date.now() - t0) / 1000).toFixed(1)} s): the page showed them all ${shownAll - t0} ms after the first lock call; inspector CPU ${(cpuSeconds(pid) - cpu0).toFixed(2)} s for the ${WAITERS} keys and their TimeToLive calls`);
+    say(
+      `${WAITERS} waiters queued on one lock as fast as one client can (${((Date.now() - t0) / 1000).toFixed(1)} s): the page showed them all ${shownAll - t0} ms after the first lock call; inspector CPU ${(cpuSeconds(pid) - cpu0).toFixed(2)} s for the ${WAITERS} keys and their TimeToLive calls`,
+    );
 
     // A newcomer joining the back of a 1,000-long queue.
     const joins: number[] = [];
@@ -103,11 +117,16 @@ async function main(): Promise<void> {
       const before = (await keys()).length;
       const start = Date.now();
       handles[WAITERS + i] = quiet(new Mutex(ss[WAITERS + i]!, name).lock());
-      const shown = await pageTime(page, `(function () { var c = document.querySelector('.card'); return c && new RegExp('· ' + ${before} + ' waiting').test(c.innerText); })()`);
+      const shown = await pageTime(
+        page,
+        `(function () { var c = document.querySelector('.card'); return c && new RegExp('· ' + ${before} + ' waiting').test(c.innerText); })()`,
+      );
       joins.push(shown - start);
     }
     let wall = (Date.now() - t0) / 1000;
-    say(`  a new waiter at the back of the queue, key written → row count on the page: ${summary(joins)}; inspector CPU ${((cpuSeconds(pid) - cpu0) / wall * 100).toFixed(0)} % of a core while it ran`);
+    say(
+      `  a new waiter at the back of the queue, key written → row count on the page: ${summary(joins)}; inspector CPU ${(((cpuSeconds(pid) - cpu0) / wall) * 100).toFixed(0)} % of a core while it ran`,
+    );
 
     // Hand-overs at the front of the 1,000-long queue (concurrent calls queue in any order: follow etcd's).
     const queue = await keys();
@@ -124,14 +143,18 @@ async function main(): Promise<void> {
       handovers.push(shown - start);
     }
     wall = (Date.now() - t0) / 1000;
-    say(`  hand-over (unlock sent → next holder on the page): ${summary(handovers)}; inspector CPU ${((cpuSeconds(pid) - cpu0) / wall * 100).toFixed(0)} % of a core while it ran`);
+    say(
+      `  hand-over (unlock sent → next holder on the page): ${summary(handovers)}; inspector CPU ${(((cpuSeconds(pid) - cpu0) / wall) * 100).toFixed(0)} % of a core while it ran`,
+    );
 
     const calls0 = await ttlCalls();
     cpu0 = cpuSeconds(pid);
     t0 = Date.now();
     await new Promise((r) => setTimeout(r, (TTL + 5) * 1000));
     wall = (Date.now() - t0) / 1000;
-    say(`  idle with ${WAITERS} leases: inspector CPU ${((cpuSeconds(pid) - cpu0) / wall * 100).toFixed(1)} % of a core, ${(((await ttlCalls()) - calls0) / wall).toFixed(1)} LeaseTimeToLive/s (holders only are asked again)`);
+    say(
+      `  idle with ${WAITERS} leases: inspector CPU ${(((cpuSeconds(pid) - cpu0) / wall) * 100).toFixed(1)} % of a core, ${(((await ttlCalls()) - calls0) / wall).toFixed(1)} LeaseTimeToLive/s (holders only are asked again)`,
+    );
 
     await Promise.all(ss.map((s) => s.close()));
     await Promise.allSettled(handles);
@@ -148,8 +171,13 @@ async function main(): Promise<void> {
     let count = 0;
     while (count < LOCKS * 3) count = (await client.getPrefix('scale/many/')).kvs.length;
     const rev = (await client.getPrefix('scale/many/')).header.revision;
-    const shown = await pageTime(page, `window.__inspector && BigInt(window.__inspector.revision) >= ${rev}n && document.querySelectorAll('.card').length >= ${LOCKS}`);
-    say(`${LOCKS} locks under one prefix, each with a holder and 2 waiters (${LOCKS * 3} keys): on the page ${shown - t0} ms after the first lock call; inspector CPU ${(cpuSeconds(pid) - cpu0).toFixed(2)} s`);
+    const shown = await pageTime(
+      page,
+      `window.__inspector && BigInt(window.__inspector.revision) >= ${rev}n && document.querySelectorAll('.card').length >= ${LOCKS}`,
+    );
+    say(
+      `${LOCKS} locks under one prefix, each with a holder and 2 waiters (${LOCKS * 3} keys): on the page ${shown - t0} ms after the first lock call; inspector CPU ${(cpuSeconds(pid) - cpu0).toFixed(2)} s`,
+    );
 
     const bySession = new Map(ss.map((s, i) => [s.leaseId, i]));
     const lat: number[] = [];
@@ -166,7 +194,9 @@ async function main(): Promise<void> {
       lat.push((await pageTime(page, holderIs(n, q[1]!.createRevision))) - start);
     }
     const wall = (Date.now() - t0) / 1000;
-    say(`  hand-over on one of ${LOCKS} locks (unlock sent → next holder on the page): ${summary(lat)}; inspector CPU ${((cpuSeconds(pid) - cpu0) / wall * 100).toFixed(0)} % of a core while it ran`);
+    say(
+      `  hand-over on one of ${LOCKS} locks (unlock sent → next holder on the page): ${summary(lat)}; inspector CPU ${(((cpuSeconds(pid) - cpu0) / wall) * 100).toFixed(0)} % of a core while it ran`,
+    );
     await Promise.all(ss.map((s) => s.close()));
     await Promise.allSettled(handles.flat());
   }

@@ -8,7 +8,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, 
 import { request } from 'node:http';
 import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
-import { Client } from '../src/index.js';
+import type { Client } from '../src/index.js';
 import { assertNoKeys, etcdForCliFile, killClis, runCli, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/web-server/';
@@ -44,7 +44,12 @@ const fresh = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoi
 const start = (args: string[], env?: NodeJS.ProcessEnv): CliProc => runCli(args, { exitEvent: 'exit', env });
 
 /** Starts the web inspector on `prefix`; resolves once it printed its URL. */
-async function inspector(prefix: string, extra: string[] = [], ep = endpoint, env?: NodeJS.ProcessEnv): Promise<{ proc: CliProc; url: string }> {
+async function inspector(
+  prefix: string,
+  extra: string[] = [],
+  ep = endpoint,
+  env?: NodeJS.ProcessEnv,
+): Promise<{ proc: CliProc; url: string }> {
   const port = extra.includes('--listen') ? [] : ['--port', '0'];
   const proc = start(['inspect', '--web', prefix, ...port, '--endpoints', ep, ...extra], env);
   const m = await proc.match(/^inspector: (http:\/\/\S+)/);
@@ -56,7 +61,13 @@ function rawGet(url: string, options: { host?: string; method?: string; address?
   const u = new URL(url);
   return new Promise((resolve, reject) => {
     const req = request(
-      { host: options.address ?? u.hostname, port: u.port, path: '/', method: options.method ?? 'GET', headers: options.host ? { host: options.host } : {} },
+      {
+        host: options.address ?? u.hostname,
+        port: u.port,
+        path: '/',
+        method: options.method ?? 'GET',
+        headers: options.host ? { host: options.host } : {},
+      },
       (res) => {
         res.resume();
         resolve(res.statusCode ?? 0);
@@ -104,14 +115,20 @@ describe('inspect --web without a browser', () => {
     }
   });
 
-  test('--open runs the desktop opener with the URL, or says how to open the page when there is none', { skip: process.platform !== 'linux' && 'xdg-open is the opener on Linux' }, async () => {
+  test('--open runs the desktop opener with the URL, or says how to open the page when there is none', {
+    skip: process.platform !== 'linux' && 'xdg-open is the opener on Linux',
+  }, async () => {
     const prefix = fresh('open');
     const dir = mkdtempSync(path.join(tmpdir(), 'web-open-'));
     try {
       // A fake xdg-open first on PATH: it records what it was asked to open, and exits.
       const opened = path.join(dir, 'opened');
       mkdirSync(path.join(dir, 'opener'));
-      writeFileSync(path.join(dir, 'opener', 'xdg-open'), `#!/bin/sh\nprintf '%s\\n' "$*" > '${opened}.tmp' && mv '${opened}.tmp' '${opened}'\n`, { mode: 0o755 });
+      writeFileSync(
+        path.join(dir, 'opener', 'xdg-open'),
+        `#!/bin/sh\nprintf '%s\\n' "$*" > '${opened}.tmp' && mv '${opened}.tmp' '${opened}'\n`,
+        { mode: 0o755 },
+      );
       const ins = await inspector(prefix, ['--open'], endpoint, { PATH: `${path.join(dir, 'opener')}:${process.env.PATH ?? ''}` });
       try {
         const got = await waitFor(() => existsSync(opened) && readFileSync(opened, 'utf8'), 'the opener run');
@@ -124,7 +141,9 @@ describe('inspect --web without a browser', () => {
       symlinkSync('/bin/sh', path.join(dir, 'bare', 'sh'));
       const bare = await inspector(prefix, ['--open'], endpoint, { PATH: path.join(dir, 'bare') });
       try {
-        await bare.proc.next(new RegExp(`^--open: no browser opener found \\(xdg-open\\); open ${bare.url.replace(/[.]/g, '\\.')} in a browser$`));
+        await bare.proc.next(
+          new RegExp(`^--open: no browser opener found \\(xdg-open\\); open ${bare.url.replace(/[.]/g, '\\.')} in a browser$`),
+        );
       } finally {
         assert.equal(await bare.proc.kill('SIGTERM'), 0, bare.proc.stderr());
       }

@@ -9,7 +9,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { hostname } from 'node:os';
-import { Client, Election, Mutex, Session } from '../src/index.js';
+import { type Client, Election, Mutex, Session } from '../src/index.js';
 import { startProxy } from '../src/testing/index.js';
 import { assertNoKeys, closeAll, etcdForCliFile, killClis, openSessions, runCli, waitFor, type CliProc } from './helpers.js';
 import { assertNoPageErrors, browserForFile, closeBrowser, evaluate, needBrowser, open, until } from './web-inspector-browser.js';
@@ -50,7 +50,12 @@ browserForFile();
 const start = (args: string[], env?: NodeJS.ProcessEnv): CliProc => runCli(args, { exitEvent: 'exit', env });
 
 /** Starts the web inspector on `prefix`; resolves once it printed its URL. */
-async function inspector(prefix: string, extra: string[] = [], ep = endpoint, env?: NodeJS.ProcessEnv): Promise<{ proc: CliProc; url: string }> {
+async function inspector(
+  prefix: string,
+  extra: string[] = [],
+  ep = endpoint,
+  env?: NodeJS.ProcessEnv,
+): Promise<{ proc: CliProc; url: string }> {
   const port = extra.includes('--listen') ? [] : ['--port', '0'];
   const proc = start(['inspect', '--web', prefix, ...port, '--endpoints', ep, ...extra], env);
   const m = await proc.match(/^inspector: (http:\/\/\S+)/);
@@ -58,12 +63,18 @@ async function inspector(prefix: string, extra: string[] = [], ep = endpoint, en
 }
 
 /** A command for `lock -- ...` that says when it runs (with its token and pid), then runs until killed. */
-const HOLD = [process.execPath, '-e', `console.log('running rev=' + process.env.ETCD_LOCK_REV + ' pid=' + process.pid); setInterval(() => {}, 1000);`];
+const HOLD = [
+  process.execPath,
+  '-e',
+  `console.log('running rev=' + process.env.ETCD_LOCK_REV + ' pid=' + process.pid); setInterval(() => {}, 1000);`,
+];
 
 /** The participant keys of `name`, oldest first, as etcd has them. */
 async function queueOf(name: string): Promise<{ key: string; token: string }[]> {
   const r = await client.getPrefix(`${name}/`);
-  return r.kvs.sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1)).map((kv) => ({ key: kv.key.toString(), token: kv.createRevision.toString() }));
+  return r.kvs
+    .sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1))
+    .map((kv) => ({ key: kv.key.toString(), token: kv.createRevision.toString() }));
 }
 
 // ── tests ──────────────────────────────────────────────────────────────────────────────────────
@@ -121,7 +132,10 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       // "Within a few seconds": the lease runs out after at most its TTL (2 s), then the page shows
       // the new holder. A generous bound for a loaded machine, as the issue asks.
       const handOverMs = performance.now() - killedAt;
-      assert.ok(handOverMs <= (2 + 5) * 1000, `the page showed the hand-over ${Math.round(handOverMs)} ms after the SIGKILL (TTL 2 s + 5 s allowed)`);
+      assert.ok(
+        handOverMs <= (2 + 5) * 1000,
+        `the page showed the hand-over ${Math.round(handOverMs)} ms after the SIGKILL (TTL 2 s + 5 s allowed)`,
+      );
       assert.equal((await w1.match(/^running rev=(\d+)/))[1], w1Token);
       // The new holder's lease (TTL 30 s) counts down in the page: a later reading is smaller.
       const ttlOf = `(function () { var m = /^(\\d+) s \\/ 30 s$/.exec(rows(${JSON.stringify(name)})[0].ttl); return m ? Number(m[1]) : 0; })()`;
@@ -146,7 +160,11 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       await w1.kill('SIGTERM');
       await w2.match(/^running rev=/);
       await w2.kill('SIGTERM');
-      await until(page, `(function () { var c = card(${JSON.stringify(name)}); return c && /free/.test(c.innerText) && rows(${JSON.stringify(name)}).length === 0; })()`, 'the lock free');
+      await until(
+        page,
+        `(function () { var c = card(${JSON.stringify(name)}); return c && /free/.test(c.innerText) && rows(${JSON.stringify(name)}).length === 0; })()`,
+        'the lock free',
+      );
       assertNoPageErrors(page);
     } finally {
       await page.close();
@@ -177,15 +195,31 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       // Resign (SIGINT): the next candidate leads at once.
       assert.equal(await a.kill('SIGINT'), 0);
       const [, termB] = await b.match(/^leader key=\S+ term=(\d+)/);
-      await until(page, `timeline(${n}).some(function (e) { return e.type === 'released' && e.token === '${termA}' && /resigned/.test(e.text); })`, 'the resignation');
-      await until(page, `timeline(${n}).some(function (e) { return e.type === 'acquired' && e.token === '${termB}' && e.text.indexOf('handed over from token ${termA}') >= 0; })`, 'the new term');
+      await until(
+        page,
+        `timeline(${n}).some(function (e) { return e.type === 'released' && e.token === '${termA}' && /resigned/.test(e.text); })`,
+        'the resignation',
+      );
+      await until(
+        page,
+        `timeline(${n}).some(function (e) { return e.type === 'acquired' && e.token === '${termB}' && e.text.indexOf('handed over from token ${termA}') >= 0; })`,
+        'the new term',
+      );
       // The last candidate resigns: nobody leads, and the page counts the gap.
       assert.equal(await b.kill('SIGINT'), 0);
-      await until(page, `timeline(${n}).some(function (e) { return e.type === 'gap' && /no leader for [0-9]/.test(e.text); })`, 'the gap so far');
+      await until(
+        page,
+        `timeline(${n}).some(function (e) { return e.type === 'gap' && /no leader for [0-9]/.test(e.text); })`,
+        'the gap so far',
+      );
       await until(page, `/no leader for/.test(card(${n}).innerText)`, 'the card saying nobody leads');
       const c = start(['elect', name, 'proposal-c', '--ttl', '30', '--endpoints', endpoint]);
       const [, termC] = await c.match(/^leader key=\S+ term=(\d+)/);
-      await until(page, `timeline(${n}).some(function (e) { return e.type === 'acquired' && e.token === '${termC}' && /after no leader for [0-9]/.test(e.text); })`, 'the next term, after the gap');
+      await until(
+        page,
+        `timeline(${n}).some(function (e) { return e.type === 'acquired' && e.token === '${termC}' && /after no leader for [0-9]/.test(e.text); })`,
+        'the next term, after the gap',
+      );
       await until(page, `!timeline(${n}).some(function (e) { return e.type === 'gap'; })`, 'the gap closed');
       const events = await evaluate<{ type: string; token: string }[]>(page, `timeline(${n})`);
       // Newest first: C leads, B resigned, B leads, A resigned, A leads.
@@ -194,7 +228,7 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
         [`acquired ${termC}`, `released ${termB}`, `acquired ${termB}`, `released ${termA}`, `acquired ${termA}`],
       );
       const body = await evaluate<string>(page, 'text()');
-      assert.ok(/proposal-c/.test(body), 'the leader\'s proposal shown (values are shown by default on loopback)');
+      assert.ok(/proposal-c/.test(body), "the leader's proposal shown (values are shown by default on loopback)");
       assert.equal(await c.kill('SIGINT'), 0);
       assertNoPageErrors(page);
     } finally {
@@ -223,12 +257,20 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       // etcd out of reach: connections reset and refused. The page says so.
       proxy.refuse(true);
       proxy.cut();
-      await until(page, `/disconnected from etcd, reconnecting/.test(text()) && /disconnected, reconnecting/.test(document.getElementById('status').textContent)`, 'the lost connection to etcd');
+      await until(
+        page,
+        `/disconnected from etcd, reconnecting/.test(text()) && /disconnected, reconnecting/.test(document.getElementById('status').textContent)`,
+        'the lost connection to etcd',
+      );
       // A change while it is away shows once it is back (a fresh read, not a lost event).
       await held.unlock();
       const second = await new Mutex(s2, name).lock({ label: 'label-visible-2' });
       proxy.refuse(false);
-      await until(page, `document.querySelector('.status.live') && rows(${n}).length === 1 && /label-visible-2/.test(rows(${n})[0].text)`, 'the state after reconnecting');
+      await until(
+        page,
+        `document.querySelector('.status.live') && rows(${n}).length === 1 && /label-visible-2/.test(rows(${n})[0].text)`,
+        'the state after reconnecting',
+      );
       await second.unlock();
       await until(page, `rows(${n}).length === 0`, 'the lock free');
 
@@ -275,8 +317,15 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       // A proclaim: the same key and lease, a new value. The watch delivers events in order, so once
       // the page shows this, it has seen the mark before it.
       await leader.proclaim('v2');
-      await until(page, `card(${pr}).dataset.kind === 'election' && rows(${pr})[0].label === 'leader'`, 'tasks/primary as an election after its proclaim');
-      assert.equal(await evaluate(page, `card(${dp}).dataset.kind + ' ' + rows(${dp})[0].label + ' ' + rows(${dp}).length`), 'lock-or-election holder 1');
+      await until(
+        page,
+        `card(${pr}).dataset.kind === 'election' && rows(${pr})[0].label === 'leader'`,
+        'tasks/primary as an election after its proclaim',
+      );
+      assert.equal(
+        await evaluate(page, `card(${dp}).dataset.kind + ' ' + rows(${dp})[0].label + ' ' + rows(${dp}).length`),
+        'lock-or-election holder 1',
+      );
 
       // A fresh read (another inspector): version 2 alone makes no election; --elections, as a comma
       // list with a ** glob, does.

@@ -42,7 +42,10 @@ export function checkEtcdCounter(counter: number, ledger: EtcdLedgerEntry[], rep
     const v = Number(e.value.slice(e.value.lastIndexOf(':') + 1));
     const prev = seen.get(v);
     if (prev !== undefined) {
-      violations.push({ check: 'etcd-lost-update', detail: `${prev} and ${e.key} both incremented to ${v}: two owners passed ownerCompare at once` });
+      violations.push({
+        check: 'etcd-lost-update',
+        detail: `${prev} and ${e.key} both incremented to ${v}: two owners passed ownerCompare at once`,
+      });
     }
     seen.set(v, e.key);
     if (e.version !== 1n) violations.push({ check: 'etcd-double-apply', detail: `${e.key} was written ${e.version} times` });
@@ -65,5 +68,13 @@ export function checkEtcdCounter(counter: number, ledger: EtcdLedgerEntry[], rep
     } else if (applied) unknownYes++;
     else unknownNo++;
   }
-  return { counter, ledgerEntries: ledger.length, accepted, rejected, unknownResolvedApplied: unknownYes, unknownResolvedNotApplied: unknownNo, violations };
+  return {
+    counter,
+    ledgerEntries: ledger.length,
+    accepted,
+    rejected,
+    unknownResolvedApplied: unknownYes,
+    unknownResolvedNotApplied: unknownNo,
+    violations,
+  };
 }

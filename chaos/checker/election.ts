@@ -37,7 +37,8 @@ export function checkElection(terms: Term[], reg: FencedRegister, faults: FaultR
   const owner = new Map<bigint, string>();
   for (const t of terms) {
     const o = owner.get(t.token);
-    if (o !== undefined && o !== t.worker) violations.push({ check: 'election-term-claimed-twice', detail: `term ${t.token} was led by both ${o} and ${t.worker}` });
+    if (o !== undefined && o !== t.worker)
+      violations.push({ check: 'election-term-claimed-twice', detail: `term ${t.token} was led by both ${o} and ${t.worker}` });
     owner.set(t.token, t.worker);
   }
   let accepted = 0;
@@ -51,10 +52,12 @@ export function checkElection(terms: Term[], reg: FencedRegister, faults: FaultR
     accepted++;
     const w = e.worker;
     const prev = writer.get(e.token);
-    if (prev !== undefined && prev !== w) violations.push({ check: 'election-two-writers', detail: `term ${e.token} written by ${prev} and ${w}` });
+    if (prev !== undefined && prev !== w)
+      violations.push({ check: 'election-two-writers', detail: `term ${e.token} written by ${prev} and ${w}` });
     writer.set(e.token, w);
     const o = owner.get(e.token);
-    if (o !== undefined && o !== w) violations.push({ check: 'election-foreign-write', detail: `term ${e.token} led by ${o} but written by ${w}` });
+    if (o !== undefined && o !== w)
+      violations.push({ check: 'election-foreign-write', detail: `term ${e.token} led by ${o} but written by ${w}` });
   }
   const byStart = [...terms].sort((x, y) => x.from - y.from);
   let inversions = 0;
@@ -66,7 +69,12 @@ export function checkElection(terms: Term[], reg: FencedRegister, faults: FaultR
       if (x.to >= y.from) break;
       if (x.token <= y.token) continue;
       const frozen = faults.some(
-        (f) => FREEZES.has(f.kind) && f.worker === y.worker && f.end - f.start >= minExcusingFreezeMs(y.ttl) && f.start <= x.from + WAKE_GRACE_MS && f.end + WAKE_GRACE_MS >= x.to,
+        (f) =>
+          FREEZES.has(f.kind) &&
+          f.worker === y.worker &&
+          f.end - f.start >= minExcusingFreezeMs(y.ttl) &&
+          f.start <= x.from + WAKE_GRACE_MS &&
+          f.end + WAKE_GRACE_MS >= x.to,
       );
       if (!frozen) {
         violations.push({

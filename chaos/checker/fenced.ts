@@ -55,7 +55,10 @@ export function checkFencedLedger(reg: FencedRegister): FencedReport {
     }
     writesAccepted++;
     if (e.token <= lastToken) {
-      violations.push({ check: 'fenced-token-order', detail: `write #${e.seq} by ${e.worker} has token ${e.token} after accepted token ${lastToken}` });
+      violations.push({
+        check: 'fenced-token-order',
+        detail: `write #${e.seq} by ${e.worker} has token ${e.token} after accepted token ${lastToken}`,
+      });
     }
     if (e.value !== e.before + 1) {
       violations.push({

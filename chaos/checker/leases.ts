@@ -95,7 +95,11 @@ export interface LeaseExpiryReport {
  * means the server expired it early (or the deadline was computed wrongly): a violation, unless it
  * is etcd's own known bug (deposedLeaderRevoke).
  */
-export function checkLeaseExpiries(reports: LeaseGoneReport[], faults: FaultRecord[] = [], staleRevokes: StaleRevoke[] = []): LeaseExpiryReport {
+export function checkLeaseExpiries(
+  reports: LeaseGoneReport[],
+  faults: FaultRecord[] = [],
+  staleRevokes: StaleRevoke[] = [],
+): LeaseExpiryReport {
   const violations: Violation[] = [];
   let early = 0;
   let byDeposedLeader = 0;
@@ -103,7 +107,12 @@ export function checkLeaseExpiries(reports: LeaseGoneReport[], faults: FaultReco
   for (const r of reports) {
     if (r.leftMs <= 0) continue;
     // The nemesis revoked it as an operator would: gone early by design.
-    if (faults.some((f) => f.kind === 'lease-revoke' && f.worker === r.worker && r.at >= f.start && (r.lease === f.lease || r.lease.startsWith('(')))) continue;
+    if (
+      faults.some(
+        (f) => f.kind === 'lease-revoke' && f.worker === r.worker && r.at >= f.start && (r.lease === f.lease || r.lease.startsWith('(')),
+      )
+    )
+      continue;
     early++;
     if (deposedLeaderRevoke(r, faults, staleRevokes)) {
       byDeposedLeader++;

@@ -19,7 +19,6 @@ export interface PermitsReport {
   violations: Violation[];
 }
 
-
 /**
  * The semaphore's resource: never more than `capacity` holders served at once, judged on its log
  * (a holder's window runs from its first to its last accepted request; windows of more than
@@ -76,5 +75,16 @@ export function checkPermits(res: Pick<FencedPermits, 'capacity' | 'log'>): Perm
     }
     over = open.length > res.capacity;
   }
-  return { capacity: res.capacity, enters, entersRefused, evicted, writesAccepted, writesRefused, carefulRefused, leaves, maxAccepted, violations };
+  return {
+    capacity: res.capacity,
+    enters,
+    entersRefused,
+    evicted,
+    writesAccepted,
+    writesRefused,
+    carefulRefused,
+    leaves,
+    maxAccepted,
+    violations,
+  };
 }

@@ -62,7 +62,11 @@ function aliveAt(life: KeyLife, rev: bigint): boolean {
  * deleted at the revision of the read it made after passing. A pass whose key the observer never
  * saw is not judged (counted as `unjudged`).
  */
-export function checkBarrierPasses(passes: BarrierPass[], lives: KeyLife[], check = 'barrier-passed-before-release'): { violations: Violation[]; unjudged: number } {
+export function checkBarrierPasses(
+  passes: BarrierPass[],
+  lives: KeyLife[],
+  check = 'barrier-passed-before-release',
+): { violations: Violation[]; unjudged: number } {
   const byCreate = new Map(lives.map((l) => [l.create, l]));
   const violations: Violation[] = [];
   let unjudged = 0;
@@ -73,7 +77,10 @@ export function checkBarrierPasses(passes: BarrierPass[], lives: KeyLife[], chec
       continue;
     }
     if (aliveAt(life, p.rev)) {
-      violations.push({ check, detail: `${p.worker} passed barrier ${life.key} while its key (created at ${p.held}) still existed at revision ${p.rev}` });
+      violations.push({
+        check,
+        detail: `${p.worker} passed barrier ${life.key} while its key (created at ${p.held}) still existed at revision ${p.rev}`,
+      });
     }
   }
   return { violations, unjudged };
@@ -134,15 +141,23 @@ export function checkMultiLock(grants: MultiLockGrant[], failures: MultiLockFail
   const witnesses: GrantWitness[] = [];
   for (const g of grants) {
     const missing = g.names.filter((n) => g.tokens[n] === undefined);
-    if (missing.length > 0) violations.push({ check: 'multilock-partial-hold', detail: `${g.worker}: lockAll resolved without ${missing.join(', ')}` });
+    if (missing.length > 0)
+      violations.push({ check: 'multilock-partial-hold', detail: `${g.worker}: lockAll resolved without ${missing.join(', ')}` });
     for (const [name, token] of Object.entries(g.tokens)) {
       const queue = `${name}/`;
-      witnesses.push({ worker: g.worker, queue, token, rev: g.rev, seen: g.seen.filter((k) => k.key.startsWith(queue) && k.create < token) });
+      witnesses.push({
+        worker: g.worker,
+        queue,
+        token,
+        rev: g.rev,
+        seen: g.seen.filter((k) => k.key.startsWith(queue) && k.create < token),
+      });
     }
   }
   violations.push(...checkGrantsByRevision(lives, witnesses, { kind: 'exclusive' }, 'multilock-grant-by-revision'));
   for (const f of failures) {
-    if (f.leftover.length > 0) violations.push({ check: 'multilock-partial-hold', detail: `${f.worker}: a failed lockAll left ${f.leftover.join(', ')} behind` });
+    if (f.leftover.length > 0)
+      violations.push({ check: 'multilock-partial-hold', detail: `${f.worker}: a failed lockAll left ${f.leftover.join(', ')} behind` });
   }
   return violations;
 }

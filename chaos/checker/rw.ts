@@ -67,7 +67,8 @@ export function checkRW(res: Pick<FencedRW, 'log' | 'value'>): RWReport {
       });
     }
   }
-  if (res.value !== expected) violations.push({ check: 'rw-count', detail: `the RW register holds ${res.value} but ${expected} increments were accepted` });
+  if (res.value !== expected)
+    violations.push({ check: 'rw-count', detail: `the RW register holds ${res.value} but ${expected} increments were accepted` });
   // Windows of accepted requests: a writer's may not interleave with any other holder's.
   const open: Span<RWEntry>[] = [];
   const who = (m: RWEntry['mode']): string => (m === 'write' ? 'writer' : 'reader');
@@ -82,5 +83,15 @@ export function checkRW(res: Pick<FencedRW, 'log' | 'value'>): RWReport {
     }
     open.push(s);
   }
-  return { readHolds, writeHolds, readsAccepted, readsRefused, writesAccepted, writesRefused, carefulRefused, finalValue: res.value, violations };
+  return {
+    readHolds,
+    writeHolds,
+    readsAccepted,
+    readsRefused,
+    writesAccepted,
+    writesRefused,
+    carefulRefused,
+    finalValue: res.value,
+    violations,
+  };
 }

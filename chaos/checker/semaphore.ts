@@ -68,7 +68,12 @@ export function findExcess(
   const worst = [...excess]
     .sort((x, y) => y.ms - x.ms)
     .slice(0, 5)
-    .map((e) => ({ ms: round(e.ms), cause: e.cause, a: e.others.map((o) => `${o.worker} token ${o.token}`).join(' + '), b: `${e.b.worker} token ${e.b.token}` }));
+    .map((e) => ({
+      ms: round(e.ms),
+      cause: e.cause,
+      a: e.others.map((o) => `${o.worker} token ${o.token}`).join(' + '),
+      b: `${e.b.worker} token ${e.b.token}`,
+    }));
   return {
     excess,
     report: {

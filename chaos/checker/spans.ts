@@ -11,7 +11,10 @@ export interface Span<E> {
 }
 
 /** Per token, its window of accepted requests (those `counts` picks), by start. */
-export function spans<E extends { seq: number; token: bigint; worker: string; ok: boolean }>(log: E[], counts: (e: E) => boolean): Span<E>[] {
+export function spans<E extends { seq: number; token: bigint; worker: string; ok: boolean }>(
+  log: E[],
+  counts: (e: E) => boolean,
+): Span<E>[] {
   const by = new Map<bigint, Span<E>>();
   for (const e of log) {
     if (!e.ok || !counts(e)) continue;

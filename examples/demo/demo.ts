@@ -103,9 +103,7 @@ export class Demo {
         : "card 8801's ledger: in memory, checking the tokens itself (PostgreSQL is not installed here)",
     );
     const leader = await cluster.leaderIndex();
-    n.step(
-      `cluster up: ${cluster.members.map((m, i) => `${m.name} ${m.endpoint}${i === leader ? ' (Raft leader)' : ''}`).join(', ')}`,
-    );
+    n.step(`cluster up: ${cluster.members.map((m, i) => `${m.name} ${m.endpoint}${i === leader ? ' (Raft leader)' : ''}`).join(', ')}`);
     n.detail(`workers up: ${workers.map((x) => `${this.who(x)} pid ${this.proc(x).pid}`).join(', ')}`);
     this.init(workers);
     // The schedulers of scene 2 start while scene 1 runs: nine processes at once crowd a small machine.
@@ -117,7 +115,15 @@ export class Demo {
 
   private spawn(names: string[]): void {
     for (const name of names) {
-      this.procs.set(name, new WorkerProc(name, () => this.n.now(), (p, e) => this.onEvent(p, e), (p) => this.onExit(p)));
+      this.procs.set(
+        name,
+        new WorkerProc(
+          name,
+          () => this.n.now(),
+          (p, e) => this.onEvent(p, e),
+          (p) => this.onExit(p),
+        ),
+      );
     }
   }
 
@@ -172,7 +178,9 @@ export class Demo {
     const name = this.leases.get(q.lease) ?? `lease ${short(q.lease)}`;
     this.n.step(
       `${this.who(name)} joins the queue: key ${LOCK}/${short(q.lease)}, CreateRevision ${this.n.bold(String(q.rev))}` +
-        (before ? this.n.dim(` · watches only ${this.leases.get(before.lease) ?? short(before.lease)}'s key`) : this.n.dim(' · first in line')),
+        (before
+          ? this.n.dim(` · watches only ${this.leases.get(before.lease) ?? short(before.lease)}'s key`)
+          : this.n.dim(' · first in line')),
     );
     this.flushLocked(q.key);
   }
@@ -195,7 +203,8 @@ export class Demo {
       case 'session':
         this.leases.set(e.lease, p.name);
         // Sessions with the ordinary TTL go without saying; the ghost's short one is worth a line.
-        if (e.ttl !== this.s.workerTtl) n.detail(`${w} opened a session: lease ${short(e.lease)}, TTL ${e.ttl} s, renewed every ${ms((e.ttl * 1000) / 3)}`);
+        if (e.ttl !== this.s.workerTtl)
+          n.detail(`${w} opened a session: lease ${short(e.lease)}, TTL ${e.ttl} s, renewed every ${ms((e.ttl * 1000) / 3)}`);
         break;
       case 'locked': {
         this.acquisitions.push({ who: p.name, token: BigInt(e.token), key: e.key, at: n.now(), scene: this.scene });
@@ -276,7 +285,11 @@ export class Demo {
     const { n } = this;
     const w = this.who(p.name);
     if (req.op === 'read') {
-      p.send({ cmd: 'ledger-reply', id, reply: { ok: true, applied: this.ledger.has(req.job.id), highest: this.ledger.highest.toString() } });
+      p.send({
+        cmd: 'ledger-reply',
+        id,
+        reply: { ok: true, applied: this.ledger.has(req.job.id), highest: this.ledger.highest.toString() },
+      });
       return;
     }
     const token = BigInt(req.token);
@@ -293,7 +306,13 @@ export class Demo {
         reply(
           v.ok
             ? this.ledger.accepted(req.job, token, p.name, n.now())
-            : this.ledger.refused(req.job, token, p.name, v.highest, `PostgreSQL refused it: StaleTokenError, token ${token} < ${v.highest} in its fence table`),
+            : this.ledger.refused(
+                req.job,
+                token,
+                p.name,
+                v.highest,
+                `PostgreSQL refused it: StaleTokenError, token ${token} < ${v.highest} in its fence table`,
+              ),
         ),
       (err: unknown) => this.cond.fail(new Error(`the ledger's PostgreSQL write failed: ${String(err)}`)),
     );
@@ -390,7 +409,6 @@ export class Demo {
     void this.cluster?.stop();
     void this.pgLedger?.stop();
   }
-
 }
 
 /** An error message for reading: lease ids shortened. */

@@ -38,7 +38,8 @@ export class FencedLedger {
   }
 
   write(job: Job, token: bigint, by: string, atMs: number): WriteResult {
-    if (token < this.highestToken) return this.refused(job, token, by, this.highestToken, `token ${token} < highest seen ${this.highestToken}`);
+    if (token < this.highestToken)
+      return this.refused(job, token, by, this.highestToken, `token ${token} < highest seen ${this.highestToken}`);
     return this.accepted(job, token, by, atMs);
   }
 

@@ -28,7 +28,9 @@ export class PostgresLedger {
     // after end()) is emitted on the pool, and would otherwise crash the process.
     pool.on('error', () => {});
     try {
-      await pool.query('CREATE TABLE charges (id bigserial PRIMARY KEY, job text NOT NULL, cents int NOT NULL, token bigint NOT NULL, by text NOT NULL)');
+      await pool.query(
+        'CREATE TABLE charges (id bigserial PRIMARY KEY, job text NOT NULL, cents int NOT NULL, token bigint NOT NULL, by text NOT NULL)',
+      );
       const fence = new PostgresFence(pool, { table: 'fences' });
       await fence.install();
       return new PostgresLedger(server, pool, fence);

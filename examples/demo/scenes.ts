@@ -2,8 +2,8 @@
 // election, the ghost (a frozen holder's late write), and etcd's Raft leader killed mid-story.
 import { observeLeader } from '../../src/index.js';
 import { ms, money } from './narrate.js';
-import { WorkerProc } from './procs.js';
-import { Demo } from './demo.js';
+import type { WorkerProc } from './procs.js';
+import type { Demo } from './demo.js';
 import { ELECTION, LOCK, job } from './settings.js';
 
 export async function sceneLocks(d: Demo): Promise<void> {
@@ -14,7 +14,9 @@ export async function sceneLocks(d: Demo): Promise<void> {
     "the lock, its fencing token. Card 8801's ledger accepts a write only if its token is at",
     'least the highest token it has seen.',
   ]);
-  n.step(`${['w1', 'w2', 'w3', 'w4', 'w5'].map((x) => d.who(x)).join(', ')} ask for the lock at the same moment (sessions: TTL ${s.workerTtl} s)`);
+  n.step(
+    `${['w1', 'w2', 'w3', 'w4', 'w5'].map((x) => d.who(x)).join(', ')} ask for the lock at the same moment (sessions: TTL ${s.workerTtl} s)`,
+  );
   await Promise.all(['w1', 'w2', 'w3', 'w4', 'w5'].map((name, i) => d.lockJob(name, job(i + 1), { holdMs: s.holdMs })));
   const { ok, order } = d.fifo(d.scene);
   n.step(`served strictly in ticket order: ${order}`);
@@ -61,7 +63,9 @@ export async function sceneElection(d: Demo): Promise<void> {
     await d.cond.until(`${p.name} to campaign`, () => d.electionQueue.some((q) => q.value === p.name));
     const q = d.electionQueue.find((x) => x.value === p.name)!;
     const before = d.electionQueue.filter((x) => x.rev < q.rev).pop();
-    n.step(`${d.who(p.name)} campaigns too: its key has CreateRevision ${q.rev}; it waits, watching only ${before ? `${before.value}'s key` : '?'}`);
+    n.step(
+      `${d.who(p.name)} campaigns too: its key has CreateRevision ${q.rev}; it waits, watching only ${before ? `${before.value}'s key` : '?'}`,
+    );
   }
   await d.cond.until('s1 to dispatch twice', () => s1.events('tick').length >= 2);
 
@@ -146,12 +150,18 @@ export async function sceneGhost(d: Demo): Promise<void> {
   await w2Done;
   await d.beat();
 
-  n.step(`${n.green('SIGCONT')} ${d.who('w6')} after ${n.bold(ms(n.now() - frozenAt))} frozen (TTL ${ttl} s). It resumes mid-work, as if nothing happened`);
+  n.step(
+    `${n.green('SIGCONT')} ${d.who('w6')} after ${n.bold(ms(n.now() - frozenAt))} frozen (TTL ${ttl} s). It resumes mid-work, as if nothing happened`,
+  );
   w6.resume();
   await ghostDone;
   const woke = w6.last('woke');
   const told = woke !== undefined && (woke.signalAborted || woke.lost !== undefined);
-  d.check('ghost told by its lock handle before writing', told, told ? undefined : 'handle.signal had not fired and assertHeld() did not throw');
+  d.check(
+    'ghost told by its lock handle before writing',
+    told,
+    told ? undefined : 'handle.signal had not fired and assertHeld() did not throw',
+  );
   const rejected = d.ledger.rejections.find((r) => r.by === 'w6');
   d.check(
     'late write rejected by fencing',

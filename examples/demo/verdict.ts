@@ -1,5 +1,5 @@
 // The demo's verdict: the invariants over the whole run, the database's own check, the summary.
-import { Demo } from './demo.js';
+import type { Demo } from './demo.js';
 
 /** Invariants over the whole run. */
 export function finalChecks(demo: Demo): void {
@@ -14,11 +14,20 @@ export function finalChecks(demo: Demo): void {
     (() => {
       const tokens = demo.acquisitions.map((a) => a.token);
       const ok = tokens.length > 0 && tokens.every((t, i) => i === 0 || t > tokens[i - 1]!) && demo.ledger.tokensStrictlyIncreasing();
-      return { label: 'tokens strictly increasing', ok, detail: `${tokens[0]} … ${tokens[tokens.length - 1]} over ${tokens.length} holders and the ledger` };
+      return {
+        label: 'tokens strictly increasing',
+        ok,
+        detail: `${tokens[0]} … ${tokens[tokens.length - 1]} over ${tokens.length} holders and the ledger`,
+      };
     })(),
     (() => {
       const d = demo.ledger.doubleApplied();
-      return { label: 'double-applied writes', ok: d === 0, value: String(d), detail: `${demo.ledger.entries.length} charges applied once each` };
+      return {
+        label: 'double-applied writes',
+        ok: d === 0,
+        value: String(d),
+        detail: `${demo.ledger.entries.length} charges applied once each`,
+      };
     })(),
   );
   demo.check('no lock or session lost unexpectedly', demo.troubles.length === 0, demo.troubles.join('; ') || undefined);
@@ -43,7 +52,8 @@ export function summary(demo: Demo, error: unknown): boolean {
     const value = c.value ?? (c.ok ? 'yes' : 'NO');
     n.always(`  ${mark} ${c.label}: ${c.ok ? value : n.red(value)}${c.detail ? n.dim(`  (${c.detail})`) : ''}`);
   }
-  if (error !== undefined) n.always(`  ${n.red('✗')} demo ran to the end: ${n.red('NO')}  (${error instanceof Error ? error.message : String(error)})`);
+  if (error !== undefined)
+    n.always(`  ${n.red('✗')} demo ran to the end: ${n.red('NO')}  (${error instanceof Error ? error.message : String(error)})`);
   n.always(allOk ? n.green(n.bold('All invariants held.')) : n.red(n.bold('Some invariants FAILED.')));
   return allOk;
 }

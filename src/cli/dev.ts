@@ -41,7 +41,9 @@ async function onDefaultPort(options: StartEtcdOptions): Promise<EtcdCluster> {
   } catch (err) {
     if (!(err instanceof EtcdPortError)) throw err;
     const n = (options.members ?? 1) * 2;
-    warn(`ports ${DEFAULT_CLIENT_PORT}-${DEFAULT_CLIENT_PORT + n - 1} are not all free on 127.0.0.1; using free ports instead (pass the endpoints below)`);
+    warn(
+      `ports ${DEFAULT_CLIENT_PORT}-${DEFAULT_CLIENT_PORT + n - 1} are not all free on 127.0.0.1; using free ports instead (pass the endpoints below)`,
+    );
     return startEtcd(options);
   }
 }
@@ -64,7 +66,8 @@ export async function devCommand(args: string[]): Promise<number> {
   const members = values.members ?? '1';
   if (members !== '1' && members !== '3') throw new UsageError(`--members must be 1 or 3, got "${members}"`);
   const version = values.etcd;
-  if (version !== undefined && !/^\d+\.\d+(\.\d+)?$/.test(version)) throw new UsageError(`--etcd must be a version such as 3.7 or 3.7.3, got "${version}"`);
+  if (version !== undefined && !/^\d+\.\d+(\.\d+)?$/.test(version))
+    throw new UsageError(`--etcd must be a version such as 3.7 or 3.7.3, got "${version}"`);
   if (values['etcd-binary'] === '') throw new UsageError('--etcd-binary needs the path of an etcd binary');
   const basePortText = values['base-port'];
   const basePort = basePortText === undefined ? undefined : Number(basePortText);

@@ -92,7 +92,8 @@ export async function doctorCommand(args: string[]): Promise<number> {
 function samplesArg(raw: string | undefined): number {
   if (raw === undefined) return DEFAULT_SAMPLES;
   const n = /^\d+$/.test(raw) ? Number(raw) : NaN;
-  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_SAMPLES) throw new UsageError(`--samples must be a whole number from 1 to ${MAX_SAMPLES}, got "${raw}"`);
+  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_SAMPLES)
+    throw new UsageError(`--samples must be a whole number from 1 to ${MAX_SAMPLES}, got "${raw}"`);
   return n;
 }
 

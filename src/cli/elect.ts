@@ -62,10 +62,12 @@ export async function electCommand(args: string[]): Promise<number> {
 
   const metrics = values.metrics === undefined ? undefined : await startMetrics(values.metrics);
   // One election per process: a bounded attribute, so the series carry its name.
-  const client = await connectTo(values, metrics ? { meterProvider: metrics.meterProvider, nameAttribute: true } : {}).catch(async (err: unknown) => {
-    await metrics?.close();
-    throw err;
-  });
+  const client = await connectTo(values, metrics ? { meterProvider: metrics.meterProvider, nameAttribute: true } : {}).catch(
+    async (err: unknown) => {
+      await metrics?.close();
+      throw err;
+    },
+  );
   const interrupts = new Interrupts();
   try {
     if (values.listen) return await listen(client, name, interrupts, json);
@@ -77,7 +79,14 @@ export async function electCommand(args: string[]): Promise<number> {
   }
 }
 
-async function campaign(client: Client, name: string, proposal: string, ttl: number, interrupts: Interrupts, json: boolean): Promise<number> {
+async function campaign(
+  client: Client,
+  name: string,
+  proposal: string,
+  ttl: number,
+  interrupts: Interrupts,
+  json: boolean,
+): Promise<number> {
   const session = await Session.create(client, { ttl, signal: interrupts.signal });
   try {
     if (session.ttl > ttl) warn(`etcd raised the lease TTL from ${ttl}s to ${session.ttl}s (its minimum for this cluster)`);
@@ -116,7 +125,11 @@ async function listen(client: Client, name: string, interrupts: Interrupts, json
         warn(`etcd does not answer (${err instanceof Error ? err.message : String(err)}); still listening for the leader of ${name}`);
       },
       changed(why) {
-        warn(why === 'back' ? 'etcd answers again; reading the leader afresh' : 'another etcd cluster answers at these endpoints (new data); reading the leader afresh');
+        warn(
+          why === 'back'
+            ? 'etcd answers again; reading the leader afresh'
+            : 'another etcd cluster answers at these endpoints (new data); reading the leader afresh',
+        );
         round.abort();
       },
     });
@@ -133,7 +146,8 @@ async function listen(client: Client, name: string, interrupts: Interrupts, json
     } catch (err) {
       // Until the first answer, a failure is reported (a wrong endpoint is not waited out).
       if (first || interrupts.signal.aborted) throw err;
-      if (!down) warn(`etcd does not answer (${err instanceof Error ? err.message : String(err)}); still listening for the leader of ${name}`);
+      if (!down)
+        warn(`etcd does not answer (${err instanceof Error ? err.message : String(err)}); still listening for the leader of ${name}`);
       await untilAnswers(client, `${name}/`, interrupts.signal);
     } finally {
       round.abort();

@@ -89,26 +89,36 @@ export async function inspectCommand(args: string[]): Promise<number> {
   for (const flag of ['port', 'listen', 'open', 'show-values', 'hide-values', 'elections'] as const) {
     if (values[flag] !== undefined) throw new UsageError(`--${flag} only applies with --web`);
   }
-  if (values.metrics !== undefined && !values.watch) throw new UsageError('--metrics only applies with --watch (a one-shot inspect has nothing to serve)');
+  if (values.metrics !== undefined && !values.watch)
+    throw new UsageError('--metrics only applies with --watch (a one-shot inspect has nothing to serve)');
   const name = nameArg(positionals[0], 'name');
   const json = values.json ?? false;
   const metrics = values.metrics === undefined ? undefined : await startMetrics(values.metrics);
   // One name per process: a bounded attribute, so the series carry it.
-  const client = await connectTo(values, metrics ? { meterProvider: metrics.meterProvider, nameAttribute: true } : {}).catch(async (err: unknown) => {
-    await metrics?.close();
-    throw err;
-  });
+  const client = await connectTo(values, metrics ? { meterProvider: metrics.meterProvider, nameAttribute: true } : {}).catch(
+    async (err: unknown) => {
+      await metrics?.close();
+      throw err;
+    },
+  );
   let last: Snapshot | undefined;
   if (metrics) {
     const meter = metrics.meterProvider.getMeter('etcd-concurrency');
     const attrs = { 'etcd_concurrency.name': name };
     meter
-      .createObservableGauge('etcd_concurrency.inspect.holders', { unit: '{participant}', description: 'Participants of the inspected name that hold it (lock owner, leader, permit holders, readers or writer), as last seen' })
+      .createObservableGauge('etcd_concurrency.inspect.holders', {
+        unit: '{participant}',
+        description:
+          'Participants of the inspected name that hold it (lock owner, leader, permit holders, readers or writer), as last seen',
+      })
       .addCallback((o) => {
         if (last) o.observe(last.holders.length, attrs);
       });
     meter
-      .createObservableGauge('etcd_concurrency.inspect.waiting', { unit: '{participant}', description: 'Participants of the inspected name queued behind its holders, as last seen' })
+      .createObservableGauge('etcd_concurrency.inspect.waiting', {
+        unit: '{participant}',
+        description: 'Participants of the inspected name queued behind its holders, as last seen',
+      })
       .addCallback((o) => {
         if (last) o.observe(last.waiting.length, attrs);
       });
@@ -177,13 +187,20 @@ async function web(values: InspectValues, positionals: string[]): Promise<number
       url = await inspector.start();
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'EADDRINUSE') throw new CliError(`${host}:${port} is in use (another inspector?); pass --port with another port, or --port 0 for a free one`, EXIT.error);
-      if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EACCES') throw new CliError(`cannot listen on ${host}:${port} (${code})`, EXIT.error);
+      if (code === 'EADDRINUSE')
+        throw new CliError(
+          `${host}:${port} is in use (another inspector?); pass --port with another port, or --port 0 for a free one`,
+          EXIT.error,
+        );
+      if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND' || code === 'EACCES')
+        throw new CliError(`cannot listen on ${host}:${port} (${code})`, EXIT.error);
       throw err;
     }
     if (!isLoopback(host)) {
       // The address bound (with --listen host:0, the port picked), as in the URL.
-      warn(`listening on ${new URL(url).host}, not only on loopback: anyone who can reach it sees every name, lease and holder under the prefix (there is no login); ${showValues ? 'values are shown (--show-values)' : 'values are hidden (--show-values shows them)'}`);
+      warn(
+        `listening on ${new URL(url).host}, not only on loopback: anyone who can reach it sees every name, lease and holder under the prefix (there is no login); ${showValues ? 'values are shown (--show-values)' : 'values are hidden (--show-values shows them)'}`,
+      );
     }
     print(`inspector: ${url} (prefix ${prefix === '' ? '"" (every key)' : JSON.stringify(prefix)}; read-only; Ctrl-C to stop)`);
     if (values.open) openBrowser(url);
@@ -274,7 +291,10 @@ function classify(name: string, key: string): { mode?: 'read' | 'write' } | unde
 
 async function snapshot(client: Client, name: string, signal: AbortSignal): Promise<Snapshot> {
   const prefix = Buffer.from(`${name}/`);
-  const r = await client.range({ key: prefix, rangeEnd: prefixEnd(prefix), sortOrder: SortOrder.ASCEND, sortTarget: SortTarget.CREATE }, { signal });
+  const r = await client.range(
+    { key: prefix, rangeEnd: prefixEnd(prefix), sortOrder: SortOrder.ASCEND, sortTarget: SortTarget.CREATE },
+    { signal },
+  );
   const revision = r.header.revision;
   // Keys without a lease are stray data, and keys of nested names are not ours: neither is shown.
   const found = r.kvs.flatMap((kv) => {
@@ -284,7 +304,9 @@ async function snapshot(client: Client, name: string, signal: AbortSignal): Prom
   const rw = found.filter((f) => f.mode !== undefined);
   const queue = rw.length > 0 && rw.length === found.length ? rw : found.filter((f) => f.mode === undefined);
   // One TimeToLive per lease: a lease that vanished meanwhile shows as expired, not as an error.
-  const leases = await Promise.all(queue.map(({ kv }) => client.leaseTimeToLive(kv.lease, { signal }).catch(() => ({ ttl: -1, grantedTtl: 0 }))));
+  const leases = await Promise.all(
+    queue.map(({ kv }) => client.leaseTimeToLive(kv.lease, { signal }).catch(() => ({ ttl: -1, grantedTtl: 0 }))),
+  );
   const all = queue.map(
     ({ kv, mode }, i): Participant => ({
       key: kv.key.toString(),
@@ -313,7 +335,15 @@ async function snapshot(client: Client, name: string, signal: AbortSignal): Prom
     held = Math.min(permits, all.length);
     for (const p of all) p.label = p.value.slice(countOf(p.value).length + 1);
   }
-  return { name, kind, ...(permits ? { permits } : {}), revision, owner: all[0] ?? null, holders: all.slice(0, held), waiting: all.slice(held) };
+  return {
+    name,
+    kind,
+    ...(permits ? { permits } : {}),
+    revision,
+    owner: all[0] ?? null,
+    holders: all.slice(0, held),
+    waiting: all.slice(held),
+  };
 }
 
 /** The first space-separated token of a value: a semaphore's permit count. */
@@ -334,7 +364,8 @@ function render(s: Snapshot): string[] {
   const head = `${s.name}: ${what}, ${s.waiting.length} waiting (at revision ${s.revision})`;
   // Labels (a semaphore's values without the permit count, which is in the heading).
   const withValues = [...s.holders, ...s.waiting].some((p) => p.label !== '');
-  const holderRole = (p: Participant): string => (s.kind === 'semaphore' ? 'permit' : p.mode === 'write' ? 'writer' : p.mode === 'read' ? 'reader' : 'owner');
+  const holderRole = (p: Participant): string =>
+    s.kind === 'semaphore' ? 'permit' : p.mode === 'write' ? 'writer' : p.mode === 'read' ? 'reader' : 'owner';
   const row = (role: string, p: Participant): string[] => [
     role,
     p.key,

@@ -83,7 +83,8 @@ type Held = Pick<LockHandle, 'key' | 'fencingToken' | 'session' | 'signal' | 'un
 
 function kindOf(values: { limit?: string; read?: boolean; write?: boolean }): Kind {
   const chosen = [values.limit !== undefined && '--limit', values.read && '--read', values.write && '--write'].filter(Boolean);
-  if (chosen.length > 1) throw new UsageError(`${chosen.join(' and ')} exclude each other: choose a semaphore (--limit), a read lock or a write lock`);
+  if (chosen.length > 1)
+    throw new UsageError(`${chosen.join(' and ')} exclude each other: choose a semaphore (--limit), a read lock or a write lock`);
   if (values.read) return { rw: 'read' };
   if (values.write) return { rw: 'write' };
   if (values.limit === undefined) return 'lock';
@@ -141,7 +142,8 @@ function exitCodeArg(raw: string): number {
 function commandOf(values: { command?: string; shell?: boolean }, words: string[]): string[] {
   const shell = process.env.SHELL || '/bin/sh';
   if (values.command !== undefined) {
-    if (words.length > 0) throw new UsageError(`give the command either with -c or after the lock name, not both (got -c and "${words[0]}")`);
+    if (words.length > 0)
+      throw new UsageError(`give the command either with -c or after the lock name, not both (got -c and "${words[0]}")`);
     if (values.command.trim() === '') throw new UsageError('-c needs a command line to run');
     return [shell, '-c', values.command];
   }
@@ -154,23 +156,27 @@ function commandOf(values: { command?: string; shell?: boolean }, words: string[
 
 export async function lockCommand(args: string[]): Promise<number> {
   const [ours, afterDashes] = splitAtDashes(args);
-  const { values, positionals } = parse(ours, {
-    ...COMMON,
-    ttl: { type: 'string' },
-    timeout: { type: 'string' },
-    try: { type: 'boolean' },
-    'conflict-exit-code': { type: 'string' },
-    label: { type: 'string' },
-    command: { type: 'string', short: 'c' },
-    shell: { type: 'boolean' },
-    verbose: { type: 'boolean' },
-    'kill-grace': { type: 'string' },
-    json: { type: 'boolean' },
-    limit: { type: 'string' },
-    read: { type: 'boolean' },
-    write: { type: 'boolean' },
-    metrics: { type: 'string' },
-  }, { runsCommand: true });
+  const { values, positionals } = parse(
+    ours,
+    {
+      ...COMMON,
+      ttl: { type: 'string' },
+      timeout: { type: 'string' },
+      try: { type: 'boolean' },
+      'conflict-exit-code': { type: 'string' },
+      label: { type: 'string' },
+      command: { type: 'string', short: 'c' },
+      shell: { type: 'boolean' },
+      verbose: { type: 'boolean' },
+      'kill-grace': { type: 'string' },
+      json: { type: 'boolean' },
+      limit: { type: 'string' },
+      read: { type: 'boolean' },
+      write: { type: 'boolean' },
+      metrics: { type: 'string' },
+    },
+    { runsCommand: true },
+  );
   if (values.help) {
     print(LOCK_HELP);
     return EXIT.ok;
@@ -183,7 +189,9 @@ export async function lockCommand(args: string[]): Promise<number> {
   const command = commandOf(values, words);
   // Options that would be silently ignored are refused: the user meant something by them.
   if (command.length > 0 && values.json) {
-    throw new UsageError('--json only applies without a command (it prints the key and token); the command gets them as ETCD_LOCK_KEY and ETCD_LOCK_REV');
+    throw new UsageError(
+      '--json only applies without a command (it prints the key and token); the command gets them as ETCD_LOCK_KEY and ETCD_LOCK_REV',
+    );
   }
   if (command.length === 0 && values['kill-grace'] !== undefined) throw new UsageError('--kill-grace only applies with a command to run');
   const ttl = ttlArg(values.ttl, 30);
@@ -200,13 +208,16 @@ export async function lockCommand(args: string[]): Promise<number> {
 
   const metrics = values.metrics === undefined ? undefined : await startMetrics(values.metrics);
   // One name per process: a bounded attribute, so the series carry it.
-  const client = await connectTo(values, metrics ? { meterProvider: metrics.meterProvider, nameAttribute: true } : {}).catch(async (err: unknown) => {
-    await metrics?.close();
-    throw err;
-  });
+  const client = await connectTo(values, metrics ? { meterProvider: metrics.meterProvider, nameAttribute: true } : {}).catch(
+    async (err: unknown) => {
+      await metrics?.close();
+      throw err;
+    },
+  );
   const interrupts = new Interrupts();
   // --timeout bounds everything up to holding the lock: connecting, granting the lease, waiting.
-  const wait = timeoutMs === undefined || timeoutMs === 0 ? interrupts.signal : AbortSignal.any([interrupts.signal, AbortSignal.timeout(timeoutMs)]);
+  const wait =
+    timeoutMs === undefined || timeoutMs === 0 ? interrupts.signal : AbortSignal.any([interrupts.signal, AbortSignal.timeout(timeoutMs)]);
   const timedOut = (): boolean => !interrupts.signal.aborted && wait.aborted;
   try {
     let session: Session;
@@ -237,7 +248,10 @@ export async function lockCommand(args: string[]): Promise<number> {
         queueWatch.abort();
         if (timedOut()) {
           // The acquire has already removed our key; say who holds the lock, which is what one wants to know.
-          throw new CliError(`timed out after ${durationText(values.timeout!)} waiting for ${what(kind)} ${name}${await heldBy(client, name, kind)}`, conflictCode);
+          throw new CliError(
+            `timed out after ${durationText(values.timeout!)} waiting for ${what(kind)} ${name}${await heldBy(client, name, kind)}`,
+            conflictCode,
+          );
         }
         throw err;
       }
@@ -247,7 +261,8 @@ export async function lockCommand(args: string[]): Promise<number> {
       if (handle === null) {
         throw new CliError(`${what(kind)} ${name} is taken${await heldBy(client, name, kind)}; not waiting (--try)`, conflictCode);
       }
-      if (verbose) warn(`acquired ${handle.key} with token ${handle.fencingToken} after ${((performance.now() - started) / 1000).toFixed(3)}s`);
+      if (verbose)
+        warn(`acquired ${handle.key} with token ${handle.fencingToken} after ${((performance.now() - started) / 1000).toFixed(3)}s`);
       if (interrupts.signal.aborted) {
         // Interrupted just as the lock came: honour the interrupt rather than start the command.
         await handle.unlock();
@@ -287,7 +302,10 @@ async function reportQueued(client: Client, name: string, kind: Kind, key: strin
       if (ahead.length === 0) warn(`${queuedAs}: nobody ahead`);
       else if (ahead.length < permits) warn(`${queuedAs}: a permit is free (${ahead.length} of ${permits} held)`);
       else if (ahead.length === 1) warn(`${queuedAs} behind ${who(ahead[0]!)}, the holder`);
-      else warn(`${queuedAs} behind ${who(ahead[ahead.length - 1]!)}; ${ahead.length} ahead, held by ${ahead.slice(0, permits).map(who).join(', ')}`);
+      else
+        warn(
+          `${queuedAs} behind ${who(ahead[ahead.length - 1]!)}; ${ahead.length} ahead, held by ${ahead.slice(0, permits).map(who).join(', ')}`,
+        );
       return;
     }
   })().catch(() => {});
@@ -302,7 +320,17 @@ async function blockersAt(client: Client, name: string, kind: Kind, rev: bigint,
   }
   // A reader waits for older writers only; a writer for every older reader and writer.
   const prefix = Buffer.from(`${name}/`);
-  const r = await client.range({ key: prefix, rangeEnd: prefixEnd(prefix), sortOrder: SortOrder.ASCEND, sortTarget: SortTarget.CREATE, revision: rev, maxCreateRevision: rev - 1n }, { signal });
+  const r = await client.range(
+    {
+      key: prefix,
+      rangeEnd: prefixEnd(prefix),
+      sortOrder: SortOrder.ASCEND,
+      sortTarget: SortTarget.CREATE,
+      revision: rev,
+      maxCreateRevision: rev - 1n,
+    },
+    { signal },
+  );
   const modes = kind.rw === 'read' ? /^write\/[0-9a-f]+$/ : /^(read|write)\/[0-9a-f]+$/;
   return r.kvs.filter((kv) => kv.lease !== 0n && modes.test(kv.key.toString().slice(prefix.length)));
 }
@@ -406,7 +434,9 @@ async function runLocked(handle: Held, command: string[], graceMs: number, inter
   if (released.state === 'pending') {
     // The command's outcome matters more than this: its exit code is still passed on.
     const why = released.error instanceof Error ? released.error.message : String(released.error);
-    warn(`could not release ${handle.key} yet (${why}); retrying until it is gone, else it is freed when lease ${handle.session.leaseId.toString(16)} ends`);
+    warn(
+      `could not release ${handle.key} yet (${why}); retrying until it is gone, else it is freed when lease ${handle.session.leaseId.toString(16)} ends`,
+    );
   } else if (verbose) warn(`released ${handle.key}`);
   return result.code ?? signalExitCode(result.signal!);
 }
@@ -440,7 +470,10 @@ async function heldBy(client: Client, name: string, kind: Kind): Promise<string>
     }
     // A readers-writer lock: the oldest key under the name blocks whoever waits.
     const prefix = Buffer.from(`${name}/`);
-    const r = await client.range({ key: prefix, rangeEnd: prefixEnd(prefix), sortOrder: SortOrder.ASCEND, sortTarget: SortTarget.CREATE, limit: 1n }, { signal });
+    const r = await client.range(
+      { key: prefix, rangeEnd: prefixEnd(prefix), sortOrder: SortOrder.ASCEND, sortTarget: SortTarget.CREATE, limit: 1n },
+      { signal },
+    );
     const first = r.kvs[0];
     return first ? ` (oldest holder ${who(first)}, token ${first.createRevision})` : '';
   } catch {

@@ -67,7 +67,13 @@ a flag and its variable set together are refused, as etcdctl refuses them):
 type Spec = Record<string, { type: 'string' | 'boolean'; short?: string; multiple?: boolean }>;
 /** A flag's value; a list for a flag given `multiple: true` (it may be repeated). */
 type Values<O extends Spec> = {
-  [K in keyof O]?: O[K] extends { multiple: true } ? (O[K]['type'] extends 'string' ? string[] : boolean[]) : O[K]['type'] extends 'string' ? string : boolean;
+  [K in keyof O]?: O[K] extends { multiple: true }
+    ? O[K]['type'] extends 'string'
+      ? string[]
+      : boolean[]
+    : O[K]['type'] extends 'string'
+      ? string
+      : boolean;
 };
 
 /**
@@ -75,11 +81,20 @@ type Values<O extends Spec> = {
  * gets the nearest known one ("did you mean"); with `runsCommand` (lock), a hint to put `--` before
  * a command whose options were read as ours.
  */
-export function parse<O extends Spec>(args: string[], options: O, { runsCommand = false } = {}): { values: Values<O>; positionals: string[] } {
+export function parse<O extends Spec>(
+  args: string[],
+  options: O,
+  { runsCommand = false } = {},
+): { values: Values<O>; positionals: string[] } {
   let parsed: { values: Values<O>; positionals: string[] };
   const bools = new Map<string, boolean>();
   try {
-    const { values, positionals } = parseArgs({ args: attachDashValues(goBools(args, options, bools), options), options, allowPositionals: true, strict: true });
+    const { values, positionals } = parseArgs({
+      args: attachDashValues(goBools(args, options, bools), options),
+      options,
+      allowPositionals: true,
+      strict: true,
+    });
     parsed = { values: values as Values<O>, positionals };
   } catch (err) {
     const e = err as Error & { code?: string };
@@ -89,7 +104,8 @@ export function parse<O extends Spec>(args: string[], options: O, { runsCommand 
     if (e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') throw new UsageError(unknownOption(opt, options, runsCommand));
     // The same code for both mistakes: the option's own type says which one was made.
     const spec = options[opt.replace(/^-+/, '')];
-    if (e.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && spec) throw new UsageError(spec.type === 'string' ? `${opt} needs a value` : `${opt} takes no value`);
+    if (e.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && spec)
+      throw new UsageError(spec.type === 'string' ? `${opt} needs a value` : `${opt} takes no value`);
     if (e.code?.startsWith('ERR_PARSE_ARGS')) throw new UsageError(e.message.split(/\.\s/)[0]!);
     throw err;
   }
@@ -183,7 +199,11 @@ function checkEnvironment(values: Record<string, unknown>): void {
   }
   if (environmentChecked) return;
   environmentChecked = true;
-  const ours = new Set(Object.keys(COMMON).filter((f) => f !== 'help').map(envName));
+  const ours = new Set(
+    Object.keys(COMMON)
+      .filter((f) => f !== 'help')
+      .map(envName),
+  );
   for (const name of Object.keys(process.env).sort()) {
     if (!name.startsWith('ETCDCTL_') || ours.has(name)) continue;
     const value = process.env[name]!;
@@ -215,7 +235,14 @@ function attachDashValues(args: string[], options: Spec): string[] {
     }
     const name = arg.startsWith('--') && !arg.includes('=') ? arg.slice(2) : undefined;
     const next = args[i + 1];
-    if (name === undefined || !Object.hasOwn(options, name) || options[name]!.type !== 'string' || next === undefined || !next.startsWith('-') || next === '-') {
+    if (
+      name === undefined ||
+      !Object.hasOwn(options, name) ||
+      options[name]!.type !== 'string' ||
+      next === undefined ||
+      !next.startsWith('-') ||
+      next === '-'
+    ) {
       out.push(arg);
       continue;
     }
@@ -244,9 +271,11 @@ export function nameArg(name: string | undefined, what: string): string {
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
-  if (name.trim() !== name) throw new UsageError(`${what} ${JSON.stringify(name)} starts or ends with white space; drop it (it would be part of the key)`);
+  if (name.trim() !== name)
+    throw new UsageError(`${what} ${JSON.stringify(name)} starts or ends with white space; drop it (it would be part of the key)`);
   if (/\s/.test(name)) warn(`${what} ${JSON.stringify(name)} contains white space: every participant must quote it the same way`);
-  if (name.startsWith('/')) warn(`${what} "${name}" starts with "/": keys are not paths, so "${name}" and "${name.replace(/^\/+/, '')}" are different names`);
+  if (name.startsWith('/'))
+    warn(`${what} "${name}" starts with "/": keys are not paths, so "${name}" and "${name.replace(/^\/+/, '')}" are different names`);
   return name;
 }
 
@@ -263,7 +292,9 @@ export function ttlArg(raw: string | undefined, fallback: number): number {
   }
   if (n < MIN_TTL) {
     // etcd grants at least its minimum TTL (1.5 election timeouts, rounded up: 2 s by default).
-    throw new UsageError(`--ttl ${raw} is below etcd's minimum lease TTL, which etcd would silently use instead; use --ttl ${MIN_TTL} or more`);
+    throw new UsageError(
+      `--ttl ${raw} is below etcd's minimum lease TTL, which etcd would silently use instead; use --ttl ${MIN_TTL} or more`,
+    );
   }
   return n;
 }
@@ -286,7 +317,11 @@ export function durationText(raw: string): string {
 }
 
 /** The connection flags as parsed (parse() with COMMON). */
-export type ConnectionValues = { [K in Exclude<keyof typeof COMMON, 'help' | 'debug'>]?: (typeof COMMON)[K]['type'] extends 'string' ? string | undefined : boolean | undefined };
+export type ConnectionValues = {
+  [K in Exclude<keyof typeof COMMON, 'help' | 'debug'>]?: (typeof COMMON)[K]['type'] extends 'string'
+    ? string | undefined
+    : boolean | undefined;
+};
 
 /** A flag's value, else its ETCDCTL_* variable's (an empty variable counts as unset, as in etcdctl). */
 function setting(values: ConnectionValues, flag: keyof ConnectionValues): string | undefined {
@@ -367,7 +402,6 @@ export function connect(values: ConnectionValues, telemetry: TelemetryOptions = 
   return client;
 }
 
-
 /**
  * --auth-jwt-token: a token etcd issued (with `--auth-token jwt`), sent as is. It cannot be renewed:
  * once etcd refuses it, the next call fails with a message saying so instead of retrying.
@@ -377,7 +411,10 @@ class StaticToken {
   constructor(private readonly jwt: string) {}
   token(): string {
     if (this.refused) {
-      throw new CliError('etcd refused the --auth-jwt-token (invalid or expired); get a new token, or authenticate with --user', EXIT.error);
+      throw new CliError(
+        'etcd refused the --auth-jwt-token (invalid or expired); get a new token, or authenticate with --user',
+        EXIT.error,
+      );
     }
     return this.jwt;
   }
@@ -407,7 +444,8 @@ export async function discoverEndpoints(domain: string, serviceName: string | un
       EXIT.error,
     );
   }
-  const url = (scheme: string, r: SrvRecord): string => `${scheme}://${r.name.includes(':') ? `[${r.name}]` : r.name.replace(/\.$/, '')}:${r.port}`;
+  const url = (scheme: string, r: SrvRecord): string =>
+    `${scheme}://${r.name.includes(':') ? `[${r.name}]` : r.name.replace(/\.$/, '')}:${r.port}`;
   const secure = https instanceof Error ? [] : https.map((r) => url('https', r));
   const plain = http instanceof Error ? [] : http.map((r) => url('http', r));
   if (!insecure) {
@@ -434,7 +472,8 @@ export async function connectTo(values: ConnectionValues, telemetry: TelemetryOp
   if (domain === undefined) return connect(values, telemetry);
   const found = await discoverEndpoints(domain, setting(values, 'discovery-srv-name'), boolSetting(values, 'insecure-discovery', true));
   const fallback = setting(values, 'endpoints');
-  if (found.length === 0 && fallback === undefined) throw new CliError(`--discovery-srv ${domain}: DNS lists no usable etcd endpoint`, EXIT.error);
+  if (found.length === 0 && fallback === undefined)
+    throw new CliError(`--discovery-srv ${domain}: DNS lists no usable etcd endpoint`, EXIT.error);
   return connect({ ...values, endpoints: found.length > 0 ? found.join(',') : fallback }, telemetry);
 }
 

@@ -30,14 +30,23 @@ function pause(ms: number, signal: AbortSignal): Promise<void> {
 }
 
 function probe(client: Client, key: Buffer, signal: AbortSignal) {
-  return client.range({ key, rangeEnd: prefixEnd(key), countOnly: true }, { signal: AbortSignal.any([signal, AbortSignal.timeout(PROBE_MS * 2)]) });
+  return client.range(
+    { key, rangeEnd: prefixEnd(key), countOnly: true },
+    { signal: AbortSignal.any([signal, AbortSignal.timeout(PROBE_MS * 2)]) },
+  );
 }
 
 /** Resolves once etcd answers a read of `prefix` (probing every second), or `signal` aborts. */
 export async function untilAnswers(client: Client, prefix: string, signal: AbortSignal): Promise<void> {
   while (!signal.aborted) {
     await pause(PROBE_MS, signal);
-    if (await probe(client, Buffer.from(prefix), signal).then(() => true, () => false)) return;
+    if (
+      await probe(client, Buffer.from(prefix), signal).then(
+        () => true,
+        () => false,
+      )
+    )
+      return;
   }
 }
 

@@ -1,8 +1,18 @@
-import * as pb from '../proto/etcd.js';
+import type * as pb from '../proto/etcd.js';
 import * as rpc from './methods.js';
 import { closeStream, Connection, type CallOptions, type CallProgress, type ConnectionOptions } from './connection.js';
 import { TokenSource, type AuthOptions } from './auth.js';
-import { DeadlineExceededError, EtcdError, InvalidArgumentError, LeaseNotFoundError, UnavailableError, etcdSays, fromTransportError, isTransportError, isStaleToken } from './errors.js';
+import {
+  DeadlineExceededError,
+  EtcdError,
+  InvalidArgumentError,
+  LeaseNotFoundError,
+  UnavailableError,
+  etcdSays,
+  fromTransportError,
+  isTransportError,
+  isStaleToken,
+} from './errors.js';
 import { settledWithin } from './backoff.js';
 import { KeepAliveHub } from './lease.js';
 import { WatchHub, type Watch, type WatchOptions, type WatchSink } from './watch.js';
@@ -127,10 +137,7 @@ export class Client implements AsyncDisposable {
 
   /** Every key with the prefix, in key order. */
   async getPrefix(prefix: Bytes, options?: GetOptions): Promise<RangeResult> {
-    return this.range(
-      { ...prefixRange(prefix), revision: options?.revision ?? 0n, limit: BigInt(options?.limit ?? 0) },
-      options,
-    );
+    return this.range({ ...prefixRange(prefix), revision: options?.revision ?? 0n, limit: BigInt(options?.limit ?? 0) }, options);
   }
 
   /**
@@ -150,7 +157,12 @@ export class Client implements AsyncDisposable {
   /** Deletes a key (or a prefix) and returns how many were deleted. */
   async delete(key: Bytes, options?: CallOptions & { prefix?: boolean }): Promise<bigint> {
     const request = options?.prefix ? prefixRange(key) : { key: toBuffer(key) };
-    const r = await this.conn.unary(rpc.KV.deleteRange, this.namespace ? this.namespace.deleteRequest(request) : request, 'at-most-once', options);
+    const r = await this.conn.unary(
+      rpc.KV.deleteRange,
+      this.namespace ? this.namespace.deleteRequest(request) : request,
+      'at-most-once',
+      options,
+    );
     return r.deleted ?? 0n;
   }
 
@@ -162,7 +174,13 @@ export class Client implements AsyncDisposable {
    */
   async txn(request: pb.TxnRequest, options?: CallOptions & { idempotent?: boolean }, progress?: CallProgress): Promise<TxnResult> {
     const ns = this.namespace;
-    const r = await this.conn.unary(rpc.KV.txn, ns ? ns.txnRequest(request) : request, options?.idempotent ? 'idempotent' : 'at-most-once', options, progress);
+    const r = await this.conn.unary(
+      rpc.KV.txn,
+      ns ? ns.txnRequest(request) : request,
+      options?.idempotent ? 'idempotent' : 'at-most-once',
+      options,
+      progress,
+    );
     const responses = r.responses ?? [];
     return { header: this.saw(header(r.header)), succeeded: r.succeeded ?? false, responses: ns ? ns.txnResponses(responses) : responses };
   }
@@ -216,7 +234,11 @@ export class Client implements AsyncDisposable {
   async leaseTimeToLive(id: bigint, options?: CallOptions & { keys?: boolean }): Promise<LeaseTimeToLive> {
     const r = await this.conn.unary(rpc.Lease.leaseTimeToLive, { ID: id, keys: options?.keys ?? false }, 'idempotent', options);
     const keys = r.keys ?? [];
-    return { ttl: Number(r.TTL ?? -1n), grantedTtl: Number(r.grantedTTL ?? 0n), keys: this.namespace ? this.namespace.ownKeys(keys) : keys };
+    return {
+      ttl: Number(r.TTL ?? -1n),
+      grantedTtl: Number(r.grantedTTL ?? 0n),
+      keys: this.namespace ? this.namespace.ownKeys(keys) : keys,
+    };
   }
 
   /** Every lease the cluster knows (tests use it to prove nothing leaked). */
@@ -299,17 +321,20 @@ export class Client implements AsyncDisposable {
     const bound = new AbortController();
     const onAbort = (): void => bound.abort(signal!.reason);
     signal?.addEventListener('abort', onAbort, { once: true });
-    const timer = setTimeout(() => bound.abort(new DeadlineExceededError(`${what}: no answer within ${timeoutMs} ms`)), Math.max(1, timeoutMs));
+    const timer = setTimeout(
+      () => bound.abort(new DeadlineExceededError(`${what}: no answer within ${timeoutMs} ms`)),
+      Math.max(1, timeoutMs),
+    );
     try {
       for (let retried = false; ; retried = true) {
         const target = pinned === undefined ? this.activeEndpoint : this.conn.endpoints[pinned]!.target;
-        const opened = await untilAborted(this.conn.openStream(rpc.Lease.leaseKeepAlive, pinned), bound.signal, (late) => closeStream(late.stream)).catch(
-          (err: unknown) => {
-            if (bound.signal.aborted || err instanceof EtcdError) throw err;
-            const why = err instanceof Error ? err.message : String(err);
-            throw new UnavailableError(`${what}: could not connect to etcd at ${target} (${why})`, { cause: err, unreachable: why });
-          },
-        );
+        const opened = await untilAborted(this.conn.openStream(rpc.Lease.leaseKeepAlive, pinned), bound.signal, (late) =>
+          closeStream(late.stream),
+        ).catch((err: unknown) => {
+          if (bound.signal.aborted || err instanceof EtcdError) throw err;
+          const why = err instanceof Error ? err.message : String(err);
+          throw new UnavailableError(`${what}: could not connect to etcd at ${target} (${why})`, { cause: err, unreachable: why });
+        });
         const { stream } = opened;
         try {
           const ttl = await new Promise<bigint>((resolve, reject) => {
@@ -439,4 +464,3 @@ function isAlreadyExists(err: unknown): boolean {
   const cause = err instanceof EtcdError ? err.cause : err;
   return isTransportError(cause) && etcdSays(cause.details, 'leaseExists');
 }
-

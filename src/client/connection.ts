@@ -18,7 +18,18 @@ import { Http2Transport } from './transport/http2.js';
 import { type BidiStream, ConnectError, type Method, type RequestHeaders, type Transport, TransportError } from './transport/transport.js';
 import type { ClientTelemetry as Telemetry } from './telemetry.js';
 import { publishFailover } from '../diagnostics.js';
-import { type CallOptions, type ConnectionOptions, DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, MAX_SEND_MESSAGE_BYTES, type RetryPolicy, type TlsOptions, type TokenProvider, callTimeout, positive, tlsSettingsOf } from './options.js';
+import {
+  type CallOptions,
+  type ConnectionOptions,
+  DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
+  MAX_SEND_MESSAGE_BYTES,
+  type RetryPolicy,
+  type TlsOptions,
+  type TokenProvider,
+  callTimeout,
+  positive,
+  tlsSettingsOf,
+} from './options.js';
 import { diagnose, silence } from './unreachable.js';
 
 export { closeStream, type BidiStream, type Method } from './transport/transport.js';
@@ -56,7 +67,11 @@ export class Connection {
     const tlsSettings = secure ? tlsSettingsOf(options.tls) : null;
     const keepaliveTimeMs = positive(options.keepaliveTimeMs ?? 6_000, 'keepaliveTimeMs');
     const keepaliveTimeoutMs = positive(options.keepaliveTimeoutMs ?? 3_000, 'keepaliveTimeoutMs');
-    const maxReceiveMessageBytes = positive(options.maxReceiveMessageBytes ?? DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, 'maxReceiveMessageBytes', 'bytes');
+    const maxReceiveMessageBytes = positive(
+      options.maxReceiveMessageBytes ?? DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
+      'maxReceiveMessageBytes',
+      'bytes',
+    );
     this.peers = this.endpoints.map(
       (e) =>
         new Http2Transport(e.target, {
@@ -121,7 +136,10 @@ export class Connection {
         if (!(err instanceof ConnectError)) throw err;
         if (err.kind === 'closed' && this.closed) throw new ClientClosedError();
         // Reported as the time allowed, not the time measured (timers may fire a little late).
-        throw new ConnectFailure(err.kind === 'timeout' ? 'timeout' : 'failed', err.kind === 'timeout' ? Math.max(0, until - started) : performance.now() - started);
+        throw new ConnectFailure(
+          err.kind === 'timeout' ? 'timeout' : 'failed',
+          err.kind === 'timeout' ? Math.max(0, until - started) : performance.now() - started,
+        );
       },
     );
   }
@@ -139,7 +157,9 @@ export class Connection {
     }
     const i = target === undefined ? -1 : this.endpoints.findIndex((e) => e.target === target);
     if (i < 0) {
-      throw new InvalidArgumentError(`endpoint ${endpoint} is not one of this client's endpoints (${this.endpoints.map((e) => e.target).join(', ')})`);
+      throw new InvalidArgumentError(
+        `endpoint ${endpoint} is not one of this client's endpoints (${this.endpoints.map((e) => e.target).join(', ')})`,
+      );
     }
     return i;
   }
@@ -149,7 +169,10 @@ export class Connection {
    * connected and with auth metadata. On failure moves to the next endpoint (unless pinned) and
    * throws; the caller retries after a backoff.
    */
-  async openStream<Req, Res>(method: Method<Req, Res>, pinned?: number): Promise<{ peer: number; stream: BidiStream<Req, Res>; token?: string }> {
+  async openStream<Req, Res>(
+    method: Method<Req, Res>,
+    pinned?: number,
+  ): Promise<{ peer: number; stream: BidiStream<Req, Res>; token?: string }> {
     const md = await this.metadata();
     if (this.closed) throw new ClientClosedError();
     const peer = pinned ?? this.current;
@@ -171,7 +194,13 @@ export class Connection {
    * leaves a write's outcome unknown is retried only under the 'idempotent' policy. Its duration
    * (retries included) is `rpc.client.call.duration`, recorded here and nowhere else.
    */
-  unary<Req, Res>(method: Method<Req, Res>, request: Req, policy: RetryPolicy, options?: CallOptions, progress?: CallProgress): Promise<Res> {
+  unary<Req, Res>(
+    method: Method<Req, Res>,
+    request: Req,
+    policy: RetryPolicy,
+    options?: CallOptions,
+    progress?: CallProgress,
+  ): Promise<Res> {
     const tel = this.telemetry;
     if (!tel?.metricsOn) return this.call(method, request, policy, options, progress);
     const startedAt = performance.now();
@@ -258,10 +287,13 @@ export class Connection {
         if (!isEndpointFailure(err) && !etcdSays(details, 'tooManyRequests')) {
           // Refused on our side after it was sent (an answer above our limits): the write may have landed.
           if (policy === 'at-most-once' && !err.fromServer && !err.notSent) {
-            throw new WriteOutcomeUnknownError(`${what}: the request may or may not have been applied (${details}); read the state before deciding to retry`, {
-              cause: err,
-              grpcCode: err.status,
-            });
+            throw new WriteOutcomeUnknownError(
+              `${what}: the request may or may not have been applied (${details}); read the state before deciding to retry`,
+              {
+                cause: err,
+                grpcCode: err.status,
+              },
+            );
           }
           throw fromTransportError(err, what);
         }
@@ -270,7 +302,7 @@ export class Connection {
         if (progress && !notApplied) progress.ambiguous = true;
         if (!notApplied && policy === 'at-most-once') {
           throw new WriteOutcomeUnknownError(
-            `${what}: the request may or may not have been applied (${details}); ` + 'read the state before deciding to retry',
+            `${what}: the request may or may not have been applied (${details}); read the state before deciding to retry`,
             { cause: err, grpcCode: err.status },
           );
         }
@@ -298,7 +330,13 @@ export class Connection {
    * the dial already waited: the diagnosis never outlasts the call's deadline or its signal.
    * `pinned`: the call was for that one endpoint, which the message names alone.
    */
-  private async unreachableError(what: string, failures: Map<number, ConnectFailure>, deadline: number, signal?: AbortSignal, pinned = false): Promise<Error> {
+  private async unreachableError(
+    what: string,
+    failures: Map<number, ConnectFailure>,
+    deadline: number,
+    signal?: AbortSignal,
+    pinned = false,
+  ): Promise<Error> {
     const reasons = await Promise.all(
       [...failures].map(async ([peer, f]) => {
         if (f.kind === 'timeout') return silence(Math.round(f.waitedMs));
@@ -309,8 +347,7 @@ export class Connection {
     );
     if (signal?.aborted) return signal.reason as Error;
     const targets = [...failures.keys()].map((peer) => this.endpoints[peer]!.target);
-    const why =
-      new Set(reasons).size === 1 ? reasons[0]! : reasons.map((r, i) => `${targets[i]}: ${r}`).join('; ');
+    const why = new Set(reasons).size === 1 ? reasons[0]! : reasons.map((r, i) => `${targets[i]}: ${r}`).join('; ');
     const first = failures.values().next().value;
     return new UnavailableError(
       `${what}: could not connect to etcd at ${(pinned ? targets : this.endpoints.map((e) => e.target)).join(', ')} ` +

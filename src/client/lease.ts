@@ -1,4 +1,4 @@
-import * as pb from '../proto/etcd.js';
+import type * as pb from '../proto/etcd.js';
 import * as rpc from './methods.js';
 import { closeStream, type BidiStream, type Connection } from './connection.js';
 import { Backoff } from './backoff.js';

@@ -3,7 +3,12 @@
 import * as pb from '../proto/etcd.js';
 import type { Method } from './transport/transport.js';
 
-function method<Req, Res>(service: { fullName: string }, name: string, request: pb.MessageFns<Req>, response: pb.MessageFns<Res>): Method<Req, Res> {
+function method<Req, Res>(
+  service: { fullName: string },
+  name: string,
+  request: pb.MessageFns<Req>,
+  response: pb.MessageFns<Res>,
+): Method<Req, Res> {
   return {
     path: `/${service.fullName}/${name}`,
     encode: (req) => request.encode(req).finish(),

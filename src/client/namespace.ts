@@ -41,7 +41,9 @@ export class Namespace {
 
   /** Keys of a lease that lie in the namespace, without the prefix (Go's leasePrefix.TimeToLive). */
   ownKeys(keys: Buffer[]): Buffer[] {
-    return keys.filter((k) => k.length >= this.prefix.length && this.prefix.equals(k.subarray(0, this.prefix.length))).map((k) => this.strip(k));
+    return keys
+      .filter((k) => k.length >= this.prefix.length && this.prefix.equals(k.subarray(0, this.prefix.length)))
+      .map((k) => this.strip(k));
   }
 
   rangeRequest(r: pb.RangeRequest): pb.RangeRequest {

@@ -116,12 +116,14 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** A call's `timeoutMs`: any number up to MAX_TIMER_MS (zero or less: the deadline has passed). */
 export function callTimeout(n: number): number {
-  if (Number.isNaN(n) || n > MAX_TIMER_MS) throw new InvalidArgumentError(`timeoutMs must be a number of milliseconds up to ${MAX_TIMER_MS} (about 24 days), got ${n}`);
+  if (Number.isNaN(n) || n > MAX_TIMER_MS)
+    throw new InvalidArgumentError(`timeoutMs must be a number of milliseconds up to ${MAX_TIMER_MS} (about 24 days), got ${n}`);
   return n;
 }
 
 export function positive(n: number, name: string, unit = 'milliseconds'): number {
   if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${name} must be a positive number of ${unit}, got ${n}`);
-  if (unit === 'milliseconds' && n > MAX_TIMER_MS) throw new InvalidArgumentError(`${name} must be at most ${MAX_TIMER_MS} ms (about 24 days), got ${n}`);
+  if (unit === 'milliseconds' && n > MAX_TIMER_MS)
+    throw new InvalidArgumentError(`${name} must be at most ${MAX_TIMER_MS} ms (about 24 days), got ${n}`);
   return n;
 }

@@ -1,6 +1,15 @@
 // What the low-level client records itself: the duration of its calls, failovers and resumed
 // watches. The locks' and elections' metrics live above (metrics/telemetry.ts), attached per client.
-import { createNoopMeter, metrics, ValueType, type Attributes, type Counter, type Histogram, type MeterProvider, type TracerProvider } from '@opentelemetry/api';
+import {
+  createNoopMeter,
+  metrics,
+  ValueType,
+  type Attributes,
+  type Counter,
+  type Histogram,
+  type MeterProvider,
+  type TracerProvider,
+} from '@opentelemetry/api';
 import type { DiagnosticsOptions, Logger } from '../diagnostics.js';
 import { ClientClosedError, DeadlineExceededError, EtcdError, UnavailableError } from './errors.js';
 import { CLIENT_METRIC, RPC_ATTR, SCOPE } from './names.js';
@@ -37,8 +46,22 @@ const NOOP_HISTOGRAM = createNoopMeter().createHistogram('noop');
 
 /** gRPC status codes by number, as `rpc.response.status_code` spells them (grpc's doc/statuscodes.md). */
 const GRPC_STATUS = [
-  'OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 'NOT_FOUND', 'ALREADY_EXISTS', 'PERMISSION_DENIED',
-  'RESOURCE_EXHAUSTED', 'FAILED_PRECONDITION', 'ABORTED', 'OUT_OF_RANGE', 'UNIMPLEMENTED', 'INTERNAL', 'UNAVAILABLE', 'DATA_LOSS',
+  'OK',
+  'CANCELLED',
+  'UNKNOWN',
+  'INVALID_ARGUMENT',
+  'DEADLINE_EXCEEDED',
+  'NOT_FOUND',
+  'ALREADY_EXISTS',
+  'PERMISSION_DENIED',
+  'RESOURCE_EXHAUSTED',
+  'FAILED_PRECONDITION',
+  'ABORTED',
+  'OUT_OF_RANGE',
+  'UNIMPLEMENTED',
+  'INTERNAL',
+  'UNAVAILABLE',
+  'DATA_LOSS',
   'UNAUTHENTICATED',
 ] as const;
 

@@ -13,7 +13,12 @@ export function silence(ms: number): string {
  * Finds out why an endpoint could not be reached, for the error message: gRPC only says the
  * channel failed, while a plain TCP or TLS handshake names the cause (refused, timeout, wrong CA).
  */
-export function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsOptions | undefined | null, signal?: AbortSignal): Promise<string> {
+export function diagnose(
+  endpoint: Endpoint,
+  timeoutMs: number,
+  tlsOptions: TlsOptions | undefined | null,
+  signal?: AbortSignal,
+): Promise<string> {
   const i = endpoint.target.lastIndexOf(':');
   const host = endpoint.target.slice(0, i).replace(/^\[|\]$/g, '');
   const port = Number(endpoint.target.slice(i + 1));
@@ -25,7 +30,9 @@ export function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsO
             host,
             port,
             // SNI takes names, not addresses; the name the certificate must carry, when given.
-            ...((tlsOptions?.serverName ?? (net.isIP(host) ? undefined : host)) !== undefined && { servername: tlsOptions?.serverName ?? host }),
+            ...((tlsOptions?.serverName ?? (net.isIP(host) ? undefined : host)) !== undefined && {
+              servername: tlsOptions?.serverName ?? host,
+            }),
             ALPNProtocols: ['h2'],
             ...(tlsOptions?.ca !== undefined && { ca: tlsOptions.ca }),
             ...(tlsOptions?.cert !== undefined && { cert: tlsOptions.cert }),
@@ -43,19 +50,28 @@ export function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsO
     socket.once('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'ECONNREFUSED') return done('connection refused: nothing listens on that port');
       if (tlsOptions !== null) {
-        return done(`TLS handshake failed: ${err.message}; check the CA certificate (--cacert), the client certificate and key, and that the server certificate names this host`);
+        return done(
+          `TLS handshake failed: ${err.message}; check the CA certificate (--cacert), the client certificate and key, and that the server certificate names this host`,
+        );
       }
       done(err.message);
     });
     if (tlsOptions !== null) {
       socket.once('secureConnect', () => {
         const alpn = (socket as tls.TLSSocket).alpnProtocol;
-        if (alpn !== 'h2') return done(`the TLS handshake went through but the server does not speak HTTP/2 (ALPN ${alpn || 'none'}): is this an etcd client port?`);
-        done('the TLS handshake went through but the server then refused: it may require a client certificate (--cert and --key) signed by its CA, or this is not an etcd client port');
+        if (alpn !== 'h2')
+          return done(
+            `the TLS handshake went through but the server does not speak HTTP/2 (ALPN ${alpn || 'none'}): is this an etcd client port?`,
+          );
+        done(
+          'the TLS handshake went through but the server then refused: it may require a client certificate (--cert and --key) signed by its CA, or this is not an etcd client port',
+        );
       });
     } else {
       // Speak first, as an HTTP/2 client does: the answer (or silence) tells what is listening.
-      socket.once('connect', () => socket.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0])])));
+      socket.once('connect', () =>
+        socket.write(Buffer.concat([Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0])])),
+      );
       socket.once('data', (chunk: Buffer) =>
         done(
           chunk[0] === 0x15 || chunk[0] === 0x16
@@ -63,7 +79,9 @@ export function diagnose(endpoint: Endpoint, timeoutMs: number, tlsOptions: TlsO
             : 'the server answers HTTP/2 but gRPC failed: is this an etcd client port?',
         ),
       );
-      socket.once('end', () => done('the server closed the connection without answering: if it uses TLS, use https:// endpoints and pass its CA certificate'));
+      socket.once('end', () =>
+        done('the server closed the connection without answering: if it uses TLS, use https:// endpoints and pass its CA certificate'),
+      );
     }
   });
 }

@@ -65,7 +65,8 @@ const RESUME_BELOW_BYTES = 2 * 1024 * 1024;
 /** The bytes of keys and values a batch holds. */
 function batchBytes(events: readonly WatchEvent[]): number {
   let n = 0;
-  for (const e of events) n += e.kv.key.length + (e.kv.value?.length ?? 0) + (e.prevKv ? e.prevKv.key.length + (e.prevKv.value?.length ?? 0) : 0);
+  for (const e of events)
+    n += e.kv.key.length + (e.kv.value?.length ?? 0) + (e.prevKv ? e.prevKv.key.length + (e.prevKv.value?.length ?? 0) : 0);
   return n;
 }
 
@@ -384,7 +385,9 @@ export class WatchHub {
     if (r.canceled) {
       this.active.delete(id);
       const compact = r.compactRevision ?? 0n;
-      w.fail(compact > 0n ? new CompactedError(compact) : new EtcdError(`etcd cancelled the watch: ${r.cancelReason || 'no reason given'}`));
+      w.fail(
+        compact > 0n ? new CompactedError(compact) : new EtcdError(`etcd cancelled the watch: ${r.cancelReason || 'no reason given'}`),
+      );
       this.maybeIdle();
       return;
     }
@@ -401,7 +404,8 @@ export class WatchHub {
       return;
     }
     if (compact > 0n) w.fail(new CompactedError(compact));
-    else if (etcdSays(reason, 'permissionDenied')) w.fail(new PermissionDeniedError(`watch on ${w.key.toString()}: permission denied; grant the user read access`));
+    else if (etcdSays(reason, 'permissionDenied'))
+      w.fail(new PermissionDeniedError(`watch on ${w.key.toString()}: permission denied; grant the user read access`));
     else w.fail(new EtcdError(`etcd refused the watch on ${w.key.toString()}: ${reason || 'no reason given'}`));
     this.maybeIdle();
   }
@@ -423,7 +427,8 @@ export class WatchHub {
     this.waiting = [...live, ...this.waiting];
     if (this.closed) return;
     if (live.length > 0 && this.conn.telemetry?.metricsOn) this.conn.telemetry.watchResumes.add(1);
-    if (live.length > 0) publishWatchReconnect(this.conn.telemetry?.logger, this.conn.endpoints[this.peer]?.target ?? '?', live.length, err);
+    if (live.length > 0)
+      publishWatchReconnect(this.conn.telemetry?.logger, this.conn.endpoints[this.peer]?.target ?? '?', live.length, err);
     if (!tokenExpired) this.conn.failover(this.peer);
     if (this.waiting.length === 0) return;
     this.scheduleReopen(err);

@@ -77,7 +77,8 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
     if (typeof db !== 'object' || db === null || typeof (db as Partial<PgQueryable>).query !== 'function') {
       throw new InvalidArgumentError('PostgresFence: give it a node-postgres Pool or a connected Client (an object with query())');
     }
-    if (typeof (db as Partial<PgPool>).totalCount === 'number' && typeof (db as Partial<PgPool>).connect === 'function') this.pool = db as PgPool<Tx>;
+    if (typeof (db as Partial<PgPool>).totalCount === 'number' && typeof (db as Partial<PgPool>).connect === 'function')
+      this.pool = db as PgPool<Tx>;
     else this.client = db as Tx;
   }
 
@@ -113,7 +114,8 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
   async run<T>(handle: FencingHandle, resource: string, fn: (tx: Tx) => Promise<T> | T): Promise<T> {
     const fenced = fencedBy(handle, 'PostgresFence.run');
     checkResource(resource);
-    if (typeof fn !== 'function') throw new InvalidArgumentError('PostgresFence.run: fn must be a function (tx) => ... that runs the fenced queries on tx');
+    if (typeof fn !== 'function')
+      throw new InvalidArgumentError('PostgresFence.run: fn must be a function (tx) => ... that runs the fenced queries on tx');
     fenced.assert(); // a holder already known lost needs no round trip to be refused
     return this.withConnection(async (tx, conn) => {
       await tx.query('BEGIN');

@@ -71,10 +71,13 @@ export class RedisFence {
     options: RedisFenceOptions = {},
   ) {
     if (typeof redis !== 'object' || redis === null || typeof (redis as Partial<IoRedisLike>).eval !== 'function') {
-      throw new InvalidArgumentError('RedisFence: give it an ioredis client (Redis or Cluster) or a node-redis client (an object with eval())');
+      throw new InvalidArgumentError(
+        'RedisFence: give it an ioredis client (Redis or Cluster) or a node-redis client (an object with eval())',
+      );
     }
     const suffix = options.suffix ?? ':fence';
-    if (typeof suffix !== 'string' || suffix.length === 0) throw new InvalidArgumentError('RedisFence: suffix must be a non-empty string (default ":fence")');
+    if (typeof suffix !== 'string' || suffix.length === 0)
+      throw new InvalidArgumentError('RedisFence: suffix must be a non-empty string (default ":fence")');
     this.suffix = suffix;
   }
 
@@ -98,16 +101,39 @@ export class RedisFence {
    * `handle`'s token on `resource`, all in one script, and resolves with what it returns. Pass every
    * key it touches in `keys` (Redis Cluster requires them in the resource's slot).
    */
-  async eval(handle: FencingHandle, resource: string, script: string, keys: readonly string[] = [], args: readonly (string | Buffer | number | bigint)[] = []): Promise<unknown> {
-    if (typeof script !== 'string' || script.trim() === '') throw new InvalidArgumentError('RedisFence.eval: script must be a Lua body, e.g. "return redis.call(\'INCR\', KEYS[1])"');
-    if (!Array.isArray(keys) || !keys.every((k) => typeof k === 'string')) throw new InvalidArgumentError('RedisFence.eval: keys must be an array of strings');
+  async eval(
+    handle: FencingHandle,
+    resource: string,
+    script: string,
+    keys: readonly string[] = [],
+    args: readonly (string | Buffer | number | bigint)[] = [],
+  ): Promise<unknown> {
+    if (typeof script !== 'string' || script.trim() === '')
+      throw new InvalidArgumentError('RedisFence.eval: script must be a Lua body, e.g. "return redis.call(\'INCR\', KEYS[1])"');
+    if (!Array.isArray(keys) || !keys.every((k) => typeof k === 'string'))
+      throw new InvalidArgumentError('RedisFence.eval: keys must be an array of strings');
     if (!Array.isArray(args)) throw new InvalidArgumentError('RedisFence.eval: args must be an array');
-    return this.run(handle, 'RedisFence.eval', resource, `${PROLOGUE}${script}${EPILOGUE}`, [...keys], args.map((a) => (typeof a === 'bigint' || typeof a === 'number' ? String(a) : a)));
+    return this.run(
+      handle,
+      'RedisFence.eval',
+      resource,
+      `${PROLOGUE}${script}${EPILOGUE}`,
+      [...keys],
+      args.map((a) => (typeof a === 'bigint' || typeof a === 'number' ? String(a) : a)),
+    );
   }
 
-  private async run(handle: FencingHandle, what: string, resource: string, script: string, keys: string[], args: (string | Buffer)[]): Promise<unknown> {
+  private async run(
+    handle: FencingHandle,
+    what: string,
+    resource: string,
+    script: string,
+    keys: string[],
+    args: (string | Buffer)[],
+  ): Promise<unknown> {
     const fenced = fencedBy(handle, what);
-    if (typeof resource !== 'string' || resource.length === 0) throw new InvalidArgumentError(`${what}: the key (resource) must be a non-empty string`);
+    if (typeof resource !== 'string' || resource.length === 0)
+      throw new InvalidArgumentError(`${what}: the key (resource) must be a non-empty string`);
     fenced.assert(); // a holder already known lost needs no round trip to be refused
     keys.push(this.fenceKey(resource));
     args.push(String(fenced.token));

@@ -144,7 +144,8 @@ export async function cachedEtcds(): Promise<EtcdInstall[]> {
     const etcd = join(dir, 'etcd');
     const etcdctl = join(dir, 'etcdctl');
     // An unfinished install lives in a dot-dir and is renamed into place whole, so a named dir is complete.
-    if (await isExecutable(etcd)) found.push({ version: name, etcd, etcdctl: (await isExecutable(etcdctl)) ? etcdctl : undefined, source: 'cache' });
+    if (await isExecutable(etcd))
+      found.push({ version: name, etcd, etcdctl: (await isExecutable(etcdctl)) ? etcdctl : undefined, source: 'cache' });
   }
   return found.sort((a, b) => compareEtcdVersions(b.version, a.version));
 }
@@ -197,7 +198,9 @@ export async function resolveEtcd(options: ResolveEtcdOptions = {}): Promise<Etc
     // The directory name is the version the installer read; trust the binary, not the name.
     const actual = await etcdBinaryVersion(hit.etcd);
     if (actual !== hit.version) {
-      throw new EtcdVersionError(`etcd: ${hit.etcd} reports ${actual}, not ${hit.version}; remove ${dirname(hit.etcd)} and install it again`);
+      throw new EtcdVersionError(
+        `etcd: ${hit.etcd} reports ${actual}, not ${hit.version}; remove ${dirname(hit.etcd)} and install it again`,
+      );
     }
     return hit;
   }
@@ -206,13 +209,12 @@ export async function resolveEtcd(options: ResolveEtcdOptions = {}): Promise<Etc
   const pathVersion = path ? await etcdBinaryVersion(path).catch(() => undefined) : undefined;
   if (path && pathVersion && (!request || matches(pathVersion, request))) return withEtcdctl(path, pathVersion, 'path');
 
-  const have = [
-    ...cached.map((c) => c.version),
-    ...(path ? [`${pathVersion ?? 'an etcd that does not run'} at ${path}`] : []),
-  ];
+  const have = [...cached.map((c) => c.version), ...(path ? [`${pathVersion ?? 'an etcd that does not run'} at ${path}`] : [])];
   const seen = have.length ? `found only ${have.join(', ')}` : `${etcdCacheDir()} is empty and there is no etcd on PATH`;
   throw new EtcdNotFoundError(
-    request ? `etcd ${request} is not installed (${seen}). ${installHint(request)}` : `etcd: no etcd found (${seen}). ${installHint(undefined)}`,
+    request
+      ? `etcd ${request} is not installed (${seen}). ${installHint(request)}`
+      : `etcd: no etcd found (${seen}). ${installHint(undefined)}`,
     request,
   );
 }

@@ -164,11 +164,17 @@ class Members {
   }
 
   async waitHealthy(timeout = this.timeoutMs, abortIf?: () => Error | undefined): Promise<void> {
-    await this.pollUntil('a healthy cluster', timeout, true, (probes, active) => {
-      const leader = probes[0]?.leader;
-      const ok = probes.every((p) => p.healthy && p.leader === leader) && this.indexOfId(leader, active) !== undefined;
-      return ok ? true : undefined;
-    }, abortIf);
+    await this.pollUntil(
+      'a healthy cluster',
+      timeout,
+      true,
+      (probes, active) => {
+        const leader = probes[0]?.leader;
+        const ok = probes.every((p) => p.healthy && p.leader === leader) && this.indexOfId(leader, active) !== undefined;
+        return ok ? true : undefined;
+      },
+      abortIf,
+    );
   }
 
   leaderIndex(timeout = this.timeoutMs): Promise<number> {
@@ -224,9 +230,10 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
 
   /** Start every member and wait for health; on failure, kill them and throw with the failing member's log tail. */
   const startAll = async (): Promise<void> => {
-    const ports = options.basePort !== undefined
-      ? await fixedPorts(options.basePort, size * 2, (i) => `${i % 2 ? 'peer' : 'client'} port of m${Math.floor(i / 2)}`)
-      : await freePorts(size * 2);
+    const ports =
+      options.basePort !== undefined
+        ? await fixedPorts(options.basePort, size * 2, (i) => `${i % 2 ? 'peer' : 'client'} port of m${Math.floor(i / 2)}`)
+        : await freePorts(size * 2);
     const token = `etcd-concurrency-${process.pid}-${randomBytes(6).toString('hex')}`;
     const scheme = options.tls ? 'https' : 'http';
     const urls = Array.from({ length: size }, (_, i) => ({
@@ -253,7 +260,9 @@ export async function startEtcd(options: StartEtcdOptions = {}): Promise<EtcdClu
         initialCluster,
         clusterToken: token,
       });
-      members.list.push(new MemberProcess(i, { name: u.name, endpoint: u.endpoint, clientUrl, peerUrl: u.peerUrl }, memberDir, logFile, install.etcd, args));
+      members.list.push(
+        new MemberProcess(i, { name: u.name, endpoint: u.endpoint, clientUrl, peerUrl: u.peerUrl }, memberDir, logFile, install.etcd, args),
+      );
     }
     await Promise.all(members.list.map((m) => m.spawn()));
 

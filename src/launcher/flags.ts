@@ -72,7 +72,7 @@ export function checkExtraArgs(version: string, extraArgs: readonly string[] = [
       const replacement = RENAMED[flag.slice('experimental-'.length)];
       throw new EtcdFlagError(
         `etcd ${version} has no --${flag} (3.7 removed every --experimental-* flag)` +
-          (replacement ? `; use ${replacement} (3.6 and later)` : '; see etcd 3.6\'s changelog for its replacement'),
+          (replacement ? `; use ${replacement} (3.6 and later)` : "; see etcd 3.6's changelog for its replacement"),
       );
     }
     const old = OLD_NAME.get(`--${flag}`);
@@ -92,27 +92,45 @@ const ms = (n: number) => `${Math.round(n)}ms`;
 export function memberArgs(version: string, s: MemberFlagSettings): string[] {
   const modern = etcdVersionAtLeast(version, '3.6');
   return [
-    '--name', s.name,
-    '--data-dir', s.dataDir,
-    '--listen-client-urls', s.clientUrl,
-    '--advertise-client-urls', s.clientUrl,
-    '--listen-peer-urls', s.peerUrl,
-    '--initial-advertise-peer-urls', s.peerUrl,
-    '--initial-cluster', s.initialCluster,
-    '--initial-cluster-state', 'new',
-    '--initial-cluster-token', s.clusterToken,
+    '--name',
+    s.name,
+    '--data-dir',
+    s.dataDir,
+    '--listen-client-urls',
+    s.clientUrl,
+    '--advertise-client-urls',
+    s.clientUrl,
+    '--listen-peer-urls',
+    s.peerUrl,
+    '--initial-advertise-peer-urls',
+    s.peerUrl,
+    '--initial-cluster',
+    s.initialCluster,
+    '--initial-cluster-state',
+    'new',
+    '--initial-cluster-token',
+    s.clusterToken,
     // 3.4 defaults to the old capnslog logger; zap on every version keeps logs alike. stderr (not a
     // file path) so Go panics and flag errors land in the same per-member log.
-    '--logger', 'zap',
-    '--log-outputs', 'stderr',
+    '--logger',
+    'zap',
+    '--log-outputs',
+    'stderr',
     ...(s.heartbeatMs !== undefined ? ['--heartbeat-interval', String(s.heartbeatMs)] : []),
     ...(s.electionMs !== undefined ? ['--election-timeout', String(s.electionMs)] : []),
     ...(s.watchProgressNotifyIntervalMs !== undefined
       ? [modern ? '--watch-progress-notify-interval' : '--experimental-watch-progress-notify-interval', ms(s.watchProgressNotifyIntervalMs)]
       : []),
     ...(s.tls
-      ? ['--cert-file', s.tls.certFile, '--key-file', s.tls.keyFile, '--trusted-ca-file', s.tls.trustedCaFile,
-         ...(s.tls.clientCertAuth ? ['--client-cert-auth'] : [])]
+      ? [
+          '--cert-file',
+          s.tls.certFile,
+          '--key-file',
+          s.tls.keyFile,
+          '--trusted-ca-file',
+          s.tls.trustedCaFile,
+          ...(s.tls.clientCertAuth ? ['--client-cert-auth'] : []),
+        ]
       : []),
     ...(s.extraArgs ?? []),
   ];

@@ -4,7 +4,20 @@
 // commands install anything; the library and startEtcd never do.
 
 import { spawnSync } from 'node:child_process';
-import { accessSync, chmodSync, constants, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  accessSync,
+  chmodSync,
+  constants,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { delimiter, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { compareEtcdVersions, etcdCacheDir } from './binary.js';
@@ -31,7 +44,13 @@ export interface EtcdLineSpec {
 export const ETCD_LINES: Readonly<Record<string, EtcdLineSpec>> = {
   '3.4': { version: '3.4.23', kind: 'deb', suites: ['bookworm'], note: "Debian bookworm's etcd-server/etcd-client" },
   // sid moves on; trixie (stable) keeps 3.5.16, the fallback when sid no longer has 3.5.30.
-  '3.5': { version: '3.5.30', kind: 'deb', suites: ['sid'], fallback: { version: '3.5.16', suites: ['trixie'] }, note: "Debian sid's etcd-server/etcd-client" },
+  '3.5': {
+    version: '3.5.30',
+    kind: 'deb',
+    suites: ['sid'],
+    fallback: { version: '3.5.16', suites: ['trixie'] },
+    note: "Debian sid's etcd-server/etcd-client",
+  },
   '3.6': { version: '3.6.16', kind: 'go', module: 'etcd/v3.6', note: 'built from Go modules (etcd/v3.6)' },
   '3.7': { version: '3.7.3', kind: 'go', module: 'etcd/v3.7', note: 'built from Go modules (etcd/v3.7)' },
 };
@@ -155,7 +174,8 @@ function newTempDir(version: string): string {
 /** Checks the binaries run here and report `version`; writes a note of where they came from. */
 function verify(dir: string, version: string, source: string): void {
   const got = binaryVersion(join(dir, 'etcd'));
-  if (got !== version) throw new EtcdInstallError(`${join(dir, 'etcd')} reports ${got ?? 'nothing (does it run on this machine?)'}, expected ${version}`);
+  if (got !== version)
+    throw new EtcdInstallError(`${join(dir, 'etcd')} reports ${got ?? 'nothing (does it run on this machine?)'}, expected ${version}`);
   run(join(dir, 'etcdctl'), ['version'], { env: { ...withoutEtcdEnv(), ETCDCTL_API: '3' } });
   writeFileSync(join(dir, 'SOURCE'), `${source}\n`);
 }
@@ -176,16 +196,25 @@ const KEYRING = '/usr/share/keyrings/debian-archive-keyring.gpg';
 
 function aptOptions(state: string): string[] {
   return [
-    '-o', `Dir::Etc::SourceList=${join(state, 'sources.list')}`,
-    '-o', 'Dir::Etc::SourceParts=/dev/null',
-    '-o', `Dir::State::Lists=${join(state, 'lists')}`,
-    '-o', `Dir::State::status=${join(state, 'status')}`,
-    '-o', `Dir::Cache=${join(state, 'cache')}`,
-    '-o', 'Acquire::Languages=none',
-    '-o', 'Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false',
-    '-o', 'Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false',
+    '-o',
+    `Dir::Etc::SourceList=${join(state, 'sources.list')}`,
+    '-o',
+    'Dir::Etc::SourceParts=/dev/null',
+    '-o',
+    `Dir::State::Lists=${join(state, 'lists')}`,
+    '-o',
+    `Dir::State::status=${join(state, 'status')}`,
+    '-o',
+    `Dir::Cache=${join(state, 'cache')}`,
+    '-o',
+    'Acquire::Languages=none',
+    '-o',
+    'Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false',
+    '-o',
+    'Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false',
     // The _apt user cannot write into a private dir we own; download as ourselves.
-    '-o', 'APT::Sandbox::User=root',
+    '-o',
+    'APT::Sandbox::User=root',
   ];
 }
 
@@ -289,7 +318,9 @@ export function goFor(dir: string): { go: string; error?: undefined } | { go?: u
   const found = findGo();
   const ok = found.find((g) => compareEtcdVersions(g.version, need) >= 0);
   if (ok) return { go: ok.go };
-  const seen = found.length ? `found ${found.map((g) => `go${g.version} at ${g.go}`).join(', ')}` : 'no go found in /usr/local/go/bin or on PATH';
+  const seen = found.length
+    ? `found ${found.map((g) => `go${g.version} at ${g.go}`).join(', ')}`
+    : 'no go found in /usr/local/go/bin or on PATH';
   return { error: `needs Go >= ${need} (${seen}); install Go from the Go project's downloads into /usr/local/go` };
 }
 

@@ -5,7 +5,21 @@ import { existsSync, readFileSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { etcdCacheDir } from './binary.js';
-import { add, binaryVersion, cached, ETCD_LINES, EtcdInstallError, findCached, install, installerName, LINES, log, NEWEST, pathOf, which } from './install.js';
+import {
+  add,
+  binaryVersion,
+  cached,
+  ETCD_LINES,
+  EtcdInstallError,
+  findCached,
+  install,
+  installerName,
+  LINES,
+  log,
+  NEWEST,
+  pathOf,
+  which,
+} from './install.js';
 
 /** What is cached and what is not, one line per release line (newest first), then extras and PATH. */
 export function listLines(): string[] {
@@ -35,7 +49,11 @@ export function execWith(request: string, argv: string[]): void {
   const wanted = request === 'default' ? process.env.ETCD_VERSION?.trim() || 'newest' : request;
   if (request === 'default' && wanted === 'newest' && !findCached('newest')) {
     const onPath = which('etcd');
-    log(onPath ? `using etcd ${binaryVersion(onPath) ?? '(unknown version)'} from PATH (${onPath})` : `no etcd cached or on PATH; run: ${installerName()} install ${NEWEST}`);
+    log(
+      onPath
+        ? `using etcd ${binaryVersion(onPath) ?? '(unknown version)'} from PATH (${onPath})`
+        : `no etcd cached or on PATH; run: ${installerName()} install ${NEWEST}`,
+    );
   } else {
     const dir = pathOf(wanted);
     const version = dir.split('/').pop()!;

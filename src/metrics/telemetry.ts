@@ -112,7 +112,11 @@ export class Telemetry {
       seconds('Time from an acquire call (lock, permit, read or write lock, campaign) to holding or giving up', WAIT_BUCKETS),
     );
     this.holdDuration = meter.createHistogram(METRIC.holdDuration, seconds('Time from holding to releasing or losing', WAIT_BUCKETS));
-    this.held = meter.createUpDownCounter(METRIC.held, { description: 'Locks, permits and leaderships held now', unit: '{holder}', valueType: ValueType.INT });
+    this.held = meter.createUpDownCounter(METRIC.held, {
+      description: 'Locks, permits and leaderships held now',
+      unit: '{holder}',
+      valueType: ValueType.INT,
+    });
     this.waiting = meter.createUpDownCounter(METRIC.waiting, {
       description: 'Acquire calls queued behind others now',
       unit: '{waiter}',
@@ -153,7 +157,8 @@ export class Telemetry {
       valueType: ValueType.INT,
     });
     this.releaseRetries = meter.createCounter(METRIC.releaseRetries, {
-      description: "Failed delete attempts of a release (or of an aborted acquire's clean-up), retried in the background until the key is gone or the session ends",
+      description:
+        "Failed delete attempts of a release (or of an aborted acquire's clean-up), retried in the background until the key is gone or the session ends",
       unit: '{attempt}',
       valueType: ValueType.INT,
     });
@@ -172,7 +177,8 @@ export class Telemetry {
         timeLeftByMeter.set(meter, clients);
         meter
           .createObservableGauge(METRIC.sessionTimeLeft, {
-            description: "Least time left, over this process's live sessions, until a session declares itself lost (its proven lease deadline less the safety margin)",
+            description:
+              "Least time left, over this process's live sessions, until a session declares itself lost (its proven lease deadline less the safety margin)",
             unit: 's',
           })
           .addCallback((result: ObservableResult) => {
@@ -254,7 +260,6 @@ export class Telemetry {
   staleWriteRefused(store: string): void {
     if (this.metricsOn) this.fencingRefused.add(1, { [ATTR.fencingStore]: store });
   }
-
 }
 
 /** How an acquire that threw ended. */
@@ -325,7 +330,11 @@ export class AcquireProbe {
       this.span.setAttribute(ATTR.fencingToken, Number(token));
       this.span.setAttribute(ATTR.waitDuration, waited);
       this.span.end();
-      holdSpan = tel.tracer.startSpan(SPAN[this.kind].hold, { attributes: { ...this.attrs, [ATTR.fencingToken]: Number(token) } }, this.ctx);
+      holdSpan = tel.tracer.startSpan(
+        SPAN[this.kind].hold,
+        { attributes: { ...this.attrs, [ATTR.fencingToken]: Number(token) } },
+        this.ctx,
+      );
     }
     return new HoldRecord(tel, leads, this.attrs, holdSpan);
   }

@@ -305,14 +305,21 @@ export class DoubleBarrier {
           // own), and our key, in one Txn. No signal: once sent it should land (repeating it is harmless).
           const ours = mine ? [op.delete(entry.key)] : [];
           await client.txn(
-            { compare: [compare.modRevision(this.readyKey, '=', entry.ready)], success: [op.delete(this.readyKey), ...ours], failure: ours },
+            {
+              compare: [compare.modRevision(this.readyKey, '=', entry.ready)],
+              success: [op.delete(this.readyKey), ...ours],
+              failure: ours,
+            },
             { idempotent: true },
           );
           return null;
         }
         // Not the oldest: leave now, and wait for the rest.
         if (mine && oldest(r.kvs) !== mine) {
-          await client.txn({ compare: [compare.createRevision(entry.key, '=', entry.rev)], success: [op.delete(entry.key)], failure: [] }, { idempotent: true });
+          await client.txn(
+            { compare: [compare.createRevision(entry.key, '=', entry.rev)], success: [op.delete(entry.key)], failure: [] },
+            { idempotent: true },
+          );
         }
         // No key joins a round once it is open, so only these keys' deletes can end the wait.
         const left = new Set(others.map((kv) => kv.key.toString('latin1')));

@@ -39,11 +39,12 @@ export interface LeaderInfo {
  * `for await (const ev of election.observe()) if (ev.type === 'leader') console.log(ev.leader.value)`.
  * `revision` is the etcd revision the event was read at.
  */
-export type LeaderEvent =
-  | { type: 'leader'; leader: LeaderInfo; revision: bigint }
-  | { type: 'none'; revision: bigint };
+export type LeaderEvent = { type: 'leader'; leader: LeaderInfo; revision: bigint } | { type: 'none'; revision: bigint };
 
-const leadershipLost = (key: string): LostErrorFactory => (message, options) => new LeadershipLostError(message, key, options);
+const leadershipLost =
+  (key: string): LostErrorFactory =>
+  (message, options) =>
+    new LeadershipLostError(message, key, options);
 
 function leaderInfo(kv: KeyValue): LeaderInfo {
   return {
@@ -133,11 +134,7 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
 }
 
 /** The current leader of election `name`, or undefined. Needs no session. */
-export async function currentLeader(
-  client: Client,
-  name: string,
-  options: { signal?: AbortSignal } = {},
-): Promise<LeaderInfo | undefined> {
+export async function currentLeader(client: Client, name: string, options: { signal?: AbortSignal } = {}): Promise<LeaderInfo | undefined> {
   const { owner } = await oldestParticipant(client, validateName(name, 'election name'), options);
   return owner && leaderInfo(owner);
 }
@@ -148,11 +145,7 @@ export async function currentLeader(
  * computed from a read at the revision of the change, so a candidate that never led is never
  * reported (etcd issue 18163). Survives stream drops and compaction; ends only when `signal` aborts.
  */
-export function observeLeader(
-  client: Client,
-  name: string,
-  options: { signal?: AbortSignal } = {},
-): AsyncIterableIterator<LeaderEvent> {
+export function observeLeader(client: Client, name: string, options: { signal?: AbortSignal } = {}): AsyncIterableIterator<LeaderEvent> {
   validateName(name, 'election name');
   const stop = new AbortController();
   const onAbort = (): void => stop.abort();
@@ -289,7 +282,9 @@ class Leadership extends OwnerHandleBase implements LeaderHandle {
       { idempotent: true },
     );
     if (!t.succeeded) {
-      const err = new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key, { reason: 'key_deleted' });
+      const err = new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key, {
+        reason: 'key_deleted',
+      });
       // The compare is on our key's CreateRevision: it fails only when the key was deleted.
       this.own.end(err, undefined, 'key_deleted');
       throw err;
@@ -400,7 +395,9 @@ export async function runAsLeader<T>(
 ): Promise<T | undefined> {
   const health = options.health;
   if (health !== undefined && (typeof health.ended !== 'function' || typeof health.stopped !== 'function')) {
-    throw new InvalidArgumentError('options.health must be a LeaderHealth, with ended() and stopped(): make one with leaderHealth({ graceMs })');
+    throw new InvalidArgumentError(
+      'options.health must be a LeaderHealth, with ended() and stopped(): make one with leaderHealth({ graceMs })',
+    );
   }
   validateName(name, 'election name');
   const owned = !(target instanceof Session);

@@ -98,7 +98,10 @@ function canonicalNames(names: readonly string[]): string[] {
   if (!Array.isArray(names)) throw new InvalidArgumentError(`lock names must be an array of strings, got ${typeof names}`);
   if (names.length === 0) throw new InvalidArgumentError('lockAll needs at least one lock name; got an empty list');
   // The final check compares two things per lock in one Txn, and etcd allows 128 per Txn.
-  if (names.length > MAX_LOCKS) throw new InvalidArgumentError(`lockAll takes at most ${MAX_LOCKS} names, got ${names.length}; split the set or use fewer, coarser locks`);
+  if (names.length > MAX_LOCKS)
+    throw new InvalidArgumentError(
+      `lockAll takes at most ${MAX_LOCKS} names, got ${names.length}; split the set or use fewer, coarser locks`,
+    );
   const seen = new Set<string>();
   const entries = names.map((n: unknown) => {
     const name = validateName(n, 'lock name');
@@ -194,7 +197,8 @@ class MultiLock implements MultiLockHandle {
 
   unlock(): Promise<ReleaseResult> {
     // Work under `signal` must stop before the first key goes.
-    if (!this.ended) this.end(new LockLostError(`locks ${this.names.join(', ')} were released by unlock()`, this.held[0]!.key, { reason: 'released' }));
+    if (!this.ended)
+      this.end(new LockLostError(`locks ${this.names.join(', ')} were released by unlock()`, this.held[0]!.key, { reason: 'released' }));
     return (this.unlocking ??= this.releaseAll());
   }
 

@@ -18,7 +18,10 @@ export interface LockOptions extends AcquireOptions {
   label?: string;
 }
 
-const lockLost = (key: string): LostErrorFactory => (message, options) => new LockLostError(message, key, options);
+const lockLost =
+  (key: string): LostErrorFactory =>
+  (message, options) =>
+    new LockLostError(message, key, options);
 
 /**
  * A fair distributed lock: waiters are served in the order of their keys' CreateRevision, each

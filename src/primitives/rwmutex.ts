@@ -11,7 +11,10 @@ import { oldestRule, type Scope } from '../queue/predecessor.js';
 import type { LostErrorFactory } from '../queue/turn.js';
 import type { ReleaseResult } from '../queue/release.js';
 
-const rwLost = (key: string): LostErrorFactory => (message, options) => new RWLockLostError(message, key, options);
+const rwLost =
+  (key: string): LostErrorFactory =>
+  (message, options) =>
+    new RWLockLostError(message, key, options);
 
 /**
  * A fair readers-writer lock in the key layout of Go's `recipe.RWMutex`: readers queue as
@@ -106,7 +109,15 @@ export class RWMutex {
     if (!writer) return undefined;
     writer.assert(); // a write lock lost meanwhile is no ground for a read lock: its error says why
     if (!joinHeld(session, key, writer.fencingToken)) return undefined;
-    const own = new Ownership(session, key, writer.fencingToken, rwLost(key), { kind: 'read', name: this.name }, undefined, sessionQueue(session).gates.enterAlongside(key));
+    const own = new Ownership(
+      session,
+      key,
+      writer.fencingToken,
+      rwLost(key),
+      { kind: 'read', name: this.name },
+      undefined,
+      sessionQueue(session).gates.enterAlongside(key),
+    );
     return new HeldRWLock(own, 'read');
   }
 

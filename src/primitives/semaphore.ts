@@ -18,7 +18,10 @@ import type { WatchEvent } from '../client/watch.js';
  */
 export const MAX_PERMITS = 60;
 
-const permitLost = (key: string): LostErrorFactory => (message, options) => new PermitLostError(message, key, options);
+const permitLost =
+  (key: string): LostErrorFactory =>
+  (message, options) =>
+    new PermitLostError(message, key, options);
 
 /**
  * A fair counting semaphore: at most `permits` sessions hold a permit at once, and permits go in
@@ -174,7 +177,8 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
       keys.forEach((k, i) => {
         const kv = kvs[i];
         if (kv && kv.createRevision === k.createRevision && kv.lease === 0n) strays.add(id(kv));
-        ok &&= kv?.createRevision === k.createRevision && kv.lease !== 0n && !(firstUnchanged && i === 0 && kv.modRevision !== k.modRevision);
+        ok &&=
+          kv?.createRevision === k.createRevision && kv.lease !== 0n && !(firstUnchanged && i === 0 && kv.modRevision !== k.modRevision);
       });
       return ok;
     },

@@ -24,7 +24,13 @@ const NO_KVS: readonly KeyValue[] = Object.freeze([]);
  * range, while a count comes from its in-memory index. Finding what we wait for (a sorted read) is a
  * separate read-only request, served off the apply loop, paid only under contention.
  */
-async function enqueue(session: Session, spec: TicketSpec, use: KeyUse, ahead?: (keys: bigint) => void, signal?: AbortSignal): Promise<Ticket> {
+async function enqueue(
+  session: Session,
+  spec: TicketSpec,
+  use: KeyUse,
+  ahead?: (keys: bigint) => void,
+  signal?: AbortSignal,
+): Promise<Ticket> {
   const { key, value } = spec;
   const count = op.range({ ...spec.count, countOnly: true });
   const progress: CallProgress = { sent: false };

@@ -66,11 +66,15 @@ export class KeptWatches {
     if (!m) {
       const map = (m = new Map<string, Kept>());
       this.bySession.set(session, map);
-      session.signal.addEventListener('abort', () => {
-        if (this.bySession.get(session) === map) this.bySession.delete(session);
-        for (const x of map.values()) drop(x);
-        map.clear();
-      }, { once: true });
+      session.signal.addEventListener(
+        'abort',
+        () => {
+          if (this.bySession.get(session) === map) this.bySession.delete(session);
+          for (const x of map.values()) drop(x);
+          map.clear();
+        },
+        { once: true },
+      );
     }
     const old = m.get(id);
     if (old) {

@@ -42,7 +42,11 @@ export class KeyUsers {
       use = { key, rev: undefined, users: 0, pending: 0 };
       if (!u) this.u = use;
       else if (u instanceof Map) u.set(key, use);
-      else this.u = new Map([[u.key, u], [key, use]]);
+      else
+        this.u = new Map([
+          [u.key, u],
+          [key, use],
+        ]);
     }
     use.pending++;
     return use;

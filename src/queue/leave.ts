@@ -68,7 +68,10 @@ export async function dropTicket(session: Session, ticket: { key: string; rev?: 
   const { first } = deleteKey(session, ticket.key, ticket.rev, what);
   // Wait for the first attempt (so a plain abort returns with its key gone), but not for long.
   let timer: NodeJS.Timeout | undefined;
-  const settled = first.then(() => {}, () => {});
+  const settled = first.then(
+    () => {},
+    () => {},
+  );
   await Promise.race([settled, new Promise((resolve) => (timer = setTimeout(resolve, session.client.dialTimeoutMs)))]);
   clearTimeout(timer);
 }

@@ -24,7 +24,13 @@ export interface Strays {
  * keys are remembered as such and skipped, and so are keys that are not candidates (nested names
  * under the prefix), as every look-up does.
  */
-export function olderSet(kvs: readonly KeyValue[], more: boolean, rev: bigint, isCandidate: (key: Buffer) => boolean, strays: Strays): OlderSet | undefined {
+export function olderSet(
+  kvs: readonly KeyValue[],
+  more: boolean,
+  rev: bigint,
+  isCandidate: (key: Buffer) => boolean,
+  strays: Strays,
+): OlderSet | undefined {
   if (more) return undefined;
   const set: OlderSet = new Map();
   for (const kv of kvs) {

@@ -11,7 +11,13 @@ export async function listParticipants(
 ): Promise<{ participants: KeyValue[]; revision: bigint }> {
   const prefix = Buffer.from(prefixOf(name));
   const r = await client.range(
-    { key: prefix, rangeEnd: prefixEnd(prefix), sortOrder: SortOrder.ASCEND, sortTarget: SortTarget.CREATE, revision: options.revision ?? 0n },
+    {
+      key: prefix,
+      rangeEnd: prefixEnd(prefix),
+      sortOrder: SortOrder.ASCEND,
+      sortTarget: SortTarget.CREATE,
+      revision: options.revision ?? 0n,
+    },
     { signal: options.signal },
   );
   return { participants: r.kvs.filter((kv) => isParticipant(prefix, kv)), revision: r.header.revision };

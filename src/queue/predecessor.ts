@@ -69,7 +69,13 @@ export interface OldestRuleOptions {
  * key just before its own, so one release wakes one waiter. Stray keys (no lease: etcd issue 6631)
  * and keys that are not candidates (nested names under the prefix) are skipped.
  */
-export function oldestRule(session: Session, scope: Scope, ticket: Ticket, lostError: LostErrorFactory, options: OldestRuleOptions = {}): TurnRule {
+export function oldestRule(
+  session: Session,
+  scope: Scope,
+  ticket: Ticket,
+  lostError: LostErrorFactory,
+  options: OldestRuleOptions = {},
+): TurnRule {
   return new OldestRule(session, scope, ticket, lostError, options.keepWatch ?? false, options.marks ?? false);
 }
 
@@ -151,7 +157,8 @@ class OldestRule implements TurnRule {
       ticket.preceding = undefined;
       // Every older participant in it (a short queue): wait for all of them on one watch, no read after.
       const older = olderSet(pre.kvs, pre.more, ticket.rev, scope.isCandidate, this);
-      if (older && older.size > 0) return (this.last = new OlderBlocker(session, ticket, scope.prefix, scope.isCandidate, older, ticket.rev, this.keepWatch));
+      if (older && older.size > 0)
+        return (this.last = new OlderBlocker(session, ticket, scope.prefix, scope.isCandidate, older, ticket.rev, this.keepWatch));
       p = fromPage(pre.kvs, pre.more, ticket.rev, scope, this);
     }
     if (p === undefined && this.joining) p = await this.fromView(signal);
@@ -232,8 +239,11 @@ class PredecessorBlocker implements Blocker, WatchTarget, Found, BatchCheck {
 
   blocked([mine, p]: readonly (KeyValue | undefined)[]): boolean {
     const { ticket, session } = this;
-    if (p && p.createRevision === this.createRevision && p.lease === 0n) (this.strays ??= []).push({ key: ownBuffer(p.key), createRevision: p.createRevision });
-    return mine?.createRevision === ticket.rev && mine.lease === session.leaseId && p?.createRevision === this.createRevision && p.lease !== 0n;
+    if (p && p.createRevision === this.createRevision && p.lease === 0n)
+      (this.strays ??= []).push({ key: ownBuffer(p.key), createRevision: p.createRevision });
+    return (
+      mine?.createRevision === ticket.rev && mine.lease === session.leaseId && p?.createRevision === this.createRevision && p.lease !== 0n
+    );
   }
 }
 
@@ -326,7 +336,8 @@ async function findPredecessor(
   for (;;) {
     const found = page.kvs.find((kv) => scope.isCandidate(kv.key) && !strays.isStray(kv));
     // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
-    if (found) return { key: keyCopy(found.key), createRevision: found.createRevision, asOf, leased: found.lease !== 0n, marked: marked(found) };
+    if (found)
+      return { key: keyCopy(found.key), createRevision: found.createRevision, asOf, leased: found.lease !== 0n, marked: marked(found) };
     const last = page.kvs[page.kvs.length - 1];
     if (!page.more || !last) return null;
     // Only keys of nested names or stray data so far: look further back.
@@ -339,9 +350,18 @@ async function findPredecessor(
  * Our marked predecessor is gone, so we are the oldest: one Txn of O(1) compares confirms our key
  * still stands, and behind a long queue marks it in the same write for the waiter behind us.
  */
-async function ourTurnAfterHead(session: Session, scope: Scope, ticket: Ticket, lostError: LostErrorFactory, signal: AbortSignal): Promise<null> {
+async function ourTurnAfterHead(
+  session: Session,
+  scope: Scope,
+  ticket: Ticket,
+  lostError: LostErrorFactory,
+  signal: AbortSignal,
+): Promise<null> {
   const mark = queueOf(session.client).hints.long(scope.prefix);
-  const t = await session.client.txn({ compare: ourKeyStands(session, ticket), success: mark ? [op.touch(ticket.key)] : [], failure: [] }, { idempotent: true, signal });
+  const t = await session.client.txn(
+    { compare: ourKeyStands(session, ticket), success: mark ? [op.touch(ticket.key)] : [], failure: [] },
+    { idempotent: true, signal },
+  );
   if (!t.succeeded) return ticketLost(session, ticket, lostError, signal);
   return null;
 }
@@ -352,7 +372,9 @@ async function ourTurnAfterHead(session: Session, scope: Scope, ticket: Ticket, 
  * us only falls back to the full look-up.
  */
 function markHead(session: Session, ticket: Ticket): void {
-  session.client.txn({ compare: ourKeyStands(session, ticket), success: [op.touch(ticket.key)], failure: [] }, { idempotent: true }).catch(() => {});
+  session.client
+    .txn({ compare: ourKeyStands(session, ticket), success: [op.touch(ticket.key)], failure: [] }, { idempotent: true })
+    .catch(() => {});
 }
 
 /** The compares of "our key is still the one we queued with, on our lease". */
@@ -369,4 +391,3 @@ export async function ticketLost(session: Session, ticket: Ticket, lostError: Lo
   const reason = kv !== undefined && kv.createRevision === ticket.rev ? 'moved_off_lease' : 'key_deleted';
   throw lostError(`${ticket.key} was deleted or moved to another lease while waiting`, { reason });
 }
-

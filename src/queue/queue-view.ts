@@ -66,7 +66,9 @@ export class QueueView implements WatchSink {
       const r = await this.client.range({ key: this.prefix, rangeEnd });
       if (this.ended) return;
       this.snapshot = r.header.revision;
-      this.entries = r.kvs.map((kv) => entryOf(kv)).sort((a, b) => (a.createRevision < b.createRevision ? -1 : a.createRevision > b.createRevision ? 1 : 0));
+      this.entries = r.kvs
+        .map((kv) => entryOf(kv))
+        .sort((a, b) => (a.createRevision < b.createRevision ? -1 : a.createRevision > b.createRevision ? 1 : 0));
       for (const e of this.entries) this.byKey.set(e.id, e);
       this.through = this.snapshot;
       const early = this.early ?? [];
@@ -130,7 +132,7 @@ export class QueueView implements WatchSink {
   private wake(): void {
     if (this.waiters.length === 0) return;
     const left: typeof this.waiters = [];
-    for (const w of this.waiters) (this.through >= w.rev ? w.resolve(true) : left.push(w));
+    for (const w of this.waiters) this.through >= w.rev ? w.resolve(true) : left.push(w);
     this.waiters.splice(0, this.waiters.length, ...left);
   }
 

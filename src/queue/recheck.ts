@@ -113,7 +113,10 @@ export class Rechecker {
     const keys = checks.map((c) => c.keys);
     let t: TxnResult;
     try {
-      t = await this.client.txn({ compare: [], success: keys.flatMap((ks) => ks.map((k) => op.get(k))), failure: [] }, { idempotent: true });
+      t = await this.client.txn(
+        { compare: [], success: keys.flatMap((ks) => ks.map((k) => op.get(k))), failure: [] },
+        { idempotent: true },
+      );
     } catch {
       return; // an outage: these stay due and are tried on the next tick
     }

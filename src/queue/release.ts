@@ -95,7 +95,13 @@ function stopped(session: Session): DeleteOutcome | undefined {
   return undefined;
 }
 
-async function retryUntilGone(session: Session, key: string, rev: bigint | undefined, what: ReleaseWhat, first: Promise<void>): Promise<DeleteOutcome> {
+async function retryUntilGone(
+  session: Session,
+  key: string,
+  rev: bigint | undefined,
+  what: ReleaseWhat,
+  first: Promise<void>,
+): Promise<DeleteOutcome> {
   try {
     await first;
     return 'deleted'; // the common case: nothing to report, nothing allocated
@@ -105,7 +111,13 @@ async function retryUntilGone(session: Session, key: string, rev: bigint | undef
   }
 }
 
-async function keepTrying(session: Session, key: string, rev: bigint | undefined, what: ReleaseWhat, firstError: unknown): Promise<DeleteOutcome> {
+async function keepTrying(
+  session: Session,
+  key: string,
+  rev: bigint | undefined,
+  what: ReleaseWhat,
+  firstError: unknown,
+): Promise<DeleteOutcome> {
   const tel = telemetryOf(session.client);
   const attrs = tel.metricsOn ? tel.kindOnly(what.kind) : undefined;
   const since = performance.now();
@@ -191,7 +203,13 @@ export function combineReleases(results: readonly ReleaseResult[]): ReleaseResul
   if (pending.length === 0) return RELEASED;
   return {
     state: 'pending',
-    error: pending.length === 1 ? pending[0]!.error : new AggregateError(pending.map((r) => r.error), `${pending.length} releases are being retried`),
+    error:
+      pending.length === 1
+        ? pending[0]!.error
+        : new AggregateError(
+            pending.map((r) => r.error),
+            `${pending.length} releases are being retried`,
+          ),
     settled: Promise.all(pending.map((r) => r.settled)).then(() => {}),
   };
 }

@@ -216,7 +216,8 @@ export class Wait<T = void> implements WatchSink, Due {
     } else {
       // The plain case (one key, every event) shares one options object: a waiter holds its watch's.
       const t = b.watch;
-      const opts = t.prefix || t.noPut || t.noDelete ? { prefix: t.prefix ?? false, noPut: t.noPut ?? false, noDelete: t.noDelete ?? false } : PLAIN;
+      const opts =
+        t.prefix || t.noPut || t.noDelete ? { prefix: t.prefix ?? false, noPut: t.noPut ?? false, noDelete: t.noDelete ?? false } : PLAIN;
       w = this.client.watchInto(t.key, opts, this);
     }
     this.w = w;

@@ -46,7 +46,14 @@ export { startProxy } from './proxy.js';
  * if (etcdVersionAtLeast(version, '3.6')) { ... }
  * ```
  */
-export { etcdVersion, etcdVersionAtLeast, compareEtcdVersions, resolveEtcd, etcdCacheDir, SUPPORTED_ETCD_LINES } from '../launcher/index.js';
+export {
+  etcdVersion,
+  etcdVersionAtLeast,
+  compareEtcdVersions,
+  resolveEtcd,
+  etcdCacheDir,
+  SUPPORTED_ETCD_LINES,
+} from '../launcher/index.js';
 
 /** Errors from {@link startEtcd}: a missing version (with what to install), a version mismatch, a removed flag, a taken port. */
 export { EtcdNotFoundError, EtcdVersionError, EtcdFlagError, EtcdPortError } from '../launcher/index.js';

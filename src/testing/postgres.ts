@@ -42,7 +42,11 @@ export function findPostgres(binDir = process.env.PG_BIN): string | undefined {
   const has = (dir: string): boolean => existsSync(path.join(dir, 'initdb')) && existsSync(path.join(dir, 'postgres'));
   if (binDir) return has(binDir) ? binDir : undefined;
   const debian = '/usr/lib/postgresql';
-  const majors = existsSync(debian) ? readdirSync(debian).filter((d) => /^\d+$/.test(d)).sort((a, b) => Number(b) - Number(a)) : [];
+  const majors = existsSync(debian)
+    ? readdirSync(debian)
+        .filter((d) => /^\d+$/.test(d))
+        .sort((a, b) => Number(b) - Number(a))
+    : [];
   for (const m of majors) if (has(path.join(debian, m, 'bin'))) return path.join(debian, m, 'bin');
   for (const dir of (process.env.PATH ?? '').split(path.delimiter)) if (dir && has(dir)) return dir;
   return undefined;
@@ -64,7 +68,7 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
   if (!bin) {
     throw new ServerNotFoundError(
       'postgres',
-      `PostgreSQL's server binaries (initdb, postgres) were not found${options.binDir ?? process.env.PG_BIN ? ` in ${options.binDir ?? process.env.PG_BIN}` : ' under /usr/lib/postgresql/*/bin nor on PATH'}; ` +
+      `PostgreSQL's server binaries (initdb, postgres) were not found${(options.binDir ?? process.env.PG_BIN) ? ` in ${options.binDir ?? process.env.PG_BIN}` : ' under /usr/lib/postgresql/*/bin nor on PATH'}; ` +
         'install them (Debian: apt-get install postgresql) or set PG_BIN',
     );
   }
@@ -74,19 +78,46 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
   const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', LC_ALL: 'C', LANG: 'C', TZ: 'UTC' };
   const spawnAs = { ...owner, env };
   const data = path.join(dir, 'data');
-  const init = await runToEnd(path.join(bin, 'initdb'), ['-D', data, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--locale=C', '--no-sync'], dir, spawnAs);
+  const init = await runToEnd(
+    path.join(bin, 'initdb'),
+    ['-D', data, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--locale=C', '--no-sync'],
+    dir,
+    spawnAs,
+  );
   if (init.code !== 0) {
     await rm(dir, { recursive: true, force: true });
     throw new ServerStartError(`initdb ${init.how}; its output:\n${init.output.trimEnd().split('\n').slice(-30).join('\n')}`);
   }
   const [port] = await freePorts(1);
   const args = [
-    '-D', data, '-p', String(port), '-h', '127.0.0.1', '-k', dir,
+    '-D',
+    data,
+    '-p',
+    String(port),
+    '-h',
+    '127.0.0.1',
+    '-k',
+    dir,
     // Thrown away afterwards: durability buys nothing, and fsyncs would slow every test.
-    '-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off',
-    '-c', 'lc_messages=C', '-c', 'max_connections=100',
+    '-c',
+    'fsync=off',
+    '-c',
+    'synchronous_commit=off',
+    '-c',
+    'full_page_writes=off',
+    '-c',
+    'lc_messages=C',
+    '-c',
+    'max_connections=100',
   ];
-  const proc = await startServer('postgres', path.join(bin, 'postgres'), args, dir, /database system is ready to accept connections/, spawnAs);
+  const proc = await startServer(
+    'postgres',
+    path.join(bin, 'postgres'),
+    args,
+    dir,
+    /database system is ready to accept connections/,
+    spawnAs,
+  );
   const version = path.basename(path.dirname(bin));
   let stopped: Promise<void> | undefined;
   const stop = (): Promise<void> => (stopped ??= proc.stop('SIGINT'));
@@ -98,7 +129,7 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
     database: 'postgres',
     pid: proc.pid,
     dir,
-    version: /^\d+$/.test(version) ? version : (await logTail(proc.logFile)).match(/PostgreSQL (\d+)/)?.[1] ?? 'unknown',
+    version: /^\d+$/.test(version) ? version : ((await logTail(proc.logFile)).match(/PostgreSQL (\d+)/)?.[1] ?? 'unknown'),
     stop,
     [Symbol.asyncDispose]: stop,
   };

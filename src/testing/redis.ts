@@ -57,7 +57,22 @@ export async function startRedis(options: StartRedisOptions = {}): Promise<Redis
   }
   const dir = await mkdtemp(path.join(tmpdir(), 'etcd-concurrency-redis-'));
   const [port] = await freePorts(1);
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no', '--daemonize', 'no', '--loglevel', 'notice'];
+  const args = [
+    '--port',
+    String(port),
+    '--bind',
+    '127.0.0.1',
+    '--dir',
+    dir,
+    '--save',
+    '',
+    '--appendonly',
+    'no',
+    '--daemonize',
+    'no',
+    '--loglevel',
+    'notice',
+  ];
   const proc = await startServer('redis-server', binary, args, dir, /Ready to accept connections/);
   let stopped: Promise<void> | undefined;
   const stop = (): Promise<void> => (stopped ??= proc.stop('SIGTERM'));

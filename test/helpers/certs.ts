@@ -38,9 +38,43 @@ export async function testCerts(scope: string, otherCas: string[] = []): Promise
   };
   const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
   openssl(['req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', `/CN=${scope}-ca`]);
-  for (const other of otherCas) openssl(['req', '-x509', ...ec, '-keyout', `${other}.key`, '-out', `${other}.pem`, '-days', '1', '-subj', `/CN=${scope}-${other}-ca`]);
-  openssl(['req', ...ec, '-keyout', 'node.key', '-out', 'node.csr', '-subj', '/CN=127.0.0.1',
-    '-addext', 'subjectAltName=IP:127.0.0.1', '-addext', 'extendedKeyUsage=serverAuth,clientAuth']);
-  openssl(['x509', '-req', '-in', 'node.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'node.pem', '-days', '1', '-copy_extensions', 'copy']);
-  return { dir, file, openssl, etcdTls: { certFile: file('node.pem'), keyFile: file('node.key'), trustedCaFile: file('ca.pem'), clientCertAuth: true } };
+  for (const other of otherCas)
+    openssl(['req', '-x509', ...ec, '-keyout', `${other}.key`, '-out', `${other}.pem`, '-days', '1', '-subj', `/CN=${scope}-${other}-ca`]);
+  openssl([
+    'req',
+    ...ec,
+    '-keyout',
+    'node.key',
+    '-out',
+    'node.csr',
+    '-subj',
+    '/CN=127.0.0.1',
+    '-addext',
+    'subjectAltName=IP:127.0.0.1',
+    '-addext',
+    'extendedKeyUsage=serverAuth,clientAuth',
+  ]);
+  openssl([
+    'x509',
+    '-req',
+    '-in',
+    'node.csr',
+    '-CA',
+    'ca.pem',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-out',
+    'node.pem',
+    '-days',
+    '1',
+    '-copy_extensions',
+    'copy',
+  ]);
+  return {
+    dir,
+    file,
+    openssl,
+    etcdTls: { certFile: file('node.pem'), keyFile: file('node.key'), trustedCaFile: file('ca.pem'), clientCertAuth: true },
+  };
 }

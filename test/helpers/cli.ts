@@ -6,8 +6,8 @@ import { existsSync } from 'node:fs';
 import { constants } from 'node:os';
 import { before } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { Client } from '../../src/index.js';
-import { type EtcdCluster } from '../../src/testing/index.js';
+import type { Client } from '../../src/index.js';
+import type { EtcdCluster } from '../../src/testing/index.js';
 import { etcdForFile } from './etcd.js';
 import { killEtcdctls } from './etcdctl.js';
 
@@ -61,10 +61,7 @@ const clis = new Set<CliProc>();
  * child that may leave a process behind holding its pipes (a command under `lock -- cmd` whose lock
  * process was SIGKILLed). Every child is registered until it ends, so that killClis can end leftovers.
  */
-export function runCli(
-  args: string[],
-  options: { env?: NodeJS.ProcessEnv; stdin?: boolean; exitEvent?: 'close' | 'exit' } = {},
-): CliProc {
+export function runCli(args: string[], options: { env?: NodeJS.ProcessEnv; stdin?: boolean; exitEvent?: 'close' | 'exit' } = {}): CliProc {
   const child = spawnCli(args, options);
   const text = { stdout: '', stderr: '' };
   let all = '';

@@ -43,7 +43,11 @@ export function etcdForFile(
  * The end of a file's etcd: no key left under `roots` and no lease (as `client` sees them), then
  * the client closed and etcd stopped, also when a check fails.
  */
-export async function assertCleanAndStop(client: Client | undefined, etcd: EtcdCluster | undefined, roots: string | readonly string[]): Promise<void> {
+export async function assertCleanAndStop(
+  client: Client | undefined,
+  etcd: EtcdCluster | undefined,
+  roots: string | readonly string[],
+): Promise<void> {
   try {
     for (const root of typeof roots === 'string' ? [roots] : roots) await assertNoKeys(client!, root);
     await assertNoLeases(client!);

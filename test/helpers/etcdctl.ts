@@ -6,7 +6,8 @@ const installed = new Map<string, boolean>();
 
 /** Whether `etcdctl` (v3 API) runs here (asked once), for a test's `skip`. */
 export function hasEtcdctl(): boolean {
-  if (!installed.has('etcdctl')) installed.set('etcdctl', spawnSync('etcdctl', ['version'], { env: { ...process.env, ETCDCTL_API: '3' } }).status === 0);
+  if (!installed.has('etcdctl'))
+    installed.set('etcdctl', spawnSync('etcdctl', ['version'], { env: { ...process.env, ETCDCTL_API: '3' } }).status === 0);
   return installed.get('etcdctl')!;
 }
 

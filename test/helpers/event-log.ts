@@ -1,5 +1,5 @@
 // Every event under a prefix, recorded by a watch, for tests to await.
-import { Client } from '../../src/index.js';
+import type { Client } from '../../src/index.js';
 
 /** One event as the log records it. */
 export interface LoggedEvent {

@@ -19,7 +19,10 @@ export async function metric(clientUrl: string, name: string, labels: Record<str
 
 /** How many calls (or streams) of a gRPC method etcd has started: `grpc_server_started_total`. */
 export function grpcStarted(clientUrl: string, method: string): Promise<number> {
-  return metric(clientUrl, 'grpc_server_started_total', { grpc_method: method, grpc_type: method === 'Watch' || method === 'LeaseKeepAlive' ? 'bidi_stream' : 'unary' });
+  return metric(clientUrl, 'grpc_server_started_total', {
+    grpc_method: method,
+    grpc_type: method === 'Watch' || method === 'LeaseKeepAlive' ? 'bidi_stream' : 'unary',
+  });
 }
 
 /** How many messages etcd has received on a gRPC method's streams (e.g. keepalive renewals). */
@@ -55,7 +58,12 @@ export async function serverState(clientUrl: string): Promise<{ watchers: number
  * answered. How many calls a waiter makes first is the library's business (a short queue's look-up
  * rides on the enqueue, a watch kept from the last wait needs no check), so tests wait on this.
  */
-export async function waitersBlocked(clientUrl: string, base: number, n: number, what = `${n} waiter(s) blocked on a watch`): Promise<void> {
+export async function waitersBlocked(
+  clientUrl: string,
+  base: number,
+  n: number,
+  what = `${n} waiter(s) blocked on a watch`,
+): Promise<void> {
   // Twice in a row: one scrape could fall between a watch being confirmed and the check it leads to.
   let quiet = 0;
   await waitFor(async () => {

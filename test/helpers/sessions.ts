@@ -1,5 +1,5 @@
 // Sessions opened and closed around a test's body.
-import { Client, Session } from '../../src/index.js';
+import { type Client, Session } from '../../src/index.js';
 import { assertNoKeys } from './etcd.js';
 
 /** `n` sessions on `client`, each with its own lease; a test closes them with {@link closeAll}. */

@@ -24,13 +24,24 @@ export const CHECKS: readonly CheckFn[] = [
   (f) => versionCheck(f.versions, answered(f.members)),
   (f) => leaderCheck(f.members),
   (f) => alarmsCheck(f.members),
-  (f) => (f.leaderless ? { name: 'round trips', level: 'skip', message: NO_LEADER } : roundTripsCheck(f.roundTrips!, f.samples, f.prefix, f.grant)),
+  (f) =>
+    f.leaderless
+      ? { name: 'round trips', level: 'skip', message: NO_LEADER }
+      : roundTripsCheck(f.roundTrips!, f.samples, f.prefix, f.grant),
   (f) => catchUpCheck(f.roundTrips),
   (f) => authCheck(f.auth, f.leaderless, f.versions),
   (f) => (f.leaderless ? { name: 'lease', level: 'skip', message: NO_LEADER } : leaseCheck(f.lease!, f)),
   (f) => ttlCheck(ttlRecommendation(measuredTrips(f), f.dialTimeoutMs)),
   () => ({ name: 'clock rate', level: 'skip', message: 'not checked: etcd exposes no clock reading that can be compared across members' }),
-  (f) => (f.cleanup ? { name: 'cleanup', level: 'warn', message: `could not delete the scratch keys under ${f.cleanup.scratchPrefix}: ${f.cleanup.error}`, fix: `etcdctl del --prefix ${f.cleanup.scratchPrefix}` } : null),
+  (f) =>
+    f.cleanup
+      ? {
+          name: 'cleanup',
+          level: 'warn',
+          message: `could not delete the scratch keys under ${f.cleanup.scratchPrefix}: ${f.cleanup.error}`,
+          fix: `etcdctl del --prefix ${f.cleanup.scratchPrefix}`,
+        }
+      : null,
 ];
 
 /** Every check's lines, in order. */
@@ -56,7 +67,8 @@ export function membersCheck(members: MemberReport[]): Check {
   const total = members.length;
   // A member that refused for want of a leader is up: the leader check reports it.
   const down = members.filter((m) => m.version === null && m.hasLeader === null);
-  if (down.length === 0) return { name: 'members', level: 'ok', message: `${total} of ${total} ${total === 1 ? 'member answers' : 'members answer'}` };
+  if (down.length === 0)
+    return { name: 'members', level: 'ok', message: `${total} of ${total} ${total === 1 ? 'member answers' : 'members answer'}` };
   const up = total - down.length;
   const quorum = Math.floor(total / 2) + 1;
   const level = up >= quorum ? 'warn' : 'fail';
@@ -77,7 +89,8 @@ export function membersCheck(members: MemberReport[]): Check {
  */
 export function versionCheck(versions: string[], answered: MemberReport[]): Check {
   const check = versionFindings(versions, answered);
-  if (answered.some((m) => m.statusRefused)) check.message += ' (read from /version: etcd refuses Status to users without the root role here)';
+  if (answered.some((m) => m.statusRefused))
+    check.message += ' (read from /version: etcd refuses Status to users without the root role here)';
   return check;
 }
 
@@ -85,13 +98,24 @@ function versionFindings(versions: string[], answered: MemberReport[]): Check {
   if (versions.length === 0) return { name: 'versions', level: 'fail', message: 'no member told its version' };
   const old = versions.filter((v) => !etcdVersionAtLeast(v, '3.4'));
   if (old.length > 0) {
-    return { name: 'versions', level: 'fail', message: `etcd ${old.join(', ')} is older than 3.4, the oldest this library supports`, fix: 'upgrade etcd to 3.5 or later' };
+    return {
+      name: 'versions',
+      level: 'fail',
+      message: `etcd ${old.join(', ')} is older than 3.4, the oldest this library supports`,
+      fix: 'upgrade etcd to 3.5 or later',
+    };
   }
   const eol = versions.filter((v) => compareEtcdVersions(v, '3.5') < 0);
   const problems: string[] = [];
   const fixes: string[] = [];
   if (versions.length > 1) {
-    const by = versions.map((v) => `${v} on ${answered.filter((m) => m.version === v).map(nameOf).join(', ')}`);
+    const by = versions.map(
+      (v) =>
+        `${v} on ${answered
+          .filter((m) => m.version === v)
+          .map(nameOf)
+          .join(', ')}`,
+    );
     problems.push(`mixed versions: ${by.join('; ')}`);
     fixes.push('finish the rolling upgrade: behaviour (e.g. whether a renewal checks permissions) differs between versions');
   }
@@ -117,18 +141,37 @@ export function leaderCheck(members: MemberReport[]): Check {
     return m?.name ? `${m.name} (${id})` : id;
   };
   if (withLeader.length === 0) {
-    return { name: 'leader', level: 'fail', message: 'no member has a Raft leader', fix: 'the cluster has lost its quorum or is electing: check that a majority of members run and reach each other' };
+    return {
+      name: 'leader',
+      level: 'fail',
+      message: 'no member has a Raft leader',
+      fix: 'the cluster has lost its quorum or is electing: check that a majority of members run and reach each other',
+    };
   }
   if (leaderless.length > 0 || leaders.length > 1) {
     const what = [
       ...(leaderless.length > 0 ? [`no leader on ${leaderless.map(nameOf).join(', ')}`] : []),
       ...(leaders.length > 1 ? [`members disagree on the leader: ${leaders.map(leaderName).join(' vs ')}`] : []),
     ];
-    return { name: 'leader', level: 'warn', message: what.join('; '), fix: 'a member without a leader refuses calls (clients move to another): check its network to the others' };
+    return {
+      name: 'leader',
+      level: 'warn',
+      message: what.join('; '),
+      fix: 'a member without a leader refuses calls (clients move to another): check its network to the others',
+    };
   }
-  if (leaders.length === 0) return { name: 'leader', level: 'ok', message: 'every member that answered has a leader (which one is known only to Status, refused to this user)' };
+  if (leaders.length === 0)
+    return {
+      name: 'leader',
+      level: 'ok',
+      message: 'every member that answered has a leader (which one is known only to Status, refused to this user)',
+    };
   const term = withLeader.find((m) => m.isLeader)?.raftTerm ?? withLeader.find((m) => m.raftTerm !== null)?.raftTerm;
-  return { name: 'leader', level: 'ok', message: `every member that answered follows ${leaderName(leaders[0]!)}${term ? `, term ${term}` : ''}` };
+  return {
+    name: 'leader',
+    level: 'ok',
+    message: `every member that answered follows ${leaderName(leaders[0]!)}${term ? `, term ${term}` : ''}`,
+  };
 }
 
 /** Alarms (NOSPACE, CORRUPT) fail; unknown where Status was refused. */
@@ -145,7 +188,11 @@ export function alarmsCheck(members: MemberReport[]): Check {
   }
   const refused = members.filter((m) => m.statusRefused);
   if (refused.length > 0 && refused.length === told.length) {
-    return { name: 'alarms', level: 'skip', message: 'not checked: etcd refuses Status (which reports alarms) to users without the root role here' };
+    return {
+      name: 'alarms',
+      level: 'skip',
+      message: 'not checked: etcd refuses Status (which reports alarms) to users without the root role here',
+    };
   }
   const unknown = refused.length > 0 ? ` (unknown on ${refused.map(nameOf).join(', ')}: Status needs the root role there)` : '';
   return { name: 'alarms', level: 'ok', message: `no member reports an alarm${unknown}` };
@@ -193,10 +240,13 @@ export function paysCatchUp(c: Stats): boolean {
 
 /** Whether authentication is on, and as whom we checked. */
 export function authCheck(auth: Findings['auth'], leaderless: boolean, versions: string[]): Check {
-  if (auth.enabled === null) return { name: 'auth', level: 'skip', message: leaderless ? 'not checked: the cluster has no leader' : 'unknown' };
+  if (auth.enabled === null)
+    return { name: 'auth', level: 'skip', message: leaderless ? 'not checked: the cluster has no leader' : 'unknown' };
   if (!auth.enabled) return { name: 'auth', level: 'info', message: 'off: any client may take or delete any lock' };
   const as = auth.username ? `checked as user ${auth.username}` : auth.authenticated ? 'checked with --auth-jwt-token' : 'no user given';
-  const renewal = versions.some(renewalChecksPermission) ? ' (this etcd checks put permission on every key attached to a lease at each renewal)' : '';
+  const renewal = versions.some(renewalChecksPermission)
+    ? ' (this etcd checks put permission on every key attached to a lease at each renewal)'
+    : '';
   return { name: 'auth', level: 'info', message: `on; ${as}${renewal}` };
 }
 
@@ -209,10 +259,14 @@ export function leaseCheck(lease: LeaseFindings, where: { prefix: string; grant:
     problems.push({ name: 'lease', level: 'fail', message, ...(fix ? { fix } : {}) });
   };
   if (failures.grant) fail(failures.grant.message);
-  if (failures.attach) fail(failures.attach.message, failures.attach.denied ? `locks write their keys under ${prefix}: ${grant}` : undefined);
+  if (failures.attach)
+    fail(failures.attach.message, failures.attach.denied ? `locks write their keys under ${prefix}: ${grant}` : undefined);
   if (failures.renew) {
     const checking = where.versions.filter(renewalChecksPermission);
-    const why = checking.length > 0 ? `etcd ${checking.join(', ')} renews a lease only for a user with put permission on every key attached to it` : 'the renewal was refused';
+    const why =
+      checking.length > 0
+        ? `etcd ${checking.join(', ')} renews a lease only for a user with put permission on every key attached to it`
+        : 'the renewal was refused';
     fail(failures.renew.message, failures.renew.denied ? `${why}: ${grant}` : undefined);
   }
   if (failures.revoke) {

@@ -76,7 +76,11 @@ async function gather(client: Client, o: DiagnoseOptions): Promise<Findings> {
     members,
     versions,
     leaderless,
-    auth: { enabled: leaderless ? null : await authStatus(client, o.authenticated, signal), username: o.username, authenticated: o.authenticated },
+    auth: {
+      enabled: leaderless ? null : await authStatus(client, o.authenticated, signal),
+      username: o.username,
+      authenticated: o.authenticated,
+    },
     roundTrips: null,
     lease: null,
     dialTimeoutMs: client.dialTimeoutMs,

@@ -2,7 +2,14 @@
 // notification, watch catch-up) and a lease's life (grant, attach, renew, revoke). They record what
 // happened; the checks (checks.ts) judge it.
 import { randomBytes } from 'node:crypto';
-import { AuthenticationError, EtcdError, PermissionDeniedError, WriteOutcomeUnknownError, type Client, type ResponseHeader } from '../../index.js';
+import {
+  AuthenticationError,
+  EtcdError,
+  PermissionDeniedError,
+  WriteOutcomeUnknownError,
+  type Client,
+  type ResponseHeader,
+} from '../../index.js';
 import { SCRATCH_LEASE_TTL } from './checks.js';
 import { oneLine } from './members.js';
 import { stats } from './numbers.js';
@@ -15,7 +22,13 @@ export interface Scratch {
 }
 
 /** A put under the scratch prefix that remembers whether it may have written. */
-async function scratchPut(client: Client, scratch: Scratch, key: string, value: string, options: { signal: AbortSignal; lease?: bigint }): Promise<ResponseHeader> {
+async function scratchPut(
+  client: Client,
+  scratch: Scratch,
+  key: string,
+  value: string,
+  options: { signal: AbortSignal; lease?: bigint },
+): Promise<ResponseHeader> {
   try {
     const h = await client.put(key, value, options);
     scratch.wrote = true;
@@ -130,13 +143,17 @@ export async function roundTrips(client: Client, scratch: Scratch, signal: Abort
 export async function leaseSteps(client: Client, scratch: Scratch, signal: AbortSignal, samples: number): Promise<LeaseFindings> {
   const key = `${scratch.prefix}lease`;
   const call = { signal };
-  const found: LeaseFindings = { steps: { grant: 'skipped', attach: 'skipped', renew: 'skipped', revoke: 'skipped' }, failures: {}, renewal: null };
+  const found: LeaseFindings = {
+    steps: { grant: 'skipped', attach: 'skipped', renew: 'skipped', revoke: 'skipped' },
+    failures: {},
+    renewal: null,
+  };
   const fail = (step: LeaseStep, err: unknown, what: string, always = false): void => {
     const f = failure(err, signal, what, always);
     found.steps[step] = { error: oneLine(err) };
     found.failures[step] = f;
   };
-  const id = (randomBytes(8).readBigUInt64BE() & 0x7fff_ffff_ffff_ffffn) || 1n;
+  const id = randomBytes(8).readBigUInt64BE() & 0x7fff_ffff_ffff_ffffn || 1n;
   let granted = false;
   try {
     await client.leaseGrant(SCRATCH_LEASE_TTL, { ...call, id });

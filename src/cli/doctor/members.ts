@@ -1,6 +1,13 @@
 // Every member's Status, asked directly (no failover to another member), with fallbacks for a
 // member that refuses Status (the root role) or has no leader.
-import { AuthenticationError, NoLeaderError, PermissionDeniedError, UnavailableError, type Client, type ClusterMember } from '../../index.js';
+import {
+  AuthenticationError,
+  NoLeaderError,
+  PermissionDeniedError,
+  UnavailableError,
+  type Client,
+  type ClusterMember,
+} from '../../index.js';
 import { parseEndpoint } from '../../client/endpoints.js';
 import { requestJson, type ClientTls } from '../../launcher/http.js';
 import type { MemberReport } from './report.js';
@@ -34,12 +41,16 @@ export async function memberList(client: Client, signal: AbortSignal): Promise<C
  * its advertised client URLs.
  */
 export async function memberStatuses(client: Client, listed: ClusterMember[] | undefined, o: MemberProbeOptions): Promise<MemberReport[]> {
-  const byEndpoint = await Promise.all(client.endpoints.map((e) => memberStatus(`${client.secure ? 'https://' : ''}${e}`, o, { client, endpoint: e })));
+  const byEndpoint = await Promise.all(
+    client.endpoints.map((e) => memberStatus(`${client.secure ? 'https://' : ''}${e}`, o, { client, endpoint: e })),
+  );
   const out: MemberReport[] = [];
   const seen = new Set<string>();
   for (const r of byEndpoint) {
     // An endpoint that did not answer is still a member we know, when it is one a member advertises.
-    const m = listed?.find((l) => (r.id !== null ? l.id.toString(16) === r.id : l.clientUrls.some((u) => targetOf(u) === targetOf(r.endpoint))));
+    const m = listed?.find((l) =>
+      r.id !== null ? l.id.toString(16) === r.id : l.clientUrls.some((u) => targetOf(u) === targetOf(r.endpoint)),
+    );
     if (m) {
       r.id = m.id.toString(16);
       r.name = m.name || null;
@@ -82,7 +93,21 @@ function targetOf(url: string): string | undefined {
 }
 
 function emptyMember(endpoint: string): MemberReport {
-  return { id: null, name: null, endpoint, version: null, leader: null, hasLeader: null, statusRefused: false, isLeader: false, isLearner: false, raftTerm: null, dbSize: null, alarms: [], error: null };
+  return {
+    id: null,
+    name: null,
+    endpoint,
+    version: null,
+    leader: null,
+    hasLeader: null,
+    statusRefused: false,
+    isLeader: false,
+    isLearner: false,
+    raftTerm: null,
+    dbSize: null,
+    alarms: [],
+    error: null,
+  };
 }
 
 /**
@@ -152,7 +177,11 @@ async function memberStatus(endpoint: string, o: MemberProbeOptions, via?: { cli
 }
 
 /** The server version from a member's `/version` (served on its client port without auth). */
-async function httpVersion(endpoint: string, tls: ClientTls | undefined, options: { signal: AbortSignal; timeoutMs: number }): Promise<string> {
+async function httpVersion(
+  endpoint: string,
+  tls: ClientTls | undefined,
+  options: { signal: AbortSignal; timeoutMs: number },
+): Promise<string> {
   const secure = /^https:\/\//i.test(endpoint) || tls !== undefined;
   const url = `${secure ? 'https' : 'http'}://${endpoint.replace(/^[a-z]+:\/\//i, '').replace(/\/+$/, '')}/version`;
   const body = await requestJson(url, 'GET', secure ? tls : undefined, options).catch((err: unknown) => {

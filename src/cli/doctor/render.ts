@@ -13,11 +13,21 @@ function memberState(m: MemberReport): string {
 export function render(r: DoctorReport): string[] {
   const lines: string[] = [];
   const source = r.memberSource === 'endpoints' ? ' (from --endpoints; MemberList unavailable)' : '';
-  lines.push(`etcd-concurrency doctor: ${r.members.length} member${r.members.length === 1 ? '' : 's'}${source}, scratch keys under ${r.prefix}`);
+  lines.push(
+    `etcd-concurrency doctor: ${r.members.length} member${r.members.length === 1 ? '' : 's'}${source}, scratch keys under ${r.prefix}`,
+  );
   lines.push(
     ...table([
       ['MEMBER', 'ID', 'ENDPOINT', 'VERSION', 'TERM', 'DB', 'STATE'],
-      ...r.members.map((m) => [m.name ?? '-', m.id ?? '-', m.endpoint, m.version ?? '-', m.raftTerm?.toString() ?? '-', m.dbSize === null ? '-' : bytes(m.dbSize), memberState(m)]),
+      ...r.members.map((m) => [
+        m.name ?? '-',
+        m.id ?? '-',
+        m.endpoint,
+        m.version ?? '-',
+        m.raftTerm?.toString() ?? '-',
+        m.dbSize === null ? '-' : bytes(m.dbSize),
+        memberState(m),
+      ]),
     ]).map((l) => `  ${l}`),
   );
   lines.push('');

@@ -115,7 +115,10 @@ export class Model {
 
   /** The whole picture, for a page that just connected. */
   snapshot(): { entities: EntityView[]; timeline: TimelineEvent[]; leases: string[] } {
-    const entities = [...this.entities.values()].map((e) => ({ ...this.entityView(e), parts: [...e.parts.values()].map((p) => this.partView(p)) }));
+    const entities = [...this.entities.values()].map((e) => ({
+      ...this.entityView(e),
+      parts: [...e.parts.values()].map((p) => this.partView(p)),
+    }));
     return { entities, timeline: [...this.timeline], leases: [...this.leaseKeys.keys()] };
   }
 
@@ -209,12 +212,30 @@ export class Model {
     if (!c) return undefined;
     let e = this.entities.get(c.name);
     if (!e) {
-      e = { name: c.name, layout: 'plain', parts: new Map(), proclaimed: false, declared: this.isElection(c.name), kind: 'lock', holders: new Set(), vacantSince: null };
+      e = {
+        name: c.name,
+        layout: 'plain',
+        parts: new Map(),
+        proclaimed: false,
+        declared: this.isElection(c.name),
+        kind: 'lock',
+        holders: new Set(),
+        vacantSince: null,
+      };
       this.entities.set(c.name, e);
     }
     delete e.emptySince;
     const leaseHex = kv.lease.toString(16);
-    const p: Part = { key, name: c.name, layout: c.layout, lease: kv.lease, leaseHex, token: kv.createRevision, value: kv.value, createdAt };
+    const p: Part = {
+      key,
+      name: c.name,
+      layout: c.layout,
+      lease: kv.lease,
+      leaseHex,
+      token: kv.createRevision,
+      value: kv.value,
+      createdAt,
+    };
     e.parts.set(key, p);
     this.byKey.set(key, p);
     const n = this.leaseKeys.get(leaseHex) ?? 0;
@@ -247,7 +268,11 @@ export class Model {
   private readonly departed = new Map<string, Part>();
 
   /** Recomputes kind and holders of the touched names; records terms that began and ended. */
-  private settle(touched: Set<Entity>, ch: Change, how: { initial: boolean; approximate: boolean; expiredLease: (hex: string) => boolean }): void {
+  private settle(
+    touched: Set<Entity>,
+    ch: Change,
+    how: { initial: boolean; approximate: boolean; expiredLease: (hex: string) => boolean },
+  ): void {
     const now = this.now();
     for (const e of touched) {
       const before = e.holders;
@@ -277,7 +302,10 @@ export class Model {
       }
       const acquired = [...e.holders].filter((k) => !before.has(k)).map((k) => e.parts.get(k)!);
       acquired.sort((a, b) => (a.token < b.token ? -1 : 1));
-      const from = released.length > 0 && (e.kind === 'lock' || e.kind === 'election' || e.kind === 'lock-or-election') ? released[released.length - 1] : undefined;
+      const from =
+        released.length > 0 && (e.kind === 'lock' || e.kind === 'election' || e.kind === 'lock-or-election')
+          ? released[released.length - 1]
+          : undefined;
       for (const p of acquired) {
         p.heldSince = how.initial ? null : now;
         const i = ch.parts.findIndex((op) => op.op === 'put' && op.key === p.key);

@@ -43,7 +43,10 @@ export function isLoopback(host: string): boolean {
 /** An error's message without anything that looks like a credential (userinfo in URLs). */
 function safeMessage(err: unknown): string {
   const m = err instanceof Error ? err.message : String(err);
-  return m.replace(/\/\/[^/@\s]+@/g, '//').replace(/\s*\n\s*/g, ' ').slice(0, 300);
+  return m
+    .replace(/\/\/[^/@\s]+@/g, '//')
+    .replace(/\s*\n\s*/g, ' ')
+    .slice(0, 300);
 }
 
 export class Inspector {
@@ -128,7 +131,10 @@ export class Inspector {
 
   private async read(): Promise<{ kvs: KeyValue[]; revision: bigint }> {
     const { key, rangeEnd } = prefixRange(this.options.prefix);
-    const r = await this.client.range({ key, rangeEnd, sortOrder: SortOrder.ASCEND, sortTarget: SortTarget.CREATE }, { signal: this.stop.signal });
+    const r = await this.client.range(
+      { key, rangeEnd, sortOrder: SortOrder.ASCEND, sortTarget: SortTarget.CREATE },
+      { signal: this.stop.signal },
+    );
     return { kvs: r.kvs, revision: r.header.revision };
   }
 
@@ -223,7 +229,12 @@ export class Inspector {
   }
 
   private status(): { now: number; connected: boolean; error?: string; revision: string } {
-    return { now: Date.now(), connected: this.connected, ...(this.lastError ? { error: this.lastError } : {}), revision: this.revision.toString() };
+    return {
+      now: Date.now(),
+      connected: this.connected,
+      ...(this.lastError ? { error: this.lastError } : {}),
+      revision: this.revision.toString(),
+    };
   }
 
   /** Wall-clock ms when the inspector first read the prefix: keys older than that show as "≥". */
@@ -346,7 +357,8 @@ export class Inspector {
 
   private handle(req: IncomingMessage, res: ServerResponse): void {
     const security = {
-      'Content-Security-Policy': "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+      'Content-Security-Policy':
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
       'X-Content-Type-Options': 'nosniff',
       'Referrer-Policy': 'no-referrer',
       'Cache-Control': 'no-store',

@@ -50,10 +50,14 @@ export class MessageDecoder {
         this.headFill += n;
         at += n;
         if (this.headFill < 5) break;
-        if (this.head[0] !== 0) throw new FramingError('compressed', 'the server sent a compressed message, but no compression was negotiated');
+        if (this.head[0] !== 0)
+          throw new FramingError('compressed', 'the server sent a compressed message, but no compression was negotiated');
         const len = this.head.readUInt32BE(1);
         if (len > this.maxMessageBytes) {
-          throw new FramingError('too-large', `the server announced a message of ${len} bytes, above the limit of ${this.maxMessageBytes} (maxReceiveMessageBytes)`);
+          throw new FramingError(
+            'too-large',
+            `the server announced a message of ${len} bytes, above the limit of ${this.maxMessageBytes} (maxReceiveMessageBytes)`,
+          );
         }
         this.body = Buffer.allocUnsafe(len);
         this.bodyFill = 0;

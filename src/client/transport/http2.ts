@@ -165,7 +165,12 @@ export class Http2Transport implements Transport {
         else session.drop(`the connection failed (${clean(err.message)})`);
       });
       socket.once('close', () => {
-        if (!settled) fail(new ConnectError('failed', performance.now() - started, { cause: session.lastError ?? new Error('the connection closed during the handshake') }));
+        if (!settled)
+          fail(
+            new ConnectError('failed', performance.now() - started, {
+              cause: session.lastError ?? new Error('the connection closed during the handshake'),
+            }),
+          );
       });
       h2.on('goaway', (code: number, last: number, opaque?: Buffer) => session.onGoaway(code, last, opaque));
       // Ready once both sides' SETTINGS are acknowledged: our header-list limit binds only from then on.
@@ -196,12 +201,18 @@ export class Http2Transport implements Transport {
       });
       h2.once('close', () => {
         session.onClose();
-        fail(new ConnectError('failed', performance.now() - started, { cause: session.lastError ?? new Error('the server closed the connection before the HTTP/2 handshake') }));
+        fail(
+          new ConnectError('failed', performance.now() - started, {
+            cause: session.lastError ?? new Error('the server closed the connection before the HTTP/2 handshake'),
+          }),
+        );
       });
       if (socket instanceof tls.TLSSocket) {
         socket.once('secureConnect', () => {
           if (socket.alpnProtocol !== 'h2') {
-            session.lastError = new Error(`the server did not agree to HTTP/2 (ALPN ${socket.alpnProtocol || 'none'}): is this an etcd client port?`);
+            session.lastError = new Error(
+              `the server did not agree to HTTP/2 (ALPN ${socket.alpnProtocol || 'none'}): is this an etcd client port?`,
+            );
             h2.destroy();
           }
         });
@@ -259,7 +270,11 @@ export class Http2Transport implements Transport {
     return new Promise<Res>((resolve, reject) => {
       const body = method.encode(request);
       if (body.length > this.maxSend) {
-        return reject(new TransportError(Status.RESOURCE_EXHAUSTED, `the request is ${body.length} bytes, above the limit of ${this.maxSend}`, { notSent: true }));
+        return reject(
+          new TransportError(Status.RESOURCE_EXHAUSTED, `the request is ${body.length} bytes, above the limit of ${this.maxSend}`, {
+            notSent: true,
+          }),
+        );
       }
       if (signal?.aborted) return reject(new TransportError(Status.CANCELLED, 'cancelled', { notSent: true, local: true }));
       new UnaryCall(this, method, frame(body), headers, deadline, signal, resolve, reject).start();
@@ -279,7 +294,12 @@ export class Http2Transport implements Transport {
         if (err === TIMED_OUT && performance.now() >= call.deadline - 1) {
           return call.fail(new TransportError(Status.DEADLINE_EXCEEDED, 'the deadline passed while connecting', { notSent: true }));
         }
-        const why = err === TIMED_OUT ? `no connection within ${Math.round(this.dialTimeoutMs)} ms` : err instanceof Error ? err.message : String(err);
+        const why =
+          err === TIMED_OUT
+            ? `no connection within ${Math.round(this.dialTimeoutMs)} ms`
+            : err instanceof Error
+              ? err.message
+              : String(err);
         call.fail(new TransportError(Status.UNAVAILABLE, `no connection: ${why}`, { notSent: true, cause: err }));
       },
     );

@@ -50,7 +50,11 @@ export class TransportError extends Error {
   /** The status is the server's own answer (a valid grpc-status): the request was processed and refused. */
   readonly fromServer: boolean;
 
-  constructor(status: number, details: string, options: { notSent?: boolean; local?: boolean; fromServer?: boolean; cause?: unknown } = {}) {
+  constructor(
+    status: number,
+    details: string,
+    options: { notSent?: boolean; local?: boolean; fromServer?: boolean; cause?: unknown } = {},
+  ) {
     super(`${STATUS_NAME[status] ?? `status ${status}`}: ${details}`, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'TransportError';
     this.status = status;

@@ -3,7 +3,8 @@ import { Status, TransportError } from '../transport.js';
 import { LIMITS } from './limits.js';
 import type { Session } from './session.js';
 
-const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL, NGHTTP2_REFUSED_STREAM, NGHTTP2_ENHANCE_YOUR_CALM, NGHTTP2_INADEQUATE_SECURITY } = http2.constants;
+const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL, NGHTTP2_REFUSED_STREAM, NGHTTP2_ENHANCE_YOUR_CALM, NGHTTP2_INADEQUATE_SECURITY } =
+  http2.constants;
 
 /** What a response's header blocks said: the HTTP status and content type, then the gRPC status. */
 export class Reply {
@@ -18,7 +19,10 @@ export class Reply {
     this.httpStatus = Number(h[':status'] ?? 0);
     const type = h['content-type'];
     if (this.httpStatus === 200 && !(typeof type === 'string' && /^application\/grpc(\+|;|$)/.test(type))) {
-      this.problem = new TransportError(Status.UNKNOWN, `the server answered with content-type ${clean(String(type ?? 'none'))}, not gRPC: is this an etcd client port?`);
+      this.problem = new TransportError(
+        Status.UNKNOWN,
+        `the server answered with content-type ${clean(String(type ?? 'none'))}, not gRPC: is this an etcd client port?`,
+      );
     }
     if (end) this.readStatus(h);
   }
@@ -57,8 +61,10 @@ export function closedWithoutStatus(rst: number, httpStatus: number): TransportE
   if (httpStatus !== 0 && httpStatus !== 200) return fromHttpStatus(httpStatus);
   if (rst === NGHTTP2_NO_ERROR) return new TransportError(Status.INTERNAL, 'the server ended the call without a gRPC status');
   if (rst === NGHTTP2_CANCEL) return new TransportError(Status.CANCELLED, 'the server cancelled the call');
-  if (rst === NGHTTP2_ENHANCE_YOUR_CALM) return new TransportError(Status.RESOURCE_EXHAUSTED, 'the server reset the call (ENHANCE_YOUR_CALM)');
-  if (rst === NGHTTP2_INADEQUATE_SECURITY) return new TransportError(Status.PERMISSION_DENIED, 'the server reset the call: the connection is not secure enough');
+  if (rst === NGHTTP2_ENHANCE_YOUR_CALM)
+    return new TransportError(Status.RESOURCE_EXHAUSTED, 'the server reset the call (ENHANCE_YOUR_CALM)');
+  if (rst === NGHTTP2_INADEQUATE_SECURITY)
+    return new TransportError(Status.PERMISSION_DENIED, 'the server reset the call: the connection is not secure enough');
   return new TransportError(Status.INTERNAL, `the server reset the call (HTTP/2 error code ${rst})`);
 }
 
@@ -81,9 +87,16 @@ function fromHttpStatus(httpStatus: number): TransportError {
 
 /** Why a call's stream closed when no status decided it: the session's fate, or whether the request ever left. */
 export function lostWith(session: Session, id: number | undefined, rst: number, err: Error | undefined): TransportError | undefined {
-  if (id === undefined) return new TransportError(Status.UNAVAILABLE, `the connection closed before the request was sent${why(err ?? session.lastError)}`, { notSent: true });
+  if (id === undefined)
+    return new TransportError(Status.UNAVAILABLE, `the connection closed before the request was sent${why(err ?? session.lastError)}`, {
+      notSent: true,
+    });
   if (session.goawayLastId >= 0 && id > session.goawayLastId) {
-    return new TransportError(Status.UNAVAILABLE, `the server is going away and did not process the request (GOAWAY last stream ${session.goawayLastId}, ours ${id})`, { notSent: true });
+    return new TransportError(
+      Status.UNAVAILABLE,
+      `the server is going away and did not process the request (GOAWAY last stream ${session.goawayLastId}, ours ${id})`,
+      { notSent: true },
+    );
   }
   // REFUSED_STREAM proves nothing was processed only from a live connection: a GOAWAY's code (7 too)
   // becomes every stream's code when Node destroys the session.
@@ -91,7 +104,10 @@ export function lostWith(session: Session, id: number | undefined, rst: number, 
     return new TransportError(Status.UNAVAILABLE, 'the server refused the stream before processing it', { notSent: true });
   }
   if (session.dropReason !== undefined) return new TransportError(Status.UNAVAILABLE, session.dropReason);
-  if (session.h2.destroyed || session.h2.closed) return new TransportError(Status.UNAVAILABLE, `the connection was lost${why(err ?? session.lastError)}`, { cause: err ?? session.lastError });
+  if (session.h2.destroyed || session.h2.closed)
+    return new TransportError(Status.UNAVAILABLE, `the connection was lost${why(err ?? session.lastError)}`, {
+      cause: err ?? session.lastError,
+    });
   return undefined;
 }
 

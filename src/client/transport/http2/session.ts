@@ -95,12 +95,15 @@ export class Session {
     const time = this.transport.keepaliveTimeMs;
     if (time <= 0 || this.active === 0 || this.keepaliveTimer || this.h2.closed || this.h2.destroyed) return;
     const due = Math.max(this.heardAt, this.pingedAt) + time - performance.now();
-    this.keepaliveTimer = setTimeout(() => {
-      this.keepaliveTimer = undefined;
-      if (this.active === 0) return;
-      if (performance.now() - Math.max(this.heardAt, this.pingedAt) >= time) this.ping();
-      else this.scheduleKeepalive();
-    }, Math.max(0, due));
+    this.keepaliveTimer = setTimeout(
+      () => {
+        this.keepaliveTimer = undefined;
+        if (this.active === 0) return;
+        if (performance.now() - Math.max(this.heardAt, this.pingedAt) >= time) this.ping();
+        else this.scheduleKeepalive();
+      },
+      Math.max(0, due),
+    );
     this.keepaliveTimer.unref();
   }
 
@@ -111,7 +114,10 @@ export class Session {
     this.clearKeepalive();
     this.pinging = true;
     this.pingedAt = performance.now();
-    this.keepaliveTimer = setTimeout(() => this.drop(`the connection was dropped: a keepalive ping went unanswered for ${timeout} ms`), timeout);
+    this.keepaliveTimer = setTimeout(
+      () => this.drop(`the connection was dropped: a keepalive ping went unanswered for ${timeout} ms`),
+      timeout,
+    );
     this.keepaliveTimer.unref();
     let sent = false;
     try {

@@ -60,7 +60,10 @@ export class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStrea
     const body = this.method.encode(message);
     if (body.length > this.transport.maxSend) {
       // Said on the next tick: not from inside the caller's write().
-      this.end(new TransportError(Status.RESOURCE_EXHAUSTED, `the request is ${body.length} bytes, above the limit of ${this.transport.maxSend}`), true);
+      this.end(
+        new TransportError(Status.RESOURCE_EXHAUSTED, `the request is ${body.length} bytes, above the limit of ${this.transport.maxSend}`),
+        true,
+      );
       return false;
     }
     req.write(frame(body));
@@ -89,7 +92,11 @@ export class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStrea
       try {
         res = this.method.decode(m);
       } catch (err) {
-        return this.end(new TransportError(Status.INTERNAL, `the server's message could not be decoded (${clean((err as Error).message)})`, { cause: err }));
+        return this.end(
+          new TransportError(Status.INTERNAL, `the server's message could not be decoded (${clean((err as Error).message)})`, {
+            cause: err,
+          }),
+        );
       }
       this.emitSafely('data', res);
     }

@@ -52,7 +52,9 @@ export class UnaryCall<Res> implements Call {
     if (this.settled) return;
     let req: http2.ClientHttp2Stream;
     try {
-      req = session.h2.request(this.transport.headers(this.method.path, this.extra, this.deadline - performance.now()), { endStream: false });
+      req = session.h2.request(this.transport.headers(this.method.path, this.extra, this.deadline - performance.now()), {
+        endStream: false,
+      });
     } catch (err) {
       // The session takes no new stream (GOAWAY, closing): nothing was sent.
       session.retire();
@@ -76,7 +78,8 @@ export class UnaryCall<Res> implements Call {
       return this.fail(new TransportError(e.kind === 'too-large' ? Status.RESOURCE_EXHAUSTED : Status.INTERNAL, e.message), true);
     }
     for (const m of messages) {
-      if (this.message !== undefined) return this.fail(new TransportError(Status.INTERNAL, 'the server answered a unary call with more than one message'), true);
+      if (this.message !== undefined)
+        return this.fail(new TransportError(Status.INTERNAL, 'the server answered a unary call with more than one message'), true);
       this.message = m;
     }
   }
@@ -88,18 +91,32 @@ export class UnaryCall<Res> implements Call {
     if (failure) return this.fail(failure, true);
     if (this.reply.status === Status.OK) {
       if (this.message === undefined || this.decoder.buffered > 0) {
-        return this.fail(new TransportError(Status.INTERNAL, this.decoder.buffered > 0 ? 'the server sent a truncated message' : 'the server sent no message'), true);
+        return this.fail(
+          new TransportError(
+            Status.INTERNAL,
+            this.decoder.buffered > 0 ? 'the server sent a truncated message' : 'the server sent no message',
+          ),
+          true,
+        );
       }
       let res: Res;
       try {
         res = this.method.decode(this.message);
       } catch (err) {
-        return this.fail(new TransportError(Status.INTERNAL, `the server's message could not be decoded (${clean((err as Error).message)})`, { cause: err }), true);
+        return this.fail(
+          new TransportError(Status.INTERNAL, `the server's message could not be decoded (${clean((err as Error).message)})`, {
+            cause: err,
+          }),
+          true,
+        );
       }
       this.settle();
       return this.resolve(res);
     }
-    this.fail(lostWith(session, req.id, req.rstCode ?? NGHTTP2_NO_ERROR, this.streamError) ?? closedWithoutStatus(req.rstCode ?? NGHTTP2_NO_ERROR, this.reply.httpStatus));
+    this.fail(
+      lostWith(session, req.id, req.rstCode ?? NGHTTP2_NO_ERROR, this.streamError) ??
+        closedWithoutStatus(req.rstCode ?? NGHTTP2_NO_ERROR, this.reply.httpStatus),
+    );
   }
 
   dropped(session: Session): void {
