@@ -147,8 +147,11 @@ export class DoubleBarrier {
       if (mine.first.length >= this.count) {
         const last = mine.first[this.count - 1]!.createRevision;
         if (mine.rev > last) throw new TooManyClientsError(this.name, this.count);
-        // We complete the count: open the barrier for everyone.
-        if (mine.rev === last) return { key: mine.key, rev: mine.rev, ready: await this.open(), late: mine.late };
+        // We complete the count: open the barrier for everyone, unless a member counted has left since.
+        if (mine.rev === last) {
+          const ready = await this.open(mine.first.slice(0, this.count));
+          if (ready !== undefined) return { key: mine.key, rev: mine.rev, ready, late: mine.late };
+        }
       }
       return { key: mine.key, rev: mine.rev, ready: await this.waitOpen(mine, stop), late: mine.late };
     } catch (err) {
@@ -215,15 +218,21 @@ export class DoubleBarrier {
     }
   }
 
-  /** Puts `ready` (no lease, as Go), letting every member through; returns its revision. */
-  private async open(): Promise<bigint> {
+  /**
+   * Puts `ready` (no lease, as Go), letting every member through, and returns its revision; undefined
+   * when a member we counted has left meanwhile (its session expired): then we wait with the others
+   * for the count to be complete again. Go puts it unguarded, and lets a round in one member short.
+   */
+  private async open(counted: readonly KeyValue[]): Promise<bigint | undefined> {
+    // Etcd takes at most 128 operations in one Txn by default: a larger barrier opens unguarded, as Go's.
+    const stayed = counted.length < 128 ? counted.map((kv) => compare.createRevision(kv.key, '=', kv.createRevision)) : [];
     // No caller signal: once applied the barrier is open for the others anyway. Repeating it is harmless.
     const t = await retryWhile(
-      () => this.session.client.txn({ compare: [], success: [op.put(this.readyKey, '')], failure: [] }, { idempotent: true }),
+      () => this.session.client.txn({ compare: stayed, success: [op.put(this.readyKey, '')], failure: [] }, { idempotent: true }),
       isTransient,
       this.session.signal,
     );
-    return t.header.revision;
+    return t.succeeded ? t.header.revision : undefined;
   }
 
   /** Waits for a put of `ready` after our key was created (an older one is a previous round's). */
