@@ -8,6 +8,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setImmediate as turn } from 'node:timers/promises';
 import { Client, LockLostError, Mutex, Session, type LockHandle } from '../src/index.js';
+import { op } from '../src/client/kv.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import {
   assertNoKeys,
@@ -163,6 +164,35 @@ test('a waiter whose own key is deleted while it waits is told it lost it, and t
     await hc.unlock();
   } finally {
     for (const x of [a, b, c]) await x!.close();
+    await settleAll(pending);
+  }
+  await assertNoKeys(admin, prefix);
+});
+
+test("the holder's key and the waiter's own key deleted in one revision: the waiter is told it lost its key, it does not hold", async () => {
+  const prefix = uniquePrefix('no-read-both');
+  const name = `${prefix}lock`;
+  const [a, b] = await Promise.all([contender(), contender()]);
+  const pending: Tracked<LockHandle>[] = [];
+  try {
+    const held = await new Mutex(a!.session, name).lock();
+    const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
+    const mb = new Mutex(b!.session, name);
+    assert.equal(await mb.tryLock(), null);
+    const pb = track(mb.lock());
+    pending.push(pb);
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'B queued and watching');
+    // One Txn (an operator's cleanup): the holder's key first, then B's; B's event comes after the
+    // one that empties its set of older keys, in the same revision.
+    await admin.txn({
+      compare: [],
+      success: [op.delete(`${name}/${a!.session.leaseId.toString(16)}`), op.delete(`${name}/${b!.session.leaseId.toString(16)}`)],
+      failure: [],
+    });
+    await assert.rejects(pb.promise, (err: unknown) => err instanceof LockLostError, 'B is told its key was lost, not granted the lock');
+    await held.unlock().catch(() => undefined);
+  } finally {
+    for (const x of [a, b]) await x!.close();
     await settleAll(pending);
   }
   await assertNoKeys(admin, prefix);

@@ -74,6 +74,8 @@ export class OlderBlocker implements Blocker, WatchTarget, Found, BatchCheck {
   private asked: [string, bigint][] = [];
   /** Newcomers seen queueing behind us. */
   private joined = 0;
+  /** An event changed our own key: only the rule's look-up may answer now (it tells the loss). */
+  private mineChanged = false;
 
   constructor(
     private readonly session: Session,
@@ -117,7 +119,13 @@ export class OlderBlocker implements Blocker, WatchTarget, Found, BatchCheck {
     const { ticket, session } = this;
     // Our own key: only a put of ours (same incarnation, our lease; an election's value) leaves it as it
     // was. Else the rule's look-up (not this blocker again) tells the loss.
-    if (id === this.mine) return !(e.type === 'put' && e.kv.lease === session.leaseId && e.kv.createRevision === ticket.rev);
+    if (id === this.mine) {
+      if (e.type === 'put' && e.kv.lease === session.leaseId && e.kv.createRevision === ticket.rev) return false;
+      // Never our turn from this wait now, even if the last older key goes in the same revision.
+      this.mineChanged = true;
+      this.clear = false;
+      return true;
+    }
     const create = this.older.get(id);
     if (create === undefined) {
       // Queued behind us, or stray. Behind a queue grown long, wait on one key like its other waiters
@@ -156,7 +164,7 @@ export class OlderBlocker implements Blocker, WatchTarget, Found, BatchCheck {
   private gone(id: string): boolean {
     this.older.delete(id);
     if (this.older.size > 0) return false;
-    this.clear = true;
+    this.clear = !this.mineChanged;
     return true;
   }
 }

@@ -306,17 +306,22 @@ export class Wait<T = void> implements WatchSink, Due {
     }
     const b = this.b!;
     const asOf = b.found?.asOf;
-    let moved = false;
+    // The revision whose event ended the wait: the blocker still sees that revision's other events
+    // (one revision may take the last key ahead of us and our own key too).
+    let movedAt: bigint | undefined;
     try {
       for (const e of batch.events) {
-        if (e.kv.modRevision > this.through) this.through = e.kv.modRevision;
+        const rev = e.kv.modRevision;
+        if (rev > this.through) this.through = rev;
         // A kept watch may still hold events from before our read: those were seen by it.
-        if (!moved && (asOf === undefined || e.kv.modRevision > asOf) && b.changed(e)) moved = true;
+        if (asOf !== undefined && rev <= asOf) continue;
+        if (movedAt !== undefined && rev !== movedAt) continue;
+        if (b.changed(e)) movedAt ??= rev;
       }
     } catch (err) {
       return this.fail(err); // a rule's bug ends this wait, not the client's watch stream
     }
-    if (moved) this.moved();
+    if (movedAt !== undefined) this.moved();
   }
 
   /** WatchSink: the watch ended. Compacted or ended quietly: ask again; any other error ends the wait. */
