@@ -22,6 +22,9 @@ interface Entry {
   late: boolean;
 }
 
+/** The most members whose presence the opening Txn checks (see open). */
+const GUARDED_MEMBERS = 32;
+
 /**
  * A double barrier: `enter()` waits until `count` members have entered, `leave()` until every one of
  * them has left. The keys and protocol of Go's `recipe.DoubleBarrier`
@@ -224,8 +227,9 @@ export class DoubleBarrier {
    * for the count to be complete again. Go puts it unguarded, and lets a round in one member short.
    */
   private async open(counted: readonly KeyValue[]): Promise<bigint | undefined> {
-    // Etcd takes at most 128 operations in one Txn by default: a larger barrier opens unguarded, as Go's.
-    const stayed = counted.length < 128 ? counted.map((kv) => compare.createRevision(kv.key, '=', kv.createRevision)) : [];
+    // One compare per member, within what any etcd takes in a Txn (--max-txn-ops, 128 by default and
+    // rarely lowered): a larger barrier opens unguarded, as Go's does.
+    const stayed = counted.length <= GUARDED_MEMBERS ? counted.map((kv) => compare.createRevision(kv.key, '=', kv.createRevision)) : [];
     // No caller signal: once applied the barrier is open for the others anyway. Repeating it is harmless.
     const t = await retryWhile(
       () => this.session.client.txn({ compare: stayed, success: [op.put(this.readyKey, '')], failure: [] }, { idempotent: true }),
