@@ -141,6 +141,8 @@ test('chaos --quick: no violation, overlap, early expiry, unexpected error or st
 }, async () => {
   const dir = await mkdtemp(join(tmpdir(), 'etcd-concurrency-chaos-test-'));
   const json = join(dir, 'result.json');
+  // Kept when the test fails: the histories and Porcupine's visualisation are in it.
+  let passed = false;
   try {
     const child = spawn(process.execPath, ['--import', 'tsx', 'chaos/main.ts', '--quick', '--json', json], {
       cwd: root,
@@ -210,7 +212,9 @@ test('chaos --quick: no violation, overlap, early expiry, unexpected error or st
         sum((r) => r.multilock.grants) > 0,
       `a recipe workload judged nothing in the run; ${context}`,
     );
+    passed = true;
   } finally {
-    await rm(dir, { recursive: true, force: true });
+    if (passed) await rm(dir, { recursive: true, force: true });
+    else process.stderr.write(`chaos test: its histories and Porcupine's output are kept in ${dir}\n`);
   }
 });
