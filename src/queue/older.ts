@@ -151,6 +151,8 @@ export class OlderBlocker implements Blocker, WatchTarget, Found, BatchCheck {
   blocked([mine, ...older]: readonly (KeyValue | undefined)[]): boolean {
     const { ticket, session } = this;
     if (mine?.createRevision !== ticket.rev || mine.lease !== session.leaseId) return false;
+    // Answers to an older question (the set has shrunk since `keys` was asked): no telling which is which.
+    if (older.length !== this.asked.length) return true;
     this.asked.forEach(([id, create], i) => {
       const p = older[i];
       if (p?.createRevision === create && p.lease !== 0n) return;
