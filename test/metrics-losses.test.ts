@@ -3,12 +3,12 @@
 // with a transition and a loss, and a failover across a 3-member cluster.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { SpanStatusCode, type Attributes } from '@opentelemetry/api';
-import { MeterProvider, MetricReader, DataPointType, type DataPoint, type Histogram, type MetricData } from '@opentelemetry/sdk-metrics';
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
-import { Client, Election, Mutex, Session, type ClientOptions } from '../src/index.js';
+import { SpanStatusCode } from '@opentelemetry/api';
+import { MeterProvider } from '@opentelemetry/sdk-metrics';
+import { Client, Election, Mutex, Session } from '../src/index.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { ATTR, METRIC } from '../src/metrics/names.js';
+import { CollectingReader, Sdk } from './metrics-sdk.js';
 import { aborted, assertNoKeys, assertNoLeases, closeAll, etcdForFile, settledOrHang, track, waitFor } from './helpers.js';
 
 const ROOT = 'test/metrics-losses/';
@@ -16,86 +16,12 @@ let etcd: EtcdCluster;
 let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
-/** A MetricReader we collect from on demand. */
-class CollectingReader extends MetricReader {
-  protected override async onShutdown(): Promise<void> {}
-  protected override async onForceFlush(): Promise<void> {}
-}
-
-/** The real SDK for one test: a MeterProvider and a TracerProvider, and a Client recording into them. */
-class Sdk implements AsyncDisposable {
-  readonly reader = new CollectingReader();
-  readonly meterProvider = new MeterProvider({ readers: [this.reader] });
-  readonly spans = new InMemorySpanExporter();
-  readonly tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(this.spans)] });
-  readonly client: Client;
-
-  constructor(options: ClientOptions = {}) {
-    this.client = new Client({
-      endpoints: etcd.endpoints,
-      meterProvider: this.meterProvider,
-      tracerProvider: this.tracerProvider,
-      ...options,
-    });
-  }
-
-  async metrics(): Promise<Map<string, MetricData>> {
-    const { resourceMetrics, errors } = await this.reader.collect();
-    assert.deepEqual(errors, []);
-    return new Map(resourceMetrics.scopeMetrics.flatMap((s) => s.metrics).map((m) => [m.descriptor.name, m]));
-  }
-
-  /** The data points of `name` whose attributes include every pair of `attrs`. */
-  async points(name: string, attrs: Attributes = {}): Promise<DataPoint<unknown>[]> {
-    const m = (await this.metrics()).get(name);
-    if (!m) return [];
-    return (m.dataPoints as DataPoint<unknown>[]).filter((p) => Object.entries(attrs).every(([k, v]) => p.attributes[k] === v));
-  }
-
-  /** A sum or gauge's value over the matching points (0 if none); a histogram's count. */
-  async value(name: string, attrs: Attributes = {}): Promise<number> {
-    const m = (await this.metrics()).get(name);
-    if (!m) return 0;
-    let total = 0;
-    for (const p of await this.points(name, attrs)) {
-      total += m.dataPointType === DataPointType.HISTOGRAM ? (p.value as Histogram).count : (p.value as number);
-    }
-    return total;
-  }
-
-  /** Resolves once `name` matching `attrs` reads `want` (polling collect(): metrics announce nothing). */
-  async until(name: string, attrs: Attributes, want: number): Promise<void> {
-    await waitFor(async () => (await this.value(name, attrs)) === want, `${name} ${JSON.stringify(attrs)} = ${want}`);
-  }
-
-  finished(name: string): ReadableSpan[] {
-    return this.spans.getFinishedSpans().filter((s) => s.name === name);
-  }
-
-  /** Every attribute set recorded anywhere: data points, spans and span events. */
-  async allAttributes(): Promise<Attributes[]> {
-    const out: Attributes[] = [];
-    for (const m of (await this.metrics()).values()) for (const p of m.dataPoints) out.push(p.attributes);
-    for (const s of this.spans.getFinishedSpans()) {
-      out.push(s.attributes);
-      for (const e of s.events) out.push(e.attributes ?? {});
-    }
-    return out;
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.client.close();
-    await this.meterProvider.shutdown();
-    await this.tracerProvider.shutdown();
-  }
-}
-
 const LOCK = { [ATTR.kind]: 'lock' };
 
 describe('losses', () => {
   it("an operator deletes the holder's key: losses{key_deleted}, held back to 0, a lost event on lock.hold", async () => {
     const p = fresh('deleted');
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     const s = await Session.create(sdk.client);
     try {
       const h = await new Mutex(s, `${p}lock`).lock();
@@ -121,7 +47,7 @@ describe('losses', () => {
 
   it("an operator deletes the holder's key while nobody looks at the signal: the recorded holding watches its key after a second, so held goes back to 0", async () => {
     const p = fresh('deleted-unwatched');
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     const s = await Session.create(sdk.client);
     try {
       const h = await new Mutex(s, `${p}lock`).lock();
@@ -143,7 +69,7 @@ describe('losses', () => {
   it('an unlock that failed is retried until the key goes: counted as retries, the holding ends released, not lost', async () => {
     const p = fresh('release-failed');
     const proxy = await startProxy(etcd.endpoints[0]!);
-    await using sdk = new Sdk({ endpoints: [proxy.endpoint], callTimeoutMs: 1000 });
+    await using sdk = new Sdk(etcd.endpoints, { endpoints: [proxy.endpoint], callTimeoutMs: 1000 });
     const s = await Session.create(sdk.client, { ttl: 30 });
     try {
       const h = await new Mutex(s, `${p}lock`).lock();
@@ -171,7 +97,7 @@ describe('losses', () => {
 
   it("another client moves the holder's key onto its own lease: losses{moved_off_lease}", async () => {
     const p = fresh('moved');
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     const s = await Session.create(sdk.client);
     const other = await client.leaseGrant(60);
     try {
@@ -192,7 +118,7 @@ describe('losses', () => {
 
   it('the lease is revoked: the session is lost (lease_gone) and so is the lock, with nobody watching the signal', async () => {
     const p = fresh('revoked');
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     // A short TTL: the session learns of the revoke from its next renewal, every TTL/3.
     const s = await Session.create(sdk.client, { ttl: 3 });
     try {
@@ -215,7 +141,7 @@ describe('losses', () => {
 
   it('a session lost to its deadline (renewals stopped): sessions lost{deadline}, the lock lost{lease_expired}', async () => {
     const p = fresh('deadline');
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     const s = await Session.create(sdk.client, { ttl: 2 });
     try {
       await new Mutex(s, `${p}lock`).lock();
@@ -231,7 +157,7 @@ describe('losses', () => {
 
   it('a session closed while holding: losses{session_closed}', async () => {
     const p = fresh('closed');
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     const s = await Session.create(sdk.client);
     try {
       await new Mutex(s, `${p}lock`).lock();
@@ -249,7 +175,7 @@ describe('elections', () => {
   it('a campaign, a second candidate, a resign: leader gauge and transitions per name, election.campaign and election.lead spans', async () => {
     const p = fresh('election');
     const name = `${p}scheduler`;
-    await using sdk = new Sdk({ nameAttribute: true });
+    await using sdk = new Sdk(etcd.endpoints, { nameAttribute: true });
     const [a, b] = await Promise.all([Session.create(sdk.client), Session.create(sdk.client)]);
     try {
       const named = { [ATTR.name]: name };
@@ -291,7 +217,7 @@ describe('elections', () => {
   it("an operator deletes the leader's key: leader 0, a transition to not leading, a lost event on election.lead", async () => {
     const p = fresh('deposed');
     const name = `${p}scheduler`;
-    await using sdk = new Sdk({ nameAttribute: true });
+    await using sdk = new Sdk(etcd.endpoints, { nameAttribute: true });
     const s = await Session.create(sdk.client);
     try {
       const named = { [ATTR.name]: name };
@@ -319,7 +245,7 @@ describe('elections', () => {
 
   it('without names the leader gauge is one series: how many elections this process leads', async () => {
     const p = fresh('aggregate');
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     const s = await Session.create(sdk.client);
     try {
       const x = await new Election(s, `${p}x`).campaign('v');

@@ -3,12 +3,11 @@
 // Client).
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { metrics, trace, type Attributes } from '@opentelemetry/api';
-import { MeterProvider, MetricReader, DataPointType, type DataPoint, type Histogram, type MetricData } from '@opentelemetry/sdk-metrics';
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
-import { Client, Election, Mutex, Session, type ClientOptions } from '../src/index.js';
+import { metrics, trace } from '@opentelemetry/api';
+import { Client, Election, Mutex, Session } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { ATTR, METRIC } from '../src/metrics/names.js';
+import { Sdk } from './metrics-sdk.js';
 import { telemetryOf } from '../src/metrics/telemetry.js';
 import { aborted, assertNoKeys, closeAll, etcdForFile, settledOrHang, track, waitFor } from './helpers.js';
 
@@ -16,80 +15,6 @@ const ROOT = 'test/metrics-no-sdk/';
 let etcd: EtcdCluster;
 let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** A MetricReader we collect from on demand. */
-class CollectingReader extends MetricReader {
-  protected override async onShutdown(): Promise<void> {}
-  protected override async onForceFlush(): Promise<void> {}
-}
-
-/** The real SDK for one test: a MeterProvider and a TracerProvider, and a Client recording into them. */
-class Sdk implements AsyncDisposable {
-  readonly reader = new CollectingReader();
-  readonly meterProvider = new MeterProvider({ readers: [this.reader] });
-  readonly spans = new InMemorySpanExporter();
-  readonly tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(this.spans)] });
-  readonly client: Client;
-
-  constructor(options: ClientOptions = {}) {
-    this.client = new Client({
-      endpoints: etcd.endpoints,
-      meterProvider: this.meterProvider,
-      tracerProvider: this.tracerProvider,
-      ...options,
-    });
-  }
-
-  async metrics(): Promise<Map<string, MetricData>> {
-    const { resourceMetrics, errors } = await this.reader.collect();
-    assert.deepEqual(errors, []);
-    return new Map(resourceMetrics.scopeMetrics.flatMap((s) => s.metrics).map((m) => [m.descriptor.name, m]));
-  }
-
-  /** The data points of `name` whose attributes include every pair of `attrs`. */
-  async points(name: string, attrs: Attributes = {}): Promise<DataPoint<unknown>[]> {
-    const m = (await this.metrics()).get(name);
-    if (!m) return [];
-    return (m.dataPoints as DataPoint<unknown>[]).filter((p) => Object.entries(attrs).every(([k, v]) => p.attributes[k] === v));
-  }
-
-  /** A sum or gauge's value over the matching points (0 if none); a histogram's count. */
-  async value(name: string, attrs: Attributes = {}): Promise<number> {
-    const m = (await this.metrics()).get(name);
-    if (!m) return 0;
-    let total = 0;
-    for (const p of await this.points(name, attrs)) {
-      total += m.dataPointType === DataPointType.HISTOGRAM ? (p.value as Histogram).count : (p.value as number);
-    }
-    return total;
-  }
-
-  /** Resolves once `name` matching `attrs` reads `want` (polling collect(): metrics announce nothing). */
-  async until(name: string, attrs: Attributes, want: number): Promise<void> {
-    await waitFor(async () => (await this.value(name, attrs)) === want, `${name} ${JSON.stringify(attrs)} = ${want}`);
-  }
-
-  finished(name: string): ReadableSpan[] {
-    return this.spans.getFinishedSpans().filter((s) => s.name === name);
-  }
-
-  /** Every attribute set recorded anywhere: data points, spans and span events. */
-  async allAttributes(): Promise<Attributes[]> {
-    const out: Attributes[] = [];
-    for (const m of (await this.metrics()).values()) for (const p of m.dataPoints) out.push(p.attributes);
-    for (const s of this.spans.getFinishedSpans()) {
-      out.push(s.attributes);
-      for (const e of s.events) out.push(e.attributes ?? {});
-    }
-    return out;
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.client.close();
-    await this.meterProvider.shutdown();
-    await this.tracerProvider.shutdown();
-  }
-}
 
 const LOCK = { [ATTR.kind]: 'lock' };
 
@@ -173,7 +98,7 @@ describe('without an SDK', () => {
       await c.close();
     }
     // The spy sees calls where there are some: the same paths with an SDK call every instrument used.
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     const counted = spyOnTelemetry(sdk.client);
     try {
       await exercise(sdk.client, `${p}sdk/`);
@@ -197,7 +122,7 @@ describe('without an SDK', () => {
 
   it('the global providers are used once an SDK registers them (and a provider registered earlier than the Client)', async () => {
     const p = fresh('global');
-    const sdk = new Sdk(); // its own client is unused here
+    const sdk = new Sdk(etcd.endpoints); // its own client is unused here
     assert.ok(metrics.setGlobalMeterProvider(sdk.meterProvider));
     assert.ok(trace.setGlobalTracerProvider(sdk.tracerProvider));
     try {

@@ -5,108 +5,24 @@
 // metrics-losses.test.ts; without an SDK: metrics-no-sdk.test.ts.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { SpanStatusCode, type Attributes } from '@opentelemetry/api';
-import { MeterProvider, MetricReader, DataPointType, type DataPoint, type Histogram, type MetricData } from '@opentelemetry/sdk-metrics';
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
-import {
-  Client,
-  Mutex,
-  PermitCountConflictError,
-  RWMutex,
-  Semaphore,
-  Session,
-  SessionExpiredError,
-  type ClientOptions,
-} from '../src/index.js';
+import { SpanStatusCode } from '@opentelemetry/api';
+import { Client, Mutex, PermitCountConflictError, RWMutex, Semaphore, Session, SessionExpiredError } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { ATTR, METRIC } from '../src/metrics/names.js';
-import { assertNoKeys, closeAll, etcdForFile, settledOrHang, track, waitFor } from './helpers.js';
+import { Sdk } from './metrics-sdk.js';
+import { assertNoKeys, closeAll, etcdForFile, settledOrHang, track } from './helpers.js';
 
 const ROOT = 'test/metrics/';
 let etcd: EtcdCluster;
 let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
-/** A MetricReader we collect from on demand. */
-class CollectingReader extends MetricReader {
-  protected override async onShutdown(): Promise<void> {}
-  protected override async onForceFlush(): Promise<void> {}
-}
-
-/** The real SDK for one test: a MeterProvider and a TracerProvider, and a Client recording into them. */
-class Sdk implements AsyncDisposable {
-  readonly reader = new CollectingReader();
-  readonly meterProvider = new MeterProvider({ readers: [this.reader] });
-  readonly spans = new InMemorySpanExporter();
-  readonly tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(this.spans)] });
-  readonly client: Client;
-
-  constructor(options: ClientOptions = {}) {
-    this.client = new Client({
-      endpoints: etcd.endpoints,
-      meterProvider: this.meterProvider,
-      tracerProvider: this.tracerProvider,
-      ...options,
-    });
-  }
-
-  async metrics(): Promise<Map<string, MetricData>> {
-    const { resourceMetrics, errors } = await this.reader.collect();
-    assert.deepEqual(errors, []);
-    return new Map(resourceMetrics.scopeMetrics.flatMap((s) => s.metrics).map((m) => [m.descriptor.name, m]));
-  }
-
-  /** The data points of `name` whose attributes include every pair of `attrs`. */
-  async points(name: string, attrs: Attributes = {}): Promise<DataPoint<unknown>[]> {
-    const m = (await this.metrics()).get(name);
-    if (!m) return [];
-    return (m.dataPoints as DataPoint<unknown>[]).filter((p) => Object.entries(attrs).every(([k, v]) => p.attributes[k] === v));
-  }
-
-  /** A sum or gauge's value over the matching points (0 if none); a histogram's count. */
-  async value(name: string, attrs: Attributes = {}): Promise<number> {
-    const m = (await this.metrics()).get(name);
-    if (!m) return 0;
-    let total = 0;
-    for (const p of await this.points(name, attrs)) {
-      total += m.dataPointType === DataPointType.HISTOGRAM ? (p.value as Histogram).count : (p.value as number);
-    }
-    return total;
-  }
-
-  /** Resolves once `name` matching `attrs` reads `want` (polling collect(): metrics announce nothing). */
-  async until(name: string, attrs: Attributes, want: number): Promise<void> {
-    await waitFor(async () => (await this.value(name, attrs)) === want, `${name} ${JSON.stringify(attrs)} = ${want}`);
-  }
-
-  finished(name: string): ReadableSpan[] {
-    return this.spans.getFinishedSpans().filter((s) => s.name === name);
-  }
-
-  /** Every attribute set recorded anywhere: data points, spans and span events. */
-  async allAttributes(): Promise<Attributes[]> {
-    const out: Attributes[] = [];
-    for (const m of (await this.metrics()).values()) for (const p of m.dataPoints) out.push(p.attributes);
-    for (const s of this.spans.getFinishedSpans()) {
-      out.push(s.attributes);
-      for (const e of s.events) out.push(e.attributes ?? {});
-    }
-    return out;
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.client.close();
-    await this.meterProvider.shutdown();
-    await this.tracerProvider.shutdown();
-  }
-}
-
 const LOCK = { [ATTR.kind]: 'lock' };
 
 describe('metrics and spans with the real SDK', () => {
   it('a lock: acquire duration (acquired), held while held, hold duration after unlock, lock.acquire and lock.hold spans; no names by default', async () => {
     const p = fresh('lock');
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     const s = await Session.create(sdk.client);
     try {
       const h = await new Mutex(s, `${p}lock`).lock();
@@ -151,7 +67,7 @@ describe('metrics and spans with the real SDK', () => {
     const p = fresh('names');
     const name = `${p}card-8801`;
     {
-      await using sdk = new Sdk({ nameAttribute: true });
+      await using sdk = new Sdk(etcd.endpoints, { nameAttribute: true });
       const s = await Session.create(sdk.client);
       try {
         await (await new Mutex(s, name).lock()).unlock();
@@ -162,7 +78,7 @@ describe('metrics and spans with the real SDK', () => {
       }
     }
     {
-      await using sdk = new Sdk({ nameAttribute: (n) => (n.endsWith('card-8801') ? 'cards' : undefined) });
+      await using sdk = new Sdk(etcd.endpoints, { nameAttribute: (n) => (n.endsWith('card-8801') ? 'cards' : undefined) });
       const s = await Session.create(sdk.client);
       try {
         await (await new Mutex(s, name).lock()).unlock();
@@ -180,7 +96,7 @@ describe('metrics and spans with the real SDK', () => {
 
   it('a wait behind a holder: waiting is 1 while queued and 0 after; timed_out, aborted and busy results', async () => {
     const p = fresh('wait');
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     const [a, b] = await Promise.all([Session.create(sdk.client), Session.create(sdk.client)]);
     try {
       const m = (s: Session) => new Mutex(s, `${p}lock`);
@@ -223,7 +139,7 @@ describe('metrics and spans with the real SDK', () => {
 
   it('the queue position at enqueue: a holder has 0 keys ahead, the second caller 1, the third 2', async () => {
     const p = fresh('ahead');
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     const [a, b, c] = await Promise.all([Session.create(sdk.client), Session.create(sdk.client), Session.create(sdk.client)]);
     try {
       const m = (s: Session) => new Mutex(s, `${p}lock`);
@@ -256,7 +172,7 @@ describe('metrics and spans with the real SDK', () => {
 
   it('results session_lost (the lease revoked while queued) and error (a permit count conflict), with error spans', async () => {
     const p = fresh('results');
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     const a = await Session.create(sdk.client);
     // A short TTL: the waiter learns of the revoke from its next renewal at the latest (TTL/3).
     const b = await Session.create(sdk.client, { ttl: 3 });
@@ -290,7 +206,7 @@ describe('metrics and spans with the real SDK', () => {
   });
 
   it('a failed call is timed with its gRPC status: revoking an unknown lease is NOT_FOUND', async () => {
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     await sdk.client.leaseRevoke(0x0bad_1eafn); // not an error to the caller: already gone is fine
     assert.equal(
       await sdk.value(METRIC.rpcDuration, {
@@ -306,7 +222,7 @@ describe('metrics and spans with the real SDK', () => {
   });
 
   it('rpc.client.call.duration carries exactly the attributes of semantic conventions v1.40.0', async () => {
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     await sdk.client.leaseRevoke(0x0bad_1eafn);
     await sdk.client.get('semconv-probe');
     const byMethod = new Map((await sdk.points(METRIC.rpcDuration)).map((p) => [p.attributes[ATTR.rpcMethod], p.attributes]));
@@ -327,7 +243,7 @@ describe('metrics and spans with the real SDK', () => {
 
   it('a permit, a read lock and a write lock are their own kinds', async () => {
     const p = fresh('kinds');
-    await using sdk = new Sdk();
+    await using sdk = new Sdk(etcd.endpoints);
     const s = await Session.create(sdk.client);
     try {
       const permit = await new Semaphore(s, `${p}sem`, { permits: 2 }).acquire();
