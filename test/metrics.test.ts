@@ -6,7 +6,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { SpanStatusCode } from '@opentelemetry/api';
-import { Client, Mutex, PermitCountConflictError, RWMutex, Semaphore, Session, SessionExpiredError } from '../src/index.js';
+import { type Client, Mutex, PermitCountConflictError, RWMutex, Semaphore, Session, SessionExpiredError } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { ATTR, METRIC } from '../src/metrics/names.js';
 import { Sdk } from './metrics-sdk.js';

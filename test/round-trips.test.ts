@@ -2,7 +2,7 @@
 // that one method on one client counts exactly what a lock costs. etcd itself is real.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, Mutex, Session, type LockHandle } from '../src/index.js';
+import { Client, Mutex, Session, type LockHandle, type Watch } from '../src/index.js';
 import type { TxnRequest } from '../src/proto/etcd.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import {
@@ -45,6 +45,43 @@ function countingClient(): { client: Client; calls: string[]; answered: () => nu
     return unary(method, ...rest).finally(() => answered++);
   }) as typeof client.conn.unary;
   return { client, calls, answered: () => answered };
+}
+
+/** One unary call as the counting wrapper saw it: its method, and a Txn's range and put operations. */
+interface Sent {
+  method: string;
+  ranges: number;
+  puts: number;
+}
+
+/**
+ * Logs `client`'s unary calls (a Txn with its ranges and puts), counts those not answered yet, and
+ * keeps the watches it creates (their key and whether on a prefix).
+ */
+function logCalls(client: Client): { sent: Sent[]; inFlight: () => number; watches: { key: string; prefix: boolean; w: Watch }[] } {
+  const sent: Sent[] = [];
+  const watches: { key: string; prefix: boolean; w: Watch }[] = [];
+  let inFlight = 0;
+  const unary = client.conn.unary.bind(client.conn);
+  client.conn.unary = ((method, request, ...rest) => {
+    const ops = method.path.endsWith('/Txn')
+      ? [...((request as TxnRequest).success ?? []), ...((request as TxnRequest).failure ?? [])]
+      : [];
+    sent.push({
+      method: method.path.slice(method.path.lastIndexOf('/') + 1),
+      ranges: ops.filter((o) => o.requestRange).length,
+      puts: ops.filter((o) => o.requestPut).length,
+    });
+    inFlight++;
+    return unary(method, request, ...rest).finally(() => inFlight--);
+  }) as typeof client.conn.unary;
+  const watchInto = client.watchInto.bind(client);
+  client.watchInto = (key, options, sink) => {
+    const w = watchInto(key, options, sink);
+    watches.push({ key: Buffer.from(key).toString(), prefix: options.prefix === true, w });
+    return w;
+  };
+  return { sent, inFlight: () => inFlight, watches };
 }
 
 test('an uncontended lock + unlock costs two round trips: one Txn to take it, one Txn to release it', async (t) => {
@@ -111,21 +148,9 @@ test('behind a long queue a holder marks its key, and the waiter behind it takes
   const prefix = uniquePrefix('rt-marks');
   const name = `${prefix}lock`;
   const waiting = 40; // more than SHORT_QUEUE (32): the queue counts as long
-  const c = countingClient();
-  const requests: { method: string; ranges: number; puts: number }[] = [];
-  const unary = c.client.conn.unary.bind(c.client.conn);
-  c.client.conn.unary = ((method, request, ...rest) => {
-    const ops = method.path.endsWith('/Txn')
-      ? [...((request as TxnRequest).success ?? []), ...((request as TxnRequest).failure ?? [])]
-      : [];
-    requests.push({
-      method: method.path.slice(method.path.lastIndexOf('/') + 1),
-      ranges: ops.filter((o) => o.requestRange).length,
-      puts: ops.filter((o) => o.requestPut).length,
-    });
-    return unary(method, request, ...rest);
-  }) as typeof c.client.conn.unary;
-  const sessions = await openSessions(c.client, waiting + 1);
+  const client = new Client({ endpoints: etcd.endpoints });
+  const requests = logCalls(client).sent;
+  const sessions = await openSessions(client, waiting + 1);
   const pending: Tracked<LockHandle>[] = [];
   try {
     const first = await new Mutex(sessions[0]!, name).lock();
@@ -154,7 +179,8 @@ test('behind a long queue a holder marks its key, and the waiter behind it takes
       t.diagnostic(`hand-over ${i}: ${JSON.stringify(requests)}`);
       if (i === 1) {
         // The first waiter's enqueue (while the queue was short) read everyone older than it: it
-        // takes over on the delete event with no read, and marks for the long queue behind it.
+        // takes over on the delete event with no read (or, had its watch seen the queue grow long,
+        // with one O(1) Txn, the next test's case), and marks for the long queue behind it.
         assert.deepEqual(
           handover,
           [{ method: 'Txn', ranges: 0, puts: 1 }],
@@ -173,7 +199,70 @@ test('behind a long queue a holder marks its key, and the waiter behind it takes
   } finally {
     await closeAll(sessions); // a failed assertion leaves locks pending: their sessions end them
     await settleAll(pending);
-    await c.client.close();
+    await client.close();
+  }
+  await assertNoKeys(admin, prefix);
+});
+
+test('a waiter whose short queue grows long behind it waits on its last older key alone, and takes over with one O(1) Txn and no read', async (t) => {
+  const prefix = uniquePrefix('rt-grown');
+  const name = `${prefix}lock`;
+  const newcomers = 40; // more than SHORT_QUEUE (32) behind the waiter: its prefix watch would take them all
+  const holderClient = new Client({ endpoints: etcd.endpoints });
+  const waiterClient = new Client({ endpoints: etcd.endpoints });
+  const othersClient = new Client({ endpoints: etcd.endpoints });
+  const log = logCalls(waiterClient);
+  const [holderSession] = await openSessions(holderClient, 1);
+  const [waiterSession] = await openSessions(waiterClient, 1);
+  const others = await openSessions(othersClient, newcomers);
+  const pending: Tracked<LockHandle>[] = [];
+  let first: Tracked<LockHandle> | undefined;
+  try {
+    const held = await new Mutex(holderSession!, name).lock();
+    // The waiter's client has counted the queue (short), so its enqueue lists the keys before its own.
+    assert.equal(await new Mutex(waiterSession!, name).tryLock(), null);
+    const base = (await serverState(etcd.clientUrls[0]!)).watchers;
+    first = track(new Mutex(waiterSession!, name).lock());
+    await waitersBlocked(etcd.clientUrls[0]!, base, 1, 'the first waiter watching the queue');
+    assert.deepEqual(
+      log.watches.map((w) => w.prefix),
+      [true],
+      'its enqueue listed every older key (a short queue): it watches the prefix',
+    );
+    for (const s of others) pending.push(track(new Mutex(s, name).lock()));
+    await waitersBlocked(etcd.clientUrls[0]!, base, newcomers + 1, `${newcomers} newcomers queued behind it`);
+    // Its watch saw more than 32 join: it left the prefix for the holder's key, the last one older.
+    await waitFor(async () => {
+      const single = log.watches.find((w) => !w.prefix);
+      if (!single) return false;
+      await single.w.created;
+      await new Promise(setImmediate); // the check the new watch may lead to is sent by now
+      return log.inFlight() === 0;
+    }, 'the first waiter to wait on one key');
+    assert.deepEqual(
+      log.watches.map((w) => [w.key, w.prefix]),
+      [
+        [`${name}/`, true],
+        [`${name}/${holderSession!.leaseId.toString(16)}`, false],
+      ],
+      'the prefix, then the holder key alone',
+    );
+    log.sent.length = 0;
+    await held.unlock();
+    const h = await settledOrHang(first, 'the first waiter to take over');
+    t.diagnostic(`hand-over: ${JSON.stringify(log.sent)}`);
+    assert.deepEqual(
+      log.sent,
+      [{ method: 'Txn', ranges: 0, puts: 0 }],
+      'nothing older than the holder was left: one Txn that confirms our key, no read of the queue',
+    );
+    await h.unlock();
+    // Each newcomer releases as soon as its turn comes: the queue drains in its own order.
+    await Promise.all(pending.map(async (p) => (await settledOrHang(p, 'a newcomer to take over')).unlock()));
+  } finally {
+    await closeAll([holderSession!, waiterSession!, ...others]);
+    await settleAll(first ? [first, ...pending] : pending);
+    await Promise.allSettled([holderClient.close(), waiterClient.close(), othersClient.close()]);
   }
   await assertNoKeys(admin, prefix);
 });

@@ -79,10 +79,10 @@ async function enqueue(
   let first = false;
   if (viewed) {
     // Not first behind a queue this long: the rule finds our place in the view.
-    state.hints.note(spec.count.key, BigInt(view.size));
+    state.hints.note(spec.count.key, BigInt(view.size), view.seenThrough);
   } else {
     const counted = txnRange(t, 1).count;
-    state.hints.note(spec.count.key, counted);
+    state.hints.note(spec.count.key, counted, t.header.revision);
     first = spec.first(counted);
     // Our key is the newest of those counted when this Txn created it: the rest are ahead of us.
     if (ahead && t.succeeded) ahead(counted - (inRange(key, spec.count) ? 1n : 0n));

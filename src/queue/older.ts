@@ -76,6 +76,10 @@ export class OlderBlocker implements Blocker, WatchTarget, Found, BatchCheck {
   private joined = 0;
   /** An event changed our own key: only the rule's look-up may answer now (it tells the loss). */
   private mineChanged = false;
+  /** The revision of the newest event taken: the set is exact through it. */
+  private through: bigint;
+  /** The wait ended because a long queue grew behind us (not a check, not our key). */
+  private grewLong = false;
 
   constructor(
     private readonly session: Session,
@@ -89,6 +93,17 @@ export class OlderBlocker implements Blocker, WatchTarget, Found, BatchCheck {
   ) {
     this.key = scopePrefix;
     this.mine = Buffer.from(ticket.key).toString('latin1');
+    this.through = asOf;
+  }
+
+  /**
+   * The one older participant left when a queue grown long ended this wait, our key untouched: the
+   * rule waits on it alone, as the last one older (its delete needs no read). Undefined otherwise.
+   */
+  lastOlder(): { key: Buffer; createRevision: bigint; asOf: bigint } | undefined {
+    if (!this.grewLong || this.mineChanged || this.clear || this.older.size !== 1) return undefined;
+    const [[id, createRevision]] = this.older;
+    return { key: Buffer.from(id, 'latin1'), createRevision, asOf: this.through };
   }
 
   /**
@@ -114,6 +129,7 @@ export class OlderBlocker implements Blocker, WatchTarget, Found, BatchCheck {
 
   changed(e: WatchEvent): boolean {
     const k = e.kv.key;
+    if (e.kv.modRevision > this.through) this.through = e.kv.modRevision;
     if (!this.isCandidate(k)) return false;
     const id = k.toString('latin1');
     const { ticket, session } = this;
@@ -130,7 +146,8 @@ export class OlderBlocker implements Blocker, WatchTarget, Found, BatchCheck {
     if (create === undefined) {
       // Queued behind us, or stray. Behind a queue grown long, wait on one key like its other waiters
       // (the rule's look-up): this watch would take every newcomer's event.
-      return e.type === 'put' && e.kv.version === 1n && BigInt(++this.joined) > SHORT_QUEUE;
+      if (e.type === 'put' && e.kv.version === 1n && BigInt(++this.joined) > SHORT_QUEUE) this.grewLong = true;
+      return this.grewLong;
     }
     if (e.type === 'put' && e.kv.createRevision === create && e.kv.lease !== 0n) return false; // a proclaim or a mark
     if (e.type === 'put' && e.kv.lease === 0n) (this.strays ??= []).push({ key: ownBuffer(k), createRevision: e.kv.createRevision });

@@ -46,6 +46,8 @@ interface Predecessor {
   leased: boolean;
   /** Its owner wrote it again after creating it: a lock holder's mark (see `marks`). */
   marked: boolean;
+  /** Nothing older than it is left: every other older participant was seen to go (older.ts). */
+  last?: boolean;
 }
 
 /** Options of {@link oldestRule}. */
@@ -148,8 +150,15 @@ class OldestRule implements TurnRule {
       if (this.marks && queueOf(session.client).hints.long(scope.prefix)) markHead(session, ticket);
       return null;
     }
-    // Our marked predecessor was deleted: nothing older than us is left (see OldestRuleOptions.marks).
-    if (last instanceof PredecessorBlocker && last.headGone) return ourTurnAfterHead(session, scope, ticket, lostError, signal);
+    // Our marked or last older predecessor was deleted: nothing older than us is left.
+    if (last instanceof PredecessorBlocker && last.headGone) return ourTurnAfterHead(session, scope, ticket, lostError, this.marks, signal);
+    // A long queue grew behind us while one older participant was left: wait on it alone, no read.
+    const only = last instanceof OlderBlocker ? last.lastOlder() : undefined;
+    if (only) {
+      this.joining = false;
+      const p = { key: keyCopy(only.key), createRevision: only.createRevision, asOf: only.asOf, leased: true, marked: false, last: true };
+      return (this.last = new PredecessorBlocker(session, ticket, p, this.keepWatch, this.marks));
+    }
     let p: Predecessor | null | undefined;
     const pre = ticket.preceding;
     if (pre) {
@@ -183,7 +192,9 @@ class PredecessorBlocker implements Blocker, WatchTarget, Found, BatchCheck {
   readonly confirmed: boolean;
   private readonly createRevision: bigint;
   private marked: boolean;
-  /** Our marked predecessor was deleted: for the rule's next look-up. */
+  /** Nothing older than it is left (see Predecessor.last). */
+  private readonly last: boolean;
+  /** Our marked or last older predecessor was deleted: for the rule's next look-up. */
   headGone = false;
   /** Incarnations this wait's checks found to have no lease (stray data): for the rule's next look-up. */
   strays: { key: Buffer; createRevision: bigint }[] | undefined;
@@ -200,6 +211,7 @@ class PredecessorBlocker implements Blocker, WatchTarget, Found, BatchCheck {
     this.confirmed = pred.leased;
     this.createRevision = pred.createRevision;
     this.marked = pred.marked;
+    this.last = pred.last ?? false;
   }
 
   get watch(): WatchTarget {
@@ -214,7 +226,7 @@ class PredecessorBlocker implements Blocker, WatchTarget, Found, BatchCheck {
   // delete we did not see). A put that keeps a lease and the CreateRevision (a proclaim) is none.
   changed(e: WatchEvent): boolean {
     if (e.type === 'delete') {
-      this.headGone = this.marks && this.marked;
+      this.headGone = this.last || (this.marks && this.marked);
       return true;
     }
     if (e.kv.lease === 0n || e.kv.createRevision !== this.createRevision) return true;
@@ -347,17 +359,19 @@ async function findPredecessor(
 }
 
 /**
- * Our marked predecessor is gone, so we are the oldest: one Txn of O(1) compares confirms our key
- * still stands, and behind a long queue marks it in the same write for the waiter behind us.
+ * Our marked or last older predecessor is gone, so we are the oldest: one Txn of O(1) compares
+ * confirms our key still stands, and behind a long queue (a lock's) marks it in the same write for
+ * the waiter behind us.
  */
 async function ourTurnAfterHead(
   session: Session,
   scope: Scope,
   ticket: Ticket,
   lostError: LostErrorFactory,
+  marks: boolean,
   signal: AbortSignal,
 ): Promise<null> {
-  const mark = queueOf(session.client).hints.long(scope.prefix);
+  const mark = marks && queueOf(session.client).hints.long(scope.prefix);
   const t = await session.client.txn(
     { compare: ourKeyStands(session, ticket), success: mark ? [op.touch(ticket.key)] : [], failure: [] },
     { idempotent: true, signal },

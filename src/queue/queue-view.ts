@@ -189,6 +189,11 @@ export class QueueView implements WatchSink {
     return this.byKey.size;
   }
 
+  /** The revision `size` is exact at. */
+  get seenThrough(): bigint {
+    return this.through;
+  }
+
   close(): void {
     if (this.ended) return;
     this.ended = true;
