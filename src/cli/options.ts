@@ -86,29 +86,27 @@ export function parse<O extends Spec>(
   options: O,
   { runsCommand = false } = {},
 ): { values: Values<O>; positionals: string[] } {
-  let parsed: { values: Values<O>; positionals: string[] };
   const bools = new Map<string, boolean>();
-  try {
-    const { values, positionals } = parseArgs({
-      args: attachDashValues(goBools(args, options, bools), options),
-      options,
-      allowPositionals: true,
-      strict: true,
-    });
-    parsed = { values: values as Values<O>, positionals };
-  } catch (err) {
-    const e = err as Error & { code?: string };
-    // The option as parseArgs quotes it: '--ttl <value>', or '-l, --listen' for one with a short
-    // form, whose long name is the one to show.
-    const opt = /'(?:-[^-' ], )?(-[^' ]*)/.exec(e.message)?.[1] ?? e.message;
-    if (e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') throw new UsageError(unknownOption(opt, options, runsCommand));
-    // The same code for both mistakes: the option's own type says which one was made.
-    const spec = options[opt.replace(/^-+/, '')];
-    if (e.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && spec)
-      throw new UsageError(spec.type === 'string' ? `${opt} needs a value` : `${opt} takes no value`);
-    if (e.code?.startsWith('ERR_PARSE_ARGS')) throw new UsageError(e.message.split(/\.\s/)[0]!);
-    throw err;
+  // Not strict: our own words come from the tokens, never from parseArgs' messages.
+  const { values, positionals, tokens } = parseArgs({
+    args: attachDashValues(goBools(args, options, bools), options),
+    options,
+    allowPositionals: true,
+    strict: false,
+    tokens: true,
+  });
+  for (const t of tokens) {
+    if (t.kind !== 'option') continue;
+    const spec = Object.hasOwn(options, t.name) ? options[t.name] : undefined;
+    if (!spec) throw new UsageError(unknownOption(t.rawName, options, runsCommand));
+    // A short form is shown by its long name.
+    const opt = `--${t.name}`;
+    // "--ttl --json" is a forgotten value, not the value "--json" (a lone "-" is one: stdin).
+    const optionLike = !t.inlineValue && t.value !== undefined && t.value.length > 1 && t.value.startsWith('-');
+    if (spec.type === 'string' && (t.value === undefined || optionLike)) throw new UsageError(`${opt} needs a value`);
+    if (spec.type === 'boolean' && t.value !== undefined) throw new UsageError(`${opt} takes no value`);
   }
+  const parsed = { values: values as Values<O>, positionals };
   for (const [k, v] of bools) (parsed.values as Record<string, boolean>)[k] = v;
   // Commands that connect to etcd check the ETCDCTL_* variables against the flags.
   if (Object.hasOwn(options, 'endpoints')) checkEnvironment(parsed.values as Record<string, unknown>);
