@@ -4,7 +4,17 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import diagnosticsChannel from 'node:diagnostics_channel';
-import { Client, DIAGNOSTICS_CHANNEL, LockLostError, Mutex, Session, SessionExpiredError, type Logger } from '../src/index.js';
+import {
+  Client,
+  DIAGNOSTICS_CHANNEL,
+  Election,
+  LockLostError,
+  Mutex,
+  NotLeaderError,
+  Session,
+  SessionExpiredError,
+  type Logger,
+} from '../src/index.js';
 import { channels } from '../src/diagnostics.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { aborted, closedPort, etcdForFile } from './helpers.js';
@@ -69,6 +79,33 @@ describe('diagnostics channels', { timeout: 60_000 }, () => {
     } finally {
       await s.close();
       await c.close();
+    }
+  });
+
+  it('ownership:lost: a leader whose proclaim finds its key deleted (nobody watching it) is reported once, with the error proclaim throws', async () => {
+    const p = fresh('proclaim');
+    const s = await Session.create(client);
+    const seen: { key: string; reason: string; error: unknown }[] = [];
+    const fn = (m: unknown): void => void seen.push(m as (typeof seen)[number]);
+    diagnosticsChannel.subscribe(DIAGNOSTICS_CHANNEL.ownershipLost, fn);
+    try {
+      const h = await new Election(s, `${p}election`).campaign('v1');
+      await client.delete(h.key); // nobody read h.signal: the proclaim is the first to find out
+      const err = await h.proclaim('v2').then(
+        () => assert.fail('a proclaim without a key must fail'),
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof NotLeaderError);
+      assert.deepEqual(
+        seen.map((e) => [e.key, e.reason, e.error === err]),
+        [[h.key, 'key_deleted', true]],
+      );
+      assert.equal(h.signal.aborted, true);
+      await h.resign();
+      assert.equal(seen.length, 1, 'the resign of a lost leadership reports nothing more');
+    } finally {
+      diagnosticsChannel.unsubscribe(DIAGNOSTICS_CHANNEL.ownershipLost, fn);
+      await s.close();
     }
   });
 

@@ -286,7 +286,7 @@ class Leadership extends OwnerHandleBase implements LeaderHandle {
         reason: 'key_deleted',
       });
       // The compare is on our key's CreateRevision: it fails only when the key was deleted.
-      this.own.end(err, undefined, 'key_deleted');
+      this.own.ownerCompareFailed(err);
       throw err;
     }
     this.current = bytes;

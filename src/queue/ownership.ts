@@ -229,13 +229,6 @@ export class Ownership {
   }
 
   /**
-   * Watches our key from "now" (served at once, unlike a watch from a past revision, which waits for
-   * etcd's 100 ms catch-up loop) and, once the watch is confirmed, reads the key: a change between
-   * the confirmation of ownership and the watch is seen by that read. Puts are watched too: one by
-   * someone else can move our key to another lease (or none), which makes it a stray key that
-   * waiters skip; proclaim's own puts keep the lease and the CreateRevision.
-   */
-  /**
    * Our key is gone. After a release whose answer was lost (this holding left the key), that was the
    * release landing, or a sibling's that joined the key since: the holding ends released, not lost.
    */
@@ -244,6 +237,13 @@ export class Ownership {
     this.endReleased();
   }
 
+  /**
+   * Watches our key from "now" (served at once, unlike a watch from a past revision, which waits for
+   * etcd's 100 ms catch-up loop) and, once the watch is confirmed, reads the key: a change between
+   * the confirmation of ownership and the watch is seen by that read. Puts are watched too: one by
+   * someone else can move our key to another lease (or none), which makes it a stray key that
+   * waiters skip; proclaim's own puts keep the lease and the CreateRevision.
+   */
   private async watchKey(): Promise<void> {
     const client = this.session.client;
     while (!this.ended) {
@@ -280,7 +280,22 @@ export class Ownership {
     if (this.ended) return;
     // Released by us, its delete still retried when the session ended: the lease takes the key, no loss.
     if (this.left) return this.endReleased();
-    const err = this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${WHY[loss]}`, { reason: loss, cause });
+    this.endLost(
+      this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${WHY[loss]}`, { reason: loss, cause }),
+      loss,
+    );
+  }
+
+  /**
+   * A write guarded by ownerCompare() failed, so our key is gone: ends this ownership as lost with
+   * `err` (the caller's own error), as a watch that saw the delete would have.
+   */
+  ownerCompareFailed(err: Error): void {
+    if (this.ended || this.left) return;
+    this.endLost(err, 'key_deleted');
+  }
+
+  private endLost(err: Error, loss: LossReason): void {
     this.end(err, undefined, loss);
     publishOwnershipLost(this.session.client.telemetry.logger, this.key, this.fencingToken, loss, err);
   }
