@@ -7,7 +7,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setImmediate as turn } from 'node:timers/promises';
-import { Client, LockLostError, Mutex, Session, type LockHandle } from '../src/index.js';
+import { Client, LockLostError, Mutex, Session, type LockHandle, type Watch } from '../src/index.js';
 import { op } from '../src/client/kv.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import {
@@ -18,18 +18,23 @@ import {
   serverState,
   settledOrHang,
   settleAll,
+  takeOverCalls,
   track,
   uniquePrefix,
+  waitFor,
   waitersBlocked,
   type Tracked,
 } from './helpers.js';
 
 let etcd: EtcdCluster;
 let admin: Client;
+/** The take-over's requests: none, or one O(1) Txn on a version whose watch may lose an event. */
+let confirm: string[];
 
 before(async () => {
   etcd = await startEtcd({ members: 1 });
   admin = new Client({ endpoints: etcd.endpoints });
+  confirm = await takeOverCalls(admin);
 });
 
 after(async () => {
@@ -38,17 +43,33 @@ after(async () => {
   await etcd.stop();
 });
 
-/** A contender: its own client (unary calls counted by method name) and session. */
-async function contender(): Promise<{ client: Client; session: Session; calls: string[]; close(): Promise<void> }> {
+/** A contender: its own client (unary calls counted by method name, and in flight; watches kept) and session. */
+async function contender(): Promise<{
+  client: Client;
+  session: Session;
+  calls: string[];
+  inFlight: () => number;
+  watches: { key: string; prefix: boolean; w: Watch }[];
+  close(): Promise<void>;
+}> {
   const client = new Client({ endpoints: etcd.endpoints });
   const calls: string[] = [];
+  let inFlight = 0;
   const unary = client.conn.unary.bind(client.conn);
   client.conn.unary = ((method, ...rest) => {
     calls.push(method.path.slice(method.path.lastIndexOf('/') + 1));
-    return unary(method, ...rest);
+    inFlight++;
+    return unary(method, ...rest).finally(() => inFlight--);
   }) as typeof client.conn.unary;
+  const watches: { key: string; prefix: boolean; w: Watch }[] = [];
+  const watchInto = client.watchInto.bind(client);
+  client.watchInto = (key, options, sink) => {
+    const w = watchInto(key, options, sink);
+    watches.push({ key: Buffer.from(key).toString(), prefix: options.prefix === true, w });
+    return w;
+  };
   const session = await Session.create(client, { ttl: 30 });
-  return { client, session, calls, close: async () => (await session.close(), await client.close()) };
+  return { client, session, calls, inFlight: () => inFlight, watches, close: async () => (await session.close(), await client.close()) };
 }
 
 /**
@@ -92,7 +113,7 @@ test('a hand-over down a short queue costs each waiter no request after the dele
       holder = await settledOrHang(pending[i - 1]!, `waiter ${i} to take over`);
       t.diagnostic(`hand-over ${i}: releaser ${cs[i - 1]!.calls.join(' ')}, new holder ${cs[i]!.calls.join(' ') || '(none)'}`);
       assert.deepEqual(cs[i - 1]!.calls, ['Txn'], 'the release: one guarded delete');
-      assert.deepEqual(cs[i]!.calls, [], 'the next waiter takes over on the delete event, with no read');
+      assert.deepEqual(cs[i]!.calls, confirm, 'the next waiter takes over on the delete event, with no read');
       for (let j = i + 1; j < cs.length; j++) assert.equal(pending[j - 1]!.settled, false, `waiter ${j} still waits (FIFO)`);
     }
     await holder.unlock();
@@ -129,7 +150,7 @@ test('a waiter ahead that gives up hands nothing over: the one behind it waits f
     c!.calls.length = 0;
     await held.unlock();
     const hc = await settledOrHang(pc, 'C to take over from A');
-    assert.deepEqual(c!.calls, [], 'and then takes it on the delete event, with no read');
+    assert.deepEqual(c!.calls, confirm, 'and then takes it on the delete event, with no read');
     await hc.unlock();
   } finally {
     for (const x of [a, b, c]) await x!.close();
@@ -220,7 +241,7 @@ test('keys without a lease and keys of nested names are skipped, as before: they
     b!.calls.length = 0;
     await held.unlock();
     const hb = await settledOrHang(pb, 'B to take over from A, past the stray and the nested key');
-    assert.deepEqual(b!.calls, [], 'on the delete event, with no read');
+    assert.deepEqual(b!.calls, confirm, 'on the delete event, with no read');
     await hb.unlock();
   } finally {
     for (const x of [a, b]) await x!.close();
@@ -246,18 +267,32 @@ test('behind a queue grown long (more than 32 newcomers) the waiter stops taking
     const pb = track(mb.lock());
     pending.push(pb);
     await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'B queued and watching the prefix');
-    b!.calls.length = 0;
     // Each newcomer releases at once when its turn comes (their order is their keys' CreateRevisions).
     for (const s of sessions) pending.push(track(new Mutex(s, name).lock().then(async (h) => (await h.unlock(), h))));
-    // B moves to a watch on its predecessor's key alone (after one look-up): its prefix watch goes.
-    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1 + sessions.length, 'the newcomers queued, and B waiting on one key');
-    t.diagnostic(`B after the newcomers: ${b!.calls.join(' ')}`);
-    assert.ok(
-      b!.calls.length >= 1 && b!.calls.every((c) => c === 'Txn'),
-      `B looked its predecessor up once the queue grew: ${b!.calls.join(' ')}`,
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1 + sessions.length, 'the newcomers queued');
+    // B moves to a watch on the last key older than its own, A's, alone: its prefix watch goes.
+    const aKey = `${name}/${a!.session.leaseId.toString(16)}`;
+    await waitFor(async () => {
+      const single = b!.watches.find((w) => !w.prefix);
+      if (!single) return false;
+      await single.w.created;
+      await turn(); // the check the new watch may lead to is sent by now
+      return b!.inFlight() === 0;
+    }, "B to wait on A's key alone");
+    assert.deepEqual(
+      b!.watches.map((w) => [w.key, w.prefix, w.w.ended]),
+      [
+        [`${name}/`, true, true],
+        [aKey, false, false],
+      ],
+      'the prefix, then the last older key alone',
     );
+    t.diagnostic(`B after the newcomers: ${b!.calls.join(' ')}`);
+    b!.calls.length = 0;
     await held.unlock();
-    await (await settledOrHang(pb, 'B to take over')).unlock();
+    const hb = await settledOrHang(pb, 'B to take over');
+    assert.deepEqual(b!.calls, ['Txn'], 'nothing older than A was left: one O(1) Txn confirms our key, no read of the queue');
+    await hb.unlock();
     for (const p of pending.slice(1)) await settledOrHang(p, 'every newcomer to take its turn');
   } finally {
     await closeAll(sessions);

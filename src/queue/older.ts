@@ -46,7 +46,8 @@ export function olderSet(
  * whose events come in revision order, takes each of them off as it goes, and sees any change to
  * our own key. Once the last is gone and our key was not touched, we are the oldest at that event's
  * revision with our key standing: what the confirming read after a wake-up would prove, known
- * without it. The hand-over then costs the release and its notification only.
+ * without it. The hand-over then costs the release and its notification only (on members that
+ * lose no watch event, see watch-trust.ts; else one O(1) Txn confirms our key).
  *
  * Why that is enough: no key can be created older than an existing one (CreateRevisions only grow),
  * so after the read at `asOf` the older participants can only leave; the watch delivers every event
@@ -108,11 +109,11 @@ export class OlderBlocker implements Blocker, WatchTarget, Found, BatchCheck {
 
   /**
    * Kept for the session's next wait on the name only while the queue is short (asked again when the
-   * wait ends): behind a long queue that wait watches one key, and a kept prefix watch would take
-   * every event under the prefix meanwhile.
+   * wait ends, and not once this wait saw it grow long): behind a long queue that wait watches one
+   * key, and a kept prefix watch would take every event under the prefix meanwhile.
    */
   get keep(): boolean {
-    return this.keepWatch && !queueOf(this.session.client).hints.long(this.key);
+    return this.keepWatch && !this.grewLong && !queueOf(this.session.client).hints.long(this.key);
   }
 
   get watch(): WatchTarget {

@@ -146,6 +146,9 @@ class OldestRule implements TurnRule {
     if (last?.strays) for (const kv of last.strays) this.addStray(kv);
     // Every older participant went with our key standing (an OlderBlocker saw it): our turn, no request.
     if (last instanceof OlderBlocker && last.clear) {
+      // A member that may lose a watch event may have lost our own key's delete: one O(1) Txn
+      // confirms our key (and marks it behind a long queue).
+      if (!queueOf(session.client).watchTrust.lossless()) return ourTurnAfterHead(session, scope, ticket, lostError, this.marks, signal);
       // Behind us a long queue (grown meanwhile): mark, as a holder found first by a look-up does.
       if (this.marks && queueOf(session.client).hints.long(scope.prefix)) markHead(session, ticket);
       return null;
@@ -166,8 +169,10 @@ class OldestRule implements TurnRule {
       ticket.preceding = undefined;
       // Every older participant in it (a short queue): wait for all of them on one watch, no read after.
       const older = olderSet(pre.kvs, pre.more, ticket.rev, scope.isCandidate, this);
-      if (older && older.size > 0)
+      if (older && older.size > 0) {
+        queueOf(session.client).watchTrust.lossless(); // asked now, known by our turn
         return (this.last = new OlderBlocker(session, ticket, scope.prefix, scope.isCandidate, older, ticket.rev, this.keepWatch));
+      }
       p = fromPage(pre.kvs, pre.more, ticket.rev, scope, this);
     }
     if (p === undefined && this.joining) p = await this.fromView(signal);

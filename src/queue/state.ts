@@ -14,6 +14,7 @@ import { LateSweeper } from './late-sweeper.js';
 import { QueueViews } from './queue-view.js';
 import { Rechecker } from './recheck.js';
 import { Scopes } from './scope.js';
+import { WatchTrust } from './watch-trust.js';
 
 /** What the engine keeps of one session. */
 export class SessionQueue<H = unknown> {
@@ -43,10 +44,13 @@ export class QueueState implements Attachment {
   readonly scopes = new Scopes();
   /** Views of long queues, so that joining one reads nothing (see queue-view.ts). */
   readonly views: QueueViews;
+  /** Whether the members' watches lose no event (see watch-trust.ts). */
+  readonly watchTrust: WatchTrust;
 
   constructor(client: Client) {
     this.rechecker = new Rechecker(client);
     this.views = new QueueViews(client);
+    this.watchTrust = new WatchTrust(client);
   }
 
   of<H = unknown>(session: Session): SessionQueue<H> {
