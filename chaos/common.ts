@@ -30,10 +30,6 @@ export function clockOffsetSample(samples = 64): { offset: number; errMs: number
   return best;
 }
 
-export function clockOffset(): number {
-  return clockOffsetSample().offset;
-}
-
 /** mulberry32: small, fast and good enough to make fault schedules reproducible from a seed. */
 export class Prng {
   private state: number;
@@ -172,8 +168,21 @@ export type WorkerEvent =
       sentAt: number;
     }
   /**
-   * A guarded increment of the etcd counter: `read` the get before it (invoke, return, value), `txn`
-   * the Txn's invoke and return (absent: it never returned, its outcome unknown), for Porcupine.
+   * A guarded increment of the etcd counter about to be sent (worker-counter.ts): `read` the get
+   * before it (invoke, return, value), `at` the Txn's invoke time. Reported before the Txn goes
+   * out, so that an incarnation killed before its outcome still leaves the increment in the history.
+   */
+  | {
+      t: 'etcd-inc-call';
+      token: string;
+      opKey: string;
+      value: number;
+      read: { call: number; ret: number; value: number };
+      at: number;
+    }
+  /**
+   * Its outcome: `txn` the Txn's invoke and return (absent: it was never sent; `ret` absent: it never
+   * returned, its outcome unknown), for Porcupine.
    */
   | {
       t: 'etcd-inc';
@@ -183,7 +192,6 @@ export type WorkerEvent =
       outcome: 'accepted' | 'rejected' | 'unknown';
       error?: string;
       at: number;
-      read?: { call: number; ret: number; value: number };
       txn?: { call: number; ret?: number };
     }
   | { t: 'careful-skip'; token: string; at: number }

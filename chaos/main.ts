@@ -27,6 +27,7 @@ import { PostgresFence } from '../src/fencing/index.js';
 import { findPostgres, startEtcd, startPostgres } from '../src/testing/index.js';
 import { PG_FENCE_TABLE, PG_SCHEMA } from './pg-ledger.js';
 import { checkEtcdCounter } from './checker/index.js';
+import { settleCounterOps } from './counter-ops.js';
 import { Prng, counterKey, now, type Role } from './common.js';
 import { PERMITS, RECIPE_ROLES, ROLES, printTable, summarize, type PhaseResult } from './report.js';
 import { QUICK_MUST_HAPPEN, RW_WRITE_SHARE, phasePlans, workerCountsFor, type PhasePlan } from './plans.js';
@@ -279,8 +280,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     history.etcdIncrements,
   );
   // Increments whose outcome was unknown: applied exactly when etcd's ledger has their key.
-  const appliedOps = new Set(ledger.kvs.map((kv) => kv.key.toString()));
-  const counterOps = [...history.linear.counter, ...history.linear.unknownIncs.filter((u) => appliedOps.has(u.opKey)).map((u) => u.op)];
+  const counterOps = settleCounterOps(history.linear, new Set(ledger.kvs.map((kv) => kv.key.toString())));
   await admin.delete(prefix, { prefix: true });
   const lastRevision = (await admin.getPrefix(prefix)).header.revision;
   const lives = await observer.finish(lastRevision);

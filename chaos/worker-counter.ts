@@ -20,14 +20,16 @@ export async function etcdIncrement(
   let outcome: 'accepted' | 'rejected' | 'unknown' = 'unknown';
   let error: string | undefined;
   // Invoke and return times, for Porcupine (chaos/porcupine.ts).
-  let read: { call: number; ret: number; value: number } | undefined;
   let txn: { call: number; ret?: number } | undefined;
   try {
     const readCall = now();
     const cur = await client.get(ck);
-    read = { call: readCall, ret: now(), value: cur ? Number(cur.value.toString()) : 0 };
+    const read = { call: readCall, ret: now(), value: cur ? Number(cur.value.toString()) : 0 };
     value = read.value + 1;
     txn = { call: now() };
+    // Before the Txn goes out (stdout to a pipe is written synchronously): if this process is killed
+    // before its outcome, the parent still knows an increment to `value` may have been applied.
+    emit({ t: 'etcd-inc-call', token: token.toString(), opKey: ok, value, read, at: txn.call });
     const t = await client.txn(
       {
         // Guarded by ownership alone: if two processes could both pass ownerCompare, increments are lost.
@@ -44,5 +46,5 @@ export async function etcdIncrement(
   } catch (err) {
     error = `${(err as Error).name}: ${(err as Error).message}`.slice(0, 200);
   }
-  emit({ t: 'etcd-inc', token: token.toString(), opKey: ok, value, outcome, error, at: now(), read, txn });
+  emit({ t: 'etcd-inc', token: token.toString(), opKey: ok, value, outcome, error, at: now(), txn });
 }

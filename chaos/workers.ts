@@ -9,9 +9,9 @@ import { LeaseNotFoundError } from '../src/index.js';
 import { startProxy, type TcpProxy } from '../src/testing/index.js';
 import type { HeldInterval } from './checker/index.js';
 import { isOurError, type History } from './run-history.js';
-import type { LinearOp } from './porcupine.js';
+import { CounterRecorder } from './counter-ops.js';
 import {
-  clockOffset,
+  clockOffsetSample,
   hash,
   lineSplitter,
   now,
@@ -27,7 +27,7 @@ import { StoreDesk } from './store-desk.js';
 import { stuckLine } from './stuck-line.js';
 
 const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
-const PARENT_OFFSET = clockOffset();
+const PARENT_CLOCK = clockOffsetSample();
 
 export interface WorkerSpec {
   id: string;
@@ -82,6 +82,10 @@ export class WorkerProc {
   /** The lease (hex) of that latest session: a lock role's current one. */
   private lastLease?: string;
   private correction = 0;
+  /** A bound on the error of `correction` (the parent's and this incarnation's samples), ms. */
+  private clockErrMs = 0;
+  /** This incarnation's reads and increments of the etcd counter, for Porcupine. */
+  private counter?: CounterRecorder;
   private stdin?: NodeJS.WritableStream;
   exited: Promise<void> = Promise.resolve();
   private readyResolve?: () => void;
@@ -151,6 +155,7 @@ export class WorkerProc {
     this.killedByUs = false;
     this.holding = undefined;
     this.leases = new Set();
+    this.counter = undefined;
     this.sessionAt = new Map();
     this.lastSessionAt = undefined;
     this.lastLease = undefined;
@@ -201,8 +206,9 @@ export class WorkerProc {
     }
     switch (e.t) {
       case 'ready':
-        this.correction = PARENT_OFFSET - e.offset;
-        h.clockErrMs = Math.max(h.clockErrMs, e.offsetErrMs);
+        this.correction = PARENT_CLOCK.offset - e.offset;
+        this.clockErrMs = PARENT_CLOCK.errMs + e.offsetErrMs;
+        h.clockErrMs = Math.max(h.clockErrMs, this.clockErrMs);
         this.logStream?.write(`clock mapped to the parent's within ${e.offsetErrMs.toFixed(4)} ms\n`);
         this.readyResolve?.();
         break;
@@ -276,26 +282,14 @@ export class WorkerProc {
       case 'store':
         this.desk.answer(e, label);
         break;
-      case 'etcd-inc': {
+      case 'etcd-inc-call':
+        this.counterOf(label).called(e);
+        break;
+      case 'etcd-inc':
         h.etcdIncrements.push({ worker: label, token: BigInt(e.token), opKey: e.opKey, value: e.value, outcome: e.outcome });
-        const client = this.clientId(label);
-        if (e.read)
-          h.linear.counter.push({ client, call: this.t(e.read.call), ret: this.t(e.read.ret), op: 'read', value: e.read.value, ok: true });
-        if (e.txn && e.outcome !== 'rejected') {
-          const inc: LinearOp = {
-            client,
-            call: this.t(e.txn.call),
-            ret: e.txn.ret !== undefined ? this.t(e.txn.ret) : Infinity,
-            op: 'inc',
-            value: e.value,
-            ok: true,
-          };
-          if (e.outcome === 'accepted') h.linear.counter.push(inc);
-          else h.linear.unknownIncs.push({ op: inc, opKey: e.opKey }); // settled against etcd's ledger at the end
-        }
+        this.counterOf(label).done(e);
         if (e.error) this.countError('etcd-inc', e.error.split(':')[0]!);
         break;
-      }
       case 'pg-inc':
         h.pgIncrements.push({ worker: label, opId: e.opId, token: BigInt(e.token), outcome: e.outcome, shadowWritten: e.shadowWritten });
         if (e.error) this.countError('pg-inc', e.error.split(':')[0]!);
@@ -348,6 +342,11 @@ export class WorkerProc {
     }
   }
 
+  private counterOf(label: string): CounterRecorder {
+    this.counter ??= new CounterRecorder(this.clientId(label), (at) => this.t(at), this.clockErrMs, this.pool.options.history.linear);
+    return this.counter;
+  }
+
   private clientId(label: string): number {
     const ids = this.pool.options.history.clientIds;
     let id = ids.get(label);
@@ -356,14 +355,14 @@ export class WorkerProc {
   }
 
   /**
-   * A fenced ledger request, for Porcupine: invoked when the worker sent it, returned now (the
-   * answer is on its way: the store applied it in between).
+   * A fenced ledger request, for Porcupine: invoked when the worker sent it (on its clock, so widened
+   * by the mapping's error bound), returned now (the answer is on its way: the store applied it in between).
    */
   private ledgerOp(e: Extract<WorkerEvent, { t: 'store' }>, entry: { ok: boolean; value: number }, label: string): void {
     if (e.register !== 'ledger' || (e.op !== 'read' && e.op !== 'write')) return;
     this.pool.options.history.linear.ledger.push({
       client: this.clientId(label),
-      call: this.t(e.sentAt),
+      call: this.t(e.sentAt) - this.clockErrMs,
       ret: now(),
       op: e.op,
       token: e.token,
@@ -421,6 +420,9 @@ export class WorkerProc {
       else h.held[this.lockRole()].push(iv);
       this.holding = undefined;
     }
+    // Killed with an increment in flight: its outcome is unknown (etcd's ledger settles it).
+    const inFlight = this.counter?.died(label);
+    if (inFlight) h.etcdIncrements.push(inFlight);
     if (!this.byeSeen) for (const l of this.leases) h.abandonedLeases.add(l);
     if (!this.killedByUs && !this.byeSeen) {
       h.unexpectedErrors.push(`${label} exited unexpectedly (code ${code}, signal ${signal}); see ${this.spec.id}.log`);

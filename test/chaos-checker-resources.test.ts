@@ -43,15 +43,27 @@ test('fenced ledger: a careful write that passed assertHeld() and was still refu
   assert.match(verdict([{ ...clean, violations: report.violations }]).join('; '), /careful-write-refused/);
 });
 
-test('etcd counter: two owners, a key written twice and a lost acknowledgement are violations', () => {
+test('etcd counter: two owners, a key written twice, a lost acknowledgement and an unreported increment are violations', () => {
   const entry = (token: number, value: number, version = 1n) => ({ key: `ops/${token}`, value: `w:${value}`, version });
-  assert.deepEqual(checkEtcdCounter(2, [entry(1, 1), entry(2, 2)], []).violations, []);
-  const bad = checkEtcdCounter(
-    2,
-    [entry(1, 1), entry(2, 2), entry(3, 2, 2n)],
-    [{ worker: 'w', token: 4n, opKey: 'ops/4', value: 3, outcome: 'accepted' }],
-  );
-  assert.deepEqual(bad.violations.map((v) => v.check).sort(), ['etcd-count', 'etcd-double-apply', 'etcd-lost-ack', 'etcd-lost-update']);
+  const sent = (token: number, value: number, outcome: 'accepted' | 'unknown' = 'accepted') => ({
+    worker: 'w',
+    token: BigInt(token),
+    opKey: `ops/${token}`,
+    value,
+    outcome,
+  });
+  assert.deepEqual(checkEtcdCounter(2, [entry(1, 1), entry(2, 2)], [sent(1, 1), sent(2, 2, 'unknown')]).violations, []);
+  const bad = checkEtcdCounter(2, [entry(1, 1), entry(2, 2), entry(3, 2, 2n)], [sent(1, 1), sent(2, 2), sent(4, 3)]);
+  assert.deepEqual(bad.violations.map((v) => v.check).sort(), [
+    'etcd-count',
+    'etcd-double-apply',
+    'etcd-lost-ack',
+    'etcd-lost-update',
+    'etcd-unreported',
+  ]);
+  // An increment applied by a worker that was killed before it reported sending it.
+  const unreported = checkEtcdCounter(2, [entry(1, 1), entry(2, 2)], [sent(1, 1)]).violations;
+  assert.deepEqual(unreported, [{ check: 'etcd-unreported', detail: 'ops/2 was applied but no worker reported sending it (w:2)' }]);
 });
 
 test('semaphore resource: a frozen holder pushed out by newer ones is refused; a careful write refused is a violation', () => {

@@ -29,7 +29,8 @@ export interface EtcdCounterReport {
  * The counter kept in etcd with Txns guarded by ownerCompare(): it must equal the number of
  * increments applied (one ledger key per increment, written in the same Txn), the ledger must hold
  * each value 1..counter exactly once (two "owners" reading the same value would both write it),
- * no ledger key may be written twice, and every increment a worker saw succeed must be there.
+ * no ledger key may be written twice, every increment a worker saw succeed must be there, and every
+ * ledger key must be one a worker reported sending (or the history Porcupine checks misses it).
  */
 export function checkEtcdCounter(counter: number, ledger: EtcdLedgerEntry[], reports: EtcdIncrementReport[]): EtcdCounterReport {
   const violations: Violation[] = [];
@@ -52,6 +53,11 @@ export function checkEtcdCounter(counter: number, ledger: EtcdLedgerEntry[], rep
   }
   for (let v = 1; v <= counter; v++) {
     if (!seen.has(v)) violations.push({ check: 'etcd-gap', detail: `no increment to ${v} in the ledger` });
+  }
+  const reported = new Set(reports.map((r) => r.opKey));
+  for (const e of ledger) {
+    if (!reported.has(e.key))
+      violations.push({ check: 'etcd-unreported', detail: `${e.key} was applied but no worker reported sending it (${e.value})` });
   }
   let accepted = 0;
   let rejected = 0;
