@@ -77,15 +77,16 @@ export function recipeCycles(ctx: RecipeContext): Record<'barrier' | 'dbarrier' 
     const started = now();
     await db.enter({ signal: limit(ctx) });
     const own = db.key!;
+    // The round as the library entered it: `ready` read now may be a later round's put already.
+    const ready = db.openedAt!;
     const entered = await readPrefix(client, `${cfg.name}/`);
     const ownKv = entered.kvs.find((k) => k.key === own);
-    const ready = entered.kvs.find((k) => k.key === `${cfg.name}/ready`);
-    if (ownKv && ready) {
+    if (ownKv) {
       ctx.emit({
         t: 'recipe',
         kind: 'dbarrier-enter',
         own: ownKv.create.toString(),
-        ready: ready.mod.toString(),
+        ready: ready.toString(),
         rev: entered.rev.toString(),
         waitedMs: Math.round(now() - started),
         at: now(),
@@ -97,15 +98,14 @@ export function recipeCycles(ctx: RecipeContext): Record<'barrier' | 'dbarrier' 
     const leaving = now();
     await db.leave({ signal: limit(ctx, false) });
     const left = await readPrefix(client, `${cfg.name}/`);
-    if (ready)
-      ctx.emit({
-        t: 'recipe',
-        kind: 'dbarrier-leave',
-        ready: ready.mod.toString(),
-        rev: left.rev.toString(),
-        waitedMs: Math.round(now() - leaving),
-        at: now(),
-      });
+    ctx.emit({
+      t: 'recipe',
+      kind: 'dbarrier-leave',
+      ready: ready.toString(),
+      rev: left.rev.toString(),
+      waitedMs: Math.round(now() - leaving),
+      at: now(),
+    });
   }
 
   /** After a failed lockAll: keys of `lease` under `names` still there once the release had time (3 TTLs + 5 s). */

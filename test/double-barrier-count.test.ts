@@ -84,4 +84,33 @@ describe('DoubleBarrier opening', () => {
       await assertNoKeys(client, name);
     },
   );
+
+  it(
+    'a member entering while a round still leaves opens the next round: openedAt tells the rounds apart, and each leave waits for its own',
+    T,
+    async () => {
+      const name = `${fresh('rounds')}db`;
+      const [sa, sb, sc] = await sessions(3);
+      try {
+        const a = new DoubleBarrier(sa!, name, 2);
+        const b = new DoubleBarrier(sb!, name, 2);
+        await Promise.all([a.enter(), b.enter()]);
+        const first = (await client.get(`${name}/ready`))!.modRevision;
+        assert.deepEqual([a.openedAt, b.openedAt], [first, first], 'one round: the ready put that opened it');
+        await sa!.close(); // A dies in the round: its key goes with its lease, B has not left yet
+        const c = new DoubleBarrier(sc!, name, 2);
+        await c.enter(); // counts B, still leaving, as Go does: it puts ready again
+        const second = (await client.get(`${name}/ready`))!.modRevision;
+        assert.ok(second > first, 'ready was put again');
+        assert.equal(c.openedAt, second, "C's round opened at the second put");
+        assert.equal(b.openedAt, first, "B's round is still the first: a later ready put does not change it");
+        await b.leave(); // B's round is B alone now: it leaves without waiting for C
+        assert.equal(b.openedAt, undefined);
+        await c.leave(); // C's round counted B, gone now
+      } finally {
+        await closeAll([sb!, sc!]);
+      }
+      await assertNoKeys(client, name);
+    },
+  );
 });

@@ -84,6 +84,15 @@ export class DoubleBarrier {
   }
 
   /**
+   * The revision of the `ready` put that let us in, from enter() until leave() (else undefined): the
+   * members of one round share it. Not `ready`'s ModRevision read later: a member entering while our
+   * round still leaves may put `ready` again, opening the next round (Go's counting).
+   */
+  get openedAt(): bigint | undefined {
+    return this.entry?.ready;
+  }
+
+  /**
    * Enters the barrier and waits until `count` members have entered. Rejects with
    * TooManyClientsError if `count` members are already in, and with the session's
    * SessionExpiredError if the session is lost meanwhile. On abort or any error our key is deleted.
