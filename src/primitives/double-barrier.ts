@@ -84,9 +84,11 @@ export class DoubleBarrier {
   }
 
   /**
-   * The revision of the `ready` put that let us in, from enter() until leave() (else undefined): the
-   * members of one round share it. Not `ready`'s ModRevision read later: a member entering while our
-   * round still leaves may put `ready` again, opening the next round (Go's counting).
+   * The revision of the first `ready` put this member saw after its key, from enter() until leave()
+   * (else undefined): the round it entered, and the keys created before it are the ones leave() waits
+   * for. Not `ready`'s ModRevision read later: a member entering while our round still leaves may put
+   * `ready` again, opening the next round (Go's counting). If that put comes before this member saw
+   * the first, it shares that later round.
    */
   get openedAt(): bigint | undefined {
     return this.entry?.ready;

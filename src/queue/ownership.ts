@@ -9,7 +9,8 @@ import type { LossReason } from '../metrics/names.js';
 import type { AcquireProbe, HoldObserver } from '../metrics/telemetry.js';
 import { RELEASED, type ReleaseResult, type ReleaseWhat } from './release.js';
 import { releaseKey } from './leave.js';
-import { sessionQueue } from './state.js';
+import type { Due } from './recheck.js';
+import { queueOf, sessionQueue } from './state.js';
 import type { LostErrorFactory } from './turn.js';
 import { publishOwnershipLost } from '../diagnostics.js';
 
@@ -40,6 +41,8 @@ const RECORDED_WATCH_AFTER_MS = 1000;
 export class Ownership {
   private controller?: AbortController;
   private watch?: Watch;
+  /** The batched re-check of our key, while watched on a member that may lose events (armNet). */
+  private net?: Due;
   /** Why ownership ended (lost, released or revoked), once it has; made on demand (see release). */
   private ended?: { reason?: unknown; make?: () => unknown };
   /** The release, once asked for: every later call gets the same answer. */
@@ -138,6 +141,7 @@ export class Ownership {
     clearTimeout(this.watchTimer);
     this.watch?.cancel();
     this.watch = undefined;
+    this.disarmNet();
     this.left = true;
     // May leave the key in etcd: another call of this process still uses it, or an enqueue in
     // flight takes it over (leaveKey); the last user's release deletes it.
@@ -178,6 +182,7 @@ export class Ownership {
     this.session.signal.removeEventListener('abort', this.onSessionLost);
     this.watch?.cancel();
     this.watch = undefined;
+    this.disarmNet();
     const siblings = this.siblings(sessionQueue<Ownership>(this.session).holdings.remove(this.key, this));
     // Released or revoked while a sibling still holds the key: a leadership counted here goes on there.
     if (loss === undefined && siblings[0]?.observer) this.observer?.handOver(siblings[0].observer);
@@ -254,10 +259,8 @@ export class Ownership {
         const r = await retryWhile(() => client.range({ key: Buffer.from(this.key) }), isTransient, this.session.signal);
         if (this.watch !== w) return; // released or ended meanwhile
         const kv = r.kvs[0];
-        if (!this.isOurs(kv)) {
-          const deleted = kv === undefined || kv.createRevision !== this.fencingToken;
-          return deleted ? this.keyGone() : this.lose(undefined, 'moved_off_lease');
-        }
+        if (!this.isOurs(kv)) return this.notOurs(kv);
+        this.armNet();
         for await (const batch of w) {
           if (this.watch !== w) return; // cancelled by release(): our own delete is no loss
           for (const e of batch.events) {
@@ -274,6 +277,39 @@ export class Ownership {
         w.cancel();
       }
     }
+  }
+
+  /** What a read found instead of our key: gone (or a new incarnation), or moved off our lease. */
+  private notOurs(kv: KeyValue | undefined): void {
+    const deleted = kv === undefined || kv.createRevision !== this.fencingToken;
+    return deleted ? this.keyGone() : this.lose(undefined, 'moved_off_lease');
+  }
+
+  /**
+   * On a member whose watch may lose an event (watch-trust.ts), the client's batched re-check also
+   * reads our key every max(10 s, TTL): a delete whose event was lost still ends the holding.
+   */
+  private armNet(): void {
+    const state = queueOf(this.session.client);
+    if (this.net || this.ended || state.watchTrust.lossless()) return;
+    let read: KeyValue | undefined;
+    const net: Due = {
+      check: { keys: [this.key], blocked: ([kv]) => ((read = kv), this.isOurs(kv)) },
+      intervalMs: Math.max(10_000, this.session.ttl * 1000),
+      due: 0,
+      stale: () => {
+        if (this.net !== net) return;
+        this.net = undefined;
+        if (!this.ended) this.notOurs(read);
+      },
+    };
+    this.net = net;
+    state.rechecker.add(net);
+  }
+
+  private disarmNet(): void {
+    if (this.net) queueOf(this.session.client).rechecker.remove(this.net);
+    this.net = undefined;
   }
 
   private lose(cause: unknown, loss: LossReason): void {

@@ -2,7 +2,7 @@ import type { Client } from '../client/client.js';
 
 /** The first release of each line whose watch loses no event around a compaction (etcd 17529, 18089, 19179). */
 const FIXED_IN: Readonly<Record<number, number>> = { 4: 36, 5: 18 };
-/** How long before a client that could not tell asks its members again. */
+/** How long an answer stands before the client asks again (a failover or an upgrade may change it). */
 const ASK_AGAIN_MS = 60_000;
 
 /** Whether etcd `version` (a Status answer, e.g. `3.4.23`) may drop a watch event: 3.4 before 3.4.36, 3.5 before 3.5.18. */
@@ -17,34 +17,42 @@ export function mayLoseWatchEvents(version: string): boolean {
 }
 
 /**
- * Whether every member this client may talk to delivers every watch event: what lets a waiter take
- * its turn on an event alone, with no request to confirm that its key still stands (older.ts).
- * Asked once by Status to each endpoint, when first needed; until every member has answered with a
- * version that loses no event (not asked yet, one unreachable or refusing Status), the answer is no,
- * and the client asks again a minute later.
+ * Whether the member this client talks to (the one serving its watches) delivers every watch event:
+ * what lets a waiter take its turn on an event alone, with no request to confirm that its key still
+ * stands (older.ts). Asked by a Status on the client's own connection when first needed, and again
+ * a minute after each answer; no answer yet, a failure or a refusal (Status may need the root role)
+ * counts as no.
  */
 export class WatchTrust {
-  private complete = false;
+  /** The endpoint whose member answered with a version that loses no event; undefined: none did. */
+  private trusted: string | undefined;
   private asking = false;
-  private askedAt = Number.NEGATIVE_INFINITY;
+  /** The endpoint of the last answer (or failure), and when. */
+  private answeredFor: string | undefined;
+  private answeredAt = Number.NEGATIVE_INFINITY;
 
   constructor(private readonly client: Client) {}
 
-  /** True once every member was found to lose no watch event; asks them if it is time to. */
+  /**
+   * True when the member at the client's current endpoint answered with a version that loses no
+   * watch event (after a failover, not until that member answers). Asks again when it is time to.
+   */
   lossless(): boolean {
-    if (!this.complete && !this.asking && performance.now() - this.askedAt >= ASK_AGAIN_MS) void this.ask();
-    return this.complete;
+    const at = this.client.activeEndpoint;
+    if (!this.asking && (this.answeredFor !== at || performance.now() - this.answeredAt >= ASK_AGAIN_MS)) void this.ask();
+    return this.trusted === at;
   }
 
   private async ask(): Promise<void> {
     this.asking = true;
-    this.askedAt = performance.now();
     try {
-      const versions = await Promise.all(this.client.endpoints.map(async (endpoint) => (await this.client.status({ endpoint })).version));
-      this.complete = !versions.some(mayLoseWatchEvents);
+      const { version } = await this.client.status();
+      this.trusted = mayLoseWatchEvents(version) ? undefined : this.client.activeEndpoint;
     } catch {
-      // Unreachable, refused (Status may need the root role) or closed: not known, so not trusted.
+      this.trusted = undefined; // unreachable, refused or closed: not known, so not trusted
     } finally {
+      this.answeredFor = this.client.activeEndpoint;
+      this.answeredAt = performance.now();
       this.asking = false;
     }
   }
