@@ -2,44 +2,16 @@
 // and change, never a candidate that does not lead, across compaction and dropped streams. No mocks,
 // no sleeps: every wait is on a watch event, a promise or an abort signal; one bounded poll in a test
 // where no event can announce a missed delete.
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  type Client,
-  Election,
-  LeadershipLostError,
-  currentLeader,
-  observeLeader,
-  op,
-  type LeaderEvent,
-  type Session,
-} from '../src/index.js';
-import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { Recorder, type Scope, awaitKey, next, storeRevision, track, withScope } from './election-helpers.js';
+import { LeadershipLostError, currentLeader, observeLeader, op } from '../src/index.js';
+import { startProxy } from '../src/testing/index.js';
+import { Recorder, awaitKey, next, storeRevision, track, candidate, electionFixture, leaderOf } from './election-helpers.js';
 
-let etcd: EtcdCluster;
-let endpoints: string[];
-
-before(async () => {
-  etcd = await startEtcd();
-  endpoints = etcd.endpoints;
-});
-after(async () => {
-  await etcd?.stop();
-});
+const fixture = electionFixture();
+const { scoped } = fixture;
 
 const T = { timeout: 60_000 };
-
-const scoped = (tag: string, fn: (s: Scope, name: string) => Promise<void>): Promise<void> => withScope(endpoints, tag, fn);
-
-/** A candidate: its own client, session and Election. */
-async function candidate(s: Scope, name: string, ttl = 10): Promise<{ client: Client; session: Session; election: Election }> {
-  const client = s.client();
-  const session = await s.session(client, { ttl });
-  return { client, session, election: new Election(session, name) };
-}
-
-const leaderOf = (e: LeaderEvent): string => (e.type === 'leader' ? `${e.leader.key}=${e.leader.value}` : 'none');
 
 describe('observe', () => {
   it('reports the current leader first, then every proclaim, a new leader after resign, and none', T, () =>
@@ -154,7 +126,7 @@ describe('observe', () => {
   );
 
   it('survives a dropped stream, and history compacted while it was cut off', T, async () => {
-    const proxy = await startProxy(endpoints[0]!);
+    const proxy = await startProxy(fixture.etcd.endpoints[0]!);
     try {
       await scoped('observe-proxy', async (s, name) => {
         const admin = s.client();
@@ -202,7 +174,7 @@ describe('observe', () => {
   });
 
   it('does not keep reporting a dead leader when history is compacted exactly at the revision it resumes from', T, async () => {
-    const proxy = await startProxy(endpoints[0]!);
+    const proxy = await startProxy(fixture.etcd.endpoints[0]!);
     try {
       await scoped('observe-compact-edge', async (s, name) => {
         const admin = s.client();
