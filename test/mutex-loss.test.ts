@@ -3,33 +3,14 @@
 // Each test uses its own lock names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, LockLostError, Mutex, type Session, SessionExpiredError, op } from '../src/index.js';
+import { Client, LockLostError, Mutex, SessionExpiredError, op } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import {
-  EventLog,
-  aborted,
-  assertNoKeys,
-  killEtcdctls,
-  etcdForFile,
-  openSessions,
-  closeAll,
-  serverState,
-  waitersBlocked,
-  withSessions,
-} from './helpers.js';
+import { EventLog, aborted, assertNoKeys, killEtcdctls, etcdFile, closeAll, withSessions } from './helpers.js';
 
 const ROOT = 'test/mutex-loss/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
-
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
-
-/** Watchers open on etcd now: the base for {@link blocked}. */
-const watchersNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).watchers;
-/** `n` more waiters than `base` (watchersNow) blocked on their watch, with nothing in flight. */
-const blocked = (base: number, n = 1, what?: string): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n, what);
+const { fresh, sessions, watchersNow, blocked } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
 
 describe('Mutex: giving up and losing', () => {
   it('aborting a waiter deletes its key and rejects with the signal’s reason', async () => {

@@ -3,35 +3,14 @@
 // mutex-loss.test.ts). Each test uses its own lock names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, InvalidArgumentError, LockLostError, Mutex, type Session, SessionExpiredError, withLock } from '../src/index.js';
+import { Client, InvalidArgumentError, LockLostError, Mutex, SessionExpiredError, withLock } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import {
-  EventLog,
-  aborted,
-  assertNoKeys,
-  killEtcdctls,
-  spawnEtcdctl,
-  track,
-  etcdForFile,
-  openSessions,
-  closeAll,
-  serverState,
-  waitersBlocked,
-  withSessions,
-} from './helpers.js';
+import { EventLog, aborted, assertNoKeys, killEtcdctls, spawnEtcdctl, track, etcdFile, closeAll, withSessions } from './helpers.js';
 
 const ROOT = 'test/mutex/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
-
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
-
-/** Watchers open on etcd now: the base for {@link blocked}. */
-const watchersNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).watchers;
-/** `n` more waiters than `base` (watchersNow) blocked on their watch, with nothing in flight. */
-const blocked = (base: number, n = 1, what?: string): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n, what);
+const { fresh, sessions, watchersNow, blocked } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
 
 describe('Mutex: acquire and release', () => {
   it('an uncontended lock has key <name>/<lease hex> and fencing token = its CreateRevision', async () => {

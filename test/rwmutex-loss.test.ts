@@ -2,16 +2,15 @@
 // included). Each test uses its own names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, LockLostError, RWLockLostError, RWMutex, type Session, SessionExpiredError, type RWLockHandle } from '../src/index.js';
+import { Client, LockLostError, RWLockLostError, RWMutex, SessionExpiredError, type RWLockHandle } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import {
   EventLog,
   aborted,
   assertNoKeys,
-  etcdForFile,
+  etcdFile,
   track,
   type Tracked,
-  openSessions,
   closeAll,
   settleAll,
   settledOrHang,
@@ -22,10 +21,7 @@ import { Probe } from './probe.js';
 const ROOT = 'test/rwmutex-loss/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
+const { fresh, sessions } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
 /** A client for a test's waiters, spied on: its calls and watches are counted. */
 const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));

@@ -3,29 +3,15 @@
 // (giving up and losing: rwmutex-loss.test.ts). Each test uses its own names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, InvalidArgumentError, Mutex, RWLockLostError, RWMutex, type Session, op, type RWLockHandle } from '../src/index.js';
+import { Client, InvalidArgumentError, Mutex, RWLockLostError, RWMutex, op, type RWLockHandle } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import {
-  assertNoKeys,
-  etcdForFile,
-  track,
-  type Tracked,
-  openSessions,
-  closeAll,
-  settleAll,
-  settledOrHang,
-  keysUnder,
-  withSessions,
-} from './helpers.js';
+import { assertNoKeys, etcdFile, track, type Tracked, closeAll, settleAll, settledOrHang, keysUnder, withSessions } from './helpers.js';
 import { Probe } from './probe.js';
 
 const ROOT = 'test/rwmutex/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
+const { fresh, sessions } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
 /** A client for a test's waiters, spied on: its calls and watches are counted. */
 const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));

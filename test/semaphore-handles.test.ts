@@ -11,21 +11,17 @@ import {
   PermitCountConflictError,
   PermitLostError,
   Semaphore,
-  type Session,
   op,
   withPermit,
 } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, etcdForFile, track, openSessions, closeAll, keysUnder, withSessions } from './helpers.js';
+import { assertNoKeys, etcdFile, track, closeAll, keysUnder, withSessions } from './helpers.js';
 import { Probe } from './probe.js';
 
 const ROOT = 'test/semaphore-handles/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
+const { fresh, sessions } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
 /** A client for a test's participants, spied on: its calls and watches are counted. */
 const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));

@@ -6,30 +6,15 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
-import { Client, PermitLostError, Semaphore, type Session, SessionExpiredError, type PermitHandle } from '../src/index.js';
+import { Client, PermitLostError, Semaphore, SessionExpiredError, type PermitHandle } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import {
-  aborted,
-  assertNoKeys,
-  etcdForFile,
-  track,
-  waitFor,
-  type Tracked,
-  openSessions,
-  closeAll,
-  settleAll,
-  settledOrHang,
-  keysUnder,
-} from './helpers.js';
+import { aborted, assertNoKeys, etcdFile, track, waitFor, type Tracked, closeAll, settleAll, settledOrHang, keysUnder } from './helpers.js';
 import { Probe } from './probe.js';
 
 const ROOT = 'test/semaphore-loss/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
+const { fresh, sessions } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
 /** A client for a test's participants, spied on: its calls and watches are counted. */
 const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));

@@ -1,0 +1,44 @@
+// A test file's own etcd (etcdForFile) and the helpers the lock and barrier files use over it.
+import type { Client, Session } from '../../src/index.js';
+import type { EtcdCluster } from '../../src/testing/index.js';
+import { etcdForFile } from './etcd.js';
+import { serverState, waitersBlocked } from './server-metrics.js';
+import { openSessions } from './sessions.js';
+
+/** What {@link etcdFile} gives a test file. */
+export interface EtcdFile {
+  /** Each test's own prefix under the file's root. */
+  fresh(scope: string): string;
+  /** Sessions on `on` (default: this file's client) that the test closes at its end. */
+  sessions(n: number, ttl?: number, on?: Client): Promise<Session[]>;
+  /** Watchers open on etcd now: the base for {@link EtcdFile.blocked}. */
+  watchersNow(): Promise<number>;
+  /** `n` more waiters than `base` (watchersNow) blocked on their watch, with nothing in flight. */
+  blocked(base: number, n?: number, what?: string): Promise<void>;
+}
+
+/** {@link etcdForFile}, and the helpers every lock test file had a copy of. */
+export function etcdFile(
+  root: string,
+  ready: (etcd: EtcdCluster, client: Client) => void,
+  options: { beforeChecks?: () => Promise<void> } = {},
+): EtcdFile {
+  let etcd: EtcdCluster | undefined;
+  let client: Client | undefined;
+  const fresh = etcdForFile(
+    root,
+    (e, c) => {
+      etcd = e;
+      client = c;
+      ready(e, c);
+    },
+    options,
+  );
+  const url = (): string => etcd!.clientUrls[0]!;
+  return {
+    fresh,
+    sessions: (n, ttl = 30, on = client!) => openSessions(on, n, ttl),
+    watchersNow: async () => (await serverState(url())).watchers,
+    blocked: (base, n = 1, what) => waitersBlocked(url(), base, n, what),
+  };
+}
