@@ -9,56 +9,18 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, DoubleBarrier, InvalidArgumentError, Session, SessionExpiredError, TooManyClientsError } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import {
-  EventLog,
-  aborted,
-  assertNoKeys,
-  etcdForFile,
-  grpcHandled,
-  metric,
-  settle,
-  track,
-  waitFor,
-  waitersBlocked,
-  type LoggedEvent,
-  openSessions,
-  closeAll,
-} from './helpers.js';
+import { EventLog, aborted, assertNoKeys, track, waitFor, closeAll } from './helpers.js';
+import { barrierFile } from './barrier-helpers.js';
 import { closeGoFleets } from './go-fleet.js';
 
 const ROOT = 'test/double-barrier/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
+const file = barrierFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
+const { fresh, sessions, handled, watchers, blocked, answered, roundTrip, waiterPut } = file;
 
 // Hang guards only: every wait below is on an event, a promise or a line from the Go process.
 const T = { timeout: 120_000 };
-
-const sessions = (n: number, ttl = 30): Promise<Session[]> => openSessions(client, n, ttl);
-
-const handled = (method: 'Range' | 'Txn'): Promise<number> => grpcHandled(etcd.clientUrls[0]!, method);
-const watchers = (): Promise<number> => metric(etcd.clientUrls[0]!, 'etcd_debugging_mvcc_watcher_total');
-/** Resolves once `n` more watches than `base` are open and every call before them is answered: `n` waiters blocked. */
-const blocked = (base: number, n: number): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n);
-
-/**
- * Resolves once etcd has answered `n` more `method` calls than `base`, and one more read after them
- * on the same connection: whatever those answers led to has run by then.
- */
-async function answered(method: 'Range' | 'Txn', base: number, n: number): Promise<void> {
-  await waitFor(async () => (await handled(method)) >= base + n, `${n} more ${method} answered`);
-  await roundTrip();
-}
-
-/** One read on the shared connection, then a turn of the event loop: answers sent before it have been handled. */
-async function roundTrip(): Promise<void> {
-  await client.get(`${ROOT}round-trip`);
-  await settle();
-}
-
-/** The next put of a waiter key under `name` in `log`, from event index `from`. */
-const waiterPut = (log: EventLog, name: string, from: number): Promise<LoggedEvent> =>
-  log.next((e) => e.type === 'put' && e.key.startsWith(`${name}/waiters/`), from);
 
 /** Enters every member at once; returns them oldest first (by their keys' CreateRevision). */
 async function enterByAge(bs: DoubleBarrier[]): Promise<[DoubleBarrier, DoubleBarrier, DoubleBarrier]> {
