@@ -27,21 +27,11 @@ export function barrierFile(
   ready: (etcd: EtcdCluster, client: Client) => void,
   options: { beforeChecks?: () => Promise<void> } = {},
 ): BarrierFile {
-  let etcd: EtcdCluster | undefined;
-  let client: Client | undefined;
-  const file = etcdFile(
-    root,
-    (e, c) => {
-      etcd = e;
-      client = c;
-      ready(e, c);
-    },
-    options,
-  );
-  const url = (): string => etcd!.clientUrls[0]!;
+  const file = etcdFile(root, ready, options);
+  const url = (): string => file.cluster().etcd.clientUrls[0]!;
   const handled = (method: 'Range' | 'Txn'): Promise<number> => grpcHandled(url(), method);
   const roundTrip = async (): Promise<void> => {
-    await client!.get(`${root}round-trip`);
+    await file.cluster().client.get(`${root}round-trip`);
     await settle();
   };
   return {

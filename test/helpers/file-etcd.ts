@@ -7,6 +7,8 @@ import { openSessions } from './sessions.js';
 
 /** What {@link etcdFile} gives a test file. */
 export interface EtcdFile {
+  /** The file's etcd and its client, once `before` has started them. */
+  cluster(): { etcd: EtcdCluster; client: Client };
   /** Each test's own prefix under the file's root. */
   fresh(scope: string): string;
   /** Sessions on `on` (default: this file's client) that the test closes at its end. */
@@ -36,6 +38,7 @@ export function etcdFile(
   );
   const url = (): string => etcd!.clientUrls[0]!;
   return {
+    cluster: () => ({ etcd: etcd!, client: client! }),
     fresh,
     sessions: (n, ttl = 30, on = client!) => openSessions(on, n, ttl),
     watchersNow: async () => (await serverState(url())).watchers,
