@@ -42,19 +42,11 @@ let endpoint: string;
 /** etcd's client URL, for its /metrics. */
 let clientUrl: string;
 
-const { fresh, start, inspector } = inspectorFile(
+const { fresh, start, inspector, queueOf } = inspectorFile(
   ROOT,
   (e, c) => ((client = c), (endpoint = e.endpoints[0]!), (clientUrl = e.clientUrls[0]!)),
   { browser: true },
 );
-
-/** The participant keys of `name`, oldest first, as etcd has them. */
-async function queueOf(name: string): Promise<{ key: string; token: string }[]> {
-  const r = await client.getPrefix(`${name}/`);
-  return r.kvs
-    .sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1))
-    .map((kv) => ({ key: kv.key.toString(), token: kv.createRevision.toString() }));
-}
 
 // ── tests ──────────────────────────────────────────────────────────────────────────────────────
 

@@ -21,6 +21,8 @@ export interface InspectorFile {
   start(args: string[], env?: NodeJS.ProcessEnv): CliProc;
   /** Starts the web inspector on `prefix` (on the file's etcd unless `ep`); resolves once it printed its URL. */
   inspector(prefix: string, extra?: string[], ep?: string, env?: NodeJS.ProcessEnv): Promise<{ proc: CliProc; url: string }>;
+  /** The participant keys of `name`, oldest first, as etcd has them. */
+  queueOf(name: string): Promise<{ key: string; token: string }[]>;
 }
 
 /**
@@ -70,6 +72,12 @@ export function inspectorFile(
       const proc = start(['inspect', '--web', prefix, ...port, '--endpoints', ep, ...extra], env);
       const m = await proc.match(/^inspector: (http:\/\/\S+)/);
       return { proc, url: m[1]! };
+    },
+    async queueOf(name) {
+      const r = await client!.getPrefix(`${name}/`);
+      return r.kvs
+        .sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1))
+        .map((kv) => ({ key: kv.key.toString(), token: kv.createRevision.toString() }));
     },
   };
 }

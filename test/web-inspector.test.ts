@@ -20,7 +20,9 @@ const ROOT = 'test/web/';
 let client: Client;
 let endpoint: string;
 
-const { fresh, start, inspector, orphans } = inspectorFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)), { browser: true });
+const { fresh, start, inspector, orphans, queueOf } = inspectorFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)), {
+  browser: true,
+});
 
 /** A command for `lock -- ...` that says when it runs (with its token and pid), then runs until killed. */
 const HOLD = [
@@ -28,14 +30,6 @@ const HOLD = [
   '-e',
   `console.log('running rev=' + process.env.ETCD_LOCK_REV + ' pid=' + process.pid); setInterval(() => {}, 1000);`,
 ];
-
-/** The participant keys of `name`, oldest first, as etcd has them. */
-async function queueOf(name: string): Promise<{ key: string; token: string }[]> {
-  const r = await client.getPrefix(`${name}/`);
-  return r.kvs
-    .sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1))
-    .map((kv) => ({ key: kv.key.toString(), token: kv.createRevision.toString() }));
-}
 
 // ── tests ──────────────────────────────────────────────────────────────────────────────────────
 
