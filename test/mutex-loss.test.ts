@@ -6,11 +6,13 @@ import assert from 'node:assert/strict';
 import { Client, LockLostError, Mutex, SessionExpiredError, op } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { EventLog, aborted, assertNoKeys, killEtcdctls, etcdFile, closeAll, withSessions } from './helpers.js';
+import { withProxiedWaiter } from './mutex-helpers.js';
 
 const ROOT = 'test/mutex-loss/';
 let etcd: EtcdCluster;
 let client: Client;
-const { fresh, sessions, watchersNow, blocked } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
+const file = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
+const { fresh, sessions, watchersNow, blocked } = file;
 
 describe('Mutex: giving up and losing', () => {
   it('aborting a waiter deletes its key and rejects with the signal’s reason', async () => {
@@ -114,20 +116,11 @@ describe('Mutex: giving up and losing', () => {
     await assertNoKeys(client, p);
   });
 
-  it('aborting lock() after its enqueue committed but before the answer arrived leaves no key behind', async () => {
-    const p = fresh('abort-in-enqueue');
-    const name = `${p}lock`;
-    const proxy = await startProxy(etcd.endpoints[0]!);
-    const slow = new Client({ endpoints: proxy.endpoint });
-    const [a] = await sessions(1);
-    const [b] = await sessions(1, 30, slow);
-    const log = new EventLog(client, `${name}/`);
-    try {
-      await log.ready;
-      const held = await new Mutex(a!, name).lock();
+  it('aborting lock() after its enqueue committed but before the answer arrived leaves no key behind', () =>
+    withProxiedWaiter(file, 'abort-in-enqueue', async ({ name, proxy, held, b, log }) => {
       proxy.delay(1000); // each direction: the answer to b's enqueue arrives a second after it commits
       const ac = new AbortController();
-      const m = new Mutex(b!, name);
+      const m = new Mutex(b, name);
       const waiting = m.lock({ signal: ac.signal });
       await log.put(m.key); // committed (seen by our direct watch); the answer is still in the proxy
       const reason = new Error('gave up');
@@ -139,15 +132,7 @@ describe('Mutex: giving up and losing', () => {
       // Left behind, the key keeps its place while b's session lives: it would "hold" the lock
       // for nobody and block every later waiter.
       assert.equal(left, undefined, 'the queued key was left behind');
-    } finally {
-      proxy.delay(0);
-      await log.close();
-      await closeAll([a!, b!]);
-      await slow.close();
-      await proxy.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
   it('an operator deleting the holder’s key aborts handle.signal with LockLostError', async () => {
     const p = fresh('key-deleted');
