@@ -3,7 +3,7 @@
 // mutex-loss.test.ts). Each test uses its own lock names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, InvalidArgumentError, LockLostError, Mutex, SessionExpiredError, withLock } from '../src/index.js';
+import { type Client, InvalidArgumentError, LockLostError, Mutex, SessionExpiredError, withLock } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { EventLog, aborted, assertNoKeys, killEtcdctls, spawnEtcdctl, track, etcdFile, closeAll, withSessions } from './helpers.js';
 import { withProxiedWaiter } from './mutex-helpers.js';
