@@ -350,3 +350,12 @@ export function electionFixture(): ElectionFixture {
     scoped: (tag, fn) => withScope(started().endpoints, tag, fn),
   };
 }
+
+/** An admin client and a Recorder of everything under election `name` (closed with the scope), once its watch is confirmed. */
+export async function recorded(s: Scope, name: string): Promise<{ admin: Client; rec: Recorder }> {
+  const admin = s.client();
+  const rec = new Recorder(admin, `${name}/`);
+  s.defer(() => rec.close());
+  await rec.created;
+  return { admin, rec };
+}

@@ -10,7 +10,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Election, currentLeader, observeLeader, type Client } from '../src/index.js';
-import { type Child, Recorder, type Scope, awaitKey, etcdctl, next, track, electionFixture, leaderOf } from './election-helpers.js';
+import { type Child, type Scope, awaitKey, etcdctl, next, track, electionFixture, leaderOf, recorded } from './election-helpers.js';
 
 const fixture = electionFixture();
 const { scoped } = fixture;
@@ -126,10 +126,7 @@ describe('etcdctl elect leads, we follow', () => {
 describe('we lead, etcdctl follows or listens', () => {
   it('etcdctl elect waits while we lead, and leads after our resign', T, () =>
     scoped('ours-first', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const session = await s.session(s.client(), { ttl: 10 });
       const election = new Election(session, name);
       const h = await election.campaign('ours');

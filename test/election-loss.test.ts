@@ -5,7 +5,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Election, LeadershipLostError, SessionExpiredError, currentLeader, compare, op, type LeaderHandle } from '../src/index.js';
 import { startProxy } from '../src/testing/index.js';
-import { Recorder, aborted, ms, storeRevision, track, waitFor, candidate, electionFixture } from './election-helpers.js';
+import { aborted, ms, storeRevision, track, waitFor, candidate, electionFixture, recorded } from './election-helpers.js';
 
 const fixture = electionFixture();
 const { scoped } = fixture;
@@ -15,10 +15,7 @@ const T = { timeout: 60_000 };
 describe('losing the campaign or the term', () => {
   it('abort while campaigning rejects with the reason and deletes our key', T, () =>
     scoped('abort', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const a = await candidate(s, name);
       const b = await candidate(s, name);
       const ha = await a.election.campaign('a');
@@ -45,10 +42,7 @@ describe('losing the campaign or the term', () => {
     const proxy = await startProxy(fixture.etcd.endpoints[0]!);
     try {
       await scoped('abort-inflight', async (s, name) => {
-        const admin = s.client();
-        const rec = new Recorder(admin, `${name}/`);
-        s.defer(() => rec.close());
-        await rec.created;
+        const { admin, rec } = await recorded(s, name);
         const a = await candidate(s, name);
         const bClient = s.client({ endpoints: [proxy.endpoint] });
         const b = new Election(await s.session(bClient, { ttl: 10 }), name);
@@ -74,10 +68,7 @@ describe('losing the campaign or the term', () => {
 
   it('session closed while campaigning rejects with SessionExpiredError', T, () =>
     scoped('session-closed', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const a = await candidate(s, name);
       const b = await candidate(s, name);
       const ha = await a.election.campaign('a');
@@ -94,10 +85,7 @@ describe('losing the campaign or the term', () => {
 
   it('lease revoked while campaigning rejects, and the session ends (lease-gone) at the next renewal', T, () =>
     scoped('session-revoked', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const a = await candidate(s, name);
       const b = await candidate(s, name, 3);
       const ha = await a.election.campaign('a');

@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { LeadershipLostError, currentLeader, observeLeader, op } from '../src/index.js';
 import { startProxy } from '../src/testing/index.js';
-import { Recorder, awaitKey, next, storeRevision, track, candidate, electionFixture, leaderOf } from './election-helpers.js';
+import { awaitKey, next, storeRevision, track, candidate, electionFixture, leaderOf, recorded } from './election-helpers.js';
 
 const fixture = electionFixture();
 const { scoped } = fixture;
@@ -61,10 +61,7 @@ describe('observe', () => {
 
   it('never reports a candidate that is not the leader (etcd 18163)', T, () =>
     scoped('observe-oldest', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const [a, b, c, d] = await Promise.all([1, 2, 3, 4].map(() => candidate(s, name)));
       const stop = new AbortController();
       s.defer(() => stop.abort());

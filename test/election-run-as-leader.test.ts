@@ -4,7 +4,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { InvalidArgumentError, LeadershipLostError, SessionExpiredError, currentLeader, runAsLeader } from '../src/index.js';
-import { Recorder, aborted, ms, track, waitFor, candidate, electionFixture } from './election-helpers.js';
+import { aborted, ms, track, waitFor, candidate, electionFixture, recorded } from './election-helpers.js';
 
 const fixture = electionFixture();
 const { scoped } = fixture;
@@ -108,10 +108,7 @@ describe('runAsLeader', () => {
 
   it('shutdown signal: the task is aborted, then resigns, and the successor takes over at once', T, () =>
     scoped('run-shutdown', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const a = await candidate(s, name);
       const b = await candidate(s, name);
       const shutdown = new AbortController();

@@ -15,7 +15,7 @@ import {
   type LeaderHandle,
 } from '../src/index.js';
 import { metric } from './helpers.js';
-import { Recorder, aborted, ms, next, storeRevision, track, candidate, electionFixture, leaderOf } from './election-helpers.js';
+import { aborted, ms, next, storeRevision, track, candidate, electionFixture, leaderOf, recorded } from './election-helpers.js';
 
 const fixture = electionFixture();
 const { scoped } = fixture;
@@ -76,10 +76,7 @@ describe('campaign', () => {
 
   it('a second candidate waits; resign hands over with one delete and one watch event', T, () =>
     scoped('handover', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const a = await candidate(s, name);
       const b = await candidate(s, name);
       const ha = await a.election.campaign('a');
@@ -116,10 +113,7 @@ describe('campaign', () => {
 
   it('is FIFO among many candidates, with strictly increasing terms', T, () =>
     scoped('fifo', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { rec } = await recorded(s, name);
       const first = await candidate(s, name);
       const h0 = await first.election.campaign('c0');
       const n = 6;
@@ -153,10 +147,7 @@ describe('campaign', () => {
 
   it('campaigning again on the same session with share: true keeps its place and updates its value', T, () =>
     scoped('again', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const a = await candidate(s, name);
       const b = await candidate(s, name);
       const c = await candidate(s, name);
