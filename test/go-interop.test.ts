@@ -13,37 +13,18 @@ import assert from 'node:assert/strict';
 import { Client, Mutex, Session } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import { queueOf } from '../src/queue/state.js';
-import { EventLog, assertNoKeys, etcdForFile, settle, track } from './helpers.js';
-import { GoFleet, goInteropBinary, closeGoFleets } from './go-fleet.js';
+import { EventLog, assertNoKeys, assertNoLeases, etcdForFile, settle, track } from './helpers.js';
+import { goStarter, closeGoFleets } from './go-fleet.js';
 import { mixedQueue, tsIncrement } from './go-mixed-queue.js';
 
 const ROOT = 'test/go-interop/';
 let etcd: EtcdCluster;
 let client: Client;
-const goBin = goInteropBinary();
+const startGo = goStarter(() => etcd);
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
 
 // Hang guards only: every wait below is on an event, a promise or a line from the Go process.
 const T = { timeout: 120_000 };
-
-/** Starts the Go program on `endpoints` and reports which client module it was built with. */
-async function startGo(t: { diagnostic(m: string): void }, endpoints = etcd.endpoints, ttl = 30, server = etcd): Promise<GoFleet> {
-  const go = new GoFleet(goBin(), endpoints, { ttl });
-  const ready = await go.ready;
-  t.diagnostic(
-    `etcd ${server.version} (${server.members.length} member${server.members.length > 1 ? 's' : ''}), go.etcd.io/etcd/client/v3 ${String(ready.client)}, Go session TTL ${ttl} s`,
-  );
-  return go;
-}
-
-/** Every lease must be gone: each test revokes what it granted (Go's sessions on close, ours on close). */
-async function assertNoLeasesOn(c: Client): Promise<void> {
-  assert.deepEqual(
-    (await c.leaseLeases()).map((l) => l.toString(16)),
-    [],
-    'leases left behind',
-  );
-}
 
 describe('Go and TypeScript on one lock', () => {
   it(
@@ -127,7 +108,7 @@ describe('Go and TypeScript on one lock', () => {
         assert.equal(await go.close(), 0, go.stderr);
       }
       await assertNoKeys(client, p);
-      await assertNoLeasesOn(client);
+      await assertNoLeases(client);
     },
   );
 
@@ -195,7 +176,7 @@ describe('Go and TypeScript on one lock', () => {
       assert.equal(await go.close(), 0, go.stderr);
     }
     await assertNoKeys(client, p);
-    await assertNoLeasesOn(client);
+    await assertNoLeases(client);
   });
 
   it(
@@ -253,7 +234,7 @@ describe('Go and TypeScript on one lock', () => {
         assert.equal(await go.close(), 0, go.stderr);
       }
       await assertNoKeys(client, p);
-      await assertNoLeasesOn(client);
+      await assertNoLeases(client);
     },
   );
 
@@ -306,7 +287,7 @@ describe('Go and TypeScript on one lock', () => {
         assert.equal(await go.close(), 0, go.stderr);
       }
       await assertNoKeys(client, p);
-      await assertNoLeasesOn(client);
+      await assertNoLeases(client);
     },
   );
 
@@ -344,7 +325,7 @@ describe('Go and TypeScript on one lock', () => {
       if (lease) await client.leaseRevoke(BigInt(`0x${lease}`));
     }
     await assertNoKeys(client, p);
-    await assertNoLeasesOn(client);
+    await assertNoLeases(client);
   });
 });
 
@@ -360,7 +341,7 @@ describe('mixed fleet on a 3-member cluster', () => {
       await closeGoFleets();
       if (admin) {
         await assertNoKeys(admin, ROOT);
-        await assertNoLeasesOn(admin);
+        await assertNoLeases(admin);
       }
     } finally {
       await admin?.close();
@@ -434,6 +415,6 @@ describe('mixed fleet on a 3-member cluster', () => {
       await admin!.delete(counter);
     }
     await assertNoKeys(admin!, p);
-    await assertNoLeasesOn(admin!);
+    await assertNoLeases(admin!);
   });
 });
