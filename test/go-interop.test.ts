@@ -14,7 +14,7 @@ import { Client, Mutex, Session } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import { queueOf } from '../src/queue/state.js';
 import { EventLog, assertNoKeys, assertNoLeases, etcdForFile, settle, track } from './helpers.js';
-import { goStarter, closeGoFleets } from './go-fleet.js';
+import { type GoFleet, goStarter, closeGoFleets } from './go-fleet.js';
 import { mixedQueue, tsIncrement } from './go-mixed-queue.js';
 
 const ROOT = 'test/go-interop/';
@@ -25,6 +25,41 @@ const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeCh
 
 // Hang guards only: every wait below is on an event, a promise or a line from the Go process.
 const T = { timeout: 120_000 };
+
+/** What {@link withGoAndOurs} hands a test. */
+interface GoAndOurs {
+  name: string;
+  go: GoFleet;
+  /** The key Go's actor "go" queues under `name` (its session is open). */
+  goKey: string;
+  /** Our Mutex on `name`, on a session of this file's client. */
+  m: Mutex;
+  /** Every event under `name`. */
+  log: EventLog;
+}
+
+/**
+ * Runs `body` with the Go program (actor "go" with a session), our Mutex and a log of the lock; then
+ * checks that Go exits cleanly and that no key and no lease is left.
+ */
+async function withGoAndOurs(t: { diagnostic(m: string): void }, scope: string, body: (x: GoAndOurs) => Promise<void>): Promise<void> {
+  const p = fresh(scope);
+  const name = `${p}lock`;
+  const go = await startGo(t);
+  const s = await Session.create(client, { ttl: 30 });
+  const log = new EventLog(client, `${name}/`);
+  try {
+    await log.ready;
+    const goKey = `${name}/${await go.session('go')}`;
+    await body({ name, go, goKey, m: new Mutex(s, name), log });
+  } finally {
+    await log.close();
+    await s.close();
+    assert.equal(await go.close(), 0, go.stderr);
+  }
+  await assertNoKeys(client, p);
+  await assertNoLeases(client);
+}
 
 describe('Go and TypeScript on one lock', () => {
   it(
@@ -182,16 +217,8 @@ describe('Go and TypeScript on one lock', () => {
   it(
     "Go's TryLock fails with ErrLocked against our holder and succeeds once we unlock; ours fails and our lock() waits against Go's",
     T,
-    async (t) => {
-      const p = fresh('trylock');
-      const name = `${p}lock`;
-      const go = await startGo(t);
-      const s = await Session.create(client, { ttl: 30 });
-      const log = new EventLog(client, `${name}/`);
-      try {
-        await log.ready;
-        const goKey = `${name}/${await go.session('go')}`;
-        const m = new Mutex(s, name);
+    (t) =>
+      withGoAndOurs(t, 'trylock', async ({ name, go, goKey, m, log }) => {
         const ours = await m.lock();
 
         const locked = await go.call('go', 'trylock', { name }, 'locked');
@@ -228,29 +255,14 @@ describe('Go and TypeScript on one lock', () => {
         assert.equal(h.fencingToken, queued.createRevision);
         assert.ok((await log.deleted(goKey, from)).rev > 0n);
         await h.unlock();
-      } finally {
-        await log.close();
-        await s.close();
-        assert.equal(await go.close(), 0, go.stderr);
-      }
-      await assertNoKeys(client, p);
-      await assertNoLeases(client);
-    },
+      }),
   );
 
   it(
     "a labelled holder (a non-empty value): Go's TryLock fails against it, Go's Lock waits and gets it on our unlock, and ours labelled waits behind Go",
     T,
-    async (t) => {
-      const p = fresh('label');
-      const name = `${p}lock`;
-      const go = await startGo(t);
-      const s = await Session.create(client, { ttl: 30 });
-      const log = new EventLog(client, `${name}/`);
-      try {
-        await log.ready;
-        const goKey = `${name}/${await go.session('go')}`;
-        const m = new Mutex(s, name);
+    (t) =>
+      withGoAndOurs(t, 'label', async ({ name, go, goKey, m, log }) => {
         const ours = await m.lock({ label: 'host-a:4242' });
         assert.equal((await client.get(ours.key))!.value.toString(), 'host-a:4242');
 
@@ -281,14 +293,7 @@ describe('Go and TypeScript on one lock', () => {
         const h = await waiting.promise;
         assert.equal((await client.get(h.key))!.value.toString(), 'host-a:4242');
         await h.unlock();
-      } finally {
-        await log.close();
-        await s.close();
-        assert.equal(await go.close(), 0, go.stderr);
-      }
-      await assertNoKeys(client, p);
-      await assertNoLeases(client);
-    },
+      }),
   );
 
   it('a Go holder killed with SIGKILL frees the lock for our waiter when its lease expires', T, async (t) => {
