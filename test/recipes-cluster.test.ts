@@ -3,36 +3,22 @@
 // the member that dies (or behind the Raft leader that dies), still acquires or passes once its turn
 // comes, and nothing is left behind. Then Barrier and DoubleBarrier waiters through a watch stream
 // that breaks, and through a compaction of the history their watch would resume from.
-import { after, before, describe, it } from 'node:test';
+import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Barrier, Client, DoubleBarrier, Election, Mutex, Semaphore, Session } from '../src/index.js';
-import { startEtcd, startProxy, type EtcdCluster, type TcpProxy } from '../src/testing/index.js';
-import { assertNoKeys, assertNoLeases, serverState, track, type Tracked, uniquePrefix, waitFor, waitersBlocked } from './helpers.js';
+import { startProxy, type EtcdCluster, type TcpProxy } from '../src/testing/index.js';
+import { assertNoKeys, clusterForFile, serverState, track, type Tracked, waitFor, waitersBlocked } from './helpers.js';
 
 const ROOT = 'test/recipes-cluster/';
 let etcd: EtcdCluster;
 /** One client per member, each listing all three endpoints starting at its own member. */
 let clients: Client[];
+const fresh = clusterForFile(ROOT, (e, cs) => ((etcd = e), (clients = cs)));
 
+// Each client connected before the tests: waiterMember() reads client 1's active endpoint.
 before(async () => {
-  etcd = await startEtcd({ members: 3 });
-  const eps = etcd.endpoints;
-  clients = eps.map((_, i) => new Client({ endpoints: [...eps.slice(i), ...eps.slice(0, i)] }));
   await Promise.all(clients.map((c) => c.get('warm-up')));
 });
-
-after(async () => {
-  try {
-    await etcd.waitHealthy();
-    await assertNoKeys(clients[0]!, ROOT);
-    await assertNoLeases(clients[0]!);
-  } finally {
-    await Promise.all((clients ?? []).map((c) => c.close()));
-    await etcd?.stop();
-  }
-});
-
-const fresh = (name: string): string => `${ROOT}${uniquePrefix(name).slice('test/'.length)}`;
 
 /** Which member to kill once the waiter is blocked: the waiter's own (client 1's) or the Raft leader. */
 type Victim = 'waiter-member' | 'leader';
