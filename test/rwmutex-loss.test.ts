@@ -2,8 +2,7 @@
 // included). Each test uses its own names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, LockLostError, type Session, RWLockLostError, RWMutex, SessionExpiredError, type RWLockHandle } from '../src/index.js';
-import type { EtcdCluster } from '../src/testing/index.js';
+import { type Client, LockLostError, type Session, RWLockLostError, RWMutex, SessionExpiredError, type RWLockHandle } from '../src/index.js';
 import {
   EventLog,
   aborted,
@@ -16,15 +15,11 @@ import {
   settledOrHang,
   keysUnder,
 } from './helpers.js';
-import { Probe } from './probe.js';
+import type { Probe } from './probe.js';
 
 const ROOT = 'test/rwmutex-loss/';
-let etcd: EtcdCluster;
 let client: Client;
-const { fresh, sessions } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** A client for a test's waiters, spied on: its calls and watches are counted. */
-const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
+const { fresh, sessions, probed } = etcdFile(ROOT, (_, c) => (client = c));
 
 /** What {@link withWaiters} hands a test. */
 interface Waiters {

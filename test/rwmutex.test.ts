@@ -3,18 +3,12 @@
 // (giving up and losing: rwmutex-loss.test.ts). Each test uses its own names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, InvalidArgumentError, Mutex, RWLockLostError, RWMutex, op, type RWLockHandle } from '../src/index.js';
-import type { EtcdCluster } from '../src/testing/index.js';
+import { type Client, InvalidArgumentError, Mutex, RWLockLostError, RWMutex, op, type RWLockHandle } from '../src/index.js';
 import { assertNoKeys, etcdFile, track, type Tracked, closeAll, settleAll, settledOrHang, keysUnder, withSessions } from './helpers.js';
-import { Probe } from './probe.js';
 
 const ROOT = 'test/rwmutex/';
-let etcd: EtcdCluster;
 let client: Client;
-const { fresh, sessions } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** A client for a test's waiters, spied on: its calls and watches are counted. */
-const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
+const { fresh, sessions, probed } = etcdFile(ROOT, (_, c) => (client = c));
 
 /** Which of `ts` have settled, as a string of 1s and 0s (for readable assertions). */
 const states = (ts: Tracked<unknown>[]): string => ts.map((t) => (t.settled ? '1' : '0')).join('');

@@ -4,7 +4,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  Client,
+  type Client,
   InvalidArgumentError,
   MAX_PERMITS,
   Mutex,
@@ -14,17 +14,11 @@ import {
   op,
   withPermit,
 } from '../src/index.js';
-import type { EtcdCluster } from '../src/testing/index.js';
 import { assertNoKeys, etcdFile, track, closeAll, keysUnder, withSessions } from './helpers.js';
-import { Probe } from './probe.js';
 
 const ROOT = 'test/semaphore-handles/';
-let etcd: EtcdCluster;
 let client: Client;
-const { fresh, sessions } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** A client for a test's participants, spied on: its calls and watches are counted. */
-const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
+const { fresh, sessions, probed } = etcdFile(ROOT, (_, c) => (client = c));
 
 describe('Semaphore: tryAcquire', () => {
   it('takes a free permit', async () => {

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
-import { Client, PermitLostError, Semaphore, SessionExpiredError, type PermitHandle } from '../src/index.js';
+import { type Client, PermitLostError, Semaphore, SessionExpiredError, type PermitHandle } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { aborted, assertNoKeys, etcdFile, track, waitFor, type Tracked, closeAll, settleAll, settledOrHang, keysUnder } from './helpers.js';
 import { Probe } from './probe.js';
@@ -14,10 +14,7 @@ import { Probe } from './probe.js';
 const ROOT = 'test/semaphore-loss/';
 let etcd: EtcdCluster;
 let client: Client;
-const { fresh, sessions } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** A client for a test's participants, spied on: its calls and watches are counted. */
-const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
+const { fresh, sessions, probed } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
 describe('Semaphore: giving up and losing', () => {
   /** Two holders of a 2-permit semaphore on `client`, and a probed client for the waiters. */

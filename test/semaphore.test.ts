@@ -23,10 +23,7 @@ import { Probe } from './probe.js';
 const ROOT = 'test/semaphore/';
 let etcd: EtcdCluster;
 let client: Client;
-const { fresh, sessions } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** A client for a test's participants, spied on: its calls and watches are counted. */
-const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
+const { fresh, sessions, probed } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
 /** A permit granted to a waiter is marked by a put on its key after the one that created it. */
 const isMark = (e: { type: string; rev: bigint; createRevision: bigint }): boolean => e.type === 'put' && e.rev !== e.createRevision;

@@ -1,9 +1,10 @@
 // A test file's own etcd (etcdForFile) and the helpers the lock and barrier files use over it.
-import type { Client, Session } from '../../src/index.js';
+import { Client, type Session } from '../../src/index.js';
 import type { EtcdCluster } from '../../src/testing/index.js';
 import { etcdForFile } from './etcd.js';
 import { serverState, waitersBlocked } from './server-metrics.js';
 import { openSessions } from './sessions.js';
+import { Probe } from '../probe.js';
 
 /** What {@link etcdFile} gives a test file. */
 export interface EtcdFile {
@@ -13,6 +14,8 @@ export interface EtcdFile {
   fresh(scope: string): string;
   /** Sessions on `on` (default: this file's client) that the test closes at its end. */
   sessions(n: number, ttl?: number, on?: Client): Promise<Session[]>;
+  /** A client of its own for a test's waiters, spied on (see Probe): its calls and watches are counted. */
+  probed(): Probe;
   /** Watchers open on etcd now: the base for {@link EtcdFile.blocked}. */
   watchersNow(): Promise<number>;
   /** `n` more waiters than `base` (watchersNow) blocked on their watch, with nothing in flight. */
@@ -41,6 +44,7 @@ export function etcdFile(
     cluster: () => ({ etcd: etcd!, client: client! }),
     fresh,
     sessions: (n, ttl = 30, on = client!) => openSessions(on, n, ttl),
+    probed: () => new Probe(new Client({ endpoints: etcd!.endpoints })),
     watchersNow: async () => (await serverState(url())).watchers,
     blocked: (base, n = 1, what) => waitersBlocked(url(), base, n, what),
   };
