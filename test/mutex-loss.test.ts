@@ -3,9 +3,9 @@
 // Each test uses its own lock names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, LockLostError, Mutex, SessionExpiredError, op } from '../src/index.js';
+import { Client, LockLostError, Mutex, SessionExpiredError } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, killEtcdctls, etcdFile, closeAll, withSessions } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, killEtcdctls, etcdFile, closeAll, withSessions, assertOwnerCompareFences } from './helpers.js';
 import { withProxiedWaiter } from './mutex-helpers.js';
 
 const ROOT = 'test/mutex-loss/';
@@ -218,15 +218,13 @@ describe('Mutex: giving up and losing', () => {
     const p = fresh('owner-compare');
     const [s] = await sessions(1);
     try {
-      const h = await new Mutex(s!, `${p}lock`).lock();
-      const fenced = (v: string) => client.txn({ compare: [h.ownerCompare()], success: [op.put(`${p}data`, v)], failure: [] });
-      assert.equal((await fenced('1')).succeeded, true);
-      await client.delete(h.key);
       // Even a new key for the same session and name is another incarnation: still refused.
-      const again = await new Mutex(s!, `${p}lock`).lock();
-      assert.equal((await fenced('2')).succeeded, false);
-      assert.equal((await client.get(`${p}data`))?.value.toString(), '1');
-      await again.unlock();
+      await assertOwnerCompareFences(
+        client,
+        p,
+        () => new Mutex(s!, `${p}lock`).lock(),
+        (h) => h.unlock(),
+      );
     } finally {
       await closeAll([s!]);
       await client.delete(p, { prefix: true });

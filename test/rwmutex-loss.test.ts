@@ -2,7 +2,15 @@
 // included). Each test uses its own names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { type Client, LockLostError, type Session, RWLockLostError, RWMutex, SessionExpiredError, type RWLockHandle } from '../src/index.js';
+import {
+  type Client,
+  LockLostError,
+  type Session,
+  RWLockLostError,
+  RWMutex,
+  SessionExpiredError,
+  type RWLockHandle,
+} from '../src/index.js';
 import {
   EventLog,
   aborted,

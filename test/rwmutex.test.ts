@@ -3,8 +3,19 @@
 // (giving up and losing: rwmutex-loss.test.ts). Each test uses its own names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { type Client, InvalidArgumentError, Mutex, RWLockLostError, RWMutex, op, type RWLockHandle } from '../src/index.js';
-import { assertNoKeys, etcdFile, track, type Tracked, closeAll, settleAll, settledOrHang, keysUnder, withSessions } from './helpers.js';
+import { type Client, InvalidArgumentError, Mutex, RWLockLostError, RWMutex, type RWLockHandle } from '../src/index.js';
+import {
+  assertNoKeys,
+  etcdFile,
+  track,
+  type Tracked,
+  closeAll,
+  settleAll,
+  settledOrHang,
+  keysUnder,
+  withSessions,
+  assertOwnerCompareFences,
+} from './helpers.js';
 
 const ROOT = 'test/rwmutex/';
 let client: Client;
@@ -368,14 +379,12 @@ describe('RWMutex: handles', () => {
     const name = `${p}rw`;
     const [s] = await sessions(1);
     try {
-      const h = await new RWMutex(s!, name).lock();
-      const fenced = (v: string) => client.txn({ compare: [h.ownerCompare()], success: [op.put(`${p}data`, v)], failure: [] });
-      assert.equal((await fenced('1')).succeeded, true);
-      await client.delete(h.key);
-      const again = await new RWMutex(s!, name).lock();
-      assert.equal((await fenced('2')).succeeded, false);
-      assert.equal((await client.get(`${p}data`))?.value.toString(), '1');
-      await again.unlock();
+      await assertOwnerCompareFences(
+        client,
+        p,
+        () => new RWMutex(s!, name).lock(),
+        (h) => h.unlock(),
+      );
     } finally {
       await closeAll([s!]);
       await client.delete(p, { prefix: true });

@@ -11,10 +11,9 @@ import {
   PermitCountConflictError,
   PermitLostError,
   Semaphore,
-  op,
   withPermit,
 } from '../src/index.js';
-import { assertNoKeys, etcdFile, track, closeAll, keysUnder, withSessions } from './helpers.js';
+import { assertNoKeys, etcdFile, track, closeAll, keysUnder, withSessions, assertOwnerCompareFences } from './helpers.js';
 
 const ROOT = 'test/semaphore-handles/';
 let client: Client;
@@ -268,14 +267,12 @@ describe('Semaphore: handles', () => {
     const p = fresh('owner-compare');
     const [s] = await sessions(1);
     try {
-      const h = await new Semaphore(s!, `${p}sem`, { permits: 1 }).acquire();
-      const fenced = (v: string) => client.txn({ compare: [h.ownerCompare()], success: [op.put(`${p}data`, v)], failure: [] });
-      assert.equal((await fenced('1')).succeeded, true);
-      await client.delete(h.key);
-      const again = await new Semaphore(s!, `${p}sem`, { permits: 1 }).acquire();
-      assert.equal((await fenced('2')).succeeded, false);
-      assert.equal((await client.get(`${p}data`))?.value.toString(), '1');
-      await again.release();
+      await assertOwnerCompareFences(
+        client,
+        p,
+        () => new Semaphore(s!, `${p}sem`, { permits: 1 }).acquire(),
+        (h) => h.release(),
+      );
     } finally {
       await closeAll([s!]);
       await client.delete(p, { prefix: true });
