@@ -2,70 +2,16 @@
 // included). Each test uses its own names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  type Client,
-  LockLostError,
-  type Session,
-  RWLockLostError,
-  RWMutex,
-  SessionExpiredError,
-  type RWLockHandle,
-} from '../src/index.js';
-import {
-  EventLog,
-  aborted,
-  assertNoKeys,
-  etcdFile,
-  track,
-  type Tracked,
-  closeAll,
-  settleAll,
-  settledOrHang,
-  keysUnder,
-} from './helpers.js';
-import type { Probe } from './probe.js';
+import { type Client, LockLostError, RWLockLostError, RWMutex, SessionExpiredError } from '../src/index.js';
+import { EventLog, aborted, etcdFile, track, closeAll, settledOrHang, keysUnder } from './helpers.js';
+import { waitersOn } from './rwmutex-helpers.js';
 
 const ROOT = 'test/rwmutex-loss/';
 let client: Client;
-const { fresh, sessions, probed } = etcdFile(ROOT, (_, c) => (client = c));
+const file = etcdFile(ROOT, (_, c) => (client = c));
+const { fresh, sessions } = file;
 
-/** What {@link withWaiters} hands a test. */
-interface Waiters {
-  /** The lock's name, under the test's own prefix. */
-  name: string;
-  probe: Probe;
-  /** Sessions on this file's client. */
-  own: Session[];
-  /** Sessions on the probed client, for the waiters. */
-  waiting: Session[];
-  /** Calls that may still run when the test ends: settled once every session is closed. */
-  pending: Tracked<RWLockHandle>[];
-}
-
-/**
- * Runs `body` on a fresh lock name with `own` sessions (default 1) on this file's client and `waiting`
- * sessions (default 1, TTL `ttl`) on a probed client; then closes them all, settles `pending` and
- * checks that nothing is left under the test's prefix.
- */
-async function withWaiters(
-  scope: string,
-  counts: { own?: number; waiting?: number; ttl?: number },
-  body: (w: Waiters) => Promise<void>,
-): Promise<void> {
-  const p = fresh(scope);
-  const probe = probed();
-  const own = await sessions(counts.own ?? 1);
-  const waiting = await sessions(counts.waiting ?? 1, counts.ttl ?? 30, probe.client);
-  const pending: Tracked<RWLockHandle>[] = [];
-  try {
-    await body({ name: `${p}rw`, probe, own, waiting, pending });
-  } finally {
-    await closeAll([...own, ...waiting]);
-    await probe.client.close();
-    await settleAll(pending);
-  }
-  await assertNoKeys(client, p);
-}
+const withWaiters = waitersOn(file);
 
 describe('RWMutex: giving up and losing', () => {
   it('aborting a waiting writer deletes its key, and the readers queued behind it go in', { timeout: 30_000 }, () =>
