@@ -10,7 +10,10 @@ const ROOT = 'test/mutex-cluster/';
 let etcd: EtcdCluster;
 /** One client per member, each listing all three endpoints starting at a different member. */
 let clients: Client[];
-const fresh = clusterForFile(ROOT, (e, cs) => ((etcd = e), (clients = cs)));
+const fresh = clusterForFile(ROOT, (e, cs) => {
+  etcd = e;
+  clients = cs;
+});
 
 /** The members each client currently talks to (for the test's own diagnostics). */
 const activeMembers = (): number[] => clients.map((c) => etcd.endpoints.indexOf(c.activeEndpoint));

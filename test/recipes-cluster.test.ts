@@ -3,7 +3,7 @@
 // the member that dies (or behind the Raft leader that dies), still acquires or passes once its turn
 // comes, and nothing is left behind. Then Barrier and DoubleBarrier waiters through a watch stream
 // that breaks, and through a compaction of the history their watch would resume from.
-import { before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Barrier, Client, DoubleBarrier, Election, Mutex, Semaphore, Session } from '../src/index.js';
 import { startProxy, type EtcdCluster, type TcpProxy } from '../src/testing/index.js';
@@ -13,10 +13,10 @@ const ROOT = 'test/recipes-cluster/';
 let etcd: EtcdCluster;
 /** One client per member, each listing all three endpoints starting at its own member. */
 let clients: Client[];
-const fresh = clusterForFile(ROOT, (e, cs) => ((etcd = e), (clients = cs)));
-
-// Each client connected before the tests: waiterMember() reads client 1's active endpoint.
-before(async () => {
+const fresh = clusterForFile(ROOT, async (e, cs) => {
+  etcd = e;
+  clients = cs;
+  // Each client connected before the tests: waiterMember() reads client 1's active endpoint.
   await Promise.all(clients.map((c) => c.get('warm-up')));
 });
 
