@@ -25,6 +25,19 @@ async function rejection(p: Promise<unknown>): Promise<{ err: unknown }> {
   throw new Error('expected a rejection');
 }
 
+/** The rejection of a read through a black hole (TCP accepted, nothing answers) with a 500 ms dial timeout, and its endpoint. */
+async function blackHoleError(): Promise<{ err: unknown; endpoint: string }> {
+  const proxy = await startProxy(etcd.endpoints[0]!);
+  proxy.blackhole(true);
+  const c = new Client({ endpoints: proxy.endpoint, dialTimeoutMs: 500 });
+  try {
+    return { ...(await rejection(c.get('k'))), endpoint: proxy.endpoint };
+  } finally {
+    await c.close();
+    await proxy.close();
+  }
+}
+
 describe('unreachable endpoints', () => {
   // The dial timeout is far above the test's own: only the refusal can end these calls in time.
   it('nothing listening: UnavailableError on the refusal, naming the endpoint and the cause', { timeout: 20_000 }, async () => {
@@ -45,36 +58,20 @@ describe('unreachable endpoints', () => {
   it('a black hole (TCP accepted, nothing ever answers): UnavailableError once the dial timeout passes, no hang', {
     timeout: 20_000,
   }, async () => {
-    const proxy = await startProxy(etcd.endpoints[0]!);
-    proxy.blackhole(true);
-    const c = new Client({ endpoints: proxy.endpoint, dialTimeoutMs: 500 });
-    try {
-      const { err } = await rejection(c.get('k'));
-      assert.ok(err instanceof UnavailableError, String(err));
-      assert.match(err.message, new RegExp(proxy.endpoint.replaceAll('.', '\\.')));
-      // The cause is the dial timeout, and the message says so (not a refusal, not the call's deadline).
-      assert.match(err.message, /nothing answered within 500 ms/);
-      assert.doesNotMatch(err.message, /refused/);
-    } finally {
-      await c.close();
-      await proxy.close();
-    }
+    const { err, endpoint } = await blackHoleError();
+    assert.ok(err instanceof UnavailableError, String(err));
+    assert.match(err.message, new RegExp(endpoint.replaceAll('.', '\\.')));
+    // The cause is the dial timeout, and the message says so (not a refusal, not the call's deadline).
+    assert.match(err.message, /nothing answered within 500 ms/);
+    assert.doesNotMatch(err.message, /refused/);
   });
 
   it('a black hole: the message says nothing answered (as for a hung or paused etcd), not to check TLS', {
     timeout: 20_000,
   }, async () => {
-    const proxy = await startProxy(etcd.endpoints[0]!);
-    proxy.blackhole(true);
-    const c = new Client({ endpoints: proxy.endpoint, dialTimeoutMs: 500 });
-    try {
-      const { err } = await rejection(c.get('k'));
-      assert.match((err as Error).message, /no answer|not answer|timed? ?out|hung/i);
-      assert.doesNotMatch((err as Error).message, /TLS|https/);
-    } finally {
-      await c.close();
-      await proxy.close();
-    }
+    const { err } = await blackHoleError();
+    assert.match((err as Error).message, /no answer|not answer|timed? ?out|hung/i);
+    assert.doesNotMatch((err as Error).message, /TLS|https/);
   });
 
   it('several endpoints, none reachable: one error that names them all', { timeout: 20_000 }, async () => {

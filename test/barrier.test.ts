@@ -8,67 +8,21 @@
 // settled by then.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  Barrier,
-  type Client,
-  DoubleBarrier,
-  InvalidArgumentError,
-  type Session,
-  SessionExpiredError,
-  TooManyClientsError,
-} from '../src/index.js';
+import { Barrier, type Client, DoubleBarrier, InvalidArgumentError, SessionExpiredError, TooManyClientsError } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import {
-  EventLog,
-  assertNoKeys,
-  etcdForFile,
-  grpcHandled,
-  metric,
-  settle,
-  track,
-  waitFor,
-  waitersBlocked,
-  type LoggedEvent,
-  openSessions,
-  closeAll,
-  withSessions,
-} from './helpers.js';
+import { EventLog, assertNoKeys, track, waitFor, closeAll, withSessions } from './helpers.js';
+import { barrierFile } from './barrier-helpers.js';
 import { GoFleet, goInteropBinary, closeGoFleets } from './go-fleet.js';
 
 const ROOT = 'test/barrier/';
 let etcd: EtcdCluster;
 let client: Client;
 const goBin = goInteropBinary();
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
+const file = barrierFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
+const { fresh, sessions, handled, watchers, blocked, answered, roundTrip, waiterPut } = file;
 
 // Hang guards only: every wait below is on an event, a promise or a line from the Go process.
 const T = { timeout: 120_000 };
-
-const sessions = (n: number, ttl = 30): Promise<Session[]> => openSessions(client, n, ttl);
-
-const handled = (method: 'Range' | 'Txn'): Promise<number> => grpcHandled(etcd.clientUrls[0]!, method);
-const watchers = (): Promise<number> => metric(etcd.clientUrls[0]!, 'etcd_debugging_mvcc_watcher_total');
-/** Resolves once `n` more watches than `base` are open and every call before them is answered: `n` waiters blocked. */
-const blocked = (base: number, n: number): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n);
-
-/**
- * Resolves once etcd has answered `n` more `method` calls than `base`, and one more read after them
- * on the same connection: whatever those answers led to has run by then.
- */
-async function answered(method: 'Range' | 'Txn', base: number, n: number): Promise<void> {
-  await waitFor(async () => (await handled(method)) >= base + n, `${n} more ${method} answered`);
-  await roundTrip();
-}
-
-/** One read on the shared connection, then a turn of the event loop: answers sent before it have been handled. */
-async function roundTrip(): Promise<void> {
-  await client.get(`${ROOT}round-trip`);
-  await settle();
-}
-
-/** The next put of a waiter key under `name` in `log`, from event index `from`. */
-const waiterPut = (log: EventLog, name: string, from: number): Promise<LoggedEvent> =>
-  log.next((e) => e.type === 'put' && e.key.startsWith(`${name}/waiters/`), from);
 
 async function startGo(t: { diagnostic(m: string): void }): Promise<GoFleet> {
   const go = new GoFleet(goBin(), etcd.endpoints, { ttl: 30 });

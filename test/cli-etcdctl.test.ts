@@ -12,7 +12,7 @@ import {
   hasEtcdctl,
   hasOpenssl,
   assertOneErrorLine,
-  etcdForCliFile,
+  cliFile,
   runCli as start,
   runCliToEnd as run,
   spawnEtcdctl,
@@ -25,16 +25,7 @@ const ROOT = 'test/cli-etcdctl/';
 let client: Client;
 let endpoint: string;
 
-const prefix = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)));
-
-/** A lock or election name no other test uses. */
-const fresh = (scope: string): string => `${prefix(scope)}n`;
-
-/** The participant keys of `name`, oldest first. */
-async function keysOf(name: string): Promise<string[]> {
-  const r = await client.getPrefix(`${name}/`);
-  return r.kvs.sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1)).map((kv) => kv.key.toString());
-}
+const { fresh, keysOf } = cliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)));
 
 /** `node -e <script>` as a command for `lock -- ...`. */
 const nodeCmd = (script: string): string[] => [process.execPath, '-e', script];

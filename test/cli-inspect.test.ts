@@ -3,23 +3,14 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Client } from '../src/index.js';
-import { assertNoKeys, assertOneErrorLine, etcdForCliFile, runCli as start, runCliToEnd as run, waitFor, type CliProc } from './helpers.js';
+import { assertNoKeys, assertOneErrorLine, cliFile, runCli as start, runCliToEnd as run, waitFor, type CliProc } from './helpers.js';
 
 const ROOT = 'test/cli-inspect/';
 
 let client: Client;
 let endpoint: string;
 
-const prefix = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)));
-
-/** A lock or election name no other test uses. */
-const fresh = (scope: string): string => `${prefix(scope)}n`;
-
-/** The participant keys of `name`, oldest first. */
-async function keysOf(name: string): Promise<string[]> {
-  const r = await client.getPrefix(`${name}/`);
-  return r.kvs.sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1)).map((kv) => kv.key.toString());
-}
+const { fresh, keysOf } = cliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)));
 
 describe('inspect', () => {
   test('shows the holder and the queue in order, plain and --json', async () => {

@@ -13,15 +13,13 @@ import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Client } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { hasEtcdctl, hasOpenssl, assertOneErrorLine, etcdForCliFile, runCli as start, runCliToEnd as run, testCerts } from './helpers.js';
+import { hasEtcdctl, hasOpenssl, assertOneErrorLine, cliFile, runCli as start, runCliToEnd as run, testCerts } from './helpers.js';
 
 const ROOT = 'test/cli-parity-connection/';
 
 let endpoint: string;
 
-const prefix = etcdForCliFile(ROOT, (e) => (endpoint = e.endpoints[0]!));
-
-const fresh = (scope: string): string => `${prefix(scope)}n`;
+const { fresh } = cliFile(ROOT, (e) => (endpoint = e.endpoints[0]!));
 
 const esc = (s: string): string => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
 

@@ -14,7 +14,7 @@ import {
   assertNoKeys,
   hasEtcdctl,
   assertOneErrorLine,
-  etcdForCliFile,
+  cliFile,
   runCli as start,
   runCliToEnd as run,
   spawnEtcdctl,
@@ -27,9 +27,7 @@ const ROOT = 'test/cli-parity/';
 let client: Client;
 let endpoint: string;
 
-const prefix = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)));
-
-const fresh = (scope: string): string => `${prefix(scope)}n`;
+const { fresh } = cliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)));
 
 /** The participant keys of `name` with their values, oldest first. */
 async function keysOf(name: string): Promise<{ key: string; value: string }[]> {

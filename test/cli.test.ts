@@ -10,7 +10,7 @@ import {
   assertNoKeys,
   assertNoLeases,
   assertOneErrorLine,
-  etcdForCliFile,
+  cliFile,
   runCli as start,
   runCliToEnd as run,
   waitFor,
@@ -23,16 +23,7 @@ const ROOT = 'test/cli/';
 let client: Client;
 let endpoint: string;
 
-const prefix = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)));
-
-/** A lock or election name no other test uses. */
-const fresh = (scope: string): string => `${prefix(scope)}n`;
-
-/** The participant keys of `name`, oldest first. */
-async function keysOf(name: string): Promise<string[]> {
-  const r = await client.getPrefix(`${name}/`);
-  return r.kvs.sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1)).map((kv) => kv.key.toString());
-}
+const { fresh, keysOf } = cliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)));
 
 /**
  * `p`'s value, or `what` if it has not settled within `ms`: a hang guard, so that a behaviour that

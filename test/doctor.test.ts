@@ -266,17 +266,20 @@ describe('doctor with authentication', () => {
 
   after(() => assertCleanAndStop(root, etcd, [LOCKS, 'other/']));
 
+  /** doctor's arguments as `user` (name:password) on the prefix LOCKS, with `samples` round trips. */
+  const asUser = (user: string, samples: string): string[] => [
+    '--endpoints',
+    etcd.endpoints[0]!,
+    '--user',
+    user,
+    '--prefix',
+    LOCKS,
+    '--samples',
+    samples,
+  ];
+
   test('a user without permission on the prefix: not ready (exit 6), saying what to grant', async () => {
-    const { code, report } = await doctorJson([
-      '--endpoints',
-      etcd.endpoints[0]!,
-      '--user',
-      `limited:${LIMITED_PASSWORD}`,
-      '--prefix',
-      LOCKS,
-      '--samples',
-      '1',
-    ]);
+    const { code, report } = await doctorJson(asUser(`limited:${LIMITED_PASSWORD}`, '1'));
     assert.equal(code, NOT_READY, JSON.stringify(report.checks));
     assert.equal(report.status, 'not-ready');
     assert.equal(report.auth.enabled, true);
@@ -303,16 +306,7 @@ describe('doctor with authentication', () => {
   });
 
   test('the same, in human output: the failures and a fix line each', async () => {
-    const r = await doctor([
-      '--endpoints',
-      etcd.endpoints[0]!,
-      '--user',
-      `limited:${LIMITED_PASSWORD}`,
-      '--prefix',
-      LOCKS,
-      '--samples',
-      '1',
-    ]);
+    const r = await doctor(asUser(`limited:${LIMITED_PASSWORD}`, '1'));
     assert.equal(r.code, NOT_READY, r.stdout + r.stderr);
     assert.match(r.stdout, /^fail\s+round trips\s+writing locks\/[0-9a-f]+\/round-trip failed: .*permission denied/m);
     assert.match(r.stdout, /^fail\s+lease\s+attaching locks\/[0-9a-f]+\/lease to the lease: .*permission denied/m);
@@ -322,16 +316,7 @@ describe('doctor with authentication', () => {
   });
 
   test('a user whose role grants readwrite on the prefix: ready', async () => {
-    const { code, report } = await doctorJson([
-      '--endpoints',
-      etcd.endpoints[0]!,
-      '--user',
-      `locker:${LOCKER_PASSWORD}`,
-      '--prefix',
-      LOCKS,
-      '--samples',
-      '2',
-    ]);
+    const { code, report } = await doctorJson(asUser(`locker:${LOCKER_PASSWORD}`, '2'));
     assert.equal(code, healthyCode(etcd.version), JSON.stringify(report.checks));
     assert.deepEqual(report.auth, { enabled: true, user: 'locker', renewalNeedsPutPermission: report.auth.renewalNeedsPutPermission });
     assert.deepEqual(report.lease, { grant: 'ok', attach: 'ok', renew: 'ok', revoke: 'ok' });

@@ -4,26 +4,16 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, DoubleBarrier, Session } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, closeAll, etcdForFile, metric, openSessions, settle, track, waitFor, waitersBlocked } from './helpers.js';
+import { assertNoKeys, closeAll, track, waitFor } from './helpers.js';
+import { barrierFile } from './barrier-helpers.js';
 
 const ROOT = 'test/double-barrier-count/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
+const { fresh, sessions, watchers, blocked, roundTrip } = barrierFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
 // A hang guard only: every wait below is on an event or a promise.
 const T = { timeout: 120_000 };
-
-const sessions = (n: number, ttl = 30): Promise<Session[]> => openSessions(client, n, ttl);
-const watchers = (): Promise<number> => metric(etcd.clientUrls[0]!, 'etcd_debugging_mvcc_watcher_total');
-/** Resolves once `n` more watches than `base` are open and every call before them is answered: `n` waiters blocked. */
-const blocked = (base: number, n: number): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n);
-
-/** One read on the shared connection, then a turn of the event loop: answers sent before it have been handled. */
-async function roundTrip(): Promise<void> {
-  await client.get(`${ROOT}round-trip`);
-  await settle();
-}
 
 /** A client that awaits `armed.run` once, just before it sends the Txn that puts `armed.key`; `sent` is that Txn's answer. */
 class PutHook extends Client {

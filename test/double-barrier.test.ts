@@ -9,56 +9,43 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, DoubleBarrier, InvalidArgumentError, Session, SessionExpiredError, TooManyClientsError } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import {
-  EventLog,
-  aborted,
-  assertNoKeys,
-  etcdForFile,
-  grpcHandled,
-  metric,
-  settle,
-  track,
-  waitFor,
-  waitersBlocked,
-  type LoggedEvent,
-  openSessions,
-  closeAll,
-} from './helpers.js';
+import { EventLog, aborted, assertNoKeys, track, waitFor, closeAll } from './helpers.js';
+import { barrierFile } from './barrier-helpers.js';
 import { closeGoFleets } from './go-fleet.js';
 
 const ROOT = 'test/double-barrier/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
+const file = barrierFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
+const { fresh, sessions, handled, watchers, blocked, answered, roundTrip, waiterPut } = file;
 
 // Hang guards only: every wait below is on an event, a promise or a line from the Go process.
 const T = { timeout: 120_000 };
 
-const sessions = (n: number, ttl = 30): Promise<Session[]> => openSessions(client, n, ttl);
-
-const handled = (method: 'Range' | 'Txn'): Promise<number> => grpcHandled(etcd.clientUrls[0]!, method);
-const watchers = (): Promise<number> => metric(etcd.clientUrls[0]!, 'etcd_debugging_mvcc_watcher_total');
-/** Resolves once `n` more watches than `base` are open and every call before them is answered: `n` waiters blocked. */
-const blocked = (base: number, n: number): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n);
-
-/**
- * Resolves once etcd has answered `n` more `method` calls than `base`, and one more read after them
- * on the same connection: whatever those answers led to has run by then.
- */
-async function answered(method: 'Range' | 'Txn', base: number, n: number): Promise<void> {
-  await waitFor(async () => (await handled(method)) >= base + n, `${n} more ${method} answered`);
-  await roundTrip();
+/** What {@link withMembers} hands a test. */
+interface Members {
+  /** The barrier's name, under the test's own prefix. */
+  name: string;
+  /** One session per member, on this file's client. */
+  ss: Session[];
+  /** Every event under `name`. */
+  log: EventLog;
 }
 
-/** One read on the shared connection, then a turn of the event loop: answers sent before it have been handled. */
-async function roundTrip(): Promise<void> {
-  await client.get(`${ROOT}round-trip`);
-  await settle();
+/** Runs `body` with `n` sessions and a log of the barrier `name`; then closes them and checks that nothing is left. */
+async function withMembers(tag: string, n: number, body: (m: Members) => Promise<void>): Promise<void> {
+  const name = `${fresh(tag)}db`;
+  const ss = await sessions(n);
+  const log = new EventLog(client, `${name}/`);
+  await log.ready;
+  try {
+    await body({ name, ss, log });
+  } finally {
+    await log.close();
+    await closeAll(ss);
+  }
+  await assertNoKeys(client, name);
 }
-
-/** The next put of a waiter key under `name` in `log`, from event index `from`. */
-const waiterPut = (log: EventLog, name: string, from: number): Promise<LoggedEvent> =>
-  log.next((e) => e.type === 'put' && e.key.startsWith(`${name}/waiters/`), from);
 
 /** Enters every member at once; returns them oldest first (by their keys' CreateRevision). */
 async function enterByAge(bs: DoubleBarrier[]): Promise<[DoubleBarrier, DoubleBarrier, DoubleBarrier]> {
@@ -83,12 +70,8 @@ class CreateHook extends Client {
 }
 
 describe('DoubleBarrier', () => {
-  it("three members enter together (keys as Go's), and nobody leaves before all have left", T, async () => {
-    const name = `${fresh('three')}db`;
-    const ss = await sessions(3);
-    const log = new EventLog(client, `${name}/`);
-    await log.ready;
-    try {
+  it("three members enter together (keys as Go's), and nobody leaves before all have left", T, () =>
+    withMembers('three', 3, async ({ name, ss, log }) => {
       const [b1, b2, b3] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [DoubleBarrier, DoubleBarrier, DoubleBarrier];
       // Entering: each waits (after its count check, its key and its read of `ready`: 2 Txns).
       let base = await handled('Txn');
@@ -125,12 +108,8 @@ describe('DoubleBarrier', () => {
       await b3.leave();
       await Promise.all([l1.promise, l2.promise]);
       assert.equal(b1.key, undefined);
-    } finally {
-      await log.close();
-      await closeAll(ss);
-    }
-    await assertNoKeys(client, name);
-  });
+    }),
+  );
 
   it('a member beyond the count is refused with TooManyClientsError and leaves no key', T, async () => {
     const name = `${fresh('too-many')}db`;
@@ -180,12 +159,8 @@ describe('DoubleBarrier', () => {
     await assertNoKeys(client, name);
   });
 
-  it('an aborted enter() rejects with the reason, deletes its key and closes its watch', T, async () => {
-    const name = `${fresh('abort-enter')}db`;
-    const ss = await sessions(2);
-    const log = new EventLog(client, `${name}/`);
-    await log.ready;
-    try {
+  it('an aborted enter() rejects with the reason, deletes its key and closes its watch', T, () =>
+    withMembers('abort-enter', 2, async ({ name, ss, log }) => {
       const [b1, b2] = ss.map((s) => new DoubleBarrier(s, name, 2)) as [DoubleBarrier, DoubleBarrier];
       await assert.rejects(b1.enter({ signal: AbortSignal.abort(new Error('never mind')) }), /never mind/);
       assert.equal(log.events.length, 0, 'an enter() aborted before it starts writes nothing');
@@ -205,19 +180,11 @@ describe('DoubleBarrier', () => {
       // The aborted member may enter again, and counts once.
       await Promise.all([b1.enter(), b2.enter()]);
       await Promise.all([b1.leave(), b2.leave()]);
-    } finally {
-      await log.close();
-      await closeAll(ss);
-    }
-    await assertNoKeys(client, name);
-  });
+    }),
+  );
 
-  it('an aborted leave() deletes its key, so the others do not wait for it', T, async () => {
-    const name = `${fresh('abort-leave')}db`;
-    const ss = await sessions(3);
-    const log = new EventLog(client, `${name}/`);
-    await log.ready;
-    try {
+  it('an aborted leave() deletes its key, so the others do not wait for it', T, () =>
+    withMembers('abort-leave', 3, async ({ name, ss, log }) => {
       const [b1, b2, b3] = await enterByAge(ss.map((s) => new DoubleBarrier(s, name, 3)));
       const k1 = b1.key!;
       const l2 = track(b2.leave());
@@ -234,60 +201,35 @@ describe('DoubleBarrier', () => {
       assert.equal(l2.settled, false, 'the third is still inside');
       await b3.leave();
       await l2.promise;
-    } finally {
-      await log.close();
-      await closeAll(ss);
-    }
-    await assertNoKeys(client, name);
-  });
-
-  it(
-    'a member whose session is lost inside enter() frees its place: the others keep waiting, and a newcomer completes the count',
-    T,
-    async () => {
-      const name = `${fresh('lost-in-enter')}db`;
-      const ss = await sessions(4);
-      const log = new EventLog(client, `${name}/`);
-      await log.ready;
-      try {
-        const [b1, b2, b3, b4] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [
-          DoubleBarrier,
-          DoubleBarrier,
-          DoubleBarrier,
-          DoubleBarrier,
-        ];
-        let base = await handled('Txn');
-        const e1 = track(b1.enter());
-        await answered('Txn', base, 2);
-        base = await handled('Txn');
-        const e2 = track(b2.enter());
-        const k2 = (await waiterPut(log, name, 1)).key;
-        await answered('Txn', base, 2);
-        await ss[1]!.close(); // b2's process dies: its lease and key go at once
-        await assert.rejects(e2.promise, (err: unknown) => err instanceof SessionExpiredError && err.reason === 'closed');
-        await log.deleted(k2);
-        // Three members are still needed: b1 waits, and so does the next to come.
-        base = await handled('Txn');
-        const e3 = track(b3.enter());
-        await answered('Txn', base, 2);
-        assert.deepEqual([e1.settled, e3.settled], [false, false], 'b1 and b3 make two: they wait');
-        await b4.enter(); // the third live member opens the barrier (b2's place was free, so no TooManyClientsError)
-        await Promise.all([e1.promise, e3.promise]);
-        await Promise.all([b1.leave(), b3.leave(), b4.leave()]);
-      } finally {
-        await log.close();
-        await closeAll(ss);
-      }
-      await assertNoKeys(client, name);
-    },
+    }),
   );
 
-  it('a member whose session is lost inside leave() fails with SessionExpiredError; its key goes, the others finish', T, async () => {
-    const name = `${fresh('lost-in-leave')}db`;
-    const ss = await sessions(3);
-    const log = new EventLog(client, `${name}/`);
-    await log.ready;
-    try {
+  it('a member whose session is lost inside enter() frees its place: the others keep waiting, and a newcomer completes the count', T, () =>
+    withMembers('lost-in-enter', 4, async ({ name, ss, log }) => {
+      const [b1, b2, b3, b4] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [DoubleBarrier, DoubleBarrier, DoubleBarrier, DoubleBarrier];
+      let base = await handled('Txn');
+      const e1 = track(b1.enter());
+      await answered('Txn', base, 2);
+      base = await handled('Txn');
+      const e2 = track(b2.enter());
+      const k2 = (await waiterPut(log, name, 1)).key;
+      await answered('Txn', base, 2);
+      await ss[1]!.close(); // b2's process dies: its lease and key go at once
+      await assert.rejects(e2.promise, (err: unknown) => err instanceof SessionExpiredError && err.reason === 'closed');
+      await log.deleted(k2);
+      // Three members are still needed: b1 waits, and so does the next to come.
+      base = await handled('Txn');
+      const e3 = track(b3.enter());
+      await answered('Txn', base, 2);
+      assert.deepEqual([e1.settled, e3.settled], [false, false], 'b1 and b3 make two: they wait');
+      await b4.enter(); // the third live member opens the barrier (b2's place was free, so no TooManyClientsError)
+      await Promise.all([e1.promise, e3.promise]);
+      await Promise.all([b1.leave(), b3.leave(), b4.leave()]);
+    }),
+  );
+
+  it('a member whose session is lost inside leave() fails with SessionExpiredError; its key goes, the others finish', T, () =>
+    withMembers('lost-in-leave', 3, async ({ name, ss, log }) => {
       const [b1, b2, b3] = await enterByAge(ss.map((s) => new DoubleBarrier(s, name, 3)));
       const [k1, k3] = [b1.key!, b3.key!];
       const l2 = track(b2.leave());
@@ -303,12 +245,8 @@ describe('DoubleBarrier', () => {
       await b3.leave(); // alone in its round now: closes the barrier
       await l2.promise;
       await log.deleted(k3);
-    } finally {
-      await log.close();
-      await closeAll(ss);
-    }
-    await assertNoKeys(client, name);
-  });
+    }),
+  );
 
   it(
     'a member killed while the others wait in leave() counts as left once its lease expires, and <name>/ready is cleaned up',
@@ -354,12 +292,8 @@ describe('DoubleBarrier', () => {
     },
   );
 
-  it("leave() waits only for its own round: a newcomer of the next round does not hold it up (Go's Leave waits for it)", T, async () => {
-    const name = `${fresh('next-round')}db`;
-    const ss = await sessions(4);
-    const log = new EventLog(client, `${name}/`);
-    await log.ready;
-    try {
+  it("leave() waits only for its own round: a newcomer of the next round does not hold it up (Go's Leave waits for it)", T, () =>
+    withMembers('next-round', 4, async ({ name, ss, log }) => {
       const [b1, b2, b3, b4] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [DoubleBarrier, DoubleBarrier, DoubleBarrier, DoubleBarrier];
       const base = await handled('Txn');
       const e1 = track(b1.enter()); // the oldest member
@@ -380,12 +314,8 @@ describe('DoubleBarrier', () => {
       // The next round: b4 with b2 and b3 again.
       await Promise.all([b2.enter(), b3.enter(), e4.promise]);
       await Promise.all([b2.leave(), b3.leave(), b4.leave()]);
-    } finally {
-      await log.close();
-      await closeAll(ss);
-    }
-    await assertNoKeys(client, name);
-  });
+    }),
+  );
 
   it('a create whose outcome was unknown, landing after its member left, is swept: nobody counts the ghost', T, async () => {
     const name = `${fresh('late-create')}db`;

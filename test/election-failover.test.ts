@@ -14,7 +14,7 @@ import {
   type LeaderHandle,
 } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { Recorder, aborted, awaitKey, ms, startCampaigner, track, withScope } from './election-helpers.js';
+import { aborted, awaitKey, ms, startCampaigner, track, withScope, recorded } from './election-helpers.js';
 
 const T = { timeout: 120_000 };
 
@@ -44,10 +44,7 @@ describe('single member', () => {
   it('leader process crashes (SIGKILL): the follower leads once the lease expires, the old key is gone', T, (t) =>
     scoped(etcd.endpoints, 'crash', async (s, name) => {
       const ttl = 3;
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
 
       const child = s.child(startCampaigner(etcd.endpoints, name, 'child', ttl));
       const leading = await child.json<{ key: string; leaseId: string; fencingToken: string }>('leading');

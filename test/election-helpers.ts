@@ -4,8 +4,19 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { Client, Session, type ClientOptions, type SessionOptions, type Watch, type WatchEvent } from '../src/index.js';
+import {
+  Client,
+  Election,
+  Session,
+  type ClientOptions,
+  type LeaderEvent,
+  type SessionOptions,
+  type Watch,
+  type WatchEvent,
+} from '../src/index.js';
+import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -302,4 +313,49 @@ export async function storeRevision(client: Client): Promise<bigint> {
 
 export function ms(n: number): string {
   return `${n.toFixed(1)} ms`;
+}
+
+/** A candidate: its own client, session and Election. */
+export async function candidate(s: Scope, name: string, ttl = 10): Promise<{ client: Client; session: Session; election: Election }> {
+  const client = s.client();
+  const session = await s.session(client, { ttl });
+  return { client, session, election: new Election(session, name) };
+}
+
+/** An observed event as `<key>=<value>`, or `none`. */
+export const leaderOf = (e: LeaderEvent): string => (e.type === 'leader' ? `${e.leader.key}=${e.leader.value}` : 'none');
+
+/** A test file's own single-member etcd and `scoped` over it (see electionFixture). */
+export interface ElectionFixture {
+  /** The file's etcd, once `before` has started it. */
+  readonly etcd: EtcdCluster;
+  /** withScope on the file's etcd. */
+  scoped(tag: string, fn: (s: Scope, name: string) => Promise<void>): Promise<void>;
+}
+
+/** Starts a single-member etcd before the file's tests and stops it after them. */
+export function electionFixture(): ElectionFixture {
+  let etcd: EtcdCluster | undefined;
+  before(async () => {
+    etcd = await startEtcd();
+  });
+  after(async () => {
+    await etcd?.stop();
+  });
+  const started = (): EtcdCluster => etcd ?? assert.fail('the election fixture has no etcd yet: use it inside a test');
+  return {
+    get etcd() {
+      return started();
+    },
+    scoped: (tag, fn) => withScope(started().endpoints, tag, fn),
+  };
+}
+
+/** An admin client and a Recorder of everything under election `name` (closed with the scope), once its watch is confirmed. */
+export async function recorded(s: Scope, name: string): Promise<{ admin: Client; rec: Recorder }> {
+  const admin = s.client();
+  const rec = new Recorder(admin, `${name}/`);
+  s.defer(() => rec.close());
+  await rec.created;
+  return { admin, rec };
 }

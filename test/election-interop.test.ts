@@ -7,27 +7,19 @@
 // - `elect -l NAME` prints key and value of every leader and every proclaimed value; it opens a
 //   session too, whose lease it never revokes either.
 // Those leftover leases are revoked by the tests, by id.
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Election, currentLeader, observeLeader, type Client, type LeaderEvent } from '../src/index.js';
-import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { type Child, Recorder, type Scope, awaitKey, etcdctl, next, track, withScope } from './election-helpers.js';
+import { Election, currentLeader, observeLeader, type Client } from '../src/index.js';
+import { type Child, type Scope, awaitKey, etcdctl, next, track, electionFixture, leaderOf, recorded } from './election-helpers.js';
 
-let etcd: EtcdCluster;
-before(async () => {
-  etcd = await startEtcd();
-});
-after(async () => {
-  await etcd?.stop();
-});
+const fixture = electionFixture();
+const { scoped } = fixture;
 
 const T = { timeout: 60_000 };
 
-const scoped = (tag: string, fn: (s: Scope, name: string) => Promise<void>): Promise<void> => withScope(etcd.endpoints, tag, fn);
-
 /** `etcdctl elect NAME PROPOSAL`, killed at the end of the test. */
 function ctlElect(s: Scope, name: string, proposal: string): Child {
-  return s.child(etcdctl(etcd.endpoints, ['elect', name, proposal]));
+  return s.child(etcdctl(fixture.etcd.endpoints, ['elect', name, proposal]));
 }
 
 /** The lease id of a participant key `<name>/<lease hex>`. */
@@ -42,8 +34,6 @@ function revokeAtEnd(s: Scope, admin: Client, lease: bigint): void {
     await admin.leaseRevoke(lease);
   });
 }
-
-const leaderOf = (e: LeaderEvent): string => (e.type === 'leader' ? `${e.leader.key}=${e.leader.value}` : 'none');
 
 describe('etcdctl elect leads, we follow', () => {
   it('our observe() and currentLeader() see etcdctl as leader, with its value and term', T, () =>
@@ -136,10 +126,7 @@ describe('etcdctl elect leads, we follow', () => {
 describe('we lead, etcdctl follows or listens', () => {
   it('etcdctl elect waits while we lead, and leads after our resign', T, () =>
     scoped('ours-first', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const session = await s.session(s.client(), { ttl: 10 });
       const election = new Election(session, name);
       const h = await election.campaign('ours');
@@ -178,7 +165,7 @@ describe('we lead, etcdctl follows or listens', () => {
       const ha = await a.campaign('first value');
       const ours = new Set(await admin.leaseLeases());
 
-      const listener = s.child(etcdctl(etcd.endpoints, ['elect', '-l', name]));
+      const listener = s.child(etcdctl(fixture.etcd.endpoints, ['elect', '-l', name]));
       assert.equal(await listener.line(0), ha.key);
       assert.equal(await listener.line(1), 'first value');
       // The listener opened a session of its own; find its lease to revoke it at the end.

@@ -1,51 +1,21 @@
 // Losing a campaign or a term against a real single-member etcd: aborts, closed sessions, revoked
 // leases, keys deleted by hand, LeaderHandle.signal and ownerCompare(). No mocks, no sleeps: every
 // wait is on a watch event, a promise or an abort signal.
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  type Client,
-  Election,
-  LeadershipLostError,
-  SessionExpiredError,
-  currentLeader,
-  compare,
-  op,
-  type LeaderHandle,
-  type Session,
-} from '../src/index.js';
-import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { Recorder, type Scope, aborted, ms, storeRevision, track, waitFor, withScope } from './election-helpers.js';
+import { Election, LeadershipLostError, SessionExpiredError, currentLeader, compare, op, type LeaderHandle } from '../src/index.js';
+import { startProxy } from '../src/testing/index.js';
+import { aborted, ms, storeRevision, track, waitFor, candidate, electionFixture, recorded } from './election-helpers.js';
 
-let etcd: EtcdCluster;
-let endpoints: string[];
-
-before(async () => {
-  etcd = await startEtcd();
-  endpoints = etcd.endpoints;
-});
-after(async () => {
-  await etcd?.stop();
-});
+const fixture = electionFixture();
+const { scoped } = fixture;
 
 const T = { timeout: 60_000 };
-
-const scoped = (tag: string, fn: (s: Scope, name: string) => Promise<void>): Promise<void> => withScope(endpoints, tag, fn);
-
-/** A candidate: its own client, session and Election. */
-async function candidate(s: Scope, name: string, ttl = 10): Promise<{ client: Client; session: Session; election: Election }> {
-  const client = s.client();
-  const session = await s.session(client, { ttl });
-  return { client, session, election: new Election(session, name) };
-}
 
 describe('losing the campaign or the term', () => {
   it('abort while campaigning rejects with the reason and deletes our key', T, () =>
     scoped('abort', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const a = await candidate(s, name);
       const b = await candidate(s, name);
       const ha = await a.election.campaign('a');
@@ -69,13 +39,10 @@ describe('losing the campaign or the term', () => {
   );
 
   it('abort while the enqueue Txn is in flight (applied, answer not yet back) deletes our key', T, async () => {
-    const proxy = await startProxy(endpoints[0]!);
+    const proxy = await startProxy(fixture.etcd.endpoints[0]!);
     try {
       await scoped('abort-inflight', async (s, name) => {
-        const admin = s.client();
-        const rec = new Recorder(admin, `${name}/`);
-        s.defer(() => rec.close());
-        await rec.created;
+        const { admin, rec } = await recorded(s, name);
         const a = await candidate(s, name);
         const bClient = s.client({ endpoints: [proxy.endpoint] });
         const b = new Election(await s.session(bClient, { ttl: 10 }), name);
@@ -101,10 +68,7 @@ describe('losing the campaign or the term', () => {
 
   it('session closed while campaigning rejects with SessionExpiredError', T, () =>
     scoped('session-closed', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const a = await candidate(s, name);
       const b = await candidate(s, name);
       const ha = await a.election.campaign('a');
@@ -121,10 +85,7 @@ describe('losing the campaign or the term', () => {
 
   it('lease revoked while campaigning rejects, and the session ends (lease-gone) at the next renewal', T, () =>
     scoped('session-revoked', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const a = await candidate(s, name);
       const b = await candidate(s, name, 3);
       const ha = await a.election.campaign('a');

@@ -2,44 +2,42 @@
 // and change, never a candidate that does not lead, across compaction and dropped streams. No mocks,
 // no sleeps: every wait is on a watch event, a promise or an abort signal; one bounded poll in a test
 // where no event can announce a missed delete.
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  type Client,
-  Election,
-  LeadershipLostError,
-  currentLeader,
-  observeLeader,
-  op,
-  type LeaderEvent,
-  type Session,
-} from '../src/index.js';
-import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { Recorder, type Scope, awaitKey, next, storeRevision, track, withScope } from './election-helpers.js';
+import { type Client, LeadershipLostError, currentLeader, observeLeader, op } from '../src/index.js';
+import { startProxy, type TcpProxy } from '../src/testing/index.js';
+import { type Scope, awaitKey, next, storeRevision, track, candidate, electionFixture, leaderOf, recorded } from './election-helpers.js';
 
-let etcd: EtcdCluster;
-let endpoints: string[];
-
-before(async () => {
-  etcd = await startEtcd();
-  endpoints = etcd.endpoints;
-});
-after(async () => {
-  await etcd?.stop();
-});
+const fixture = electionFixture();
+const { scoped } = fixture;
 
 const T = { timeout: 60_000 };
 
-const scoped = (tag: string, fn: (s: Scope, name: string) => Promise<void>): Promise<void> => withScope(endpoints, tag, fn);
-
-/** A candidate: its own client, session and Election. */
-async function candidate(s: Scope, name: string, ttl = 10): Promise<{ client: Client; session: Session; election: Election }> {
-  const client = s.client();
-  const session = await s.session(client, { ttl });
-  return { client, session, election: new Election(session, name) };
+/**
+ * Candidates A and B, and an observer (through `via`, or a client of its own) that has seen no leader
+ * and then A leading with "a1"; the observer stops with the scope.
+ */
+async function aLeadsObserved(s: Scope, name: string, via?: Client) {
+  const a = await candidate(s, name);
+  const b = await candidate(s, name);
+  const stop = new AbortController();
+  s.defer(() => stop.abort());
+  const events = observeLeader(via ?? s.client(), name, { signal: stop.signal });
+  assert.equal((await next(events)).type, 'none');
+  const ha = await a.election.campaign('a1');
+  assert.equal(leaderOf(await next(events)), `${ha.key}=a1`);
+  return { a, b, stop, events, ha };
 }
 
-const leaderOf = (e: LeaderEvent): string => (e.type === 'leader' ? `${e.leader.key}=${e.leader.value}` : 'none');
+/** `scoped`, with a proxy to the file's etcd (closed at the end) for clients to cut off. */
+async function scopedViaProxy(tag: string, fn: (s: Scope, name: string, proxy: TcpProxy) => Promise<void>): Promise<void> {
+  const proxy = await startProxy(fixture.etcd.endpoints[0]!);
+  try {
+    await scoped(tag, (s, name) => fn(s, name, proxy));
+  } finally {
+    await proxy.close();
+  }
+}
 
 describe('observe', () => {
   it('reports the current leader first, then every proclaim, a new leader after resign, and none', T, () =>
@@ -89,10 +87,7 @@ describe('observe', () => {
 
   it('never reports a candidate that is not the leader (etcd 18163)', T, () =>
     scoped('observe-oldest', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const [a, b, c, d] = await Promise.all([1, 2, 3, 4].map(() => candidate(s, name)));
       const stop = new AbortController();
       s.defer(() => stop.abort());
@@ -130,14 +125,7 @@ describe('observe', () => {
   it('survives compaction: events continue after the store is compacted', T, () =>
     scoped('observe-compact', async (s, name) => {
       const admin = s.client();
-      const a = await candidate(s, name);
-      const b = await candidate(s, name);
-      const stop = new AbortController();
-      s.defer(() => stop.abort());
-      const events = observeLeader(s.client(), name, { signal: stop.signal });
-      assert.equal((await next(events)).type, 'none');
-      const ha = await a.election.campaign('a1');
-      assert.equal(leaderOf(await next(events)), `${ha.key}=a1`);
+      const { b, stop, events, ha } = await aLeadsObserved(s, name);
       await admin.compact(await storeRevision(admin), { physical: true });
       await ha.proclaim('a2');
       assert.equal(leaderOf(await next(events)), `${ha.key}=a2`);
@@ -153,97 +141,71 @@ describe('observe', () => {
     }),
   );
 
-  it('survives a dropped stream, and history compacted while it was cut off', T, async () => {
-    const proxy = await startProxy(endpoints[0]!);
-    try {
-      await scoped('observe-proxy', async (s, name) => {
-        const admin = s.client();
-        const viaProxy = s.client({ endpoints: [proxy.endpoint] });
-        const a = await candidate(s, name);
-        const b = await candidate(s, name);
-        const stop = new AbortController();
-        s.defer(() => stop.abort());
-        const events = observeLeader(viaProxy, name, { signal: stop.signal });
-        assert.equal((await next(events)).type, 'none');
-        const ha = await a.election.campaign('a1');
-        assert.equal(leaderOf(await next(events)), `${ha.key}=a1`);
+  it('survives a dropped stream, and history compacted while it was cut off', T, () =>
+    scopedViaProxy('observe-proxy', async (s, name, proxy) => {
+      const admin = s.client();
+      const { b, stop, events, ha } = await aLeadsObserved(s, name, s.client({ endpoints: [proxy.endpoint] }));
 
-        // Drop the stream: the watch resumes where it left off, nothing is lost or repeated.
-        proxy.cut();
-        await ha.proclaim('a2');
-        await ha.proclaim('a3');
-        assert.equal(leaderOf(await next(events)), `${ha.key}=a2`);
-        assert.equal(leaderOf(await next(events)), `${ha.key}=a3`);
+      // Drop the stream: the watch resumes where it left off, nothing is lost or repeated.
+      proxy.cut();
+      await ha.proclaim('a2');
+      await ha.proclaim('a3');
+      assert.equal(leaderOf(await next(events)), `${ha.key}=a2`);
+      assert.equal(leaderOf(await next(events)), `${ha.key}=a3`);
 
-        // Cut off (black hole), the leader changes and history is compacted; when the link
-        // returns, the watch cannot resume (compacted) and the observer reads the state again.
-        proxy.blackhole(true);
-        const tb = track(b.election.campaign('b1'));
-        await ha.proclaim('a4');
-        await ha.resign();
-        const hb = await tb.promise;
-        await hb.proclaim('b2');
-        await admin.compact(await storeRevision(admin), { physical: true });
-        // Reset the stalled connections (dropping what etcd had sent into them), then heal.
-        proxy.cut();
-        proxy.blackhole(false);
+      // Cut off (black hole), the leader changes and history is compacted; when the link
+      // returns, the watch cannot resume (compacted) and the observer reads the state again.
+      proxy.blackhole(true);
+      const tb = track(b.election.campaign('b1'));
+      await ha.proclaim('a4');
+      await ha.resign();
+      const hb = await tb.promise;
+      await hb.proclaim('b2');
+      await admin.compact(await storeRevision(admin), { physical: true });
+      // Reset the stalled connections (dropping what etcd had sent into them), then heal.
+      proxy.cut();
+      proxy.blackhole(false);
+      const e = await next(events);
+      assert.equal(leaderOf(e), `${hb.key}=b2`, 'the first event after the gap is the leader now');
+      await hb.proclaim('b3');
+      assert.equal(leaderOf(await next(events)), `${hb.key}=b3`);
+      await hb.resign();
+      assert.equal((await next(events)).type, 'none');
+      stop.abort();
+      assert.equal((await events.next()).done, true);
+    }),
+  );
+
+  it('does not keep reporting a dead leader when history is compacted exactly at the revision it resumes from', T, () =>
+    scopedViaProxy('observe-compact-edge', async (s, name, proxy) => {
+      const admin = s.client();
+      const { a, b, stop, events, ha } = await aLeadsObserved(s, name, s.client({ endpoints: [proxy.endpoint] }));
+
+      proxy.blackhole(true);
+      await ha.resign(); // the revision the observer's watch resumes from
+      await admin.compact(await storeRevision(admin), { physical: true });
+      proxy.cut();
+      proxy.blackhole(false);
+      const hb = await b.election.campaign('b1');
+      await hb.proclaim('b2');
+      // A sentinel the observer sees either way: A's key is created again (A queues behind B).
+      const ta = track(a.election.campaign('a2'));
+      await awaitKey(admin, a.election.key);
+      const seen: string[] = [];
+      for (;;) {
         const e = await next(events);
-        assert.equal(leaderOf(e), `${hb.key}=b2`, 'the first event after the gap is the leader now');
-        await hb.proclaim('b3');
-        assert.equal(leaderOf(await next(events)), `${hb.key}=b3`);
-        await hb.resign();
-        assert.equal((await next(events)).type, 'none');
-        stop.abort();
-        assert.equal((await events.next()).done, true);
-      });
-    } finally {
-      await proxy.close();
-    }
-  });
-
-  it('does not keep reporting a dead leader when history is compacted exactly at the revision it resumes from', T, async () => {
-    const proxy = await startProxy(endpoints[0]!);
-    try {
-      await scoped('observe-compact-edge', async (s, name) => {
-        const admin = s.client();
-        const viaProxy = s.client({ endpoints: [proxy.endpoint] });
-        const a = await candidate(s, name);
-        const b = await candidate(s, name);
-        const stop = new AbortController();
-        s.defer(() => stop.abort());
-        const events = observeLeader(viaProxy, name, { signal: stop.signal });
-        assert.equal((await next(events)).type, 'none');
-        const ha = await a.election.campaign('a1');
-        assert.equal(leaderOf(await next(events)), `${ha.key}=a1`);
-
-        proxy.blackhole(true);
-        await ha.resign(); // the revision the observer's watch resumes from
-        await admin.compact(await storeRevision(admin), { physical: true });
-        proxy.cut();
-        proxy.blackhole(false);
-        const hb = await b.election.campaign('b1');
-        await hb.proclaim('b2');
-        // A sentinel the observer sees either way: A's key is created again (A queues behind B).
-        const ta = track(a.election.campaign('a2'));
-        await awaitKey(admin, a.election.key);
-        const seen: string[] = [];
-        for (;;) {
-          const e = await next(events);
-          seen.push(leaderOf(e));
-          if (seen.at(-1) === `${hb.key}=b2`) break;
-        }
-        await hb.resign();
-        await (await ta.promise).resign();
-        stop.abort();
-        // History up to the cut was compacted away: the observer cannot replay it, only re-read.
-        // It must never go on reporting the dead leader A, and must reach B's latest value.
-        assert.ok(!seen.some((x) => x.startsWith(`${ha.key}=`)), `the dead leader was reported again: ${seen.join(', ')}`);
-        assert.equal(seen.at(-1), `${hb.key}=b2`);
-      });
-    } finally {
-      await proxy.close();
-    }
-  });
+        seen.push(leaderOf(e));
+        if (seen.at(-1) === `${hb.key}=b2`) break;
+      }
+      await hb.resign();
+      await (await ta.promise).resign();
+      stop.abort();
+      // History up to the cut was compacted away: the observer cannot replay it, only re-read.
+      // It must never go on reporting the dead leader A, and must reach B's latest value.
+      assert.ok(!seen.some((x) => x.startsWith(`${ha.key}=`)), `the dead leader was reported again: ${seen.join(', ')}`);
+      assert.equal(seen.at(-1), `${hb.key}=b2`);
+    }),
+  );
 
   it('ends only when its signal aborts (or the consumer stops)', T, () =>
     scoped('observe-end', async (s, name) => {

@@ -1,42 +1,15 @@
 // runAsLeader against a real single-member etcd: a task run while leading, terms lost and won again,
 // shutdown, with a Client or a Session. No mocks, no sleeps: every wait is on a watch event, a
 // promise or an abort signal.
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  type Client,
-  Election,
-  InvalidArgumentError,
-  LeadershipLostError,
-  SessionExpiredError,
-  currentLeader,
-  runAsLeader,
-  type Session,
-} from '../src/index.js';
-import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { Recorder, type Scope, aborted, ms, track, waitFor, withScope } from './election-helpers.js';
+import { InvalidArgumentError, LeadershipLostError, SessionExpiredError, currentLeader, runAsLeader } from '../src/index.js';
+import { aborted, ms, track, waitFor, candidate, electionFixture, recorded } from './election-helpers.js';
 
-let etcd: EtcdCluster;
-let endpoints: string[];
-
-before(async () => {
-  etcd = await startEtcd();
-  endpoints = etcd.endpoints;
-});
-after(async () => {
-  await etcd?.stop();
-});
+const fixture = electionFixture();
+const { scoped } = fixture;
 
 const T = { timeout: 60_000 };
-
-const scoped = (tag: string, fn: (s: Scope, name: string) => Promise<void>): Promise<void> => withScope(endpoints, tag, fn);
-
-/** A candidate: its own client, session and Election. */
-async function candidate(s: Scope, name: string, ttl = 10): Promise<{ client: Client; session: Session; election: Election }> {
-  const client = s.client();
-  const session = await s.session(client, { ttl });
-  return { client, session, election: new Election(session, name) };
-}
 
 describe('runAsLeader', () => {
   it('runs the task while leading, then resigns and returns its result', T, () =>
@@ -135,10 +108,7 @@ describe('runAsLeader', () => {
 
   it('shutdown signal: the task is aborted, then resigns, and the successor takes over at once', T, () =>
     scoped('run-shutdown', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const a = await candidate(s, name);
       const b = await candidate(s, name);
       const shutdown = new AbortController();

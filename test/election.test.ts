@@ -3,47 +3,24 @@
 // election-run-as-leader.test.ts). No mocks, no sleeps: every wait is on a watch event, a promise or
 // an abort signal. The only polls: "is the candidate already waiting on its predecessor"
 // (client-internal state that no event announces).
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  type Client,
   Election,
   InvalidArgumentError,
   LeadershipLostError,
   NotLeaderError,
   currentLeader,
   observeLeader,
-  type LeaderEvent,
   type LeaderHandle,
-  type Session,
 } from '../src/index.js';
-import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import { metric } from './helpers.js';
-import { Recorder, type Scope, aborted, ms, next, storeRevision, track, withScope } from './election-helpers.js';
+import { aborted, ms, next, storeRevision, track, candidate, electionFixture, leaderOf, recorded } from './election-helpers.js';
 
-let etcd: EtcdCluster;
-let endpoints: string[];
-
-before(async () => {
-  etcd = await startEtcd();
-  endpoints = etcd.endpoints;
-});
-after(async () => {
-  await etcd?.stop();
-});
+const fixture = electionFixture();
+const { scoped } = fixture;
 
 const T = { timeout: 60_000 };
-
-const scoped = (tag: string, fn: (s: Scope, name: string) => Promise<void>): Promise<void> => withScope(endpoints, tag, fn);
-
-/** A candidate: its own client, session and Election. */
-async function candidate(s: Scope, name: string, ttl = 10): Promise<{ client: Client; session: Session; election: Election }> {
-  const client = s.client();
-  const session = await s.session(client, { ttl });
-  return { client, session, election: new Election(session, name) };
-}
-
-const leaderOf = (e: LeaderEvent): string => (e.type === 'leader' ? `${e.leader.key}=${e.leader.value}` : 'none');
 
 describe('campaign', () => {
   it('resolves with a LeaderHandle: key <name>/<lease hex>, value, valueBytes, fencingToken = CreateRevision', T, () =>
@@ -99,10 +76,7 @@ describe('campaign', () => {
 
   it('a second candidate waits; resign hands over with one delete and one watch event', T, () =>
     scoped('handover', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const a = await candidate(s, name);
       const b = await candidate(s, name);
       const ha = await a.election.campaign('a');
@@ -114,13 +88,13 @@ describe('campaign', () => {
       assert.equal(tb.settled, false, 'the second candidate waits while the first leads');
 
       // Events etcd sent to watchers: during the handover, one to our recorder and one to B.
-      const eventsBefore = await metric(etcd.clientUrls[0]!, 'etcd_debugging_mvcc_events_total');
+      const eventsBefore = await metric(fixture.etcd.clientUrls[0]!, 'etcd_debugging_mvcc_events_total');
       const t0 = performance.now();
       await ha.resign();
       const hb = await tb.promise;
       const handover = performance.now() - t0;
       const del = await rec.deleted(ha.key);
-      const eventsSent = (await metric(etcd.clientUrls[0]!, 'etcd_debugging_mvcc_events_total')) - eventsBefore;
+      const eventsSent = (await metric(fixture.etcd.clientUrls[0]!, 'etcd_debugging_mvcc_events_total')) - eventsBefore;
       assert.equal(eventsSent, 2, "one watch event woke B (the other went to this test's recorder)");
 
       // Nothing but the resign's single delete was written between B queueing and B leading.
@@ -139,10 +113,7 @@ describe('campaign', () => {
 
   it('is FIFO among many candidates, with strictly increasing terms', T, () =>
     scoped('fifo', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { rec } = await recorded(s, name);
       const first = await candidate(s, name);
       const h0 = await first.election.campaign('c0');
       const n = 6;
@@ -176,10 +147,7 @@ describe('campaign', () => {
 
   it('campaigning again on the same session with share: true keeps its place and updates its value', T, () =>
     scoped('again', async (s, name) => {
-      const admin = s.client();
-      const rec = new Recorder(admin, `${name}/`);
-      s.defer(() => rec.close());
-      await rec.created;
+      const { admin, rec } = await recorded(s, name);
       const a = await candidate(s, name);
       const b = await candidate(s, name);
       const c = await candidate(s, name);

@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import { Client, Election, InvalidArgumentError, LockLostError, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
+import type { PostgresServer } from '../src/testing/index.js';
 import {
   FenceNotInstalledError,
   FenceUnavailableError,
@@ -26,171 +27,163 @@ const postgres = postgresForFile();
 describe('PostgresFence on a real PostgreSQL', () => {
   const need = (t: TestContext) => postgres.need(t);
 
-  it('the ghost: a holder stopped past its TTL wakes and its write is refused by the database; the data shows only the second holder', async (t) => {
-    const server = need(t);
-    if (!server) return;
-    await using db = pool(server);
-    const fence = new PostgresFence(db, { table: 'fences' });
-    await fence.install();
-    const resource = unique('ghost');
-    await logTable(db, resource);
-    await ghost(
-      'postgres',
-      server.connectionString,
-      resource,
-      (lock) =>
-        fence.run(lock, resource, (tx) =>
-          tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, 'second')`, [String(lock.fencingToken)]),
-        ),
-      async () => (await logRows(db, resource)).map((r) => r.value),
-      () => fence.highestToken(resource),
-    );
-    assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
-  });
+  /** What {@link withFence} hands a test. */
+  interface Fenced {
+    server: PostgresServer;
+    db: pg.Pool;
+    /** A PostgresFence on table `fences`, installed. */
+    fence: PostgresFence<pg.PoolClient>;
+    /** A fresh resource name, with its log table created. */
+    resource: string;
+  }
 
-  it('holders racing from several processes: the stored token only grows and no write is applied out of token order', async (t) => {
+  /** Runs `body` on the file's PostgreSQL (or skips without one) with a pool that ends with it, a fence and a resource. */
+  async function withFence(t: TestContext, tag: string, body: (x: Fenced) => Promise<void>): Promise<void> {
     const server = need(t);
     if (!server) return;
     await using db = pool(server);
     const fence = new PostgresFence(db, { table: 'fences' });
     await fence.install();
-    const resource = unique('race');
+    const resource = unique(tag);
     await logTable(db, resource);
-    const events = await race('postgres', server.connectionString, resource, 3, 8);
-    const rows = await logRows(db, resource);
-    checkRace(
-      events,
-      rows.map((r) => r.token),
-      await fence.highestToken(resource),
-    );
-  });
+    await body({ server, db, fence, resource });
+  }
 
-  it('a transaction failing midway (thrown, SQL error, lock lost before COMMIT) leaves the fence row and the data unchanged', async (t) => {
-    const server = need(t);
-    if (!server) return;
-    await using db = pool(server);
-    const fence = new PostgresFence(db, { table: 'fences' });
-    await fence.install();
-    const resource = unique('midway');
-    await logTable(db, resource);
-    const insert = (tx: pg.PoolClient, value: string, n: bigint) =>
-      tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, $2)`, [String(n), value]);
-    await using s = await session();
-    const name = `${fresh('midway')}lock`;
-    const first = await new Mutex(s, name).lock();
-    await fence.run(first, resource, (tx) => insert(tx, 'before', first.fencingToken));
-    await first.unlock();
-    const lock = await new Mutex(s, name).lock();
-    const boom = new Error('boom');
-    await assert.rejects(
-      fence.run(lock, resource, async (tx) => {
-        await insert(tx, 'thrown', lock.fencingToken);
-        throw boom;
-      }),
-      (err) => err === boom,
-    );
-    await assert.rejects(
-      fence.run(lock, resource, async (tx) => {
-        await insert(tx, 'sql', lock.fencingToken);
-        await tx.query(`INSERT INTO "${resource}_log" (no_such_column) VALUES (1)`);
-      }),
-      (err: { code?: string }) => err.code === '42703', // undefined_column, from PostgreSQL as is
-    );
-    await assert.rejects(
-      fence.run(lock, resource, async (tx) => {
-        await insert(tx, 'lost', lock.fencingToken);
-        await lock.unlock(); // lost before COMMIT: the check just before it refuses
-      }),
-      LockLostError,
-    );
-    assert.equal(await fence.highestToken(resource), first.fencingToken, 'the fence row still holds the first token');
-    assert.deepEqual(
-      (await logRows(db, resource)).map((r) => r.value),
-      ['before'],
-    );
-    assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
-  });
-
-  it('a connection killed mid-transaction: the run fails, nothing is written, and the pool gets rid of that client', async (t) => {
-    const server = need(t);
-    if (!server) return;
-    await using db = pool(server);
-    const fence = new PostgresFence(db, { table: 'fences' });
-    await fence.install();
-    const resource = unique('killed');
-    await logTable(db, resource);
-    const pids: number[] = [];
-    const write = (value: string, kill: boolean) =>
-      fence.run(token(3n), resource, async (tx) => {
-        const pid = (await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
-        pids.push(pid);
-        await tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES (3, $1)`, [value]);
-        if (kill) await db.query('SELECT pg_terminate_backend($1)', [pid]); // from another connection of the pool
-        await tx.query('SELECT 1');
-      });
-    await assert.rejects(write('killed', true));
-    for (let i = 0; i < 4; i++) await write(`after ${i}`, false); // as many as the pool holds: none gets the dead client
-    assert.ok(!pids.slice(1).includes(pids[0]!), 'the killed connection was not handed out again');
-    assert.deepEqual(
-      (await logRows(db, resource)).map((r) => r.value),
-      ['after 0', 'after 1', 'after 2', 'after 3'],
-    );
-    assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
-  });
-
-  it('the same holder writes twice (equal token); a lower token is refused with the resource and both tokens, counted on the metrics', async (t) => {
-    const server = need(t);
-    if (!server) return;
-    await using db = pool(server);
-    const fence = new PostgresFence(db, { table: 'fences' });
-    await fence.install();
-    const resource = unique('equal');
-    await logTable(db, resource);
-    const reader = new Counted();
-    const meterProvider = new MeterProvider({ readers: [reader] });
-    const metered = new Client({ endpoints: etcd().endpoints, meterProvider });
-    try {
-      await using s = await Session.create(metered);
-      const name = `${fresh('equal')}lock`;
-      const old = await new Mutex(s, name).lock();
-      await old.unlock();
-      await using lock = await new Mutex(s, name).lock();
-      const write = (h: HeldFencingHandle, v: string) =>
-        fence.run(h, resource, (tx) =>
-          tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, $2) RETURNING value`, [String(h.fencingToken), v]),
-        );
-      assert.equal((await write(lock, 'one')).rows[0].value, 'one', 'run returns what fn returns');
-      await write(lock, 'two');
-      // A handle that says it still holds (its check cannot know): the database refuses it.
-      const stale = token(old.fencingToken);
-      const err = await write(stale, 'stale').then(
-        () => assert.fail('a lower token was accepted'),
-        (e: unknown) => e,
+  it('the ghost: a holder stopped past its TTL wakes and its write is refused by the database; the data shows only the second holder', (t) =>
+    withFence(t, 'ghost', async ({ server, db, fence, resource }) => {
+      await ghost(
+        'postgres',
+        server.connectionString,
+        resource,
+        (lock) =>
+          fence.run(lock, resource, (tx) =>
+            tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, 'second')`, [String(lock.fencingToken)]),
+          ),
+        async () => (await logRows(db, resource)).map((r) => r.value),
+        () => fence.highestToken(resource),
       );
-      assert.ok(err instanceof StaleTokenError);
-      assert.equal(err.code, 'ERR_STALE_TOKEN');
-      assert.equal(err.resource, resource);
-      assert.equal(err.offeredToken, old.fencingToken);
-      assert.equal(err.highestToken, lock.fencingToken);
-      assert.match(err.message, /acquire again/);
-      assert.equal(await reader.refused('postgres'), 0, 'a handle not of this library counts nowhere');
-      // An old lock's own handle, released: refused by its own check before any round trip.
-      await assert.rejects(write(old, 'released'), LockLostError);
+      assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
+    }));
+
+  it('holders racing from several processes: the stored token only grows and no write is applied out of token order', (t) =>
+    withFence(t, 'race', async ({ server, db, fence, resource }) => {
+      const events = await race('postgres', server.connectionString, resource, 3, 8);
+      const rows = await logRows(db, resource);
+      checkRace(
+        events,
+        rows.map((r) => r.token),
+        await fence.highestToken(resource),
+      );
+    }));
+
+  it('a transaction failing midway (thrown, SQL error, lock lost before COMMIT) leaves the fence row and the data unchanged', (t) =>
+    withFence(t, 'midway', async ({ db, fence, resource }) => {
+      const insert = (tx: pg.PoolClient, value: string, n: bigint) =>
+        tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, $2)`, [String(n), value]);
+      await using s = await session();
+      const name = `${fresh('midway')}lock`;
+      const first = await new Mutex(s, name).lock();
+      await fence.run(first, resource, (tx) => insert(tx, 'before', first.fencingToken));
+      await first.unlock();
+      const lock = await new Mutex(s, name).lock();
+      const boom = new Error('boom');
+      await assert.rejects(
+        fence.run(lock, resource, async (tx) => {
+          await insert(tx, 'thrown', lock.fencingToken);
+          throw boom;
+        }),
+        (err) => err === boom,
+      );
+      await assert.rejects(
+        fence.run(lock, resource, async (tx) => {
+          await insert(tx, 'sql', lock.fencingToken);
+          await tx.query(`INSERT INTO "${resource}_log" (no_such_column) VALUES (1)`);
+        }),
+        (err: { code?: string }) => err.code === '42703', // undefined_column, from PostgreSQL as is
+      );
+      await assert.rejects(
+        fence.run(lock, resource, async (tx) => {
+          await insert(tx, 'lost', lock.fencingToken);
+          await lock.unlock(); // lost before COMMIT: the check just before it refuses
+        }),
+        LockLostError,
+      );
+      assert.equal(await fence.highestToken(resource), first.fencingToken, 'the fence row still holds the first token');
       assert.deepEqual(
         (await logRows(db, resource)).map((r) => r.value),
-        ['one', 'two'],
+        ['before'],
       );
-      // The refusals counter: a stale write through one of our handles (an election's, here).
-      await using leader = await new Election(s, `${fresh('equal')}election`).campaign('me');
-      const staleLeader = Object.create(leader) as typeof leader;
-      Object.defineProperty(staleLeader, 'fencingToken', { value: 1n });
-      await assert.rejects(write(staleLeader as unknown as HeldFencingHandle, 'stale-leader'), StaleTokenError);
-      assert.equal(await reader.refused('postgres'), 1);
-    } finally {
-      await metered.close();
-      await meterProvider.shutdown();
-    }
-  });
+      assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
+    }));
+
+  it('a connection killed mid-transaction: the run fails, nothing is written, and the pool gets rid of that client', (t) =>
+    withFence(t, 'killed', async ({ db, fence, resource }) => {
+      const pids: number[] = [];
+      const write = (value: string, kill: boolean) =>
+        fence.run(token(3n), resource, async (tx) => {
+          const pid = (await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+          pids.push(pid);
+          await tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES (3, $1)`, [value]);
+          if (kill) await db.query('SELECT pg_terminate_backend($1)', [pid]); // from another connection of the pool
+          await tx.query('SELECT 1');
+        });
+      await assert.rejects(write('killed', true));
+      for (let i = 0; i < 4; i++) await write(`after ${i}`, false); // as many as the pool holds: none gets the dead client
+      assert.ok(!pids.slice(1).includes(pids[0]!), 'the killed connection was not handed out again');
+      assert.deepEqual(
+        (await logRows(db, resource)).map((r) => r.value),
+        ['after 0', 'after 1', 'after 2', 'after 3'],
+      );
+      assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
+    }));
+
+  it('the same holder writes twice (equal token); a lower token is refused with the resource and both tokens, counted on the metrics', (t) =>
+    withFence(t, 'equal', async ({ db, fence, resource }) => {
+      const reader = new Counted();
+      const meterProvider = new MeterProvider({ readers: [reader] });
+      const metered = new Client({ endpoints: etcd().endpoints, meterProvider });
+      try {
+        await using s = await Session.create(metered);
+        const name = `${fresh('equal')}lock`;
+        const old = await new Mutex(s, name).lock();
+        await old.unlock();
+        await using lock = await new Mutex(s, name).lock();
+        const write = (h: HeldFencingHandle, v: string) =>
+          fence.run(h, resource, (tx) =>
+            tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, $2) RETURNING value`, [String(h.fencingToken), v]),
+          );
+        assert.equal((await write(lock, 'one')).rows[0].value, 'one', 'run returns what fn returns');
+        await write(lock, 'two');
+        // A handle that says it still holds (its check cannot know): the database refuses it.
+        const stale = token(old.fencingToken);
+        const err = await write(stale, 'stale').then(
+          () => assert.fail('a lower token was accepted'),
+          (e: unknown) => e,
+        );
+        assert.ok(err instanceof StaleTokenError);
+        assert.equal(err.code, 'ERR_STALE_TOKEN');
+        assert.equal(err.resource, resource);
+        assert.equal(err.offeredToken, old.fencingToken);
+        assert.equal(err.highestToken, lock.fencingToken);
+        assert.match(err.message, /acquire again/);
+        assert.equal(await reader.refused('postgres'), 0, 'a handle not of this library counts nowhere');
+        // An old lock's own handle, released: refused by its own check before any round trip.
+        await assert.rejects(write(old, 'released'), LockLostError);
+        assert.deepEqual(
+          (await logRows(db, resource)).map((r) => r.value),
+          ['one', 'two'],
+        );
+        // The refusals counter: a stale write through one of our handles (an election's, here).
+        await using leader = await new Election(s, `${fresh('equal')}election`).campaign('me');
+        const staleLeader = Object.create(leader) as typeof leader;
+        Object.defineProperty(staleLeader, 'fencingToken', { value: 1n });
+        await assert.rejects(write(staleLeader as unknown as HeldFencingHandle, 'stale-leader'), StaleTokenError);
+        assert.equal(await reader.refused('postgres'), 1);
+      } finally {
+        await metered.close();
+        await meterProvider.shutdown();
+      }
+    }));
 
   it('a leader and a write lock fence; a semaphore permit and a read lock are refused with why', async (t) => {
     const server = need(t);

@@ -4,6 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { before } from 'node:test';
+import type { EtcdCluster } from '../src/testing/index.js';
 import { buildGoInterop } from '../interop/go-build.js';
 
 export { buildGoInterop, findGo, GO_INTEROP_CACHE, GO_INTEROP_DIR } from '../interop/go-build.js';
@@ -18,6 +19,25 @@ export function goInteropBinary(): () => string {
     bin = await buildGoInterop();
   });
   return () => bin!;
+}
+
+/** Starts the Go program for a test `t` and reports to it which client module the program was built with. */
+export type GoStarter = (t: { diagnostic(m: string): void }, endpoints?: string[], ttl?: number, server?: EtcdCluster) => Promise<GoFleet>;
+
+/**
+ * Builds the Go program before the file's tests (see goInteropBinary) and returns a starter of it on
+ * `endpoints` (default: all of the file's `etcd()`), with session TTL `ttl` (default 30 s).
+ */
+export function goStarter(etcd: () => EtcdCluster): GoStarter {
+  const bin = goInteropBinary();
+  return async (t, endpoints = etcd().endpoints, ttl = 30, server = etcd()) => {
+    const go = new GoFleet(bin(), endpoints, { ttl });
+    const ready = await go.ready;
+    t.diagnostic(
+      `etcd ${server.version} (${server.members.length} member${server.members.length > 1 ? 's' : ''}), go.etcd.io/etcd/client/v3 ${String(ready.client)}, Go session TTL ${ttl} s`,
+    );
+    return go;
+  };
 }
 
 /** One line the Go program printed. `at` is performance.now() when the test process read it. */

@@ -5,36 +5,17 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { type Client, Election, Session, currentLeader, observeLeader, type LeaderEvent } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { EventLog, assertNoKeys, etcdForFile, settle, track } from './helpers.js';
-import { GoFleet, goInteropBinary, closeGoFleets, type GoEvent } from './go-fleet.js';
+import { EventLog, assertNoKeys, assertNoLeases, etcdForFile, settle, track } from './helpers.js';
+import { type GoFleet, goStarter, closeGoFleets, type GoEvent } from './go-fleet.js';
 
 const ROOT = 'test/go-interop-election/';
 let etcd: EtcdCluster;
 let client: Client;
-const goBin = goInteropBinary();
+const startGo = goStarter(() => etcd);
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
 
 // Hang guards only: every wait below is on an event, a promise or a line from the Go process.
 const T = { timeout: 120_000 };
-
-/** Starts the Go program on `endpoints` and reports which client module it was built with. */
-async function startGo(t: { diagnostic(m: string): void }, endpoints = etcd.endpoints, ttl = 30, server = etcd): Promise<GoFleet> {
-  const go = new GoFleet(goBin(), endpoints, { ttl });
-  const ready = await go.ready;
-  t.diagnostic(
-    `etcd ${server.version} (${server.members.length} member${server.members.length > 1 ? 's' : ''}), go.etcd.io/etcd/client/v3 ${String(ready.client)}, Go session TTL ${ttl} s`,
-  );
-  return go;
-}
-
-/** Every lease must be gone: each test revokes what it granted (Go's sessions on close, ours on close). */
-async function assertNoLeasesOn(c: Client): Promise<void> {
-  assert.deepEqual(
-    (await c.leaseLeases()).map((l) => l.toString(16)),
-    [],
-    'leases left behind',
-  );
-}
 
 const next = async <T>(it: AsyncIterator<T>): Promise<T> => {
   const r = await it.next();
@@ -44,16 +25,50 @@ const next = async <T>(it: AsyncIterator<T>): Promise<T> => {
 const leaderOf = (e: LeaderEvent): string => (e.type === 'leader' ? `${e.leader.key}=${e.leader.value}@${e.leader.fencingToken}` : 'none');
 const goLeaderOf = (e: GoEvent): string => `${e.key}=${String(e.value)}@${e.rev}`;
 
+/** What {@link inOneElection} hands a test. */
+interface OneElection {
+  name: string;
+  /** The Go program; its sessions have a 60 s TTL, so only a resign (never an expiry) hands over. */
+  go: GoFleet;
+  /** Our session on this file's client. */
+  s: Session;
+  /** Aborted at the end: stops the test's observers. */
+  stop: AbortController;
+  /** Every event under `name`. */
+  log: EventLog;
+}
+
+/** Runs `body` on one election with the Go program and our session; then checks that Go exits cleanly and nothing is left. */
+async function inOneElection(t: { diagnostic(m: string): void }, scope: string, body: (x: OneElection) => Promise<void>): Promise<void> {
+  const p = fresh(scope);
+  const name = `${p}election`;
+  const go = await startGo(t, etcd.endpoints, 60);
+  const s = await Session.create(client, { ttl: 30 });
+  const stop = new AbortController();
+  const log = new EventLog(client, `${name}/`);
+  try {
+    await log.ready;
+    await body({ name, go, s, stop, log });
+  } finally {
+    stop.abort();
+    await log.close();
+    await s.close();
+    assert.equal(await go.close(), 0, go.stderr);
+  }
+  await assertNoKeys(client, p);
+  await assertNoLeases(client);
+}
+
+/** Starts Go's observer of `name` (actor "watcher"), once it observes. */
+async function goObserves(go: GoFleet, name: string): Promise<void> {
+  go.send('watcher', 'observe', { name });
+  await go.expect('watcher', 'session');
+  await go.expect('watcher', 'observing');
+}
+
 describe('Go and TypeScript in one election', () => {
-  it('Go leads: we observe its value and proclaims, our campaign waits, and leads promptly after Go resigns', T, async (t) => {
-    const p = fresh('go-leads');
-    const name = `${p}election`;
-    const go = await startGo(t, etcd.endpoints, 60);
-    const s = await Session.create(client, { ttl: 30 });
-    const stop = new AbortController();
-    const log = new EventLog(client, `${name}/`);
-    try {
-      await log.ready;
+  it('Go leads: we observe its value and proclaims, our campaign waits, and leads promptly after Go resigns', T, (t) =>
+    inOneElection(t, 'go-leads', async ({ name, go, s, stop, log }) => {
       const lease = await go.session('leader');
       const led = await go.call('leader', 'campaign', { name, value: 'go one' }, 'leading');
       assert.equal(led.key, `${name}/${lease}`);
@@ -66,9 +81,7 @@ describe('Go and TypeScript in one election', () => {
       assert.equal(info?.leaseId, BigInt(`0x${lease}`));
 
       // A Go observer too, to check both see the same sequence.
-      go.send('watcher', 'observe', { name });
-      await go.expect('watcher', 'session');
-      await go.expect('watcher', 'observing');
+      await goObserves(go, name);
       assert.equal(goLeaderOf(await go.expect('watcher', 'observed')), `${led.key}=go one@${goTerm}`);
 
       await go.call('leader', 'proclaim', { value: 'go two' }, 'proclaimed');
@@ -110,31 +123,15 @@ describe('Go and TypeScript in one election', () => {
       assert.equal((await go.call('leader', 'leader', { name }, 'no-leader')).event, 'no-leader');
       go.send('watcher', 'cancel');
       await go.expect('watcher', 'cancelled');
-    } finally {
-      stop.abort();
-      await log.close();
-      await s.close();
-      assert.equal(await go.close(), 0, go.stderr);
-    }
-    await assertNoKeys(client, p);
-    await assertNoLeasesOn(client);
-  });
+    }),
+  );
 
-  it('we lead: Go observes our value and proclaims, its campaign waits, and it leads promptly after we resign', T, async (t) => {
-    const p = fresh('ts-leads');
-    const name = `${p}election`;
-    const go = await startGo(t, etcd.endpoints, 60);
-    const s = await Session.create(client, { ttl: 30 });
-    const stop = new AbortController();
-    const log = new EventLog(client, `${name}/`);
-    try {
-      await log.ready;
+  it('we lead: Go observes our value and proclaims, its campaign waits, and it leads promptly after we resign', T, (t) =>
+    inOneElection(t, 'ts-leads', async ({ name, go, s, stop, log }) => {
       const e = new Election(s, name);
       const h = await e.campaign('ts one');
 
-      go.send('watcher', 'observe', { name });
-      await go.expect('watcher', 'session');
-      await go.expect('watcher', 'observing');
+      await goObserves(go, name);
       assert.equal(goLeaderOf(await go.expect('watcher', 'observed')), `${e.key}=ts one@${h.fencingToken}`, 'Go sees us as leader');
       await h.proclaim('ts two');
       assert.equal(goLeaderOf(await go.expect('watcher', 'observed')), `${e.key}=ts two@${h.fencingToken}`, 'Go sees what we proclaim');
@@ -185,13 +182,6 @@ describe('Go and TypeScript in one election', () => {
       await h2.resign();
       go.send('watcher', 'cancel');
       await go.expect('watcher', 'cancelled');
-    } finally {
-      stop.abort();
-      await log.close();
-      await s.close();
-      assert.equal(await go.close(), 0, go.stderr);
-    }
-    await assertNoKeys(client, p);
-    await assertNoLeasesOn(client);
-  });
+    }),
+  );
 });

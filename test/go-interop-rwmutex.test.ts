@@ -5,36 +5,17 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { type Client, RWMutex, Session } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { EventLog, assertNoKeys, etcdForFile, settle, track } from './helpers.js';
-import { GoFleet, goInteropBinary, closeGoFleets } from './go-fleet.js';
+import { EventLog, assertNoKeys, assertNoLeases, etcdForFile, settle, track } from './helpers.js';
+import { goStarter, closeGoFleets } from './go-fleet.js';
 
 const ROOT = 'test/go-interop-rwmutex/';
 let etcd: EtcdCluster;
 let client: Client;
-const goBin = goInteropBinary();
+const startGo = goStarter(() => etcd);
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
 
 // Hang guards only: every wait below is on an event, a promise or a line from the Go process.
 const T = { timeout: 120_000 };
-
-/** Starts the Go program on `endpoints` and reports which client module it was built with. */
-async function startGo(t: { diagnostic(m: string): void }, endpoints = etcd.endpoints, ttl = 30, server = etcd): Promise<GoFleet> {
-  const go = new GoFleet(goBin(), endpoints, { ttl });
-  const ready = await go.ready;
-  t.diagnostic(
-    `etcd ${server.version} (${server.members.length} member${server.members.length > 1 ? 's' : ''}), go.etcd.io/etcd/client/v3 ${String(ready.client)}, Go session TTL ${ttl} s`,
-  );
-  return go;
-}
-
-/** Every lease must be gone: each test revokes what it granted (Go's sessions on close, ours on close). */
-async function assertNoLeasesOn(c: Client): Promise<void> {
-  assert.deepEqual(
-    (await c.leaseLeases()).map((l) => l.toString(16)),
-    [],
-    'leases left behind',
-  );
-}
 
 describe("Go's recipe.RWMutex and our RWMutex on one name", () => {
   it('a Go writer excludes our readers and writer; our reader excludes a Go writer; readers share across languages', T, async (t) => {
@@ -95,6 +76,6 @@ describe("Go's recipe.RWMutex and our RWMutex on one name", () => {
       assert.equal(await go.close(), 0, go.stderr);
     }
     await assertNoKeys(client, p);
-    await assertNoLeasesOn(client);
+    await assertNoLeases(client);
   });
 });

@@ -13,36 +13,52 @@ import assert from 'node:assert/strict';
 import { Client, Mutex, Session } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import { queueOf } from '../src/queue/state.js';
-import { EventLog, assertNoKeys, etcdForFile, settle, track } from './helpers.js';
-import { GoFleet, goInteropBinary, closeGoFleets } from './go-fleet.js';
+import { EventLog, assertNoKeys, assertNoLeases, etcdForFile, settle, track } from './helpers.js';
+import { type GoFleet, goStarter, closeGoFleets } from './go-fleet.js';
 import { mixedQueue, tsIncrement } from './go-mixed-queue.js';
 
 const ROOT = 'test/go-interop/';
 let etcd: EtcdCluster;
 let client: Client;
-const goBin = goInteropBinary();
+const startGo = goStarter(() => etcd);
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: closeGoFleets });
 
 // Hang guards only: every wait below is on an event, a promise or a line from the Go process.
 const T = { timeout: 120_000 };
 
-/** Starts the Go program on `endpoints` and reports which client module it was built with. */
-async function startGo(t: { diagnostic(m: string): void }, endpoints = etcd.endpoints, ttl = 30, server = etcd): Promise<GoFleet> {
-  const go = new GoFleet(goBin(), endpoints, { ttl });
-  const ready = await go.ready;
-  t.diagnostic(
-    `etcd ${server.version} (${server.members.length} member${server.members.length > 1 ? 's' : ''}), go.etcd.io/etcd/client/v3 ${String(ready.client)}, Go session TTL ${ttl} s`,
-  );
-  return go;
+/** What {@link withGoAndOurs} hands a test. */
+interface GoAndOurs {
+  name: string;
+  go: GoFleet;
+  /** The key Go's actor "go" queues under `name` (its session is open). */
+  goKey: string;
+  /** Our Mutex on `name`, on a session of this file's client. */
+  m: Mutex;
+  /** Every event under `name`. */
+  log: EventLog;
 }
 
-/** Every lease must be gone: each test revokes what it granted (Go's sessions on close, ours on close). */
-async function assertNoLeasesOn(c: Client): Promise<void> {
-  assert.deepEqual(
-    (await c.leaseLeases()).map((l) => l.toString(16)),
-    [],
-    'leases left behind',
-  );
+/**
+ * Runs `body` with the Go program (actor "go" with a session), our Mutex and a log of the lock; then
+ * checks that Go exits cleanly and that no key and no lease is left.
+ */
+async function withGoAndOurs(t: { diagnostic(m: string): void }, scope: string, body: (x: GoAndOurs) => Promise<void>): Promise<void> {
+  const p = fresh(scope);
+  const name = `${p}lock`;
+  const go = await startGo(t);
+  const s = await Session.create(client, { ttl: 30 });
+  const log = new EventLog(client, `${name}/`);
+  try {
+    await log.ready;
+    const goKey = `${name}/${await go.session('go')}`;
+    await body({ name, go, goKey, m: new Mutex(s, name), log });
+  } finally {
+    await log.close();
+    await s.close();
+    assert.equal(await go.close(), 0, go.stderr);
+  }
+  await assertNoKeys(client, p);
+  await assertNoLeases(client);
 }
 
 describe('Go and TypeScript on one lock', () => {
@@ -127,7 +143,7 @@ describe('Go and TypeScript on one lock', () => {
         assert.equal(await go.close(), 0, go.stderr);
       }
       await assertNoKeys(client, p);
-      await assertNoLeasesOn(client);
+      await assertNoLeases(client);
     },
   );
 
@@ -195,22 +211,14 @@ describe('Go and TypeScript on one lock', () => {
       assert.equal(await go.close(), 0, go.stderr);
     }
     await assertNoKeys(client, p);
-    await assertNoLeasesOn(client);
+    await assertNoLeases(client);
   });
 
   it(
     "Go's TryLock fails with ErrLocked against our holder and succeeds once we unlock; ours fails and our lock() waits against Go's",
     T,
-    async (t) => {
-      const p = fresh('trylock');
-      const name = `${p}lock`;
-      const go = await startGo(t);
-      const s = await Session.create(client, { ttl: 30 });
-      const log = new EventLog(client, `${name}/`);
-      try {
-        await log.ready;
-        const goKey = `${name}/${await go.session('go')}`;
-        const m = new Mutex(s, name);
+    (t) =>
+      withGoAndOurs(t, 'trylock', async ({ name, go, goKey, m, log }) => {
         const ours = await m.lock();
 
         const locked = await go.call('go', 'trylock', { name }, 'locked');
@@ -247,29 +255,14 @@ describe('Go and TypeScript on one lock', () => {
         assert.equal(h.fencingToken, queued.createRevision);
         assert.ok((await log.deleted(goKey, from)).rev > 0n);
         await h.unlock();
-      } finally {
-        await log.close();
-        await s.close();
-        assert.equal(await go.close(), 0, go.stderr);
-      }
-      await assertNoKeys(client, p);
-      await assertNoLeasesOn(client);
-    },
+      }),
   );
 
   it(
     "a labelled holder (a non-empty value): Go's TryLock fails against it, Go's Lock waits and gets it on our unlock, and ours labelled waits behind Go",
     T,
-    async (t) => {
-      const p = fresh('label');
-      const name = `${p}lock`;
-      const go = await startGo(t);
-      const s = await Session.create(client, { ttl: 30 });
-      const log = new EventLog(client, `${name}/`);
-      try {
-        await log.ready;
-        const goKey = `${name}/${await go.session('go')}`;
-        const m = new Mutex(s, name);
+    (t) =>
+      withGoAndOurs(t, 'label', async ({ name, go, goKey, m, log }) => {
         const ours = await m.lock({ label: 'host-a:4242' });
         assert.equal((await client.get(ours.key))!.value.toString(), 'host-a:4242');
 
@@ -300,14 +293,7 @@ describe('Go and TypeScript on one lock', () => {
         const h = await waiting.promise;
         assert.equal((await client.get(h.key))!.value.toString(), 'host-a:4242');
         await h.unlock();
-      } finally {
-        await log.close();
-        await s.close();
-        assert.equal(await go.close(), 0, go.stderr);
-      }
-      await assertNoKeys(client, p);
-      await assertNoLeasesOn(client);
-    },
+      }),
   );
 
   it('a Go holder killed with SIGKILL frees the lock for our waiter when its lease expires', T, async (t) => {
@@ -344,7 +330,7 @@ describe('Go and TypeScript on one lock', () => {
       if (lease) await client.leaseRevoke(BigInt(`0x${lease}`));
     }
     await assertNoKeys(client, p);
-    await assertNoLeasesOn(client);
+    await assertNoLeases(client);
   });
 });
 
@@ -360,7 +346,7 @@ describe('mixed fleet on a 3-member cluster', () => {
       await closeGoFleets();
       if (admin) {
         await assertNoKeys(admin, ROOT);
-        await assertNoLeasesOn(admin);
+        await assertNoLeases(admin);
       }
     } finally {
       await admin?.close();
@@ -434,6 +420,6 @@ describe('mixed fleet on a 3-member cluster', () => {
       await admin!.delete(counter);
     }
     await assertNoKeys(admin!, p);
-    await assertNoLeasesOn(admin!);
+    await assertNoLeases(admin!);
   });
 });

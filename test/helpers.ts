@@ -7,3 +7,5 @@ export * from './helpers/certs.js';
 export * from './helpers/server-metrics.js';
 export * from './helpers/event-log.js';
 export * from './helpers/sessions.js';
+export * from './helpers/file-etcd.js';
+export * from './helpers/owner-compare.js';

@@ -4,7 +4,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { getEventListeners } from 'node:events';
-import { Client, LockLostError, Mutex, type Session, SessionExpiredError, op } from '../src/index.js';
+import { Client, type LockHandle, LockLostError, Mutex, type Session, SessionExpiredError, op } from '../src/index.js';
 import { lockAll } from '../src/primitives/multilock.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
 import {
@@ -37,15 +37,42 @@ async function keysOn(s: Session, prefix: string): Promise<string[]> {
   return (await client.getPrefix(prefix)).kvs.filter((kv) => kv.lease === s.leaseId).map((kv) => kv.key.toString());
 }
 
+/** What {@link withSecondBlocked} hands a test. */
+interface SecondBlocked {
+  /** The test's own prefix, and two lock names under it. */
+  p: string;
+  n1: string;
+  n2: string;
+  /** Session `a` calls lockAll; session `c` holds n2 as `blocker`. */
+  sessions: Session[];
+  blocker: LockHandle;
+  /** Every event under `p`, from before the blocker took n2. */
+  log: EventLog;
+}
+
+/**
+ * Runs `body` with n2 held by another session (so lockAll on n1 and n2 waits for it) and a log of the
+ * prefix; then closes the log and both sessions, and checks that nothing is left under the prefix.
+ */
+async function withSecondBlocked(scope: string, body: (t: SecondBlocked) => Promise<void>): Promise<void> {
+  const p = fresh(scope);
+  const [n1, n2] = [`${p}n1`, `${p}n2`];
+  const [a, c] = await sessions(2);
+  const log = new EventLog(client, p);
+  try {
+    await log.ready;
+    const blocker = await new Mutex(c!, n2).lock();
+    await body({ p, n1, n2, sessions: [a!, c!], blocker, log });
+  } finally {
+    await log.close();
+    await closeAll([a!, c!]);
+  }
+  await assertNoKeys(client, p);
+}
+
 describe('lockAll: giving up and failing', T, () => {
-  it('aborting while waiting for the 2nd lock releases the 1st, rejects with the reason and leaves no key', async () => {
-    const p = fresh('abort-second');
-    const [n1, n2] = [`${p}n1`, `${p}n2`];
-    const [a, c] = await sessions(2);
-    const log = new EventLog(client, p);
-    try {
-      await log.ready;
-      const blocker = await new Mutex(c!, n2).lock();
+  it('aborting while waiting for the 2nd lock releases the 1st, rejects with the reason and leaves no key', () =>
+    withSecondBlocked('abort-second', async ({ p, n1, n2, log, blocker, sessions: [a, c] }) => {
       const ac = new AbortController();
       const waiting = lockAll(a!, [n2, n1], { signal: ac.signal });
       await log.put(keyOf(a!, n2)); // n1 taken, queued on n2
@@ -59,21 +86,10 @@ describe('lockAll: giving up and failing', T, () => {
       assert.ok(other, 'the 1st lock is free again');
       await other.unlock();
       await blocker.unlock();
-    } finally {
-      await log.close();
-      await closeAll([a!, c!]);
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
-  it('the session closing while waiting for the 2nd lock fails with SessionExpiredError and leaves no key', async () => {
-    const p = fresh('session-closed');
-    const [n1, n2] = [`${p}n1`, `${p}n2`];
-    const [a, c] = await sessions(2);
-    const log = new EventLog(client, p);
-    try {
-      await log.ready;
-      const blocker = await new Mutex(c!, n2).lock();
+  it('the session closing while waiting for the 2nd lock fails with SessionExpiredError and leaves no key', () =>
+    withSecondBlocked('session-closed', async ({ p, n1, n2, log, blocker, sessions: [a] }) => {
       const waiting = lockAll(a!, [n1, n2]);
       await log.put(keyOf(a!, n2));
       // Expect the rejection before closing: it may come while close() is still running.
@@ -83,21 +99,10 @@ describe('lockAll: giving up and failing', T, () => {
       assert.deepEqual(await keysOn(a!, p), []);
       blocker.assertHeld();
       await blocker.unlock();
-    } finally {
-      await log.close();
-      await closeAll([a!, c!]);
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
-  it('a failed 2nd lock (its queued key deleted by an operator) releases the 1st while the session lives', async () => {
-    const p = fresh('second-fails');
-    const [n1, n2] = [`${p}n1`, `${p}n2`];
-    const [a, c] = await sessions(2);
-    const log = new EventLog(client, p);
-    try {
-      await log.ready;
-      const blocker = await new Mutex(c!, n2).lock();
+  it('a failed 2nd lock (its queued key deleted by an operator) releases the 1st while the session lives', () =>
+    withSecondBlocked('second-fails', async ({ p, n1, n2, log, blocker, sessions: [a] }) => {
       const waiting = track(lockAll(a!, [n1, n2]));
       await log.put(keyOf(a!, n2));
       await client.delete(keyOf(a!, n2));
@@ -107,21 +112,10 @@ describe('lockAll: giving up and failing', T, () => {
       assert.deepEqual(await keysOn(a!, p), []);
       a!.assertAlive();
       assert.ok((await client.leaseLeases()).includes(a!.leaseId), 'the lease lives on');
-    } finally {
-      await log.close();
-      await closeAll([a!, c!]);
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
-  it('a 1st lock lost while waiting for the 2nd fails lockAll with its LockLostError instead of a half-held success', async () => {
-    const p = fresh('first-lost');
-    const [n1, n2] = [`${p}n1`, `${p}n2`];
-    const [a, c] = await sessions(2);
-    const log = new EventLog(client, p);
-    try {
-      await log.ready;
-      const blocker = await new Mutex(c!, n2).lock();
+  it('a 1st lock lost while waiting for the 2nd fails lockAll with its LockLostError instead of a half-held success', () =>
+    withSecondBlocked('first-lost', async ({ p, n1, n2, log, blocker, sessions: [a] }) => {
       const waiting = lockAll(a!, [n1, n2]);
       await log.put(keyOf(a!, n2));
       await client.delete(keyOf(a!, n1)); // an operator frees n1 behind our back
@@ -131,12 +125,7 @@ describe('lockAll: giving up and failing', T, () => {
         (e: unknown) => e instanceof LockLostError && e.key === keyOf(a!, n1) && /call lockAll again/.test(e.message),
       );
       assert.deepEqual(await keysOn(a!, p), [], 'n2, taken last, is released too');
-    } finally {
-      await log.close();
-      await closeAll([a!, c!]);
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
   it('when the clean-up cannot reach etcd either, the original error is thrown and the key goes once etcd answers again', async () => {
     const p = fresh('cleanup-fails');

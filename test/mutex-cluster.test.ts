@@ -1,34 +1,19 @@
 // Mutex on a real 3-member etcd cluster while members die: holders keep their locks, waiters keep
 // their places, and the queue still hands over in order.
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, Mutex, Session, type LockHandle } from '../src/index.js';
-import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, assertNoKeys, assertNoLeases, uniquePrefix, waitFor } from './helpers.js';
+import { startProxy, type EtcdCluster } from '../src/testing/index.js';
+import { EventLog, assertNoKeys, clusterForFile, waitFor } from './helpers.js';
 
 const ROOT = 'test/mutex-cluster/';
 let etcd: EtcdCluster;
 /** One client per member, each listing all three endpoints starting at a different member. */
 let clients: Client[];
-
-before(async () => {
-  etcd = await startEtcd({ members: 3 });
-  const eps = etcd.endpoints;
-  clients = eps.map((_, i) => new Client({ endpoints: [...eps.slice(i), ...eps.slice(0, i)] }));
+const fresh = clusterForFile(ROOT, (e, cs) => {
+  etcd = e;
+  clients = cs;
 });
-
-after(async () => {
-  try {
-    await etcd.waitHealthy();
-    await assertNoKeys(clients[0]!, ROOT);
-    await assertNoLeases(clients[0]!);
-  } finally {
-    await Promise.all((clients ?? []).map((c) => c.close()));
-    await etcd?.stop();
-  }
-});
-
-const fresh = (name: string): string => `${ROOT}${uniquePrefix(name).slice('test/'.length)}`;
 
 /** The members each client currently talks to (for the test's own diagnostics). */
 const activeMembers = (): number[] => clients.map((c) => etcd.endpoints.indexOf(c.activeEndpoint));

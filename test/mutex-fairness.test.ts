@@ -6,29 +6,12 @@ import assert from 'node:assert/strict';
 import { Client, Mutex, Session, withLock } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { queueOf } from '../src/queue/state.js';
-import {
-  EventLog,
-  assertNoKeys,
-  grpcHandled,
-  grpcStarted,
-  killEtcdctls,
-  metric,
-  track,
-  waitFor,
-  etcdForFile,
-  openSessions,
-  closeAll,
-  serverState,
-  waitersBlocked,
-} from './helpers.js';
+import { EventLog, assertNoKeys, grpcHandled, grpcStarted, killEtcdctls, metric, track, waitFor, etcdFile, closeAll } from './helpers.js';
 
 const ROOT = 'test/mutex-fairness/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
-
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
+const { fresh, sessions, watchersNow, blocked } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
 
 /**
  * Resolves once etcd has answered `n` more Txns than `base`: with nothing else running, a waiter's
@@ -38,10 +21,6 @@ async function txnsAnswered(base: number, n: number): Promise<void> {
   await waitFor(async () => (await grpcHandled(etcd.clientUrls[0]!, 'Txn')) >= base + n, `${n} Txns answered`);
 }
 const txnsNow = (): Promise<number> => grpcHandled(etcd.clientUrls[0]!, 'Txn');
-/** Watchers open on etcd now: the base for {@link blocked}. */
-const watchersNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).watchers;
-/** `n` more waiters than `base` (watchersNow) blocked on their watch, with nothing in flight. */
-const blocked = (base: number, n = 1, what?: string): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n, what);
 
 describe('Mutex: fairness', () => {
   it('50 waiters acquire strictly in enqueue (CreateRevision) order with increasing tokens, one at a time', {

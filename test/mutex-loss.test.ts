@@ -3,33 +3,16 @@
 // Each test uses its own lock names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, LockLostError, Mutex, type Session, SessionExpiredError, op } from '../src/index.js';
+import { Client, LockLostError, Mutex, SessionExpiredError } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import {
-  EventLog,
-  aborted,
-  assertNoKeys,
-  killEtcdctls,
-  etcdForFile,
-  openSessions,
-  closeAll,
-  serverState,
-  waitersBlocked,
-  withSessions,
-} from './helpers.js';
+import { EventLog, aborted, assertNoKeys, killEtcdctls, etcdFile, closeAll, withSessions, assertOwnerCompareFences } from './helpers.js';
+import { withProxiedWaiter } from './mutex-helpers.js';
 
 const ROOT = 'test/mutex-loss/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
-
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
-
-/** Watchers open on etcd now: the base for {@link blocked}. */
-const watchersNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).watchers;
-/** `n` more waiters than `base` (watchersNow) blocked on their watch, with nothing in flight. */
-const blocked = (base: number, n = 1, what?: string): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n, what);
+const file = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
+const { fresh, sessions, watchersNow, blocked } = file;
 
 describe('Mutex: giving up and losing', () => {
   it('aborting a waiter deletes its key and rejects with the signal’s reason', async () => {
@@ -133,20 +116,11 @@ describe('Mutex: giving up and losing', () => {
     await assertNoKeys(client, p);
   });
 
-  it('aborting lock() after its enqueue committed but before the answer arrived leaves no key behind', async () => {
-    const p = fresh('abort-in-enqueue');
-    const name = `${p}lock`;
-    const proxy = await startProxy(etcd.endpoints[0]!);
-    const slow = new Client({ endpoints: proxy.endpoint });
-    const [a] = await sessions(1);
-    const [b] = await sessions(1, 30, slow);
-    const log = new EventLog(client, `${name}/`);
-    try {
-      await log.ready;
-      const held = await new Mutex(a!, name).lock();
+  it('aborting lock() after its enqueue committed but before the answer arrived leaves no key behind', () =>
+    withProxiedWaiter(file, 'abort-in-enqueue', async ({ name, proxy, held, b, log }) => {
       proxy.delay(1000); // each direction: the answer to b's enqueue arrives a second after it commits
       const ac = new AbortController();
-      const m = new Mutex(b!, name);
+      const m = new Mutex(b, name);
       const waiting = m.lock({ signal: ac.signal });
       await log.put(m.key); // committed (seen by our direct watch); the answer is still in the proxy
       const reason = new Error('gave up');
@@ -158,15 +132,7 @@ describe('Mutex: giving up and losing', () => {
       // Left behind, the key keeps its place while b's session lives: it would "hold" the lock
       // for nobody and block every later waiter.
       assert.equal(left, undefined, 'the queued key was left behind');
-    } finally {
-      proxy.delay(0);
-      await log.close();
-      await closeAll([a!, b!]);
-      await slow.close();
-      await proxy.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
   it('an operator deleting the holder’s key aborts handle.signal with LockLostError', async () => {
     const p = fresh('key-deleted');
@@ -252,15 +218,13 @@ describe('Mutex: giving up and losing', () => {
     const p = fresh('owner-compare');
     const [s] = await sessions(1);
     try {
-      const h = await new Mutex(s!, `${p}lock`).lock();
-      const fenced = (v: string) => client.txn({ compare: [h.ownerCompare()], success: [op.put(`${p}data`, v)], failure: [] });
-      assert.equal((await fenced('1')).succeeded, true);
-      await client.delete(h.key);
       // Even a new key for the same session and name is another incarnation: still refused.
-      const again = await new Mutex(s!, `${p}lock`).lock();
-      assert.equal((await fenced('2')).succeeded, false);
-      assert.equal((await client.get(`${p}data`))?.value.toString(), '1');
-      await again.unlock();
+      await assertOwnerCompareFences(
+        client,
+        p,
+        () => new Mutex(s!, `${p}lock`).lock(),
+        (h) => h.unlock(),
+      );
     } finally {
       await closeAll([s!]);
       await client.delete(p, { prefix: true });

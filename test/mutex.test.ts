@@ -3,35 +3,16 @@
 // mutex-loss.test.ts). Each test uses its own lock names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, InvalidArgumentError, LockLostError, Mutex, type Session, SessionExpiredError, withLock } from '../src/index.js';
-import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import {
-  EventLog,
-  aborted,
-  assertNoKeys,
-  killEtcdctls,
-  spawnEtcdctl,
-  track,
-  etcdForFile,
-  openSessions,
-  closeAll,
-  serverState,
-  waitersBlocked,
-  withSessions,
-} from './helpers.js';
+import { type Client, InvalidArgumentError, LockLostError, Mutex, SessionExpiredError, withLock } from '../src/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
+import { EventLog, aborted, assertNoKeys, killEtcdctls, spawnEtcdctl, track, etcdFile, closeAll, withSessions } from './helpers.js';
+import { withProxiedWaiter } from './mutex-helpers.js';
 
 const ROOT = 'test/mutex/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
-
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
-
-/** Watchers open on etcd now: the base for {@link blocked}. */
-const watchersNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).watchers;
-/** `n` more waiters than `base` (watchersNow) blocked on their watch, with nothing in flight. */
-const blocked = (base: number, n = 1, what?: string): Promise<void> => waitersBlocked(etcd.clientUrls[0]!, base, n, what);
+const file = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)), { beforeChecks: killEtcdctls });
+const { fresh, sessions, watchersNow, blocked } = file;
 
 describe('Mutex: acquire and release', () => {
   it('an uncontended lock has key <name>/<lease hex> and fencing token = its CreateRevision', async () => {
@@ -263,18 +244,9 @@ describe('Mutex: tryLock', () => {
       await h.unlock();
     });
   });
-  it('tryLock whose enqueue answer was lost and retried leaves no key behind', { timeout: 30_000 }, async () => {
-    const p = fresh('trylock-retried');
-    const name = `${p}lock`;
-    const proxy = await startProxy(etcd.endpoints[0]!);
-    const slow = new Client({ endpoints: proxy.endpoint });
-    const [a] = await sessions(1);
-    const [b] = await sessions(1, 30, slow);
-    const log = new EventLog(client, `${name}/`);
-    try {
-      await log.ready;
-      const held = await new Mutex(a!, name).lock();
-      const m = new Mutex(b!, name);
+  it('tryLock whose enqueue answer was lost and retried leaves no key behind', { timeout: 30_000 }, () =>
+    withProxiedWaiter(file, 'trylock-retried', async ({ name, proxy, held, b, log }) => {
+      const m = new Mutex(b, name);
       proxy.delay(1000);
       const tried = m.tryLock();
       await log.put(m.key); // the enqueue Txn committed; its answer is held in the proxy
@@ -284,15 +256,8 @@ describe('Mutex: tryLock', () => {
       const left = await client.get(m.key);
       await held.unlock();
       assert.equal(left, undefined, 'our key stayed in the queue: it would hold the lock for nobody while b lives');
-    } finally {
-      proxy.delay(0);
-      await log.close();
-      await closeAll([a!, b!]);
-      await slow.close();
-      await proxy.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }),
+  );
 });
 
 describe('Mutex: interoperation with etcdctl lock', () => {

@@ -3,7 +3,7 @@
 // Used by the queue primitives' tests (semaphore, rwmutex) to know "every waiter is blocked on its
 // watch again" without sleeping, and to count what one release costs.
 import type { Client, Watch } from '../src/index.js';
-import { waitFor } from './helpers.js';
+import { waitFor } from './helpers/waiting.js';
 
 export class Probe {
   txns = 0;

@@ -3,36 +3,22 @@
 // the member that dies (or behind the Raft leader that dies), still acquires or passes once its turn
 // comes, and nothing is left behind. Then Barrier and DoubleBarrier waiters through a watch stream
 // that breaks, and through a compaction of the history their watch would resume from.
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Barrier, Client, DoubleBarrier, Election, Mutex, Semaphore, Session } from '../src/index.js';
-import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, assertNoLeases, serverState, track, uniquePrefix, waitFor, waitersBlocked } from './helpers.js';
+import { startProxy, type EtcdCluster, type TcpProxy } from '../src/testing/index.js';
+import { assertNoKeys, clusterForFile, serverState, track, type Tracked, waitFor, waitersBlocked } from './helpers.js';
 
 const ROOT = 'test/recipes-cluster/';
 let etcd: EtcdCluster;
 /** One client per member, each listing all three endpoints starting at its own member. */
 let clients: Client[];
-
-before(async () => {
-  etcd = await startEtcd({ members: 3 });
-  const eps = etcd.endpoints;
-  clients = eps.map((_, i) => new Client({ endpoints: [...eps.slice(i), ...eps.slice(0, i)] }));
+const fresh = clusterForFile(ROOT, async (e, cs) => {
+  etcd = e;
+  clients = cs;
+  // Each client connected before the tests: waiterMember() reads client 1's active endpoint.
   await Promise.all(clients.map((c) => c.get('warm-up')));
 });
-
-after(async () => {
-  try {
-    await etcd.waitHealthy();
-    await assertNoKeys(clients[0]!, ROOT);
-    await assertNoLeases(clients[0]!);
-  } finally {
-    await Promise.all((clients ?? []).map((c) => c.close()));
-    await etcd?.stop();
-  }
-});
-
-const fresh = (name: string): string => `${ROOT}${uniquePrefix(name).slice('test/'.length)}`;
 
 /** Which member to kill once the waiter is blocked: the waiter's own (client 1's) or the Raft leader. */
 type Victim = 'waiter-member' | 'leader';
@@ -180,74 +166,84 @@ for (const victim of VICTIMS) {
   });
 }
 
+/** What {@link withFarWaiter} hands a test. */
+interface FarWaiter {
+  p: string;
+  /** The proxy between the waiter's client and member 1. */
+  proxy: TcpProxy;
+  /** The Barrier, held through client 0. */
+  gate: Barrier;
+  /** The waiter, through the proxy, blocked on its watch on member 1. */
+  waiter: Tracked<void>;
+  /** Member 1's watchers before the waiter: the base for waitersBlocked. */
+  base: number;
+}
+
+/**
+ * Runs `body` with a Barrier held and a waiter on it, through a proxy to member 1, blocked on its
+ * watch; then checks that nothing is left under the test's prefix.
+ */
+async function withFarWaiter(scope: string, body: (t: FarWaiter) => Promise<void>): Promise<void> {
+  const p = fresh(scope);
+  await using proxy = await startProxy(etcd.endpoints[1]!);
+  await using far = new Client({ endpoints: [proxy.endpoint] });
+  const gate = new Barrier(clients[0]!, `${p}gate`);
+  await gate.hold();
+  const base = (await serverState(etcd.clientUrls[1]!)).watchers;
+  const waiter = track(new Barrier(far, `${p}gate`).wait());
+  await waitersBlocked(etcd.clientUrls[1]!, base, 1);
+  await body({ p, proxy, gate, waiter, base });
+  await assertNoKeys(clients[0]!, p);
+}
+
 describe('barrier waiters through a broken watch stream and a compaction', () => {
-  it('Barrier: a waiter whose watch stream is reset passes once, and only once, the barrier is released', { timeout: 60_000 }, async () => {
-    const p = fresh('barrier-cut');
-    await using proxy = await startProxy(etcd.endpoints[1]!);
-    await using far = new Client({ endpoints: [proxy.endpoint] });
-    const gate = new Barrier(clients[0]!, `${p}gate`);
-    await gate.hold();
-    const base = (await serverState(etcd.clientUrls[1]!)).watchers;
-    const waiter = track(new Barrier(far, `${p}gate`).wait());
-    await waitersBlocked(etcd.clientUrls[1]!, base, 1);
-    const dialled = proxy.accepted;
-    proxy.cut();
-    // The watch is back (a new stream on a new connection), the barrier still held: still waiting.
-    await waitFor(() => proxy.accepted > dialled, 'the client to dial again');
-    await waitersBlocked(etcd.clientUrls[1]!, base, 1, 'the waiter watching again after the reset');
-    assert.equal(waiter.settled, false, 'a broken stream is not a release');
-    await gate.release();
-    await waiter.promise;
-    await assertNoKeys(clients[0]!, p);
-  });
+  it('Barrier: a waiter whose watch stream is reset passes once, and only once, the barrier is released', { timeout: 60_000 }, () =>
+    withFarWaiter('barrier-cut', async ({ proxy, gate, waiter, base }) => {
+      const dialled = proxy.accepted;
+      proxy.cut();
+      // The watch is back (a new stream on a new connection), the barrier still held: still waiting.
+      await waitFor(() => proxy.accepted > dialled, 'the client to dial again');
+      await waitersBlocked(etcd.clientUrls[1]!, base, 1, 'the waiter watching again after the reset');
+      assert.equal(waiter.settled, false, 'a broken stream is not a release');
+      await gate.release();
+      await waiter.promise;
+    }),
+  );
 
-  it('Barrier: released while the waiter is cut off and the history compacted past its watch: it passes', { timeout: 60_000 }, async () => {
-    const p = fresh('barrier-compact');
-    await using proxy = await startProxy(etcd.endpoints[1]!);
-    await using far = new Client({ endpoints: [proxy.endpoint] });
-    const gate = new Barrier(clients[0]!, `${p}gate`);
-    await gate.hold();
-    const base = (await serverState(etcd.clientUrls[1]!)).watchers;
-    const waiter = track(new Barrier(far, `${p}gate`).wait());
-    await waitersBlocked(etcd.clientUrls[1]!, base, 1);
-    proxy.blackhole(true);
-    await gate.release();
-    await clients[0]!.put(`${p}filler`, 'x');
-    const rev = (await clients[0]!.getPrefix(p)).header.revision;
-    await clients[0]!.compact(rev);
-    proxy.cut(); // the waiter's watch resumes from a compacted revision on a new connection
-    proxy.blackhole(false);
-    await waiter.promise;
-    await clients[0]!.delete(`${p}filler`);
-    await assertNoKeys(clients[0]!, p);
-  });
+  it('Barrier: released while the waiter is cut off and the history compacted past its watch: it passes', { timeout: 60_000 }, () =>
+    withFarWaiter('barrier-compact', async ({ p, proxy, gate, waiter }) => {
+      proxy.blackhole(true);
+      await gate.release();
+      await clients[0]!.put(`${p}filler`, 'x');
+      const rev = (await clients[0]!.getPrefix(p)).header.revision;
+      await clients[0]!.compact(rev);
+      proxy.cut(); // the waiter's watch resumes from a compacted revision on a new connection
+      proxy.blackhole(false);
+      await waiter.promise;
+      await clients[0]!.delete(`${p}filler`);
+    }),
+  );
 
-  it('Barrier: released and held again while the waiter is cut off and the history compacted: it waits for the new hold', {
-    timeout: 60_000,
-  }, async () => {
-    const p = fresh('barrier-compact-again');
-    await using proxy = await startProxy(etcd.endpoints[1]!);
-    await using far = new Client({ endpoints: [proxy.endpoint] });
-    const gate = new Barrier(clients[0]!, `${p}gate`);
-    await gate.hold();
-    const base = (await serverState(etcd.clientUrls[1]!)).watchers;
-    const waiter = track(new Barrier(far, `${p}gate`).wait());
-    await waitersBlocked(etcd.clientUrls[1]!, base, 1);
-    proxy.blackhole(true);
-    await gate.release();
-    await gate.hold();
-    await clients[0]!.compact((await clients[0]!.getPrefix(p)).header.revision);
-    const dialled = proxy.accepted;
-    proxy.cut();
-    proxy.blackhole(false);
-    await waitFor(() => proxy.accepted > dialled, 'the client to dial again');
-    // The release fell into the compacted history: what is left to see is a held barrier.
-    await waitersBlocked(etcd.clientUrls[1]!, base, 1, 'the waiter watching the new hold');
-    assert.equal(waiter.settled, false, 'a held barrier is waited for');
-    await gate.release();
-    await waiter.promise;
-    await assertNoKeys(clients[0]!, p);
-  });
+  it(
+    'Barrier: released and held again while the waiter is cut off and the history compacted: it waits for the new hold',
+    { timeout: 60_000 },
+    () =>
+      withFarWaiter('barrier-compact-again', async ({ p, proxy, gate, waiter, base }) => {
+        proxy.blackhole(true);
+        await gate.release();
+        await gate.hold();
+        await clients[0]!.compact((await clients[0]!.getPrefix(p)).header.revision);
+        const dialled = proxy.accepted;
+        proxy.cut();
+        proxy.blackhole(false);
+        await waitFor(() => proxy.accepted > dialled, 'the client to dial again');
+        // The release fell into the compacted history: what is left to see is a held barrier.
+        await waitersBlocked(etcd.clientUrls[1]!, base, 1, 'the waiter watching the new hold');
+        assert.equal(waiter.settled, false, 'a held barrier is waited for');
+        await gate.release();
+        await waiter.promise;
+      }),
+  );
 
   it('DoubleBarrier: the ready put lands while a member is cut off and compacted away: it enters', { timeout: 60_000 }, async () => {
     const p = fresh('dbarrier-compact');

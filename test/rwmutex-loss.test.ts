@@ -2,43 +2,20 @@
 // included). Each test uses its own names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, LockLostError, RWLockLostError, RWMutex, type Session, SessionExpiredError, type RWLockHandle } from '../src/index.js';
-import type { EtcdCluster } from '../src/testing/index.js';
-import {
-  EventLog,
-  aborted,
-  assertNoKeys,
-  etcdForFile,
-  track,
-  type Tracked,
-  openSessions,
-  closeAll,
-  settleAll,
-  settledOrHang,
-  keysUnder,
-} from './helpers.js';
-import { Probe } from './probe.js';
+import { type Client, LockLostError, RWLockLostError, RWMutex, SessionExpiredError } from '../src/index.js';
+import { EventLog, aborted, etcdFile, track, closeAll, settledOrHang, keysUnder } from './helpers.js';
+import { waitersOn } from './rwmutex-helpers.js';
 
 const ROOT = 'test/rwmutex-loss/';
-let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
+const file = etcdFile(ROOT, (_, c) => (client = c));
+const { fresh, sessions } = file;
 
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
-
-/** A client for a test's waiters, spied on: its calls and watches are counted. */
-const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
+const withWaiters = waitersOn(file);
 
 describe('RWMutex: giving up and losing', () => {
-  it('aborting a waiting writer deletes its key, and the readers queued behind it go in', { timeout: 30_000 }, async () => {
-    const p = fresh('abort-writer');
-    const name = `${p}rw`;
-    const probe = probed();
-    const [r1] = await sessions(1);
-    const [w, r2] = await sessions(2, 30, probe.client);
-    const pending: Tracked<RWLockHandle>[] = [];
-    try {
+  it('aborting a waiting writer deletes its key, and the readers queued behind it go in', { timeout: 30_000 }, () =>
+    withWaiters('abort-writer', { waiting: 2 }, async ({ name, probe, own: [r1], waiting: [w, r2], pending }) => {
       const h1 = await new RWMutex(r1!, name).rLock();
       const ac = new AbortController();
       const rw = new RWMutex(w!, name);
@@ -55,21 +32,11 @@ describe('RWMutex: giving up and losing', () => {
       const h2 = await reader.promise; // only a reader holds now: the reader goes in
       h1.assertHeld();
       await Promise.all([h1.unlock(), h2.unlock()]);
-    } finally {
-      await closeAll([r1!, w!, r2!]);
-      await probe.client.close();
-      await settleAll(pending);
-    }
-    await assertNoKeys(client, p);
-  });
+    }),
+  );
 
-  it('aborting a waiting reader deletes its key and rejects with the reason', async () => {
-    const p = fresh('abort-reader');
-    const name = `${p}rw`;
-    const probe = probed();
-    const [a] = await sessions(1);
-    const [r] = await sessions(1, 30, probe.client);
-    try {
+  it('aborting a waiting reader deletes its key and rejects with the reason', () =>
+    withWaiters('abort-reader', {}, async ({ name, probe, own: [a], waiting: [r] }) => {
       const hw = await new RWMutex(a!, name).lock();
       const ac = new AbortController();
       const rw = new RWMutex(r!, name);
@@ -82,20 +49,10 @@ describe('RWMutex: giving up and losing', () => {
       assert.equal(await client.get(rw.readKey), undefined);
       hw.assertHeld();
       await hw.unlock();
-    } finally {
-      await closeAll([a!, r!]);
-      await probe.client.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
-  it('closing a waiting session fails lock() at once with SessionExpiredError', async () => {
-    const p = fresh('closed');
-    const name = `${p}rw`;
-    const probe = probed();
-    const [a] = await sessions(1);
-    const [w] = await sessions(1, 30, probe.client);
-    try {
+  it('closing a waiting session fails lock() at once with SessionExpiredError', () =>
+    withWaiters('closed', {}, async ({ name, probe, own: [a], waiting: [w] }) => {
       const hr = await new RWMutex(a!, name).rLock();
       const waiting = track(new RWMutex(w!, name).lock());
       await probe.blocked(1);
@@ -109,20 +66,10 @@ describe('RWMutex: giving up and losing', () => {
       assert.deepEqual(await keysUnder(client, `${name}/`), [hr.key]);
       hr.assertHeld();
       await hr.unlock();
-    } finally {
-      await closeAll([a!, w!]);
-      await probe.client.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
-  it('a waiting reader whose lease is revoked fails with SessionExpiredError', async () => {
-    const p = fresh('revoked-reader');
-    const name = `${p}rw`;
-    const probe = probed();
-    const [a] = await sessions(1);
-    const [r] = await sessions(1, 3, probe.client);
-    try {
+  it('a waiting reader whose lease is revoked fails with SessionExpiredError', () =>
+    withWaiters('revoked-reader', { ttl: 3 }, async ({ name, probe, own: [a], waiting: [r] }) => {
       const hw = await new RWMutex(a!, name).lock();
       const waiting = track(new RWMutex(r!, name).rLock());
       await probe.blocked(1);
@@ -135,20 +82,10 @@ describe('RWMutex: giving up and losing', () => {
       });
       hw.assertHeld();
       await hw.unlock();
-    } finally {
-      await closeAll([a!, r!]);
-      await probe.client.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
-  it('an operator deleting a holder’s key aborts its signal with RWLockLostError, and lets a waiting writer in', async () => {
-    const p = fresh('key-deleted');
-    const name = `${p}rw`;
-    const probe = probed();
-    const [a] = await sessions(1);
-    const [w] = await sessions(1, 30, probe.client);
-    try {
+  it('an operator deleting a holder’s key aborts its signal with RWLockLostError, and lets a waiting writer in', () =>
+    withWaiters('key-deleted', {}, async ({ name, probe, own: [a], waiting: [w] }) => {
       const hr = await new RWMutex(a!, name).rLock();
       const signal = hr.signal;
       const writer = track(new RWMutex(w!, name).lock());
@@ -162,21 +99,10 @@ describe('RWMutex: giving up and losing', () => {
       const hw = await writer.promise;
       await hr.unlock(); // nothing to delete; must not throw
       await hw.unlock();
-    } finally {
-      await closeAll([a!, w!]);
-      await probe.client.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
-  it('revoking the writer’s lease (its process died) aborts its signal and lets the waiting readers in', async () => {
-    const p = fresh('holder-revoked');
-    const name = `${p}rw`;
-    const probe = probed();
-    const [a] = await sessions(1);
-    const rs = await sessions(2, 30, probe.client);
-    const pending: Tracked<RWLockHandle>[] = [];
-    try {
+  it('revoking the writer’s lease (its process died) aborts its signal and lets the waiting readers in', () =>
+    withWaiters('holder-revoked', { waiting: 2 }, async ({ name, probe, own: [a], waiting: rs, pending }) => {
       const hw = await new RWMutex(a!, name).lock();
       const signal = hw.signal;
       pending.push(...rs.map((s) => track(new RWMutex(s, name).rLock())));
@@ -186,65 +112,45 @@ describe('RWMutex: giving up and losing', () => {
       const reason = await aborted(signal);
       assert.ok(reason instanceof RWLockLostError, String(reason));
       await Promise.all(hs.map((h) => h.unlock()));
-    } finally {
-      await closeAll([a!, ...rs]);
-      await probe.client.close();
-      await settleAll(pending);
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
-  it('etcd 16221: a waiting writer whose lease is revoked fails, and never holds while another writer does', {
-    timeout: 30_000,
-  }, async () => {
-    const p = fresh('16221');
-    const name = `${p}rw`;
-    const probe = probed();
-    const [a, c] = await sessions(2);
-    const [b] = await sessions(1, 30, probe.client); // next renewal in 10 s: the session cannot notice first
-    const log = new EventLog(client, `${name}/`);
-    const pending: Tracked<RWLockHandle>[] = [];
-    try {
-      await log.ready;
-      const h1 = await new RWMutex(a!, name).lock();
-      const rwB = new RWMutex(b!, name);
-      const victim = track(rwB.lock());
-      pending.push(victim);
-      await probe.blocked(1);
-      await client.leaseRevoke(b!.leaseId); // b's key goes with its lease, unseen by b
-      await log.deleted(rwB.writeKey);
-      // Another writer queues now: behind h1 only.
-      const third = track(new RWMutex(c!, name).lock());
-      pending.push(third);
-      await log.put(`${name}/write/${c!.leaseId.toString(16)}`);
-      await h1.unlock(); // wakes b (which finds its key gone) and then c
-      const h3 = await third.promise;
-      await assert.rejects(settledOrHang(victim, 'the revoked writer to give up'), (e: unknown) => {
-        assert.ok(
-          e instanceof SessionExpiredError || e instanceof RWLockLostError,
-          `expected SessionExpiredError or RWLockLostError, got ${String(e)}`,
-        );
-        return true;
-      });
-      assert.equal('value' in victim, false, 'the revoked writer never got a handle');
-      h3.assertHeld();
-      await h3.unlock();
-    } finally {
-      await log.close();
-      await closeAll([a!, b!, c!]);
-      await probe.client.close();
-      await settleAll(pending);
-    }
-    await assertNoKeys(client, p);
-  });
+  it('etcd 16221: a waiting writer whose lease is revoked fails, and never holds while another writer does', { timeout: 30_000 }, () =>
+    withWaiters('16221', { own: 2 }, async ({ name, probe, own: [a, c], waiting: [b], pending }) => {
+      // b's session (TTL 30 s) renews next in 10 s: it cannot notice the revoke first.
+      const log = new EventLog(client, `${name}/`);
+      try {
+        await log.ready;
+        const h1 = await new RWMutex(a!, name).lock();
+        const rwB = new RWMutex(b!, name);
+        const victim = track(rwB.lock());
+        pending.push(victim);
+        await probe.blocked(1);
+        await client.leaseRevoke(b!.leaseId); // b's key goes with its lease, unseen by b
+        await log.deleted(rwB.writeKey);
+        // Another writer queues now: behind h1 only.
+        const third = track(new RWMutex(c!, name).lock());
+        pending.push(third);
+        await log.put(`${name}/write/${c!.leaseId.toString(16)}`);
+        await h1.unlock(); // wakes b (which finds its key gone) and then c
+        const h3 = await third.promise;
+        await assert.rejects(settledOrHang(victim, 'the revoked writer to give up'), (e: unknown) => {
+          assert.ok(
+            e instanceof SessionExpiredError || e instanceof RWLockLostError,
+            `expected SessionExpiredError or RWLockLostError, got ${String(e)}`,
+          );
+          return true;
+        });
+        assert.equal('value' in victim, false, 'the revoked writer never got a handle');
+        h3.assertHeld();
+        await h3.unlock();
+      } finally {
+        await log.close();
+      }
+    }),
+  );
 
-  it('etcd 16221, alone: a revoked waiting writer whose turn comes fails with SessionExpiredError instead of holding', async () => {
-    const p = fresh('16221-alone');
-    const name = `${p}rw`;
-    const probe = probed();
-    const [a] = await sessions(1);
-    const [b] = await sessions(1, 30, probe.client);
-    try {
+  it('etcd 16221, alone: a revoked waiting writer whose turn comes fails with SessionExpiredError instead of holding', () =>
+    withWaiters('16221-alone', {}, async ({ name, probe, own: [a], waiting: [b] }) => {
       const hr = await new RWMutex(a!, name).rLock();
       const victim = track(new RWMutex(b!, name).lock());
       await probe.blocked(1);
@@ -255,20 +161,11 @@ describe('RWMutex: giving up and losing', () => {
         assert.equal(e.reason, 'lease-gone');
         return true;
       });
-    } finally {
-      await closeAll([a!, b!]);
-      await probe.client.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
-  it('a waiting reader whose lease is revoked fails with SessionExpiredError when the writer leaves, instead of holding', async () => {
-    const p = fresh('16221-reader');
-    const name = `${p}rw`;
-    const probe = probed();
-    const [a] = await sessions(1);
-    const [r] = await sessions(1, 30, probe.client); // next renewal in 10 s: the session cannot notice first
-    try {
+  it('a waiting reader whose lease is revoked fails with SessionExpiredError when the writer leaves, instead of holding', () =>
+    withWaiters('16221-reader', {}, async ({ name, probe, own: [a], waiting: [r] }) => {
+      // r's session (TTL 30 s) renews next in 10 s: it cannot notice the revoke first.
       const hw = await new RWMutex(a!, name).lock();
       const victim = track(new RWMutex(r!, name).rLock());
       await probe.blocked(1);
@@ -278,12 +175,7 @@ describe('RWMutex: giving up and losing', () => {
         assert.ok(e instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(e)}`);
         return true;
       });
-    } finally {
-      await closeAll([a!, r!]);
-      await probe.client.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
   it('a stray write key without a lease blocks neither readers nor writers (etcd 6631)', async () => {
     const p = fresh('stray');

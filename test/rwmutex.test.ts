@@ -3,32 +3,25 @@
 // (giving up and losing: rwmutex-loss.test.ts). Each test uses its own names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, InvalidArgumentError, Mutex, RWLockLostError, RWMutex, type Session, op, type RWLockHandle } from '../src/index.js';
-import type { EtcdCluster } from '../src/testing/index.js';
+import { type Client, InvalidArgumentError, Mutex, RWLockLostError, RWMutex } from '../src/index.js';
 import {
   assertNoKeys,
-  etcdForFile,
+  etcdFile,
   track,
   type Tracked,
-  openSessions,
   closeAll,
-  settleAll,
   settledOrHang,
   keysUnder,
   withSessions,
+  assertOwnerCompareFences,
 } from './helpers.js';
-import { Probe } from './probe.js';
+import { waitersOn } from './rwmutex-helpers.js';
 
 const ROOT = 'test/rwmutex/';
-let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
-
-/** A client for a test's waiters, spied on: its calls and watches are counted. */
-const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
+const file = etcdFile(ROOT, (_, c) => (client = c));
+const { fresh, sessions } = file;
+const withWaiters = waitersOn(file);
 
 /** Which of `ts` have settled, as a string of 1s and 0s (for readable assertions). */
 const states = (ts: Tracked<unknown>[]): string => ts.map((t) => (t.settled ? '1' : '0')).join('');
@@ -95,14 +88,8 @@ describe('RWMutex: sharing and exclusion', () => {
     await assertNoKeys(client, p);
   });
 
-  it('a writer waits for every reader before it; while it holds, readers and writers wait', { timeout: 60_000 }, async () => {
-    const p = fresh('exclude');
-    const name = `${p}rw`;
-    const probe = probed();
-    const [r1, r2] = await sessions(2);
-    const [w, r3, w2] = await sessions(3, 30, probe.client);
-    const pending: Tracked<RWLockHandle>[] = [];
-    try {
+  it('a writer waits for every reader before it; while it holds, readers and writers wait', { timeout: 60_000 }, () =>
+    withWaiters('exclude', { own: 2, waiting: 3 }, async ({ name, probe, own: [r1, r2], waiting: [w, r3, w2], pending }) => {
       const [h1, h2] = await Promise.all([r1!, r2!].map((s) => new RWMutex(s, name).rLock()));
       const writer = track(new RWMutex(w!, name).lock());
       pending.push(writer);
@@ -127,22 +114,11 @@ describe('RWMutex: sharing and exclusion', () => {
       await hr.unlock();
       const hw2 = await writer2.promise;
       await hw2.unlock();
-    } finally {
-      await closeAll([r1!, r2!, w!, r3!, w2!]);
-      await probe.client.close();
-      await settleAll(pending);
-    }
-    await assertNoKeys(client, p);
-  });
+    }),
+  );
 
-  it('no writer starvation: readers arriving after a waiting writer wait until it has held and released', { timeout: 60_000 }, async () => {
-    const p = fresh('no-starvation');
-    const name = `${p}rw`;
-    const probe = probed();
-    const [r1] = await sessions(1);
-    const [w, r2, r3] = await sessions(3, 30, probe.client);
-    const pending: Tracked<RWLockHandle>[] = [];
-    try {
+  it('no writer starvation: readers arriving after a waiting writer wait until it has held and released', { timeout: 60_000 }, () =>
+    withWaiters('no-starvation', { waiting: 3 }, async ({ name, probe, own: [r1], waiting: [w, r2, r3], pending }) => {
       const h1 = await new RWMutex(r1!, name).rLock();
       const writer = track(new RWMutex(w!, name).lock());
       await probe.blocked(1);
@@ -162,23 +138,12 @@ describe('RWMutex: sharing and exclusion', () => {
       b!.assertHeld();
       assert.deepEqual((await keysUnder(client, `${name}/`)).sort(), [a!.key, b!.key].sort());
       await Promise.all([a!.unlock(), b!.unlock()]);
-    } finally {
-      await closeAll([r1!, w!, r2!, r3!]);
-      await probe.client.close();
-      await settleAll(pending);
-    }
-    await assertNoKeys(client, p);
-  });
+    }),
+  );
 
-  it('writers are served in CreateRevision order, one at a time', { timeout: 60_000 }, async () => {
-    const p = fresh('writers-fifo');
-    const name = `${p}rw`;
-    const probe = probed();
+  it('writers are served in CreateRevision order, one at a time', { timeout: 60_000 }, () => {
     const n = 5;
-    const [first] = await sessions(1);
-    const ws = await sessions(n, 30, probe.client);
-    const pending: Tracked<RWLockHandle>[] = [];
-    try {
+    return withWaiters('writers-fifo', { waiting: n }, async ({ name, probe, own: [first], waiting: ws, pending }) => {
       let current = await new RWMutex(first!, name).lock();
       for (let i = 0; i < n; i++) {
         pending.push(track(new RWMutex(ws[i]!, name).lock()));
@@ -194,22 +159,11 @@ describe('RWMutex: sharing and exclusion', () => {
         current = next;
       }
       await current.unlock();
-    } finally {
-      await closeAll([first!, ...ws]);
-      await probe.client.close();
-      await settleAll(pending);
-    }
-    await assertNoKeys(client, p);
+    });
   });
 
-  it('a reader waits only for older writers, not for older readers', { timeout: 60_000 }, async () => {
-    const p = fresh('reader-rule');
-    const name = `${p}rw`;
-    const probe = probed();
-    const [w1] = await sessions(1);
-    const [r1, r2, w2] = await sessions(3, 30, probe.client);
-    const pending: Tracked<RWLockHandle>[] = [];
-    try {
+  it('a reader waits only for older writers, not for older readers', { timeout: 60_000 }, () =>
+    withWaiters('reader-rule', { waiting: 3 }, async ({ name, probe, own: [w1], waiting: [r1, r2, w2], pending }) => {
       const hw1 = await new RWMutex(w1!, name).lock();
       const readers = [r1!, r2!].map((s) => track(new RWMutex(s, name).rLock()));
       pending.push(...readers);
@@ -230,13 +184,8 @@ describe('RWMutex: sharing and exclusion', () => {
       await b!.unlock();
       const h = await writer2.promise;
       await h.unlock();
-    } finally {
-      await closeAll([w1!, r1!, r2!, w2!]);
-      await probe.client.close();
-      await settleAll(pending);
-    }
-    await assertNoKeys(client, p);
-  });
+    }),
+  );
 
   it('mixed readers and writers: a writer is never inside with anyone else', { timeout: 120_000 }, async () => {
     const p = fresh('mixed');
@@ -329,13 +278,8 @@ describe('RWMutex: tryRLock and tryLock', () => {
     });
   });
 
-  it('return null when the lock is not theirs now, leaving no key', async () => {
-    const p = fresh('try-null');
-    const name = `${p}rw`;
-    const probe = probed();
-    const [a, b, c] = await sessions(3);
-    const [w] = await sessions(1, 30, probe.client);
-    try {
+  it('return null when the lock is not theirs now, leaving no key', () =>
+    withWaiters('try-null', { own: 3 }, async ({ name, probe, own: [a, b, c], waiting: [w] }) => {
       // A reader holds: tryLock fails, tryRLock succeeds.
       const r = await new RWMutex(a!, name).rLock();
       assert.equal(await new RWMutex(b!, name).tryLock(), null);
@@ -354,12 +298,7 @@ describe('RWMutex: tryRLock and tryLock', () => {
       assert.equal(await new RWMutex(c!, name).tryLock(), null);
       assert.deepEqual(await keysUnder(client, `${name}/`), [hw.key]);
       await hw.unlock();
-    } finally {
-      await closeAll([a!, b!, c!, w!]);
-      await probe.client.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 });
 
 describe('RWMutex: handles', () => {
@@ -388,14 +327,12 @@ describe('RWMutex: handles', () => {
     const name = `${p}rw`;
     const [s] = await sessions(1);
     try {
-      const h = await new RWMutex(s!, name).lock();
-      const fenced = (v: string) => client.txn({ compare: [h.ownerCompare()], success: [op.put(`${p}data`, v)], failure: [] });
-      assert.equal((await fenced('1')).succeeded, true);
-      await client.delete(h.key);
-      const again = await new RWMutex(s!, name).lock();
-      assert.equal((await fenced('2')).succeeded, false);
-      assert.equal((await client.get(`${p}data`))?.value.toString(), '1');
-      await again.unlock();
+      await assertOwnerCompareFences(
+        client,
+        p,
+        () => new RWMutex(s!, name).lock(),
+        (h) => h.unlock(),
+      );
     } finally {
       await closeAll([s!]);
       await client.delete(p, { prefix: true });

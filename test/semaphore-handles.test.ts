@@ -4,31 +4,20 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  Client,
+  type Client,
   InvalidArgumentError,
   MAX_PERMITS,
   Mutex,
   PermitCountConflictError,
   PermitLostError,
   Semaphore,
-  type Session,
-  op,
   withPermit,
 } from '../src/index.js';
-import type { EtcdCluster } from '../src/testing/index.js';
-import { assertNoKeys, etcdForFile, track, openSessions, closeAll, keysUnder, withSessions } from './helpers.js';
-import { Probe } from './probe.js';
+import { assertNoKeys, etcdFile, track, closeAll, keysUnder, withSessions, assertOwnerCompareFences } from './helpers.js';
 
 const ROOT = 'test/semaphore-handles/';
-let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
-
-/** A client for a test's participants, spied on: its calls and watches are counted. */
-const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
+const { fresh, sessions, probed } = etcdFile(ROOT, (_, c) => (client = c));
 
 describe('Semaphore: tryAcquire', () => {
   it('takes a free permit', async () => {
@@ -278,14 +267,12 @@ describe('Semaphore: handles', () => {
     const p = fresh('owner-compare');
     const [s] = await sessions(1);
     try {
-      const h = await new Semaphore(s!, `${p}sem`, { permits: 1 }).acquire();
-      const fenced = (v: string) => client.txn({ compare: [h.ownerCompare()], success: [op.put(`${p}data`, v)], failure: [] });
-      assert.equal((await fenced('1')).succeeded, true);
-      await client.delete(h.key);
-      const again = await new Semaphore(s!, `${p}sem`, { permits: 1 }).acquire();
-      assert.equal((await fenced('2')).succeeded, false);
-      assert.equal((await client.get(`${p}data`))?.value.toString(), '1');
-      await again.release();
+      await assertOwnerCompareFences(
+        client,
+        p,
+        () => new Semaphore(s!, `${p}sem`, { permits: 1 }).acquire(),
+        (h) => h.release(),
+      );
     } finally {
       await closeAll([s!]);
       await client.delete(p, { prefix: true });

@@ -6,33 +6,15 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
-import { Client, PermitLostError, Semaphore, type Session, SessionExpiredError, type PermitHandle } from '../src/index.js';
+import { type Client, PermitLostError, Semaphore, SessionExpiredError, type PermitHandle } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import {
-  aborted,
-  assertNoKeys,
-  etcdForFile,
-  track,
-  waitFor,
-  type Tracked,
-  openSessions,
-  closeAll,
-  settleAll,
-  settledOrHang,
-  keysUnder,
-} from './helpers.js';
+import { aborted, assertNoKeys, etcdFile, track, waitFor, type Tracked, closeAll, settleAll, settledOrHang, keysUnder } from './helpers.js';
 import { Probe } from './probe.js';
 
 const ROOT = 'test/semaphore-loss/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
-
-/** A client for a test's participants, spied on: its calls and watches are counted. */
-const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
+const { fresh, sessions, probed } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
 describe('Semaphore: giving up and losing', () => {
   /** Two holders of a 2-permit semaphore on `client`, and a probed client for the waiters. */
@@ -56,10 +38,31 @@ describe('Semaphore: giving up and losing', () => {
     };
   }
 
-  it('aborting a waiter deletes its key and rejects with the signal’s reason', async () => {
-    const p = fresh('abort');
-    const f = await full(p, 1);
+  type Full = Awaited<ReturnType<typeof full>>;
+
+  /**
+   * Runs `body` on a full semaphore (see full) under a fresh prefix; then closes it, settles what the
+   * test left `pending`, and checks that nothing is left.
+   */
+  async function withFull(
+    scope: string,
+    size: { waiters: number; ttl?: number },
+    body: (f: Full, pending: Tracked<PermitHandle>[]) => Promise<void>,
+  ): Promise<void> {
+    const p = fresh(scope);
+    const f = await full(p, size.waiters, size.ttl);
+    const pending: Tracked<PermitHandle>[] = [];
     try {
+      await body(f, pending);
+    } finally {
+      await f.close();
+      await settleAll(pending);
+    }
+    await assertNoKeys(client, p);
+  }
+
+  it('aborting a waiter deletes its key and rejects with the signal’s reason', () =>
+    withFull('abort', { waiters: 1 }, async (f) => {
       const ac = new AbortController();
       const waiting = f.sem(0).acquire({ signal: ac.signal });
       waiting.catch(() => {});
@@ -70,11 +73,7 @@ describe('Semaphore: giving up and losing', () => {
       assert.equal(await client.get(f.sem(0).key), undefined, 'our queued key is gone when acquire() rejects');
       for (const h of f.holders) h.assertHeld();
       await Promise.all(f.holders.map((h) => h.release()));
-    } finally {
-      await f.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
   it('an already-aborted signal rejects before anything is written', async () => {
     const p = fresh('pre-aborted');
@@ -91,10 +90,8 @@ describe('Semaphore: giving up and losing', () => {
     }
   });
 
-  it('closing a waiting session fails acquire() at once with SessionExpiredError, the others untouched', async () => {
-    const p = fresh('waiter-closed');
-    const f = await full(p, 2);
-    try {
+  it('closing a waiting session fails acquire() at once with SessionExpiredError, the others untouched', () =>
+    withFull('waiter-closed', { waiters: 2 }, async (f) => {
       const head = track(f.sem(0).acquire());
       await f.probe.blocked(1);
       // The second waiter watches only the head, which never moves: only its session can end its wait.
@@ -113,16 +110,10 @@ describe('Semaphore: giving up and losing', () => {
       await f.holders[0]!.release();
       const h = await head.promise;
       await Promise.all([h.release(), f.holders[1]!.release()]);
-    } finally {
-      await f.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
-  it('a waiter whose lease is revoked fails with SessionExpiredError without waiting for a permit', async () => {
-    const p = fresh('waiter-revoked');
-    const f = await full(p, 2, 3);
-    try {
+  it('a waiter whose lease is revoked fails with SessionExpiredError without waiting for a permit', () =>
+    withFull('waiter-revoked', { waiters: 2, ttl: 3 }, async (f) => {
       const head = track(f.sem(0).acquire());
       await f.probe.blocked(1);
       // Behind the head, watching only it: nothing but the session's end can wake this waiter.
@@ -141,16 +132,11 @@ describe('Semaphore: giving up and losing', () => {
       await f.holders[0]!.release();
       const h = await head.promise;
       await Promise.all([h.release(), f.holders[1]!.release()]);
-    } finally {
-      await f.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
-  it('a waiter whose lease is revoked reports SessionExpiredError even when a permit frees before its session notices', async () => {
-    const p = fresh('waiter-revoked-race');
-    const f = await full(p, 1, 30); // next renewal in 10 s: the session cannot notice first
-    try {
+  it('a waiter whose lease is revoked reports SessionExpiredError even when a permit frees before its session notices', () =>
+    withFull('waiter-revoked-race', { waiters: 1, ttl: 30 }, async (f) => {
+      // TTL 30 s: its next renewal is 10 s away, so the session cannot notice the revoke first.
       const waiting = f.sem(0).acquire();
       waiting.catch(() => {});
       await f.probe.blocked(1);
@@ -162,16 +148,10 @@ describe('Semaphore: giving up and losing', () => {
         return true;
       });
       await f.holders[1]!.release();
-    } finally {
-      await f.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
-  it('an operator deleting a holder’s key aborts its signal with PermitLostError, and lets a waiter in', async () => {
-    const p = fresh('key-deleted');
-    const f = await full(p, 1);
-    try {
+  it('an operator deleting a holder’s key aborts its signal with PermitLostError, and lets a waiter in', () =>
+    withFull('key-deleted', { waiters: 1 }, async (f) => {
       const victim = f.holders[0]!;
       const signal = victim.signal;
       const waiting = track(f.sem(0).acquire());
@@ -185,11 +165,7 @@ describe('Semaphore: giving up and losing', () => {
       await victim.release(); // nothing to delete; must not throw
       f.holders[1]!.assertHeld();
       await Promise.all([h.release(), f.holders[1]!.release()]);
-    } finally {
-      await f.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
   it('an operator moving a holder’s key off its lease ends the holding, and the waiter at the head takes the permit', {
     timeout: 60_000,
@@ -217,11 +193,8 @@ describe('Semaphore: giving up and losing', () => {
     }
   });
 
-  it('a waiter whose predecessor gives up keeps its place and gets its permit in order', { timeout: 30_000 }, async () => {
-    const p = fresh('pred-aborts');
-    const f = await full(p, 3);
-    const pending: Tracked<PermitHandle>[] = [];
-    try {
+  it('a waiter whose predecessor gives up keeps its place and gets its permit in order', { timeout: 30_000 }, () =>
+    withFull('pred-aborts', { waiters: 3 }, async (f, pending) => {
       const acs = [0, 1, 2].map(() => new AbortController());
       for (let i = 0; i < 3; i++) {
         pending.push(track(f.sem(i).acquire({ signal: acs[i]!.signal })));
@@ -241,18 +214,11 @@ describe('Semaphore: giving up and losing', () => {
       const h2 = await pending[2]!.promise;
       assert.ok(h2.fencingToken > h0.fencingToken);
       await Promise.all([h0.release(), h2.release()]);
-    } finally {
-      await f.close();
-      await settleAll(pending);
-    }
-    await assertNoKeys(client, p);
-  });
+    }),
+  );
 
-  it('when the head gives up, the next waiter becomes head and gets the next permit', { timeout: 30_000 }, async () => {
-    const p = fresh('head-aborts');
-    const f = await full(p, 2);
-    const pending: Tracked<PermitHandle>[] = [];
-    try {
+  it('when the head gives up, the next waiter becomes head and gets the next permit', { timeout: 30_000 }, () =>
+    withFull('head-aborts', { waiters: 2 }, async (f, pending) => {
       const ac = new AbortController();
       pending.push(track(f.sem(0).acquire({ signal: ac.signal })));
       await f.probe.blocked(1);
@@ -265,17 +231,11 @@ describe('Semaphore: giving up and losing', () => {
       await f.holders[1]!.release();
       const h = await pending[1]!.promise;
       await Promise.all([h.release(), f.holders[0]!.release()]);
-    } finally {
-      await f.close();
-      await settleAll(pending);
-    }
-    await assertNoKeys(client, p);
-  });
+    }),
+  );
 
-  it('revoking a holder’s lease (its process died) aborts its signal and lets the next waiter in', async () => {
-    const p = fresh('holder-revoked');
-    const f = await full(p, 1);
-    try {
+  it('revoking a holder’s lease (its process died) aborts its signal and lets the next waiter in', () =>
+    withFull('holder-revoked', { waiters: 1 }, async (f) => {
       const victim = f.holders[1]!;
       const signal = victim.signal;
       const waiting = track(f.sem(0).acquire());
@@ -286,11 +246,7 @@ describe('Semaphore: giving up and losing', () => {
       assert.ok(reason instanceof PermitLostError, String(reason));
       assert.throws(() => victim.assertHeld(), PermitLostError);
       await Promise.all([h.release(), f.holders[0]!.release()]);
-    } finally {
-      await f.close();
-    }
-    await assertNoKeys(client, p);
-  });
+    }));
 
   it('a holder process killed with SIGKILL frees its permit once its lease expires', { timeout: 30_000 }, async () => {
     const p = fresh('holder-killed');

@@ -8,11 +8,10 @@ import type { EtcdCluster } from '../src/testing/index.js';
 import {
   EventLog,
   assertNoKeys,
-  etcdForFile,
+  etcdFile,
   grpcHandled,
   track,
   type Tracked,
-  openSessions,
   closeAll,
   settleAll,
   settledOrHang,
@@ -24,13 +23,7 @@ import { Probe } from './probe.js';
 const ROOT = 'test/semaphore/';
 let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
-
-/** Sessions on `on` (default: this file's client) that the test closes at its end. */
-const sessions = (n: number, ttl = 30, on: Client = client): Promise<Session[]> => openSessions(on, n, ttl);
-
-/** A client for a test's participants, spied on: its calls and watches are counted. */
-const probed = (): Probe => new Probe(new Client({ endpoints: etcd.endpoints }));
+const { fresh, sessions, probed } = etcdFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 
 /** A permit granted to a waiter is marked by a put on its key after the one that created it. */
 const isMark = (e: { type: string; rev: bigint; createRevision: bigint }): boolean => e.type === 'put' && e.rev !== e.createRevision;

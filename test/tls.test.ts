@@ -3,16 +3,13 @@
 // that says so, `tls.serverName` verifies against the name instead, and a TLS server that does not
 // agree to HTTP/2 is reported as such.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { mkdtemp, readFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import * as http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import * as tls from 'node:tls';
 import { before, describe, it } from 'node:test';
 import { Client, UnavailableError } from '../src/index.js';
-import { hasOpenssl } from './helpers.js';
+import { hasOpenssl, testCerts } from './helpers.js';
 
 const NAME = 'etcd.example.test';
 let ca: Buffer;
@@ -21,32 +18,8 @@ let key: Buffer;
 
 before(async () => {
   if (!hasOpenssl()) return;
-  const dir = await mkdtemp(path.join(tmpdir(), 'tls-names-'));
-  const openssl = (args: string[]): void => {
-    const r = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8' });
-    assert.equal(r.status, 0, r.stderr);
-  };
-  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes'];
-  openssl(['req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', '/CN=tls-names-ca']);
-  openssl(['req', ...ec, '-keyout', 'node.key', '-out', 'node.csr', '-subj', `/CN=${NAME}`, '-addext', `subjectAltName=DNS:${NAME}`]);
-  openssl([
-    'x509',
-    '-req',
-    '-in',
-    'node.csr',
-    '-CA',
-    'ca.pem',
-    '-CAkey',
-    'ca.key',
-    '-CAcreateserial',
-    '-out',
-    'node.pem',
-    '-days',
-    '1',
-    '-copy_extensions',
-    'copy',
-  ]);
-  [ca, cert, key] = await Promise.all(['ca.pem', 'node.pem', 'node.key'].map((f) => readFile(path.join(dir, f))));
+  const certs = await testCerts('tls-names', [], { subject: `/CN=${NAME}`, altName: `DNS:${NAME}` });
+  [ca, cert, key] = await Promise.all(['ca.pem', 'node.pem', 'node.key'].map((f) => readFile(certs.file(f))));
 });
 
 /** A TLS gRPC server answering every call with an empty message and status OK. */

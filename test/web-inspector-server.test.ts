@@ -8,53 +8,14 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, 
 import { request } from 'node:http';
 import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
-import type { Client } from '../src/index.js';
-import { assertNoKeys, etcdForCliFile, killClis, runCli, waitFor, type CliProc } from './helpers.js';
+import { waitFor } from './helpers.js';
+import { inspectorFile } from './web-inspector-fixture.js';
 
 const ROOT = 'test/web-server/';
-/** The screenshot's scene lives under a short prefix, so that the picture reads well. */
-const SCENE = 'app/';
 
-let client: Client;
 let endpoint: string;
-/** Commands run under `lock -- cmd` whose lock process we SIGKILLed: they run on until killed. */
-const orphans = new Set<number>();
 
-const fresh = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)), {
-  beforeChecks: async () => {
-    // SIGTERM first: lock and elect release their keys on it (after a failed test); then SIGKILL.
-    await killClis('SIGTERM', 15_000);
-    for (const pid of orphans) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-    await assertNoKeys(client, SCENE);
-  },
-});
-
-// ── child processes ────────────────────────────────────────────────────────────────────────────
-
-/**
- * A CLI child. It has ended once it exits, not once its pipes close: a command under `lock -- cmd`
- * whose lock process was SIGKILLed keeps the stdout pipe open.
- */
-const start = (args: string[], env?: NodeJS.ProcessEnv): CliProc => runCli(args, { exitEvent: 'exit', env });
-
-/** Starts the web inspector on `prefix`; resolves once it printed its URL. */
-async function inspector(
-  prefix: string,
-  extra: string[] = [],
-  ep = endpoint,
-  env?: NodeJS.ProcessEnv,
-): Promise<{ proc: CliProc; url: string }> {
-  const port = extra.includes('--listen') ? [] : ['--port', '0'];
-  const proc = start(['inspect', '--web', prefix, ...port, '--endpoints', ep, ...extra], env);
-  const m = await proc.match(/^inspector: (http:\/\/\S+)/);
-  return { proc, url: m[1]! };
-}
+const { fresh, start, inspector } = inspectorFile(ROOT, (e) => (endpoint = e.endpoints[0]!), { browser: false });
 
 /** An HTTP request to the inspector with a chosen Host header and method (fetch cannot set Host). */
 function rawGet(url: string, options: { host?: string; method?: string; address?: string } = {}): Promise<number> {

@@ -11,56 +11,18 @@ import assert from 'node:assert/strict';
 import { hostname } from 'node:os';
 import { type Client, Election, Mutex, Session } from '../src/index.js';
 import { startProxy } from '../src/testing/index.js';
-import { assertNoKeys, closeAll, etcdForCliFile, killClis, openSessions, runCli, waitFor, type CliProc } from './helpers.js';
-import { assertNoPageErrors, browserForFile, closeBrowser, evaluate, needBrowser, open, until } from './web-inspector-browser.js';
+import { closeAll, openSessions, waitFor, type CliProc } from './helpers.js';
+import { inspectorFile } from './web-inspector-fixture.js';
+import { assertNoPageErrors, evaluate, needBrowser, open, until } from './web-inspector-browser.js';
 
 const ROOT = 'test/web/';
-/** The screenshot's scene lives under a short prefix, so that the picture reads well. */
-const SCENE = 'app/';
 
 let client: Client;
 let endpoint: string;
-/** Commands run under `lock -- cmd` whose lock process we SIGKILLed: they run on until killed. */
-const orphans = new Set<number>();
 
-const fresh = etcdForCliFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)), {
-  beforeChecks: async () => {
-    await closeBrowser();
-    // SIGTERM first: lock and elect release their keys on it (after a failed test); then SIGKILL.
-    await killClis('SIGTERM', 15_000);
-    for (const pid of orphans) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-    await assertNoKeys(client, SCENE);
-  },
+const { fresh, start, inspector, orphans, queueOf } = inspectorFile(ROOT, (e, c) => ((client = c), (endpoint = e.endpoints[0]!)), {
+  browser: true,
 });
-
-browserForFile();
-
-// ── child processes ────────────────────────────────────────────────────────────────────────────
-
-/**
- * A CLI child. It has ended once it exits, not once its pipes close: a command under `lock -- cmd`
- * whose lock process was SIGKILLed keeps the stdout pipe open.
- */
-const start = (args: string[], env?: NodeJS.ProcessEnv): CliProc => runCli(args, { exitEvent: 'exit', env });
-
-/** Starts the web inspector on `prefix`; resolves once it printed its URL. */
-async function inspector(
-  prefix: string,
-  extra: string[] = [],
-  ep = endpoint,
-  env?: NodeJS.ProcessEnv,
-): Promise<{ proc: CliProc; url: string }> {
-  const port = extra.includes('--listen') ? [] : ['--port', '0'];
-  const proc = start(['inspect', '--web', prefix, ...port, '--endpoints', ep, ...extra], env);
-  const m = await proc.match(/^inspector: (http:\/\/\S+)/);
-  return { proc, url: m[1]! };
-}
 
 /** A command for `lock -- ...` that says when it runs (with its token and pid), then runs until killed. */
 const HOLD = [
@@ -68,14 +30,6 @@ const HOLD = [
   '-e',
   `console.log('running rev=' + process.env.ETCD_LOCK_REV + ' pid=' + process.pid); setInterval(() => {}, 1000);`,
 ];
-
-/** The participant keys of `name`, oldest first, as etcd has them. */
-async function queueOf(name: string): Promise<{ key: string; token: string }[]> {
-  const r = await client.getPrefix(`${name}/`);
-  return r.kvs
-    .sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1))
-    .map((kv) => ({ key: kv.key.toString(), token: kv.createRevision.toString() }));
-}
 
 // ── tests ──────────────────────────────────────────────────────────────────────────────────────
 

@@ -25,11 +25,16 @@ export interface TestCerts {
 }
 
 /**
- * A throwaway CA (`ca.pem`) and one certificate for 127.0.0.1 that it signed (`node.pem`,
- * `node.key`), good as both server and client certificate, in a new temporary directory; plus one
- * more CA per name in `otherCas` (`<name>.pem`, `<name>.key`) that signed nothing. Needs openssl.
+ * A throwaway CA (`ca.pem`) and one certificate it signed (`node.pem`, `node.key`; for 127.0.0.1
+ * unless `node` names another subject and subjectAltName), good as both server and client
+ * certificate, in a new temporary directory; plus one more CA per name in `otherCas` (`<name>.pem`,
+ * `<name>.key`) that signed nothing. Needs openssl.
  */
-export async function testCerts(scope: string, otherCas: string[] = []): Promise<TestCerts> {
+export async function testCerts(
+  scope: string,
+  otherCas: string[] = [],
+  node: { subject: string; altName: string } = { subject: '/CN=127.0.0.1', altName: 'IP:127.0.0.1' },
+): Promise<TestCerts> {
   const dir = await mkdtemp(path.join(tmpdir(), `${scope}-`));
   const file = (f: string): string => path.join(dir, f);
   const openssl = (args: string[]): void => {
@@ -48,9 +53,9 @@ export async function testCerts(scope: string, otherCas: string[] = []): Promise
     '-out',
     'node.csr',
     '-subj',
-    '/CN=127.0.0.1',
+    node.subject,
     '-addext',
-    'subjectAltName=IP:127.0.0.1',
+    `subjectAltName=${node.altName}`,
     '-addext',
     'extendedKeyUsage=serverAuth,clientAuth',
   ]);

@@ -172,3 +172,35 @@ export function etcdForCliFile(
     },
   });
 }
+
+/** What {@link cliFile} gives a CLI test file. */
+export interface CliFile {
+  /** A lock or election name no other test uses. */
+  fresh(scope: string): string;
+  /** The participant keys of `name`, oldest first. */
+  keysOf(name: string): Promise<string[]>;
+}
+
+/** {@link etcdForCliFile}, with a name for each test and a reader of a name's queue. */
+export function cliFile(
+  root: string,
+  ready: (etcd: EtcdCluster, client: Client) => void,
+  options: { beforeChecks?: () => Promise<void> } = {},
+): CliFile {
+  let client: Client | undefined;
+  const prefix = etcdForCliFile(
+    root,
+    (e, c) => {
+      client = c;
+      ready(e, c);
+    },
+    options,
+  );
+  return {
+    fresh: (scope) => `${prefix(scope)}n`,
+    async keysOf(name) {
+      const r = await client!.getPrefix(`${name}/`);
+      return r.kvs.sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1)).map((kv) => kv.key.toString());
+    },
+  };
+}

@@ -40,6 +40,36 @@ export function etcdForFile(
 }
 
 /**
+ * A 3-member etcd for a test file and one client per member, each listing all three endpoints starting
+ * at its own member, handed to `ready` (awaited) before the tests run. After them: the cluster healthy again,
+ * no key left under `root`, no lease, then everything is stopped. Returns `fresh` (see etcdForFile).
+ */
+export function clusterForFile(
+  root: string,
+  ready: (etcd: EtcdCluster, clients: Client[]) => void | Promise<void>,
+): (scope: string) => string {
+  let etcd: EtcdCluster | undefined;
+  let clients: Client[] = [];
+  before(async () => {
+    etcd = await startEtcd({ members: 3 });
+    const eps = etcd.endpoints;
+    clients = eps.map((_, i) => new Client({ endpoints: [...eps.slice(i), ...eps.slice(0, i)] }));
+    await ready(etcd, clients);
+  });
+  after(async () => {
+    try {
+      await etcd!.waitHealthy();
+      await assertNoKeys(clients[0]!, root);
+      await assertNoLeases(clients[0]!);
+    } finally {
+      await Promise.all(clients.map((c) => c.close()));
+      await etcd?.stop();
+    }
+  });
+  return (scope) => `${root}${uniquePrefix(scope).slice('test/'.length)}`;
+}
+
+/**
  * The end of a file's etcd: no key left under `roots` and no lease (as `client` sees them), then
  * the client closed and etcd stopped, also when a check fails.
  */
