@@ -142,7 +142,9 @@ async function main(): Promise<void> {
           `round ${round} ${lib}: ${m.usPerRenewal.toFixed(1)} µs/renewal (${m.renewals} renewals, ${m.cpuMs.toFixed(0)} ms CPU in ${m.wallMs.toFixed(0)} ms, idle ${m.idleCpuMsPerSec.toFixed(1)} ms/s, late ${m.late}, lost ${m.lost}; load ${load.toFixed(1)})\n`,
         );
         if (dir) {
-          const file = (await readdir(dir)).find((f) => f.endsWith('.cpuprofile'));
+          // The main thread's profile (tsx's loader thread writes a second one).
+          const file = (await readdir(dir)).filter((f) => f.endsWith('.cpuprofile')).sort()[0];
+          process.stdout.write(`  ${join(dir, file!)} --window ${m.window.join(',')}\n`);
           const profile = JSON.parse(await readFile(join(dir, file!), 'utf8')) as Profiler.Profile;
           printBreakdown(`  profile ${lib}`, analyze(profile, m.renewals, m.window));
         }
@@ -161,7 +163,7 @@ async function main(): Promise<void> {
 
 function runWorker(lib: string, endpoints: string, profDir?: string): Promise<Measured> {
   const args = [
-    ...(profDir ? ['--cpu-prof', '--cpu-prof-dir', profDir] : []),
+    ...(profDir ? ['--cpu-prof', '--cpu-prof-interval', '200', '--cpu-prof-dir', profDir] : []),
     '--import',
     'tsx',
     fileURLToPath(import.meta.url),

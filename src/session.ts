@@ -202,7 +202,7 @@ export class Session implements AsyncDisposable {
 
   /** A renewal sent at monotonic `sentAt` was answered with `ttl`: the lease lives until sentAt + ttl. */
   private renewed(ttl: bigint, sentAt: number): void {
-    if (this.signal.aborted || !this.renewing) return;
+    if (!this.renewing) return; // false once ended, too (end() stops renewing first)
     const tel = telemetryOf(this.client);
     if (tel.metricsOn) tel.keepaliveDuration.record((performance.now() - sentAt) / 1000);
     if (ttl <= 0n) return this.end('lease-gone');
@@ -256,7 +256,7 @@ export class Session implements AsyncDisposable {
    * unanswered, ask the hub every retryMs whether its stream is stuck.
    */
   private late(askedAt = this.renewSentAt): void {
-    if (!this.awaiting || askedAt < this.renewSentAt || this.lateTimer || this.signal.aborted || !this.renewing) return;
+    if (!this.awaiting || askedAt < this.renewSentAt || this.lateTimer || !this.renewing) return;
     // A stuck stream is replaced on the next endpoint, where every lease is renewed again.
     this.client.keepAlives.stalled(this.retryMs());
     publishLateRenewal(this.client.telemetry.logger, this.leaseId, performance.now() - this.renewSentAt, this.remainingMs());

@@ -55,10 +55,14 @@ export class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStrea
   }
 
   write(message: Req): boolean {
-    return this.writeMany([message]);
+    return this.send([message]);
   }
 
   writeMany(messages: readonly Req[]): boolean {
+    return this.send(messages);
+  }
+
+  private send(messages: readonly Req[]): boolean {
     const req = this.req;
     if (this.done || !req) return false;
     const bodies = messages.map((m) => this.method.encode(m));
