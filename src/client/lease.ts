@@ -255,14 +255,20 @@ export class KeepAliveHub {
     listener.onRenewed(r.TTL ?? 0n, sentAt);
   }
 
-  /** The stream failed or stalled: forget in-flight renewals, fail over, renew everything again. */
+  /**
+   * The stream failed or stalled: forget in-flight renewals, fail over, renew everything again.
+   * Those renewals are watched like any other: if no stream answers them within an owner's
+   * lateAfterMs, every owner hears it then, not only at its next renewal (a TTL/3 later).
+   */
   private broken(s: unknown, failover = true, error?: unknown): void {
     if (s !== this.stream || !this.stream) return;
     this.dropStream();
     publishLeaseReconnect(this.conn.telemetry?.logger, this.conn.endpoints[this.peer]?.target ?? '?', this.listeners.size, error);
     if (failover) this.conn.failover(this.peer);
-    for (const id of this.listeners.keys()) this.queued.add(id);
+    const ids = [...this.listeners.keys()];
+    for (const id of ids) this.queued.add(id);
     this.scheduleReopen();
+    this.watch(ids, performance.now());
   }
 
   private scheduleReopen(): void {
