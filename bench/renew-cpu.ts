@@ -26,6 +26,8 @@ interface Measured {
   renewals: number;
   wallMs: number;
   cpuMs: number;
+  /** Of cpuMs: in the kernel (system time). */
+  sysMs: number;
   idleCpuMsPerSec: number;
   usPerRenewal: number;
   late: number;
@@ -99,7 +101,8 @@ async function worker(): Promise<void> {
   cpu = process.cpuUsage();
   t = performance.now();
   await sleep(Number(opts.seconds) * 1000);
-  const cpuMs = ms(process.cpuUsage(cpu));
+  const used = process.cpuUsage(cpu);
+  const cpuMs = ms(used);
   const wallMs = performance.now() - t;
   const w1 = process.hrtime.bigint() / 1000n;
   const got = renewals - r0;
@@ -109,6 +112,7 @@ async function worker(): Promise<void> {
     renewals: got,
     wallMs,
     cpuMs,
+    sysMs: used.system / 1000,
     idleCpuMsPerSec,
     usPerRenewal: (1000 * (cpuMs - (idleCpuMsPerSec * wallMs) / 1000)) / got,
     late,
@@ -139,7 +143,7 @@ async function main(): Promise<void> {
         const m = await runWorker(lib, cluster.endpoints.join(','), dir);
         results.get(lib)!.push(m);
         process.stdout.write(
-          `round ${round} ${lib}: ${m.usPerRenewal.toFixed(1)} µs/renewal (${m.renewals} renewals, ${m.cpuMs.toFixed(0)} ms CPU in ${m.wallMs.toFixed(0)} ms, idle ${m.idleCpuMsPerSec.toFixed(1)} ms/s, late ${m.late}, lost ${m.lost}; load ${load.toFixed(1)})\n`,
+          `round ${round} ${lib}: ${m.usPerRenewal.toFixed(1)} µs/renewal (${m.renewals} renewals, ${m.cpuMs.toFixed(0)} ms CPU (${m.sysMs.toFixed(0)} in the kernel) in ${m.wallMs.toFixed(0)} ms, idle ${m.idleCpuMsPerSec.toFixed(1)} ms/s, late ${m.late}, lost ${m.lost}; load ${load.toFixed(1)})\n`,
         );
         if (dir) {
           // The main thread's profile (tsx's loader thread writes a second one).
