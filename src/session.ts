@@ -62,8 +62,9 @@ export class Session implements AsyncDisposable {
   private provenUntil: number;
   /** Repeats the late-renewal check while a renewal stays unanswered (none otherwise). */
   private lateTimer?: NodeJS.Timeout;
-  /** Fires at the loss deadline it was armed for, then re-arms for the current one if renewals moved it. */
+  /** Fires at the loss deadline it was armed for (expiryAt), then re-arms for the current one if renewals moved it. */
   private expiryTimer?: NodeJS.Timeout;
+  private expiryAt = 0;
   private awaiting = false;
   private renewSentAt = 0;
   private renewing = true;
@@ -215,8 +216,9 @@ export class Session implements AsyncDisposable {
     const until = sentAt + this.grantedTtl * 1000;
     if (until > this.provenUntil) {
       this.provenUntil = until;
-      // The loss deadline only moves later: an armed timer re-arms itself when it fires early.
-      if (!this.expiryTimer) this.armExpiry();
+      // A timer armed for an earlier deadline re-arms itself when it fires; only an earlier one
+      // (a larger TTL's larger safety margin) needs it now.
+      if (!this.expiryTimer || this.lossAt() < this.expiryAt) this.armExpiry();
     }
     this.scheduleRenewal(sentAt);
   }
@@ -269,7 +271,8 @@ export class Session implements AsyncDisposable {
   private armExpiry(): void {
     clearTimeout(this.expiryTimer);
     this.expiryTimer = undefined;
-    const ms = this.lossAt() - performance.now();
+    this.expiryAt = this.lossAt();
+    const ms = this.expiryAt - performance.now();
     if (ms <= 0) return this.end('deadline');
     this.expiryTimer = setTimeout(() => this.assertAliveQuietly(), Math.min(ms, 2 ** 31 - 1));
     // The keepalive stream keeps a live session's process running; this timer alone should not.
