@@ -21,9 +21,10 @@ type Layer =
 function layerOf(url: string): Layer | undefined {
   if (!url) return undefined;
   if (url.includes('/@bufbuild/protobuf/')) return 'protobuf runtime (@bufbuild/protobuf)';
-  if (url.includes('/src/proto/')) return 'generated codec (src/proto)';
-  if (url.includes('/src/client/')) return 'our client (src/client)';
-  if (url.includes('/src/') && !url.includes('node_modules')) return 'our library (other src/)';
+  // The library from src (tsx) or from a build (dist/, as bench/renew-cpu.ts loads it).
+  if (/\/(src|dist)\/proto\//.test(url) && !url.includes('node_modules')) return 'generated codec (src/proto)';
+  if (/\/(src|dist)\/client\//.test(url) && !url.includes('node_modules')) return 'our client (src/client)';
+  if (/\/(src|dist)\//.test(url) && !url.includes('node_modules')) return 'our library (other src/)';
   if (url.includes('/bench/')) return 'this script / bench';
   if (/^node:(internal\/)?http2/.test(url)) return 'node http2';
   if (url.startsWith('node:internal/streams') || url === 'node:stream') return 'node streams';
@@ -116,7 +117,7 @@ export function analyze(profile: Profiler.Profile, calls: number, window?: [numb
       .map(([layer, us]) => ({ layer, usPerCall: us / calls, percent: (100 * us) / busy })),
     top: [...fnUs]
       .sort((a, b) => b[1].us - a[1].us)
-      .slice(0, 15)
+      .slice(0, Number(process.env.PROFILE_TOP ?? 15))
       .map(([fn, e]) => ({ fn, layer: e.layer, usPerCall: e.us / calls, percent: (100 * e.us) / busy })),
   };
 }

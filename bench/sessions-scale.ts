@@ -3,9 +3,9 @@
 // etcd's own /metrics), the client CPU per renewal, etcd's CPU (from /proc, the etcd this run
 // started); then etcd is killed (every member, SIGKILL) and, once every session has learned it,
 // started again on its data: how long until every session learned that etcd is gone, and that it
-// is back. A session learns of an outage when its renewal goes unanswered (the late-renewal
-// diagnostic), and that etcd is back when its lease is renewed again. Before ours, Go's package holds
-// the same sessions in as many `go-interop bench-sessions` processes, for the steady-state figures
+// is back. A session learns of an outage when a renewal goes unanswered (the late-renewal
+// diagnostic; the hub renews every lease again when its stream breaks), and that etcd is back
+// when its lease is renewed again. Before ours, Go's package holds the same sessions in as many `go-interop bench-sessions` processes, for the steady-state figures
 // (not the outage: a Go session learns of one only once its lease is gone).
 import type { BenchContext } from './context.js';
 import { serverStreams } from './sessions.js';
@@ -17,8 +17,8 @@ export interface SessionsScaleSize {
   processes: number;
   sessionsPerProcess: number;
   /**
-   * Lease TTL, s. The outage lasts until the last session learns it (TTL/3 + its retry after the
-   * kill) and must end before the first deadline (2 TTL/3 - the safety margin, 5 s): 22 s against
+   * Lease TTL, s. The outage lasts until the last session learns it (at most TTL/3 + its retry
+   * after the kill) and must end before the first deadline (2 TTL/3 - the safety margin, 5 s): 22 s against
    * 35 s at TTL 60; at TTL 30, 12 s against 15 s.
    */
   ttl: number;
@@ -252,8 +252,10 @@ export function sessionsScaleSection(s: SessionsScaleResult): { title: string; h
 }
 
 /**
- * A session can only learn of an outage from its own renewal going unanswered: within a renewal
- * interval (TTL/3) plus the wait before it calls a renewal late (TTL/10, 0.25-2 s), and 1 s of
+ * A session learns of an outage when a renewal goes unanswered for its retry wait (TTL/10,
+ * 0.25-2 s): the hub renews every lease again when its stream breaks, so that is within the retry
+ * wait of the break (plus the time to see the break). The goal keeps the looser bound of a session
+ * that hears only from its own renewal: a renewal interval (TTL/3) plus that wait, and 1 s of
  * slack for a loaded machine. Once etcd answers again, every lease is renewed on the new stream:
  * within 2 s of the restart's end (the stream's reconnect backoff is at most 1 s).
  */

@@ -60,8 +60,11 @@ export class Session implements AsyncDisposable {
   private resolveDone!: (e: SessionExpiredError) => void;
   /** Monotonic time until which the lease is proven alive on the server. */
   private provenUntil: number;
-  private renewTimer?: NodeJS.Timeout;
+  /** Repeats the late-renewal check while a renewal stays unanswered (none otherwise). */
+  private lateTimer?: NodeJS.Timeout;
+  /** Fires at the loss deadline it was armed for (expiryAt), then re-arms for the current one if renewals moved it. */
   private expiryTimer?: NodeJS.Timeout;
+  private expiryAt = 0;
   private awaiting = false;
   private renewSentAt = 0;
   private renewing = true;
@@ -87,10 +90,13 @@ export class Session implements AsyncDisposable {
     client.keepAlives.register(leaseId, {
       onRenewed: (ttl, sentAt) => this.renewed(ttl, sentAt),
       onClosed: () => this.end('client-closed'),
+      onAsked: (at) => this.asked(at),
+      lateAfterMs: () => this.retryMs(),
+      onLate: (askedAt) => this.late(askedAt),
     });
     telemetryOf(client).trackSession(this);
     this.armExpiry();
-    this.scheduleRenewal(this.renewIntervalMs());
+    this.scheduleRenewal(performance.now());
   }
 
   /** Grants (or adopts) a lease and starts renewing it every TTL/3. */
@@ -197,18 +203,24 @@ export class Session implements AsyncDisposable {
 
   /** A renewal sent at monotonic `sentAt` was answered with `ttl`: the lease lives until sentAt + ttl. */
   private renewed(ttl: bigint, sentAt: number): void {
-    if (this.signal.aborted || !this.renewing) return;
+    if (!this.renewing) return; // false once ended, too (end() stops renewing first)
     const tel = telemetryOf(this.client);
     if (tel.metricsOn) tel.keepaliveDuration.record((performance.now() - sentAt) / 1000);
     if (ttl <= 0n) return this.end('lease-gone');
     this.awaiting = false;
+    if (this.lateTimer) {
+      clearTimeout(this.lateTimer);
+      this.lateTimer = undefined;
+    }
     this.grantedTtl = Number(ttl);
     const until = sentAt + this.grantedTtl * 1000;
     if (until > this.provenUntil) {
       this.provenUntil = until;
-      this.armExpiry();
+      // A timer armed for an earlier deadline re-arms itself when it fires; only an earlier one
+      // (a larger TTL's larger safety margin) needs it now.
+      if (!this.expiryTimer || this.lossAt() < this.expiryAt) this.armExpiry();
     }
-    this.scheduleRenewal(Math.max(0, sentAt + this.renewIntervalMs() - performance.now()));
+    this.scheduleRenewal(sentAt);
   }
 
   private marginMs(): number {
@@ -228,34 +240,39 @@ export class Session implements AsyncDisposable {
     return Math.max(250, Math.min(2000, (this.grantedTtl * 1000) / 10));
   }
 
-  private scheduleRenewal(ms: number): void {
-    clearTimeout(this.renewTimer);
-    this.renewTimer = setTimeout(() => this.renew(), Math.min(ms, 2 ** 31 - 1));
+  /** The next renewal leaves TTL/3 after `from` (the last one's send time), or earlier, with others due then (the hub's slots). */
+  private scheduleRenewal(from: number): void {
+    const interval = this.renewIntervalMs();
+    this.client.keepAlives.renewBy(this.leaseId, from + interval, interval);
   }
 
-  private renew(): void {
-    if (this.signal.aborted || !this.renewing) return;
-    this.client.keepAlives.renew(this.leaseId);
-    this.renewSentAt = performance.now();
+  /** The hub asked for our renewal at `at` (sent, or queued until a stream opens). */
+  private asked(at: number): void {
+    if (this.awaiting) return; // an earlier one is still unanswered: lateness counts from it
+    this.renewSentAt = at;
     this.awaiting = true;
-    this.checkAnswered();
   }
 
-  /** While our renewal is unanswered, ask the hub every retryMs whether its stream is stuck. */
-  private checkAnswered(): void {
-    clearTimeout(this.renewTimer);
-    this.renewTimer = setTimeout(() => {
-      if (!this.awaiting || this.signal.aborted || !this.renewing) return;
-      // A stuck stream is replaced on the next endpoint, where every lease is renewed again.
-      this.client.keepAlives.stalled(this.retryMs());
-      publishLateRenewal(this.client.telemetry.logger, this.leaseId, performance.now() - this.renewSentAt, this.remainingMs());
-      this.checkAnswered();
+  /**
+   * retryMs after our renewal asked at `askedAt` (an older one answered since does not count):
+   * unanswered, ask the hub every retryMs whether its stream is stuck.
+   */
+  private late(askedAt = this.renewSentAt): void {
+    if (!this.awaiting || askedAt < this.renewSentAt || this.lateTimer || !this.renewing) return;
+    // A stuck stream is replaced on the next endpoint, where every lease is renewed again.
+    this.client.keepAlives.stalled(this.retryMs());
+    publishLateRenewal(this.client.telemetry.logger, this.leaseId, performance.now() - this.renewSentAt, this.remainingMs());
+    this.lateTimer = setTimeout(() => {
+      this.lateTimer = undefined;
+      this.late();
     }, this.retryMs());
   }
 
   private armExpiry(): void {
     clearTimeout(this.expiryTimer);
-    const ms = this.lossAt() - performance.now();
+    this.expiryTimer = undefined;
+    this.expiryAt = this.lossAt();
+    const ms = this.expiryAt - performance.now();
     if (ms <= 0) return this.end('deadline');
     this.expiryTimer = setTimeout(() => this.assertAliveQuietly(), Math.min(ms, 2 ** 31 - 1));
     // The keepalive stream keeps a live session's process running; this timer alone should not.
@@ -263,6 +280,7 @@ export class Session implements AsyncDisposable {
   }
 
   private assertAliveQuietly(): void {
+    this.expiryTimer = undefined;
     if (this.signal.aborted) return;
     if (performance.now() >= this.lossAt()) this.end('deadline');
     else this.armExpiry();
@@ -272,8 +290,8 @@ export class Session implements AsyncDisposable {
     if (!this.renewing) return;
     this.renewing = false;
     this.awaiting = false;
-    clearTimeout(this.renewTimer);
-    this.renewTimer = undefined;
+    clearTimeout(this.lateTimer);
+    this.lateTimer = undefined;
     this.client.keepAlives.unregister(this.leaseId);
   }
 

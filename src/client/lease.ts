@@ -14,6 +14,25 @@ export interface KeepAliveListener {
   onRenewed(ttl: bigint, sentAt: number): void;
   /** The client is closing; no more renewals will be sent. */
   onClosed(): void;
+  /** A renewal was asked for at monotonic `at` (sent then, or queued until a stream opens). */
+  onAsked?(at: number): void;
+  /** How long after a renewal was asked `onLate` is called, when the owner wants to know. */
+  lateAfterMs?(): number;
+  /** `lateAfterMs` has passed since the renewal asked at `askedAt`; the owner knows whether it was answered. */
+  onLate?(askedAt: number): void;
+}
+
+/**
+ * Renewals are sent on a grid of slots, so that those due at about the same time leave together
+ * (one write, one packet; Go's lessor does the same from a loop every 500 ms). A lease renewed
+ * every `intervalMs` is sent at the last slot at or before its due time, never after it: the
+ * slot's width is the largest 500 / 2^k ms that is at most an eighth of the interval, so that the
+ * grids of different intervals coincide and a renewal leaves at most an eighth of an interval early.
+ */
+export function slotWidthMs(intervalMs: number): number {
+  let q = 500;
+  while (q > intervalMs / 8 && q > 1) q /= 2;
+  return q;
 }
 
 /**
@@ -33,6 +52,16 @@ export class KeepAliveHub {
   private readonly backoff = new Backoff(50, 1000);
   private retryTimer?: NodeJS.Timeout;
   private closed = false;
+  /** Renewals waiting for their slot (monotonic ms): slot -> leases, and each lease's slot. */
+  private readonly slots = new Map<number, Set<bigint>>();
+  private readonly slotOf = new Map<bigint, number>();
+  private slotTimer?: NodeJS.Timeout;
+  private slotTimerAt = Number.POSITIVE_INFINITY;
+  /** Renewals to send together on the next turn of the event loop. */
+  private due: bigint[] = [];
+  private flushing?: NodeJS.Immediate;
+  /** One timer per batch of renewals (and lateness): when `onLate` is due for its leases. */
+  private readonly lateTimers = new Set<NodeJS.Timeout>();
 
   constructor(private readonly conn: Connection) {}
 
@@ -44,6 +73,7 @@ export class KeepAliveHub {
     this.listeners.delete(id);
     this.sent.delete(id);
     this.queued.delete(id);
+    this.unslot(id);
     if (this.listeners.size === 0) this.endStream();
   }
 
@@ -52,15 +82,106 @@ export class KeepAliveHub {
     return this.listeners.size;
   }
 
-  /** Sends one renewal for `id` (once a stream is open, if none is). */
+  /** Sends one renewal for `id` on the next turn of the event loop, with any others due then. */
   renew(id: bigint): void {
     if (this.closed || !this.listeners.has(id)) return;
-    if (!this.stream) {
-      this.queued.add(id);
-      void this.open();
-      return;
+    this.unslot(id);
+    this.due.push(id);
+    this.flushing ??= setImmediate(() => this.flush());
+  }
+
+  /**
+   * Renews `id` at the last slot at or before monotonic time `at` (see slotWidthMs), replacing any
+   * renewal of it already waiting. `intervalMs`: how often the lease is renewed.
+   */
+  renewBy(id: bigint, at: number, intervalMs: number): void {
+    if (this.closed || !this.listeners.has(id)) return;
+    const width = slotWidthMs(intervalMs);
+    const slot = Math.floor(at / width) * width;
+    if (slot <= performance.now()) return this.renew(id);
+    if (this.slotOf.get(id) === slot) return;
+    this.unslot(id);
+    let ids = this.slots.get(slot);
+    if (!ids) this.slots.set(slot, (ids = new Set()));
+    ids.add(id);
+    this.slotOf.set(id, slot);
+    if (slot < this.slotTimerAt) this.armSlots(slot);
+  }
+
+  private unslot(id: bigint): void {
+    const slot = this.slotOf.get(id);
+    if (slot === undefined) return;
+    this.slotOf.delete(id);
+    const ids = this.slots.get(slot)!;
+    ids.delete(id);
+    if (ids.size === 0) this.slots.delete(slot);
+  }
+
+  /** One timer, for the earliest slot. */
+  private armSlots(at: number): void {
+    clearTimeout(this.slotTimer);
+    this.slotTimerAt = at;
+    this.slotTimer = setTimeout(() => this.slotsDue(), Math.max(0, at - performance.now()));
+  }
+
+  private slotsDue(): void {
+    this.slotTimer = undefined;
+    this.slotTimerAt = Number.POSITIVE_INFINITY;
+    const now = performance.now();
+    let next = Number.POSITIVE_INFINITY;
+    for (const [slot, ids] of this.slots) {
+      if (slot > now) {
+        next = Math.min(next, slot);
+        continue;
+      }
+      this.slots.delete(slot);
+      for (const id of ids) {
+        this.slotOf.delete(id);
+        this.due.push(id);
+      }
     }
-    this.write(id);
+    if (next !== Number.POSITIVE_INFINITY) this.armSlots(next);
+    this.flush();
+  }
+
+  /** Sends every renewal due, in one write (or queues them until a stream is open), and watches for late answers. */
+  private flush(): void {
+    if (this.flushing) clearImmediate(this.flushing);
+    this.flushing = undefined;
+    const ids = this.due.filter((id) => this.listeners.has(id));
+    this.due = [];
+    if (ids.length === 0 || this.closed) return;
+    const at = performance.now();
+    if (this.stream) this.write(ids, at);
+    else {
+      for (const id of ids) this.queued.add(id);
+      void this.open();
+    }
+    this.watch(ids, at);
+  }
+
+  /** Tells each owner its renewal was asked for, and calls `onLate` after its `lateAfterMs`: one timer per distinct wait. */
+  private watch(ids: readonly bigint[], at: number): void {
+    const byWait = new Map<number, bigint[]>();
+    for (const id of ids) {
+      const l = this.listeners.get(id)!;
+      l.onAsked?.(at);
+      const ms = l.lateAfterMs?.();
+      if (ms === undefined) continue;
+      const group = byWait.get(ms);
+      if (group) group.push(id);
+      else byWait.set(ms, [id]);
+    }
+    for (const [ms, group] of byWait) {
+      const t = setTimeout(
+        () => {
+          this.lateTimers.delete(t);
+          for (const id of group) this.listeners.get(id)?.onLate?.(at);
+        },
+        Math.max(0, at + ms - performance.now()),
+      );
+      this.lateTimers.add(t);
+    }
   }
 
   /**
@@ -76,11 +197,16 @@ export class KeepAliveHub {
     this.broken(this.stream);
   }
 
-  private write(id: bigint): void {
-    let times = this.sent.get(id);
-    if (!times) this.sent.set(id, (times = []));
-    times.push(performance.now());
-    this.stream!.write({ ID: id });
+  /** One renewal of each of `ids`, sent at `at`, in one write. */
+  private write(ids: readonly bigint[], at: number): void {
+    const requests: pb.LeaseKeepAliveRequest[] = [];
+    for (const id of ids) {
+      const times = this.sent.get(id);
+      if (times) times.push(at);
+      else this.sent.set(id, [at]);
+      requests.push({ ID: id });
+    }
+    this.stream!.writeMany(requests);
   }
 
   private async open(): Promise<void> {
@@ -111,9 +237,9 @@ export class KeepAliveHub {
     } finally {
       this.opening = false;
     }
-    const ids = [...this.queued];
+    const ids = [...this.queued].filter((id) => this.listeners.has(id));
     this.queued.clear();
-    for (const id of ids) if (this.listeners.has(id)) this.write(id);
+    if (ids.length > 0) this.write(ids, performance.now());
   }
 
   private onResponse(s: unknown, r: pb.LeaseKeepAliveResponse): void {
@@ -129,14 +255,20 @@ export class KeepAliveHub {
     listener.onRenewed(r.TTL ?? 0n, sentAt);
   }
 
-  /** The stream failed or stalled: forget in-flight renewals, fail over, renew everything again. */
+  /**
+   * The stream failed or stalled: forget in-flight renewals, fail over, renew everything again.
+   * Those renewals are watched like any other: if no stream answers them within an owner's
+   * lateAfterMs, every owner hears it then, not only at its next renewal (a TTL/3 later).
+   */
   private broken(s: unknown, failover = true, error?: unknown): void {
     if (s !== this.stream || !this.stream) return;
     this.dropStream();
     publishLeaseReconnect(this.conn.telemetry?.logger, this.conn.endpoints[this.peer]?.target ?? '?', this.listeners.size, error);
     if (failover) this.conn.failover(this.peer);
-    for (const id of this.listeners.keys()) this.queued.add(id);
+    const ids = [...this.listeners.keys()];
+    for (const id of ids) this.queued.add(id);
     this.scheduleReopen();
+    this.watch(ids, performance.now());
   }
 
   private scheduleReopen(): void {
@@ -159,6 +291,16 @@ export class KeepAliveHub {
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
     this.queued.clear();
+    clearTimeout(this.slotTimer);
+    this.slotTimer = undefined;
+    this.slotTimerAt = Number.POSITIVE_INFINITY;
+    this.slots.clear();
+    this.slotOf.clear();
+    if (this.flushing) clearImmediate(this.flushing);
+    this.flushing = undefined;
+    this.due = [];
+    for (const t of this.lateTimers) clearTimeout(t);
+    this.lateTimers.clear();
     this.dropStream();
   }
 

@@ -10,6 +10,21 @@ export function frame(body: Uint8Array): Buffer {
   return out;
 }
 
+/** Each of `bodies` behind its prefix, one after another in one buffer: several messages, one write. */
+export function frameAll(bodies: readonly Uint8Array[]): Buffer {
+  let size = 0;
+  for (const b of bodies) size += 5 + b.length;
+  const out = Buffer.allocUnsafe(size);
+  let at = 0;
+  for (const b of bodies) {
+    out[at] = 0;
+    out.writeUInt32BE(b.length, at + 1);
+    out.set(b, at + 5);
+    at += 5 + b.length;
+  }
+  return out;
+}
+
 /** Why a received byte stream is not a valid message sequence. */
 export class FramingError extends Error {
   constructor(

@@ -91,6 +91,8 @@ export class ConnectError extends Error {
  */
 export interface BidiStream<Req, Res> {
   write(message: Req): unknown;
+  /** Writes `messages` in order as one write on the connection (one packet where they fit). */
+  writeMany(messages: readonly Req[]): unknown;
   cancel(): void;
   on(event: 'data', listener: (message: Res) => void): unknown;
   on(event: 'error', listener: (err: Error) => void): unknown;

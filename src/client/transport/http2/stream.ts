@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import * as http2 from 'node:http2';
-import { type FramingError, MessageDecoder, frame } from '../framing.js';
+import { type FramingError, MessageDecoder, frameAll } from '../framing.js';
 import { type BidiStream, type Method, type RequestHeaders, Status, TransportError } from '../transport.js';
 import { listen } from './listen.js';
 import { Reply, clean, closedWithoutStatus, lostWith } from './reply.js';
@@ -55,10 +55,19 @@ export class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStrea
   }
 
   write(message: Req): boolean {
+    return this.send([message]);
+  }
+
+  writeMany(messages: readonly Req[]): boolean {
+    return this.send(messages);
+  }
+
+  private send(messages: readonly Req[]): boolean {
     const req = this.req;
     if (this.done || !req) return false;
-    const body = this.method.encode(message);
-    if (body.length > this.transport.maxSend) {
+    const bodies = messages.map((m) => this.method.encode(m));
+    for (const body of bodies) {
+      if (body.length <= this.transport.maxSend) continue;
       // Said on the next tick: not from inside the caller's write().
       this.end(
         new TransportError(Status.RESOURCE_EXHAUSTED, `the request is ${body.length} bytes, above the limit of ${this.transport.maxSend}`),
@@ -66,7 +75,7 @@ export class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStrea
       );
       return false;
     }
-    req.write(frame(body));
+    req.write(frameAll(bodies));
     return true;
   }
 

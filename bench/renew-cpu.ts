@@ -1,0 +1,198 @@
+// Client CPU per lease renewal: one Client holding N sessions (default 1,000 at TTL 6, so each renews
+// every 2 s), one process per measurement, against one etcd this script starts. A measurement is the
+// process's CPU (process.cpuUsage) over a window, less its idle CPU (measured before any session
+// exists), divided by the renewals answered in that window. Each --lib is a build of the library
+// (its dist/index.js), so that two builds alternate on the same etcd in one run:
+//
+//   node scripts/etcd.mjs exec 3.7 -- node --import tsx bench/renew-cpu.ts [--sessions 1000] [--ttl 6]
+//        [--seconds 10] [--rounds 3] [--stagger 0|MS] [--lib A/dist/index.js,B/dist/index.js]
+//        [--prof DIR]   (each process under --cpu-prof; the window's self time by layer is printed)
+//
+// --stagger MS creates the sessions evenly over MS (default: one renewal interval, so that their
+// renewals are spread as in a process that created them over time; 0: all at once).
+import { spawn } from 'node:child_process';
+import { subscribe } from 'node:diagnostics_channel';
+import { mkdir, readdir, readFile } from 'node:fs/promises';
+import { loadavg } from 'node:os';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import type { Profiler } from 'node:inspector';
+import { analyze, printBreakdown } from './profile-analyze.js';
+
+interface Measured {
+  lib: string;
+  sessions: number;
+  renewals: number;
+  wallMs: number;
+  cpuMs: number;
+  /** Of cpuMs: in the kernel (system time). */
+  sysMs: number;
+  idleCpuMsPerSec: number;
+  usPerRenewal: number;
+  late: number;
+  lost: number;
+  window: [number, number];
+}
+
+const { values: opts } = parseArgs({
+  options: {
+    worker: { type: 'boolean', default: false },
+    endpoints: { type: 'string' },
+    lib: { type: 'string', default: '../dist/index.js' },
+    sessions: { type: 'string', default: '1000' },
+    ttl: { type: 'string', default: '6' },
+    seconds: { type: 'string', default: '10' },
+    rounds: { type: 'string', default: '3' },
+    stagger: { type: 'string' },
+    prof: { type: 'string' },
+  },
+  strict: true,
+});
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const here = fileURLToPath(new URL('.', import.meta.url));
+const libUrl = (lib: string): string => pathToFileURL(resolve(here, lib)).href;
+
+if (opts.worker) await worker();
+else await main();
+
+async function worker(): Promise<void> {
+  const { Client, Session } = (await import(libUrl(opts.lib))) as typeof import('../dist/index.js');
+  const n = Number(opts.sessions);
+  const ttl = Number(opts.ttl);
+  const intervalMs = (ttl * 1000) / 3;
+  const stagger = opts.stagger === undefined ? intervalMs : Number(opts.stagger);
+  const client = new Client({ endpoints: opts.endpoints!.split(','), dialTimeoutMs: 15_000 });
+  // Bench-only: count answered renewals by wrapping this instance's hub registration.
+  let renewals = 0;
+  // biome-ignore lint/suspicious/noExplicitAny: the bench counts renewals by wrapping an internal method
+  const hub = client.keepAlives as any;
+  const register = hub.register.bind(hub);
+  hub.register = (id: bigint, l: { onRenewed: (ttl: bigint, sentAt: number) => void }) =>
+    register(id, {
+      ...l,
+      onRenewed: (t: bigint, sentAt: number) => {
+        renewals++;
+        l.onRenewed(t, sentAt);
+      },
+    });
+  let late = 0;
+  subscribe('etcd-concurrency:session:late-renewal', () => late++);
+  await client.status(); // connected
+  await sleep(300);
+  let cpu = process.cpuUsage();
+  let t = performance.now();
+  await sleep(1000);
+  const idleCpuMsPerSec = ms(process.cpuUsage(cpu)) / ((performance.now() - t) / 1000);
+  const sessions: Awaited<ReturnType<typeof Session.create>>[] = [];
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: n }, async (_, i) => {
+      const at = t0 + (stagger * i) / n;
+      if (at > performance.now()) await sleep(at - performance.now());
+      sessions.push(await Session.create(client, { ttl }));
+    }),
+  );
+  // Warm-up: two renewal intervals (the JIT, and the renewals settle into their phase).
+  await sleep(2 * intervalMs + 500);
+  late = 0;
+  const r0 = renewals;
+  const w0 = process.hrtime.bigint() / 1000n;
+  cpu = process.cpuUsage();
+  t = performance.now();
+  await sleep(Number(opts.seconds) * 1000);
+  const used = process.cpuUsage(cpu);
+  const cpuMs = ms(used);
+  const wallMs = performance.now() - t;
+  const w1 = process.hrtime.bigint() / 1000n;
+  const got = renewals - r0;
+  const m: Measured = {
+    lib: opts.lib,
+    sessions: n,
+    renewals: got,
+    wallMs,
+    cpuMs,
+    sysMs: used.system / 1000,
+    idleCpuMsPerSec,
+    usPerRenewal: (1000 * (cpuMs - (idleCpuMsPerSec * wallMs) / 1000)) / got,
+    late,
+    lost: sessions.filter((s) => s.signal.aborted).length,
+    window: [Number(w0), Number(w1)],
+  };
+  process.stdout.write(`${JSON.stringify(m)}\n`);
+  await Promise.all(sessions.map((s) => s.close().catch(() => {})));
+  await client.close();
+}
+
+function ms(u: NodeJS.CpuUsage): number {
+  return (u.user + u.system) / 1000;
+}
+
+async function main(): Promise<void> {
+  const { startEtcd } = await import('../dist/testing/index.js');
+  const libs = opts.lib.split(',');
+  const cluster = await startEtcd({ members: 1 });
+  process.stdout.write(`etcd ${cluster.version}; ${opts.sessions} sessions, TTL ${opts.ttl}, window ${opts.seconds} s\n`);
+  const results = new Map<string, Measured[]>(libs.map((l) => [l, []]));
+  try {
+    for (let round = 0; round < Number(opts.rounds); round++) {
+      for (const lib of libs) {
+        const dir = opts.prof ? resolve(opts.prof, `r${round}-${libs.indexOf(lib)}`) : undefined;
+        if (dir) await mkdir(dir, { recursive: true });
+        const load = loadavg()[0]!;
+        const m = await runWorker(lib, cluster.endpoints.join(','), dir);
+        results.get(lib)!.push(m);
+        process.stdout.write(
+          `round ${round} ${lib}: ${m.usPerRenewal.toFixed(1)} µs/renewal (${m.renewals} renewals, ${m.cpuMs.toFixed(0)} ms CPU (${m.sysMs.toFixed(0)} in the kernel) in ${m.wallMs.toFixed(0)} ms, idle ${m.idleCpuMsPerSec.toFixed(1)} ms/s, late ${m.late}, lost ${m.lost}; load ${load.toFixed(1)})\n`,
+        );
+        if (dir) {
+          // The main thread's profile (tsx's loader thread writes a second one).
+          const file = (await readdir(dir)).filter((f) => f.endsWith('.cpuprofile')).sort()[0];
+          process.stdout.write(`  ${join(dir, file!)} --window ${m.window.join(',')}\n`);
+          const profile = JSON.parse(await readFile(join(dir, file!), 'utf8')) as Profiler.Profile;
+          printBreakdown(`  profile ${lib}`, analyze(profile, m.renewals, m.window));
+        }
+      }
+    }
+  } finally {
+    await cluster.stop();
+  }
+  for (const [lib, ms] of results) {
+    const us = ms.map((m) => m.usPerRenewal).sort((a, b) => a - b);
+    process.stdout.write(
+      `${lib}: median ${us[Math.floor(us.length / 2)]!.toFixed(1)} µs/renewal (${us.map((u) => u.toFixed(1)).join(', ')})\n`,
+    );
+  }
+}
+
+function runWorker(lib: string, endpoints: string, profDir?: string): Promise<Measured> {
+  const args = [
+    ...(profDir ? ['--cpu-prof', '--cpu-prof-interval', '200', '--cpu-prof-dir', profDir] : []),
+    '--import',
+    'tsx',
+    fileURLToPath(import.meta.url),
+    '--worker',
+    '--lib',
+    lib,
+    '--endpoints',
+    endpoints,
+    '--sessions',
+    opts.sessions,
+    '--ttl',
+    opts.ttl,
+    '--seconds',
+    opts.seconds,
+    ...(opts.stagger !== undefined ? ['--stagger', opts.stagger] : []),
+  ];
+  return new Promise((ok, fail) => {
+    const p = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.on('error', fail);
+    p.on('exit', (code) => {
+      const line = out.trim().split('\n').pop() ?? '';
+      if (code !== 0 || !line.startsWith('{')) fail(new Error(`renew-cpu worker exited ${code}: ${out}`));
+      else ok(JSON.parse(line) as Measured);
+    });
+  });
+}
