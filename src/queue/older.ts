@@ -46,8 +46,8 @@ export function olderSet(
  * whose events come in revision order, takes each of them off as it goes, and sees any change to
  * our own key. Once the last is gone and our key was not touched, we are the oldest at that event's
  * revision with our key standing: what the confirming read after a wake-up would prove, known
- * without it. The hand-over then costs the release and its notification only (on members that
- * lose no watch event, see watch-trust.ts; else one O(1) Txn confirms our key).
+ * without it. The event may reach us late, though (a stream that stalled and resumed), so the rule
+ * still confirms our key with one O(1) Txn before it says "our turn": no read of the queue.
  *
  * Why that is enough: no key can be created older than an existing one (CreateRevisions only grow),
  * so after the read at `asOf` the older participants can only leave; the watch delivers every event

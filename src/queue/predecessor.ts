@@ -144,14 +144,12 @@ class OldestRule implements TurnRule {
     const last = this.last;
     this.last = undefined;
     if (last?.strays) for (const kv of last.strays) this.addStray(kv);
-    // Every older participant went with our key standing (an OlderBlocker saw it): our turn, no request.
+    // Every older participant went with our key standing (an OlderBlocker saw it): our turn, confirmed.
     if (last instanceof OlderBlocker && last.clear) {
-      // A member that may lose a watch event may have lost our own key's delete: one O(1) Txn
-      // confirms our key (and marks it behind a long queue).
-      if (!queueOf(session.client).watchTrust.lossless()) return ourTurnAfterHead(session, scope, ticket, lostError, this.marks, signal);
-      // Behind us a long queue (grown meanwhile): mark, as a holder found first by a look-up does.
-      if (this.marks && queueOf(session.client).hints.long(scope.prefix)) markHead(session, ticket);
-      return null;
+      // Nobody older was left at that event's revision, but the event may come late (a stream that
+      // stalled, then resumed) and our key may be gone since: one O(1) Txn confirms it stands now
+      // (and marks it behind a long queue).
+      return ourTurnAfterHead(session, scope, ticket, lostError, this.marks, signal);
     }
     // Our marked or last older predecessor was deleted: nothing older than us is left.
     if (last instanceof PredecessorBlocker && last.headGone) return ourTurnAfterHead(session, scope, ticket, lostError, this.marks, signal);
@@ -170,7 +168,6 @@ class OldestRule implements TurnRule {
       // Every older participant in it (a short queue): wait for all of them on one watch, no read after.
       const older = olderSet(pre.kvs, pre.more, ticket.rev, scope.isCandidate, this);
       if (older && older.size > 0) {
-        queueOf(session.client).watchTrust.lossless(); // asked now, known by our turn
         return (this.last = new OlderBlocker(session, ticket, scope.prefix, scope.isCandidate, older, ticket.rev, this.keepWatch));
       }
       p = fromPage(pre.kvs, pre.more, ticket.rev, scope, this);

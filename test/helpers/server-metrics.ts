@@ -1,6 +1,4 @@
 // etcd's own Prometheus metrics: calls started, answered and in flight, watchers, waiters blocked.
-import type { Client } from '../../src/index.js';
-import { mayLoseWatchEvents } from '../../src/queue/watch-trust.js';
 import { waitFor } from './waiting.js';
 
 /**
@@ -78,13 +76,4 @@ export async function waitersBlocked(
 /** How many calls of a unary gRPC method etcd has answered: `grpc_server_handled_total`. */
 export function grpcHandled(clientUrl: string, method: string): Promise<number> {
   return metric(clientUrl, 'grpc_server_handled_total', { grpc_method: method, grpc_type: 'unary' });
-}
-
-/**
- * What a waiter that knew every key older than its own sends when the last of them goes: nothing on
- * a member whose watch loses no event, one O(1) Txn confirming its key on one that may
- * (src/queue/watch-trust.ts: etcd 3.4 before 3.4.36, 3.5 before 3.5.18).
- */
-export async function takeOverCalls(client: Client): Promise<string[]> {
-  return mayLoseWatchEvents((await client.status()).version) ? ['Txn'] : [];
 }
