@@ -1,11 +1,15 @@
 // Which etcd versions a waiter trusts to deliver every watch event (src/queue/watch-trust.ts), and what a
 // holder does on one it cannot trust.
-import { after, before, describe, it, test } from 'node:test';
+import { describe, it, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, LockLostError, Mutex, Session, type Watch } from '../src/index.js';
 import { mayLoseWatchEvents } from '../src/queue/watch-trust.js';
-import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { aborted, assertNoLeases, uniquePrefix, waitFor } from './helpers.js';
+import type { EtcdCluster } from '../src/testing/index.js';
+import { aborted, etcdForFile, waitFor } from './helpers.js';
+
+let etcd: EtcdCluster;
+let admin: Client;
+const fresh = etcdForFile('test/watch-trust/', (e, c) => ((etcd = e), (admin = c)));
 
 test('etcd 3.4 before 3.4.36 and 3.5 before 3.5.18 may lose a watch event; 3.6 and later, and the fixed patches, do not', () => {
   const judged = Object.fromEntries(
@@ -32,18 +36,6 @@ test('etcd 3.4 before 3.4.36 and 3.5 before 3.5.18 may lose a watch event; 3.6 a
 });
 
 describe('on a member whose watch may lose an event', () => {
-  let etcd: EtcdCluster;
-  let admin: Client;
-  before(async () => {
-    etcd = await startEtcd({ members: 1 });
-    admin = new Client({ endpoints: etcd.endpoints });
-  });
-  after(async () => {
-    await assertNoLeases(admin);
-    await admin.close();
-    await etcd.stop();
-  });
-
   it("a holder whose key's delete event is lost still learns of the loss, from the client's batched re-check", async (t) => {
     if (!mayLoseWatchEvents((await admin.status()).version)) return t.skip('this etcd delivers every watch event: nothing to make up for');
     const client = new Client({ endpoints: etcd.endpoints });
@@ -63,7 +55,7 @@ describe('on a member whose watch may lose an event', () => {
     }) as typeof client.conn.unary;
     const session = await Session.create(client, { ttl: 3 });
     try {
-      const h = await new Mutex(session, `${uniquePrefix('lost-event')}lock`).lock();
+      const h = await new Mutex(session, `${fresh('lost-event')}lock`).lock();
       const lost = aborted(h.signal); // watched from now on
       // Its watch is up and its read after it answered: from now on only the watch, or the re-check, can tell.
       await waitFor(async () => {
