@@ -89,6 +89,20 @@ async function drained(c: { client: Client }, prefix: string): Promise<void> {
   for (let i = 0; i < 5; i++) await turn();
 }
 
+/**
+ * `holder` takes the lock on `name`, then `waiter` queues behind it and watches; its client counted
+ * the queue short first (a tryLock), so its enqueue lists every key older than its own.
+ */
+async function queuedBehind(holder: Session, waiter: Session, name: string): Promise<{ held: LockHandle; waiting: Tracked<LockHandle> }> {
+  const held = await new Mutex(holder, name).lock();
+  const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
+  const m = new Mutex(waiter, name);
+  assert.equal(await m.tryLock(), null);
+  const waiting = track(m.lock());
+  await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'the waiter queued and watching the prefix');
+  return { held, waiting };
+}
+
 test('a hand-over down a short queue costs each waiter one O(1) Txn, no read of the queue, after the delete that makes it first', async (t) => {
   const prefix = uniquePrefix('no-read-chain');
   const name = `${prefix}lock`;
@@ -197,13 +211,8 @@ test("the last older key's delete reaches the waiter late, after its own key was
   const session = await Session.create(late, { ttl: 30 });
   const pending: Tracked<LockHandle>[] = [];
   try {
-    const held = await new Mutex(a.session, name).lock();
-    const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
-    const mb = new Mutex(session, name);
-    assert.equal(await mb.tryLock(), null); // counted short: its enqueue lists every older key
-    const pb = track(mb.lock());
+    const { held, waiting: pb } = await queuedBehind(a.session, session, name);
     pending.push(pb);
-    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'B queued and watching the prefix');
     proxy.blackhole(true); // B's events wait in the proxy, in order
     await held.unlock(); // the last older key goes: B first, as of this revision
     await admin.delete(`${name}/${session.leaseId.toString(16)}`); // then B's own key, by an operator
@@ -226,13 +235,8 @@ test("the holder's key and the waiter's own key deleted in one revision: the wai
   const [a, b] = await Promise.all([contender(), contender()]);
   const pending: Tracked<LockHandle>[] = [];
   try {
-    const held = await new Mutex(a!.session, name).lock();
-    const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
-    const mb = new Mutex(b!.session, name);
-    assert.equal(await mb.tryLock(), null);
-    const pb = track(mb.lock());
+    const { held, waiting: pb } = await queuedBehind(a!.session, b!.session, name);
     pending.push(pb);
-    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'B queued and watching');
     // One Txn (an operator's cleanup): the holder's key first, then B's; B's event comes after the
     // one that empties its set of older keys, in the same revision.
     await admin.txn({
