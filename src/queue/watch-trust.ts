@@ -18,8 +18,8 @@ export function mayLoseWatchEvents(version: string): boolean {
 
 /**
  * Whether the member this client talks to (the one serving its watches) delivers every watch event:
- * what lets a waiter take its turn on an event alone, with no request to confirm that its key still
- * stands (older.ts). Asked by a Status on the client's own connection when first needed, and again
+ * if not, a holding's watch may miss its key's delete, and the client's re-check reads the key too
+ * (Ownership's safety net in ownership.ts). Asked by a Status on the client's own connection when first needed, and again
  * a minute after each answer; no answer yet, a failure or a refusal (Status may need the root role)
  * counts as no.
  */
