@@ -6,7 +6,7 @@ import { SessionExpiredError } from '../errors.js';
 import type { Client } from '../client/client.js';
 import { retryWhile } from '../client/backoff.js';
 import { CompactedError, InvalidArgumentError, isTransient } from '../client/errors.js';
-import { compare, op, toBuffer, type Bytes, type KeyValue } from '../client/kv.js';
+import { op, toBuffer, txnRange, type Bytes, type KeyValue } from '../client/kv.js';
 import { QueuedIterator } from '../client/queued-iterator.js';
 import { telemetryOf } from '../metrics/telemetry.js';
 import { LeadershipLostError, NotLeaderError, OwnershipLostError } from '../errors.js';
@@ -16,7 +16,7 @@ import { acquire, type AcquireOptions } from '../queue/acquire.js';
 import { OwnerHandleBase, type Ownership, type OwnerHandle } from '../queue/ownership.js';
 import { oldestParticipant } from '../queue/participants.js';
 import type { ReleaseResult } from '../queue/release.js';
-import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
+import { oldestRule, ourKeyStands, participantScope, participantTicket, ticketLost } from '../queue/predecessor.js';
 import type { LeaderHealth } from './health.js';
 import type { LostErrorFactory } from '../queue/turn.js';
 
@@ -116,15 +116,12 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
         // keep its place and take the new value, as Go does, so etcd and the handle agree.
         async prepare(ticket, signal) {
           if (ticket.value.equals(bytes)) return;
+          // Guarded on our incarnation and our lease: never puts back on our lease a key someone moved off it.
           const t = await session.client.txn(
-            {
-              compare: [compare.createRevision(ticket.key, '=', ticket.rev)],
-              success: [op.put(ticket.key, bytes, session.leaseId)],
-              failure: [],
-            },
+            { compare: ourKeyStands(session, ticket), success: [op.put(ticket.key, bytes, session.leaseId)], failure: [] },
             { idempotent: true, signal },
           );
-          if (!t.succeeded) throw leadershipLost(ticket.key)(`${ticket.key} vanished while updating its value`, { reason: 'key_deleted' });
+          if (!t.succeeded) await ticketLost(session, ticket, leadershipLost(ticket.key), signal ?? new AbortController().signal);
         },
         hold: (own) => new Leadership(own, bytes),
       },
@@ -277,16 +274,20 @@ class Leadership extends OwnerHandleBase implements LeaderHandle {
       throw new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key, { cause, reason });
     }
     const bytes = toBuffer(value);
+    // Guarded on our incarnation and our lease: a key someone moved off our lease stays off it.
     const t = await this.own.session.client.txn(
-      { compare: [this.own.ownerCompare()], success: [op.put(this.key, bytes, this.own.session.leaseId)], failure: [] },
+      {
+        compare: this.own.ownerCompares(),
+        success: [op.put(this.key, bytes, this.own.session.leaseId)],
+        failure: [op.get(this.key)],
+      },
       { idempotent: true },
     );
     if (!t.succeeded) {
-      const err = new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key, {
-        reason: 'key_deleted',
-      });
-      // The compare is on our key's CreateRevision: it fails only when the key was deleted.
-      this.own.ownerCompareFailed(err);
+      const kv = txnRange(t, 0).kvs[0];
+      const reason = kv?.createRevision === this.fencingToken ? 'moved_off_lease' : 'key_deleted';
+      const err = new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key, { reason });
+      this.own.ownerCompareFailed(err, reason);
       throw err;
     }
     this.current = bytes;

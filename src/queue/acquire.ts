@@ -78,10 +78,10 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
   const now = gates.tryEnter(q.ticket.key, shared);
   if (!now) holdersWatch(session, q.ticket.key);
   const ticket = now
-    ? ((a.exit = now), enqueueOrClean(session, q.ticket, what, probe?.ahead, options.signal))
+    ? ((a.exit = now), enqueueOrClean(session, q.ticket, what, q.rules.lostError(q.ticket.key), probe?.ahead, options.signal))
     : gates.enter(q.ticket.key, shared, session.signal, options.signal).then((exit) => {
         a.exit = exit;
-        return enqueueOrClean(session, q.ticket, what, probe?.ahead, options.signal);
+        return enqueueOrClean(session, q.ticket, what, q.rules.lostError(q.ticket.key), probe?.ahead, options.signal);
       });
   void a.run(ticket);
   return a.promise;
@@ -187,7 +187,7 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
       probe?.busy();
       return null;
     }
-    ticket = await enqueueOrClean(session, q.ticket, what, probe?.ahead);
+    ticket = await enqueueOrClean(session, q.ticket, what, q.rules.lostError(q.ticket.key), probe?.ahead);
   } catch (err) {
     exit?.();
     probe?.failed(err, undefined, session.signal);

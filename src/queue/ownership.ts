@@ -119,9 +119,14 @@ export class Ownership {
     if (this.ended) throw rethrown(this.endReason());
   }
 
-  /** A Txn compare that holds only while this owner's key is the one it created. */
+  /** A Txn compare that holds only while this owner's key is the one it created (Go's IsOwner). */
   ownerCompare(): Compare {
     return compare.createRevision(this.key, '=', this.fencingToken);
+  }
+
+  /** The Txn compares that hold only while we own the key: the incarnation we created, still on our lease. */
+  ownerCompares(): Compare[] {
+    return [this.ownerCompare(), compare.lease(this.key, '=', this.session.leaseId)];
   }
 
   /**
@@ -323,12 +328,13 @@ export class Ownership {
   }
 
   /**
-   * A write guarded by ownerCompare() failed, so our key is gone: ends this ownership as lost with
-   * `err` (the caller's own error), as a watch that saw the delete would have.
+   * A write guarded by ownerCompares() failed, so our key is gone (`key_deleted`) or was moved off our
+   * lease: ends this ownership as lost with `err` (the caller's own error), as a watch that saw the
+   * change would have.
    */
-  ownerCompareFailed(err: Error): void {
+  ownerCompareFailed(err: Error, loss: LossReason = 'key_deleted'): void {
     if (this.ended || this.left) return;
-    this.endLost(err, 'key_deleted');
+    this.endLost(err, loss);
   }
 
   private endLost(err: Error, loss: LossReason): void {
@@ -372,8 +378,17 @@ export interface OwnerHandle extends AsyncDisposable {
    * released by us. It fires before the server can expire the lease; stop protected work then.
    */
   readonly signal: AbortSignal;
-  /** A Txn compare that succeeds only while we own the key: make your own etcd writes conditional on it. */
+  /**
+   * A Txn compare on the key's CreateRevision: Go's `IsOwner()`. It fails once our key is deleted, but
+   * not when someone else (an operator's plain `put`) moved it off our lease, after which another
+   * session may hold: guard your own etcd writes with {@link OwnerHandle.ownerCompares} instead.
+   */
   ownerCompare(): Compare;
+  /**
+   * The Txn compares that succeed only while we own the key (our incarnation, on our lease): make your
+   * own etcd writes conditional on all of them, `compare: handle.ownerCompares()`.
+   */
+  ownerCompares(): Compare[];
 }
 
 /** The shared implementation of the handles; not exported from the package. */
@@ -398,6 +413,10 @@ export abstract class OwnerHandleBase implements OwnerHandle {
 
   ownerCompare(): Compare {
     return this.own.ownerCompare();
+  }
+
+  ownerCompares(): Compare[] {
+    return this.own.ownerCompares();
   }
 
   abstract [Symbol.asyncDispose](): Promise<void>;
