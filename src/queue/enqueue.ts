@@ -13,6 +13,13 @@ import { queueOf } from './state.js';
 import type { Ticket, TicketSpec } from './ticket.js';
 import type { LostErrorFactory } from './turn.js';
 
+/**
+ * What an enqueue answers instead of a ticket when it must not join the key it found (see
+ * TicketSpec.joinCheck): the caller takes its in-process turn again after every call that uses the key
+ * has left (Gates.enterAfterHolders), then enqueues again, creating a key of its own.
+ */
+export const AFTER_HOLDERS: unique symbol = Symbol('after holders');
+
 /** The `peeked` of a spec without `peek`: one empty array for every ticket a queue holds. */
 const NO_KVS: readonly KeyValue[] = Object.freeze([]);
 
@@ -32,7 +39,7 @@ async function enqueue(
   lost: LostErrorFactory,
   ahead?: (keys: bigint) => void,
   signal?: AbortSignal,
-): Promise<Ticket> {
+): Promise<Ticket | typeof AFTER_HOLDERS> {
   const { key, value } = spec;
   const count = op.range({ ...spec.count, countOnly: true });
   // A delete of this session's in flight or still retried (a release whose delete failed, a dropped
@@ -54,7 +61,9 @@ async function enqueue(
   const reads = viewed ? [] : spec.peek ? [count, op.range(spec.peek)] : [count];
   // The look-up runs after our put, so it sees our key first and then the ones before it.
   const lookup = !viewed && spec.lookup && state.hints.short(spec.count.key) ? [op.range(spec.lookup)] : [];
-  const t = await enqueueTxn(session, spec, reads, lookup, lost);
+  // A read lock's join checks for a writer queued behind the key it would join (see TicketSpec.joinCheck).
+  const joinRead = spec.joinCheck ? [op.range(spec.joinCheck.read)] : [];
+  const t = await enqueueTxn(session, spec, reads, lookup, joinRead, lost);
   let first = false;
   if (viewed) {
     // Not first behind a queue this long: the rule finds our place in the view.
@@ -78,6 +87,13 @@ async function enqueue(
     }
   } else {
     const mine = txnRange(t, 0).kvs[0]!;
+    // Another call of this process uses (or is taking) the key we found: joining it would overtake a
+    // writer that queued behind it since. Wait until those calls have left it instead.
+    const others = use.users > 0 || use.pending > 1;
+    if (others && spec.joinCheck && !spec.joinCheck.mayJoin(txnRange(t, reads.length + 1).kvs, mine.createRevision)) {
+      q.users.abandon(key, use);
+      return AFTER_HOLDERS;
+    }
     // A copy: the decoded value is a slice of the whole response, which it would keep alive.
     ticket = { key, rev: mine.createRevision, joined: false, value: ownBuffer(mine.value), first, peeked };
   }
@@ -102,6 +118,7 @@ async function enqueueTxn(
   spec: TicketSpec,
   reads: RequestOp[],
   lookup: RequestOp[],
+  joinRead: RequestOp[],
   lost: LostErrorFactory,
 ): Promise<TxnResult> {
   const { key, value } = spec;
@@ -112,7 +129,7 @@ async function enqueueTxn(
         {
           compare: [compare.createRevision(key, '=', 0n)],
           success: [op.put(key, value, session.leaseId), ...reads, ...lookup],
-          failure: [op.get(key), ...reads],
+          failure: [op.get(key), ...reads, ...joinRead],
         },
         // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second
         // key. No signal: cancelled after etcd applied it, it would leave a key nobody knows to delete.
@@ -173,7 +190,7 @@ export async function enqueueOrClean(
   lost: LostErrorFactory,
   ahead?: (keys: bigint) => void,
   signal?: AbortSignal,
-): Promise<Ticket> {
+): Promise<Ticket | typeof AFTER_HOLDERS> {
   const { key } = spec;
   const users = queueOf(session.client).of(session).users;
   const use = users.begin(key);
