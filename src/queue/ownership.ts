@@ -266,9 +266,15 @@ export class Ownership {
         const kv = r.kvs[0];
         if (!this.isOurs(kv)) return this.notOurs(kv);
         this.armNet();
+        // Only an event after that read can end the holding. A watch from "now" on a member that lags
+        // (a follower behind the leader our writes went to) may still deliver older ones, such as the
+        // delete of our own previous incarnation of this key: the read already reflects them, and no
+        // event at or below our key's CreateRevision can be about this incarnation at all.
+        const after = r.header.revision > this.fencingToken ? r.header.revision : this.fencingToken;
         for await (const batch of w) {
           if (this.watch !== w) return; // cancelled by release(): our own delete is no loss
           for (const e of batch.events) {
+            if (e.kv.modRevision <= after) continue;
             if (e.type === 'delete') return this.keyGone();
             if (!this.isOurs(e.kv)) return this.lose(undefined, 'moved_off_lease');
           }
