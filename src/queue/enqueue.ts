@@ -20,6 +20,13 @@ import type { LostErrorFactory } from './turn.js';
  */
 export const AFTER_HOLDERS: unique symbol = Symbol('after holders');
 
+/**
+ * What an enqueue answers when its answer is about an incarnation of our key older than the one this
+ * process counts now (see KeyUsers.join): it says nothing true of now (its count may make it "first"
+ * on a key already gone), so the enqueue is made again.
+ */
+const STALE: unique symbol = Symbol('stale');
+
 /** The `peeked` of a spec without `peek`: one empty array for every ticket a queue holds. */
 const NO_KVS: readonly KeyValue[] = Object.freeze([]);
 
@@ -39,7 +46,7 @@ async function enqueue(
   lost: LostErrorFactory,
   ahead?: (keys: bigint) => void,
   signal?: AbortSignal,
-): Promise<Ticket | typeof AFTER_HOLDERS> {
+): Promise<Ticket | typeof AFTER_HOLDERS | typeof STALE> {
   const { key, value } = spec;
   const count = op.range({ ...spec.count, countOnly: true });
   // A delete of this session's in flight or still retried (a release whose delete failed, a dropped
@@ -101,7 +108,9 @@ async function enqueue(
   // attempt (its answer lost, the Txn retried) or by an earlier process on a lease this session
   // adopted. Either way it keeps its place and is ours to drop: a key nobody waits for would block
   // the queue as long as the lease is renewed (Go likewise resigns a cancelled Campaign).
-  ticket.joined = q.users.join(key, use, ticket.rev);
+  const joined = q.users.join(key, use, ticket.rev);
+  if (joined === undefined) return STALE;
+  ticket.joined = joined;
   return ticket;
 }
 
@@ -193,16 +202,20 @@ export async function enqueueOrClean(
 ): Promise<Ticket | typeof AFTER_HOLDERS> {
   const { key } = spec;
   const users = queueOf(session.client).of(session).users;
-  const use = users.begin(key);
-  try {
-    return await enqueue(session, spec, use, lost, ahead, signal);
-  } catch (err) {
-    users.abandon(key, use);
-    if (use.users === 0 && use.pending === 0 && !session.signal.aborted) {
-      if (use.rev !== undefined) void dropTicket(session, { key, rev: use.rev }, what);
-      else if (isTransient(err)) void dropTicket(session, { key }, what);
+  for (;;) {
+    const use = users.begin(key);
+    let t: Ticket | typeof AFTER_HOLDERS | typeof STALE;
+    try {
+      t = await enqueue(session, spec, use, lost, ahead, signal);
+    } catch (err) {
+      users.abandon(key, use);
+      if (use.users === 0 && use.pending === 0 && !session.signal.aborted) {
+        if (use.rev !== undefined) void dropTicket(session, { key, rev: use.rev }, what);
+        else if (isTransient(err)) void dropTicket(session, { key }, what);
+      }
+      throw err;
     }
-    throw err;
+    if (t !== STALE) return t;
   }
 }
 
