@@ -63,7 +63,10 @@ describe('an operator puts a participant key without its lease', { timeout: 60_0
       assert.ok(h2.fencingToken > hc.fencingToken, `token ${h2.fencingToken} after ${hc.fencingToken}: never reused or going back`);
       assert.equal((await read(h2.key))?.lease, a!.leaseId);
       await h2.unlock();
-      await h1.unlock(); // the lost handle: its guarded delete touches nothing of the new key
+      // The lost handle says so; its guarded delete touches nothing of the new key.
+      const r = await h1.unlock();
+      assert.equal(r.state, 'lost');
+      assert.ok(r.error instanceof LockLostError && r.error.reason === 'moved_off_lease');
     } finally {
       await closeAll([a!, c!]);
     }

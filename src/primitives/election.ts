@@ -378,7 +378,9 @@ function campaignAgainAfter(err: unknown, ownSession: boolean): boolean {
  * `leader.signal` aborts, which happens before the lease can expire on the server, so a task that
  * outlives its term (a pause, a partition) is told to stop before anyone else can lead.
  * When leadership is lost the task's settling is awaited and, unless `once`, we campaign again.
- * Resolves with the task's result (after resigning), or undefined when `signal` stopped it.
+ * Resolves with the task's result (after resigning); with undefined when `signal` stopped it (the
+ * term's `leader.signal` then aborts with a LeadershipLostError whose reason is `released` and whose
+ * cause is the signal's reason), or when the one term of `once` was lost.
  *
  * An outage does not end it: while etcd cannot be reached (or the session for the next term cannot
  * be made), it tries again with backoff capped at `maxRetryDelayMs`, counting each retry in
@@ -443,7 +445,14 @@ export async function runAsLeader<T>(
       // Watch the term from its start, whether or not the task looks at leader.signal: whether the
       // term was lost (below) must not depend on what the task, or an installed SDK, touched.
       leader.watch();
-      const onShutdown = (): void => leader.revoke(shutdown!.reason);
+      // The term ends released, with a LeadershipLostError as every end of a term (its cause: the signal's reason).
+      const onShutdown = (): void =>
+        leader.revoke(
+          new LeadershipLostError(`${leader.key} (term ${leader.fencingToken}) was given up: runAsLeader's signal aborted`, leader.key, {
+            reason: 'released',
+            cause: shutdown!.reason,
+          }),
+        );
       shutdown?.addEventListener('abort', onShutdown, { once: true });
       // The health check learns when leadership ends under the running task (watching the key).
       const onEnded = (): void => health!.ended(leader, leader.signal.reason);

@@ -45,6 +45,8 @@ export class Ownership {
   private net?: Due;
   /** Why ownership ended (lost, released or revoked), once it has; made on demand (see release). */
   private ended?: { reason?: unknown; make?: () => unknown };
+  /** Why ownership was lost, when it ended by a loss rather than a release. */
+  private loss?: LossReason;
   /** The release, once asked for: every later call gets the same answer. */
   private releasing?: Promise<ReleaseResult>;
   /** This holding no longer counts among the users of its key (a release, maybe still retried, was made). */
@@ -142,6 +144,8 @@ export class Ownership {
   }
 
   private async releaseOnce(): Promise<ReleaseResult> {
+    // Lost before this release: it says so (and still deletes what is left of our key, guarded).
+    const lost = this.loss !== undefined ? this.endReason() : undefined;
     // Stop watching first (and do not start), or our own delete could be reported as a loss.
     clearTimeout(this.watchTimer);
     this.watch?.cancel();
@@ -153,6 +157,10 @@ export class Ownership {
     const d = releaseKey(this.session, this.key, this.fencingToken, this.what);
     // The next call of this process on the key may go: its enqueue waits for our delete (if any).
     this.exit?.();
+    if (lost !== undefined) {
+      const settled = d ? d.done.then(() => {}) : Promise.resolve();
+      return { state: 'lost', error: lost, settled };
+    }
     if (d) {
       try {
         await d.first;
@@ -182,6 +190,7 @@ export class Ownership {
   end(reason: unknown, make?: () => unknown, loss?: LossReason): void {
     if (this.ended) return;
     this.ended = make ? { make } : { reason };
+    this.loss = loss;
     this.exit?.();
     clearTimeout(this.watchTimer);
     this.session.signal.removeEventListener('abort', this.onSessionLost);
