@@ -52,19 +52,23 @@ export class KeyUsers {
     return use;
   }
 
-  /** The enqueue found or created incarnation `rev` and becomes one of its users: true if it joins others. */
-  join(key: string, use: KeyUse, rev: bigint): boolean {
+  /**
+   * The enqueue found or created incarnation `rev` and becomes one of its users: true if it joins
+   * others, false if it is the first. Undefined when `rev` is older than the incarnation counted
+   * now: an answer that arrived after a newer one (the key was deleted and created again meanwhile).
+   * That call is not counted, and must not hold on its answer: it enqueues again.
+   */
+  join(key: string, use: KeyUse, rev: bigint): boolean | undefined {
     use.pending--;
     if (use.rev === rev) return ++use.users > 1;
     if (use.rev === undefined || rev > use.rev) {
       // A newer incarnation: the one the other users shared was deleted (their waits and watches see it).
       use.rev = rev;
       use.users = 1;
-    } else {
-      // An answer about an incarnation already replaced: this call is not counted, its wait finds it gone.
-      this.settle(key, use);
+      return false;
     }
-    return false;
+    this.settle(key, use);
+    return undefined;
   }
 
   /** The enqueue failed: it no longer counts. */
