@@ -108,9 +108,9 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
   const byRevision = Object.fromEntries(
     ROLES.map((r) => [r, checkGrantsByRevision(lives, history.witnesses[r], rules[r], checkName[r])]),
   ) as Record<CoreRole, Violation[]>;
-  const foreign = [
-    ...ROLES.flatMap((r) => foreignDeletes(r === 'election' ? history.terms : history.held[r], lives, `${r}-key-deleted-by-another`)),
-  ];
+  const foreign = ROLES.flatMap(
+    (r) => foreignDeletes(r === 'election' ? history.terms : history.held[r], lives, `${r}-key-deleted-by-another`).violations,
+  );
   const tokenOrder = [
     ...tokenOrderViolations(history.held.fenced, nemesis.faults, 'fenced-token-order'),
     ...tokenOrderViolations(history.held.unfenced, nemesis.faults, 'unfenced-token-order'),

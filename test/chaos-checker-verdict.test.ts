@@ -21,23 +21,26 @@ test('verdict: unexpected errors, stuck waits, harness problems, cleanup and a h
 
 test('a hold lost to a delete of its key while its lease lived, by neither its release nor the operator, is a violation', async () => {
   const { foreignDeletes } = await import('../chaos/revisions.js');
-  const lost = (token: bigint, why = 'its key was deleted') => ({
-    ...iv('fenced-0#1', token, 0, 10, true),
-    lostReason: `chaos/f/ab (token ${token}) is no longer owned: ${why}`,
-  });
+  // As worker-loss.ts lossClock() reports it: the lost error's reason.
+  const lost = (token: bigint, why = 'key_deleted') => ({ ...iv('fenced-0#1', token, 0, 10, true), lostReason: why });
   const lives: KeyLife[] = [
     { key: 'chaos/f/ab', create: 20n, lease: 'ab', deleted: 25n, how: 'deleted' }, // a late unguarded release of incarnation 10
     { key: 'chaos/f/ab', create: 30n, lease: 'ab', deleted: 31n, how: 'operator-delete' },
     { key: 'chaos/f/ab', create: 40n, lease: 'ab', deleted: 41n, how: 'lease-ended' },
   ];
   assert.deepEqual(
-    foreignDeletes([lost(20n)], lives, 'fenced-key-deleted-by-another').map((v) => v.check),
+    foreignDeletes([lost(20n)], lives, 'fenced-key-deleted-by-another').violations.map((v) => v.check),
     ['fenced-key-deleted-by-another'],
   );
-  // The operator's delete, a lease gone, a loss for another reason, a release (not lost): nothing.
+  // The operator's delete, a lease gone: judged, not violations. A loss for another reason, a
+  // release (not lost), a delete the record does not show: not judged.
   assert.deepEqual(
-    foreignDeletes([lost(30n), lost(40n), lost(20n, 'its session was lost (session deadline)'), { ...lost(20n), lost: false }], lives, 'x'),
-    [],
+    foreignDeletes(
+      [lost(30n), lost(40n), lost(20n, 'lease_expired/deadline'), { ...lost(20n), lost: false }, lost(50n)],
+      [...lives, { key: 'chaos/f/ab', create: 50n, lease: 'ab' }],
+      'x',
+    ),
+    { violations: [], judged: 2 },
   );
 });
 
