@@ -17,9 +17,12 @@ import {
   tokenOrderViolations,
   longestGap,
   round,
+  incompleteRecord,
+  withinRecord,
   type EtcdCounterReport,
   type HeldInterval,
   type LeaseEvidence,
+  type RecordExtent,
   type Violation,
 } from './checker/index.js';
 import { now, type CoreRole, type Role } from './common.js';
@@ -30,7 +33,7 @@ import { readRevokeTimeouts } from './etcd-logs.js';
 import type { FencedStore } from './fenced-store.js';
 import type { Nemesis } from './nemesis.js';
 import { checkLinearizable, type LinearOp, type PorcupineResult } from './porcupine.js';
-import { checkGrantsByRevision, foreignDeletes, type GrantRule, type KeyEnd, type KeyLife } from './revisions.js';
+import { checkGrantsByRevision, foreignDeletes, type GrantRule, type GrantWitness, type KeyEnd, type KeyLife } from './revisions.js';
 import type { History } from './run-history.js';
 
 /** Everything a finished phase left to judge: its records, etcd's final word and the cleanup's findings. */
@@ -49,6 +52,8 @@ export interface PhaseEvidence {
   observerResumes: number;
   /** Every key's life under the phase's prefix, from the observer. */
   lives: KeyLife[];
+  /** How far that record goes: nothing after its end is judged on it. */
+  record: RecordExtent;
   start: number;
   end: number;
   leaderlessMs: number | undefined;
@@ -70,7 +75,7 @@ export interface PhaseEvidence {
 /** Judges a finished phase: every check of the checker over its evidence, in one PhaseResult. */
 export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> {
   const { plan, phaseDir, runId, jsonFile, etcdVersion: runEtcdVersion, workerCounts, names, history, store, nemesis, lives } = evidence;
-  const { start, end, leaderlessMs, leaderlessBoundMs, etcdCounter, counterOps, pgAdmin, say } = evidence;
+  const { record, start, end, leaderlessMs, leaderlessBoundMs, etcdCounter, counterOps, pgAdmin, say } = evidence;
   const { notExited, leasesAtExit, unaccounted, leasesLeft, keysLeft, leaseDrainMs } = evidence.cleanup;
   const faults = nemesis.faults;
   // The members' own word on revocations that timed out (a deposed leader's stale batch still
@@ -90,7 +95,25 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
     const rev = witnessRev.get(h.token);
     if (rev !== undefined) h.witnessRev = rev;
   }
-  const leases: LeaseEvidence = { leaseGone: history.leaseGone, staleRevokes: revokeTimeouts, etcdVersion: runEtcdVersion, keys: lives };
+  const leases: LeaseEvidence = {
+    leaseGone: history.leaseGone,
+    staleRevokes: revokeTimeouts,
+    etcdVersion: runEtcdVersion,
+    keys: lives,
+    ...(incompleteRecord(plan.name, record) ? { recordEnd: record.reached } : {}),
+  };
+  // What is judged on the observer's record: only grants and reads it covers (record.ts).
+  let beyondRecord = 0;
+  const recorded = <T>(items: T[], revisionOf: (item: T) => bigint | undefined): T[] => {
+    const { kept, beyond } = withinRecord(items, revisionOf, record);
+    beyondRecord += beyond;
+    return kept;
+  };
+  const witnesses = Object.fromEntries(ROLES.map((r) => [r, recorded(history.witnesses[r], (w) => w.rev)])) as Record<
+    CoreRole,
+    GrantWitness[]
+  >;
+  const recipeEvents = recorded(history.recipes, (e) => ('rev' in e ? BigInt(e.rev) : undefined));
   const rules: Record<CoreRole, GrantRule> = {
     fenced: { kind: 'exclusive' },
     unfenced: { kind: 'exclusive' },
@@ -106,7 +129,7 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
     rwlock: 'rw-grant-by-revision',
   };
   const byRevision = Object.fromEntries(
-    ROLES.map((r) => [r, checkGrantsByRevision(lives, history.witnesses[r], rules[r], checkName[r])]),
+    ROLES.map((r) => [r, checkGrantsByRevision(lives, witnesses[r], rules[r], checkName[r])]),
   ) as Record<CoreRole, Violation[]>;
   const foreign = ROLES.flatMap(
     (r) => foreignDeletes(r === 'election' ? history.terms : history.held[r], lives, `${r}-key-deleted-by-another`).violations,
@@ -180,7 +203,7 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
   const rw = checkRW(store.rw);
   const rwFound = findOverlaps(history.held.rwlock, faults, rwConflict, acted, leases);
   const leaseExpiries = checkLeaseExpiries(history.leaseGone, faults, revokeTimeouts);
-  const recipes = judgeRecipes(history.recipes, lives, names.dbarrier, workerCounts.dbarrier);
+  const recipes = judgeRecipes(recipeEvents, lives, names.dbarrier, workerCounts.dbarrier);
   const leaseViolations = leaseExpiries.violations;
 
   const failover = nemesis.failovers.map((f) => {
@@ -271,6 +294,7 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
       foreignDeletes: foreign.length,
       observerResumes: evidence.observerResumes,
     },
+    record: { ...record, beyond: beyondRecord },
     failover,
     liveness: Object.fromEntries(
       ROLES.map((role) => {

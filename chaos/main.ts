@@ -283,7 +283,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
   const counterOps = settleCounterOps(history.linear, new Set(ledger.kvs.map((kv) => kv.key.toString())));
   await admin.delete(prefix, { prefix: true });
   const lastRevision = (await admin.getPrefix(prefix)).header.revision;
-  const lives = await observer.finish(lastRevision);
+  const { lives, reached } = await observer.finish(lastRevision);
   nemesis.problems.push(...observer.problems);
   await admin.close();
   await cluster.stop();
@@ -302,6 +302,7 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     nemesis,
     observerResumes: observer.resumes,
     lives,
+    record: { reached, wanted: lastRevision },
     start,
     end,
     leaderlessMs,

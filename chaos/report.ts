@@ -12,6 +12,7 @@ import {
   type OverlapReport,
   type PermitsReport,
   type RWReport,
+  type RecordExtent,
   type Violation,
 } from './checker/index.js';
 import { now, type CoreRole, type RecipeRole, type Role } from './common.js';
@@ -92,6 +93,8 @@ export interface PhaseResult {
     foreignDeletes: number;
     observerResumes: number;
   };
+  /** How far the observer's record goes; `beyond`: grants and reads after its end, not judged. */
+  record: RecordExtent & { beyond: number };
   failover: { kind: string; atS: number; raftMs?: number; firstAcquireMs?: number; newLeaderMs?: number }[];
   /** The longest stretch without an acquisition, and when it began (s into the phase). */
   liveness: Record<CoreRole, { ms: number; atS: number }>;
@@ -130,6 +133,7 @@ export function summarize(results: PhaseResult[], run: RunFacts) {
       stuckWaits: r.stuckWaits,
       problems: r.problems,
       cleanupOk: r.cleanup.ok,
+      record: r.record,
     })),
     run.fatal,
   );
@@ -280,6 +284,11 @@ export function printTable(results: PhaseResult[]): void {
       : 'no PostgreSQL',
   );
   row('  unfenced shadow: writes, lost updates', (r) => (r.pgLedger ? `${r.pgLedger.shadowWrites}, ${r.pgLedger.shadowLostUpdates}` : '-'));
+  row('record: revision reached (of)', (r) =>
+    r.record.reached >= r.record.wanted
+      ? `${r.record.reached}`
+      : `${r.record.reached} of ${r.record.wanted}: INCOMPLETE (${r.record.beyond} not judged)`,
+  );
   row('leaderless after the faults ended (ms)', (r) => r.leaderlessAfterFaultsMs ?? 'none within the bound');
   row(
     'porcupine (operations: verdict)',

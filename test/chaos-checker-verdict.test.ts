@@ -1,10 +1,10 @@
-// What fails a chaos run besides overlaps: the verdict's list (chaos/checker/verdict.ts) and the
-// checks by etcd's revisions (chaos/revisions.ts: a key deleted by another, grants judged by revision).
-// Pure: no etcd.
+// What fails a chaos run besides overlaps: the verdict's list (chaos/checker/verdict.ts), a record
+// of etcd's history that ends early (chaos/checker/record.ts), and the checks by etcd's revisions
+// (chaos/revisions.ts: a key deleted by another, grants judged by revision). Pure: no etcd.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { verdict } from '../chaos/checker/index.js';
-import type { KeyLife } from '../chaos/revisions.js';
+import { verdict, withinRecord } from '../chaos/checker/index.js';
+import { checkGrantsByRevision, type GrantWitness, type KeyLife } from '../chaos/revisions.js';
 import { clean, iv } from './chaos-checker-helpers.js';
 
 test('verdict: unexpected errors, stuck waits, harness problems, cleanup and a harness error each fail the run', () => {
@@ -17,6 +17,34 @@ test('verdict: unexpected errors, stuck waits, harness problems, cleanup and a h
   ]);
   assert.deepEqual(verdict([{ ...clean, cleanupOk: false }]), ['p: cleanup failed']);
   assert.deepEqual(verdict([clean], 'loopback: Error: boom\n  at x'), ['harness error: loopback: Error: boom']);
+});
+
+test('a record that ends early fails the run as incomplete, naming the revision it reached', () => {
+  assert.deepEqual(verdict([{ ...clean, record: { reached: 134327n, wanted: 160955n } }]), [
+    "p: incomplete record: the observer's watch reached revision 134327, not 160955; nothing after revision 134327 was judged",
+  ]);
+  // Reached past what it had to (a progress batch may say more): complete.
+  assert.deepEqual(verdict([{ ...clean, record: { reached: 101n, wanted: 100n } }]), []);
+});
+
+test('grants after the end of an incomplete record are not judged on it (no false violations from deletes it missed)', () => {
+  // The watch stalled at 134327: key 134000's delete at 134400 never reached the record.
+  const lives: KeyLife[] = [{ key: 'm/a', create: 134000n, lease: 'ab' }];
+  const w = (token: bigint, rev: bigint): GrantWitness => ({ worker: 'w', queue: 'm/', token, rev });
+  const witnesses = [w(134100n, 134200n), w(134500n, 134600n), w(134700n, 134800n)];
+  // Judged on the whole list, the two grants after the stall look like violations; the first one is one.
+  assert.equal(checkGrantsByRevision(lives, witnesses, { kind: 'exclusive' }, 'x').length, 3);
+  const { kept, beyond } = withinRecord(witnesses, (x) => x.rev, { reached: 134327n, wanted: 160955n });
+  assert.equal(beyond, 2);
+  assert.deepEqual(
+    checkGrantsByRevision(lives, kept, { kind: 'exclusive' }, 'x').map((v) => v.detail),
+    ['w (token 134100) held at revision 134200 while 1 older key(s) it waited for still existed: m/a@134000 (never deleted)'],
+  );
+  // Items that name no revision are kept.
+  assert.deepEqual(
+    withinRecord([{ rev: undefined }], (x) => x.rev, { reached: 1n, wanted: 2n }),
+    { kept: [{ rev: undefined }], beyond: 0 },
+  );
 });
 
 test('a hold lost to a delete of its key while its lease lived, by neither its release nor the operator, is a violation', async () => {

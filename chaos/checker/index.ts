@@ -14,3 +14,4 @@ export * from './election.js';
 export * from './verdict.js';
 export * from './figures.js';
 export * from './recipes.js';
+export * from './record.js';
