@@ -17,6 +17,7 @@ import {
   tokenOrderViolations,
   longestGap,
   round,
+  checkStaleWrites,
   incompleteRecord,
   withinRecord,
   type EtcdCounterReport,
@@ -59,6 +60,8 @@ export interface PhaseEvidence {
   leaderlessMs: number | undefined;
   leaderlessBoundMs: number;
   etcdCounter: EtcdCounterReport;
+  /** The etcd counter's ledger keys: the guarded increments applied. */
+  etcdApplied: ReadonlySet<string>;
   counterOps: LinearOp[];
   cleanup: {
     notExited: string[];
@@ -75,7 +78,7 @@ export interface PhaseEvidence {
 /** Judges a finished phase: every check of the checker over its evidence, in one PhaseResult. */
 export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> {
   const { plan, phaseDir, runId, jsonFile, etcdVersion: runEtcdVersion, workerCounts, names, history, store, nemesis, lives } = evidence;
-  const { record, start, end, leaderlessMs, leaderlessBoundMs, etcdCounter, counterOps, pgAdmin, say } = evidence;
+  const { record, start, end, leaderlessMs, leaderlessBoundMs, etcdCounter, etcdApplied, counterOps, pgAdmin, say } = evidence;
   const { notExited, leasesAtExit, unaccounted, leasesLeft, keysLeft, leaseDrainMs } = evidence.cleanup;
   const faults = nemesis.faults;
   // The members' own word on revocations that timed out (a deposed leader's stale batch still
@@ -204,6 +207,13 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
   const rwFound = findOverlaps(history.held.rwlock, faults, rwConflict, acted, leases);
   const leaseExpiries = checkLeaseExpiries(history.leaseGone, faults, revokeTimeouts);
   const recipes = judgeRecipes(recipeEvents, lives, names.dbarrier, workerCounts.dbarrier);
+  const stale = checkStaleWrites(
+    history.staleHolds,
+    store.register('ledger').log,
+    history.etcdIncrements,
+    etcdApplied,
+    pgAdmin ? history.pgIncrements : undefined,
+  );
   const leaseViolations = leaseExpiries.violations;
 
   const failover = nemesis.failovers.map((f) => {
@@ -245,6 +255,7 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
       : []),
     ...porcupineViolations,
     ...recipes.violations,
+    ...stale.violations,
   ];
   const cleanupOk = notExited.length === 0 && leasesLeft.length === 0 && keysLeft.length === 0;
   const result: PhaseResult = {
@@ -284,6 +295,7 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
     leaderlessAfterFaultsMs: leaderlessMs ?? null,
     recipes: recipes.report,
     pgLedger,
+    stale: { holds: stale.holds, judged: stale.judged },
     porcupine,
     revisions: {
       keys: lives.length,

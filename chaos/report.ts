@@ -13,6 +13,7 @@ import {
   type PermitsReport,
   type RWReport,
   type RecordExtent,
+  type StaleWritesReport,
   type Violation,
 } from './checker/index.js';
 import { now, type CoreRole, type RecipeRole, type Role } from './common.js';
@@ -76,6 +77,8 @@ export interface PhaseResult {
    */
   /** The fenced ledger's twin on PostgreSQL through PostgresFence, and its unfenced shadow (null: no PostgreSQL). */
   pgLedger: PgLedgerReport | null;
+  /** The holds made stale (nemesis stale-write) and what each fence did with their writes. */
+  stale: Omit<StaleWritesReport, 'violations'>;
   /** Porcupine's verdict on the etcd counter's and the fenced ledger's operations (chaos/porcupine.ts). */
   porcupine: PorcupineResult[];
   /** From the faults' end (cluster healthy) to the first term begun, 0 if one was under way; null: none within the bound. */
@@ -284,6 +287,10 @@ export function printTable(results: PhaseResult[]): void {
       : 'no PostgreSQL',
   );
   row('  unfenced shadow: writes, lost updates', (r) => (r.pgLedger ? `${r.pgLedger.shadowWrites}, ${r.pgLedger.shadowLostUpdates}` : '-'));
+  row(
+    'stale holds: writes judged by ledger / etcd / PostgreSQL',
+    (r) => `${r.stale.holds}: ${r.stale.judged.ledger} / ${r.stale.judged.etcd} / ${r.pgLedger ? r.stale.judged.pg : '-'}`,
+  );
   row('record: revision reached (of)', (r) =>
     r.record.reached >= r.record.wanted
       ? `${r.record.reached}`

@@ -15,3 +15,4 @@ export * from './verdict.js';
 export * from './figures.js';
 export * from './recipes.js';
 export * from './record.js';
+export * from './stale.js';
