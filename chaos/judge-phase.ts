@@ -134,9 +134,10 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
   const byRevision = Object.fromEntries(
     ROLES.map((r) => [r, checkGrantsByRevision(lives, witnesses[r], rules[r], checkName[r])]),
   ) as Record<CoreRole, Violation[]>;
-  const foreign = ROLES.flatMap(
-    (r) => foreignDeletes(r === 'election' ? history.terms : history.held[r], lives, `${r}-key-deleted-by-another`).violations,
+  const foreignJudged = ROLES.map((r) =>
+    foreignDeletes(r === 'election' ? history.terms : history.held[r], lives, `${r}-key-deleted-by-another`),
   );
+  const foreign = foreignJudged.flatMap((f) => f.violations);
   const tokenOrder = [
     ...tokenOrderViolations(history.held.fenced, nemesis.faults, 'fenced-token-order'),
     ...tokenOrderViolations(history.held.unfenced, nemesis.faults, 'unfenced-token-order'),
@@ -257,6 +258,34 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
     ...recipes.violations,
     ...stale.violations,
   ];
+  // How many things each check judged: a check that judged nothing in the whole run fails it (verdict.ts).
+  const ledgerWrites = store.register('ledger').log.filter((e) => e.op === 'write');
+  const judged: Record<string, number> = {
+    'fenced-ledger': fenced.writesAccepted,
+    'careful-write-refused': ledgerWrites.filter((e) => e.careful).length,
+    'fenced-stale-write': stale.judged.ledger,
+    'etcd-counter': etcdCounter.ledgerEntries,
+    'etcd-stale-increment': stale.judged.etcd,
+    election: election.terms,
+    'unfenced-overlap': history.held.unfenced.length,
+    'fenced-hold-overlap': history.held.fenced.length,
+    'semaphore-resource': store.permits.log.filter((e) => e.op === 'write').length,
+    'semaphore-overlap': history.held.semaphore.length,
+    'rw-resource': store.rw.log.length,
+    'rw-overlap': history.held.rwlock.length,
+    'lease-expired-early': history.leaseGone.length,
+    ...Object.fromEntries(ROLES.map((r) => [checkName[r], witnesses[r].length])),
+    'fenced-token-order': history.held.fenced.length,
+    'unfenced-token-order': history.held.unfenced.length,
+    'rw-token-order': history.held.rwlock.length,
+    'key-deleted-by-another': foreignJudged.reduce((n, f) => n + f.judged, 0),
+    ...Object.fromEntries(porcupine.map((p) => [`porcupine-${p.name.slice(plan.name.length + 1)}`, p.operations])),
+    'barrier-passed-before-release': recipes.report.barrier.passes - recipes.report.barrier.unjudged,
+    'dbarrier-entered-early': recipes.report.dbarrier.enters - recipes.report.dbarrier.unjudged,
+    'dbarrier-left-early': recipes.report.dbarrier.leaves,
+    multilock: recipes.report.multilock.grants + recipes.report.multilock.failures,
+    ...(pgLedger ? { 'pg-ledger': pgLedger.ops, 'pg-stale-write': stale.judged.pg } : {}),
+  };
   const cleanupOk = notExited.length === 0 && leasesLeft.length === 0 && keysLeft.length === 0;
   const result: PhaseResult = {
     name: plan.name,
@@ -307,6 +336,7 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
       observerResumes: evidence.observerResumes,
     },
     record: { ...record, beyond: beyondRecord },
+    judged,
     failover,
     liveness: Object.fromEntries(
       ROLES.map((role) => {

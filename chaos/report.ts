@@ -98,6 +98,8 @@ export interface PhaseResult {
   };
   /** How far the observer's record goes; `beyond`: grants and reads after its end, not judged. */
   record: RecordExtent & { beyond: number };
+  /** How many things each check judged (a check that judged nothing in the whole run fails it). */
+  judged: Record<string, number>;
   failover: { kind: string; atS: number; raftMs?: number; firstAcquireMs?: number; newLeaderMs?: number }[];
   /** The longest stretch without an acquisition, and when it began (s into the phase). */
   liveness: Record<CoreRole, { ms: number; atS: number }>;
@@ -137,6 +139,7 @@ export function summarize(results: PhaseResult[], run: RunFacts) {
       problems: r.problems,
       cleanupOk: r.cleanup.ok,
       record: r.record,
+      judged: r.judged,
     })),
     run.fatal,
   );

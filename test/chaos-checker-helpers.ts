@@ -32,6 +32,7 @@ export const clean: PhaseVerdictInput = {
   problems: [],
   cleanupOk: true,
   record: { reached: 100n, wanted: 100n },
+  judged: { 'fenced-ledger': 5 },
 };
 export const emptyRegister = (): FencedRegister => new FencedRegister('election');
 /** The TTL (seconds) of the sessions in these histories. */

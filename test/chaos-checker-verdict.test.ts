@@ -1,6 +1,7 @@
 // What fails a chaos run besides overlaps: the verdict's list (chaos/checker/verdict.ts), a record
-// of etcd's history that ends early (chaos/checker/record.ts), and the checks by etcd's revisions
-// (chaos/revisions.ts: a key deleted by another, grants judged by revision). Pure: no etcd.
+// of etcd's history that ends early (chaos/checker/record.ts), a check that judged nothing, and the
+// checks by etcd's revisions (chaos/revisions.ts: a key deleted by another, grants judged by revision).
+// Pure: no etcd.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { verdict, withinRecord } from '../chaos/checker/index.js';
@@ -25,6 +26,21 @@ test('a record that ends early fails the run as incomplete, naming the revision 
   ]);
   // Reached past what it had to (a progress batch may say more): complete.
   assert.deepEqual(verdict([{ ...clean, record: { reached: 101n, wanted: 100n } }]), []);
+});
+
+test('a check that judged nothing in the whole run fails it, by name; one that judged something in one phase only does not', () => {
+  const phase = (name: string, judged: Record<string, number>) => ({ ...clean, name, judged });
+  assert.deepEqual(
+    verdict([phase('loopback', { 'pg-stale-write': 1, 'fenced-ledger': 40 }), phase('netns', { 'pg-stale-write': 0, 'fenced-ledger': 9 })]),
+    [],
+  );
+  assert.deepEqual(
+    verdict([
+      phase('loopback', { 'pg-stale-write': 0, 'key-deleted-by-another': 0, 'fenced-ledger': 40 }),
+      phase('netns', { 'pg-stale-write': 0, 'fenced-ledger': 9 }),
+    ]),
+    ['judged nothing in the whole run: pg-stale-write, key-deleted-by-another'],
+  );
 });
 
 test('grants after the end of an incomplete record are not judged on it (no false violations from deletes it missed)', () => {
