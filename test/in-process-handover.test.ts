@@ -1,12 +1,13 @@
-// Reproductions from the adversarial review of the `safety` branch (issue 35's engine fixes). Each
-// test states the rule the library promises; on main at f179c57 both fail (3.7.3 and 3.4.23). Real etcd; the one
-// intervention is holding a Txn's answer in this process (a slow network, nothing else changes).
+// A key handed from one call of a process to the next on the same session and name: a read lock's
+// key left to a read whose enqueue is still in flight, and a leader's key while runAsLeader's task
+// winds down after its shutdown. Neither may be joined where that overtakes a writer or reuses a
+// term. Real etcd; the one intervention is holding a Txn's answer in this process (a slow network).
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, Election, RWMutex, runAsLeader, type LeaderHandle, type TxnResult } from '../src/index.js';
 import { closeAll, etcdFile, settle, track, waitFor } from './helpers.js';
 
-const ROOT = 'test/review-safety/';
+const ROOT = 'test/in-process-handover/';
 let client: Client;
 const file = etcdFile(ROOT, (_e, c) => (client = c));
 const { fresh, sessions } = file;
@@ -39,7 +40,7 @@ async function keyCount(prefix: string): Promise<bigint> {
   return (await client.range({ key: Buffer.from(prefix), rangeEnd: end, countOnly: true })).count;
 }
 
-describe('review of the safety branch', { timeout: 60_000 }, () => {
+describe('a key handed over in the process', { timeout: 60_000 }, () => {
   it('RWMutex: a read whose enqueue is in flight when the last sibling read unlocks is not granted before a writer queued earlier', async () => {
     const p = fresh('rw-inflight');
     const name = `${p}rw`;
