@@ -93,6 +93,50 @@ describe('RedisFence on a real Redis', () => {
     assert.equal(await redis.get(`${key}:fence`), String(max));
   });
 
+  it("a key or resource that names another resource's fence is refused: writing acct:fence cannot reset the fence of acct", async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using redis = redisClient(server);
+    const fence = new RedisFence(redis);
+    const acct = unique('acct');
+    await fence.set(token(7n), acct, 'seven');
+    await fence.set(token(200n), acct, 'two hundred');
+    const fenceKey = `${acct}:fence`;
+    const refused = (err: Error) => err instanceof InvalidArgumentError && err.message.includes(fenceKey);
+    await assert.rejects(fence.set(token(200n), fenceKey, '1'), refused);
+    await assert.rejects(fence.del(token(200n), fenceKey), refused);
+    await assert.rejects(fence.eval(token(200n), acct, "return redis.call('SET', KEYS[2], '1')", [acct, fenceKey]), refused);
+    await assert.rejects(fence.eval(token(200n), fenceKey, "return redis.call('SET', KEYS[1], '1')", [acct]), refused);
+    assert.equal(await redis.get(fenceKey), '200');
+    await assert.rejects(fence.set(token(7n), acct, 'stale'), StaleTokenError);
+    assert.equal(await redis.get(acct), 'two hundred', 'the stale holder did not write');
+    // A suffix of one's own: the same rule, on its own suffix; and one that would move a fence key
+    // to another Redis Cluster slot than its resource's (a brace) is refused at once.
+    const own = new RedisFence(redis, { suffix: '-tok' });
+    await own.set(token(5n), acct, 'five');
+    await assert.rejects(own.set(token(5n), `${acct}-tok`, '1'), InvalidArgumentError);
+    assert.throws(() => new RedisFence(redis, { suffix: '{x}' }), InvalidArgumentError);
+  });
+
+  it("an eval body cannot reach the fence's own locals: it neither reads nor changes the token stored", async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using redis = redisClient(server);
+    const fence = new RedisFence(redis);
+    const key = unique('locals');
+    await fence.set(token(200n), key, 'two hundred');
+    // Read: each of them is an unknown global to the body (Redis refuses those).
+    for (const name of ['fence', 'token', 'stored']) {
+      await assert.rejects(fence.eval(token(200n), key, `return type(${name})`, [key]), /nonexistent global/, name);
+    }
+    // Written without `local`: a global to the body, which Redis 7 refuses to create.
+    const assigning = "token = '1'; fence = KEYS[1]; stored = nil; return redis.call('SET', KEYS[1], 'x')";
+    await assert.rejects(fence.eval(token(200n), key, assigning, [key]), /readonly table/);
+    assert.equal(await redis.get(`${key}:fence`), '200');
+    await assert.rejects(fence.set(token(7n), key, 'stale'), StaleTokenError);
+    assert.notEqual(await redis.get(key), 'stale');
+  });
+
   it('a node-redis client: set, eval and del are fenced the same way', async (t) => {
     const server = need(t);
     if (!server) return;
@@ -117,7 +161,7 @@ describe('RedisFence on a real Redis', () => {
     }
   });
 
-  it('eval: a custom script sees its own KEYS and ARGV; one failing midway stores no token; a bad handle or client is refused', async (t) => {
+  it('eval: a custom script sees its own KEYS and ARGV; one failing midway keeps the token stored before it ran; a bad handle or client is refused', async (t) => {
     const server = need(t);
     if (!server) return;
     await using redis = redisClient(server);
@@ -129,7 +173,7 @@ describe('RedisFence on a real Redis', () => {
     await assert.rejects(fence.eval(token(4n), resource, script, [resource], ['w0', 100]), StaleTokenError);
     assert.deepEqual(await redis.hgetall(resource), { by: 'w2', n: '5' });
     await assert.rejects(fence.eval(token(7n), resource, "return redis.call('INCR', KEYS[1])", [resource]), /WRONGTYPE/);
-    assert.equal(await redis.get(`${resource}:tok`), '6', 'a script that failed stored no token');
+    assert.equal(await redis.get(`${resource}:tok`), '7', 'the token is stored before the script runs, and stays when it fails');
     await redis.set(`${resource}x:tok`, 'not a token');
     await assert.rejects(fence.set(token(8n), `${resource}x`, 'v'), /holds no fencing token/);
     await assert.rejects(fence.set({ fencingToken: 8n } as HeldFencingHandle, resource, 'v'), InvalidArgumentError);

@@ -19,11 +19,18 @@ export interface RedisFenceOptions {
   suffix?: string;
 }
 
-// The prologue and epilogue of every fenced script. The fence key and the token ride last in KEYS
-// and ARGV and are taken off first, so the body sees KEYS and ARGV as its caller passed them.
-// Tokens are canonical decimal strings (bigints): Lua numbers are doubles, exact only below 2^53,
-// so they are compared as strings, by length first.
-const PROLOGUE = `local fence = table.remove(KEYS)
+// Every fenced write is one script: `fenced(body)`. The body comes first, as a function compiled
+// before the fence's own locals exist, so it cannot see them (Redis 7 refuses a script's unknown
+// globals, and its global tables are read-only). It is called last, once the fence has checked and
+// stored the token: nothing the body does (an assignment, an error, a changed global) can change
+// what the fence decided. The fence key and the token ride last in KEYS and ARGV and are taken off
+// before the body runs, so the body sees KEYS and ARGV as its caller passed them. Tokens are
+// canonical decimal strings (bigints): Lua numbers are doubles, exact only below 2^53, so they are
+// compared as strings, by length first.
+const fenced = (body: string): string => `local body = function()
+${body}
+end
+local fence = table.remove(KEYS)
 local token = table.remove(ARGV)
 local stored = redis.call('GET', fence)
 if stored then
@@ -32,15 +39,11 @@ if stored then
   end
   if #stored > #token or (#stored == #token and stored > token) then return {0, stored} end
 end
-local result = (function()
-`;
-const EPILOGUE = `
-end)()
 redis.call('SET', fence, token)
-return {1, result}`;
+return {1, (body())}`;
 
-const SET = `${PROLOGUE}return redis.call('SET', KEYS[1], ARGV[1])${EPILOGUE}`;
-const DEL = `${PROLOGUE}return redis.call('DEL', KEYS[1])${EPILOGUE}`;
+const SET = fenced("return redis.call('SET', KEYS[1], ARGV[1])");
+const DEL = fenced("return redis.call('DEL', KEYS[1])");
 
 /**
  * Fencing in Redis: each write is one Lua script that compares the handle's fencing token with the
@@ -50,12 +53,17 @@ const DEL = `${PROLOGUE}return redis.call('DEL', KEYS[1])${EPILOGUE}`;
  *
  * The highest token of resource `r` lives in the string key `r:fence` (see
  * {@link RedisFenceOptions.suffix}); it outlives a `del()`, so that a stale holder cannot write the
- * key back. Delete it yourself once the resource is retired for good. In Redis Cluster, give the key
- * a hash tag (`{account:7}`) so that `{account:7}:fence` lives in the same slot.
+ * key back. Delete it yourself once the resource is retired for good. Every key ending in the suffix
+ * is some resource's fence: a key or resource that ends in it is refused
+ * ({@link InvalidArgumentError}), so that no fenced write can reset another resource's fence. Use
+ * one suffix for every RedisFence on a Redis database, and let no other code write keys ending in
+ * it. In Redis Cluster, give the key a hash tag (`{account:7}`) so that `{account:7}:fence` lives
+ * in the same slot.
  *
- * Redis does not roll back a script that fails midway: a custom script ({@link RedisFence.eval})
- * that raises an error after writing leaves its writes, but the token is stored only when the body
- * returns.
+ * The token is checked and stored before a custom script ({@link RedisFence.eval}) runs, and the
+ * script cannot see the fence's own variables: nothing it does changes what the fence decided.
+ * Redis does not roll back a script that fails midway: one that raises an error leaves the writes it
+ * made, and the token stored.
  *
  * @example
  * ```ts
@@ -76,8 +84,10 @@ export class RedisFence {
       );
     }
     const suffix = options.suffix ?? ':fence';
-    if (typeof suffix !== 'string' || suffix.length === 0)
-      throw new InvalidArgumentError('RedisFence: suffix must be a non-empty string (default ":fence")');
+    if (typeof suffix !== 'string' || suffix.length === 0 || /[{}]/.test(suffix))
+      throw new InvalidArgumentError(
+        'RedisFence: suffix must be a non-empty string without { or } (a brace would move the fence key to another Redis Cluster slot than its resource\'s); default ":fence"',
+      );
     this.suffix = suffix;
   }
 
@@ -99,7 +109,10 @@ export class RedisFence {
   /**
    * Runs your Lua `script` (a body that may `return`, reading `KEYS` and `ARGV` as given) fenced by
    * `handle`'s token on `resource`, all in one script, and resolves with what it returns. Pass every
-   * key it touches in `keys` (Redis Cluster requires them in the resource's slot).
+   * key it touches in `keys` (Redis Cluster requires them in the resource's slot); a key ending in the
+   * fence suffix is refused, as it is some resource's fence, and the script must write no key it
+   * was not given. The token is stored before the script runs; the script cannot see the fence's
+   * own variables.
    */
   async eval(
     handle: FencingHandle,
@@ -117,7 +130,7 @@ export class RedisFence {
       handle,
       'RedisFence.eval',
       resource,
-      `${PROLOGUE}${script}${EPILOGUE}`,
+      fenced(script),
       [...keys],
       args.map((a) => (typeof a === 'bigint' || typeof a === 'number' ? String(a) : a)),
     );
@@ -134,6 +147,7 @@ export class RedisFence {
     const fenced = fencedBy(handle, what);
     if (typeof resource !== 'string' || resource.length === 0)
       throw new InvalidArgumentError(`${what}: the key (resource) must be a non-empty string`);
+    for (const k of [resource, ...keys]) this.checkNotFence(what, k);
     fenced.assert(); // a holder already known lost needs no round trip to be refused
     keys.push(this.fenceKey(resource));
     args.push(String(fenced.token));
@@ -145,6 +159,16 @@ export class RedisFence {
       throw new StaleTokenError(resource, fenced.token, BigInt(String(value)));
     }
     return value === undefined ? null : value;
+  }
+
+  /** Refuses a key or resource that is a fence key: a write to it would reset that resource's fence. */
+  private checkNotFence(what: string, key: string): void {
+    if (!key.endsWith(this.suffix)) return;
+    const owner = key.slice(0, -this.suffix.length);
+    throw new InvalidArgumentError(
+      `${what}: "${key}" ends in the fence suffix "${this.suffix}"${owner ? `, so it is the fence key of "${owner}"` : ''}: a fenced write ` +
+        "may not name a fence (it would reset that resource's highest token); give the data key or resource another name, or the fence another suffix",
+    );
   }
 }
 
