@@ -19,9 +19,9 @@ import {
   type HeldFencingHandle,
 } from '../src/fencing/index.js';
 import { postgresForFile } from './db-servers.js';
-import { Counted, checkRace, fencingFixture, logRows, logTable, pool, token, unique } from './fencing-fixture.js';
+import { Counted, checkRace, fencingFixture, logRows, logTable, pool, unique } from './fencing-fixture.js';
 
-const { fresh, etcd, session, ghost, race } = fencingFixture('test/fencing-postgres/');
+const { fresh, etcd, session, token, ghost, race } = fencingFixture('test/fencing-postgres/');
 const postgres = postgresForFile();
 
 describe('PostgresFence on a real PostgreSQL', () => {
@@ -119,8 +119,9 @@ describe('PostgresFence on a real PostgreSQL', () => {
   it('a connection killed mid-transaction: the run fails, nothing is written, and the pool gets rid of that client', (t) =>
     withFence(t, 'killed', async ({ db, fence, resource }) => {
       const pids: number[] = [];
+      const handle = await token(3n);
       const write = (value: string, kill: boolean) =>
-        fence.run(token(3n), resource, async (tx) => {
+        fence.run(handle, resource, async (tx) => {
           const pid = (await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
           pids.push(pid);
           await tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES (3, $1)`, [value]);
@@ -155,7 +156,7 @@ describe('PostgresFence on a real PostgreSQL', () => {
         assert.equal((await write(lock, 'one')).rows[0].value, 'one', 'run returns what fn returns');
         await write(lock, 'two');
         // A handle that says it still holds (its check cannot know): the database refuses it.
-        const stale = token(old.fencingToken);
+        const stale = await token(old.fencingToken);
         const err = await write(stale, 'stale').then(
           () => assert.fail('a lower token was accepted'),
           (e: unknown) => e,
@@ -221,7 +222,7 @@ describe('PostgresFence on a real PostgreSQL', () => {
     const resource = unique('bad');
     const missing = new PostgresFence(db, { table: unique('never_installed') });
     await assert.rejects(
-      missing.run(token(5n), resource, () => 1),
+      missing.run(await token(5n), resource, () => 1),
       (err: Error) => {
         assert.ok(err instanceof FenceNotInstalledError);
         assert.equal((err as unknown as { code: string }).code, 'ERR_FENCE_NOT_INSTALLED');
@@ -246,7 +247,7 @@ describe('PostgresFence on a real PostgreSQL', () => {
       );
     }
     await assert.rejects(
-      fence.run(token(5n), '', () => 1),
+      fence.run(await token(5n), '', () => 1),
       InvalidArgumentError,
     );
     for (const table of ['fences; DROP TABLE fences', 'a"b', 'x.y.z', '1abc', '', 'a'.repeat(64)]) {
@@ -257,12 +258,12 @@ describe('PostgresFence on a real PostgreSQL', () => {
     await db.query('CREATE SCHEMA IF NOT EXISTS fencing_test');
     const qualified = new PostgresFence(db, { table: 'fencing_test.Fences' });
     await qualified.install();
-    await qualified.run(token(7n), resource, () => 1);
+    await qualified.run(await token(7n), resource, () => 1);
     assert.equal((await db.query(`SELECT token FROM fencing_test."Fences" WHERE resource = $1`, [resource])).rows[0].token, '7');
     assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
     await db.end();
     await assert.rejects(
-      fence.run(token(9n), resource, () => 1),
+      fence.run(await token(9n), resource, () => 1),
       (err: Error) => {
         assert.ok(err instanceof FenceUnavailableError);
         assert.match(err.message, /end\(\)/);
@@ -282,9 +283,9 @@ describe('PostgresFence on a real PostgreSQL', () => {
       await fence.install();
       const resource = unique('client');
       const results = await Promise.allSettled([
-        fence.run(token(10n), resource, async (tx) => (await tx.query('SELECT 1 AS one')).rows[0].one),
-        fence.run(token(12n), resource, () => 'twelve'),
-        fence.run(token(11n), resource, () => 'eleven'),
+        fence.run(await token(10n), resource, async (tx) => (await tx.query('SELECT 1 AS one')).rows[0].one),
+        fence.run(await token(12n), resource, () => 'twelve'),
+        fence.run(await token(11n), resource, () => 'eleven'),
       ]);
       assert.deepEqual(
         results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).name)),

@@ -1,5 +1,6 @@
 import { InvalidArgumentError } from '../client/errors.js';
-import { FenceNotInstalledError, FenceUnavailableError, StaleTokenError } from './errors.js';
+import { etcdIdOf } from './etcd-id.js';
+import { FenceNotInstalledError, FenceUnavailableError, ForeignTokenError, StaleTokenError } from './errors.js';
 import { fencedBy, type FencingHandle } from './handle.js';
 
 /** What the fence needs of a node-postgres (`pg`) connection: `query(text, values)`. */
@@ -27,19 +28,24 @@ export interface PostgresFenceOptions {
 
 /** SQLSTATE undefined_table. */
 const UNDEFINED_TABLE = '42P01';
+/** SQLSTATE undefined_column: a table made by a version before the etcd_id column. */
+const UNDEFINED_COLUMN = '42703';
+/** The column the etcd id is stored in, beside the token (see etcd-id.ts). */
+const ETCD_ID_COLUMN = 'etcd_id';
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
 /**
  * Fencing in PostgreSQL: runs your transaction only while its fencing token is the highest the
- * resource has seen, so a holder that lost its lock without knowing (paused, cut off past its TTL)
- * is refused by the database itself, whatever the timing.
+ * resource has seen from its etcd, so a holder that lost its lock without knowing (paused, cut off
+ * past its TTL) is refused by the database itself, whatever the timing.
  *
- * One row per resource in the fence table holds the highest token written with. `run()` opens a
- * transaction, inserts or row-locks the resource's row, refuses with {@link StaleTokenError} when
- * the stored token is higher than the handle's, stores the handle's token, runs your `fn(tx)`, checks
- * the handle still holds just before COMMIT, and rolls back on any error. Fenced transactions on one
- * resource serialise on that row lock, so a stale one cannot slip in between a check and a write.
- * An equal token is the same holder writing again, and is allowed.
+ * One row per resource in the fence table holds the highest token written with, and the etcd id of
+ * the etcd it came from. `run()` opens a transaction, inserts or row-locks the resource's row,
+ * refuses with {@link StaleTokenError} when the stored token is higher than the handle's, or with
+ * {@link ForeignTokenError} when it came from another etcd, stores the handle's token, runs your
+ * `fn(tx)`, checks the handle still holds just before COMMIT, and rolls back on any error. Fenced
+ * transactions on one resource serialise on that row lock, so a stale one cannot slip in between a
+ * check and a write. An equal token is the same holder writing again, and is allowed.
  *
  * Give it a `pg` `Pool` (each run takes a client and always releases it) or a connected `Client`
  * (runs on it are queued one after another: one connection holds one transaction at a time).
@@ -84,13 +90,24 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
 
   /**
    * Creates the fence table if it is missing (`CREATE TABLE IF NOT EXISTS`): `resource text primary
-   * key, token bigint not null`. Safe to call on every start. To create it in your migrations
-   * instead, use the same two columns.
+   * key, token bigint not null, etcd_id text`; adds the `etcd_id` column to a table an earlier
+   * version made (its rows keep working: see the README, "When etcd is replaced"). Safe to call on
+   * every start. To create the table in your migrations instead, use the same three columns.
    */
   async install(): Promise<void> {
-    await this.withConnection((db) =>
-      db.query(`CREATE TABLE IF NOT EXISTS ${this.sql} (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token > 0))`),
-    );
+    await this.withConnection(async (db) => {
+      await db.query(
+        `CREATE TABLE IF NOT EXISTS ${this.sql} (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token > 0), ${ETCD_ID_COLUMN} text)`,
+      );
+      const r = await db.query(
+        'SELECT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped) AS has_etcd_id',
+        [this.sql, ETCD_ID_COLUMN],
+      );
+      // Only when missing: ALTER TABLE waits for every fenced transaction on the table, even with IF NOT EXISTS.
+      if (!(r.rows[0] as { has_etcd_id: boolean }).has_etcd_id) {
+        await db.query(`ALTER TABLE ${this.sql} ADD COLUMN IF NOT EXISTS ${ETCD_ID_COLUMN} text`);
+      }
+    });
   }
 
   /**
@@ -108,8 +125,10 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
    * Runs `fn(tx)` in one transaction fenced by `handle`'s token on `resource` (any name you choose
    * for what the lock protects, e.g. `accounts/7`), and returns what `fn` returns once committed.
    * Throws {@link StaleTokenError} (and runs nothing) when a higher token was stored for `resource`;
+   * {@link ForeignTokenError} (and runs nothing) when the stored token came from another etcd;
    * whatever `fn` or the commit throws after a rollback; the handle's loss error when it no longer
-   * holds just before COMMIT (rolled back). Every query of `fn` must go through `tx`.
+   * holds just before COMMIT (rolled back). Every query of `fn` must go through `tx`. The first
+   * fenced write of a session also reads the etcd id from etcd (see `ETCD_ID_KEY`).
    */
   async run<T>(handle: FencingHandle, resource: string, fn: (tx: Tx) => Promise<T> | T): Promise<T> {
     const fenced = fencedBy(handle, 'PostgresFence.run');
@@ -117,26 +136,32 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
     if (typeof fn !== 'function')
       throw new InvalidArgumentError('PostgresFence.run: fn must be a function (tx) => ... that runs the fenced queries on tx');
     fenced.assert(); // a holder already known lost needs no round trip to be refused
+    const etcdId = await etcdIdOf(fenced.session);
     return this.withConnection(async (tx, conn) => {
       await tx.query('BEGIN');
       conn.inTransaction = true;
       try {
-        // Insert the row, or lock the existing one and raise its token when ours is not lower. The
-        // conflicting row is locked even when the WHERE leaves it unchanged, so the token read next
-        // stays the highest until we end.
-        const token = String(fenced.token);
+        // Insert the row, or lock the existing one and store our token and etcd id when the token is
+        // not lower and the etcd the same (or not yet known: a row of an earlier version). The
+        // conflicting row is locked even when the WHERE leaves it unchanged, so what is read next
+        // stays until we end.
         const up = await this.guard(
           tx.query(
-            `INSERT INTO ${this.sql} AS f (resource, token) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token ` +
-              'WHERE f.token <= EXCLUDED.token RETURNING f.token',
-            [resource, token],
+            `INSERT INTO ${this.sql} AS f (resource, token, ${ETCD_ID_COLUMN}) VALUES ($1, $2, $3) ON CONFLICT (resource) DO UPDATE ` +
+              `SET token = EXCLUDED.token, ${ETCD_ID_COLUMN} = EXCLUDED.${ETCD_ID_COLUMN} WHERE f.token <= EXCLUDED.token ` +
+              `AND (f.${ETCD_ID_COLUMN} IS NULL OR f.${ETCD_ID_COLUMN} = EXCLUDED.${ETCD_ID_COLUMN}) RETURNING f.token`,
+            [resource, String(fenced.token), etcdId],
           ),
         );
         if (up.rows.length === 0) {
-          const r = await tx.query(`SELECT token FROM ${this.sql} WHERE resource = $1`, [resource]);
-          const highest = BigInt((r.rows[0] as { token: string }).token);
+          const r = await tx.query(`SELECT token, ${ETCD_ID_COLUMN} AS etcd_id FROM ${this.sql} WHERE resource = $1`, [resource]);
+          const row = r.rows[0] as { token: string; etcd_id: string | null };
           fenced.refused('postgres');
-          throw new StaleTokenError(resource, fenced.token, highest);
+          if (row.etcd_id !== null && row.etcd_id !== etcdId) {
+            const reset = `DELETE FROM ${this.sql} WHERE resource = '${resource.replaceAll("'", "''")}'`;
+            throw new ForeignTokenError(resource, fenced.token, etcdId, BigInt(row.token), row.etcd_id, reset);
+          }
+          throw new StaleTokenError(resource, fenced.token, BigInt(row.token));
         }
         const result = await fn(tx);
         fenced.assert();
@@ -192,12 +217,14 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
     }
   }
 
-  /** Maps "the fence table does not exist" (only for our own statements) to FenceNotInstalledError. */
+  /** Maps "the fence table (or its etcd_id column) does not exist" (only for our own statements) to FenceNotInstalledError. */
   private async guard<R>(q: Promise<R>): Promise<R> {
     try {
       return await q;
     } catch (err) {
-      if ((err as { code?: unknown } | null)?.code === UNDEFINED_TABLE) throw new FenceNotInstalledError(this.table, { cause: err });
+      const state = sqlState(err);
+      if (state === UNDEFINED_TABLE) throw new FenceNotInstalledError(this.table, { cause: err });
+      if (state === UNDEFINED_COLUMN) throw new FenceNotInstalledError(this.table, { cause: err, column: ETCD_ID_COLUMN });
       throw err;
     }
   }
@@ -211,10 +238,16 @@ interface ConnectionState {
   broken?: Error;
 }
 
+/** The SQLSTATE of a PostgreSQL error, if `err` is one. */
+function sqlState(err: unknown): string | undefined {
+  const code = (err as { code?: unknown } | null | undefined)?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
 /** A server-side SQL error (it has a five-character SQLSTATE): the connection is still fine. */
 function hasSqlState(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !code.startsWith('08') && !code.startsWith('57');
+  const code = sqlState(err);
+  return code !== undefined && /^[0-9A-Z]{5}$/.test(code) && !code.startsWith('08') && !code.startsWith('57');
 }
 
 function checkResource(resource: unknown): asserts resource is string {
