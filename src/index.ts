@@ -56,6 +56,7 @@ export {
   ForeignTokenError,
   FenceNotInstalledError,
   FenceUnavailableError,
+  FenceTransactionError,
 } from './fencing/errors.js';
 export { Session, MAX_TTL, type SessionOptions } from './session.js';
 export {

@@ -7,18 +7,21 @@
 // Every wait is on an event (a line from a child, a lock granted, a promise), never on a sleep.
 import { describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
+import { once, type EventEmitter } from 'node:events';
 import pg from 'pg';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import { Client, Election, InvalidArgumentError, LockLostError, Mutex, RWMutex, Semaphore, Session } from '../src/index.js';
 import type { PostgresServer } from '../src/testing/index.js';
 import {
   FenceNotInstalledError,
+  FenceTransactionError,
   FenceUnavailableError,
   PostgresFence,
   StaleTokenError,
   type HeldFencingHandle,
 } from '../src/fencing/index.js';
 import { postgresForFile } from './db-servers.js';
+import { Holder } from './fence-holders.js';
 import { Counted, checkRace, fencingFixture, logRows, logTable, pool, unique } from './fencing-fixture.js';
 
 const { fresh, etcd, session, token, ghost, race } = fencingFixture('test/fencing-postgres/');
@@ -272,6 +275,113 @@ describe('PostgresFence on a real PostgreSQL', () => {
       },
     );
   });
+
+  // The bound stops a hang of the file on a build where the frozen holder blocks its successor
+  // forever; on a sound build the successor writes within a few TTLs.
+  it(
+    'a holder frozen inside run() for good: PostgreSQL ends its transaction after the stall bound (its TTL), and the next holder writes',
+    {
+      timeout: 120_000,
+    },
+    (t) =>
+      withFence(t, 'frozen', async ({ server, db, fence, resource }) => {
+        const lockName = `${fresh('frozen')}lock`;
+        const holder = new Holder(['freeze', etcd().endpoints.join(','), lockName, '2', 'postgres', server.connectionString, resource]);
+        const frozen = BigInt((await holder.next('frozen')).token as string);
+        await using s = await session(2);
+        // Granted once the frozen holder's lease has expired; its transaction still holds the fence row.
+        await using lock = await new Mutex(s, lockName).lock();
+        assert.ok(lock.fencingToken > frozen);
+        await fence.run(lock, resource, (tx) =>
+          tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES ($1, 'second')`, [String(lock.fencingToken)]),
+        );
+        assert.deepEqual(
+          (await logRows(db, resource)).map((r) => r.value),
+          ['second'],
+          "the frozen holder's row went with its transaction",
+        );
+        assert.equal(await fence.highestToken(resource), lock.fencingToken);
+      }),
+  );
+
+  it('a successor waits for the fence row as long as its handle holds, asking again each stallTimeoutMs, and stops once released', (t) =>
+    withFence(t, 'waiting', async ({ db, resource }) => {
+      const fence = new PostgresFence(db, { table: 'fences', stallTimeoutMs: 100 });
+      await fence.run(await token(1n), resource, () => undefined);
+      // Another transaction holds the fence row, and lets it go only when told.
+      const blocker = await db.connect();
+      try {
+        await blocker.query('BEGIN');
+        await blocker.query('SELECT token FROM fences WHERE resource = $1 FOR UPDATE', [resource]);
+        const { session: s } = await token(2n);
+        /** A handle that counts its checks (one before the transaction, then one per bound waited) and can be released. */
+        const waiter = () => {
+          let checks = 0;
+          let released = false;
+          const asked: Array<() => void> = [];
+          const handle: HeldFencingHandle = {
+            fencingToken: 2n,
+            session: s,
+            assertHeld() {
+              checks++;
+              for (const a of asked.splice(0)) a();
+              if (released) throw new LockLostError('released by the test', 'test/lock', { reason: 'released' });
+            },
+          };
+          /** Resolves once the handle was checked `n` times. */
+          const checked = (n: number): Promise<void> =>
+            new Promise((resolve) => {
+              const again = (): void => (checks >= n ? resolve() : void asked.push(again));
+              again();
+            });
+          return { handle, checked, release: () => void (released = true) };
+        };
+        const first = waiter();
+        const written = fence.run(first.handle, resource, () => 'written');
+        await first.checked(3); // waited two whole bounds for the row
+        await blocker.query('COMMIT');
+        assert.equal(await written, 'written');
+
+        await blocker.query('BEGIN');
+        await blocker.query('SELECT token FROM fences WHERE resource = $1 FOR UPDATE', [resource]);
+        const second = waiter();
+        const given = fence.run(second.handle, resource, () => 'never');
+        await second.checked(2);
+        second.release();
+        await assert.rejects(given, LockLostError);
+        await blocker.query('COMMIT');
+      } finally {
+        blocker.release();
+      }
+      assert.equal(await fence.highestToken(resource), 2n);
+    }));
+
+  it('stallTimeoutMs bounds each statement and each pause inside run(): past it PostgreSQL ends the transaction, and nothing is written', (t) =>
+    withFence(t, 'stall', async ({ db, resource }) => {
+      const fence = new PostgresFence(db, { table: 'fences', stallTimeoutMs: 200 });
+      const handle = await token(5n);
+      await assert.rejects(
+        fence.run(handle, resource, async (tx) => {
+          await tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES (5, 'long statement')`);
+          await tx.query('SELECT pg_sleep(30)');
+        }),
+        (err: { code?: string }) => err.code === '57014', // query_canceled, by statement_timeout
+      );
+      // A pause between statements: PostgreSQL ends the connection, which pg reports as an 'error'.
+      await assert.rejects(
+        fence.run(handle, resource, async (tx) => {
+          await tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES (5, 'paused')`);
+          await once(tx as unknown as EventEmitter, 'error');
+          await tx.query('SELECT 1');
+        }),
+        (err: Error) => err instanceof FenceTransactionError && /stalled longer than stallTimeoutMs \(200 ms\)/.test(err.message),
+      );
+      assert.deepEqual(await logRows(db, resource), []);
+      assert.equal(await fence.highestToken(resource), undefined);
+      assert.equal(db.idleCount, db.totalCount, 'every client went back to the pool');
+      assert.throws(() => new PostgresFence(db, { stallTimeoutMs: 0 }), InvalidArgumentError);
+      assert.throws(() => new PostgresFence(db, { stallTimeoutMs: 1.5 }), InvalidArgumentError);
+    }));
 
   it('a single pg Client: concurrent runs are queued on it, and each is fenced', async (t) => {
     const server = need(t);

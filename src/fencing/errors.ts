@@ -87,6 +87,19 @@ export class FenceNotInstalledError extends EtcdError {
 }
 
 /**
+ * A fenced transaction did not run from BEGIN to COMMIT as one transaction of its own, so the fence
+ * cannot vouch for it: it stalled past `stallTimeoutMs` and PostgreSQL ended it. Nothing was
+ * written. `code` is `'ERR_FENCE_TRANSACTION'`.
+ */
+export class FenceTransactionError extends EtcdError {
+  static override readonly code: string = 'ERR_FENCE_TRANSACTION';
+
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/**
  * The fence could not reach its database: the pool or client is closed, or the server is
  * unreachable. The cause is the driver's error. Nothing was written. `code` is
  * `'ERR_FENCE_UNAVAILABLE'`.

@@ -14,6 +14,7 @@ export {
   ForeignTokenError,
   FenceNotInstalledError,
   FenceUnavailableError,
+  FenceTransactionError,
 } from './errors.js';
 export { ETCD_ID_KEY } from './etcd-id.js';
 export type { FencingHandle, HeldFencingHandle, LeaderFencingHandle } from './handle.js';

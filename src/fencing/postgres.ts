@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../client/errors.js';
 import { etcdIdOf } from './etcd-id.js';
-import { FenceNotInstalledError, FenceUnavailableError, ForeignTokenError, StaleTokenError } from './errors.js';
-import { fencedBy, type FencingHandle } from './handle.js';
+import { FenceNotInstalledError, FenceTransactionError, FenceUnavailableError, ForeignTokenError, StaleTokenError } from './errors.js';
+import { fencedBy, type Fenced, type FencingHandle } from './handle.js';
 
 /** What the fence needs of a node-postgres (`pg`) connection: `query(text, values)`. */
 export interface PgQueryable {
@@ -24,14 +24,33 @@ export interface PostgresFenceOptions {
    * `etcd_concurrency_fence`.
    */
   table?: string;
+  /**
+   * How long a fenced transaction may stall, idle between two statements or inside one, before
+   * PostgreSQL ends it (`idle_in_transaction_session_timeout` and `statement_timeout`, set for that
+   * transaction only). A holder frozen inside `run()` (a pause, a stopped process) holds the fence
+   * row locked, and with it every later holder's fenced write, until PostgreSQL ends its
+   * transaction: this bounds that wait. Default: the TTL of the handle's session, after which the
+   * frozen holder has lost its lock anyway. Work inside `run()` must fit it: one statement longer
+   * than this is cancelled (SQLSTATE 57014), and a pause longer than this between statements (an
+   * awaited call elsewhere) ends the connection; both roll the transaction back. Raise it for long
+   * statements, knowing that a successor may then wait that long; better, keep slow work outside
+   * `run()`.
+   */
+  stallTimeoutMs?: number;
 }
 
 /** SQLSTATE undefined_table. */
 const UNDEFINED_TABLE = '42P01';
 /** SQLSTATE undefined_column: a table made by a version before the etcd_id column. */
 const UNDEFINED_COLUMN = '42703';
+/** SQLSTATE query_canceled: our statement_timeout ended a wait for the fence row. */
+const QUERY_CANCELED = '57014';
+/** SQLSTATE idle_in_transaction_session_timeout: PostgreSQL ended a stalled transaction's connection. */
+const IDLE_TIMEOUT = '25P03';
 /** The column the etcd id is stored in, beside the token (see etcd-id.ts). */
 const ETCD_ID_COLUMN = 'etcd_id';
+/** PostgreSQL's largest timeout setting, in ms (an int). */
+const MAX_TIMEOUT_MS = 2_147_483_647;
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
 /**
@@ -40,12 +59,13 @@ const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
  * past its TTL) is refused by the database itself, whatever the timing.
  *
  * One row per resource in the fence table holds the highest token written with, and the etcd id of
- * the etcd it came from. `run()` opens a transaction, inserts or row-locks the resource's row,
- * refuses with {@link StaleTokenError} when the stored token is higher than the handle's, or with
- * {@link ForeignTokenError} when it came from another etcd, stores the handle's token, runs your
- * `fn(tx)`, checks the handle still holds just before COMMIT, and rolls back on any error. Fenced
- * transactions on one resource serialise on that row lock, so a stale one cannot slip in between a
- * check and a write. An equal token is the same holder writing again, and is allowed.
+ * the etcd it came from. `run()` opens a transaction bounded by `stallTimeoutMs`, inserts or
+ * row-locks the resource's row, refuses with {@link StaleTokenError} when the stored token is higher
+ * than the handle's, or with {@link ForeignTokenError} when it came from another etcd, stores the
+ * handle's token, runs your `fn(tx)`, checks the handle still holds just before COMMIT, and rolls
+ * back on any error. Fenced transactions on one resource serialise on that row lock, so a stale one
+ * cannot slip in between a check and a write. An equal token is the same holder writing again, and
+ * is allowed.
  *
  * Give it a `pg` `Pool` (each run takes a client and always releases it) or a connected `Client`
  * (runs on it are queued one after another: one connection holds one transaction at a time).
@@ -61,6 +81,7 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
   /** The table name as SQL: each part quoted. */
   private readonly sql: string;
   private readonly table: string;
+  private readonly stallTimeoutMs: number | undefined;
   private readonly pool: PgPool<Tx> | undefined;
   private readonly client: Tx | undefined;
   /** Runs on a single Client, chained: the next starts when the previous settled. */
@@ -80,6 +101,13 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
     }
     this.table = table;
     this.sql = parts.map((p) => `"${p}"`).join('.');
+    const stall = options.stallTimeoutMs;
+    if (stall !== undefined && (!Number.isInteger(stall) || stall < 1 || stall > MAX_TIMEOUT_MS)) {
+      throw new InvalidArgumentError(
+        `PostgresFence: stallTimeoutMs must be a whole number of milliseconds from 1 to 2147483647 (PostgreSQL's limit), got ${stall}; leave it out for the session's TTL`,
+      );
+    }
+    this.stallTimeoutMs = stall;
     if (typeof db !== 'object' || db === null || typeof (db as Partial<PgQueryable>).query !== 'function') {
       throw new InvalidArgumentError('PostgresFence: give it a node-postgres Pool or a connected Client (an object with query())');
     }
@@ -127,8 +155,14 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
    * Throws {@link StaleTokenError} (and runs nothing) when a higher token was stored for `resource`;
    * {@link ForeignTokenError} (and runs nothing) when the stored token came from another etcd;
    * whatever `fn` or the commit throws after a rollback; the handle's loss error when it no longer
-   * holds just before COMMIT (rolled back). Every query of `fn` must go through `tx`. The first
-   * fenced write of a session also reads the etcd id from etcd (see `ETCD_ID_KEY`).
+   * holds just before COMMIT (rolled back); {@link FenceTransactionError} when it stalled past
+   * `stallTimeoutMs` and PostgreSQL ended it. Every query of `fn` must go through `tx`.
+   *
+   * While another fenced transaction holds the resource's row (a holder frozen inside `run()`
+   * holds it until PostgreSQL ends its transaction, after its `stallTimeoutMs`), this one waits for
+   * the row as long as `handle` holds, asking again each `stallTimeoutMs`; to stop waiting, release
+   * the lock. The first fenced write of a session also reads the etcd id from etcd (see
+   * `ETCD_ID_KEY`).
    */
   async run<T>(handle: FencingHandle, resource: string, fn: (tx: Tx) => Promise<T> | T): Promise<T> {
     const fenced = fencedBy(handle, 'PostgresFence.run');
@@ -136,44 +170,79 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
     if (typeof fn !== 'function')
       throw new InvalidArgumentError('PostgresFence.run: fn must be a function (tx) => ... that runs the fenced queries on tx');
     fenced.assert(); // a holder already known lost needs no round trip to be refused
-    const etcdId = await etcdIdOf(fenced.session);
+    const write: FencedWrite<T, Tx> = {
+      fenced,
+      resource,
+      etcdId: await etcdIdOf(fenced.session),
+      stallMs: this.stallTimeoutMs ?? Math.min(fenced.session.ttl * 1000, MAX_TIMEOUT_MS),
+      fn,
+    };
     return this.withConnection(async (tx, conn) => {
-      await tx.query('BEGIN');
-      conn.inTransaction = true;
+      for (;;) {
+        const done = await this.attempt(tx, conn, write);
+        if (done) return done.result;
+        fenced.assert(); // waited a whole stallTimeoutMs for the row: wait on only while the handle holds
+      }
+    });
+  }
+
+  /** One fenced transaction; undefined when the fence row stayed locked for the whole bound (rolled back: try again). */
+  private async attempt<T>(tx: Tx, conn: ConnectionState, w: FencedWrite<T, Tx>): Promise<{ result: T } | undefined> {
+    const { fenced, resource } = w;
+    conn.inTransaction = true;
+    try {
+      // One round trip: the bounds hold for this transaction only (SET LOCAL).
+      await tx.query(`BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${w.stallMs}; SET LOCAL statement_timeout = ${w.stallMs}`);
+      // Insert the row, or lock the existing one and store our token and etcd id when the token is
+      // not lower and the etcd the same (or not yet known: a row of an earlier version). The
+      // conflicting row is locked even when the WHERE leaves it unchanged, so what is read next
+      // stays until we end.
+      let up: { rows: unknown[] };
       try {
-        // Insert the row, or lock the existing one and store our token and etcd id when the token is
-        // not lower and the etcd the same (or not yet known: a row of an earlier version). The
-        // conflicting row is locked even when the WHERE leaves it unchanged, so what is read next
-        // stays until we end.
-        const up = await this.guard(
+        up = await this.guard(
           tx.query(
             `INSERT INTO ${this.sql} AS f (resource, token, ${ETCD_ID_COLUMN}) VALUES ($1, $2, $3) ON CONFLICT (resource) DO UPDATE ` +
               `SET token = EXCLUDED.token, ${ETCD_ID_COLUMN} = EXCLUDED.${ETCD_ID_COLUMN} WHERE f.token <= EXCLUDED.token ` +
               `AND (f.${ETCD_ID_COLUMN} IS NULL OR f.${ETCD_ID_COLUMN} = EXCLUDED.${ETCD_ID_COLUMN}) RETURNING f.token`,
-            [resource, String(fenced.token), etcdId],
+            [resource, String(fenced.token), w.etcdId],
           ),
         );
-        if (up.rows.length === 0) {
-          const r = await tx.query(`SELECT token, ${ETCD_ID_COLUMN} AS etcd_id FROM ${this.sql} WHERE resource = $1`, [resource]);
-          const row = r.rows[0] as { token: string; etcd_id: string | null };
-          fenced.refused('postgres');
-          if (row.etcd_id !== null && row.etcd_id !== etcdId) {
-            const reset = `DELETE FROM ${this.sql} WHERE resource = '${resource.replaceAll("'", "''")}'`;
-            throw new ForeignTokenError(resource, fenced.token, etcdId, BigInt(row.token), row.etcd_id, reset);
-          }
-          throw new StaleTokenError(resource, fenced.token, BigInt(row.token));
-        }
-        const result = await fn(tx);
-        fenced.assert();
-        await tx.query('COMMIT');
-        return result;
       } catch (err) {
-        // A failed ROLLBACK means a broken connection (the server ends the transaction with it):
-        // the pool must not hand that client out again.
-        await tx.query('ROLLBACK').catch((e: unknown) => (conn.broken = e instanceof Error ? e : new Error(String(e))));
-        throw err;
+        if (sqlState(err) !== QUERY_CANCELED) throw err;
+        await tx.query('ROLLBACK');
+        conn.inTransaction = false;
+        return undefined;
       }
-    });
+      if (up.rows.length === 0) throw await this.refusal(tx, w);
+      const result = await w.fn(tx);
+      fenced.assert();
+      await tx.query('COMMIT');
+      return { result };
+    } catch (err) {
+      // A failed ROLLBACK means a broken connection (the server ends the transaction with it):
+      // the pool must not hand that client out again.
+      await tx.query('ROLLBACK').catch((e: unknown) => (conn.broken ??= e instanceof Error ? e : new Error(String(e))));
+      if (sqlState(conn.broken) === IDLE_TIMEOUT) {
+        throw new FenceTransactionError(
+          `PostgresFence.run: the fenced transaction on "${resource}" stalled longer than stallTimeoutMs (${w.stallMs} ms) between two ` +
+            'statements, and PostgreSQL ended it with its connection; nothing was written. Keep slow work outside run(), or raise stallTimeoutMs',
+          { cause: conn.broken },
+        );
+      }
+      throw err;
+    }
+  }
+
+  /** Why the fence row refused our token, read in our transaction (the row stays locked). */
+  private async refusal(tx: Tx, w: FencedWrite<unknown, Tx>): Promise<Error> {
+    const r = await tx.query(`SELECT token, ${ETCD_ID_COLUMN} AS etcd_id FROM ${this.sql} WHERE resource = $1`, [w.resource]);
+    const row = r.rows[0] as { token: string; etcd_id: string | null };
+    w.fenced.refused('postgres');
+    if (row.etcd_id !== null && row.etcd_id !== w.etcdId) {
+      const reset = `DELETE FROM ${this.sql} WHERE resource = '${w.resource.replaceAll("'", "''")}'`;
+      return new ForeignTokenError(w.resource, w.fenced.token, w.etcdId, BigInt(row.token), row.etcd_id, reset);
+    }
+    return new StaleTokenError(w.resource, w.fenced.token, BigInt(row.token));
   }
 
   /**
@@ -181,9 +250,9 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
    * or on the Client, after the runs before it.
    */
   private async withConnection<T>(use: (db: Tx, conn: ConnectionState) => Promise<T>): Promise<T> {
-    const conn: ConnectionState = { inTransaction: false };
     if (this.client) {
-      const run = this.queue.then(() => use(this.client!, conn));
+      const client = this.client;
+      const run = this.queue.then(() => this.listening(client, (conn) => use(client, conn)));
       this.queue = run.catch(() => {});
       return run;
     }
@@ -196,24 +265,42 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
         { cause },
       );
     }
-    // A connection that breaks while we hold it emits 'error' on the client, which pg leaves to the
-    // borrower: unheard, it would crash the process. The failed query reports it; we destroy the client.
-    const events = client as unknown as Partial<Pick<NodeJS.EventEmitter, 'on' | 'removeListener'>>;
+    let broken: Error | undefined;
+    try {
+      return await this.listening(client, async (conn) => {
+        try {
+          return await use(client, conn);
+        } catch (err) {
+          // Outside a transaction, only an SQL error (or ours) proves the connection still answers.
+          if (!conn.inTransaction && !conn.broken && !(err instanceof FenceNotInstalledError || hasSqlState(err))) {
+            conn.broken = err instanceof Error ? err : new Error(String(err));
+          }
+          throw err;
+        } finally {
+          broken = conn.broken;
+        }
+      });
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  /**
+   * Runs `use` with an ear on `db`'s 'error' event: a connection that breaks while we use it (or that
+   * PostgreSQL ends, after a stall) emits it, which pg leaves to the user: unheard, it would crash the
+   * process. The failed query reports it; a pool's client is then destroyed.
+   */
+  private async listening<T>(db: Tx, use: (conn: ConnectionState) => Promise<T>): Promise<T> {
+    const conn: ConnectionState = { inTransaction: false };
+    const events = db as unknown as Partial<Pick<NodeJS.EventEmitter, 'on' | 'removeListener'>>;
     const onError = (err: unknown): void => {
       conn.broken ??= err instanceof Error ? err : new Error(String(err));
     };
     events.on?.('error', onError);
     try {
-      return await use(client, conn);
-    } catch (err) {
-      // Outside a transaction, only an SQL error (or ours) proves the connection still answers.
-      if (!conn.inTransaction && !conn.broken && !(err instanceof FenceNotInstalledError || hasSqlState(err))) {
-        conn.broken = err instanceof Error ? err : new Error(String(err));
-      }
-      throw err;
+      return await use(conn);
     } finally {
       events.removeListener?.('error', onError);
-      client.release(conn.broken);
     }
   }
 
@@ -230,9 +317,20 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
   }
 }
 
+/** One fenced write, as run() hands it to each attempt. */
+interface FencedWrite<T, Tx> {
+  readonly fenced: Fenced;
+  readonly resource: string;
+  /** The etcd id of the etcd the handle's token came from. */
+  readonly etcdId: string;
+  /** stallTimeoutMs, or the session's TTL. */
+  readonly stallMs: number;
+  readonly fn: (tx: Tx) => Promise<T> | T;
+}
+
 /** What a run learnt about its connection. */
 interface ConnectionState {
-  /** BEGIN succeeded: the run's own ROLLBACK tells whether the connection survived. */
+  /** BEGIN was sent: the run's own ROLLBACK tells whether the connection survived. */
   inTransaction: boolean;
   /** Why the connection must not be reused. */
   broken?: Error;
