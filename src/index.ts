@@ -57,6 +57,7 @@ export {
   FenceNotInstalledError,
   FenceUnavailableError,
   FenceTransactionError,
+  UntrustedFenceTableError,
 } from './fencing/errors.js';
 export { Session, MAX_TTL, type SessionOptions } from './session.js';
 export {

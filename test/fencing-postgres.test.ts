@@ -18,7 +18,9 @@ import {
   FenceUnavailableError,
   PostgresFence,
   StaleTokenError,
+  UntrustedFenceTableError,
   type HeldFencingHandle,
+  type PgQueryable,
 } from '../src/fencing/index.js';
 import { postgresForFile } from './db-servers.js';
 import { Holder } from './fence-holders.js';
@@ -382,6 +384,90 @@ describe('PostgresFence on a real PostgreSQL', () => {
       assert.throws(() => new PostgresFence(db, { stallTimeoutMs: 0 }), InvalidArgumentError);
       assert.throws(() => new PostgresFence(db, { stallTimeoutMs: 1.5 }), InvalidArgumentError);
     }));
+
+  it("install() refuses a fence table another role made first (public schema before PostgreSQL 15), and takes one in the application's schema", async (t) => {
+    const server = need(t);
+    if (!server) return;
+    await using admin = pool(server);
+    const app = unique('app');
+    const mallory = unique('mallory');
+    await admin.query(`CREATE ROLE ${app} LOGIN`);
+    await admin.query(`CREATE ROLE ${mallory} LOGIN`);
+    await admin.query('GRANT CREATE ON SCHEMA public TO PUBLIC'); // what PostgreSQL before 15 grants
+    await using _revoke = { [Symbol.asyncDispose]: async () => void (await admin.query('REVOKE CREATE ON SCHEMA public FROM PUBLIC')) };
+    const as = (role: string) => pool({ ...server, connectionString: server.connectionString.replace('postgres@', `${role}@`) });
+    const table = unique('shared');
+    {
+      await using m = as(mallory);
+      await m.query(`CREATE TABLE ${table} (resource text PRIMARY KEY, token bigint NOT NULL, etcd_id text)`);
+      await m.query(`GRANT ALL ON ${table} TO PUBLIC`);
+    }
+    await using db = as(app);
+    await assert.rejects(new PostgresFence(db, { table }).install(), (err: Error) => {
+      assert.ok(err instanceof UntrustedFenceTableError);
+      assert.equal(err.code, 'ERR_FENCE_TABLE_UNTRUSTED');
+      assert.deepEqual([err.table, err.owner, err.user], [table, mallory, app]);
+      assert.match(err.message, /a schema your application owns/);
+      return true;
+    });
+    // In a schema the application owns: its own table. A table the superuser made is trusted too.
+    await admin.query(`CREATE SCHEMA ${app} AUTHORIZATION ${app}`);
+    const own = new PostgresFence(db, { table: `${app}.fences` });
+    await own.install();
+    await own.run(await token(3n), 'r', () => undefined);
+    await admin.query(`CREATE TABLE ${app}.by_admin (resource text PRIMARY KEY, token bigint NOT NULL, etcd_id text)`);
+    await admin.query(`GRANT ALL ON ${app}.by_admin TO ${app}`);
+    await new PostgresFence(db, { table: `${app}.by_admin` }).install();
+  });
+
+  it("a transaction not the fence's own from BEGIN to COMMIT is refused: another open on the Client, an error caught inside fn, a COMMIT inside fn", async (t) => {
+    const server = need(t);
+    if (!server) return;
+    const c = new pg.Client({ connectionString: server.connectionString });
+    await c.connect();
+    try {
+      const fence = new PostgresFence(c, { table: 'fences' });
+      await fence.install();
+      const resource = unique('own');
+      await c.query(`CREATE TABLE "${resource}_log" (id bigserial PRIMARY KEY, token bigint NOT NULL, value text NOT NULL)`);
+      const insert = (tx: PgQueryable, value: string) => tx.query(`INSERT INTO "${resource}_log" (token, value) VALUES (4, $1)`, [value]);
+      const handle = await token(4n);
+      // Other code's transaction, open on the same Client.
+      await c.query('BEGIN');
+      let ran = false;
+      await assert.rejects(
+        fence.run(handle, resource, () => (ran = true)),
+        (err: Error) => err instanceof FenceTransactionError && /already open on this Client/.test(err.message),
+      );
+      assert.equal(ran, false, 'fn did not run');
+      await c.query('ROLLBACK');
+      // An SQL error caught inside fn: PostgreSQL turns the COMMIT into a ROLLBACK, and says so in
+      // its answer (a driver that does not report its transaction status, so that only the answer tells).
+      const plain = new PostgresFence({ query: (text: string, values?: unknown[]) => c.query(text, values) }, { table: 'fences' });
+      await assert.rejects(
+        plain.run(handle, resource, async (tx) => {
+          await insert(tx, 'before the error');
+          await tx.query('SELECT no_such_column FROM fences').catch(() => {});
+        }),
+        (err: Error) => err instanceof FenceTransactionError && /its error was caught inside fn/.test(err.message),
+      );
+      // A COMMIT inside fn: what follows runs on its own, unfenced, and the run says so.
+      await assert.rejects(
+        fence.run(handle, resource, async (tx) => {
+          await tx.query('COMMIT');
+          await insert(tx, 'after a COMMIT');
+        }),
+        (err: Error) => err instanceof FenceTransactionError && /ran on its own, unfenced/.test(err.message),
+      );
+      assert.deepEqual(
+        (await c.query(`SELECT value FROM "${resource}_log" ORDER BY id`)).rows.map((r) => r.value),
+        ['after a COMMIT'],
+      );
+      assert.equal(await fence.run(handle, resource, () => 'fine'), 'fine', 'the Client still serves fenced runs');
+    } finally {
+      await c.end();
+    }
+  });
 
   it('a single pg Client: concurrent runs are queued on it, and each is fenced', async (t) => {
     const server = need(t);

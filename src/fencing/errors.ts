@@ -87,9 +87,39 @@ export class FenceNotInstalledError extends EtcdError {
 }
 
 /**
+ * `PostgresFence.install()` found the fence table owned by a role you cannot trust with it: not
+ * you nor a role you are a member of, not a superuser, not the owner of its schema. Another role
+ * may have created it first (before PostgreSQL 15 every role may create tables in the `public`
+ * schema) and could then change its tokens. Nothing was changed. Use a table in a schema your
+ * application owns (`table: 'app.fences'`). `code` is `'ERR_FENCE_TABLE_UNTRUSTED'`.
+ */
+export class UntrustedFenceTableError extends EtcdError {
+  static override readonly code: string = 'ERR_FENCE_TABLE_UNTRUSTED';
+
+  constructor(
+    /** The fence table, as PostgreSQL names it (schema-qualified when not on the search path). */
+    readonly table: string,
+    /** The role that owns it. */
+    readonly owner: string,
+    /** The role the fence connects as. */
+    readonly user: string,
+  ) {
+    super(
+      `the fence table ${table} belongs to role "${owner}", which "${user}" is not a member of (nor is "${owner}" a superuser or the ` +
+        "owner of the table's schema): another role may have created it first (before PostgreSQL 15 every role may create tables in " +
+        'the public schema) and could change its tokens. Nothing was changed. Drop it if it is not yours, and give the fence a table in a ' +
+        `schema your application owns (table: 'app.fences'), or grant "${user}" membership in "${owner}" if you trust that role`,
+    );
+  }
+}
+
+/**
  * A fenced transaction did not run from BEGIN to COMMIT as one transaction of its own, so the fence
- * cannot vouch for it: it stalled past `stallTimeoutMs` and PostgreSQL ended it. Nothing was
- * written. `code` is `'ERR_FENCE_TRANSACTION'`.
+ * cannot vouch for it: another transaction was already open on the `pg` Client (other code uses it),
+ * a statement inside `fn` failed and its error was caught (PostgreSQL then commits nothing), the
+ * transaction was ended midway (a COMMIT or ROLLBACK inside `fn`, or other code on the same Client:
+ * statements after that ran on their own), or it stalled past `stallTimeoutMs` and PostgreSQL ended
+ * it. The message says which. `code` is `'ERR_FENCE_TRANSACTION'`.
  */
 export class FenceTransactionError extends EtcdError {
   static override readonly code: string = 'ERR_FENCE_TRANSACTION';

@@ -15,6 +15,7 @@ export {
   FenceNotInstalledError,
   FenceUnavailableError,
   FenceTransactionError,
+  UntrustedFenceTableError,
 } from './errors.js';
 export { ETCD_ID_KEY } from './etcd-id.js';
 export type { FencingHandle, HeldFencingHandle, LeaderFencingHandle } from './handle.js';

@@ -1,11 +1,24 @@
 import { InvalidArgumentError } from '../client/errors.js';
 import { etcdIdOf } from './etcd-id.js';
-import { FenceNotInstalledError, FenceTransactionError, FenceUnavailableError, ForeignTokenError, StaleTokenError } from './errors.js';
+import {
+  FenceNotInstalledError,
+  FenceTransactionError,
+  FenceUnavailableError,
+  ForeignTokenError,
+  StaleTokenError,
+  UntrustedFenceTableError,
+} from './errors.js';
 import { fencedBy, type Fenced, type FencingHandle } from './handle.js';
 
-/** What the fence needs of a node-postgres (`pg`) connection: `query(text, values)`. */
+/**
+ * What the fence needs of a node-postgres (`pg`) connection: `query(text, values)`, and, when it has
+ * it (pg 8.16 and later), `getTransactionStatus()`, with which the fence checks that its transaction
+ * is its own from BEGIN to COMMIT.
+ */
 export interface PgQueryable {
-  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+  query(text: string, values?: unknown[]): Promise<{ rows: unknown[]; command?: string }>;
+  /** `'I'` idle, `'T'` in a transaction, `'E'` in a failed transaction (pg's, from PostgreSQL's ReadyForQuery). */
+  getTransactionStatus?(): string | null;
 }
 
 /** A node-postgres `Pool` (typed by its shape: `pg` is not a dependency of this package). */
@@ -21,7 +34,8 @@ export interface PostgresFenceOptions {
   /**
    * The fence table: `name` or `schema.name`, letters, digits and `_` (a letter or `_` first), at
    * most 63 characters each. Used exactly as written (quoted, so case-sensitive). Default
-   * `etcd_concurrency_fence`.
+   * `etcd_concurrency_fence`, which lands in the first schema of the search path; name a schema
+   * your application owns (`app.fences`), as `install()` refuses a table another role owns.
    */
   table?: string;
   /**
@@ -68,11 +82,12 @@ const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
  * is allowed.
  *
  * Give it a `pg` `Pool` (each run takes a client and always releases it) or a connected `Client`
- * (runs on it are queued one after another: one connection holds one transaction at a time).
+ * that no one else uses during `run()` (runs on it are queued one after another; another query sent
+ * on it meanwhile would join the fenced transaction and be rolled back with it).
  *
  * @example
  * ```ts
- * const fence = new PostgresFence(pool, { table: 'fences' });
+ * const fence = new PostgresFence(pool, { table: 'app.fences' });
  * await fence.install();
  * await fence.run(lock, 'accounts/7', (tx) => tx.query('UPDATE accounts SET balance = $1 WHERE id = 7', [balance]));
  * ```
@@ -89,7 +104,7 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
 
   /** A fence on a `pg` Pool: each run takes a client of the pool, and `fn` gets it as `tx`. */
   constructor(pool: PgPool<Tx>, options?: PostgresFenceOptions);
-  /** A fence on a connected `pg` Client: runs are queued on it, and `fn` gets it as `tx`. */
+  /** A fence on a connected `pg` Client that no one else uses during `run()`: runs are queued on it, and `fn` gets it as `tx`. */
   constructor(client: Tx, options?: PostgresFenceOptions);
   constructor(db: PgPool<Tx> | Tx, options: PostgresFenceOptions = {}) {
     const table = options.table ?? 'etcd_concurrency_fence';
@@ -120,7 +135,10 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
    * Creates the fence table if it is missing (`CREATE TABLE IF NOT EXISTS`): `resource text primary
    * key, token bigint not null, etcd_id text`; adds the `etcd_id` column to a table an earlier
    * version made (its rows keep working: see the README, "When etcd is replaced"). Safe to call on
-   * every start. To create the table in your migrations instead, use the same three columns.
+   * every start. Throws {@link UntrustedFenceTableError}, changing nothing, when the table belongs to
+   * a role that is not you nor one you are a member of, a superuser or the owner of its schema:
+   * another role could have created it first to change its tokens. To create the table in your
+   * migrations instead, use the same three columns.
    */
   async install(): Promise<void> {
     await this.withConnection(async (db) => {
@@ -128,13 +146,16 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
         `CREATE TABLE IF NOT EXISTS ${this.sql} (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token > 0), ${ETCD_ID_COLUMN} text)`,
       );
       const r = await db.query(
-        'SELECT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped) AS has_etcd_id',
+        'SELECT c.oid::regclass::text AS name, pg_get_userbyid(c.relowner) AS owner, current_user AS me, ' +
+          "(pg_has_role(current_user, c.relowner, 'MEMBER') OR o.rolsuper OR c.relowner = n.nspowner) AS trusted, " +
+          'EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = $2 AND NOT a.attisdropped) AS has_etcd_id ' +
+          'FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_roles o ON o.oid = c.relowner WHERE c.oid = to_regclass($1)',
         [this.sql, ETCD_ID_COLUMN],
       );
+      const t = r.rows[0] as { name: string; owner: string; me: string; trusted: boolean; has_etcd_id: boolean };
+      if (!t.trusted) throw new UntrustedFenceTableError(t.name, t.owner, t.me);
       // Only when missing: ALTER TABLE waits for every fenced transaction on the table, even with IF NOT EXISTS.
-      if (!(r.rows[0] as { has_etcd_id: boolean }).has_etcd_id) {
-        await db.query(`ALTER TABLE ${this.sql} ADD COLUMN IF NOT EXISTS ${ETCD_ID_COLUMN} text`);
-      }
+      if (!t.has_etcd_id) await db.query(`ALTER TABLE ${this.sql} ADD COLUMN IF NOT EXISTS ${ETCD_ID_COLUMN} text`);
     });
   }
 
@@ -155,8 +176,8 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
    * Throws {@link StaleTokenError} (and runs nothing) when a higher token was stored for `resource`;
    * {@link ForeignTokenError} (and runs nothing) when the stored token came from another etcd;
    * whatever `fn` or the commit throws after a rollback; the handle's loss error when it no longer
-   * holds just before COMMIT (rolled back); {@link FenceTransactionError} when it stalled past
-   * `stallTimeoutMs` and PostgreSQL ended it. Every query of `fn` must go through `tx`.
+   * holds just before COMMIT (rolled back); {@link FenceTransactionError} when the transaction was
+   * not the fence's own from BEGIN to COMMIT. Every query of `fn` must go through `tx`.
    *
    * While another fenced transaction holds the resource's row (a holder frozen inside `run()`
    * holds it until PostgreSQL ends its transaction, after its `stallTimeoutMs`), this one waits for
@@ -189,6 +210,12 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
   /** One fenced transaction; undefined when the fence row stayed locked for the whole bound (rolled back: try again). */
   private async attempt<T>(tx: Tx, conn: ConnectionState, w: FencedWrite<T, Tx>): Promise<{ result: T } | undefined> {
     const { fenced, resource } = w;
+    if (!transactionIs(tx, 'I')) {
+      throw new FenceTransactionError(
+        'PostgresFence.run: a transaction is already open on this Client, so other code is using it: the fenced transaction would ' +
+          'join it; nothing was run. Give the fence a Pool, or a Client no one else uses during run()',
+      );
+    }
     conn.inTransaction = true;
     try {
       // One round trip: the bounds hold for this transaction only (SET LOCAL).
@@ -216,7 +243,10 @@ export class PostgresFence<Tx extends PgQueryable = PgQueryable> {
       if (up.rows.length === 0) throw await this.refusal(tx, w);
       const result = await w.fn(tx);
       fenced.assert();
-      await tx.query('COMMIT');
+      if (!transactionIs(tx, 'T')) throw notOwnTransaction(tx.getTransactionStatus?.() === 'E');
+      // PostgreSQL answers COMMIT of a failed transaction with ROLLBACK, and no error.
+      const committed = await tx.query('COMMIT');
+      if (committed.command === 'ROLLBACK') throw notOwnTransaction(true);
       return { result };
     } catch (err) {
       // A failed ROLLBACK means a broken connection (the server ends the transaction with it):
@@ -334,6 +364,24 @@ interface ConnectionState {
   inTransaction: boolean;
   /** Why the connection must not be reused. */
   broken?: Error;
+}
+
+/** Whether `db`'s transaction status is `status`; true when the driver does not tell (pg before 8.16, or another driver). */
+function transactionIs(db: PgQueryable, status: 'I' | 'T'): boolean {
+  const s = db.getTransactionStatus?.();
+  return s === undefined || s === null || s === status;
+}
+
+/** The transaction was not ours up to COMMIT: it `failed` (a statement's error was caught), or was ended midway. */
+function notOwnTransaction(failed: boolean): FenceTransactionError {
+  return new FenceTransactionError(
+    failed
+      ? 'PostgresFence.run: a statement of the fenced transaction failed and its error was caught inside fn, so PostgreSQL commits ' +
+          'nothing of it: nothing was written. Let the error out of fn (or use a SAVEPOINT to go on after it)'
+      : 'PostgresFence.run: the fenced transaction was ended before the fence could commit it: a COMMIT or ROLLBACK inside fn, or ' +
+          'other code on the same Client. What ran after that ran on its own, unfenced. Give the fence a Pool, or a Client no one ' +
+          'else uses during run(), and leave COMMIT to the fence',
+  );
 }
 
 /** The SQLSTATE of a PostgreSQL error, if `err` is one. */
