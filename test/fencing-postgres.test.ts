@@ -219,7 +219,7 @@ describe('PostgresFence on a real PostgreSQL', () => {
     );
   });
 
-  it('bad input: an unknown handle, a table missing without install(), a bad table name, a closed pool: clear errors', async (t) => {
+  it('bad input: an unknown handle, one without a session, a table missing without install(), a bad table name, a closed pool: clear errors', async (t) => {
     const server = need(t);
     if (!server) return;
     const db = pool(server);
@@ -251,6 +251,11 @@ describe('PostgresFence on a real PostgreSQL', () => {
         `bad handle ${i}`,
       );
     }
+    // A handle of one's own without the session its token came from: the fence could not tell its etcd.
+    await assert.rejects(
+      fence.run({ fencingToken: 5n, assertHeld() {} } as unknown as HeldFencingHandle, resource, () => 1),
+      (err: Error) => err instanceof InvalidArgumentError && /has no session/.test(err.message) && /`session`/.test(err.message),
+    );
     await assert.rejects(
       fence.run(await token(5n), '', () => 1),
       InvalidArgumentError,
