@@ -81,11 +81,11 @@ export type { OwnerHandle } from './queue/ownership.js';
 export {
   RELEASE_RETRY_CHANNEL,
   RELEASE_DONE_CHANNEL,
-  type ReleaseResult,
   type ReleaseRetryMessage,
   type ReleaseDoneMessage,
   type DeleteOutcome,
-} from './queue/release.js';
+} from './queue/guaranteed-delete.js';
+export type { ReleaseResult } from './queue/release.js';
 export { validateName, participantKey } from './keys.js';
 export {
   Election,

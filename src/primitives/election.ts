@@ -16,9 +16,9 @@ import { acquire, type AcquireOptions } from '../queue/acquire.js';
 import { OwnerHandleBase, type Ownership, type OwnerHandle } from '../queue/ownership.js';
 import { oldestParticipant } from '../queue/participants.js';
 import type { ReleaseResult } from '../queue/release.js';
-import { oldestRule, ourKeyStands, participantScope, participantTicket, ticketLost } from '../queue/predecessor.js';
+import { oldestRule, ourKeyStands, participantScope, participantTicket, ticketLost } from '../queue/oldest.js';
 import type { LeaderHealth } from './health.js';
-import type { LostErrorFactory } from '../queue/turn.js';
+import type { LostErrorFactory } from '../queue/wait.js';
 
 /** Who leads an election. */
 export interface LeaderInfo {
@@ -110,7 +110,7 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
       share: options.share === true,
       ticket: participantTicket(session, name, bytes),
       rules: {
-        rule: (ticket, lost) => oldestRule(session, participantScope(session, name), ticket, lost, { keepWatch: true }),
+        rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost),
         lostError: leadershipLost,
         // Already a candidate (a sibling's key, or one an earlier process left on an adopted lease):
         // keep its place and take the new value, as Go does, so etcd and the handle agree.
@@ -294,11 +294,7 @@ class Leadership extends OwnerHandleBase implements LeaderHandle {
   }
 
   resign(): Promise<ReleaseResult> {
-    return this.own.release();
-  }
-
-  override async [Symbol.asyncDispose](): Promise<void> {
-    await this.resign();
+    return this.release();
   }
 
   /** Watches the term from now, whether or not anyone looks at `signal` (runAsLeader's terms). */

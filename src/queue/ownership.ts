@@ -7,11 +7,10 @@ import type { Session } from '../session.js';
 import { type OwnershipLostError, SessionExpiredError } from '../errors.js';
 import type { LossReason } from '../metrics/names.js';
 import type { AcquireProbe, HoldObserver } from '../metrics/telemetry.js';
-import { RELEASED, type ReleaseResult, type ReleaseWhat } from './release.js';
-import { releaseKey } from './leave.js';
+import { RELEASED, releaseKey, type ReleaseResult, type ReleaseWhat } from './release.js';
 import type { Due } from './recheck.js';
 import { queueOf, sessionQueue } from './state.js';
-import type { LostErrorFactory } from './turn.js';
+import type { LostErrorFactory } from './wait.js';
 import { publishOwnershipLost } from '../diagnostics.js';
 
 /** How a loss reads in the lost error: `<key> (token <n>) is no longer owned: <why>`. */
@@ -30,6 +29,23 @@ const WHY: Record<LossReason, string> = {
  */
 const RECORDED_WATCH_AFTER_MS = 1000;
 
+/** What an {@link Ownership} is made of. */
+export interface OwnershipOptions {
+  session: Session;
+  /** The participant key, `<name>/<lease id hex>`. */
+  key: string;
+  /** The key's CreateRevision. */
+  fencingToken: bigint;
+  /** Makes the primitive's lost error. */
+  lost: LostErrorFactory;
+  /** What is held (kind and name), for the release's metrics and diagnostics. */
+  what: ReleaseWhat;
+  /** The acquire's probe, when an OpenTelemetry SDK records: it records this holding from now on. */
+  probe?: AcquireProbe | undefined;
+  /** Ends this call's in-process turn on the key (gate.ts): on release, or when the holding is lost. */
+  exit?: (() => void) | undefined;
+}
+
 /**
  * What a lock holder and an election leader have in common: a key on the session's lease, created at
  * revision `fencingToken`. Ownership lasts while that incarnation of the key exists and the session
@@ -41,7 +57,7 @@ const RECORDED_WATCH_AFTER_MS = 1000;
 export class Ownership {
   private controller?: AbortController;
   private watch?: Watch;
-  /** The batched re-check of our key, while watched on a member that may lose events (armNet). */
+  /** The batched re-check of our key while it is watched (armNet). */
   private net?: Due;
   /** Why ownership ended (lost, released or revoked), once it has; made on demand (see release). */
   private ended?: { reason?: unknown; make?: () => unknown };
@@ -57,20 +73,23 @@ export class Ownership {
   private watchTimer?: NodeJS.Timeout;
   private readonly onSessionLost = (): void => this.lose(this.session.signal.reason, sessionLoss(this.session.signal.reason));
 
-  constructor(
-    readonly session: Session,
-    /** The participant key, `<name>/<lease id hex>`. */
-    readonly key: string,
-    /** The key's CreateRevision: strictly increasing across owners, so protected resources can fence. */
-    readonly fencingToken: bigint,
-    private readonly makeLostError: LostErrorFactory,
-    /** What is held (kind and name), for the release's metrics and diagnostics. */
-    private readonly what: ReleaseWhat,
-    /** The acquire's probe, when an OpenTelemetry SDK records: it records this holding from now on. */
-    probe?: AcquireProbe,
-    /** Ends this call's in-process turn on the key (gate.ts): on release, or when the holding ends. */
-    private exit?: () => void,
-  ) {
+  readonly session: Session;
+  /** The participant key, `<name>/<lease id hex>`. */
+  readonly key: string;
+  /** The key's CreateRevision: strictly increasing across owners, so protected resources can fence. */
+  readonly fencingToken: bigint;
+  private readonly makeLostError: LostErrorFactory;
+  private readonly what: ReleaseWhat;
+  private exit: (() => void) | undefined;
+
+  constructor(o: OwnershipOptions) {
+    this.session = o.session;
+    this.key = o.key;
+    this.fencingToken = o.fencingToken;
+    this.makeLostError = o.lost;
+    this.what = o.what;
+    this.exit = o.exit;
+    const { session, key, fencingToken, probe } = o;
     const holdings = sessionQueue<Ownership>(session).holdings;
     // A sibling already holding this incarnation: the same leadership, not another one.
     const observer = probe?.held(fencingToken, this.siblings(holdings.of(key)).length > 0);
@@ -196,7 +215,7 @@ export class Ownership {
     // otherwise (released: the release ended the turn already; revoked by runAsLeader: its release
     // follows once the task settled), the turn ends with the release.
     if (loss !== undefined) {
-      sessionQueue(this.session).users.retire(this.key, this.fencingToken);
+      sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken);
       this.exit?.();
     }
     clearTimeout(this.watchTimer);
@@ -313,12 +332,12 @@ export class Ownership {
   }
 
   /**
-   * On a member whose watch may lose an event (watch-trust.ts), the client's batched re-check also
-   * reads our key every max(10 s, TTL): a delete whose event was lost still ends the holding.
+   * The client's batched re-check also reads our key every max(10 s, TTL): a delete whose event never
+   * came (etcd 3.4 before 3.4.36 and 3.5 before 3.5.18 can drop one near a compaction: etcd 17529,
+   * 18089, 19179) still ends the holding.
    */
   private armNet(): void {
-    const state = queueOf(this.session.client);
-    if (this.net || this.ended || state.watchTrust.lossless()) return;
+    if (this.net || this.ended) return;
     let read: KeyValue | undefined;
     const net: Due = {
       check: { keys: [this.key], blocked: ([kv]) => ((read = kv), this.isOurs(kv)) },
@@ -331,7 +350,7 @@ export class Ownership {
       },
     };
     this.net = net;
-    state.rechecker.add(net);
+    queueOf(this.session.client).rechecker.add(net);
   }
 
   private disarmNet(): void {
@@ -411,6 +430,12 @@ export interface OwnerHandle extends AsyncDisposable {
    * own etcd writes conditional on all of them, `compare: handle.ownerCompares()`.
    */
   ownerCompares(): Compare[];
+  /**
+   * Gives the key up: every handle's one verb (a lock's `unlock()`, a leader's `resign()` are the same
+   * call). Idempotent, guarded on the fencing token, and never rejects for want of etcd: see
+   * {@link ReleaseResult}.
+   */
+  release(): Promise<ReleaseResult>;
 }
 
 /** The shared implementation of the handles; not exported from the package. */
@@ -441,16 +466,18 @@ export abstract class OwnerHandleBase implements OwnerHandle {
     return this.own.ownerCompares();
   }
 
-  abstract [Symbol.asyncDispose](): Promise<void>;
+  release(): Promise<ReleaseResult> {
+    return this.own.release();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.own.release();
+  }
 }
 
-/** A lock's, permit's or RW lock's handle: assertHeld(), and one release verb the subclass names; `await using` releases. */
+/** A lock's, permit's or RW lock's handle: assertHeld(), and release() under the primitive's own name too; `await using` releases. */
 export abstract class HeldHandle extends OwnerHandleBase {
   assertHeld(): void {
     this.own.assert();
-  }
-
-  override async [Symbol.asyncDispose](): Promise<void> {
-    await this.own.release();
   }
 }
