@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { runExamples } from './helpers/doc-examples.js';
 
-const examples = runExamples(['README.md'], {
+const examples = runExamples('README', ['README.md'], {
   'README.md': [],
 });
 

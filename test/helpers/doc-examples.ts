@@ -44,16 +44,22 @@ export function promised(code: string): string[] {
 }
 
 /**
- * Registers the tests of `files` (paths relative to the repository): one test per file, in which
- * every example type-checks and then runs (exit 0, printing what it promises), and after which the
- * shared etcd holds no lock or election key and no lease. `promises` is what the file's examples
- * promise to print, in order: a promise that a run cannot check (or one the test does not expect)
- * fails too. Returns the examples, read before the tests run.
+ * Registers the tests of `files` (paths relative to the repository), written out under
+ * `.readme-examples/<label>/`: all their examples type-check, and then one test per file, in which
+ * every example runs (exit 0, printing what it promises), and after which the shared etcd holds no
+ * lock or election key and no lease (whatever a failing example left is then removed, so that the
+ * next file is judged on its own). `promises` is what each file's examples promise to print, in
+ * order: a promise that a run cannot check (or one the test does not expect) fails too. Returns the
+ * examples, read before the tests run.
  */
-export function runExamples(files: readonly string[], promises: Readonly<Record<string, readonly string[]>>): () => Example[] {
+export function runExamples(
+  label: string,
+  files: readonly string[],
+  promises: Readonly<Record<string, readonly string[]>>,
+): () => Example[] {
   let etcd: EtcdCluster;
   const all: Example[] = [];
-  const dir = path.join(root, '.readme-examples', path.basename(files[0]!, '.md'));
+  const dir = path.join(root, '.readme-examples', label);
   // The fencing examples run against a real PostgreSQL and Redis (skipped without them, failing under CI).
   const postgres = postgresForFile();
   const redis = redisForFile();
@@ -142,6 +148,8 @@ export function runExamples(files: readonly string[], promises: Readonly<Record<
         assert.deepEqual(keys, [], `${file}: no lock or election keys left`);
         assert.deepEqual(await client.leaseLeases(), [], `${file}: no leases left`);
       } finally {
+        await client.delete('', { prefix: true }).catch(() => {});
+        for (const id of await client.leaseLeases().catch(() => [])) await client.leaseRevoke(id).catch(() => {});
         await client.close();
       }
     });
