@@ -43,6 +43,7 @@ async function enqueue(
   session: Session,
   spec: TicketSpec,
   use: KeyUse,
+  what: ReleaseWhat,
   lost: LostErrorFactory,
   ahead?: (keys: bigint) => void,
   signal?: AbortSignal,
@@ -70,7 +71,7 @@ async function enqueue(
   const lookup = !viewed && spec.lookup && state.hints.short(spec.count.key) ? [op.range(spec.lookup)] : [];
   // A read lock's join checks for a writer queued behind the key it would join (see TicketSpec.joinCheck).
   const joinRead = spec.joinCheck ? [op.range(spec.joinCheck.read)] : [];
-  const t = await enqueueTxn(session, spec, reads, lookup, joinRead, lost);
+  const t = await enqueueTxn(session, spec, reads, lookup, joinRead, lost, use);
   let first = false;
   if (viewed) {
     // Not first behind a queue this long: the rule finds our place in the view.
@@ -94,11 +95,14 @@ async function enqueue(
     }
   } else {
     const mine = txnRange(t, 0).kvs[0]!;
-    // Another call of this process uses (or is taking) the key we found: joining it would overtake a
-    // writer that queued behind it since. Wait until those calls have left it instead.
-    const others = use.users > 0 || use.pending > 1;
+    // The key we found is one that other calls of this process use, are taking, or used (its last
+    // holder left it to us while our enqueue was in flight): joining it would overtake a writer that
+    // queued behind it since. Wait until those calls have left it instead (and if it was left to us,
+    // delete it, guarded: nobody else will).
+    const others = use.users > 0 || use.pending > 1 || use.rev === mine.createRevision;
     if (others && spec.joinCheck && !spec.joinCheck.mayJoin(txnRange(t, reads.length + 1).kvs, mine.createRevision)) {
       q.users.abandon(key, use);
+      if (use.users === 0 && use.pending === 0) void dropTicket(session, { key, rev: mine.createRevision }, what);
       return AFTER_HOLDERS;
     }
     // A copy: the decoded value is a slice of the whole response, which it would keep alive.
@@ -119,8 +123,9 @@ async function enqueue(
  * our lease was written by someone else (an operator's plain `put`, which keeps the CreateRevision and
  * drops the lease): it is not ours to hold or to join (another session may hold the lock meanwhile,
  * since waiters skip a lease-less key), and it would block our session's place on the name for good.
- * It is deleted, guarded on what was read, and the enqueue made again: our key is then a new one on
- * our lease, with a new fencing token, queued at the back.
+ * Neither is an incarnation whose holding ended while it was still in etcd (KeyUsers.retire): its
+ * token belongs to that holding. Either is deleted, guarded on what was read, and the enqueue made
+ * again: our key is then a new one on our lease, with a new fencing token, queued at the back.
  */
 async function enqueueTxn(
   session: Session,
@@ -129,6 +134,7 @@ async function enqueueTxn(
   lookup: RequestOp[],
   joinRead: RequestOp[],
   lost: LostErrorFactory,
+  use: KeyUse,
 ): Promise<TxnResult> {
   const { key, value } = spec;
   for (let replaced = 0; ; replaced++) {
@@ -157,7 +163,9 @@ async function enqueueTxn(
         if (progress.ambiguous) mayLandLate(session, key);
       });
     const found = t.succeeded ? undefined : txnRange(t, 0).kvs[0];
-    if (!found || found.lease === session.leaseId) return t;
+    // Ours to take: on our lease, and not an incarnation whose holding ended (retired: lost, or given
+    // up by runAsLeader while its task still winds down), which a later call must never join.
+    if (!found || (found.lease === session.leaseId && use.retired !== found.createRevision)) return t;
     if (replaced >= MAX_REPLACED) {
       throw lost(`${key} keeps being written without this session's lease (lease ${found.lease.toString(16)}); stop whoever writes it`, {
         reason: 'moved_off_lease',
@@ -206,7 +214,7 @@ export async function enqueueOrClean(
     const use = users.begin(key);
     let t: Ticket | typeof AFTER_HOLDERS | typeof STALE;
     try {
-      t = await enqueue(session, spec, use, lost, ahead, signal);
+      t = await enqueue(session, spec, use, what, lost, ahead, signal);
     } catch (err) {
       users.abandon(key, use);
       if (use.users === 0 && use.pending === 0 && !session.signal.aborted) {

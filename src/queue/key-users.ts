@@ -12,6 +12,8 @@ export interface KeyUse {
   users: number;
   /** Enqueues in flight: each becomes a user of the incarnation it finds, or of the one it creates. */
   pending: number;
+  /** An incarnation whose holdings ended (lost, or revoked) while it may still be in etcd: never joined again. */
+  retired?: bigint;
 }
 
 /**
@@ -75,6 +77,15 @@ export class KeyUsers {
   abandon(key: string, use: KeyUse): void {
     use.pending--;
     this.settle(key, use);
+  }
+
+  /**
+   * The holdings of incarnation `rev` of `key` ended (lost, or revoked) while the key may still be in
+   * etcd: its token belongs to them, so no later call joins it; the next enqueue replaces it.
+   */
+  retire(key: string, rev: bigint): void {
+    const use = this.of(key);
+    if (use?.rev === rev) use.retired = rev;
   }
 
   /**

@@ -191,7 +191,14 @@ export class Ownership {
     if (this.ended) return;
     this.ended = make ? { make } : { reason };
     this.loss = loss;
-    this.exit?.();
+    // The next call of this process on the key may go now only after a loss (nobody may be left to
+    // release a dead handle), and then with a key of its own: the incarnation is retired. Ended
+    // otherwise (released: the release ended the turn already; revoked by runAsLeader: its release
+    // follows once the task settled), the turn ends with the release.
+    if (loss !== undefined) {
+      sessionQueue(this.session).users.retire(this.key, this.fencingToken);
+      this.exit?.();
+    }
     clearTimeout(this.watchTimer);
     this.session.signal.removeEventListener('abort', this.onSessionLost);
     this.watch?.cancel();
