@@ -49,7 +49,7 @@ before(async () => {
   const stage = path.join(work, 'stage');
   const manifest = JSON.parse(await readFile(path.join(root, 'package.json'), 'utf8')) as { files: string[] };
   await mkdir(stage);
-  for (const f of ['package.json', 'tsconfig.json', 'README.md', 'LICENSE', 'src', 'docs', 'etcd']) {
+  for (const f of ['package.json', 'tsconfig.json', 'README.md', 'CONTRIBUTING.md', 'LICENSE', 'src', 'docs', 'etcd']) {
     await cp(path.join(root, f), path.join(stage, f), { recursive: true });
   }
   assert.ok(manifest.files.includes('dist'), 'files lists dist');
