@@ -73,6 +73,37 @@ export interface OwnershipLostEvent {
   error: Error;
 }
 
+/** `etcd-concurrency:release:retry` ({@link RELEASE_RETRY_CHANNEL}): a delete of one of our keys (a release, a resign, the clean-up of an aborted acquire, a double barrier's leave) failed and will be tried again. */
+export interface ReleaseRetryMessage {
+  kind: string;
+  name: string;
+  key: string;
+  /** The incarnation being deleted (the fencing token), when known. */
+  fencingToken: bigint | undefined;
+  /** Which attempt failed: 1 for the first. */
+  attempt: number;
+  /** The error's stable code when it has one (the gRPC status of a call that failed), else undefined. */
+  code: string | number | undefined;
+  message: string;
+  error: unknown;
+}
+
+/** How a delete that keeps trying ended: the key is gone, or it stopped because the lease goes anyway. */
+export type DeleteOutcome = 'deleted' | 'session_ended' | 'client_closed';
+
+/** `etcd-concurrency:release:done` ({@link RELEASE_DONE_CHANNEL}): a delete that needed retries is over: the key is gone, or the session ended (its lease takes the key along). */
+export interface ReleaseDoneMessage {
+  kind: string;
+  name: string;
+  key: string;
+  fencingToken: bigint | undefined;
+  /** Attempts made, the successful one included. */
+  attempts: number;
+  outcome: DeleteOutcome;
+  /** Milliseconds from the first failure to the end. */
+  durationMs: number;
+}
+
 /** The channel names: `etcd-concurrency:<area>:<event>`. */
 export const CHANNEL = {
   failover: 'etcd-concurrency:client:failover',
@@ -88,6 +119,11 @@ export const CHANNEL = {
   /** Published by runAsLeader: a campaign tried again after a failure. */
   leaderRetry: 'etcd-concurrency:leader:retry',
 } as const;
+
+/** {@link CHANNEL}'s `releaseRetry`, exported by name: see {@link ReleaseRetryMessage}. */
+export const RELEASE_RETRY_CHANNEL = CHANNEL.releaseRetry;
+/** {@link CHANNEL}'s `releaseDone`, exported by name: see {@link ReleaseDoneMessage}. */
+export const RELEASE_DONE_CHANNEL = CHANNEL.releaseDone;
 
 /** The channel objects (`diagnostics_channel.channel(name)` returns the same object for a name). */
 export const channels = {

@@ -69,6 +69,11 @@ export {
   type LateRenewalEvent,
   type SessionLostEvent,
   type OwnershipLostEvent,
+  RELEASE_RETRY_CHANNEL,
+  RELEASE_DONE_CHANNEL,
+  type ReleaseRetryMessage,
+  type ReleaseDoneMessage,
+  type DeleteOutcome,
 } from './diagnostics.js';
 export { Mutex, withLock, type LockHandle, type LockOptions } from './primitives/mutex.js';
 export { Semaphore, withPermit, MAX_PERMITS, type PermitHandle, type PermitOptions } from './primitives/semaphore.js';
@@ -77,14 +82,7 @@ export { Barrier, type BarrierOptions, type BarrierWaitOptions } from './primiti
 export { DoubleBarrier, type DoubleBarrierWaitOptions } from './primitives/double-barrier.js';
 export { lockAll, withLocks, type MultiLockHandle, type LockAllOptions } from './primitives/multilock.js';
 export type { AcquireOptions } from './queue/acquire.js';
-export type { OwnerHandle } from './queue/ownership.js';
-export {
-  RELEASE_RETRY_CHANNEL,
-  RELEASE_DONE_CHANNEL,
-  type ReleaseRetryMessage,
-  type ReleaseDoneMessage,
-  type DeleteOutcome,
-} from './queue/guaranteed-delete.js';
+export type { OwnerHandle } from './primitives/handle.js';
 export type { ReleaseResult } from './queue/release.js';
 export { validateName, participantKey } from './keys.js';
 export {
@@ -99,7 +97,7 @@ export {
   type LeaderRetryEvent,
   LEADER_RETRY_CHANNEL,
 } from './primitives/election.js';
-export { listParticipants, oldestParticipant } from './queue/participants.js';
+export { listParticipants, oldestParticipant } from './primitives/participants.js';
 export {
   leaderHealth,
   healthHandler,

@@ -13,8 +13,9 @@ import { LeadershipLostError, NotLeaderError, OwnershipLostError } from '../erro
 import { participantKey, validateName } from '../keys.js';
 import { Session } from '../session.js';
 import { acquire, type AcquireOptions } from '../queue/acquire.js';
-import { OwnerHandleBase, type Ownership, type OwnerHandle } from '../queue/ownership.js';
-import { oldestParticipant } from '../queue/participants.js';
+import type { Ownership } from '../queue/ownership.js';
+import { OwnerHandleBase, type OwnerHandle } from './handle.js';
+import { oldestParticipant } from './participants.js';
 import type { ReleaseResult } from '../queue/release.js';
 import { oldestRule, ourKeyStands, participantScope, participantTicket, ticketLost } from '../queue/oldest.js';
 import type { LeaderHealth } from './health.js';

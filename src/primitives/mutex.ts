@@ -5,7 +5,7 @@ import { acquire, tryAcquire, type AcquireOptions, type QueueRules, type QueueSp
 import type { Ownership } from '../queue/ownership.js';
 import type { Ticket } from '../queue/enqueue.js';
 import type { LostErrorFactory, TurnRule } from '../queue/wait.js';
-import { HeldHandle, type OwnerHandle } from '../queue/ownership.js';
+import { HeldHandle, type OwnerHandle } from './handle.js';
 import type { ReleaseResult } from '../queue/release.js';
 import { oldestRule, participantScope, participantTicket } from '../queue/oldest.js';
 

@@ -1,26 +1,11 @@
 // The guaranteed delete: one of our keys is deleted, guarded on its incarnation, retried until it is
 // gone or the session ends (Curator's guaranteed delete), and what waits for it.
-import { channel } from 'node:diagnostics_channel';
 import { Backoff, sleep } from '../client/backoff.js';
 import { compare, type KeyValue, op } from '../client/kv.js';
+import { channels, type DeleteOutcome, type ReleaseDoneMessage, type ReleaseRetryMessage } from '../diagnostics.js';
 import { telemetryOf } from '../metrics/telemetry.js';
 import { finishBeforeClose, type Session } from '../session.js';
 import { sessionQueue } from './state.js';
-
-/**
- * Diagnostics channel (`node:diagnostics_channel`): a delete of one of our keys (a release, a
- * resign, the clean-up of an aborted acquire, a double barrier's leave) failed and will be tried
- * again. Message: {@link ReleaseRetryMessage}.
- */
-export const RELEASE_RETRY_CHANNEL = 'etcd-concurrency:release:retry';
-/**
- * Diagnostics channel: a delete that needed retries is over: the key is gone, or the session ended
- * (its lease takes the key along). Message: {@link ReleaseDoneMessage}.
- */
-export const RELEASE_DONE_CHANNEL = 'etcd-concurrency:release:done';
-
-const retryChannel = channel(RELEASE_RETRY_CHANNEL);
-const doneChannel = channel(RELEASE_DONE_CHANNEL);
 
 /** What a key is held for: for the metrics and the diagnostics channels. */
 export interface ReleaseWhat {
@@ -28,37 +13,6 @@ export interface ReleaseWhat {
   kind: string;
   /** The lock, semaphore, election or barrier name. */
   name: string;
-}
-
-/** The message of {@link RELEASE_RETRY_CHANNEL}. */
-export interface ReleaseRetryMessage {
-  kind: string;
-  name: string;
-  key: string;
-  /** The incarnation being deleted (the fencing token), when known. */
-  fencingToken: bigint | undefined;
-  /** Which attempt failed: 1 for the first. */
-  attempt: number;
-  /** The error's stable code when it has one (the gRPC status of a call that failed), else undefined. */
-  code: string | number | undefined;
-  message: string;
-  error: unknown;
-}
-
-/** How a delete that keeps trying ended: the key is gone, or it stopped because the lease goes anyway. */
-export type DeleteOutcome = 'deleted' | 'session_ended' | 'client_closed';
-
-/** The message of {@link RELEASE_DONE_CHANNEL}. */
-export interface ReleaseDoneMessage {
-  kind: string;
-  name: string;
-  key: string;
-  fencingToken: bigint | undefined;
-  /** Attempts made, the successful one included. */
-  attempts: number;
-  outcome: DeleteOutcome;
-  /** Milliseconds from the first failure to the end. */
-  durationMs: number;
 }
 
 /** A delete of one incarnation of a key that keeps trying until the key is gone or the session ends. */
@@ -134,9 +88,9 @@ async function keepTrying(
   try {
     for (;;) {
       if (attrs) tel.releaseRetries.add(1, attrs);
-      if (retryChannel.hasSubscribers) {
+      if (channels.releaseRetry.hasSubscribers) {
         const code = (err as { code?: unknown } | undefined)?.code;
-        retryChannel.publish({
+        channels.releaseRetry.publish({
           kind: what.kind,
           name: what.name,
           key,
@@ -161,8 +115,8 @@ async function keepTrying(
   } finally {
     outcome ??= stopped(session) ?? 'deleted';
     if (attrs) tel.releasePending.add(-1, attrs);
-    if (doneChannel.hasSubscribers) {
-      doneChannel.publish({
+    if (channels.releaseDone.hasSubscribers) {
+      channels.releaseDone.publish({
         kind: what.kind,
         name: what.name,
         key,
