@@ -67,10 +67,7 @@ export function report(err: unknown): number {
   let message = err instanceof Error ? err.message : String(err);
   message = message.replace(/\s*\n\s*/g, ' ');
   if (err instanceof UsageError) message += ' (see --help)';
-  if (err instanceof UnavailableError) {
-    // Name the flag: the library's message cannot know it is running under this CLI.
-    message += '; start a local etcd with `etcd-concurrency dev` or pass --endpoints (or set ETCDCTL_ENDPOINTS)';
-  }
+  if (err instanceof UnavailableError) message = withEndpointsHint(message);
   warn(message);
   if (debug) {
     for (let e: unknown = err, first = true; e !== undefined; e = e instanceof Error ? e.cause : undefined, first = false) {
@@ -78,6 +75,16 @@ export function report(err: unknown): number {
     }
   }
   return code;
+}
+
+/**
+ * An unreachable etcd's message with the flag to pass named: the library's own advice ("pass the
+ * right endpoints") cannot know it runs under this CLI. Where it gives no such advice, ours is added.
+ */
+function withEndpointsHint(message: string): string {
+  const flag = '--endpoints (or set ETCDCTL_ENDPOINTS)';
+  if (/pass the right endpoints$/.test(message)) return message.replace(/endpoints$/, flag);
+  return `${message}; start a local etcd with \`etcd-concurrency dev\` or pass ${flag}`;
 }
 
 function exitCodeOf(err: unknown): number {
