@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { debianMirror } from '../src/launcher/sources.js';
 import { goFor } from '../src/launcher/install.js';
-import { CLI_MAIN, killClis, runCli, runCliToEnd } from './helpers.js';
+import { assertOneErrorLine, CLI_MAIN, killClis, runCli, runCliToEnd } from './helpers.js';
 
 let work: string;
 before(async () => {
@@ -78,16 +78,17 @@ describe('`etcd-concurrency etcd`', () => {
       );
   });
 
-  test('bad requests exit 1 (2 without a command) with one line saying what is supported', async () => {
+  test('bad requests exit 2 (usage) with one line saying what is supported; without a command, the help on stderr', async () => {
     const bad = await runCliToEnd(['etcd', 'install', '9.9'], { ETCD_CACHE_DIR: path.join(work, 'empty-cache') });
-    assert.equal(bad.code, 1);
-    assert.match(bad.stderr, /unknown etcd version "9\.9"; supported: 3\.4, 3\.5, 3\.6, 3\.7/);
+    assert.equal(bad.code, 2);
+    assertOneErrorLine(bad.stderr, /unknown etcd version "9\.9"; supported: 3\.4, 3\.5, 3\.6, 3\.7/);
     const notPinned = await runCliToEnd(['etcd', 'install', '3.7.0'], { ETCD_CACHE_DIR: path.join(work, 'empty-cache') });
-    assert.equal(notPinned.code, 1);
-    assert.match(notPinned.stderr, /etcd 3\.7\.0 is not pinned here: 3\.7 means 3\.7\.3; .*etcd-concurrency etcd add <dir>/);
+    assert.equal(notPinned.code, 2);
+    assertOneErrorLine(notPinned.stderr, /etcd 3\.7\.0 is not pinned here: 3\.7 means 3\.7\.3; .*etcd-concurrency etcd add <dir>/);
     const none = await runCliToEnd(['etcd']);
     assert.equal(none.code, 2);
-    assert.match(none.stdout, /install <3\.4\|3\.5\|3\.6\|3\.7\|all>/);
+    assert.equal(none.stdout, '');
+    assert.match(none.stderr, /install <3\.4\|3\.5\|3\.6\|3\.7\|all>/);
   });
 
   test('a line that cannot be built names the other ways to get etcd', () => {

@@ -60,22 +60,32 @@ export const NEWEST = LINES[LINES.length - 1]!;
 
 /** An install or a lookup failed; the message says why and what to do. */
 export class EtcdInstallError extends Error {
-  static readonly code = 'ERR_ETCD_INSTALL';
-  readonly code = EtcdInstallError.code;
-  override readonly name = 'EtcdInstallError';
+  static readonly code: string = 'ERR_ETCD_INSTALL';
+  readonly code: string = EtcdInstallError.code;
+  override readonly name: string = 'EtcdInstallError';
+}
+
+/** The request itself is wrong (an unknown command or version, a missing argument): exit status 2. */
+export class EtcdInstallUsageError extends EtcdInstallError {
+  static override readonly code: string = 'ERR_ETCD_INSTALL_USAGE';
+  override readonly code: string = EtcdInstallUsageError.code;
+  override readonly name: string = 'EtcdInstallUsageError';
 }
 
 /** How to run the installer in the messages: `npm run etcd --` in the repository, `npx etcd-concurrency etcd` for a package user. */
 let program = 'npx etcd-concurrency etcd';
-export function setInstallerName(name: string): void {
+/** What starts each line on stderr: `etcd` for `npm run etcd`, the program's name under the CLI. */
+let logPrefix = 'etcd';
+export function setInstallerName(name: string, prefix = 'etcd'): void {
   program = name;
+  logPrefix = prefix;
 }
 export function installerName(): string {
   return program;
 }
 
 /** The installer's progress and errors, on stderr. */
-export const log = (msg: string): void => void process.stderr.write(`etcd: ${msg}\n`);
+export const log = (msg: string): void => void process.stderr.write(`${logPrefix}: ${msg}\n`);
 
 function isExecutable(path: string): boolean {
   try {
@@ -119,7 +129,8 @@ export function binaryVersion(etcd: string): string | undefined {
 /** The line (`3.7`) of a request such as `3.7` or `3.7.3`, if it is one installed here. */
 export function lineOf(request: string | undefined): string {
   const m = /^(\d+\.\d+)(\.\d+)?$/.exec(String(request ?? ''));
-  if (!m || !ETCD_LINES[m[1]!]) throw new EtcdInstallError(`unknown etcd version "${request}"; supported: ${LINES.join(', ')} (or "all")`);
+  if (!m || !ETCD_LINES[m[1]!])
+    throw new EtcdInstallUsageError(`unknown etcd version "${request}"; supported: ${LINES.join(', ')} (or "all")`);
   return m[1]!;
 }
 
@@ -361,7 +372,7 @@ export function install(request: string): string {
   const spec = ETCD_LINES[line]!;
   const pinned = [spec.version, spec.fallback?.version].filter((v): v is string => Boolean(v));
   if (FULL.test(request) && !pinned.includes(request)) {
-    throw new EtcdInstallError(
+    throw new EtcdInstallUsageError(
       `etcd ${request} is not pinned here: ${line} means ${pinned.join(' (or ')}${pinned.length > 1 ? ')' : ''}; ` +
         `install ${line}, or add your own build with: ${program} add <dir>`,
     );
