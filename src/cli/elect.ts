@@ -56,6 +56,10 @@ export async function electCommand(args: string[]): Promise<number> {
   const json = values.json ?? false;
   const expected = values.listen ? 1 : 2;
   if (positionals.length < expected) throw new UsageError('missing the proposal (the value to campaign with)');
+  if (values.listen && positionals.length > expected)
+    throw new UsageError(
+      `--listen observes the election and takes no proposal (got "${positionals[expected]}"); drop --listen to campaign with it`,
+    );
   if (positionals.length > expected) throw new UsageError(`unexpected argument "${positionals[expected]}"`);
   if (values.listen && values.ttl !== undefined) throw new UsageError('--ttl only applies when campaigning, not with --listen');
   const ttl = ttlArg(values.ttl, 30);
