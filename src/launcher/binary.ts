@@ -164,12 +164,29 @@ async function withEtcdctl(etcd: string, version: string, source: EtcdInstall['s
 
 function installHint(request: string | undefined): string {
   const line = request?.split('.').slice(0, 2).join('.') ?? NEWEST_LINE;
-  const known = (SUPPORTED_ETCD_LINES as readonly string[]).includes(line);
+  if (!(SUPPORTED_ETCD_LINES as readonly string[]).includes(line)) {
+    return (
+      `${line} is not a line this project supports (${SUPPORTED_ETCD_LINES.join(', ')}): ask for one of them (e.g. \`dev --etcd ${NEWEST_LINE}\`), ` +
+      'or, to run another etcd anyway, pass its path (`etcdBinary`, `dev --etcd-binary`) or copy it into the cache with ' +
+      '`npx etcd-concurrency etcd add <dir>`.'
+    );
+  }
   return (
-    (known ? `Get one with \`npx etcd-concurrency etcd install ${line}\` (\`npm run etcd -- install ${line}\` in this repository). ` : '') +
+    `Get one with \`npx etcd-concurrency etcd install ${line}\` (\`npm run etcd -- install ${line}\` in this repository). ` +
     `Or install etcd${request ? ` ${request}` : ''} yourself (Debian/Ubuntu: apt-get install etcd-server etcd-client; macOS: brew install etcd) ` +
     `and put it on PATH, or pass its path (\`etcdBinary\`, \`dev --etcd-binary\`); the README's "Getting an etcd" lists every way.`
   );
+}
+
+/** What was found instead, each version once: `3.7.3, 3.4.23 (also on PATH at /usr/bin/etcd)`. */
+function foundInstead(cached: readonly EtcdInstall[], path: string | undefined, pathVersion: string | undefined): string {
+  const versions = cached.map((c) => c.version);
+  if (path === undefined)
+    return versions.length ? `found only ${versions.join(', ')}` : `${etcdCacheDir()} is empty and there is no etcd on PATH`;
+  if (pathVersion !== undefined && versions.includes(pathVersion)) {
+    return `found only ${versions.map((v) => (v === pathVersion ? `${v} (also on PATH at ${path})` : v)).join(', ')}`;
+  }
+  return `found only ${[...versions, `${pathVersion ?? 'an etcd that does not run'} at ${path}`].join(', ')}`;
 }
 
 /**
@@ -209,8 +226,7 @@ export async function resolveEtcd(options: ResolveEtcdOptions = {}): Promise<Etc
   const pathVersion = path ? await etcdBinaryVersion(path).catch(() => undefined) : undefined;
   if (path && pathVersion && (!request || matches(pathVersion, request))) return withEtcdctl(path, pathVersion, 'path');
 
-  const have = [...cached.map((c) => c.version), ...(path ? [`${pathVersion ?? 'an etcd that does not run'} at ${path}`] : [])];
-  const seen = have.length ? `found only ${have.join(', ')}` : `${etcdCacheDir()} is empty and there is no etcd on PATH`;
+  const seen = foundInstead(cached, path, pathVersion);
   throw new EtcdNotFoundError(
     request
       ? `etcd ${request} is not installed (${seen}). ${installHint(request)}`
