@@ -97,7 +97,7 @@ async function campaign(
     const leader = await new Election(session, name).campaign(proposal, { signal: interrupts.signal });
     const lease = session.leaseId.toString(16);
     if (json) printJson({ key: leader.key, term: leader.fencingToken, lease, value: leader.value });
-    else print(`leader key=${leader.key} term=${leader.fencingToken} lease=${lease} value=${token(leader.value)}`);
+    else print(`leader key=${token(leader.key)} term=${leader.fencingToken} lease=${lease} value=${token(leader.value)}`);
     const first = await firstAborted(interrupts.signal, leader.signal);
     if (first === leader.signal) {
       warn(`leadership lost: ${(leader.signal.reason as Error).message}`);
@@ -164,7 +164,7 @@ async function listen(client: Client, name: string, interrupts: Interrupts, json
 function eventLine(e: LeaderEvent): string {
   if (e.type === 'none') return 'no leader';
   const l = e.leader;
-  return `leader key=${l.key} term=${l.fencingToken} lease=${l.leaseId.toString(16)} value=${token(l.value)}`;
+  return `leader key=${token(l.key)} term=${l.fencingToken} lease=${l.leaseId.toString(16)} value=${token(l.value)}`;
 }
 
 function eventJson(e: LeaderEvent): object {

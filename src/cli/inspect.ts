@@ -352,23 +352,23 @@ function countOf(value: string): string {
 }
 
 function render(s: Snapshot): string[] {
-  if (!s.owner) return [`${s.name}: free, nobody waiting (at revision ${s.revision})`];
+  if (!s.owner) return [`${token(s.name)}: free, nobody waiting (at revision ${s.revision})`];
   const what =
     s.kind === 'semaphore'
       ? `semaphore, ${s.holders.length} of ${s.permits} permits held`
       : s.kind === 'rwlock'
         ? s.holders[0]!.mode === 'write'
-          ? `write-locked by ${s.owner.key}`
+          ? `write-locked by ${token(s.owner.key)}`
           : `read-locked by ${s.holders.length} reader${s.holders.length === 1 ? '' : 's'}`
-        : `owned by ${s.owner.key}`;
-  const head = `${s.name}: ${what}, ${s.waiting.length} waiting (at revision ${s.revision})`;
+        : `owned by ${token(s.owner.key)}`;
+  const head = `${token(s.name)}: ${what}, ${s.waiting.length} waiting (at revision ${s.revision})`;
   // Labels (a semaphore's values without the permit count, which is in the heading).
   const withValues = [...s.holders, ...s.waiting].some((p) => p.label !== '');
   const holderRole = (p: Participant): string =>
     s.kind === 'semaphore' ? 'permit' : p.mode === 'write' ? 'writer' : p.mode === 'read' ? 'reader' : 'owner';
   const row = (role: string, p: Participant): string[] => [
     role,
-    p.key,
+    token(p.key),
     p.lease,
     p.ttl < 0 ? 'expired' : `${p.ttl}s/${p.grantedTtl}s`,
     p.token.toString(),
