@@ -113,6 +113,40 @@ describe('hostile keys and values reach the terminal inert', () => {
     }
   });
 
+  test('inspect of a prefix and of a name: nested names and stray keys', async () => {
+    const base = fresh('nested');
+    const nested = `${base}/${HOSTILE}`;
+    const l = await lease();
+    try {
+      await client.put(`${nested}/${l.hex}`, HOSTILE, { lease: l.id });
+      // A stray key (no lease) beside it, and one of the name itself.
+      await client.put(`${nested}/a${l.hex}`, HOSTILE);
+      await client.put(`${base}/b${l.hex}`, HOSTILE);
+      for (const args of [[`${base}/`], [`${base}/`, '--json'], [base], [base, '--json']]) {
+        const r = await run(['inspect', ...args, ...ep()]);
+        assert.equal(r.code, 0, r.stderr);
+        assertInert(r.stdout + r.stderr, `inspect ${args.join(' ')}`);
+        if (!args.includes('--json')) {
+          assert.match(r.stdout, /^stray /m);
+          continue;
+        }
+        type S = { name: string; owner: { value: string }; stray: { key: string; value: string }[] };
+        const doc = JSON.parse(r.stdout) as { names?: S[]; nested?: S[]; stray?: S['stray'] };
+        const shown = (doc.names ?? doc.nested)!.find((n) => n.name === nested)!;
+        assert.equal(shown.owner.value, HOSTILE);
+        assert.deepEqual(
+          shown.stray.map((k) => [k.key, k.value]),
+          [[`${nested}/a${l.hex}`, HOSTILE]],
+        );
+        if (doc.stray) assert.equal(doc.stray[0]!.key, `${base}/b${l.hex}`);
+      }
+    } finally {
+      await l.revoke();
+      await client.delete(`${nested}/a${l.hex}`);
+      await client.delete(`${base}/b${l.hex}`);
+    }
+  });
+
   test('elect --listen: a proposal in text and JSON', async () => {
     const name = fresh('elect');
     const l = await lease();
