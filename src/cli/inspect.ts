@@ -51,7 +51,9 @@ One watch on etcd feeds every open page; it only reads. Until interrupted.
   --web                   serve the page (prints its URL)
   --port <n>              port on 127.0.0.1 (default ${WEB_PORT}; 0 picks a free one)
   --listen <host:port>    listen on another address, e.g. 0.0.0.0:${WEB_PORT} (warns: anyone who
-                          can reach it sees the names and leases; there is no login)
+                          can reach it sees the names and leases; there is no login); it answers
+                          requests addressed to that address or name (on 0.0.0.0: to IP addresses
+                          and this host's name), against DNS rebinding; at most 32 live pages
   --open                  open the page in a browser (xdg-open), else print how to
   --hide-values           do not show the keys' values (labels, proposals), which may hold data;
                           shown by default on loopback, hidden by default with --listen elsewhere
