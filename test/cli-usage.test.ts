@@ -76,6 +76,17 @@ describe('elect', () => {
   });
 });
 
+describe('lock --help', () => {
+  test('says that a SIGKILLed lock leaves its command running unlocked, and what protects the resource then', async () => {
+    const r = await run(['lock', '--help']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(
+      r.stdout.replace(/\s+/g, ' '),
+      /killed with SIGKILL .*the command keeps running .*no longer locked: after --ttl .*ETCD_LOCK_REV .*fencing token/,
+    );
+  });
+});
+
 describe('dev --etcd', () => {
   test('a version that is not installed: each version found named once, and no unsupported line to install', async (t) => {
     const have = await cachedEtcds();

@@ -34,6 +34,11 @@ environment, inherits stdin/stdout/stderr, and runs in its own process group, wh
 SIGINT/SIGTERM/SIGHUP sent to this process. If the lock is lost while it runs, the whole group gets
 SIGTERM, then SIGKILL after --kill-grace, and we exit 3.
 
+If this process is killed with SIGKILL (or crashes), the command keeps running in its own group
+but is no longer locked: after --ttl the lease expires and the next waiter holds the lock while
+the command may still run. Pass ETCD_LOCK_REV to the resource as a fencing token (a later holder's
+is larger), or run both under a supervisor that kills the whole group (systemd, a container).
+
 With --limit N it is a semaphore: at most N holders at once (as \`consul lock -n N\`), every
 participant passing the same N. With --read or --write it is a readers-writer lock in the layout
 of Go's recipe.RWMutex: readers share, a writer excludes everyone, first come first served.
