@@ -13,6 +13,7 @@ import { createServer as createHttpServer } from 'node:http';
 import { createServer, type AddressInfo, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { cachedEtcds } from '../src/launcher/binary.js';
 import { debianMirror } from '../src/launcher/sources.js';
 import { goFor, moduleDir } from '../src/launcher/install.js';
 import { assertOneErrorLine, CLI_MAIN, killClis, runCli, runCliToEnd } from './helpers.js';
@@ -344,6 +345,20 @@ describe("the installer's supply chain", () => {
     const ok = await runCliToEnd(['etcd', 'path', '3.7.99'], { ETCD_CACHE_DIR: open.cache });
     assert.equal(ok.code, 0, ok.stderr);
     assert.equal(ok.stdout.trim(), open.version);
+  });
+
+  test('what the installer writes under a umask of 002 (group-writable by default) is still safe to run from', async (t) => {
+    const [some] = await cachedEtcds();
+    if (!some) return t.skip('no etcd in the cache to add');
+    const cache = path.join(await mkdtemp(path.join(work, 'umask-')), 'new', 'cache');
+    const add = spawnSync('sh', ['-c', 'umask 002 && exec "$0" "$@"', process.execPath, CLI_MAIN, 'etcd', 'add', path.dirname(some.etcd)], {
+      env: { ...process.env, ETCD_CACHE_DIR: cache },
+      encoding: 'utf8',
+    });
+    assert.equal(add.status, 0, add.stderr);
+    const used = await runCliToEnd(['etcd', 'path', some.version], { ETCD_CACHE_DIR: cache });
+    assert.equal(used.code, 0, used.stderr);
+    assert.equal(used.stdout.trim(), path.join(cache, some.version));
   });
 
   test('the Go build ignores a go.work (GOWORK) that would swap the modules etcd is built from', {

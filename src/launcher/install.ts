@@ -199,14 +199,19 @@ function publish(tmp: string, version: string): string {
 }
 
 function newTempDir(version: string): string {
-  mkdirSync(etcdCacheDir(), { recursive: true });
+  // 0755 whatever the umask: a cache its group may write is refused (assertOwnCache).
+  mkdirSync(etcdCacheDir(), { recursive: true, mode: 0o755 });
   const dir = mkdtempSync(join(trustedCache(), `.${version}.tmp-`));
   chmodSync(dir, 0o755); // mkdtemp's 0700 would hide a shared cache from other users
   return dir;
 }
 
-/** Checks the binaries run here and report `version`; writes a note of where they came from. */
+/**
+ * Checks the binaries run here and report `version`; writes a note of where they came from. The
+ * binaries are made 0755 whatever the umask or their source's mode: writable by us alone.
+ */
 function verify(dir: string, version: string, source: string): void {
+  for (const b of ['etcd', 'etcdctl']) chmodSync(join(dir, b), 0o755);
   const got = binaryVersion(join(dir, 'etcd'));
   if (got !== version)
     throw new EtcdInstallError(`${join(dir, 'etcd')} reports ${got ?? 'nothing (does it run on this machine?)'}, expected ${version}`);
