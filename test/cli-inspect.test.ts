@@ -1,5 +1,6 @@
-// The built CLI's `inspect` (plain, --json and --watch) as a child process against a real etcd. Run
-// `npm run build` first. Every wait is on a child's output line, its exit, or etcd state.
+// The built CLI's `inspect` (plain, --json and --watch; a prefix, nested names, stray keys) as a
+// child process against a real etcd. Run `npm run build` first. Every wait is on a child's output
+// line, its exit, or etcd state.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Client } from '../src/index.js';
@@ -132,6 +133,111 @@ describe('inspect', () => {
     assert.equal(await w.exited, 0);
     assert.equal(w.stderr() + w2.stderr(), '');
     assertOneErrorLine(w1.stderr(), /interrupted by SIGINT/);
+    await assertNoKeys(client, `${name}/`);
+  });
+
+  test('a prefix shows every name under it, and a name the names nested under it, each as what it is', async () => {
+    const base = fresh('inspect-prefix');
+    const deploy = `${base}locks/deploy`;
+    const canary = `${base}locks/deploy/canary`;
+    const rw = `${base}locks/config`;
+    const holders = [
+      start(['lock', deploy, '--endpoints', endpoint, '--label', 'deployer']),
+      start(['lock', canary, '--endpoints', endpoint, '--label', 'canary-1']),
+      start(['lock', rw, '--read', '--endpoints', endpoint, '--label', 'reader-1']),
+    ];
+    const keys = await Promise.all(holders.map(async (h) => /^key=(\S+)/.exec(await h.next(/^key=/))![1]!));
+    type S = { name: string; kind: string; owner: { key: string; label: string } | null; waiting: unknown[]; nested?: S[] };
+    try {
+      // A prefix: every name under it, in name order.
+      const prefixed = await run(['inspect', `${base}locks/`, '--endpoints', endpoint, '--json']);
+      assert.equal(prefixed.code, 0, prefixed.stderr);
+      const doc = JSON.parse(prefixed.stdout) as { prefix: string; revision: string; names: S[] };
+      assert.equal(doc.prefix, `${base}locks/`);
+      assert.deepEqual(
+        doc.names.map((n) => [n.name, n.kind, n.owner?.key, n.owner?.label]),
+        [
+          [rw, 'rwlock', keys[2], 'reader-1'],
+          [deploy, 'lock', keys[0], 'deployer'],
+          [canary, 'lock', keys[1], 'canary-1'],
+        ],
+      );
+      const text = await run(['inspect', `${base}locks/`, '--endpoints', endpoint]);
+      assert.equal(text.code, 0, text.stderr);
+      const heads = text.stdout.split('\n').filter((l) => l.startsWith(base));
+      assert.deepEqual(heads, [
+        `${base}locks/: 3 names (at revision ${doc.revision})`,
+        `${rw}: read-locked by 1 reader, 0 waiting`,
+        `${deploy}: owned by ${keys[0]}, 0 waiting`,
+        `${canary}: owned by ${keys[1]}, 0 waiting`,
+      ]);
+
+      // A name with no participant of its own says so, and shows what is under it.
+      const parent = await run(['inspect', `${base}locks`, '--endpoints', endpoint]);
+      assert.equal(parent.code, 0, parent.stderr);
+      assert.match(parent.stdout, new RegExp(`^${base}locks: free, nobody waiting \\(at revision \\d+\\)\\n`));
+      assert.match(parent.stdout, new RegExp(`^${deploy}: owned by ${keys[0]}, 0 waiting$`, 'm'));
+      assert.match(parent.stdout, new RegExp(`^${canary}: owned by ${keys[1]}, 0 waiting$`, 'm'));
+
+      // A name holds its own queue; the names nested under it come apart, never as its waiters.
+      const own = await run(['inspect', deploy, '--endpoints', endpoint, '--json']);
+      assert.equal(own.code, 0, own.stderr);
+      const d = JSON.parse(own.stdout) as S;
+      assert.equal(d.owner?.key, keys[0]);
+      assert.deepEqual(d.waiting, []);
+      assert.deepEqual(
+        d.nested?.map((n) => [n.name, n.owner?.key]),
+        [[canary, keys[1]]],
+      );
+    } finally {
+      for (const h of holders) h.signal('SIGINT');
+      assert.deepEqual(await Promise.all(holders.map((h) => h.exited)), [0, 0, 0]);
+    }
+    await assertNoKeys(client, base);
+  });
+
+  test('a key an operator overwrote without a lease shows as stray: not the holder, not waiting', async () => {
+    const name = fresh('inspect-stray');
+    const holder = start(['lock', name, '--endpoints', endpoint]);
+    const held = /^key=(\S+)/.exec(await holder.next(/^key=/))![1]!;
+    const waiter = start(['lock', name, '--endpoints', endpoint]);
+    await waitFor(async () => (await keysOf(name)).length === 2, 'the waiter to queue');
+    // etcdctl put <key> <value>: the key keeps its CreateRevision and loses its lease.
+    await client.put(held, 'edited by hand');
+    assert.equal(await holder.exited, 3, holder.stderr());
+    const next = /^key=(\S+)/.exec(await waiter.next(/^key=/))![1]!;
+    try {
+      type P = { key: string; token: string; value: string; lease?: string };
+      const j = await run(['inspect', name, '--endpoints', endpoint, '--json']);
+      assert.equal(j.code, 0, j.stderr);
+      const doc = JSON.parse(j.stdout) as { owner: P; holders: P[]; waiting: P[]; stray: P[] };
+      assert.equal(doc.owner.key, next);
+      assert.deepEqual(
+        doc.holders.map((p) => p.key),
+        [next],
+      );
+      assert.deepEqual(doc.waiting, []);
+      assert.equal(doc.stray.length, 1);
+      assert.equal(doc.stray[0]!.key, held);
+      assert.equal(doc.stray[0]!.value, 'edited by hand');
+      assert.equal(doc.stray[0]!.lease, undefined);
+      assert.ok(BigInt(doc.stray[0]!.token) < BigInt(doc.owner.token), 'the stray key is the older one');
+
+      const text = await run(['inspect', name, '--endpoints', endpoint]);
+      assert.equal(text.code, 0, text.stderr);
+      const lines = text.stdout.trimEnd().split('\n');
+      assert.match(lines[0]!, new RegExp(`^${name}: owned by ${next}, 0 waiting, 1 stray key \\(at revision \\d+\\)$`));
+      assert.match(text.stdout, new RegExp(`^owner\\s+${next}\\s`, 'm'));
+      assert.match(text.stdout, new RegExp(`^stray\\s+${held}\\s+-\\s+-\\s+${doc.stray[0]!.token}\\s.*"edited by hand"$`, 'm'));
+      assert.match(lines[lines.length - 1]!, /stray: a key without a lease .*nobody waits for it.*etcdctl del/);
+    } finally {
+      waiter.signal('SIGINT');
+      assert.equal(await waiter.exited, 0);
+    }
+    // Alone, it still shows: the name is free, with a stray key.
+    const alone = await run(['inspect', name, '--endpoints', endpoint]);
+    assert.match(alone.stdout, new RegExp(`^${name}: free, nobody waiting, 1 stray key \\(at revision \\d+\\)$`, 'm'));
+    await client.delete(held);
     await assertNoKeys(client, `${name}/`);
   });
 });

@@ -5,8 +5,9 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { request } from 'node:http';
-import { networkInterfaces, tmpdir } from 'node:os';
+import { once } from 'node:events';
+import { request, type IncomingMessage } from 'node:http';
+import { hostname, networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
 import { waitFor } from './helpers.js';
 import { inspectorFile } from './web-inspector-fixture.js';
@@ -18,20 +19,37 @@ let endpoint: string;
 const { fresh, start, inspector } = inspectorFile(ROOT, (e) => (endpoint = e.endpoints[0]!), { browser: false });
 
 /** An HTTP request to the inspector with a chosen Host header and method (fetch cannot set Host). */
-function rawGet(url: string, options: { host?: string; method?: string; address?: string } = {}): Promise<number> {
+function rawGet(url: string, options: { host?: string; method?: string; address?: string; path?: string } = {}): Promise<number> {
+  return rawRequest(url, options).then((r) => {
+    r.res.destroy();
+    return r.status;
+  });
+}
+
+/**
+ * The same, on a connection of its own, resolving once the status and headers are in: the response
+ * is left open (an event stream stays open until `res.destroy()`); `body` resolves with what it sent.
+ */
+function rawRequest(
+  url: string,
+  options: { host?: string; method?: string; address?: string; path?: string } = {},
+): Promise<{ status: number; res: IncomingMessage; body: Promise<string> }> {
   const u = new URL(url);
   return new Promise((resolve, reject) => {
     const req = request(
       {
         host: options.address ?? u.hostname,
         port: u.port,
-        path: '/',
+        path: options.path ?? '/',
         method: options.method ?? 'GET',
         headers: options.host ? { host: options.host } : {},
+        agent: false,
       },
       (res) => {
-        res.resume();
-        resolve(res.statusCode ?? 0);
+        let text = '';
+        res.setEncoding('utf8').on('data', (d: string) => (text += d));
+        const body = new Promise<string>((done) => res.on('close', () => done(text)));
+        resolve({ status: res.statusCode ?? 0, res, body });
       },
     );
     req.on('error', reject);
@@ -70,9 +88,79 @@ describe('inspect --web without a browser', () => {
       // The warning names the address bound (the port picked for :0), as the URL does.
       await waitFor(() => new RegExp(`listening on 0\\.0\\.0\\.0:${port}, not only on loopback`).test(wide.proc.stderr()), 'the warning');
       assert.doesNotMatch(wide.proc.stderr(), /0\.0\.0\.0:0\b/);
-      assert.equal(await rawGet(`http://127.0.0.1:${port}/`, { host: `inspector.example:${port}` }), 200);
     } finally {
       assert.equal(await wide.proc.kill('SIGINT'), 0);
+    }
+  });
+
+  test("on every address (--listen 0.0.0.0): answers to addresses and this host's name, never to another name (DNS rebinding)", async () => {
+    const prefix = fresh('rebind');
+    const wide = await inspector(prefix, ['--listen', '0.0.0.0:0']);
+    try {
+      const port = new URL(wide.url).port;
+      const at = `http://127.0.0.1:${port}/`;
+      for (const host of [`127.0.0.1:${port}`, `10.1.2.3:${port}`, `[fd00::1]:${port}`, `localhost:${port}`, `${hostname()}:${port}`]) {
+        assert.equal(await rawGet(at, { host }), 200, host);
+      }
+      // A page of attacker.example whose name now resolves to this machine sends its own name.
+      for (const host of [`attacker.example:${port}`, `attacker.example`, `127.0.0.1.attacker.example:${port}`]) {
+        assert.equal(await rawGet(at, { host }), 403, host);
+        assert.equal(await rawGet(at, { host, path: '/events' }), 403, `${host} /events`);
+      }
+      const refused = await rawRequest(at, { host: `attacker.example:${port}` });
+      assert.match(await refused.body, /^forbidden: this inspector answers to IP addresses and to .* only; .*--listen/);
+    } finally {
+      assert.equal(await wide.proc.kill('SIGINT'), 0);
+    }
+    const outside = Object.values(networkInterfaces())
+      .flat()
+      .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+    if (!outside) return;
+    // On one address: that address only.
+    const one = await inspector(prefix, ['--listen', `${outside}:0`]);
+    try {
+      const port = new URL(one.url).port;
+      assert.equal(await rawGet(one.url, { host: `${outside}:${port}` }), 200);
+      assert.equal(await rawGet(one.url, { host: `attacker.example:${port}` }), 403);
+    } finally {
+      assert.equal(await one.proc.kill('SIGINT'), 0);
+    }
+  });
+
+  test('the live connections (/events) are capped: past the cap a clear 503, and room again once one closes', async () => {
+    const prefix = fresh('cap');
+    const ins = await inspector(prefix);
+    const open: IncomingMessage[] = [];
+    try {
+      for (;;) {
+        const r = await rawRequest(ins.url, { path: '/events' });
+        if (r.status !== 200) {
+          assert.equal(r.status, 503);
+          assert.match(
+            await r.body,
+            new RegExp(`^too many live pages: ${open.length} are open, the most this inspector serves; close one`),
+          );
+          break;
+        }
+        open.push(r.res);
+        assert.ok(open.length <= 1000, 'no cap after 1000 connections');
+      }
+      assert.ok(open.length >= 8, `a cap of ${open.length} pages is too small`);
+      // The page and its state still load; one stream closes, and a new one is served.
+      assert.equal(await rawGet(ins.url), 200);
+      const closed = once(open[0]!, 'close');
+      open.shift()!.destroy();
+      await closed;
+      const again = await waitFor(async () => {
+        const r = await rawRequest(ins.url, { path: '/events' });
+        if (r.status === 200) return r.res;
+        r.res.destroy();
+        return undefined;
+      }, 'room for a page again');
+      open.push(again);
+    } finally {
+      for (const res of open) res.destroy();
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
     }
   });
 

@@ -304,4 +304,75 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       await closeAll(ss);
     }
   });
+
+  test("an operator's plain put over the holder's key: shown as a stray key, never as the holder; the next holder takes over", async (t) => {
+    if (!needBrowser(t)) return;
+    const prefix = fresh('stray');
+    const name = `${prefix}locks/deploy`;
+    const n = JSON.stringify(name);
+    const ins = await inspector(prefix);
+    const page = await open(ins.url);
+    const others: CliProc[] = [];
+    const holder = start(['lock', name, '--endpoints', endpoint, '--label', 'first']);
+    let waiter: CliProc | undefined;
+    try {
+      const held = /^key=(\S+) rev=(\d+)/.exec(await holder.next(/^key=/))!;
+      waiter = start(['lock', name, '--endpoints', endpoint, '--label', 'second']);
+      await until(page, `rows(${n}).length === 2`, 'the holder and the waiter');
+      // etcdctl put <key> <value>: the key keeps its CreateRevision and loses its lease.
+      await client.put(held[1]!, 'edited by hand');
+      assert.equal(await holder.exited, 3, holder.stderr());
+      const next = /^key=(\S+) rev=(\d+)/.exec(await waiter.next(/^key=/))!;
+      const expected = JSON.stringify([
+        { role: 'holder', key: next[1], token: next[2] },
+        { role: 'stray', key: held[1], token: held[2] },
+      ]);
+      await until(
+        page,
+        `JSON.stringify(rows(${n}).map(function (r) { return { role: r.role, key: r.key, token: r.token }; })) === ${JSON.stringify(expected)}`,
+        `the new holder, then the edited key as stray: ${expected}`,
+      );
+      const stray = (await evaluate<{ label: string; ttl: string; text: string }[]>(page, `rows(${n})`))[1]!;
+      assert.equal(stray.label, 'stray');
+      assert.equal(stray.ttl, 'no lease');
+      assert.match(stray.text, /edited by hand/);
+      assert.match(await evaluate<string>(page, `card(${n}).querySelector('.summary').textContent`), /1 stray key/);
+      await until(
+        page,
+        `timeline(${n}).some(function (e) { return e.type === 'detached' && e.token === '${held[2]}' && /overwritten without a lease/.test(e.text); }) &&
+         timeline(${n}).some(function (e) { return e.type === 'acquired' && e.token === '${next[2]}'; })`,
+        "the holder's key overwritten without a lease, then the next holder, in the timeline",
+      );
+
+      // A fresh read (another inspector) sees the same: the stray key apart, the holder by lease.
+      const other = await inspector(prefix);
+      others.push(other.proc);
+      type State = { entities: { name: string; holders: string[]; parts: { key: string; stray?: boolean; lease?: string }[] }[] };
+      const state = (await (await fetch(`${other.url}state`)).json()) as State;
+      const e = state.entities.find((x) => x.name === name)!;
+      assert.deepEqual(e.holders, [next[1]]);
+      assert.deepEqual(
+        e.parts.filter((p) => p.stray).map((p) => [p.key, p.lease]),
+        [[held[1], undefined]],
+      );
+
+      // The holder leaves: free, the stray key still there; deleted, it goes.
+      waiter.signal('SIGINT');
+      assert.equal(await waiter.exited, 0);
+      await until(
+        page,
+        `/free/.test(card(${n}).innerText) && rows(${n}).length === 1 && rows(${n})[0].role === 'stray'`,
+        'free, with the stray key',
+      );
+      await client.delete(held[1]!);
+      await until(page, `rows(${n}).length === 0`, 'the stray key gone');
+      assertNoPageErrors(page);
+    } finally {
+      await page.close();
+      for (const p of others) assert.equal(await p.kill('SIGTERM'), 0, p.stderr());
+      await holder.kill('SIGINT');
+      await waiter?.kill('SIGINT');
+      assert.equal(await ins.proc.kill('SIGTERM'), 0, ins.proc.stderr());
+    }
+  });
 });

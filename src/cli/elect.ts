@@ -56,6 +56,10 @@ export async function electCommand(args: string[]): Promise<number> {
   const json = values.json ?? false;
   const expected = values.listen ? 1 : 2;
   if (positionals.length < expected) throw new UsageError('missing the proposal (the value to campaign with)');
+  if (values.listen && positionals.length > expected)
+    throw new UsageError(
+      `--listen observes the election and takes no proposal (got "${positionals[expected]}"); drop --listen to campaign with it`,
+    );
   if (positionals.length > expected) throw new UsageError(`unexpected argument "${positionals[expected]}"`);
   if (values.listen && values.ttl !== undefined) throw new UsageError('--ttl only applies when campaigning, not with --listen');
   const ttl = ttlArg(values.ttl, 30);
@@ -93,7 +97,7 @@ async function campaign(
     const leader = await new Election(session, name).campaign(proposal, { signal: interrupts.signal });
     const lease = session.leaseId.toString(16);
     if (json) printJson({ key: leader.key, term: leader.fencingToken, lease, value: leader.value });
-    else print(`leader key=${leader.key} term=${leader.fencingToken} lease=${lease} value=${token(leader.value)}`);
+    else print(`leader key=${token(leader.key)} term=${leader.fencingToken} lease=${lease} value=${token(leader.value)}`);
     const first = await firstAborted(interrupts.signal, leader.signal);
     if (first === leader.signal) {
       warn(`leadership lost: ${(leader.signal.reason as Error).message}`);
@@ -160,7 +164,7 @@ async function listen(client: Client, name: string, interrupts: Interrupts, json
 function eventLine(e: LeaderEvent): string {
   if (e.type === 'none') return 'no leader';
   const l = e.leader;
-  return `leader key=${l.key} term=${l.fencingToken} lease=${l.leaseId.toString(16)} value=${token(l.value)}`;
+  return `leader key=${token(l.key)} term=${l.fencingToken} lease=${l.leaseId.toString(16)} value=${token(l.value)}`;
 }
 
 function eventJson(e: LeaderEvent): object {

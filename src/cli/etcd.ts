@@ -4,7 +4,7 @@ import { setInstallerName } from '../launcher/install.js';
 import { installerHelp, installerMain } from '../launcher/installer.js';
 import { EXIT, print } from './output.js';
 
-setInstallerName('etcd-concurrency etcd');
+setInstallerName('etcd-concurrency etcd', 'etcd-concurrency');
 
 export const ETCD_HELP = installerHelp();
 

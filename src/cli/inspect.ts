@@ -1,9 +1,9 @@
 // `etcd-concurrency inspect <name>`: who holds a lock, semaphore or readers-writer lock (or leads an
 // election) and who waits, in order.
 import { spawn, spawnSync } from 'node:child_process';
-import { prefixEnd, SortOrder, SortTarget, type Client } from '../index.js';
 import { COMMON, COMMON_HELP, connectTo, nameArg, parse } from './options.js';
-import { CliError, EXIT, print, printJson, table, token, UsageError, warn } from './output.js';
+import { CliError, EXIT, print, printJson, UsageError, warn } from './output.js';
+import { nameView, prefixView, renderName, renderPrefix, type NameView } from './snapshot.js';
 import { firstAborted, Interrupts } from './signals.js';
 import { METRICS_HELP, startMetrics } from './metrics.js';
 import { Inspector, isLoopback } from './web/server.js';
@@ -12,12 +12,20 @@ import { Inspector, isLoopback } from './web/server.js';
 export const WEB_PORT = 8379;
 
 export const INSPECT_HELP = `Usage: etcd-concurrency inspect <name> [options]
+       etcd-concurrency inspect <prefix>/ [options]
        etcd-concurrency inspect --web [prefix] [--port N] [--open] [--hide-values] [--elections <glob>]
 
 Shows the owner of lock or election <name> (the participant with the oldest key) and the queue
 behind it in order: for a semaphore (\`lock --limit\`) its permit holders, for a readers-writer
-lock (\`lock --read/--write\`, Go's recipe.RWMutex) its readers or writer. For each participant: each with its key, lease id (hex), the lease's remaining and granted TTL, its
-fencing token (the key's CreateRevision) and its age in revisions.
+lock (\`lock --read/--write\`, Go's recipe.RWMutex) its readers or writer, for a double barrier
+its members. For each participant: its key, lease id (hex), the lease's remaining and granted
+TTL, its fencing token (the key's CreateRevision) and its age in revisions. Then the names nested
+under <name>/ (e.g. <name>/deploy), each the same way. With a trailing slash (\`inspect jobs/\`):
+every name under that prefix.
+
+A key in a participant's place without a lease shows as "stray": written without one (an
+operator's \`etcdctl put\` over a holder's key keeps its place and drops its lease), it holds
+nothing, nobody waits for it, and it stays until deleted (\`etcdctl del <key>\`).
 
 etcd stores no timestamps, so how long a participant has waited is unknown. AGE is the number of
 revisions (writes anywhere in the cluster) since its key was created: it orders participants and
@@ -25,9 +33,12 @@ grows with traffic, but it is not a duration. TTL is the time left before the le
 without renewal (live holders renew every TTL/3), also unrelated to waiting time.
 
 Options:
-  --json                  print {"name","kind","revision","owner","holders":[...],"waiting":[...]}
-                          as one JSON line (kind: lock, semaphore with "permits", or rwlock)
-  -w, --watch             print again on every change under <name>/ until interrupted
+  --json                  print {"name","kind","revision","owner","holders":[...],"waiting":[...],
+                          "stray":[...],"nested":[...]} as one JSON line (kind: lock, semaphore with
+                          "permits", rwlock or barrier; nested: the names under <name>/, alike);
+                          for a prefix {"prefix","revision","names":[...]}
+  -w, --watch             print again on every change under <name>/ (or the prefix) until
+                          interrupted
 With --watch:
 ${METRICS_HELP}
                           plus etcd_concurrency.inspect.holders and .waiting: the participants
@@ -40,7 +51,9 @@ One watch on etcd feeds every open page; it only reads. Until interrupted.
   --web                   serve the page (prints its URL)
   --port <n>              port on 127.0.0.1 (default ${WEB_PORT}; 0 picks a free one)
   --listen <host:port>    listen on another address, e.g. 0.0.0.0:${WEB_PORT} (warns: anyone who
-                          can reach it sees the names and leases; there is no login)
+                          can reach it sees the names and leases; there is no login); it answers
+                          requests addressed to that address or name (on 0.0.0.0: to IP addresses
+                          and this host's name), against DNS rebinding; at most 32 live pages
   --open                  open the page in a browser (xdg-open), else print how to
   --hide-values           do not show the keys' values (labels, proposals), which may hold data;
                           shown by default on loopback, hidden by default with --listen elsewhere
@@ -62,6 +75,7 @@ Exit status: 0 ok (also after an interrupt with --watch); 2 bad usage; 1 any oth
 Examples:
   etcd-concurrency inspect jobs/nightly
   etcd-concurrency inspect jobs/nightly --json | jq -r .owner.key
+  etcd-concurrency inspect jobs/
   etcd-concurrency inspect --web jobs/ --open`;
 
 export async function inspectCommand(args: string[]): Promise<number> {
@@ -91,7 +105,12 @@ export async function inspectCommand(args: string[]): Promise<number> {
   }
   if (values.metrics !== undefined && !values.watch)
     throw new UsageError('--metrics only applies with --watch (a one-shot inspect has nothing to serve)');
-  const name = nameArg(positionals[0], 'name');
+  if (positionals.length > 1) throw new UsageError(`unexpected argument "${positionals[1]}" (inspect takes one name or prefix)`);
+  // `jobs/` (a trailing slash): every name under the prefix; `jobs`: that name and those under jobs/.
+  const prefix = positionals[0]?.endsWith('/') ? prefixArg(positionals[0]) : undefined;
+  const name = prefix ?? nameArg(positionals[0], 'name');
+  if (prefix !== undefined && values.metrics !== undefined)
+    throw new UsageError('--metrics follows one name, not a prefix (its series carry the name): inspect a name');
   const json = values.json ?? false;
   const metrics = values.metrics === undefined ? undefined : await startMetrics(values.metrics);
   // One name per process: a bounded attribute, so the series carry it.
@@ -101,7 +120,7 @@ export async function inspectCommand(args: string[]): Promise<number> {
       throw err;
     },
   );
-  let last: Snapshot | undefined;
+  let last: NameView | undefined;
   if (metrics) {
     const meter = metrics.meterProvider.getMeter('etcd-concurrency');
     const attrs = { 'etcd_concurrency.name': name };
@@ -126,12 +145,20 @@ export async function inspectCommand(args: string[]): Promise<number> {
   const interrupts = new Interrupts();
   try {
     const show = async (): Promise<void> => {
-      const snap = await snapshot(client, name, interrupts.signal);
-      last = snap;
-      if (json) return printJson(snap);
+      let lines: string[];
+      if (prefix !== undefined) {
+        const view = await prefixView(client, prefix, interrupts.signal);
+        if (json) return printJson(view);
+        lines = renderPrefix(view);
+      } else {
+        const view = await nameView(client, name, interrupts.signal);
+        last = view;
+        if (json) return printJson(view);
+        lines = renderName(view);
+      }
       // A terminal gets a fresh screen per refresh; a pipe or file gets blocks separated by a blank line.
       if (values.watch && process.stdout.isTTY) process.stdout.write('\x1b[2J\x1b[H');
-      for (const line of render(snap)) print(line);
+      for (const line of lines) print(line);
       if (values.watch && !process.stdout.isTTY) print('');
     };
     if (!values.watch) {
@@ -139,7 +166,7 @@ export async function inspectCommand(args: string[]): Promise<number> {
       return EXIT.ok;
     }
     // Watch first, read second: a change between the two is then both in the read and an event.
-    const watch = client.watch(`${name}/`, { prefix: true, signal: interrupts.signal });
+    const watch = client.watch(prefix ?? `${name}/`, { prefix: true, signal: interrupts.signal });
     try {
       await watch.created;
       await show();
@@ -213,6 +240,14 @@ async function web(values: InspectValues, positionals: string[]): Promise<number
   }
 }
 
+/** A key prefix to inspect (it ends with `/`), checked as a name is. */
+function prefixArg(raw: string): string {
+  if (raw.includes('\0')) throw new UsageError('the prefix contains a NUL character');
+  if (raw.trim() !== raw)
+    throw new UsageError(`prefix ${JSON.stringify(raw)} starts or ends with white space; drop it (it would be part of the key)`);
+  return raw;
+}
+
 /** The --elections globs, each flag split at commas; an empty one is refused. */
 function electionGlobs(raw: string[]): string[] {
   const globs = raw.flatMap((r) => r.split(','));
@@ -247,138 +282,4 @@ function openBrowser(url: string): void {
   const child = spawn(opener, [url], { stdio: 'ignore', detached: true });
   child.on('error', () => print(`--open: ${opener} failed; open ${url} in a browser`));
   child.unref();
-}
-
-interface Participant {
-  key: string;
-  /** For a readers-writer lock: which side. */
-  mode?: 'read' | 'write';
-  /** Lease id, lowercase hex as in the key. */
-  lease: string;
-  /** Seconds left on the lease; -1 if it is gone (the key is about to vanish). */
-  ttl: number;
-  grantedTtl: number;
-  /** CreateRevision of the key: the fencing token (term of a leader). */
-  token: bigint;
-  /** Revisions since the key was created: its age measured in writes (etcd keeps no timestamps). */
-  ageRevisions: bigint;
-  value: string;
-  /** Who the participant says it is: the value, or for a semaphore what follows the permit count. */
-  label: string;
-}
-
-interface Snapshot {
-  name: string;
-  /** A lock or election; a semaphore (every participant's value is the same permit count); a readers-writer lock. */
-  kind: 'lock' | 'semaphore' | 'rwlock';
-  permits?: number;
-  revision: bigint;
-  /** The oldest holder (lock owner, leader): kept for scripts written before `holders`. */
-  owner: Participant | null;
-  holders: Participant[];
-  waiting: Participant[];
-}
-
-const HEX = /^[0-9a-f]+$/;
-
-/** `<name>/<hex>`: a lock's, election's or semaphore's participant; `<name>/read|write/<id>`: a readers-writer lock's. */
-function classify(name: string, key: string): { mode?: 'read' | 'write' } | undefined {
-  const rest = key.slice(name.length + 1);
-  if (HEX.test(rest)) return {};
-  const m = /^(read|write)\/([0-9a-f]+)$/.exec(rest);
-  return m ? { mode: m[1] as 'read' | 'write' } : undefined;
-}
-
-async function snapshot(client: Client, name: string, signal: AbortSignal): Promise<Snapshot> {
-  const prefix = Buffer.from(`${name}/`);
-  const r = await client.range(
-    { key: prefix, rangeEnd: prefixEnd(prefix), sortOrder: SortOrder.ASCEND, sortTarget: SortTarget.CREATE },
-    { signal },
-  );
-  const revision = r.header.revision;
-  // Keys without a lease are stray data, and keys of nested names are not ours: neither is shown.
-  const found = r.kvs.flatMap((kv) => {
-    const c = kv.lease === 0n ? undefined : classify(name, kv.key.toString());
-    return c ? [{ kv, mode: c.mode }] : [];
-  });
-  const rw = found.filter((f) => f.mode !== undefined);
-  const queue = rw.length > 0 && rw.length === found.length ? rw : found.filter((f) => f.mode === undefined);
-  // One TimeToLive per lease: a lease that vanished meanwhile shows as expired, not as an error.
-  const leases = await Promise.all(
-    queue.map(({ kv }) => client.leaseTimeToLive(kv.lease, { signal }).catch(() => ({ ttl: -1, grantedTtl: 0 }))),
-  );
-  const all = queue.map(
-    ({ kv, mode }, i): Participant => ({
-      key: kv.key.toString(),
-      ...(mode ? { mode } : {}),
-      lease: kv.lease.toString(16),
-      ttl: leases[i]!.ttl,
-      grantedTtl: leases[i]!.grantedTtl,
-      token: kv.createRevision,
-      ageRevisions: revision - kv.createRevision,
-      value: kv.value.toString('utf8'),
-      label: kv.value.toString('utf8'),
-    }),
-  );
-  let held = all.length > 0 ? 1 : 0;
-  let kind: Snapshot['kind'] = 'lock';
-  let permits: number | undefined;
-  if (all.length > 0 && all[0]!.mode !== undefined) {
-    kind = 'rwlock';
-    // The oldest writer holds alone; otherwise every reader older than the first writer holds.
-    const firstWriter = all.findIndex((p) => p.mode === 'write');
-    held = firstWriter === 0 ? 1 : firstWriter < 0 ? all.length : firstWriter;
-  } else if (all.length > 0 && all.every((p) => /^[1-9][0-9]*(?: |$)/.test(p.value) && countOf(p.value) === countOf(all[0]!.value))) {
-    // A semaphore's value is its permit count, then the holder's label if it has one.
-    kind = 'semaphore';
-    permits = Number(countOf(all[0]!.value));
-    held = Math.min(permits, all.length);
-    for (const p of all) p.label = p.value.slice(countOf(p.value).length + 1);
-  }
-  return {
-    name,
-    kind,
-    ...(permits ? { permits } : {}),
-    revision,
-    owner: all[0] ?? null,
-    holders: all.slice(0, held),
-    waiting: all.slice(held),
-  };
-}
-
-/** The first space-separated token of a value: a semaphore's permit count. */
-function countOf(value: string): string {
-  return value.split(' ', 1)[0]!;
-}
-
-function render(s: Snapshot): string[] {
-  if (!s.owner) return [`${s.name}: free, nobody waiting (at revision ${s.revision})`];
-  const what =
-    s.kind === 'semaphore'
-      ? `semaphore, ${s.holders.length} of ${s.permits} permits held`
-      : s.kind === 'rwlock'
-        ? s.holders[0]!.mode === 'write'
-          ? `write-locked by ${s.owner.key}`
-          : `read-locked by ${s.holders.length} reader${s.holders.length === 1 ? '' : 's'}`
-        : `owned by ${s.owner.key}`;
-  const head = `${s.name}: ${what}, ${s.waiting.length} waiting (at revision ${s.revision})`;
-  // Labels (a semaphore's values without the permit count, which is in the heading).
-  const withValues = [...s.holders, ...s.waiting].some((p) => p.label !== '');
-  const holderRole = (p: Participant): string =>
-    s.kind === 'semaphore' ? 'permit' : p.mode === 'write' ? 'writer' : p.mode === 'read' ? 'reader' : 'owner';
-  const row = (role: string, p: Participant): string[] => [
-    role,
-    p.key,
-    p.lease,
-    p.ttl < 0 ? 'expired' : `${p.ttl}s/${p.grantedTtl}s`,
-    p.token.toString(),
-    `${p.ageRevisions} rev${p.ageRevisions === 1n ? '' : 's'}`,
-    ...(withValues ? [token(p.label)] : []),
-  ];
-  const rows = [
-    ['ROLE', 'KEY', 'LEASE', 'TTL', 'TOKEN', 'AGE', ...(withValues ? ['VALUE'] : [])],
-    ...s.holders.map((p) => row(holderRole(p), p)),
-    ...s.waiting.map((p, i) => row(`#${i + 1}${p.mode ? ` ${p.mode}` : ''}`, p)),
-  ];
-  return [head, ...table(rows)];
 }

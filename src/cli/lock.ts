@@ -34,6 +34,11 @@ environment, inherits stdin/stdout/stderr, and runs in its own process group, wh
 SIGINT/SIGTERM/SIGHUP sent to this process. If the lock is lost while it runs, the whole group gets
 SIGTERM, then SIGKILL after --kill-grace, and we exit 3.
 
+If this process is killed with SIGKILL (or crashes), the command keeps running in its own group
+but is no longer locked: after --ttl the lease expires and the next waiter holds the lock while
+the command may still run. Pass ETCD_LOCK_REV to the resource as a fencing token (a later holder's
+is larger), or run both under a supervisor that kills the whole group (systemd, a container).
+
 With --limit N it is a semaphore: at most N holders at once (as \`consul lock -n N\`), every
 participant passing the same N. With --read or --write it is a readers-writer lock in the layout
 of Go's recipe.RWMutex: readers share, a writer excludes everyone, first come first served.
@@ -295,7 +300,7 @@ async function reportQueued(client: Client, name: string, kind: Kind, key: strin
       if (!put) continue;
       const rev = put.kv.createRevision;
       const ahead = await blockersAt(client, name, kind, rev, signal);
-      const who = (kv: KeyValue): string => `${kv.key.toString()}${kv.value.length > 0 ? ` (${token(kv.value.toString())})` : ''}`;
+      const who = (kv: KeyValue): string => `${token(kv.key.toString())}${kv.value.length > 0 ? ` (${token(kv.value.toString())})` : ''}`;
       // A semaphore's first `limit` participants hold; otherwise the oldest blocker holds.
       const permits = typeof kind === 'object' && 'limit' in kind ? kind.limit : 1;
       const queuedAs = `queued as ${key} with token ${rev}`;
@@ -319,6 +324,18 @@ async function blockersAt(client: Client, name: string, kind: Kind, rev: bigint,
     return participants.filter((kv) => kv.createRevision < rev);
   }
   // A reader waits for older writers only; a writer for every older reader and writer.
+  return rwParticipants(client, name, kind.rw === 'read' ? /^write\/[0-9a-f]+$/ : RW_KEY, signal, rev);
+}
+
+/** A readers-writer lock's participant key after `<name>/`: its side, then its id. */
+const RW_KEY = /^(read|write)\/[0-9a-f]+$/;
+
+/**
+ * The participants of readers-writer lock `name` whose key after `<name>/` matches `modes`, oldest
+ * first; with `before`, those older than that revision, as etcd held them then. Keys without a
+ * lease (stray data) and keys of other shapes are no participants: nobody waits for them.
+ */
+async function rwParticipants(client: Client, name: string, modes: RegExp, signal: AbortSignal, before?: bigint): Promise<KeyValue[]> {
   const prefix = Buffer.from(`${name}/`);
   const r = await client.range(
     {
@@ -326,12 +343,10 @@ async function blockersAt(client: Client, name: string, kind: Kind, rev: bigint,
       rangeEnd: prefixEnd(prefix),
       sortOrder: SortOrder.ASCEND,
       sortTarget: SortTarget.CREATE,
-      revision: rev,
-      maxCreateRevision: rev - 1n,
+      ...(before === undefined ? {} : { revision: before, maxCreateRevision: before - 1n }),
     },
     { signal },
   );
-  const modes = kind.rw === 'read' ? /^write\/[0-9a-f]+$/ : /^(read|write)\/[0-9a-f]+$/;
   return r.kvs.filter((kv) => kv.lease !== 0n && modes.test(kv.key.toString().slice(prefix.length)));
 }
 
@@ -339,7 +354,7 @@ async function blockersAt(client: Client, name: string, kind: Kind, rev: bigint,
 async function holdLock(handle: Held, interrupts: Interrupts, json: boolean, verbose: boolean): Promise<number> {
   const lease = handle.session.leaseId.toString(16);
   if (json) printJson({ key: handle.key, rev: handle.fencingToken, lease, ttl: handle.session.ttl });
-  else print(`key=${handle.key} rev=${handle.fencingToken}`);
+  else print(`key=${token(handle.key)} rev=${handle.fencingToken}`);
   const first = await firstAborted(interrupts.signal, handle.signal);
   if (first === handle.signal) {
     warn(`lock lost: ${(handle.signal.reason as Error).message}`);
@@ -458,7 +473,7 @@ function what(kind: Kind): string {
 async function heldBy(client: Client, name: string, kind: Kind): Promise<string> {
   // Only worth a short wait: the timeout has already expired.
   const signal = AbortSignal.timeout(1000);
-  const who = (kv: KeyValue): string => `${kv.key.toString()}${kv.value.length > 0 ? ` ${token(kv.value.toString())}` : ''}`;
+  const who = (kv: KeyValue): string => `${token(kv.key.toString())}${kv.value.length > 0 ? ` ${token(kv.value.toString())}` : ''}`;
   try {
     if (kind === 'lock') {
       const { owner } = await oldestParticipant(client, name, { signal });
@@ -468,13 +483,8 @@ async function heldBy(client: Client, name: string, kind: Kind): Promise<string>
       const holders = (await listParticipants(client, name, { signal })).participants.slice(0, kind.limit);
       return holders.length ? ` (held by ${holders.map(who).join(', ')})` : '';
     }
-    // A readers-writer lock: the oldest key under the name blocks whoever waits.
-    const prefix = Buffer.from(`${name}/`);
-    const r = await client.range(
-      { key: prefix, rangeEnd: prefixEnd(prefix), sortOrder: SortOrder.ASCEND, sortTarget: SortTarget.CREATE, limit: 1n },
-      { signal },
-    );
-    const first = r.kvs[0];
+    // A readers-writer lock: its oldest participant blocks whoever waits.
+    const [first] = await rwParticipants(client, name, RW_KEY, signal);
     return first ? ` (oldest holder ${who(first)}, token ${first.createRevision})` : '';
   } catch {
     return '';

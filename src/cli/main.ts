@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // The `etcd-concurrency` command: finds the command word, runs it, and exits with its code.
 import { readFileSync } from 'node:fs';
+import { nearest } from '../spelling.js';
 import { devCommand, DEV_HELP } from './dev.js';
 import { doctorCommand, DOCTOR_HELP } from './doctor.js';
 import { electCommand, ELECT_HELP } from './elect.js';
@@ -66,12 +67,18 @@ async function main(argv: string[]): Promise<number> {
     const topic = argv[i + 1];
     if (topic === undefined) print(HELP);
     else if (COMMANDS[topic]) print(COMMANDS[topic].help);
-    else throw new UsageError(`unknown command "${topic}"; commands: ${Object.keys(COMMANDS).join(', ')}`);
+    else throw unknownCommand(topic);
     return EXIT.ok;
   }
   const command = Object.hasOwn(COMMANDS, word) ? COMMANDS[word] : undefined;
-  if (!command) throw new UsageError(`unknown command "${word}"; commands: ${Object.keys(COMMANDS).join(', ')}`);
+  if (!command) throw unknownCommand(word);
   return command.run([...argv.slice(0, i), ...argv.slice(i + 1)]);
+}
+
+/** "unknown command", with the command most likely meant, else the list of commands. */
+function unknownCommand(word: string): UsageError {
+  const near = nearest(word, Object.keys(COMMANDS));
+  return new UsageError(`unknown command "${word}"; ${near ? `did you mean ${near}?` : `commands: ${Object.keys(COMMANDS).join(', ')}`}`);
 }
 
 function version(): string {

@@ -3,6 +3,7 @@ import { promises as dnsPromises, type SrvRecord } from 'node:dns';
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { Client, MAX_TTL, validateName, type ClientOptions, type TelemetryOptions } from '../index.js';
+import { nearest } from '../spelling.js';
 import { CliError, EXIT, setDebug, UsageError, warn } from './output.js';
 
 /**
@@ -113,31 +114,12 @@ export function parse<O extends Spec>(
   return parsed;
 }
 
-/** Edit distance (insertions, deletions, substitutions, swaps of neighbours) between two short words. */
-function distance(a: string, b: string): number {
-  const d = Array.from({ length: a.length + 1 }, (_, i) => [i, ...Array<number>(b.length).fill(0)]);
-  for (let j = 1; j <= b.length; j++) d[0]![j] = j;
-  for (let i = 1; i <= a.length; i++) {
-    for (let j = 1; j <= b.length; j++) {
-      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
-      d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
-      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d[i]![j] = Math.min(d[i]![j]!, d[i - 2]![j - 2]! + 1);
-    }
-  }
-  return d[a.length]![b.length]!;
-}
-
 /** "unknown option --tll; did you mean --ttl?", and for a command's own option, where `--` goes. */
 function unknownOption(opt: string, options: Spec, runsCommand: boolean): string {
   let message = `unknown option ${opt}`;
   const word = opt.replace(/^--?/, '').replace(/=.*$/, '');
-  if (opt.startsWith('--') && word.length > 1) {
-    const near = Object.keys(options)
-      .map((k) => ({ k, d: k.startsWith(word) ? 0.5 : distance(word, k) }))
-      .filter((c) => c.d <= Math.min(2, Math.max(1, Math.floor(word.length / 3))))
-      .sort((x, y) => x.d - y.d)[0];
-    if (near) return `${message}; did you mean --${near.k}?`;
-  }
+  const near = opt.startsWith('--') && word.length > 1 ? nearest(word, Object.keys(options)) : undefined;
+  if (near) return `${message}; did you mean --${near}?`;
   if (runsCommand) {
     message += `; if it is meant for the command to run, put -- before the command: lock <name> [options] -- <command> ${opt} ...`;
   }

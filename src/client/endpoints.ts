@@ -10,9 +10,21 @@ export interface Endpoint {
 
 const DEFAULT_PORT = 2379;
 
+/** A user name and password before the host: `user:password@` after the scheme, if any. */
+const USERINFO = /^((?:[a-z][a-z0-9+.-]*:\/\/)?)[^/@]*@/i;
+
+/**
+ * An endpoint as messages may show it: with any `user:password@` replaced by `…@`, so that a
+ * password written into an endpoint is never printed or logged.
+ */
+export function shownEndpoint(raw: string): string {
+  return raw.replace(USERINFO, '$1…@');
+}
+
 /**
  * Parses `host:port`, `http(s)://host:port` and `[v6]:port` the way etcdctl does, so the same
- * ETCDCTL_ENDPOINTS value works for both. A comma-separated string is split.
+ * ETCDCTL_ENDPOINTS value works for both. A comma-separated string is split. A user name or
+ * password in an endpoint is refused (etcdctl ignores it silently); messages never show it.
  */
 export function parseEndpoints(input: string | readonly string[]): Endpoint[] {
   const list = (typeof input === 'string' ? input.split(',') : input).map((s) => s.trim()).filter((s) => s !== '');
@@ -21,12 +33,18 @@ export function parseEndpoints(input: string | readonly string[]): Endpoint[] {
   }
   const out = list.map(parseEndpoint);
   if (new Set(out.map((e) => e.secure)).size > 1) {
-    throw new InvalidArgumentError(`endpoints mix http and https (${list.join(', ')}); use one scheme for all`);
+    throw new InvalidArgumentError(`endpoints mix http and https (${list.map(shownEndpoint).join(', ')}); use one scheme for all`);
   }
   return out;
 }
 
 export function parseEndpoint(raw: string): Endpoint {
+  const shown = shownEndpoint(raw);
+  if (shown !== raw) {
+    throw new InvalidArgumentError(
+      `endpoint "${shown}" has a user name or password in it; give credentials as the client's auth option (the CLI's --user), not in the endpoint`,
+    );
+  }
   let rest = raw;
   let secure = false;
   const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(rest);

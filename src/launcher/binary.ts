@@ -5,6 +5,7 @@
 // scripts/etcd.mjs; keep the two in step.
 
 import { execFile } from 'node:child_process';
+import { statSync, type Stats } from 'node:fs';
 import { access, constants as fsConstants, readdir } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { delimiter, dirname, join } from 'node:path';
@@ -59,6 +60,47 @@ export class EtcdVersionError extends Error {
 /** The binary cache: `ETCD_CACHE_DIR`, else `~/.cache/etcd-concurrency/etcd`. */
 export function etcdCacheDir(): string {
   return process.env.ETCD_CACHE_DIR || join(homedir(), '.cache', 'etcd-concurrency', 'etcd');
+}
+
+/**
+ * The cache (or a directory or binary in it) belongs to someone else, or others may write it: an
+ * etcd planted there would run as this user. The message says what to change.
+ */
+export class EtcdCacheError extends Error {
+  static readonly code = 'ERR_ETCD_CACHE_UNSAFE';
+  readonly code = EtcdCacheError.code;
+  override readonly name = 'EtcdCacheError';
+}
+
+/**
+ * Checks that `path` (the cache, a version directory in it, or a binary there) belongs to this user
+ * or to root and that neither its group nor others may write it, before anything in it is run.
+ * Nothing to check where it does not exist, or where there are no uids (Windows).
+ * @throws {@link EtcdCacheError}
+ */
+export function assertOwnCache(path: string): void {
+  const uid = process.getuid?.();
+  if (uid === undefined) return;
+  let st: Stats;
+  try {
+    st = statSync(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw err;
+  }
+  const fix = 'or set ETCD_CACHE_DIR to a directory of your own';
+  if (st.uid !== uid && st.uid !== 0) {
+    throw new EtcdCacheError(
+      `etcd cache: ${path} belongs to uid ${st.uid}, not to you (uid ${uid}): an etcd put there by its owner would run as you; ` +
+        `make it yours (chown), ${fix}`,
+    );
+  }
+  const writers = st.mode & 0o002 ? 'others' : st.mode & 0o020 ? 'its group' : undefined;
+  if (writers) {
+    throw new EtcdCacheError(
+      `etcd cache: ${path} is writable by ${writers}: anyone of them could put an etcd there that you would run; chmod go-w ${path}, ${fix}`,
+    );
+  }
 }
 
 /** Compare dotted versions numerically (`3.10.0` > `3.9.1`); a missing part counts as 0. */
@@ -130,8 +172,12 @@ export function etcdBinaryVersion(binary: string): Promise<string> {
   return v;
 }
 
-/** Cached installs, newest first. */
+/**
+ * Cached installs, newest first.
+ * @throws {@link EtcdCacheError} when the cache, or an install in it, is not safe to run from.
+ */
 export async function cachedEtcds(): Promise<EtcdInstall[]> {
+  assertOwnCache(etcdCacheDir());
   let names: string[];
   try {
     names = await readdir(etcdCacheDir());
@@ -143,6 +189,7 @@ export async function cachedEtcds(): Promise<EtcdInstall[]> {
     const dir = join(etcdCacheDir(), name);
     const etcd = join(dir, 'etcd');
     const etcdctl = join(dir, 'etcdctl');
+    for (const p of [dir, etcd, etcdctl]) assertOwnCache(p);
     // An unfinished install lives in a dot-dir and is renamed into place whole, so a named dir is complete.
     if (await isExecutable(etcd))
       found.push({ version: name, etcd, etcdctl: (await isExecutable(etcdctl)) ? etcdctl : undefined, source: 'cache' });
@@ -164,12 +211,29 @@ async function withEtcdctl(etcd: string, version: string, source: EtcdInstall['s
 
 function installHint(request: string | undefined): string {
   const line = request?.split('.').slice(0, 2).join('.') ?? NEWEST_LINE;
-  const known = (SUPPORTED_ETCD_LINES as readonly string[]).includes(line);
+  if (!(SUPPORTED_ETCD_LINES as readonly string[]).includes(line)) {
+    return (
+      `${line} is not a line this project supports (${SUPPORTED_ETCD_LINES.join(', ')}): ask for one of them (e.g. \`dev --etcd ${NEWEST_LINE}\`), ` +
+      'or, to run another etcd anyway, pass its path (`etcdBinary`, `dev --etcd-binary`) or copy it into the cache with ' +
+      '`npx etcd-concurrency etcd add <dir>`.'
+    );
+  }
   return (
-    (known ? `Get one with \`npx etcd-concurrency etcd install ${line}\` (\`npm run etcd -- install ${line}\` in this repository). ` : '') +
+    `Get one with \`npx etcd-concurrency etcd install ${line}\` (\`npm run etcd -- install ${line}\` in this repository). ` +
     `Or install etcd${request ? ` ${request}` : ''} yourself (Debian/Ubuntu: apt-get install etcd-server etcd-client; macOS: brew install etcd) ` +
     `and put it on PATH, or pass its path (\`etcdBinary\`, \`dev --etcd-binary\`); the README's "Getting an etcd" lists every way.`
   );
+}
+
+/** What was found instead, each version once: `3.7.3, 3.4.23 (also on PATH at /usr/bin/etcd)`. */
+function foundInstead(cached: readonly EtcdInstall[], path: string | undefined, pathVersion: string | undefined): string {
+  const versions = cached.map((c) => c.version);
+  if (path === undefined)
+    return versions.length ? `found only ${versions.join(', ')}` : `${etcdCacheDir()} is empty and there is no etcd on PATH`;
+  if (pathVersion !== undefined && versions.includes(pathVersion)) {
+    return `found only ${versions.map((v) => (v === pathVersion ? `${v} (also on PATH at ${path})` : v)).join(', ')}`;
+  }
+  return `found only ${[...versions, `${pathVersion ?? 'an etcd that does not run'} at ${path}`].join(', ')}`;
 }
 
 /**
@@ -209,8 +273,7 @@ export async function resolveEtcd(options: ResolveEtcdOptions = {}): Promise<Etc
   const pathVersion = path ? await etcdBinaryVersion(path).catch(() => undefined) : undefined;
   if (path && pathVersion && (!request || matches(pathVersion, request))) return withEtcdctl(path, pathVersion, 'path');
 
-  const have = [...cached.map((c) => c.version), ...(path ? [`${pathVersion ?? 'an etcd that does not run'} at ${path}`] : [])];
-  const seen = have.length ? `found only ${have.join(', ')}` : `${etcdCacheDir()} is empty and there is no etcd on PATH`;
+  const seen = foundInstead(cached, path, pathVersion);
   throw new EtcdNotFoundError(
     request
       ? `etcd ${request} is not installed (${seen}). ${installHint(request)}`

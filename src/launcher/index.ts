@@ -12,6 +12,7 @@ export {
   etcdVersionAtLeast,
   EtcdNotFoundError,
   EtcdVersionError,
+  EtcdCacheError,
   SUPPORTED_ETCD_LINES,
   type EtcdInstall,
   type ResolveEtcdOptions,

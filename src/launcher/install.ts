@@ -7,6 +7,7 @@ import { spawnSync } from 'node:child_process';
 import {
   accessSync,
   chmodSync,
+  chownSync,
   constants,
   copyFileSync,
   existsSync,
@@ -18,11 +19,12 @@ import {
   rmSync,
   writeFileSync,
 } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { delimiter, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { compareEtcdVersions, etcdCacheDir } from './binary.js';
+import { assertOwnCache, compareEtcdVersions, EtcdCacheError, etcdCacheDir } from './binary.js';
 export { etcdCacheDir } from './binary.js';
-import { debianMirror } from './sources.js';
+import { DebianMirrorError, debianMirror } from './sources.js';
 
 /** The package root: dist/launcher/install.js and src/launcher/install.ts both sit two levels below it. */
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -60,22 +62,32 @@ export const NEWEST = LINES[LINES.length - 1]!;
 
 /** An install or a lookup failed; the message says why and what to do. */
 export class EtcdInstallError extends Error {
-  static readonly code = 'ERR_ETCD_INSTALL';
-  readonly code = EtcdInstallError.code;
-  override readonly name = 'EtcdInstallError';
+  static readonly code: string = 'ERR_ETCD_INSTALL';
+  readonly code: string = EtcdInstallError.code;
+  override readonly name: string = 'EtcdInstallError';
+}
+
+/** The request itself is wrong (an unknown command or version, a missing argument): exit status 2. */
+export class EtcdInstallUsageError extends EtcdInstallError {
+  static override readonly code: string = 'ERR_ETCD_INSTALL_USAGE';
+  override readonly code: string = EtcdInstallUsageError.code;
+  override readonly name: string = 'EtcdInstallUsageError';
 }
 
 /** How to run the installer in the messages: `npm run etcd --` in the repository, `npx etcd-concurrency etcd` for a package user. */
 let program = 'npx etcd-concurrency etcd';
-export function setInstallerName(name: string): void {
+/** What starts each line on stderr: `etcd` for `npm run etcd`, the program's name under the CLI. */
+let logPrefix = 'etcd';
+export function setInstallerName(name: string, prefix = 'etcd'): void {
   program = name;
+  logPrefix = prefix;
 }
 export function installerName(): string {
   return program;
 }
 
 /** The installer's progress and errors, on stderr. */
-export const log = (msg: string): void => void process.stderr.write(`etcd: ${msg}\n`);
+export const log = (msg: string): void => void process.stderr.write(`${logPrefix}: ${msg}\n`);
 
 function isExecutable(path: string): boolean {
   try {
@@ -119,7 +131,8 @@ export function binaryVersion(etcd: string): string | undefined {
 /** The line (`3.7`) of a request such as `3.7` or `3.7.3`, if it is one installed here. */
 export function lineOf(request: string | undefined): string {
   const m = /^(\d+\.\d+)(\.\d+)?$/.exec(String(request ?? ''));
-  if (!m || !ETCD_LINES[m[1]!]) throw new EtcdInstallError(`unknown etcd version "${request}"; supported: ${LINES.join(', ')} (or "all")`);
+  if (!m || !ETCD_LINES[m[1]!])
+    throw new EtcdInstallUsageError(`unknown etcd version "${request}"; supported: ${LINES.join(', ')} (or "all")`);
   return m[1]!;
 }
 
@@ -128,19 +141,40 @@ export interface CachedEtcd {
   dir: string;
 }
 
-/** Cached installs, newest first. */
+/** Cached installs, newest first; the cache and each install in it checked first (assertOwnCache). */
 export function cached(): CachedEtcd[] {
   let names: string[];
   try {
-    names = readdirSync(etcdCacheDir());
-  } catch {
+    names = readdirSync(trustedCache());
+  } catch (err) {
+    if (err instanceof EtcdInstallError) throw err;
     return [];
   }
   return names
     .filter((n) => /^\d+\.\d+\.\d+$/.test(n))
     .map((version) => ({ version, dir: join(etcdCacheDir(), version) }))
     .filter((e) => isExecutable(join(e.dir, 'etcd')) && isExecutable(join(e.dir, 'etcdctl')))
+    .map((e) => {
+      for (const p of [e.dir, join(e.dir, 'etcd'), join(e.dir, 'etcdctl')]) trusted(p);
+      return e;
+    })
     .sort((a, b) => compareEtcdVersions(b.version, a.version));
+}
+
+/** assertOwnCache, its refusal as the installer's error. */
+function trusted(path: string): void {
+  try {
+    assertOwnCache(path);
+  } catch (err) {
+    if (err instanceof EtcdCacheError) throw new EtcdInstallError(err.message, { cause: err });
+    throw err;
+  }
+}
+
+/** The cache directory, checked: someone else's, or one others may write, is refused. */
+function trustedCache(): string {
+  trusted(etcdCacheDir());
+  return etcdCacheDir();
 }
 
 /** The cached install for `request` (a line like 3.7, a full version like 3.7.3, or "newest"). */
@@ -165,14 +199,19 @@ function publish(tmp: string, version: string): string {
 }
 
 function newTempDir(version: string): string {
-  mkdirSync(etcdCacheDir(), { recursive: true });
-  const dir = mkdtempSync(join(etcdCacheDir(), `.${version}.tmp-`));
+  // 0755 whatever the umask: a cache its group may write is refused (assertOwnCache).
+  mkdirSync(etcdCacheDir(), { recursive: true, mode: 0o755 });
+  const dir = mkdtempSync(join(trustedCache(), `.${version}.tmp-`));
   chmodSync(dir, 0o755); // mkdtemp's 0700 would hide a shared cache from other users
   return dir;
 }
 
-/** Checks the binaries run here and report `version`; writes a note of where they came from. */
+/**
+ * Checks the binaries run here and report `version`; writes a note of where they came from. The
+ * binaries are made 0755 whatever the umask or their source's mode: writable by us alone.
+ */
 function verify(dir: string, version: string, source: string): void {
+  for (const b of ['etcd', 'etcdctl']) chmodSync(join(dir, b), 0o755);
   const got = binaryVersion(join(dir, 'etcd'));
   if (got !== version)
     throw new EtcdInstallError(`${join(dir, 'etcd')} reports ${got ?? 'nothing (does it run on this machine?)'}, expected ${version}`);
@@ -194,8 +233,20 @@ function otherWays(line: string): string {
 
 const KEYRING = '/usr/share/keyrings/debian-archive-keyring.gpg';
 
+/**
+ * apt's options for a private state under `state`: our sources only, no other index, and the
+ * archive's signatures required whatever this machine's apt configuration allows. As root, apt's
+ * download workers run as its sandbox user (_apt), as in any apt run; not as root, apt cannot
+ * switch users, and is told not to try (which fails under fakeroot).
+ */
 function aptOptions(state: string): string[] {
   return [
+    '-o',
+    'Acquire::AllowInsecureRepositories=false',
+    '-o',
+    'Acquire::AllowDowngradeToInsecureRepositories=false',
+    '-o',
+    'APT::Get::AllowUnauthenticated=false',
     '-o',
     `Dir::Etc::SourceList=${join(state, 'sources.list')}`,
     '-o',
@@ -212,10 +263,18 @@ function aptOptions(state: string): string[] {
     'Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false',
     '-o',
     'Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false',
-    // The _apt user cannot write into a private dir we own; download as ourselves.
-    '-o',
-    'APT::Sandbox::User=root',
+    ...(isRoot() ? [] : ['-o', 'APT::Sandbox::User=root']),
   ];
+}
+
+function isRoot(): boolean {
+  return process.getuid?.() === 0;
+}
+
+/** The uid of apt's sandbox user (_apt), or undefined when there is none. */
+function aptUid(): number | undefined {
+  const r = spawnSync('id', ['-u', '_apt'], { encoding: 'utf8' });
+  return r.status === 0 ? Number(r.stdout.trim()) : undefined;
 }
 
 function needDebTools(line: string): string {
@@ -227,7 +286,13 @@ function needDebTools(line: string): string {
         `On Debian/Ubuntu: apt-get install apt dpkg debian-archive-keyring. ${otherWays(line)}`,
     );
   }
-  const mirror = debianMirror();
+  let mirror: string | undefined;
+  try {
+    mirror = debianMirror();
+  } catch (err) {
+    if (err instanceof DebianMirrorError) throw new EtcdInstallError(err.message, { cause: err });
+    throw err;
+  }
   if (!mirror) {
     throw new EtcdInstallError(
       `etcd ${line} comes from Debian's .deb packages, but this machine's apt sources (/etc/apt/sources.list, ` +
@@ -240,8 +305,11 @@ function needDebTools(line: string): string {
 /** Downloads and unpacks etcd-server and etcd-client `version` from one of `suites`. */
 function fetchDebs(line: string, version: string, suites: string[]): string {
   const mirror = needDebTools(line);
-  const work = newTempDir(`${version}-apt`);
+  // apt's private state and downloads, where its sandbox user can reach them (a cache under a home
+  // directory may be closed to it); apt hands its partial/ directories to that user itself.
+  const work = mkdtempSync(join(tmpdir(), `etcd-concurrency-apt-${version}-`));
   try {
+    chmodSync(work, 0o755);
     const state = join(work, 'apt');
     for (const d of ['lists/partial', 'cache/archives/partial']) mkdirSync(join(state, d), { recursive: true });
     writeFileSync(join(state, 'status'), '');
@@ -262,8 +330,13 @@ function fetchDebs(line: string, version: string, suites: string[]): string {
     }
     const debs = join(work, 'debs');
     mkdirSync(debs);
+    // `apt-get download` writes into its working directory: as root, its sandbox user must be able to.
+    const sandbox = isRoot() ? aptUid() : undefined;
+    if (sandbox !== undefined) chownSync(debs, sandbox, -1);
     log(`downloading etcd-server and etcd-client ${debVersion} from ${suites.join('/')}`);
     run('apt-get', [...opts, '-q', 'download', `etcd-server=${debVersion}`, `etcd-client=${debVersion}`], { cwd: debs });
+    // apt checked the packages: from here on, only we may change them.
+    if (sandbox !== undefined) chownSync(debs, 0, -1);
     const root = join(work, 'root');
     for (const f of readdirSync(debs).filter((f) => f.endsWith('.deb'))) run('dpkg-deb', ['-x', join(debs, f), root]);
     const tmp = newTempDir(version);
@@ -337,7 +410,8 @@ function buildGo(line: string, version: string): string {
       cwd: dir,
       // GOTOOLCHAIN=local: never fetch another toolchain behind our back; a user's GOFLAGS could
       // add -mod=mod and rewrite the committed go.sum.
-      env: { ...process.env, CGO_ENABLED: '0', GOTOOLCHAIN: 'local', GOFLAGS: '' },
+      // GOWORK=off: a go.work (in GOWORK, or a directory above the package) could swap etcd's modules.
+      env: { ...process.env, CGO_ENABLED: '0', GOTOOLCHAIN: 'local', GOFLAGS: '', GOWORK: 'off' },
     });
     verify(tmp, version, `go build of ${ETCD_LINES[line]!.module} (go.etcd.io/etcd/server/v3 and etcdctl/v3 v${version})`);
   } catch (err) {
@@ -361,7 +435,7 @@ export function install(request: string): string {
   const spec = ETCD_LINES[line]!;
   const pinned = [spec.version, spec.fallback?.version].filter((v): v is string => Boolean(v));
   if (FULL.test(request) && !pinned.includes(request)) {
-    throw new EtcdInstallError(
+    throw new EtcdInstallUsageError(
       `etcd ${request} is not pinned here: ${line} means ${pinned.join(' (or ')}${pinned.length > 1 ? ')' : ''}; ` +
         `install ${line}, or add your own build with: ${program} add <dir>`,
     );

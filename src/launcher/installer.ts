@@ -4,6 +4,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import { delimiter, join } from 'node:path';
+import { nearest } from '../spelling.js';
 import { etcdCacheDir } from './binary.js';
 import {
   add,
@@ -11,6 +12,7 @@ import {
   cached,
   ETCD_LINES,
   EtcdInstallError,
+  EtcdInstallUsageError,
   findCached,
   install,
   installerName,
@@ -90,16 +92,20 @@ Go modules from the Go module proxy (GOPROXY).
 Cache: ${etcdCacheDir()} (set ETCD_CACHE_DIR to move it).`;
 }
 
+/** The installer's commands, as `unknown command` lists them. */
+const COMMANDS = ['install', 'list', 'path', 'add', 'exec'];
+
 /**
  * Runs one installer command; returns the exit status, or undefined for `exec` (which exits with
- * its child). Errors of the installer become one message and status 1.
+ * its child). Errors of the installer become one message and status 1; a wrong request (unknown
+ * command or version, missing argument) status 2, as the other commands' usage errors.
  */
 export function installerMain(argv: string[], print: (line: string) => void = console.log): number | undefined {
   const [cmd, arg, ...rest] = argv;
   try {
     switch (cmd) {
       case 'install': {
-        if (!arg) throw new EtcdInstallError(`install needs a version: ${LINES.join(', ')} or all`);
+        if (!arg) throw new EtcdInstallUsageError(`install needs a version: ${LINES.join(', ')} or all`);
         if (arg !== 'all') {
           print(install(arg));
           return 0;
@@ -124,26 +130,35 @@ export function installerMain(argv: string[], print: (line: string) => void = co
         for (const l of listLines()) print(l);
         return 0;
       case 'add':
-        if (!arg) throw new EtcdInstallError('add needs a directory holding etcd and etcdctl');
+        if (!arg) throw new EtcdInstallUsageError('add needs a directory holding etcd and etcdctl');
         print(add(arg));
         return 0;
       case 'exec': {
         const cmdArgs = rest[0] === '--' ? rest.slice(1) : rest;
-        if (!arg || cmdArgs.length === 0) throw new EtcdInstallError('usage: exec <version|newest|default> -- command [args...]');
+        if (!arg || cmdArgs.length === 0) throw new EtcdInstallUsageError('usage: exec <version|newest|default> -- command [args...]');
         execWith(arg, cmdArgs);
         return undefined;
       }
       case undefined:
+        // As the other commands without one: the help on stderr, status 2.
+        process.stderr.write(`${installerHelp()}\n`);
+        return 2;
       case 'help':
       case '-h':
       case '--help':
         print(installerHelp());
-        return cmd === undefined ? 2 : 0;
-      default:
-        throw new EtcdInstallError(`unknown command "${cmd}"\n${installerHelp()}`);
+        return 0;
+      default: {
+        const near = nearest(cmd, COMMANDS);
+        throw new EtcdInstallUsageError(`unknown command "${cmd}"; ${near ? `did you mean ${near}?` : `commands: ${COMMANDS.join(', ')}`}`);
+      }
     }
   } catch (err) {
     if (!(err instanceof EtcdInstallError)) throw err;
+    if (err instanceof EtcdInstallUsageError) {
+      log(`${err.message} (see --help)`);
+      return 2;
+    }
     log(err.message);
     return 1;
   }

@@ -67,14 +67,47 @@ export function aptSources(etc = '/etc/apt'): AptSource[] {
   return out;
 }
 
+/** ETCD_DEBIAN_MIRROR is not one http(s) URL; the message says what it must be. */
+export class DebianMirrorError extends Error {
+  static readonly code = 'ERR_ETCD_DEBIAN_MIRROR';
+  readonly code = DebianMirrorError.code;
+  override readonly name = 'DebianMirrorError';
+}
+
+/**
+ * ETCD_DEBIAN_MIRROR as one http:// or https:// URL and nothing else: it is written into an apt
+ * source line, where white space or a line break would add options or a second (trusted) source.
+ */
+function mirrorFromEnv(raw: string): string {
+  let url: URL | undefined;
+  try {
+    // Printable ASCII, no white space; no query or fragment (nothing a mirror needs).
+    url = /^[!-~]+$/.test(raw) && !/[?#]/.test(raw) ? new URL(raw) : undefined;
+  } catch {
+    url = undefined;
+  }
+  if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
+    throw new DebianMirrorError(
+      `ETCD_DEBIAN_MIRROR must be one http:// or https:// URL (the Debian archive, e.g. ending in /debian), got ${JSON.stringify(raw)}`,
+    );
+  }
+  if (url.username !== '' || url.password !== '') {
+    throw new DebianMirrorError(
+      'ETCD_DEBIAN_MIRROR must not hold a user name or password (it is printed in the progress lines); apt reads them from /etc/apt/auth.conf',
+    );
+  }
+  return raw.replace(/\/+$/, '');
+}
+
 /**
  * The Debian archive to fetch packages from: ETCD_DEBIAN_MIRROR, else the first apt source with a
  * Debian suite (not -security/-updates/-backports) and the main component; undefined if none
  * (e.g. on Ubuntu, whose archives hold Ubuntu's suites).
+ * @throws {@link DebianMirrorError} when ETCD_DEBIAN_MIRROR is set but is not one http(s) URL.
  */
 export function debianMirror(etc = '/etc/apt'): string | undefined {
   const fromEnv = process.env.ETCD_DEBIAN_MIRROR?.trim();
-  if (fromEnv) return fromEnv.replace(/\/+$/, '');
+  if (fromEnv) return mirrorFromEnv(fromEnv);
   const hit = aptSources(etc).find(
     (s) => !s.uri.startsWith('cdrom:') && s.components.includes('main') && s.suites.some((suite) => DEBIAN_SUITES.test(suite)),
   );

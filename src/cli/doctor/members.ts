@@ -8,7 +8,7 @@ import {
   type Client,
   type ClusterMember,
 } from '../../index.js';
-import { parseEndpoint } from '../../client/endpoints.js';
+import { parseEndpoint, shownEndpoint } from '../../client/endpoints.js';
 import { requestJson, type ClientTls } from '../../launcher/http.js';
 import type { MemberReport } from './report.js';
 
@@ -115,7 +115,7 @@ function emptyMember(endpoint: string): MemberReport {
  * to one of its endpoints, or else through a Client on that endpoint alone (closed after).
  */
 async function memberStatus(endpoint: string, o: MemberProbeOptions, via?: { client: Client; endpoint: string }): Promise<MemberReport> {
-  const r = emptyMember(targetOf(endpoint) ?? endpoint);
+  const r = emptyMember(targetOf(endpoint) ?? shownEndpoint(endpoint));
   const c = via?.client ?? o.memberClient(endpoint);
   const call = { signal: o.signal, timeoutMs: c.callTimeoutMs, ...(via ? { endpoint: via.endpoint } : {}) };
   const failed = (err: unknown): void => {

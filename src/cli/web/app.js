@@ -20,6 +20,8 @@ import { clock, cmpToken, describe, dur, holderWord, hue, inLayout, kindLabel, k
     loaded: false,
   };
   const WAITERS_SHOWN = 20;
+  const STRAY =
+    "a key in a participant's place without a lease (written without one, e.g. etcdctl put over a holder's key): it holds nothing and nobody waits for it; it stays until deleted";
   /** The bars span the time since the inspector started, from 30 s to 5 min. */
   function span() {
     return Math.min(300000, Math.max(30000, now() - S.startedAt));
@@ -164,15 +166,23 @@ import { clock, cmpToken, describe, dur, holderWord, hue, inLayout, kindLabel, k
     const held = new Set(e.view.holders);
     const holders = e.view.holders.map((k) => e.parts.get(k)).filter(Boolean);
     const waiting = [];
+    const stray = [];
     e.parts.forEach((p) => {
-      if (!held.has(p.key) && inLayout(e.view, p)) waiting.push(p);
+      if (p.stray) stray.push(p);
+      else if (!held.has(p.key) && inLayout(e.view, p)) waiting.push(p);
     });
     waiting.sort((a, b) => cmpToken(a.token, b.token));
-    return { holders: holders, waiting: waiting };
+    stray.sort((a, b) => cmpToken(a.token, b.token));
+    return { holders: holders, waiting: waiting, stray: stray };
   }
   function ttlCell(td, p, holding) {
-    const l = S.leases.get(p.lease);
     td.className = 'mono';
+    if (p.stray) {
+      td.textContent = 'no lease';
+      td.className = 'mono dim';
+      return;
+    }
+    const l = S.leases.get(p.lease);
     if (!l) {
       td.textContent = '…';
       return;
@@ -200,21 +210,27 @@ import { clock, cmpToken, describe, dur, holderWord, hue, inLayout, kindLabel, k
     if (left < Math.max(2, l.granted / 3)) td.className = 'mono warn';
   }
   function sinceCell(td, p, holding) {
+    if (p.stray) {
+      td.textContent = '—';
+      td.className = 'dim';
+      return;
+    }
     const t = holding ? p.heldSince : p.createdAt;
     const verb = holding ? 'held ' : 'waiting ';
     if (t === null || t === undefined) td.textContent = `${verb}≥ ${dur(now() - S.startedAt)}`;
     else td.textContent = verb + dur(now() - t);
   }
   function row(v, p, role, holding) {
-    const tr = el('tr', holding ? 'holder' : 'waiter');
+    const tr = el('tr', p.stray ? 'stray' : holding ? 'holder' : 'waiter');
     tr.dataset.key = p.key;
     tr.dataset.token = p.token;
-    tr.dataset.role = holding ? 'holder' : 'waiting';
+    tr.dataset.role = p.stray ? 'stray' : holding ? 'holder' : 'waiting';
+    if (p.stray) tr.title = STRAY;
     tr.appendChild(el('td', 'role', role));
     const suffix = p.key.slice(v.name.length + 1);
     // Our keys and Go's end in the lease id; Go's readers-writer recipe uses a timestamp instead.
-    const key = el('td', 'mono', suffix.indexOf(p.lease) >= 0 ? suffix : `${suffix} · lease ${p.lease}`);
-    key.title = `${p.key} on lease ${p.lease}`;
+    const key = el('td', 'mono', p.stray || suffix.indexOf(p.lease) >= 0 ? suffix : `${suffix} · lease ${p.lease}`);
+    key.title = p.stray ? `${p.key} on no lease` : `${p.key} on lease ${p.lease}`;
     tr.appendChild(key);
     tr.appendChild(el('td', 'mono', p.token));
     const ttl = el('td');
@@ -232,10 +248,17 @@ import { clock, cmpToken, describe, dur, holderWord, hue, inLayout, kindLabel, k
     if (S.showValues) tr.appendChild(el('td', 'value', p.value));
     return tr;
   }
+  /** The card's summary: who holds and how many wait, then the stray keys if any. */
   function summary(e, o) {
-    const v = e.view,
-      n = o.waiting.length,
-      w = `${n} waiting`;
+    const s = summaryOf(e.view, o, `${o.waiting.length} waiting`),
+      n = o.stray.length;
+    if (n === 0) return s;
+    const more = ` · ${n} stray ${n === 1 ? 'key' : 'keys'}`,
+      live = s.live;
+    return live ? { live: () => live() + more, vacant: s.vacant } : { text: s.text + more, vacant: s.vacant };
+  }
+  /** @returns {{ text?: string, live?: () => string, vacant?: boolean }} */
+  function summaryOf(v, o, w) {
     if (o.holders.length === 0) {
       if (v.vacantSince === null || v.vacantSince === undefined) return { text: 'free', vacant: true };
       return { live: () => `free · no ${holderWord(v.kind)} for ${dur(now() - v.vacantSince)}`, vacant: true };
@@ -324,7 +347,7 @@ import { clock, cmpToken, describe, dur, holderWord, hue, inLayout, kindLabel, k
     }
     head.appendChild(sum);
     c.appendChild(head);
-    if (o.holders.length + o.waiting.length > 0) {
+    if (o.holders.length + o.waiting.length + o.stray.length > 0) {
       const t = el('table'),
         hr = el('tr');
       ['', 'key (lease id)', 'token', 'lease TTL', 'for'].concat(S.showValues ? ['value'] : []).forEach((h) => {
@@ -340,6 +363,9 @@ import { clock, cmpToken, describe, dur, holderWord, hue, inLayout, kindLabel, k
       const shown = expanded.has(v.name) ? o.waiting : o.waiting.slice(0, WAITERS_SHOWN);
       shown.forEach((p, i) => {
         tb.appendChild(row(v, p, `#${i + 1}${p.layout === 'read' || p.layout === 'write' ? ` ${p.layout}` : ''}`, false));
+      });
+      o.stray.forEach((p) => {
+        tb.appendChild(row(v, p, 'stray', false));
       });
       t.appendChild(tb);
       c.appendChild(t);

@@ -10,6 +10,11 @@ interface Part {
   layout: 'plain' | 'read' | 'write' | 'member';
   lease: bigint;
   leaseHex: string;
+  /**
+   * In a participant's place with no lease (an operator's plain put over a participant's key): shown
+   * apart, never a holder or a waiter, as the lock and election algorithms skip it.
+   */
+  stray: boolean;
   token: bigint;
   value: Buffer;
   createdAt: number | null;
@@ -148,14 +153,15 @@ export class Model {
     const ch = this.emptyChange();
     const seen = new Set<string>();
     const touched = new Set<Entity>();
-    for (const kv of kvs) {
+    // Keys on a lease first: a stray key shows only under a name known from its participants.
+    for (const kv of [...kvs.filter((kv) => kv.lease !== 0n), ...kvs.filter((kv) => kv.lease === 0n)]) {
       const key = kv.key.toString('utf8');
       seen.add(key);
       const old = this.byKey.get(key);
       if (old && old.token === kv.createRevision && old.lease === kv.lease) {
         // The same participant, with another value since the last read: a proclaim. (Its version
         // alone says nothing: a lock holder may re-put its key with the same value.)
-        if (!old.value.equals(kv.value)) this.proclaim(old, kv.value, ch, touched);
+        if (!old.value.equals(kv.value)) this.rewrite(old, kv.value, ch, touched);
         continue;
       }
       if (old) this.remove(old, ch, touched);
@@ -182,7 +188,7 @@ export class Model {
         // The same participant wrote its key again. With another value: an election's proclaim.
         // With the same value: a lock holder's mark (Put with ignore_value/ignore_lease), nothing
         // to show.
-        if (!old.value.equals(ev.kv.value)) this.proclaim(old, ev.kv.value, ch, touched);
+        if (!old.value.equals(ev.kv.value)) this.rewrite(old, ev.kv.value, ch, touched);
         continue;
       }
       if (old) this.remove(old, ch, touched);
@@ -192,11 +198,14 @@ export class Model {
     return ch;
   }
 
-  /** A participant's key got a new value on the same incarnation and lease: the name is an election. */
-  private proclaim(p: Part, value: Buffer, ch: Change, touched: Set<Entity>): void {
+  /**
+   * A key got a new value on the same incarnation and lease. A participant's: a proclaim, the name
+   * is an election. A stray key's: only its value changed.
+   */
+  private rewrite(p: Part, value: Buffer, ch: Change, touched: Set<Entity>): void {
     p.value = value;
     const e = this.entities.get(p.name)!;
-    e.proclaimed = true;
+    if (!p.stray) e.proclaimed = true;
     touched.add(e);
     ch.parts.push({ op: 'put', ...this.partView(p) });
   }
@@ -206,11 +215,13 @@ export class Model {
   }
 
   private add(kv: KeyValue, createdAt: number | null, ch: Change, touched: Set<Entity>): Part | undefined {
-    if (kv.lease === 0n) return undefined; // stray data: never a participant
     const key = kv.key.toString('utf8');
     const c = classifyKey(this.prefix, key);
     if (!c) return undefined;
+    const stray = kv.lease === 0n;
     let e = this.entities.get(c.name);
+    // A name with only stray keys is not shown: a data key such as `users/42` looks like one.
+    if (!e && stray) return undefined;
     if (!e) {
       e = {
         name: c.name,
@@ -232,16 +243,19 @@ export class Model {
       layout: c.layout,
       lease: kv.lease,
       leaseHex,
+      stray,
       token: kv.createRevision,
       value: kv.value,
       createdAt,
     };
     e.parts.set(key, p);
     this.byKey.set(key, p);
-    const n = this.leaseKeys.get(leaseHex) ?? 0;
-    this.leaseKeys.set(leaseHex, n + 1);
-    if (n === 0) ch.leasesNew.push(leaseHex);
-    else if (!ch.leasesChanged.includes(leaseHex)) ch.leasesChanged.push(leaseHex);
+    if (!stray) {
+      const n = this.leaseKeys.get(leaseHex) ?? 0;
+      this.leaseKeys.set(leaseHex, n + 1);
+      if (n === 0) ch.leasesNew.push(leaseHex);
+      else if (!ch.leasesChanged.includes(leaseHex)) ch.leasesChanged.push(leaseHex);
+    }
     touched.add(e);
     ch.parts.push({ op: 'put', ...this.partView(p) });
     return p;
@@ -251,13 +265,15 @@ export class Model {
     const e = this.entities.get(p.name)!;
     e.parts.delete(p.key);
     this.byKey.delete(p.key);
-    const n = (this.leaseKeys.get(p.leaseHex) ?? 1) - 1;
-    if (n <= 0) {
-      this.leaseKeys.delete(p.leaseHex);
-      ch.leasesGone.push(p.leaseHex);
-    } else {
-      this.leaseKeys.set(p.leaseHex, n);
-      if (!ch.leasesChanged.includes(p.leaseHex)) ch.leasesChanged.push(p.leaseHex);
+    if (!p.stray) {
+      const n = (this.leaseKeys.get(p.leaseHex) ?? 1) - 1;
+      if (n <= 0) {
+        this.leaseKeys.delete(p.leaseHex);
+        ch.leasesGone.push(p.leaseHex);
+      } else {
+        this.leaseKeys.set(p.leaseHex, n);
+        if (!ch.leasesChanged.includes(p.leaseHex)) ch.leasesChanged.push(p.leaseHex);
+      }
     }
     touched.add(e);
     ch.parts.push({ op: 'del', key: p.key, name: p.name });
@@ -281,17 +297,19 @@ export class Model {
       const released: Part[] = [];
       for (const k of before) {
         if (e.holders.has(k)) continue;
-        const p = e.parts.get(k) ?? this.departed.get(k);
+        const p = this.departed.get(k) ?? e.parts.get(k);
         if (p) released.push(p);
       }
       for (const p of released) {
-        // A key that left when its lease's known deadline had passed went with its lease.
-        const expired = !e.parts.has(p.key) && how.expiredLease(p.leaseHex);
+        // A key that left when its lease's known deadline had passed went with its lease; one
+        // still there on no lease was written over without one.
+        const detached = e.parts.get(p.key)?.stray === true;
+        const expired = !detached && !e.parts.has(p.key) && how.expiredLease(p.leaseHex);
         this.record(ch, {
           at: now,
           name: e.name,
           kind: e.kind,
-          type: expired ? 'expired' : 'released',
+          type: detached ? 'detached' : expired ? 'expired' : 'released',
           key: p.key,
           lease: p.leaseHex,
           token: p.token.toString(),
@@ -348,7 +366,7 @@ export class Model {
    * lock's (empty, or the CLI's `<host>:<pid>`), else `lock-or-election`: the keys cannot tell.
    */
   private classify(e: Entity): void {
-    const all = [...e.parts.values()];
+    const all = [...e.parts.values()].filter((p) => !p.stray);
     const rw = all.filter((p) => p.layout === 'read' || p.layout === 'write');
     const members = all.filter((p) => p.layout === 'member');
     const plain = all.filter((p) => p.layout === 'plain');
@@ -424,7 +442,7 @@ export class Model {
       key: p.key,
       name: p.name,
       layout: p.layout,
-      lease: p.leaseHex,
+      ...(p.stray ? { stray: true } : { lease: p.leaseHex }),
       token: p.token.toString(),
       createdAt: p.createdAt,
       ...(p.heldSince !== undefined ? { heldSince: p.heldSince } : {}),

@@ -84,6 +84,7 @@ td.mono { font-family: var(--mono); }
 td.value { white-space: normal; word-break: break-all; font-family: var(--mono); color: var(--dim); }
 tr.holder td { background: #f0f7ff; }
 tr.holder td.role { color: var(--accent); font-weight: 700; }
+tr.stray td { color: var(--dim); font-style: italic; }
 td.role { font-weight: 600; }
 .warn { color: var(--warn); font-weight: 600; }
 .bad { color: var(--bad); font-weight: 600; }
@@ -101,4 +102,5 @@ button.more { margin-top: 6px; border: 1px solid var(--line); background: var(--
 #timeline li.acquired .text::before { content: "▶ "; color: var(--ok); }
 #timeline li.released .text::before { content: "■ "; color: var(--dim); }
 #timeline li.expired .text::before { content: "✖ "; color: var(--bad); }
+#timeline li.detached .text::before { content: "✎ "; color: var(--warn); }
 `;

@@ -3,7 +3,8 @@
 // keys change, and, for holders only, every sixth of its TTL while its keys are still there (it is
 // renewed every third); the page counts the time down itself. Read-only: nothing here writes.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { isIP, type AddressInfo } from 'node:net';
+import { hostname } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
 import { CompactedError, PermissionDeniedError, prefixRange, SortOrder, SortTarget, type Client, type KeyValue } from '../../index.js';
 import { electionMatcher, Model } from './model.js';
@@ -34,10 +35,43 @@ interface LeaseInfo {
 const LEASE_CONCURRENCY = 8;
 /** A page whose connection buffers more than this is cut off; it reconnects and gets a snapshot. */
 const MAX_BUFFERED = 8 * 1024 * 1024;
+/** Live pages (open /events streams) served at once; past it a 503. Each may buffer MAX_BUFFERED. */
+const MAX_PAGES = 32;
 
 /** Whether `host` is a loopback address or name. */
 export function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host) || host === '::ffff:127.0.0.1';
+}
+
+/**
+ * Which Host headers the server answers, bound to `host` on `port`: a page of another site whose own
+ * name was made to resolve to this server (DNS rebinding) sends that name, so names are checked.
+ * On loopback, the loopback addresses and `localhost` with the port; on one other address, that
+ * address or name (any port: a proxy or a port mapping may stand in front); on every address
+ * (`0.0.0.0`, `::`), any IP address, `localhost` and this machine's host name.
+ */
+function hostCheck(host: string, port: number): { allows(header: string): boolean; refusal: string } {
+  if (isLoopback(host)) {
+    const shown = host.includes(':') ? `[${host}]` : host;
+    const allowed = new Set([`127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`, `${shown}:${port}`]);
+    return { allows: (h) => allowed.has(h), refusal: 'forbidden: this inspector answers only to its loopback address\n' };
+  }
+  /** The name or address of a Host header, without its port and brackets, in lower case. */
+  const nameOf = (h: string): string => (/^\[([^\]]+)\](?::\d+)?$/.exec(h)?.[1] ?? h.replace(/:\d+$/, '')).toLowerCase();
+  if (host === '0.0.0.0' || host === '::') {
+    const names = new Set(['localhost', hostname().toLowerCase()]);
+    return {
+      allows: (h) => isIP(nameOf(h)) !== 0 || names.has(nameOf(h)),
+      refusal:
+        `forbidden: this inspector answers to IP addresses and to ${[...names].join(' and ')} only; ` +
+        `to reach it by another name, listen on that name (--listen <name>:${port})\n`,
+    };
+  }
+  const bound = nameOf(host.includes(':') ? `[${host}]` : host);
+  return {
+    allows: (h) => nameOf(h) === bound,
+    refusal: `forbidden: this inspector answers to ${host} only (--listen); a page of another site cannot reach it through its own name\n`,
+  };
 }
 
 /** An error's message without anything that looks like a credential (userinfo in URLs). */
@@ -69,7 +103,7 @@ export class Inspector {
   private loop?: Promise<void>;
   private probeWithRange = false;
   private probing = false;
-  private allowedHosts: Set<string> | undefined;
+  private hosts: ReturnType<typeof hostCheck> | undefined;
   /** Resolves when the first page connects (the demo waits for one before it starts). */
   readonly firstPage: Promise<void>;
   private onFirstPage!: () => void;
@@ -107,10 +141,7 @@ export class Inspector {
     });
     const { port } = this.server.address() as AddressInfo;
     const host = this.options.host.includes(':') ? `[${this.options.host}]` : this.options.host;
-    if (isLoopback(this.options.host)) {
-      // A page on another site must not reach us through a DNS name rebound to 127.0.0.1.
-      this.allowedHosts = new Set([`127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`, `${host}:${port}`]);
-    }
+    this.hosts = hostCheck(this.options.host, port);
     return `http://${host}:${port}/`;
   }
 
@@ -363,9 +394,10 @@ export class Inspector {
       'Referrer-Policy': 'no-referrer',
       'Cache-Control': 'no-store',
     };
-    if (this.allowedHosts && !this.allowedHosts.has(req.headers.host ?? '')) {
+    // A page on another site must not reach us through a DNS name rebound to our address.
+    if (!this.hosts?.allows(req.headers.host ?? '')) {
       res.writeHead(403, { ...security, 'Content-Type': 'text/plain; charset=utf-8' });
-      res.end('forbidden: this inspector answers only to its loopback address\n');
+      res.end(this.hosts?.refusal ?? 'forbidden: not listening yet\n');
       return;
     }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
@@ -390,6 +422,13 @@ export class Inspector {
       case '/state':
         return body('application/json; charset=utf-8', JSON.stringify(this.snapshot()));
       case '/events': {
+        if (this.pages.size >= MAX_PAGES && req.method === 'GET') {
+          res.writeHead(503, { ...security, 'Content-Type': 'text/plain; charset=utf-8', 'Retry-After': '10' });
+          res.end(
+            `too many live pages: ${this.pages.size} are open, the most this inspector serves; close one, or run another inspector\n`,
+          );
+          return;
+        }
         res.writeHead(200, { ...security, 'Content-Type': 'text/event-stream; charset=utf-8', Connection: 'keep-alive' });
         if (req.method === 'HEAD') return void res.end();
         res.socket?.setNoDelay(true);

@@ -13,8 +13,13 @@ export interface PartView {
   name: string;
   /** `plain` for `<name>/<hex>`; a readers-writer lock's side; a double barrier's member. */
   layout: 'plain' | 'read' | 'write' | 'member';
-  /** Lease id in hex. */
-  lease: string;
+  /** Lease id in hex; none for a stray key. */
+  lease?: string;
+  /**
+   * In a participant's place, on no lease (an operator's plain put over a participant's key): never
+   * a holder or a waiter; it stays until someone deletes it.
+   */
+  stray?: true;
   /** CreateRevision, decimal: the fencing token (a leader's term). */
   token: string;
   /** Wall-clock ms when the inspector saw the key created; null when it was there before it started watching. */
@@ -47,7 +52,8 @@ export interface TimelineEvent {
   at: number;
   name: string;
   kind: Kind;
-  type: 'acquired' | 'released' | 'expired';
+  /** detached: the holder's key was written over without a lease (it stays, as a stray key). */
+  type: 'acquired' | 'released' | 'expired' | 'detached';
   key: string;
   lease: string;
   token: string;

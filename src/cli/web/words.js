@@ -55,7 +55,7 @@ export function kindTitle(v) {
     return 'the keys cannot tell a lock with labels from an election with proposals until a leader proclaims: name the elections with --elections';
   return '';
 }
-/** Whether participant `p` belongs to the key layout of view `v` (its queue, not stray keys). */
+/** Whether participant `p` belongs to the key layout of view `v` (its queue, not keys of another layout). */
 export function inLayout(v, p) {
   return v.layout === 'rw'
     ? p.layout === 'read' || p.layout === 'write'
@@ -94,6 +94,10 @@ export function describe(ev) {
       (election ? 'resigned: ' : ev.kind === 'barrier' ? 'left: ' : 'released: ') +
       who +
       (ev.heldMs !== undefined ? ` after ${election ? 'leading ' : 'holding '}${dur(ev.heldMs)}` : '');
+  } else if (ev.type === 'detached') {
+    s =
+      `overwritten without a lease: ${who}${ev.heldMs !== undefined ? ` after ${election ? 'leading ' : 'holding '}${dur(ev.heldMs)}` : ''}` +
+      '; its key stays, as a stray key';
   } else {
     s = `lease expired: ${who}${ev.heldMs !== undefined ? ` after ${election ? 'leading ' : 'holding '}${dur(ev.heldMs)}` : ''}`;
   }
