@@ -59,7 +59,7 @@ export interface LateRenewalEvent {
 /** `etcd-concurrency:session:lost`: a session was lost (its deadline passed, or etcd said its lease is gone). */
 export interface SessionLostEvent {
   leaseId: bigint;
-  reason: Extract<SessionEndReason, 'deadline' | 'lease-gone'>;
+  reason: Extract<SessionEndReason, 'deadline' | 'lease_gone'>;
   /** The SessionExpiredError its signal aborts with. */
   error: Error;
 }
@@ -73,7 +73,7 @@ export interface OwnershipLostEvent {
   error: Error;
 }
 
-/** `etcd-concurrency:release:retry` ({@link RELEASE_RETRY_CHANNEL}): a delete of one of our keys (a release, a resign, the clean-up of an aborted acquire, a double barrier's leave) failed and will be tried again. */
+/** `etcd-concurrency:release:retry` (`DIAGNOSTICS_CHANNEL.releaseRetry`): a delete of one of our keys (a release, a resign, the clean-up of an aborted acquire, a double barrier's leave) failed and will be tried again. */
 export interface ReleaseRetryMessage {
   kind: string;
   name: string;
@@ -91,7 +91,7 @@ export interface ReleaseRetryMessage {
 /** How a delete that keeps trying ended: the key is gone, or it stopped because the lease goes anyway. */
 export type DeleteOutcome = 'deleted' | 'session_ended' | 'client_closed';
 
-/** `etcd-concurrency:release:done` ({@link RELEASE_DONE_CHANNEL}): a delete that needed retries is over: the key is gone, or the session ended (its lease takes the key along). */
+/** `etcd-concurrency:release:done` (`DIAGNOSTICS_CHANNEL.releaseDone`): a delete that needed retries is over: the key is gone, or the session ended (its lease takes the key along). */
 export interface ReleaseDoneMessage {
   kind: string;
   name: string;
@@ -119,11 +119,6 @@ export const CHANNEL = {
   /** Published by runAsLeader: a campaign tried again after a failure. */
   leaderRetry: 'etcd-concurrency:leader:retry',
 } as const;
-
-/** {@link CHANNEL}'s `releaseRetry`, exported by name: see {@link ReleaseRetryMessage}. */
-export const RELEASE_RETRY_CHANNEL = CHANNEL.releaseRetry;
-/** {@link CHANNEL}'s `releaseDone`, exported by name: see {@link ReleaseDoneMessage}. */
-export const RELEASE_DONE_CHANNEL = CHANNEL.releaseDone;
 
 /** The channel objects (`diagnostics_channel.channel(name)` returns the same object for a name). */
 export const channels = {

@@ -1,5 +1,4 @@
 // What runAsLeader's retries between terms use.
-import { channel } from 'node:diagnostics_channel';
 import { Backoff, sleep } from '../client/backoff.js';
 import { AuthenticationError, ClientClosedError, EtcdError, PermissionDeniedError } from '../client/errors.js';
 import { SessionExpiredError } from '../errors.js';
@@ -9,6 +8,7 @@ import { CompactedError, InvalidArgumentError, isTransient } from '../client/err
 import { op, toBuffer, txnRange, type Bytes, type KeyValue } from '../client/kv.js';
 import { QueuedIterator } from '../client/queued-iterator.js';
 import { telemetryOf } from '../metrics/telemetry.js';
+import { channels } from '../diagnostics.js';
 import { LeadershipLostError, NotLeaderError, OwnershipLostError } from '../errors.js';
 import { participantKey, validateName } from '../keys.js';
 import { Session } from '../session.js';
@@ -20,6 +20,9 @@ import type { ReleaseResult } from '../queue/release.js';
 import { oldestRule, ourKeyStands, participantScope, participantTicket, ticketLost } from '../queue/oldest.js';
 import type { LeaderHealth } from './health.js';
 import type { LostErrorFactory } from '../queue/wait.js';
+
+/** Options of `campaign()`: stop waiting (`signal`), and Go's sharing of one key by calls of this process (`share`). */
+export type CampaignOptions = AcquireOptions;
 
 /** Who leads an election. */
 export interface LeaderInfo {
@@ -84,7 +87,7 @@ export class Election {
    * lease this session adopted keeps its place too, with the new value. On abort or any error our
    * key is deleted, an adopted one included (Go leaves it behind on errors: etcd issue 21128).
    */
-  campaign(value: Bytes, options: AcquireOptions = {}): Promise<LeaderHandle> {
+  campaign(value: Bytes, options: CampaignOptions = {}): Promise<LeaderHandle> {
     return campaignTerm(this, value, options);
   }
 
@@ -353,10 +356,6 @@ export interface LeaderRetryEvent {
   error: unknown;
 }
 
-/** `node:diagnostics_channel` name of {@link LeaderRetryEvent}s. */
-export const LEADER_RETRY_CHANNEL = 'etcd-concurrency:leader:retry';
-const leaderRetry = channel(LEADER_RETRY_CHANNEL);
-
 /**
  * Whether runAsLeader tries again after `err` ended an attempt to campaign: it does for anything the
  * cluster may get over (unreachable, timeouts, a write of unknown outcome, a lost lease or session
@@ -365,7 +364,7 @@ const leaderRetry = channel(LEADER_RETRY_CHANNEL);
 function campaignAgainAfter(err: unknown, ownSession: boolean): boolean {
   if (err instanceof InvalidArgumentError || err instanceof ClientClosedError) return false;
   if (err instanceof PermissionDeniedError || err instanceof AuthenticationError) return false;
-  if (err instanceof SessionExpiredError) return ownSession && err.reason !== 'client-closed';
+  if (err instanceof SessionExpiredError) return ownSession && err.reason !== 'client_closed';
   // Anything else of ours is the cluster's (a bug, a TypeError, ends the loop where it can be seen).
   return err instanceof EtcdError;
 }
@@ -429,7 +428,8 @@ export async function runAsLeader<T>(
         attempt++;
         const tel = telemetryOf(client);
         if (tel.metricsOn) tel.leaderRetries.add(1, tel.attrs('campaign', name));
-        if (leaderRetry.hasSubscribers) leaderRetry.publish({ name, attempt, delayMs, error: err } satisfies LeaderRetryEvent);
+        if (channels.leaderRetry.hasSubscribers)
+          channels.leaderRetry.publish({ name, attempt, delayMs, error: err } satisfies LeaderRetryEvent);
         try {
           await sleep(delayMs, shutdown);
         } catch {

@@ -5,7 +5,7 @@ import { compare, type Compare, type KeyValue } from '../client/kv.js';
 import type { Watch } from '../client/watch.js';
 import type { Session } from '../session.js';
 import { type OwnershipLostError, SessionExpiredError } from '../errors.js';
-import type { LossReason } from '../metrics/names.js';
+import type { LossReason } from '../errors.js';
 import type { AcquireProbe, HoldObserver } from '../metrics/telemetry.js';
 import { RELEASED, releaseKey, type ReleaseResult, type ReleaseWhat } from './release.js';
 import type { Due } from './recheck.js';
@@ -394,5 +394,5 @@ export function liveHoldings(session: Session, key: string): Ownership[] {
 /** The loss reason for a session that ended: closed by its owner, or its lease expired (or may have). */
 function sessionLoss(err: unknown): LossReason {
   const reason = err instanceof SessionExpiredError ? err.reason : undefined;
-  return reason === 'closed' || reason === 'client-closed' ? 'session_closed' : 'lease_expired';
+  return reason === 'closed' || reason === 'client_closed' ? 'session_closed' : 'lease_expired';
 }
