@@ -106,7 +106,7 @@ class OldestRule implements TurnRule {
 }
 
 /** The participant just before us, as the look-up found it. */
-interface Predecessor {
+export interface Predecessor {
   /** A Buffer of its own: the decoded key would pin the whole response for the length of the wait. */
   key: Buffer;
   createRevision: bigint;
@@ -118,8 +118,8 @@ interface Predecessor {
   marked: boolean;
 }
 
-/** Waiting for the participant just before us: its own watch target and check (a long queue holds one per waiter). */
-class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
+/** Waiting for the participant just before us: its own watch target and check (a long queue holds one per waiter). @internal */
+export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
   readonly key: Buffer;
   readonly asOf: bigint;
   readonly confirmed: boolean;
