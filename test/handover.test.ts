@@ -6,7 +6,8 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setImmediate as turn } from 'node:timers/promises';
-import { Client, LockLostError, Mutex, Session, type LockHandle, type Watch } from '../src/index.js';
+import { Client, LockLostError, Mutex, Session, type LockHandle } from '../src/index.js';
+import { Probe } from './probe.js';
 import { op } from '../src/client/kv.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
 import {
@@ -37,33 +38,12 @@ after(async () => {
   await etcd.stop();
 });
 
-/** A contender: its own client (unary calls counted by method name, and in flight; watches kept) and session. */
-async function contender(): Promise<{
-  client: Client;
-  session: Session;
-  calls: string[];
-  inFlight: () => number;
-  watches: { key: string; prefix: boolean; w: Watch }[];
-  close(): Promise<void>;
-}> {
-  const client = new Client({ endpoints: etcd.endpoints });
-  const calls: string[] = [];
-  let inFlight = 0;
-  const unary = client.conn.unary.bind(client.conn);
-  client.conn.unary = ((method, ...rest) => {
-    calls.push(method.path.slice(method.path.lastIndexOf('/') + 1));
-    inFlight++;
-    return unary(method, ...rest).finally(() => inFlight--);
-  }) as typeof client.conn.unary;
-  const watches: { key: string; prefix: boolean; w: Watch }[] = [];
-  const watchInto = client.watchInto.bind(client);
-  client.watchInto = (key, options, sink) => {
-    const w = watchInto(key, options, sink);
-    watches.push({ key: Buffer.from(key).toString(), prefix: options.prefix === true, w });
-    return w;
-  };
+/** A contender: its own client, spied on (see Probe), and a session. */
+async function contender(): Promise<{ client: Client; session: Session; probe: Probe; close(): Promise<void> }> {
+  const probe = new Probe(new Client({ endpoints: etcd.endpoints }));
+  const client = probe.client;
   const session = await Session.create(client, { ttl: 30 });
-  return { client, session, calls, inFlight: () => inFlight, watches, close: async () => (await session.close(), await client.close()) };
+  return { client, session, probe, close: async () => (await session.close(), await client.close()) };
 }
 
 /**
@@ -114,12 +94,12 @@ test('a hand-over down a queue costs each waiter one Txn after the delete that m
       await waitersBlocked(etcd.clientUrls[0]!, watchers, i, `waiter ${i} queued and watching`);
     }
     for (let i = 1; i < cs.length; i++) {
-      for (const c of cs) c.calls.length = 0;
+      for (const c of cs) c.probe.reset();
       await holder.unlock();
       holder = await settledOrHang(pending[i - 1]!, `waiter ${i} to take over`);
-      t.diagnostic(`hand-over ${i}: releaser ${cs[i - 1]!.calls.join(' ')}, new holder ${cs[i]!.calls.join(' ') || '(none)'}`);
-      assert.deepEqual(cs[i - 1]!.calls, ['Txn'], 'the release: one guarded delete');
-      assert.deepEqual(cs[i]!.calls, confirm, 'the next waiter takes over on the delete event with one Txn');
+      t.diagnostic(`hand-over ${i}: releaser ${cs[i - 1]!.probe.calls.join(' ')}, new holder ${cs[i]!.probe.calls.join(' ') || '(none)'}`);
+      assert.deepEqual(cs[i - 1]!.probe.calls, ['Txn'], 'the release: one guarded delete');
+      assert.deepEqual(cs[i]!.probe.calls, confirm, 'the next waiter takes over on the delete event with one Txn');
       for (let j = i + 1; j < cs.length; j++) assert.equal(pending[j - 1]!.settled, false, `waiter ${j} still waits (FIFO)`);
     }
     await holder.unlock();
@@ -153,10 +133,10 @@ test('a waiter ahead that gives up hands nothing over: the one behind it waits f
     assert.equal(await admin.get(`${name}/${b!.session.leaseId.toString(16)}`), undefined, "B's key is gone");
     await drained(c!, prefix);
     assert.equal(pc.settled, false, 'C does not take the lock while A holds it: B was not the last older key');
-    c!.calls.length = 0;
+    c!.probe.reset();
     await held.unlock();
     const hc = await settledOrHang(pc, 'C to take over from A');
-    assert.deepEqual(c!.calls, confirm, 'and then takes it on the delete event, with one Txn');
+    assert.deepEqual(c!.probe.calls, confirm, 'and then takes it on the delete event, with one Txn');
     await hc.unlock();
   } finally {
     for (const x of [a, b, c]) await x!.close();
@@ -266,14 +246,14 @@ test('keys without a lease and keys of nested names are skipped, as before: they
     const pb = track(mb.lock());
     pending.push(pb);
     await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'B queued and watching');
-    b!.calls.length = 0;
+    b!.probe.reset();
     await held.unlock();
     const hb = await settledOrHang(pb, 'B to take over from A, past the stray and the nested key');
     // The look-up cannot tell the stray key from a participant when etcd answers keys-only reads with
     // lease 0 (3.7): its check reads it in full, and the look-up after skips it. Never waited for.
     assert.ok(
-      b!.calls.length >= 1 && b!.calls.length <= 3 && b!.calls.every((c) => c === 'Txn'),
-      `on the delete event: ${b!.calls.join(' ')}`,
+      b!.probe.calls.length >= 1 && b!.probe.calls.length <= 3 && b!.probe.calls.every((c) => c === 'Txn'),
+      `on the delete event: ${b!.probe.calls.join(' ')}`,
     );
     await hb.unlock();
   } finally {

@@ -2,9 +2,9 @@
 // that one method on one client counts exactly what a lock costs. etcd itself is real.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, Mutex, Session, type LockHandle, type Watch } from '../src/index.js';
-import type { TxnRequest } from '../src/proto/etcd.js';
+import { Client, Mutex, Session, type LockHandle } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
+import { Probe } from './probe.js';
 import {
   assertNoKeys,
   assertNoLeases,
@@ -34,68 +34,24 @@ after(async () => {
   await etcd.stop();
 });
 
-/** A client whose unary calls are counted by method name (Txn, Range, ...), and their answers. */
-function countingClient(): { client: Client; calls: string[]; answered: () => number } {
-  const client = new Client({ endpoints: etcd.endpoints });
-  const calls: string[] = [];
-  let answered = 0;
-  const unary = client.conn.unary.bind(client.conn);
-  client.conn.unary = ((method, ...rest) => {
-    calls.push(method.path.slice(method.path.lastIndexOf('/') + 1));
-    return unary(method, ...rest).finally(() => answered++);
-  }) as typeof client.conn.unary;
-  return { client, calls, answered: () => answered };
-}
-
-/** One unary call as the counting wrapper saw it: its method, and a Txn's range and put operations. */
-interface Sent {
-  method: string;
-  ranges: number;
-  puts: number;
-}
-
-/**
- * Logs `client`'s unary calls (a Txn with its ranges and puts), counts those not answered yet, and
- * keeps the watches it creates (their key and whether on a prefix).
- */
-function logCalls(client: Client): { sent: Sent[]; inFlight: () => number; watches: { key: string; prefix: boolean; w: Watch }[] } {
-  const sent: Sent[] = [];
-  const watches: { key: string; prefix: boolean; w: Watch }[] = [];
-  let inFlight = 0;
-  const unary = client.conn.unary.bind(client.conn);
-  client.conn.unary = ((method, request, ...rest) => {
-    const ops = method.path.endsWith('/Txn')
-      ? [...((request as TxnRequest).success ?? []), ...((request as TxnRequest).failure ?? [])]
-      : [];
-    sent.push({
-      method: method.path.slice(method.path.lastIndexOf('/') + 1),
-      ranges: ops.filter((o) => o.requestRange).length,
-      puts: ops.filter((o) => o.requestPut).length,
-    });
-    inFlight++;
-    return unary(method, request, ...rest).finally(() => inFlight--);
-  }) as typeof client.conn.unary;
-  const watchInto = client.watchInto.bind(client);
-  client.watchInto = (key, options, sink) => {
-    const w = watchInto(key, options, sink);
-    watches.push({ key: Buffer.from(key).toString(), prefix: options.prefix === true, w });
-    return w;
-  };
-  return { sent, inFlight: () => inFlight, watches };
+/** A client of its own, spied on (see Probe): its unary calls, as they leave it, and its watches. */
+function probed(): Probe {
+  return new Probe(new Client({ endpoints: etcd.endpoints }));
 }
 
 test('an uncontended lock + unlock costs two round trips: one Txn to take it, one Txn to release it', async (t) => {
   const prefix = uniquePrefix('rt-uncontended');
-  const { client, calls } = countingClient();
+  const probe = probed();
+  const { client } = probe;
   const session = await Session.create(client, { ttl: 30 });
   const mutex = new Mutex(session, `${prefix}lock`);
-  calls.length = 0;
+  probe.reset();
   for (let i = 0; i < 10; i++) {
     const h = await mutex.lock();
     await h.unlock();
   }
-  t.diagnostic(`RPCs for 10 cycles: ${calls.join(' ')}`);
-  assert.deepEqual(calls, Array(20).fill('Txn'));
+  t.diagnostic(`RPCs for 10 cycles: ${probe.calls.join(' ')}`);
+  assert.deepEqual(probe.calls, Array(20).fill('Txn'));
   await session.close();
   await client.close();
   await assertNoKeys(admin, prefix);
@@ -104,13 +60,13 @@ test('an uncontended lock + unlock costs two round trips: one Txn to take it, on
 test('a contended handoff costs the holder one write and the waiter one Txn after the wake-up: the look-up that also confirms its own key', async (t) => {
   const prefix = uniquePrefix('rt-contended');
   const name = `${prefix}lock`;
-  const holder = countingClient();
-  const waiter = countingClient();
+  const holder = probed();
+  const waiter = probed();
   const hs = await Session.create(holder.client, { ttl: 30 });
   const ws = await Session.create(waiter.client, { ttl: 30 });
   try {
     const held = await new Mutex(hs, name).lock();
-    waiter.calls.length = 0;
+    waiter.reset();
     const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
     const pending = track(new Mutex(ws, name).lock());
     // Queued: the enqueue Txn (O(1) in etcd's apply loop), the look-up of the key before ours (one
@@ -118,8 +74,8 @@ test('a contended handoff costs the holder one write and the waiter one Txn afte
     // unless that look-up read everything the check needs and the watch started no later.
     await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'the waiter to be queued and watching');
     const queuedWith = [...waiter.calls];
-    holder.calls.length = 0;
-    waiter.calls.length = 0;
+    holder.reset();
+    waiter.reset();
     await held.unlock();
     const h2 = await pending.promise;
     t.diagnostic(`queueing: ${queuedWith.join(' ')}; handoff: holder ${holder.calls.join(' ')}, waiter ${waiter.calls.join(' ')}`);
@@ -148,7 +104,7 @@ test('behind a long queue a holder marks its key, and the waiter behind it takes
   const name = `${prefix}lock`;
   const waiting = 40; // more than SHORT_QUEUE (32): the queue counts as long
   const client = new Client({ endpoints: etcd.endpoints });
-  const requests = logCalls(client).sent;
+  const requests = new Probe(client).sent;
   const sessions = await openSessions(client, waiting + 1);
   const pending: Tracked<LockHandle>[] = [];
   try {
