@@ -3,40 +3,21 @@
 // edges: a waiter ahead giving up hands nothing over, a waiter whose own key is deleted meanwhile is
 // told it lost it (etcd 11456) instead of holding, also when the events reach it late or in one
 // revision, and keys without a lease and keys of nested names are never waited for.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setImmediate as turn } from 'node:timers/promises';
 import { Client, LockLostError, Mutex, Session, type LockHandle } from '../src/index.js';
 import { Probe } from './probe.js';
 import { op } from '../src/client/kv.js';
-import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import {
-  assertNoKeys,
-  assertNoLeases,
-  serverState,
-  settledOrHang,
-  settleAll,
-  track,
-  uniquePrefix,
-  waitersBlocked,
-  type Tracked,
-} from './helpers.js';
+import { startProxy, type EtcdCluster } from '../src/testing/index.js';
+import { assertNoKeys, serverState, settledOrHang, settleAll, track, etcdForFile, waitersBlocked, type Tracked } from './helpers.js';
 
 let etcd: EtcdCluster;
 let admin: Client;
 /** The take-over's requests: one Txn, the look-up that finds nobody older and confirms our key still stands. */
 const confirm = ['Txn'];
 
-before(async () => {
-  etcd = await startEtcd({ members: 1 });
-  admin = new Client({ endpoints: etcd.endpoints });
-});
-
-after(async () => {
-  await assertNoLeases(admin);
-  await admin.close();
-  await etcd.stop();
-});
+const fresh = etcdForFile('test/handover/', (e, c) => ((etcd = e), (admin = c)));
 
 /** A contender: its own client, spied on (see Probe), and a session. */
 async function contender(): Promise<{ client: Client; session: Session; probe: Probe; close(): Promise<void> }> {
@@ -80,7 +61,7 @@ async function queuedBehind(holder: Session, waiter: Session, name: string): Pro
 }
 
 test('a hand-over down a queue costs each waiter one Txn after the delete that makes it first', async (t) => {
-  const prefix = uniquePrefix('no-read-chain');
+  const prefix = fresh('no-read-chain');
   const name = `${prefix}lock`;
   const cs = await Promise.all([0, 1, 2, 3].map(() => contender()));
   const pending: Tracked<LockHandle>[] = [];
@@ -111,7 +92,7 @@ test('a hand-over down a queue costs each waiter one Txn after the delete that m
 });
 
 test('a waiter ahead that gives up hands nothing over: the one behind it waits for the holder', async () => {
-  const prefix = uniquePrefix('no-read-abort');
+  const prefix = fresh('no-read-abort');
   const name = `${prefix}lock`;
   const [a, b, c] = await Promise.all([contender(), contender(), contender()]);
   const pending: Tracked<LockHandle>[] = [];
@@ -146,7 +127,7 @@ test('a waiter ahead that gives up hands nothing over: the one behind it waits f
 });
 
 test('a waiter whose own key is deleted while it waits is told it lost it, and the one behind it takes over', async () => {
-  const prefix = uniquePrefix('no-read-lost');
+  const prefix = fresh('no-read-lost');
   const name = `${prefix}lock`;
   const [a, b, c] = await Promise.all([contender(), contender(), contender()]);
   const pending: Tracked<LockHandle>[] = [];
@@ -177,7 +158,7 @@ test('a waiter whose own key is deleted while it waits is told it lost it, and t
 });
 
 test("the last older key's delete reaches the waiter late, after its own key was deleted (its stream stalled): it is told it lost its key, it does not hold", async () => {
-  const prefix = uniquePrefix('no-read-late');
+  const prefix = fresh('no-read-late');
   const name = `${prefix}lock`;
   const a = await contender();
   const proxy = await startProxy(etcd.endpoints[0]!);
@@ -204,7 +185,7 @@ test("the last older key's delete reaches the waiter late, after its own key was
 });
 
 test("the holder's key and the waiter's own key deleted in one revision: the waiter is told it lost its key, it does not hold", async () => {
-  const prefix = uniquePrefix('no-read-both');
+  const prefix = fresh('no-read-both');
   const name = `${prefix}lock`;
   const [a, b] = await Promise.all([contender(), contender()]);
   const pending: Tracked<LockHandle>[] = [];
@@ -228,7 +209,7 @@ test("the holder's key and the waiter's own key deleted in one revision: the wai
 });
 
 test('keys without a lease and keys of nested names are skipped, as before: they are never waited for', async () => {
-  const prefix = uniquePrefix('no-read-strays');
+  const prefix = fresh('no-read-strays');
   const name = `${prefix}lock`;
   const [a, b] = await Promise.all([contender(), contender()]);
   const pending: Tracked<LockHandle>[] = [];

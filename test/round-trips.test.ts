@@ -1,20 +1,19 @@
 // Round trips, counted: every unary RPC a Client sends goes through Connection.unary, so wrapping
 // that one method on one client counts exactly what a lock costs. etcd itself is real.
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, Mutex, Session, type LockHandle } from '../src/index.js';
-import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
 import { Probe } from './probe.js';
 import {
   assertNoKeys,
-  assertNoLeases,
   closeAll,
   openSessions,
   serverState,
   settleAll,
   settledOrHang,
   track,
-  uniquePrefix,
+  etcdForFile,
   waitFor,
   waitersBlocked,
   type Tracked,
@@ -23,16 +22,7 @@ import {
 let etcd: EtcdCluster;
 let admin: Client;
 
-before(async () => {
-  etcd = await startEtcd({ members: 1 });
-  admin = new Client({ endpoints: etcd.endpoints });
-});
-
-after(async () => {
-  await assertNoLeases(admin);
-  await admin.close();
-  await etcd.stop();
-});
+const fresh = etcdForFile('test/round-trips/', (e, c) => ((etcd = e), (admin = c)));
 
 /** A client of its own, spied on (see Probe): its unary calls, as they leave it, and its watches. */
 function probed(): Probe {
@@ -40,7 +30,7 @@ function probed(): Probe {
 }
 
 test('an uncontended lock + unlock costs two round trips: one Txn to take it, one Txn to release it', async (t) => {
-  const prefix = uniquePrefix('rt-uncontended');
+  const prefix = fresh('rt-uncontended');
   const probe = probed();
   const { client } = probe;
   const session = await Session.create(client, { ttl: 30 });
@@ -58,7 +48,7 @@ test('an uncontended lock + unlock costs two round trips: one Txn to take it, on
 });
 
 test('a contended handoff costs the holder one write and the waiter one Txn after the wake-up: the look-up that also confirms its own key', async (t) => {
-  const prefix = uniquePrefix('rt-contended');
+  const prefix = fresh('rt-contended');
   const name = `${prefix}lock`;
   const holder = probed();
   const waiter = probed();
@@ -100,7 +90,7 @@ test('a contended handoff costs the holder one write and the waiter one Txn afte
 });
 
 test('behind a long queue a holder marks its key, and the waiter behind it takes over with one O(1) Txn and no read', async (t) => {
-  const prefix = uniquePrefix('rt-marks');
+  const prefix = fresh('rt-marks');
   const name = `${prefix}lock`;
   const waiting = 40; // more than SHORT_QUEUE (32): the queue counts as long
   const client = new Client({ endpoints: etcd.endpoints });
@@ -162,7 +152,7 @@ test('behind a long queue a holder marks its key, and the waiter behind it takes
 });
 
 test('a put that moves a waiting key onto another lease is no mark: the waiter behind it keeps waiting for the holder', async () => {
-  const prefix = uniquePrefix('rt-moved');
+  const prefix = fresh('rt-moved');
   const name = `${prefix}lock`;
   const waiting = 40; // a long queue: holders mark, and waiters trust marks
   const client = new Client({ endpoints: etcd.endpoints });
