@@ -3,8 +3,10 @@
 //
 // Rules (docs/simulation.md has them in prose):
 // - A grant happens only while the key stands: it exists on our lease with our token as its
-//   CreateRevision and no older key is under the prefix (exclusive kinds) at the grant's instant.
-//   Excused: the key was changed by a fault (an operator's edit, a revoke) after the proof.
+//   CreateRevision and no older key on a lease is under the prefix (exclusive kinds) at the grant's
+//   instant (a key on no lease is stray data, which participants skip). Excused: a fault (an
+//   operator's edit, a revoke) took the key between the request that proved the turn and the
+//   grant; that holder is then lost from birth and must learn it as below.
 // - Two handles of different keys never believe at once for one exclusive name. Excused: the older
 //   belief's key was removed or edited by a fault (it must then learn within LEARN_MS); the older
 //   holder's process is paused (excused only if its assertHeld() throws at the instant it wakes).
@@ -106,8 +108,16 @@ export class Oracle {
     this.grants++;
     const kv = this.store.get(b.key);
     const last = this.lastChange.get(b.key);
-    const byFault = last !== undefined && isFault(last.cause);
-    if (!byFault && (!kv || kv.lease !== b.lease || kv.createRevision !== b.token)) {
+    const standing = kv !== undefined && kv.lease === b.lease && kv.createRevision === b.token;
+    if (!standing && last !== undefined && isFault(last.cause)) {
+      // A fault took the key after the request that proved our turn: the grant is lost at birth,
+      // and the holder must learn it like any other holder whose key a fault took.
+      b.lost = { at: last.at, cause: last.cause };
+      this.open.add(b);
+      this.trace(`grant ${b.kind} ${b.name} ${b.key} token ${b.token} to ${b.proc.name} (its key already taken by ${last.cause})`);
+      return b;
+    }
+    if (!standing) {
       this.fail(
         'grant-without-key',
         `${b.kind} ${b.name}: ${b.proc.name} was granted ${b.key} (token ${b.token}) but the store has ${kv ? `lease ${kv.lease.toString(16)} rev ${kv.createRevision}` : 'no such key'}`,
@@ -118,7 +128,8 @@ export class Oracle {
       for (const k of this.store.keys()) {
         if (!k.startsWith(prefix) || k === b.key) continue;
         const other = this.store.get(k)!;
-        if (other.createRevision < b.token) {
+        // A key on no lease is stray data, which every participant skips (the README's rule).
+        if (other.lease !== 0n && other.createRevision < b.token) {
           this.fail('grant-behind-older-key', `${b.kind} ${b.name}: ${b.proc.name} was granted ${b.key} (token ${b.token}) while ${k} (rev ${other.createRevision}) is older`);
           break;
         }
@@ -166,6 +177,12 @@ export class Oracle {
         b.lost = { at: Number.POSITIVE_INFINITY, cause: b.lost.cause }; // once
       }
     }
+  }
+
+  /** Whether `k` was last written by a client (not by a fault: an operator's stray key is theirs to clean). */
+  ownedByClients(k: string): boolean {
+    const last = this.lastChange.get(k);
+    return last === undefined || !isFault(last.cause);
   }
 
   get believing(): number {

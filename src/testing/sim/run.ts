@@ -188,14 +188,14 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     plan.procs.forEach((pp, i) => {
       const proc = procs[i]!;
       const client = world.client(proc, { callTimeoutMs: 5000 });
-      clientClosers.push(() => (proc.crashed ? Promise.resolve() : proc.run(() => client.close())));
+      clientClosers.push(() => (proc.crashed ? Promise.resolve() : proc.start(() => client.close())));
       for (const sp of pp.sessions) {
         const holder = new SessionHolder(client, sp.ttl, proc);
         for (const ops of sp.actors) {
           running.set(proc, (running.get(proc) ?? 0) + 1);
-          void proc.run(() => actor(proc, holder, ops, oracle, trace.add.bind(trace))).finally(() => running.set(proc, running.get(proc)! - 1));
+          void proc.start(() => actor(proc, holder, ops, oracle, trace.add.bind(trace))).finally(() => running.set(proc, running.get(proc)! - 1));
         }
-        closers.push(() => (proc.crashed ? Promise.resolve() : proc.run(() => holder.close())));
+        closers.push(() => (proc.crashed ? Promise.resolve() : proc.start(() => holder.close())));
       }
     });
     scheduleFaults(world, plan, procs, oracle);
@@ -209,13 +209,14 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     if (reason === 'stopped' && oracle.violations.length === 0) {
       // Everyone closes; then the crashed processes' leases expire; then nothing may be left.
       void Promise.allSettled(closers.map((c) => c())).then(() => Promise.allSettled(clientClosers.map((c) => c())));
-      const clean = (): boolean => cluster.store.leases.size === 0 && cluster.store.keys().length === 0;
+      const ours = (): string[] => cluster.store.keys().filter((k) => oracle.ownedByClients(k));
+      const clean = (): boolean => cluster.store.leases.size === 0 && ours().length === 0;
       reason = await time.run(clean, { steps: budget.steps, ms: time.now + 30_000 });
       if (reason !== 'stopped') {
         oracle.violations.push({
           rule: 'left-behind',
           at: Math.round(time.now),
-          detail: `after every session closed: keys ${JSON.stringify(cluster.store.keys())}, leases ${cluster.store.leases.size}`,
+          detail: `after every session closed: keys ${JSON.stringify(ours())}, leases ${cluster.store.leases.size}`,
         });
       } else {
         cluster.stop();

@@ -1,8 +1,11 @@
 // Virtual time: every timer, Date, performance.now and process.hrtime of the process run on a fake
 // clock (@sinonjs/fake-timers) that the simulator advances one timer at a time, letting promise
-// jobs run between timers. Each timer belongs to the simulated process that created it (tracked
-// with AsyncLocalStorage), so a paused process's timers wait and a crashed one's never fire.
-import { AsyncLocalStorage } from 'node:async_hooks';
+// jobs run between timers. Each timer belongs to the simulated process that created it, so a
+// paused process's timers wait and a crashed one's never fire.
+//
+// Which process is running needs no AsyncLocalStorage: timers fire one at a time and every promise
+// job they start runs before the next fires, so the process of the last timer fired is the one
+// running until then. Code outside every process (the cluster, the network) runs as none.
 import { createRequire } from 'node:module';
 
 type FakeClock = {
@@ -53,9 +56,15 @@ export class Proc {
     private readonly time: VirtualTime,
   ) {}
 
-  /** Runs `fn` as this process (its timers and promise jobs belong to it). */
+  /** Runs `fn` as this process: the timers it creates belong to it. Promise jobs it leaves run as
+   * whoever runs next: start asynchronous work with `start`, which runs it from a timer of its own. */
   run<T>(fn: () => T): T {
-    return this.time.als.run(this, fn);
+    return this.time.as(this, fn);
+  }
+
+  /** Starts `fn` as this process on the next turn (from a timer of its own, so its promise jobs are its own too). */
+  start<T>(fn: () => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => this.run(() => setTimeout(() => fn().then(resolve, reject), 0)));
   }
 
   pause(): void {
@@ -84,12 +93,14 @@ export class Proc {
  * by timer until `done` says so, nothing is left to run, or a budget runs out.
  */
 export class VirtualTime {
-  readonly als = new AsyncLocalStorage<Proc>();
+  /** The process running now (undefined: none, the simulated servers and network). */
+  current: Proc | undefined;
   private clock?: FakeClock;
   private readonly realSetImmediate = globalThis.setImmediate;
   private readonly realRandom = Math.random;
   private saved: Record<string, unknown> = {};
   private readonly entries = new WeakMap<object, Deferred>();
+  private fakeClearInterval: (h: unknown) => void = () => {};
   /** Timer callbacks fired (steps). */
   steps = 0;
   /** An exception a timer callback threw, if any (the run stops with it). */
@@ -118,6 +129,7 @@ export class VirtualTime {
     g.setTimeout = (cb: Callback, ms?: number, ...args: unknown[]) => this.tag(cb, args, false, (f) => fakeTimeout(f, ms));
     g.setInterval = (cb: Callback, ms?: number, ...args: unknown[]) => this.tag(cb, args, true, (f) => fakeInterval(f, ms));
     g.setImmediate = (cb: Callback, ...args: unknown[]) => this.tag(cb, args, false, (f) => fakeImmediate(f));
+    this.fakeClearInterval = clears.clearInterval;
     for (const [name, clear] of Object.entries(clears)) {
       g[name] = (h: unknown) => {
         if (h && typeof h === 'object') {
@@ -142,24 +154,44 @@ export class VirtualTime {
 
   /** A fake timer whose callback runs as the process that created it, or waits while that process sleeps. */
   private tag(cb: Callback, args: unknown[], repeat: boolean, create: (f: () => void) => object): object {
-    const proc = this.als.getStore();
+    const proc = this.current;
     const entry: Deferred = { run: () => cb(...args), cancelled: false };
+    let handle: object | undefined;
     const fire = proc
       ? () => {
-          if (entry.cancelled || proc.crashed) return;
+          if (entry.cancelled) return;
+          if (proc.crashed) {
+            // A crashed process's interval must not tick forever.
+            if (repeat) this.fakeClearInterval(handle);
+            return;
+          }
           if (proc.paused) {
             // An interval fires once on waking, not once per period missed.
             if (!(repeat && proc.deferred.includes(entry))) proc.deferred.push(entry);
             return;
           }
-          this.als.run(proc, entry.run);
+          this.current = proc;
+          entry.run();
         }
       : () => {
-          if (!entry.cancelled) this.als.exit(entry.run);
+          if (entry.cancelled) return;
+          this.current = undefined;
+          entry.run();
         };
-    const handle = create(fire);
+    handle = create(fire);
     this.entries.set(handle, entry);
     return handle;
+  }
+
+  /** Runs `fn` as `proc` (undefined: as none), then as whoever ran before. */
+  as<T>(proc: Proc | undefined, fn: () => T): T {
+    const before = this.current;
+    this.current = proc;
+    try {
+      return fn();
+    } finally {
+      this.current = before;
+    }
   }
 
   /** Timers pending (a crashed process's included until they come due). */
