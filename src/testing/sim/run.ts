@@ -176,6 +176,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     rejections.push(err);
   };
   process.on('unhandledRejection', onRejection);
+  doing.clear();
   world.install();
   let reason: string;
   let virtualMs = 0;
@@ -229,7 +230,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
       oracle.violations.push({
         rule: 'liveness',
         at: Math.round(time.now),
-        detail: `${left()} actors still running ${Math.round(time.now - plan.quietAt)} ms after the faults stopped (${reason} budget)`,
+        detail: `${left()} actors still running ${Math.round(time.now - plan.quietAt)} ms after the faults stopped (${reason} budget): ${[...doing.values()].join('; ')}`,
       });
     } else if (reason === 'idle' && !actorsDone()) {
       oracle.violations.push({ rule: 'liveness', at: Math.round(time.now), detail: 'nothing left to run, yet actors are still waiting (a lost wake-up)' });
@@ -292,11 +293,34 @@ function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
+/** What each actor is doing now (for a liveness report). */
+const doing = new Map<string, string>();
+
 async function actor(proc: Proc, holder: SessionHolder, ops: readonly Op[], oracle: Oracle, say: (l: string) => void): Promise<void> {
+  const me = `${proc.name}/${ops[0]?.id ?? '-'}`;
+  const now = (): number => Math.round(performance.now());
+  try {
+    await actorOps(proc, holder, ops, oracle, say, (what) => doing.set(me, `${me}: ${what} since ${now()}`));
+  } finally {
+    doing.delete(me);
+  }
+}
+
+async function actorOps(
+  proc: Proc,
+  holder: SessionHolder,
+  ops: readonly Op[],
+  oracle: Oracle,
+  say: (l: string) => void,
+  now: (what: string) => void,
+): Promise<void> {
   for (const op of ops) {
+    now(`sleeping before op ${op.id}`);
     await sleep(op.gapMs);
+    now(`getting a session for op ${op.id}`);
     const session = await holder.get();
     if (!session) return;
+    now(`op ${op.id} ${op.kind} ${op.name} on lease ${session.leaseId.toString(16)}`);
     const m = new Mutex(session, op.name);
     let handle: LockHandle | null = null;
     try {
@@ -326,8 +350,10 @@ async function actor(proc: Proc, holder: SessionHolder, ops: readonly Op[], orac
     const end = (): void => oracle.ended(b);
     if (h.signal.aborted) end();
     else h.signal.addEventListener('abort', end, { once: true });
+    now(`op ${op.id} holding ${h.key}`);
     await sleep(op.holdMs);
     end();
+    now(`op ${op.id} unlocking ${h.key}`);
     await h.unlock().catch(() => {});
   }
 }
