@@ -106,7 +106,7 @@ const FAULT_KINDS: FaultKind[] = [
 ];
 
 /** The seed's plan. */
-export function planFor(seed: number, options: { faults?: boolean } = {}): Plan {
+export function planFor(seed: number, options: { faults?: boolean; workload?: WorkloadName } = {}): Plan {
   const rng = new Rng(seed, 'plan');
   let id = 0;
   const procs: ProcPlan[] = [];
