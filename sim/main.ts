@@ -15,7 +15,7 @@ function flag(name: string): string | undefined {
   return i >= 0 ? args[i + 1] : undefined;
 }
 const profile = (flag('profile') ?? '3.7') as ProfileName;
-const workload = (flag('workload') ?? 'mutex') as WorkloadName;
+const workload = (flag('workload') ?? 'mixed') as WorkloadName;
 if (!['3.4', '3.7'].includes(profile)) throw new Error(`--profile must be 3.4 or 3.7, got ${profile}`);
 if (!WORKLOADS.includes(workload)) throw new Error(`--workload must be one of ${WORKLOADS.join(', ')}, got ${workload}`);
 const faults = !args.includes('--no-faults');

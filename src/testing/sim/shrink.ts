@@ -10,6 +10,7 @@ export function restrict(plan: Plan, keep: ReadonlySet<string>): Plan {
     faults: plan.faults.filter((f) => keep.has(`f${f.id}`)),
     procs: plan.procs.map((p) => ({
       name: p.name,
+      observes: p.observes,
       sessions: p.sessions.map((s) => ({ ttl: s.ttl, actors: s.actors.map((ops) => ops.filter((o) => keep.has(`o${o.id}`))) })),
     })),
   };
