@@ -5,7 +5,15 @@
 // Exits 1 on a violation, printing the seed, the violation, the replay command and a shrunk trace.
 import { fork } from 'node:child_process';
 import { availableParallelism } from 'node:os';
-import { type RunOptions, type RunResult, runSchedule, WORKLOADS, type ProfileName, type WorkloadName, planFor } from '../src/testing/sim/run.js';
+import {
+  type RunOptions,
+  type RunResult,
+  runSchedule,
+  WORKLOADS,
+  type ProfileName,
+  type WorkloadName,
+  planFor,
+} from '../src/testing/sim/run.js';
 import { restrict, shrink } from '../src/testing/sim/shrink.js';
 import { KNOWN_OPEN } from './known.js';
 
@@ -43,7 +51,9 @@ async function report(seed: number, r: RunResult): Promise<void> {
   console.log(`  replay: ${replay(seed)}`);
   if (args.includes('--no-shrink')) return;
   const s = await shrink(optionsFor(seed), r);
-  console.log(`  shrunk to ${s.keep.length} of ${r.plan.faults.length + r.plan.procs.flatMap((p) => p.sessions.flatMap((x) => x.actors.flat())).length} parts in ${s.runs} runs: ${replay(seed, s.keep)}`);
+  console.log(
+    `  shrunk to ${s.keep.length} of ${r.plan.faults.length + r.plan.procs.flatMap((p) => p.sessions.flatMap((x) => x.actors.flat())).length} parts in ${s.runs} runs: ${replay(seed, s.keep)}`,
+  );
   for (const l of digest(s.result.trace ?? [])) console.log(`    ${l}`);
 }
 
@@ -51,7 +61,10 @@ const one = flag('seed');
 const job = flag('job');
 if (job !== undefined) {
   const failed: number[] = [];
-  for (const seed of job.split(',').filter((x) => x !== '').map(Number)) {
+  for (const seed of job
+    .split(',')
+    .filter((x) => x !== '')
+    .map(Number)) {
     const r = await runSchedule(optionsFor(seed));
     if (r.violations.length > 0) failed.push(seed);
   }
@@ -70,7 +83,9 @@ if (job !== undefined) {
   const n = Number(flag('seeds') ?? 100);
   const from = Number(flag('from') ?? 1);
   const jobs = Math.max(1, Math.min(Number(flag('jobs') ?? 1), availableParallelism()));
-  const skip = new Set(args.includes('--skip-known') ? KNOWN_OPEN.filter((k) => k.profile === profile && k.workload === workload).map((k) => k.seed) : []);
+  const skip = new Set(
+    args.includes('--skip-known') ? KNOWN_OPEN.filter((k) => k.profile === profile && k.workload === workload).map((k) => k.seed) : [],
+  );
   const seeds = Array.from({ length: n }, (_, i) => from + i).filter((s) => !skip.has(s));
   const t0 = performance.now();
   const failed: number[] = [];

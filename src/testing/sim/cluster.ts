@@ -173,7 +173,10 @@ export class Cluster {
   // ---- replication -------------------------------------------------------------------------------
 
   private committed(r: Revision): void {
-    for (const c of r.changes) this.onChange?.(c);
+    for (const c of r.changes) {
+      this.trace.add(`rev ${r.rev} ${c.type} ${c.k}${c.type === 'put' ? ` lease ${c.kv!.lease.toString(16)}` : ''}`);
+      this.onChange?.(c);
+    }
     for (const m of this.members) {
       if (m.index === this.leader) {
         this.apply(m, r);

@@ -5,7 +5,15 @@
 // connection's calls and streams as the real transport reports them.
 import { EventEmitter } from 'node:events';
 import * as pb from '../../proto/etcd.js';
-import { type BidiStream, ConnectError, type Method, type RequestHeaders, Status, type Transport, TransportError } from '../../client/transport/transport.js';
+import {
+  type BidiStream,
+  ConnectError,
+  type Method,
+  type RequestHeaders,
+  Status,
+  type Transport,
+  TransportError,
+} from '../../client/transport/transport.js';
 import type { Cluster, Member, ServerStream } from './cluster.js';
 import type { Rng } from './rng.js';
 import { EtcdFailure } from './store.js';
@@ -19,8 +27,19 @@ interface Codec {
 
 /** Every method's request and response codecs, by gRPC path. */
 const CODECS = new Map<string, Codec>();
-for (const def of [pb.KVDefinition, pb.WatchDefinition, pb.LeaseDefinition, pb.MaintenanceDefinition, pb.ClusterDefinition, pb.AuthDefinition]) {
-  for (const m of Object.values(def.methods) as { name: string; requestType: pb.MessageFns<unknown>; responseType: pb.MessageFns<unknown> }[]) {
+for (const def of [
+  pb.KVDefinition,
+  pb.WatchDefinition,
+  pb.LeaseDefinition,
+  pb.MaintenanceDefinition,
+  pb.ClusterDefinition,
+  pb.AuthDefinition,
+]) {
+  for (const m of Object.values(def.methods) as {
+    name: string;
+    requestType: pb.MessageFns<unknown>;
+    responseType: pb.MessageFns<unknown>;
+  }[]) {
     CODECS.set(`/${def.fullName}/${m.name}`, { request: m.requestType, response: m.responseType });
   }
 }
@@ -121,7 +140,8 @@ export class Network {
     this.server(() =>
       setTimeout(() => {
         if (performance.now() >= l.cutUntil) return;
-        for (const c of [...this.connections]) if (c.proc === proc && c.member === m) c.drop('the connection was lost (keepalive ping timed out)');
+        for (const c of [...this.connections])
+          if (c.proc === proc && c.member === m) c.drop('the connection was lost (keepalive ping timed out)');
       }, SILENT_CONNECTION_MS),
     );
   }
@@ -297,8 +317,7 @@ export class SimTransport implements Transport {
           ),
         Math.max(0, deadline - performance.now()),
       );
-      const onAbort = (): void =>
-        finish(() => reject(new TransportError(Status.CANCELLED, 'cancelled', { local: true, notSent: !sent })));
+      const onAbort = (): void => finish(() => reject(new TransportError(Status.CANCELLED, 'cancelled', { local: true, notSent: !sent })));
       signal?.addEventListener('abort', onAbort, { once: true });
       const send = (c: Connection): void => {
         if (settled) return;
@@ -345,7 +364,9 @@ export class SimTransport implements Transport {
       if (this.closed) return finish(() => reject(new TransportError(Status.UNAVAILABLE, 'the transport is closed', { notSent: true })));
       this.ready(deadline, signal).then(send, (err: unknown) => {
         if (err instanceof ConnectError && err.kind === 'timeout' && performance.now() >= deadline - 1) {
-          return finish(() => reject(new TransportError(Status.DEADLINE_EXCEEDED, 'the deadline passed while connecting', { notSent: true })));
+          return finish(() =>
+            reject(new TransportError(Status.DEADLINE_EXCEEDED, 'the deadline passed while connecting', { notSent: true })),
+          );
         }
         const why = err instanceof Error ? err.message : String(err);
         finish(() => reject(new TransportError(Status.UNAVAILABLE, `no connection: ${why}`, { notSent: true, cause: err })));

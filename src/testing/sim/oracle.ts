@@ -78,7 +78,10 @@ export class Oracle {
       if (stands) continue;
       b.lost = { at: this.now(), cause: c.cause };
       if (c.cause === 'expiry' && !b.proc.paused && !b.proc.crashed) {
-        this.fail('lease-expired-under-holder', `${b.kind} ${b.name}: lease ${b.lease.toString(16)} expired at the server while ${b.proc.name} still believed it held ${b.key}`);
+        this.fail(
+          'lease-expired-under-holder',
+          `${b.kind} ${b.name}: lease ${b.lease.toString(16)} expired at the server while ${b.proc.name} still believed it held ${b.key}`,
+        );
       }
     }
   }
@@ -146,7 +149,10 @@ export class Oracle {
     }
     const room = typeof rule === 'number' ? rule : 1;
     if (older >= room) {
-      this.fail('grant-behind-older-key', `${b.kind} ${b.name}: ${b.proc.name} was granted ${b.key} (token ${b.token}) while ${blocker} is older`);
+      this.fail(
+        'grant-behind-older-key',
+        `${b.kind} ${b.name}: ${b.proc.name} was granted ${b.key} (token ${b.token}) while ${blocker} is older`,
+      );
     }
     if (rule === 'exclusive' || rule === 'write') {
       const max = this.maxToken.get(`${b.kind} ${b.name}`);
@@ -196,22 +202,35 @@ export class Oracle {
 
   /** A read was granted: none of the writers queued when it was asked for may still be waiting. */
   readGranted(b: Belief, queued: Map<string, bigint>): void {
-    if (b.lost) return;
+    // A downgrade (a read while this session holds the write lock, on the write key) holds at once.
+    if (b.lost || b.key.startsWith(`${b.name}/write/`)) return;
     for (const [k, rev] of queued) {
       const kv = this.store.get(k);
       if (kv && kv.createRevision === rev && kv.lease !== 0n) {
-        this.fail('reader-overtook-writer', `${b.kind} ${b.name}: ${b.proc.name} got a read lock (${b.key}) asked for after ${k} queued, which still waits`);
+        this.fail(
+          'reader-overtook-writer',
+          `${b.kind} ${b.name}: ${b.proc.name} got a read lock (${b.key}) asked for after ${k} queued, which still waits`,
+        );
         return;
       }
     }
   }
 
   /** An observer saw `key` (token `token`) lead at `revision`: it must have been the oldest participant then. */
-  observed(name: string, key: string, token: bigint, revision: bigint, leaders: (rev: bigint) => { key: string; token: bigint } | null | 'compacted'): void {
+  observed(
+    name: string,
+    key: string,
+    token: bigint,
+    revision: bigint,
+    leaders: (rev: bigint) => { key: string; token: bigint } | null | 'compacted',
+  ): void {
     const l = leaders(revision);
     if (l === 'compacted') return;
     if (!l || l.key !== key || l.token !== token) {
-      this.fail('observe-named-non-leader', `observe ${name}: named ${key} (term ${token}) at revision ${revision}, when the leader was ${l ? `${l.key} (term ${l.token})` : 'nobody'}`);
+      this.fail(
+        'observe-named-non-leader',
+        `observe ${name}: named ${key} (term ${token}) at revision ${revision}, when the leader was ${l ? `${l.key} (term ${l.token})` : 'nobody'}`,
+      );
     }
   }
 
@@ -239,7 +258,10 @@ export class Oracle {
     const now = this.now();
     for (const b of this.open) {
       if (b.lost && !b.proc.paused && now - b.lost.at > LEARN_MS) {
-        this.fail('holder-never-learned', `${b.kind} ${b.name}: ${b.proc.name} still believes it holds ${b.key}, removed at ${b.lost.at} (${b.lost.cause})`);
+        this.fail(
+          'holder-never-learned',
+          `${b.kind} ${b.name}: ${b.proc.name} still believes it holds ${b.key}, removed at ${b.lost.at} (${b.lost.cause})`,
+        );
         b.lost = { at: Number.POSITIVE_INFINITY, cause: b.lost.cause }; // once
       }
     }

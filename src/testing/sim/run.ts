@@ -5,7 +5,6 @@ import { Oracle, type Violation } from './oracle.js';
 import type { Proc } from './time.js';
 import { type ActorContext, actor, BARRIER_COUNT, observer, type Plan, planFor, SessionHolder, type WorkloadName } from './workload.js';
 import { World } from './world.js';
-import { suffixes } from '../../primitives/double-barrier.js';
 
 export type ProfileName = '3.4' | '3.7';
 export { WORKLOADS, planFor, type WorkloadName, type Plan, type Op, type Fault, type FaultKind } from './workload.js';
@@ -74,7 +73,6 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
   process.on('unhandledRejection', onRejection);
   doing.clear();
   world.install();
-  suffixes.last = 0n;
   let reason: string;
   let virtualMs = 0;
   const running = new Map<Proc, number>();
@@ -138,7 +136,11 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
         cluster.stop();
         reason = await time.run(() => false, { steps: budget.steps, ms: time.now + 60_000 });
         if (reason !== 'idle') {
-          oracle.violations.push({ rule: 'timers-left', at: Math.round(time.now), detail: `${time.pending} timers still pending after everything closed` });
+          oracle.violations.push({
+            rule: 'timers-left',
+            at: Math.round(time.now),
+            detail: `${time.pending} timers still pending after everything closed`,
+          });
         }
       }
     } else if (reason === 'steps' || reason === 'time') {
@@ -148,7 +150,11 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
         detail: `${left()} actors still running ${Math.round(time.now - plan.quietAt)} ms after the faults stopped (${reason} budget): ${[...doing.values()].join('; ')}`,
       });
     } else if (reason === 'idle' && !actorsDone()) {
-      oracle.violations.push({ rule: 'liveness', at: Math.round(time.now), detail: 'nothing left to run, yet actors are still waiting (a lost wake-up)' });
+      oracle.violations.push({
+        rule: 'liveness',
+        at: Math.round(time.now),
+        detail: 'nothing left to run, yet actors are still waiting (a lost wake-up)',
+      });
     }
     for (const err of time.thrown) oracle.violations.push({ rule: 'uncaught-exception', at: Math.round(time.now), detail: String(err) });
   } finally {

@@ -215,7 +215,12 @@ export class Store {
     const target = r.sortTarget ?? pb.RangeRequest_SortTarget.KEY;
     let order = r.sortOrder ?? pb.RangeRequest_SortOrder.NONE;
     if (target !== pb.RangeRequest_SortTarget.KEY && order === pb.RangeRequest_SortOrder.NONE) order = pb.RangeRequest_SortOrder.ASCEND;
-    if (!(order === pb.RangeRequest_SortOrder.NONE || (target === pb.RangeRequest_SortTarget.KEY && order === pb.RangeRequest_SortOrder.ASCEND))) {
+    if (
+      !(
+        order === pb.RangeRequest_SortOrder.NONE ||
+        (target === pb.RangeRequest_SortTarget.KEY && order === pb.RangeRequest_SortOrder.ASCEND)
+      )
+    ) {
       // Go's sort.Sort is not stable; ties (keys written by one Txn share a CreateRevision) are
       // broken here by key order, which etcd does not promise.
       const by = sortKey(target);

@@ -29,7 +29,17 @@ function fakeTimers(): FakeTimers {
 }
 
 /** What the clock must never fake: promise jobs and ticks are how the library's code runs between timers. */
-const FAKED = ['setTimeout', 'clearTimeout', 'setImmediate', 'clearImmediate', 'setInterval', 'clearInterval', 'Date', 'hrtime', 'performance'];
+const FAKED = [
+  'setTimeout',
+  'clearTimeout',
+  'setImmediate',
+  'clearImmediate',
+  'setInterval',
+  'clearInterval',
+  'Date',
+  'hrtime',
+  'performance',
+];
 
 /** The virtual epoch: 2026-01-01T00:00:00Z. */
 export const EPOCH_MS = Date.UTC(2026, 0, 1);

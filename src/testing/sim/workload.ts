@@ -227,9 +227,26 @@ interface Held {
 }
 
 /** Tells the oracle about a holding and ends the belief when its signal aborts; returns the end. */
-function believe(ctx: ActorContext, kind: string, name: string, h: Held, session: Session, rule: Rule, mode?: 'read' | 'write'): () => void {
+function believe(
+  ctx: ActorContext,
+  kind: string,
+  name: string,
+  h: Held,
+  session: Session,
+  rule: Rule,
+  mode?: 'read' | 'write',
+): () => void {
   const b: Belief = ctx.oracle.granted(
-    { kind, name, key: h.key, token: h.fencingToken, lease: session.leaseId, proc: ctx.proc, assertHeld: () => h.assertHeld(), ...(mode ? { mode } : {}) },
+    {
+      kind,
+      name,
+      key: h.key,
+      token: h.fencingToken,
+      lease: session.leaseId,
+      proc: ctx.proc,
+      assertHeld: () => h.assertHeld(),
+      ...(mode ? { mode } : {}),
+    },
     rule,
   );
   const end = (): void => ctx.oracle.ended(b);
@@ -291,7 +308,14 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
         d.clear();
         const ends = names.map((n) => {
           const one = h.handles.get(n)!;
-          return believe(ctx, 'lock', n, { key: one.key, fencingToken: one.fencingToken, signal: h.signal, assertHeld: () => h.assertHeld() }, session, 'exclusive');
+          return believe(
+            ctx,
+            'lock',
+            n,
+            { key: one.key, fencingToken: one.fencingToken, signal: h.signal, assertHeld: () => h.assertHeld() },
+            session,
+            'exclusive',
+          );
         });
         await hold({ key: names.join('+') }, () => {
           for (const e of ends) e();
@@ -337,7 +361,14 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
         const e = new Election(session, op.name);
         const h = await e.campaign(`${ctx.proc.name}-${op.id}`, { ...wait, share: op.share });
         d.clear();
-        const end = believe(ctx, 'leader', op.name, { ...h, key: h.key, fencingToken: h.fencingToken, signal: h.signal, assertHeld: () => h.assertLeader() }, session, 'exclusive');
+        const end = believe(
+          ctx,
+          'leader',
+          op.name,
+          { ...h, key: h.key, fencingToken: h.fencingToken, signal: h.signal, assertHeld: () => h.assertLeader() },
+          session,
+          'exclusive',
+        );
         ctx.doing(`op ${op.id} leading ${h.key}`);
         await sleep(op.holdMs / 2);
         await h.proclaim(`${ctx.proc.name}-${op.id}-again`).catch(() => {});
@@ -351,7 +382,14 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
         const stop = setTimeout(() => c.abort(), 4000);
         try {
           await runAsLeader(session, op.name, { value: `${ctx.proc.name}-${op.id}`, once: true, signal: c.signal }, async (h) => {
-            const end = believe(ctx, 'leader', op.name, { key: h.key, fencingToken: h.fencingToken, signal: h.signal, assertHeld: () => h.assertLeader() }, session, 'exclusive');
+            const end = believe(
+              ctx,
+              'leader',
+              op.name,
+              { key: h.key, fencingToken: h.fencingToken, signal: h.signal, assertHeld: () => h.assertLeader() },
+              session,
+              'exclusive',
+            );
             await hold(h, end);
           });
         } finally {

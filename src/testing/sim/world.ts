@@ -2,6 +2,7 @@
 // random streams. Installing it fakes the process's clock and chance (Math.random, the library's
 // lease ids); disposing it restores them. Only one world can be installed at a time.
 import { Client, type ClientOptions } from '../../client/client.js';
+import { suffixes } from '../../primitives/double-barrier.js';
 import { leaseIds } from '../../session.js';
 import { Cluster } from './cluster.js';
 import { Network } from './net.js';
@@ -59,6 +60,8 @@ export class World {
     const ids = this.rng.fork('lease-ids');
     this.time.install(() => random.next());
     leaseIds.next = () => ids.int63();
+    // Module state that would carry one run into the next: as a fresh process has it.
+    suffixes.last = 0n;
     this.cluster.start();
   }
 
