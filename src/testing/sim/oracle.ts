@@ -5,8 +5,8 @@
 // - A grant happens only while the key stands: it exists on our lease with our token as its
 //   CreateRevision and no older key on a lease is under the prefix (exclusive kinds) at the grant's
 //   instant (a key on no lease is stray data, which participants skip). Excused: a fault (an
-//   operator's edit, a revoke) took the key between the request that proved the turn and the
-//   grant; that holder is then lost from birth and must learn it as below.
+//   operator's edit, a revoke) took the key after the call was made; that holder is then lost
+//   from birth and must learn it as below.
 // - Two handles of different keys never believe at once for one exclusive name. Excused: the older
 //   belief's key was removed or edited by a fault (it must then learn within LEARN_MS); the older
 //   holder's process is paused (excused only if its assertHeld() throws at the instant it wakes).
@@ -35,6 +35,8 @@ export interface Belief {
   to?: number;
   /** When and how a fault removed or edited its key. */
   lost?: { at: number; cause: string };
+  /** When the call that led to this grant was made (a fault before it is no excuse: the call could see it). */
+  readonly asked: number;
   /** An RWMutex holding's mode. */
   readonly mode?: 'read' | 'write';
   /** Checks the handle now (its assertHeld), throwing when it knows it is lost. */
@@ -119,7 +121,7 @@ export class Oracle {
     const kv = this.store.get(b.key);
     const last = this.lastChange.get(b.key);
     const standing = kv !== undefined && kv.lease === b.lease && kv.createRevision === b.token;
-    if (!standing && last !== undefined && isFault(last.cause)) {
+    if (!standing && last !== undefined && isFault(last.cause) && last.at >= b.asked) {
       // A fault took the key after the request that proved our turn: the grant is lost at birth,
       // and the holder must learn it like any other holder whose key a fault took.
       b.lost = { at: last.at, cause: last.cause };

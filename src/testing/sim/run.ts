@@ -216,7 +216,13 @@ function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle)
           case 'operator-put': {
             const keys = cluster.store.keys();
             if (keys.length === 0) break;
-            const k = rng.pick(keys);
+            // Mostly a holder's key (the oldest under its prefix): the edit that matters.
+            const holders = keys.filter((k) => {
+              const prefix = k.slice(0, k.lastIndexOf('/') + 1);
+              const mine = cluster.store.get(k)!.createRevision;
+              return !keys.some((o) => o !== k && o.startsWith(prefix) && cluster.store.get(o)!.createRevision < mine);
+            });
+            const k = rng.pick(holders.length > 0 && rng.chance(0.7) ? holders : keys);
             if (f.kind === 'operator-delete') cluster.store.deleteRange({ key: Buffer.from(k, 'latin1') }, 'fault operator-delete');
             else cluster.store.put({ key: Buffer.from(k, 'latin1'), value: Buffer.from('operator') }, 'fault operator-put');
             trace.add(`${f.kind} ${k}`);

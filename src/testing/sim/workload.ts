@@ -234,6 +234,7 @@ function believe(
   h: Held,
   session: Session,
   rule: Rule,
+  asked: number,
   mode?: 'read' | 'write',
 ): () => void {
   const b: Belief = ctx.oracle.granted(
@@ -245,6 +246,7 @@ function believe(
       lease: session.leaseId,
       proc: ctx.proc,
       assertHeld: () => h.assertHeld(),
+      asked,
       ...(mode ? { mode } : {}),
     },
     rule,
@@ -281,6 +283,7 @@ function deadline(ms: number): { signal?: AbortSignal; clear(): void } {
 }
 
 async function operate(ctx: ActorContext, session: Session, op: Op): Promise<void> {
+  const asked = Math.round(performance.now());
   const d = deadline(op.abortMs);
   const wait = d.signal ? { signal: d.signal } : {};
   const hold = async (h: { key: string }, end: () => void): Promise<void> => {
@@ -298,7 +301,7 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
         const h = op.kind === 'try-lock' ? await m.tryLock({ share: op.share }) : await m.lock({ ...wait, share: op.share });
         d.clear();
         if (!h) return ctx.say(`op ${op.id} ${ctx.proc.name} try ${op.name}: busy`);
-        await hold(h, believe(ctx, 'lock', op.name, h, session, 'exclusive'));
+        await hold(h, believe(ctx, 'lock', op.name, h, session, 'exclusive', asked));
         await h.unlock();
         return;
       }
@@ -315,6 +318,7 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
             { key: one.key, fencingToken: one.fencingToken, signal: h.signal, assertHeld: () => h.assertHeld() },
             session,
             'exclusive',
+            asked,
           );
         });
         await hold({ key: names.join('+') }, () => {
@@ -327,15 +331,15 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
       case 'write': {
         const rw = new RWMutex(session, op.name);
         const queued = op.kind === 'read' ? ctx.oracle.writersQueued(op.name, session.leaseId) : undefined;
-        const h = op.kind === 'read' ? await rw.rLock({ ...wait, share: op.share }) : await rw.lock(wait);
+        const h = op.kind === 'read' ? await rw.rLock({ ...wait, ...(op.share ? {} : { share: false }) }) : await rw.lock(wait);
         d.clear();
-        const end = believe(ctx, 'rw', op.name, h, session, op.kind, op.kind);
+        const end = believe(ctx, 'rw', op.name, h, session, op.kind, asked, op.kind);
         if (queued && h.mode === 'read') ctx.oracle.readGranted(lastBelief(ctx), queued);
         // A writer sometimes downgrades: a read lock while holding the write lock.
         if (op.kind === 'write' && op.share) {
           const r = await rw.rLock().catch(() => undefined);
           if (r) {
-            const endRead = believe(ctx, 'rw', op.name, r, session, 'read', 'read');
+            const endRead = believe(ctx, 'rw', op.name, r, session, 'read', asked, 'read'); // it knows what the write lock knows;
             await hold(h, () => {
               endRead();
               end();
@@ -353,7 +357,7 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
         const s = new Semaphore(session, op.name, { permits: PERMITS });
         const h = await s.acquire({ ...wait, share: op.share });
         d.clear();
-        await hold(h, believe(ctx, 'permit', op.name, h, session, PERMITS));
+        await hold(h, believe(ctx, 'permit', op.name, h, session, PERMITS, asked));
         await h.release();
         return;
       }
@@ -368,6 +372,7 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
           { ...h, key: h.key, fencingToken: h.fencingToken, signal: h.signal, assertHeld: () => h.assertLeader() },
           session,
           'exclusive',
+          asked,
         );
         ctx.doing(`op ${op.id} leading ${h.key}`);
         await sleep(op.holdMs / 2);
@@ -389,6 +394,7 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
               { key: h.key, fencingToken: h.fencingToken, signal: h.signal, assertHeld: () => h.assertLeader() },
               session,
               'exclusive',
+              asked,
             );
             await hold(h, end);
           });
