@@ -31,4 +31,6 @@ const used = process.cpuUsage(cpu0);
 const cpu = (used.user + used.system) / 1e6;
 console.log(`simulator, ${n} schedules (${profile}, ${workload}${faults ? '' : ', no faults'}):`);
 console.log(`  ${(n / wall).toFixed(1)} schedules/s wall, ${(n / cpu).toFixed(1)} schedules per CPU-second`);
-console.log(`  ${Math.round(steps / n)} timers and ${Math.round(virtualMs / n)} ms of virtual time per schedule; ${Math.round(steps / cpu)} timers per CPU-second`);
+console.log(
+  `  ${Math.round(steps / n)} timers and ${Math.round(virtualMs / n)} ms of virtual time per schedule; ${Math.round(steps / cpu)} timers per CPU-second`,
+);
