@@ -142,6 +142,14 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
             detail: `${time.pending} timers still pending after everything closed`,
           });
         }
+        const streams = cluster.members.reduce((n, m) => n + m.watchStreams.size + m.keepAliveStreams.size, 0);
+        if (streams > 0) {
+          oracle.violations.push({
+            rule: 'streams-left',
+            at: Math.round(time.now),
+            detail: `${streams} Watch or LeaseKeepAlive streams still open at the members after everything closed`,
+          });
+        }
       }
     } else if (reason === 'steps' || reason === 'time') {
       oracle.violations.push({
