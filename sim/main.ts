@@ -33,7 +33,7 @@ Error.stackTraceLimit = 0;
 
 /** Whether a failing run counts: with --skip-known, not when every violation is a known defect. */
 function countsAsFailure(r: RunResult): boolean {
-  return !args.includes('--skip-known') || r.violations.some((v) => knownDefect(v) === undefined);
+  return !args.includes('--skip-known') || r.violations.some((v) => knownDefect(v, r) === undefined);
 }
 
 function optionsFor(seed: number): RunOptions {
@@ -53,7 +53,7 @@ function digest(lines: readonly string[]): string[] {
 async function report(seed: number, r: RunResult): Promise<void> {
   console.log(`seed ${seed} (profile ${profile}, workload ${workload}): ${r.violations.length} violation(s)`);
   for (const v of r.violations) {
-    const k = knownDefect(v);
+    const k = knownDefect(v, r);
     console.log(`  ${v.rule} at ${v.at} ms: ${v.detail}${k ? ` [known${k.issue ? `, issue ${k.issue}` : ''}: ${k.note}]` : ''}`);
   }
   console.log(`  replay: ${replay(seed)}`);

@@ -32,6 +32,8 @@ export interface RunResult {
   readonly plan: Plan;
   readonly trace?: string[];
   readonly grants: number;
+  /** What each fault did, in order (`operator-put elect/a/…`, `fault 2 pause`, ...). */
+  readonly faultLog: readonly string[];
 }
 
 /** How long after the faults stop every wait must have ended (3 of the longest TTL, plus a call timeout). */
@@ -76,6 +78,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
   let reason: string;
   let virtualMs = 0;
   const running = new Map<Proc, number>();
+  const faultLog: string[] = [];
   try {
     const procs = plan.procs.map((pp) => world.proc(pp.name));
     for (const p of procs) p.onWake = () => oracle.woke(p);
@@ -111,7 +114,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
         closers.push(() => (proc.crashed ? Promise.resolve() : proc.start(() => holder.close())));
       }
     });
-    scheduleFaults(world, plan, procs, oracle);
+    scheduleFaults(world, plan, procs, oracle, faultLog);
     // Until every actor is done (or has crashed), within the settle bound.
     const left = (): number => procs.reduce((n, p) => n + (p.crashed ? 0 : (running.get(p) ?? 0)), 0);
     const actorsDone = (): boolean => left() === 0;
@@ -181,11 +184,12 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     virtualMs,
     plan,
     grants: oracle.grants,
+    faultLog,
     ...(trace.lines ? { trace: trace.lines } : {}),
   };
 }
 
-function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle): void {
+function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle, log: string[]): void {
   const { cluster, net, trace } = world;
   const rng = world.rng.fork('faults');
   for (const f of plan.faults) {
@@ -194,6 +198,7 @@ function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle)
         const proc = procs[f.target % procs.length]!;
         const m = cluster.members[f.member % cluster.members.length]!;
         trace.add(`fault ${f.id} ${f.kind}`);
+        log.push(`fault ${f.id} ${f.kind}`);
         switch (f.kind) {
           case 'partition':
             net.partition(proc, m, f.ms);
@@ -234,6 +239,7 @@ function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle)
             if (f.kind === 'operator-delete') cluster.store.deleteRange({ key: Buffer.from(k, 'latin1') }, 'fault operator-delete');
             else cluster.store.put({ key: Buffer.from(k, 'latin1'), value: Buffer.from('operator') }, 'fault operator-put');
             trace.add(`${f.kind} ${k}`);
+            log.push(`${f.kind} ${k}`);
             break;
           }
           case 'operator-revoke':
