@@ -20,8 +20,8 @@ export const KNOWN_OPEN: readonly KnownDefect[] = [
     issue: 35,
     note: "issue 35, item 3: an operator's plain put moves a holder's key off its lease; the same process's next lock() (or RWMutex lock) on that session, waiting in the process, is granted the old key with the old token, not on our lease",
     seeds: [
-      { seed: 1417, profile: '3.7', workload: 'mixed' },
       { seed: 442, profile: '3.7', workload: 'rwmutex' },
+      { seed: 577, profile: '3.7', workload: 'rwmutex' },
     ],
   },
   {
@@ -31,8 +31,8 @@ export const KNOWN_OPEN: readonly KnownDefect[] = [
     issue: 35,
     note: "issue 35, item 2: an operator's plain put on the leader's key ends its term; another candidate leads; the first campaigns again on the same session, adopts its old key, puts it back on its lease and leads with its old term: two leaders, a token going backwards",
     seeds: [
-      { seed: 111, profile: '3.7', workload: 'election' },
-      { seed: 131, profile: '3.7', workload: 'election' },
+      { seed: 136, profile: '3.7', workload: 'election' },
+      { seed: 216, profile: '3.7', workload: 'election' },
     ],
   },
   {

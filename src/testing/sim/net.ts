@@ -161,6 +161,16 @@ export class Network {
     for (const c of [...this.connections]) if (c.member === m) c.drop('the connection was lost (connection reset)');
   }
 
+  /** Resets one connection of `proc` to `m` (a broken stream: every call and stream on it fails). */
+  breakOne(proc: Proc, m: Member): void {
+    for (const c of this.connections) {
+      if (c.proc !== proc || c.member !== m) continue;
+      this.trace.add(`connection of ${proc.name} to ${m.name} reset`);
+      c.drop('the connection was lost (connection reset)');
+      return;
+    }
+  }
+
   /** Ends every connection of `proc` (it crashed): the members see the streams close. */
   dropProc(proc: Proc): void {
     for (const c of [...this.connections]) if (c.proc === proc) c.drop('process crashed');

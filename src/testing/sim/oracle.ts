@@ -56,6 +56,10 @@ export class Oracle {
   /** Each key's last change (time and cause). */
   private readonly lastChange = new Map<string, { at: number; cause: string; type: string }>();
   grants = 0;
+  /** Writes the fenced store refused (a stale holder's): the fence doing its job. */
+  staleWrites = 0;
+  private readonly fence = new Map<string, bigint>();
+  private readonly lastAccepted = new Map<string, bigint>();
   /** The last grant (for checks made right after it). */
   last: Belief | undefined;
 
@@ -188,6 +192,23 @@ export class Oracle {
     this.last = b;
     this.trace(`grant ${b.kind}${b.mode ? ` ${b.mode}` : ''} ${b.name} ${b.key} token ${b.token} to ${b.proc.name}`);
     return b;
+  }
+
+  /**
+   * A holder writes to the resource `resource` with `token`, through a fenced store that applies
+   * PostgresFence's rule (a token below the highest one written is refused). The store must never
+   * accept an older token after a newer one.
+   */
+  fencedWrite(resource: string, token: bigint): void {
+    const top = this.fence.get(resource) ?? 0n;
+    if (token < top) {
+      this.staleWrites++;
+      return;
+    }
+    const last = this.lastAccepted.get(resource) ?? 0n;
+    if (token < last) this.fail('fence-accepted-older-token', `${resource}: accepted token ${token} after ${last}`);
+    this.fence.set(resource, token);
+    this.lastAccepted.set(resource, token);
   }
 
   /** A read asked for at this instant: the writers of other sessions queued now must be served first (issue 35's rule). */

@@ -257,6 +257,9 @@ function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle,
             }
             break;
           }
+          case 'stream-break':
+            net.breakOne(proc, m);
+            break;
           case 'follower-lag':
             cluster.lag(m, Math.min(f.ms, 2500), f.ms);
             break;

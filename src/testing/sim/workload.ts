@@ -65,7 +65,8 @@ export type FaultKind =
   | 'operator-revoke'
   | 'early-revoke'
   | 'compact'
-  | 'follower-lag';
+  | 'follower-lag'
+  | 'stream-break';
 
 export const FAULT_KINDS: readonly FaultKind[] = [
   'partition',
@@ -81,6 +82,7 @@ export const FAULT_KINDS: readonly FaultKind[] = [
   'early-revoke',
   'compact',
   'follower-lag',
+  'stream-break',
 ];
 
 export interface Fault {
@@ -120,6 +122,16 @@ const NAME: Record<OpKind, readonly string[]> = {
   campaign: ['elect/a'],
   'run-as-leader': ['elect/a'],
   'double-barrier': ['dbar/a'],
+};
+
+/** Which resource a holding of each kind writes through the fenced store (reads and permits write nothing exclusive). */
+const FENCED: Partial<Record<OpKind, string>> = {
+  lock: 'lock',
+  'try-lock': 'lock',
+  'abort-lock': 'lock',
+  write: 'rw',
+  campaign: 'leader',
+  'run-as-leader': 'leader',
 };
 
 export const PERMITS = 2;
@@ -286,9 +298,19 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
   const asked = Math.round(performance.now());
   const d = deadline(op.abortMs);
   const wait = d.signal ? { signal: d.signal } : {};
-  const hold = async (h: { key: string }, end: () => void): Promise<void> => {
+  const hold = async (h: { key: string; fencingToken?: bigint; assertHeld?: () => void }, end: () => void): Promise<void> => {
     ctx.doing(`op ${op.id} holding ${h.key}`);
     await sleep(op.holdMs);
+    // The protected write, as a careful holder makes it: check, then write with the token, which
+    // the fenced store refuses if a newer token wrote first.
+    let held = true;
+    try {
+      h.assertHeld?.();
+    } catch {
+      held = false;
+    }
+    const family = FENCED[op.kind];
+    if (held && family && h.fencingToken !== undefined) ctx.oracle.fencedWrite(`${family} ${op.name}`, h.fencingToken);
     end();
     ctx.doing(`op ${op.id} releasing ${h.key}`);
   };
@@ -396,7 +418,7 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
               'exclusive',
               asked,
             );
-            await hold(h, end);
+            await hold({ key: h.key, fencingToken: h.fencingToken, assertHeld: () => h.assertLeader() }, end);
           });
         } finally {
           clearTimeout(stop);
