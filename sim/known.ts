@@ -20,19 +20,20 @@ export const KNOWN_OPEN: readonly KnownDefect[] = [
     issue: 35,
     note: "issue 35, item 3: an operator's plain put moves a holder's key off its lease; the same process's next lock() (or RWMutex lock) on that session, waiting in the process, is granted the old key with the old token, not on our lease",
     seeds: [
-      { seed: 442, profile: '3.7', workload: 'rwmutex' },
-      { seed: 577, profile: '3.7', workload: 'rwmutex' },
+      { seed: 182, profile: '3.7', workload: 'rwmutex' },
+      { seed: 193, profile: '3.7', workload: 'rwmutex' },
     ],
   },
   {
-    rule: /^(two-holders|token-order|grant-behind-older-key)$/,
-    detail: /^leader /,
+    rule: /^(two-holders|token-order|grant-behind-older-key|observe-named-non-leader)$/,
+    detail: /^(leader|observe) /,
     faults: /^operator-put elect\//m,
     issue: 35,
-    note: "issue 35, item 2: an operator's plain put on the leader's key ends its term; another candidate leads; the first campaigns again on the same session, adopts its old key, puts it back on its lease and leads with its old term: two leaders, a token going backwards",
+    note: "issue 35, item 2: an operator's plain put on the leader's key ends its term; another candidate leads; the first campaigns again on the same session, adopts its old key, puts it back on its lease and leads with its old term: two leaders, a token going backwards, and observe() naming the other",
     seeds: [
-      { seed: 136, profile: '3.7', workload: 'election' },
-      { seed: 216, profile: '3.7', workload: 'election' },
+      { seed: 2, profile: '3.7', workload: 'election' },
+      { seed: 14, profile: '3.7', workload: 'election' },
+      { seed: 101, profile: '3.7', workload: 'election' },
     ],
   },
   {
@@ -41,8 +42,8 @@ export const KNOWN_OPEN: readonly KnownDefect[] = [
     issue: 35,
     note: "issue 35, item 4: a read lock asked for after another process's writer queued joins this process's older read key and is granted first: overlapping reads starve the writer",
     seeds: [
-      { seed: 149, profile: '3.7', workload: 'rwmutex' },
-      { seed: 200, profile: '3.7', workload: 'rwmutex' },
+      { seed: 16, profile: '3.7', workload: 'rwmutex' },
+      { seed: 125, profile: '3.7', workload: 'rwmutex' },
     ],
   },
   {
@@ -50,8 +51,8 @@ export const KNOWN_OPEN: readonly KnownDefect[] = [
     detail: /dbar\/a\/ready/,
     note: "DoubleBarrier: when every member's leave() is aborted (here during a leader election), each deletes its own key but none deletes `<name>/ready`, which stays for good",
     seeds: [
-      { seed: 144, profile: '3.7', workload: 'mixed' },
-      { seed: 484, profile: '3.4', workload: 'mixed' },
+      { seed: 83, profile: '3.7', workload: 'mixed' },
+      { seed: 101, profile: '3.7', workload: 'mixed' },
     ],
   },
 ];

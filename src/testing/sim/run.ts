@@ -36,7 +36,7 @@ export interface RunResult {
   readonly faultLog: readonly string[];
 }
 
-/** How long after the faults stop every wait must have ended (3 of the longest TTL, plus a call timeout). */
+/** How long after the faults stop, besides the operations' own holds and gaps, every actor must have finished (3 of the longest TTL, plus a call timeout). */
 const SETTLE_MS = 3 * 10_000 + 10_000;
 
 /** Runs one schedule. */
@@ -118,7 +118,9 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     // Until every actor is done (or has crashed), within the settle bound.
     const left = (): number => procs.reduce((n, p) => n + (p.crashed ? 0 : (running.get(p) ?? 0)), 0);
     const actorsDone = (): boolean => left() === 0;
-    const budget = { steps: 2_000_000, ms: plan.quietAt + SETTLE_MS };
+    // Time enough for every operation to run one after another (they may all queue on one name).
+    const work = plan.procs.flatMap((p) => p.sessions.flatMap((x) => x.actors.flat())).reduce((n, o) => n + o.holdMs + o.gapMs, 0);
+    const budget = { steps: 2_000_000, ms: plan.quietAt + SETTLE_MS + work };
     const learnCheck = setInterval(() => oracle.checkLearned(), 1000);
     reason = await time.run(() => actorsDone() || oracle.violations.length > 0, budget);
     clearInterval(learnCheck);

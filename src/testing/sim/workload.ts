@@ -160,7 +160,8 @@ export function planFor(seed: number, options: { faults?: boolean; workload?: Wo
             kind,
             name: rng.pick(NAME[kind]),
             share: nActors > 1 && rng.chance(0.2),
-            holdMs: rng.between(0, 400),
+            // Mostly short holds; some long enough for a renewal to fail under them.
+            holdMs: rng.chance(0.15) ? rng.between(1500, 8000) : rng.between(0, 400),
             gapMs: rng.between(0, 300),
             abortMs: kind === 'abort-lock' ? rng.between(1, 600) : kind === 'double-barrier' ? rng.between(500, 3000) : 0,
           });
