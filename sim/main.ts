@@ -66,17 +66,20 @@ async function report(seed: number, r: RunResult): Promise<void> {
 }
 
 const one = flag('seed');
+const n = Number(flag('seeds') ?? 100);
+const from = Number(flag('from') ?? 1);
+const seeds = Array.from({ length: n }, (_, i) => from + i);
 const job = flag('job');
 if (job !== undefined) {
+  // One of --jobs child processes: `--job j/J` runs every J-th seed from the j-th.
+  const [j, of] = job.split('/').map(Number) as [number, number];
   const failed: number[] = [];
-  for (const seed of job
-    .split(',')
-    .filter((x) => x !== '')
-    .map(Number)) {
+  const known: number[] = [];
+  for (const seed of seeds.filter((_, i) => i % of === j)) {
     const r = await runSchedule(optionsFor(seed));
-    if (r.violations.length > 0) failed.push(seed);
+    if (r.violations.length > 0) (countsAsFailure(r) ? failed : known).push(seed);
   }
-  process.send!({ failed });
+  process.send!({ failed, known });
 } else if (one !== undefined) {
   const seed = Number(one);
   const r = await runSchedule({ ...optionsFor(seed), keepTrace: args.includes('--verbose') });
@@ -88,10 +91,7 @@ if (job !== undefined) {
   }
   process.exitCode = r.violations.length > 0 ? 1 : 0;
 } else {
-  const n = Number(flag('seeds') ?? 100);
-  const from = Number(flag('from') ?? 1);
   const jobs = Math.max(1, Math.min(Number(flag('jobs') ?? 1), availableParallelism()));
-  const seeds = Array.from({ length: n }, (_, i) => from + i);
   const t0 = performance.now();
   const failed: number[] = [];
   const known: number[] = [];
@@ -105,8 +105,7 @@ if (job !== undefined) {
     // replayed and shrunk here, alone.
     await Promise.all(
       Array.from({ length: jobs }, (_, j) => {
-        const mine = seeds.filter((_, i) => i % jobs === j);
-        const child = fork(new URL(import.meta.url).pathname, [...args, '--job', mine.join(',')], { execArgv: ['--import', 'tsx'] });
+        const child = fork(new URL(import.meta.url).pathname, [...args, '--job', `${j}/${jobs}`], { execArgv: ['--import', 'tsx'] });
         return new Promise<void>((resolve, reject) => {
           child.on('message', (m: { failed: number[]; known: number[] }) => {
             failed.push(...m.failed);
