@@ -25,6 +25,14 @@ export const KNOWN_OPEN: readonly KnownDefect[] = [
     ],
   },
   {
+    rule: /^(two-holders|token-order|grant-behind-older-key)$/,
+    detail: /^(rw|lock) /,
+    faults: /^operator-put (rw|locks)\//m,
+    issue: 35,
+    note: "issue 35, item 3, its consequences: the old key granted again with its old token after an operator's put, so the token goes backwards and another holder holds too",
+    seeds: [{ seed: 1501, profile: '3.7', workload: 'mixed' }],
+  },
+  {
     rule: /^(two-holders|token-order|grant-behind-older-key|observe-named-non-leader)$/,
     detail: /^(leader|observe) /,
     faults: /^operator-put elect\//m,
