@@ -195,6 +195,11 @@ export type WorkerEvent =
       txn?: { call: number; ret?: number };
     }
   | { t: 'careful-skip'; token: string; at: number }
+  /**
+   * A stale-write hold (ParentMessage 'stale'): assertHeld() just passed and the writes come next; the
+   * worker waits for 'stale-go' (meanwhile the parent freezes it until it has lost the lock).
+   */
+  | { t: 'stale-pause'; token: string; at: number }
   /** A PostgreSQL fenced increment (worker.ts pgIncrement()), and whether its unfenced shadow write was made. */
   | {
       t: 'pg-inc';
@@ -255,7 +260,13 @@ export type ParentMessage =
    * `holdMs` (worker.ts siblingOnce()), while the main cycle waits on an answer after an operator
    * deleted its key.
    */
-  | { t: 'sibling'; holdMs: number };
+  | { t: 'sibling'; holdMs: number }
+  /**
+   * Fenced role: make the next hold a stale one: a plain holder (PostgreSQL gets its token alone)
+   * that checks assertHeld() after its reads, says 'stale-pause' and writes only on 'stale-go'.
+   */
+  | { t: 'stale' }
+  | { t: 'stale-go' };
 
 /** The etcd key that holds the etcd-side counter, and the ledger entry of one guarded increment. */
 export function counterKey(dataPrefix: string): string {

@@ -17,9 +17,13 @@ import {
   tokenOrderViolations,
   longestGap,
   round,
+  checkStaleWrites,
+  incompleteRecord,
+  withinRecord,
   type EtcdCounterReport,
   type HeldInterval,
   type LeaseEvidence,
+  type RecordExtent,
   type Violation,
 } from './checker/index.js';
 import { now, type CoreRole, type Role } from './common.js';
@@ -30,7 +34,7 @@ import { readRevokeTimeouts } from './etcd-logs.js';
 import type { FencedStore } from './fenced-store.js';
 import type { Nemesis } from './nemesis.js';
 import { checkLinearizable, type LinearOp, type PorcupineResult } from './porcupine.js';
-import { checkGrantsByRevision, foreignDeletes, type GrantRule, type KeyEnd, type KeyLife } from './revisions.js';
+import { checkGrantsByRevision, foreignDeletes, type GrantRule, type GrantWitness, type KeyEnd, type KeyLife } from './revisions.js';
 import type { History } from './run-history.js';
 
 /** Everything a finished phase left to judge: its records, etcd's final word and the cleanup's findings. */
@@ -49,11 +53,15 @@ export interface PhaseEvidence {
   observerResumes: number;
   /** Every key's life under the phase's prefix, from the observer. */
   lives: KeyLife[];
+  /** How far that record goes: nothing after its end is judged on it. */
+  record: RecordExtent;
   start: number;
   end: number;
   leaderlessMs: number | undefined;
   leaderlessBoundMs: number;
   etcdCounter: EtcdCounterReport;
+  /** The etcd counter's ledger keys: the guarded increments applied. */
+  etcdApplied: ReadonlySet<string>;
   counterOps: LinearOp[];
   cleanup: {
     notExited: string[];
@@ -70,7 +78,7 @@ export interface PhaseEvidence {
 /** Judges a finished phase: every check of the checker over its evidence, in one PhaseResult. */
 export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> {
   const { plan, phaseDir, runId, jsonFile, etcdVersion: runEtcdVersion, workerCounts, names, history, store, nemesis, lives } = evidence;
-  const { start, end, leaderlessMs, leaderlessBoundMs, etcdCounter, counterOps, pgAdmin, say } = evidence;
+  const { record, start, end, leaderlessMs, leaderlessBoundMs, etcdCounter, etcdApplied, counterOps, pgAdmin, say } = evidence;
   const { notExited, leasesAtExit, unaccounted, leasesLeft, keysLeft, leaseDrainMs } = evidence.cleanup;
   const faults = nemesis.faults;
   // The members' own word on revocations that timed out (a deposed leader's stale batch still
@@ -90,7 +98,25 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
     const rev = witnessRev.get(h.token);
     if (rev !== undefined) h.witnessRev = rev;
   }
-  const leases: LeaseEvidence = { leaseGone: history.leaseGone, staleRevokes: revokeTimeouts, etcdVersion: runEtcdVersion, keys: lives };
+  const leases: LeaseEvidence = {
+    leaseGone: history.leaseGone,
+    staleRevokes: revokeTimeouts,
+    etcdVersion: runEtcdVersion,
+    keys: lives,
+    ...(incompleteRecord(plan.name, record) ? { recordEnd: record.reached } : {}),
+  };
+  // What is judged on the observer's record: only grants and reads it covers (record.ts).
+  let beyondRecord = 0;
+  const recorded = <T>(items: T[], revisionOf: (item: T) => bigint | undefined): T[] => {
+    const { kept, beyond } = withinRecord(items, revisionOf, record);
+    beyondRecord += beyond;
+    return kept;
+  };
+  const witnesses = Object.fromEntries(ROLES.map((r) => [r, recorded(history.witnesses[r], (w) => w.rev)])) as Record<
+    CoreRole,
+    GrantWitness[]
+  >;
+  const recipeEvents = recorded(history.recipes, (e) => ('rev' in e ? BigInt(e.rev) : undefined));
   const rules: Record<CoreRole, GrantRule> = {
     fenced: { kind: 'exclusive' },
     unfenced: { kind: 'exclusive' },
@@ -106,11 +132,12 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
     rwlock: 'rw-grant-by-revision',
   };
   const byRevision = Object.fromEntries(
-    ROLES.map((r) => [r, checkGrantsByRevision(lives, history.witnesses[r], rules[r], checkName[r])]),
+    ROLES.map((r) => [r, checkGrantsByRevision(lives, witnesses[r], rules[r], checkName[r])]),
   ) as Record<CoreRole, Violation[]>;
-  const foreign = [
-    ...ROLES.flatMap((r) => foreignDeletes(r === 'election' ? history.terms : history.held[r], lives, `${r}-key-deleted-by-another`)),
-  ];
+  const foreignJudged = ROLES.map((r) =>
+    foreignDeletes(r === 'election' ? history.terms : history.held[r], lives, `${r}-key-deleted-by-another`),
+  );
+  const foreign = foreignJudged.flatMap((f) => f.violations);
   const tokenOrder = [
     ...tokenOrderViolations(history.held.fenced, nemesis.faults, 'fenced-token-order'),
     ...tokenOrderViolations(history.held.unfenced, nemesis.faults, 'unfenced-token-order'),
@@ -180,7 +207,14 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
   const rw = checkRW(store.rw);
   const rwFound = findOverlaps(history.held.rwlock, faults, rwConflict, acted, leases);
   const leaseExpiries = checkLeaseExpiries(history.leaseGone, faults, revokeTimeouts);
-  const recipes = judgeRecipes(history.recipes, lives, names.dbarrier, workerCounts.dbarrier);
+  const recipes = judgeRecipes(recipeEvents, lives, names.dbarrier, workerCounts.dbarrier);
+  const stale = checkStaleWrites(
+    history.staleHolds,
+    store.register('ledger').log,
+    history.etcdIncrements,
+    etcdApplied,
+    pgAdmin ? history.pgIncrements : undefined,
+  );
   const leaseViolations = leaseExpiries.violations;
 
   const failover = nemesis.failovers.map((f) => {
@@ -222,7 +256,36 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
       : []),
     ...porcupineViolations,
     ...recipes.violations,
+    ...stale.violations,
   ];
+  // How many things each check judged: a check that judged nothing in the whole run fails it (verdict.ts).
+  const ledgerWrites = store.register('ledger').log.filter((e) => e.op === 'write');
+  const judged: Record<string, number> = {
+    'fenced-ledger': fenced.writesAccepted,
+    'careful-write-refused': ledgerWrites.filter((e) => e.careful).length,
+    'fenced-stale-write': stale.judged.ledger,
+    'etcd-counter': etcdCounter.ledgerEntries,
+    'etcd-stale-increment': stale.judged.etcd,
+    election: election.terms,
+    'unfenced-overlap': history.held.unfenced.length,
+    'fenced-hold-overlap': history.held.fenced.length,
+    'semaphore-resource': store.permits.log.filter((e) => e.op === 'write').length,
+    'semaphore-overlap': history.held.semaphore.length,
+    'rw-resource': store.rw.log.length,
+    'rw-overlap': history.held.rwlock.length,
+    'lease-expired-early': history.leaseGone.length,
+    ...Object.fromEntries(ROLES.map((r) => [checkName[r], witnesses[r].length])),
+    'fenced-token-order': history.held.fenced.length,
+    'unfenced-token-order': history.held.unfenced.length,
+    'rw-token-order': history.held.rwlock.length,
+    'key-deleted-by-another': foreignJudged.reduce((n, f) => n + f.judged, 0),
+    ...Object.fromEntries(porcupine.map((p) => [`porcupine-${p.name.slice(plan.name.length + 1)}`, p.operations])),
+    'barrier-passed-before-release': recipes.report.barrier.passes - recipes.report.barrier.unjudged,
+    'dbarrier-entered-early': recipes.report.dbarrier.enters - recipes.report.dbarrier.unjudged,
+    'dbarrier-left-early': recipes.report.dbarrier.leaves,
+    multilock: recipes.report.multilock.grants + recipes.report.multilock.failures,
+    ...(pgLedger ? { 'pg-ledger': pgLedger.ops, 'pg-stale-write': stale.judged.pg } : {}),
+  };
   const cleanupOk = notExited.length === 0 && leasesLeft.length === 0 && keysLeft.length === 0;
   const result: PhaseResult = {
     name: plan.name,
@@ -261,6 +324,7 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
     leaderlessAfterFaultsMs: leaderlessMs ?? null,
     recipes: recipes.report,
     pgLedger,
+    stale: { holds: stale.holds, judged: stale.judged },
     porcupine,
     revisions: {
       keys: lives.length,
@@ -271,6 +335,8 @@ export async function judgePhase(evidence: PhaseEvidence): Promise<PhaseResult> 
       foreignDeletes: foreign.length,
       observerResumes: evidence.observerResumes,
     },
+    record: { ...record, beyond: beyondRecord },
+    judged,
     failover,
     liveness: Object.fromEntries(
       ROLES.map((role) => {

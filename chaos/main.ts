@@ -117,9 +117,10 @@ const pgServer = findPostgres() ? await startPostgres() : undefined;
 const pgAdmin = pgServer ? new pg.Pool({ connectionString: pgServer.connectionString, max: 2 }) : undefined;
 // An idle connection ended under the pool (the server stopping) must not crash the run.
 pgAdmin?.on('error', () => {});
+const pgFence = pgAdmin ? new PostgresFence(pgAdmin, { table: PG_FENCE_TABLE }) : undefined;
 if (pgAdmin) {
   for (const q of PG_SCHEMA) await pgAdmin.query(q);
-  await new PostgresFence(pgAdmin, { table: PG_FENCE_TABLE }).install();
+  await pgFence!.install();
   say(`  PostgreSQL ${pgServer!.version}: the fenced ledger also runs through PostgresFence, with an unfenced shadow`);
 } else say('  PostgreSQL not installed: the fenced ledger runs without its PostgreSQL twin');
 
@@ -220,6 +221,13 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     log,
     admin,
     onOperator: (done) => observer.operator(done),
+    fences: {
+      // A newer holder's first requests of its hold (the ledger's read, PostgreSQL's fenced read) passed.
+      ahead: async (token) =>
+        store.register('ledger').highest > token &&
+        (!pgFence || ((await pgFence.highestToken(`ledger/${runId}/${plan.name}`)) ?? 0n) > token),
+      stale: (hold) => history.staleHolds.push(hold),
+    },
   });
   const start = now();
   const progress = setInterval(() => {
@@ -280,10 +288,11 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     history.etcdIncrements,
   );
   // Increments whose outcome was unknown: applied exactly when etcd's ledger has their key.
-  const counterOps = settleCounterOps(history.linear, new Set(ledger.kvs.map((kv) => kv.key.toString())));
+  const etcdApplied = new Set(ledger.kvs.map((kv) => kv.key.toString()));
+  const counterOps = settleCounterOps(history.linear, etcdApplied);
   await admin.delete(prefix, { prefix: true });
   const lastRevision = (await admin.getPrefix(prefix)).header.revision;
-  const lives = await observer.finish(lastRevision);
+  const { lives, reached } = await observer.finish(lastRevision);
   nemesis.problems.push(...observer.problems);
   await admin.close();
   await cluster.stop();
@@ -302,11 +311,13 @@ async function runPhase(plan: PhasePlan): Promise<PhaseResult> {
     nemesis,
     observerResumes: observer.resumes,
     lives,
+    record: { reached, wanted: lastRevision },
     start,
     end,
     leaderlessMs,
     leaderlessBoundMs: leaderlessBoundMs(),
     etcdCounter,
+    etcdApplied,
     counterOps,
     cleanup: { notExited, leasesAtExit, unaccounted, leasesLeft, keysLeft, leaseDrainMs },
     pgAdmin,

@@ -2,7 +2,7 @@
 // records each on the common clock. Every fault is healed before the next one starts.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { compare, op, prefixEnd, type Client } from '../src/index.js';
-import type { FaultRecord } from './checker/index.js';
+import type { FaultRecord, StaleHold } from './checker/index.js';
 import { now, type Prng } from './common.js';
 import type { WorkerPool } from './pool.js';
 import type { WorkerProc } from './workers.js';
@@ -32,7 +32,8 @@ export type FaultKind =
   | 'proxy-blackhole'
   | 'proxy-blackhole-member'
   | 'key-delete'
-  | 'lease-revoke';
+  | 'lease-revoke'
+  | 'stale-write';
 
 /** Time from a crash to recovery. */
 export interface FailoverRecord {
@@ -54,8 +55,9 @@ export interface NemesisOptions {
   everyKindFirst?: boolean;
   /**
    * These kinds first, in this order (then the rest of everyKindFirst's). Here a `member-pause`
-   * pauses the Raft leader, and a trap-based fault (ghost-pause, key-delete, lease-revoke) that
-   * caught nobody is tried again (twice at most): a quick run must see each of them happen.
+   * pauses the Raft leader, and a trap-based fault (ghost-pause, key-delete, lease-revoke,
+   * stale-write) that caught nobody, or a stale-write whose writes reached no fence ahead of them,
+   * is tried again (twice at most): a quick run must see each of them happen.
    */
   mustHappen?: FaultKind[];
   /** Keep injecting past `until` (by at most `minFaultsGraceMs`) until this many faults ran: a short
@@ -67,6 +69,12 @@ export interface NemesisOptions {
   admin?: Client;
   /** Operator faults done, for the observer's record (observer.ts): a delete's revision, a revoked lease. */
   onOperator?: (done: { how: 'operator-delete'; revision: bigint } | { how: 'operator-revoke'; lease: string }) => void;
+  /**
+   * For stale-write: `ahead` says whether every fence the fenced workers write through (the fenced
+   * ledger, PostgreSQL's fence table) has seen a token newer than `token`; `stale` is told of each
+   * hold made stale (its key gone and the fences ahead when it woke), which the checker judges.
+   */
+  fences?: { ahead(token: bigint): Promise<boolean>; stale(hold: StaleHold): void };
 }
 
 export class Nemesis {
@@ -77,6 +85,8 @@ export class Nemesis {
   private readonly size: number;
   private ghosts: number;
   private operators = 0;
+  /** The fault just injected did not do what it is for (a stale-write whose writes cannot be judged). */
+  private missed = false;
 
   constructor(options: NemesisOptions) {
     this.o = options;
@@ -117,8 +127,10 @@ export class Nemesis {
       if (rec.end === 0) rec.end = now();
       this.faults.push(rec);
       this.o.log(`fault ${kind} ${rec.target} ${Math.round(rec.end - rec.start)} ms${rec.note ? ` (${rec.note})` : ''}`);
-      // A required trap that caught nobody: again, before anything else.
-      if (required !== undefined && rec.end === rec.start && (retries.get(kind) ?? 0) < 2) {
+      // A required trap that caught nobody (or a stale write that reached no fence): again, before anything else.
+      const missed = rec.end === rec.start || this.missed;
+      this.missed = false;
+      if (required !== undefined && missed && (retries.get(kind) ?? 0) < 2) {
         retries.set(kind, (retries.get(kind) ?? 0) + 1);
         must.unshift(kind);
       }
@@ -343,6 +355,58 @@ export class Nemesis {
         }
         return;
       }
+      case 'stale-write': {
+        // A fenced holder whose assertHeld() just passed freezes before its writes (a GC pause)
+        // until its lease expired, its key is gone and a newer holder has passed the fences; then
+        // it writes with its stale token: to the fenced ledger, to etcd (ownerCompare) and to
+        // PostgreSQL (PostgresFence handed the token alone, so that the database's own compare
+        // decides). Every write must be refused (checker/stale.ts): made every run, whatever else
+        // the faults happened to catch.
+        const { admin, fences } = this.o;
+        if (!admin || !fences) throw new Error('no admin client or fences for stale-write');
+        const w = rng.pick(pool.byRole('fenced').filter((x) => x.alive));
+        rec.target = w.label;
+        rec.worker = w.label;
+        let stale = false;
+        const caught = await w.trapStale(5000, async (token) => {
+          w.pause();
+          rec.start = now();
+          rec.token = token;
+          rec.target = `${w.label} (holding ${token})`;
+          const prefix = Buffer.from(`${w.spec.name}/`);
+          const gone = async (): Promise<boolean> =>
+            // No countOnly (nor limit): etcd counts (and limits) before it filters by CreateRevision.
+            (
+              await admin.range({
+                key: prefix,
+                rangeEnd: prefixEnd(prefix),
+                minCreateRevision: token,
+                maxCreateRevision: token,
+                keysOnly: true,
+              })
+            ).kvs.length === 0;
+          // Past the TTL at least (as a ghost-pause: a freeze that explains the overlap it causes).
+          const least = rec.start + ttlMs + 300;
+          // Not far past the phase's end (as bounded() faults): a stale write not made in time is missed.
+          const limit = Math.max(least, Math.min(rec.start + ttlMs + STALE_WAIT_MS, until + 2000));
+          while (now() < limit && !stale) {
+            await sleep(100);
+            stale = now() >= least && (await gone().catch(() => false)) && (await fences.ahead(token).catch(() => false));
+          }
+          w.resume();
+          rec.end = now();
+          rec.note = stale
+            ? `frozen ${Math.round(rec.end - rec.start)} ms after assertHeld(), until its key was gone and a newer token had passed every fence`
+            : `frozen ${Math.round(rec.end - rec.start)} ms, but no newer holder passed every fence: its writes are not judged`;
+          if (stale) fences.stale({ worker: w.label, token });
+        });
+        if (!caught) {
+          rec.start = rec.end = now();
+          rec.note = 'no stale-pause within 5 s';
+        }
+        if (!stale) this.missed = true;
+        return;
+      }
       case 'worker-crash': {
         const leaders = pool.byRole('election').filter((w) => w.alive && w.holding);
         const w = leaders.length > 0 && rng.chance(0.6) ? rng.pick(leaders) : this.pickWorker(rec, 0.5);
@@ -407,6 +471,9 @@ export class Nemesis {
     }
   }
 }
+
+/** How long past the TTL a stale-write freeze waits for a newer holder to pass every fence. */
+export const STALE_WAIT_MS = 8000;
 
 /** How long a holder whose key an operator took waits for the answer it asked for meanwhile. */
 export const OPERATOR_HOLD_MS = 1500;

@@ -6,7 +6,7 @@ import type { KeyEnd, KeyLife } from './revisions.js';
 
 export class Observer {
   readonly lives: KeyLife[] = [];
-  /** Harness problems: a gap the watch could not close, an error that ended it. */
+  /** Harness problems: a compacted start the watch could not resume from. */
   readonly problems: string[] = [];
   /** Times the watch was re-created (each from the revision after the last one seen). */
   resumes = 0;
@@ -39,12 +39,14 @@ export class Observer {
 
   /**
    * Stops once the watch has seen revision `upTo` (the store's revision after the phase's cleanup,
-   * say), then settles the record: the operator's deletes and revokes named as such.
+   * say), or after `limitMs`, then settles the record: the operator's deletes and revokes named as
+   * such. Returns it with the revision it reached: a record that ends before `upTo` is incomplete
+   * (checker/record.ts), and nothing after its end may be judged on it.
    */
-  async finish(upTo: bigint, limitMs = 15_000): Promise<KeyLife[]> {
+  async finish(upTo: bigint, limitMs = 15_000): Promise<{ lives: KeyLife[]; reached: bigint }> {
     const deadline = performance.now() + limitMs;
     while (this.next <= upTo && performance.now() < deadline && this.loop) await new Promise((r) => setTimeout(r, 50));
-    if (this.next <= upTo) this.problems.push(`observer: watch reached revision ${this.next - 1n}, not ${upTo}, within ${limitMs} ms`);
+    const reached = this.next - 1n;
     this.stop.abort();
     await this.loop;
     await Promise.all(this.asked);
@@ -53,7 +55,7 @@ export class Observer {
       if (this.operatorDeletes.has(l.deleted)) l.how = 'operator-delete';
       else if (this.operatorRevokes.has(l.lease) && l.how !== 'deleted') l.how = 'operator-revoke';
     }
-    return this.lives;
+    return { lives: this.lives, reached };
   }
 
   private born(key: string, create: bigint, lease: bigint): void {

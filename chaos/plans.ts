@@ -29,14 +29,17 @@ export const LOOPBACK_WEIGHTS: Partial<Record<FaultKind, number>> = {
   'proxy-blackhole-member': 2,
   'key-delete': 2,
   'lease-revoke': 2,
+  'stale-write': 2,
 };
 /**
  * What a quick loopback phase must see, first (the nemesis's mustHappen): a Raft leader paused past
- * the TTL, a holder frozen inside its critical section, and an operator taking a holder's key away
- * both ways (the key deleted twice: a fenced holder whose worker takes the lock again meanwhile, and
- * a leader; nemesis.ts OPERATOR_VICTIMS). test/chaos.test.ts fails a CI run in which one of them did not happen.
+ * the TTL, a holder frozen inside its critical section, a stale fenced holder's writes reaching every
+ * fence (the run fails when they were judged nowhere: checker/verdict.ts), and an operator taking a
+ * holder's key away both ways (the key deleted twice: a fenced holder whose worker takes the lock
+ * again meanwhile, and a leader; nemesis.ts OPERATOR_VICTIMS). test/chaos.test.ts fails a CI run in
+ * which one of the others did not happen.
  */
-export const QUICK_MUST_HAPPEN: FaultKind[] = ['member-pause', 'ghost-pause', 'key-delete', 'lease-revoke', 'key-delete'];
+export const QUICK_MUST_HAPPEN: FaultKind[] = ['member-pause', 'ghost-pause', 'stale-write', 'key-delete', 'lease-revoke', 'key-delete'];
 export const NETNS_WEIGHTS: Partial<Record<FaultKind, number>> = {
   partition: 6,
   'member-kill': 1,
@@ -46,6 +49,7 @@ export const NETNS_WEIGHTS: Partial<Record<FaultKind, number>> = {
   'worker-crash': 1,
   'proxy-cut': 1,
   'key-delete': 1,
+  'stale-write': 1,
 };
 /** The phases: loopback 65% and netns 35% of the fault time where namespaces work, else loopback alone. */
 export function phasePlans(chaosSeconds: number, netnsOk: boolean): PhasePlan[] {

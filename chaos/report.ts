@@ -12,6 +12,8 @@ import {
   type OverlapReport,
   type PermitsReport,
   type RWReport,
+  type RecordExtent,
+  type StaleWritesReport,
   type Violation,
 } from './checker/index.js';
 import { now, type CoreRole, type RecipeRole, type Role } from './common.js';
@@ -75,6 +77,8 @@ export interface PhaseResult {
    */
   /** The fenced ledger's twin on PostgreSQL through PostgresFence, and its unfenced shadow (null: no PostgreSQL). */
   pgLedger: PgLedgerReport | null;
+  /** The holds made stale (nemesis stale-write) and what each fence did with their writes. */
+  stale: Omit<StaleWritesReport, 'violations'>;
   /** Porcupine's verdict on the etcd counter's and the fenced ledger's operations (chaos/porcupine.ts). */
   porcupine: PorcupineResult[];
   /** From the faults' end (cluster healthy) to the first term begun, 0 if one was under way; null: none within the bound. */
@@ -92,6 +96,10 @@ export interface PhaseResult {
     foreignDeletes: number;
     observerResumes: number;
   };
+  /** How far the observer's record goes; `beyond`: grants and reads after its end, not judged. */
+  record: RecordExtent & { beyond: number };
+  /** How many things each check judged (a check that judged nothing in the whole run fails it). */
+  judged: Record<string, number>;
   failover: { kind: string; atS: number; raftMs?: number; firstAcquireMs?: number; newLeaderMs?: number }[];
   /** The longest stretch without an acquisition, and when it began (s into the phase). */
   liveness: Record<CoreRole, { ms: number; atS: number }>;
@@ -130,6 +138,8 @@ export function summarize(results: PhaseResult[], run: RunFacts) {
       stuckWaits: r.stuckWaits,
       problems: r.problems,
       cleanupOk: r.cleanup.ok,
+      record: r.record,
+      judged: r.judged,
     })),
     run.fatal,
   );
@@ -280,6 +290,15 @@ export function printTable(results: PhaseResult[]): void {
       : 'no PostgreSQL',
   );
   row('  unfenced shadow: writes, lost updates', (r) => (r.pgLedger ? `${r.pgLedger.shadowWrites}, ${r.pgLedger.shadowLostUpdates}` : '-'));
+  row(
+    'stale holds: writes judged by ledger / etcd / PostgreSQL',
+    (r) => `${r.stale.holds}: ${r.stale.judged.ledger} / ${r.stale.judged.etcd} / ${r.pgLedger ? r.stale.judged.pg : '-'}`,
+  );
+  row('record: revision reached (of)', (r) =>
+    r.record.reached >= r.record.wanted
+      ? `${r.record.reached}`
+      : `${r.record.reached} of ${r.record.wanted}: INCOMPLETE (${r.record.beyond} not judged)`,
+  );
   row('leaderless after the faults ended (ms)', (r) => r.leaderlessAfterFaultsMs ?? 'none within the bound');
   row(
     'porcupine (operations: verdict)',

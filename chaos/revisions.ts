@@ -124,26 +124,30 @@ export function hasBug15247(version: string | undefined): boolean {
 }
 
 /**
- * Holds lost to their key's deletion (`lostReason` as worker-loss.ts lossClock() reports it) where etcd's
- * history shows a plain delete while the key's lease lived, not the operator's: in a correct build
- * only a holder's own release deletes a live lease's key, and a release is not a loss. So someone
- * deleted a key that was not theirs to delete, such as a late release of an older incarnation of the
- * same key (a release that is not guarded on its CreateRevision).
+ * Holds lost to their key's deletion (`lostReason` `key_deleted`, as worker-loss.ts lossClock()
+ * reports it) where etcd's history shows a plain delete while the key's lease lived, not the
+ * operator's: in a correct build only a holder's own release deletes a live lease's key, and a
+ * release is not a loss. So someone deleted a key that was not theirs to delete, such as a late
+ * release of an older incarnation of the same key (a release that is not guarded on its
+ * CreateRevision). `judged`: the holds lost to a deletion that the record shows.
  */
 export function foreignDeletes(
   holds: { worker: string; token: bigint; lost: boolean; lostReason?: string }[],
   lives: KeyLife[],
   check: string,
-): Violation[] {
+): { violations: Violation[]; judged: number } {
   const violations: Violation[] = [];
+  let judged = 0;
   for (const h of holds) {
-    if (!h.lost || !h.lostReason?.endsWith('is no longer owned: its key was deleted')) continue;
+    if (!h.lost || h.lostReason !== 'key_deleted') continue;
     const life = lives.find((l) => l.create === h.token);
-    if (life?.deleted === undefined || life.how !== 'deleted') continue;
+    if (life?.deleted === undefined) continue;
+    judged++;
+    if (life.how !== 'deleted') continue;
     violations.push({
       check,
       detail: `${h.worker} (token ${h.token}) lost ${life.key}: deleted at revision ${life.deleted} while its lease lived, by neither its holder's release nor the operator`,
     });
   }
-  return violations;
+  return { violations, judged };
 }

@@ -20,7 +20,7 @@ import {
   UnavailableError,
   WriteOutcomeUnknownError,
 } from '../src/index.js';
-import type { EtcdIncrementReport, HeldInterval, LeaseGoneReport, Term } from './checker/index.js';
+import type { EtcdIncrementReport, HeldInterval, LeaseGoneReport, StaleHold, Term } from './checker/index.js';
 import type { RecipeEvent, LockRole, Role } from './common.js';
 import type { PgIncrementReport } from './pg-ledger.js';
 import type { LinearOp } from './porcupine.js';
@@ -64,6 +64,8 @@ export class History {
   };
   readonly etcdIncrements: EtcdIncrementReport[] = [];
   readonly pgIncrements: PgIncrementReport[] = [];
+  /** Holds the nemesis made stale (stale-write): each of their writes must have been refused. */
+  readonly staleHolds: StaleHold[] = [];
   readonly errors = new Map<string, number>();
   /** Errors that are not this library's (EtcdError family) nor an abort: possible bugs. */
   readonly unexpectedErrors: string[] = [];

@@ -22,6 +22,8 @@ export class StoreDesk {
    * and answer only once that is done and `take` returns.
    */
   private trap?: { kind: 'freeze'; fire: () => void; careful: boolean } | { kind: 'operator'; take: (token: bigint) => Promise<void> };
+  /** Armed by the nemesis (trapStale()): runs at this worker's next stale-pause, before it writes. */
+  private staleTrap?: (token: bigint) => Promise<void>;
 
   constructor(private readonly worker: DeskWorker) {}
 
@@ -72,6 +74,41 @@ export class StoreDesk {
     }
     this.worker.send({ t: 'store-reply', id: e.id, ok: entry.ok, value: entry.value, highest: highest.toString(), careful });
     this.worker.answered(e, entry, label);
+  }
+
+  /**
+   * A stale hold paused before its writes (worker.ts stalePause()): the armed trap runs with its
+   * token, then the worker is told to go on; at once when no trap is armed (it then writes as any
+   * plain holder does).
+   */
+  stalePaused(token: bigint): void {
+    const take = this.staleTrap;
+    this.staleTrap = undefined;
+    if (!take) return this.worker.send({ t: 'stale-go' });
+    void take(token).finally(() => this.worker.send({ t: 'stale-go' }));
+  }
+
+  /**
+   * Asks the worker for a stale hold and arms its trap: at its stale-pause, `take` runs with the
+   * hold's token and the worker writes only once `take` returns. Resolves true once `take` has run,
+   * false if no stale-pause came within `limitMs`.
+   */
+  trapStale(limitMs: number, take: (token: bigint) => Promise<void>): Promise<boolean> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.staleTrap = undefined;
+        resolve(false);
+      }, limitMs);
+      this.staleTrap = async (token) => {
+        clearTimeout(timer);
+        try {
+          await take(token);
+        } finally {
+          resolve(true);
+        }
+      };
+      this.worker.send({ t: 'stale' });
+    });
   }
 
   /** Resolves true once the worker was frozen right after the first request of a hold, false after `limitMs`. */

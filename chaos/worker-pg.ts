@@ -3,7 +3,7 @@
 // unfenced shadow register beside it (pg-ledger.ts judges both).
 import pg from 'pg';
 import { OwnershipLostError, type LockHandle } from '../src/index.js';
-import { PostgresFence, StaleTokenError } from '../src/fencing/index.js';
+import { PostgresFence, StaleTokenError, type FencingHandle } from '../src/fencing/index.js';
 import { now, type WorkerEvent } from './common.js';
 import { PG_FENCE_TABLE } from './pg-ledger.js';
 
@@ -20,8 +20,8 @@ export type PgRead = { value: number } | { outcome: PgOutcome; error?: string };
  * just before COMMIT); a plain one only its token, as a client that does not check would, so that
  * the database alone refuses it when stale.
  */
-function fencingOf(handle: LockHandle, careful: boolean): LockHandle | { fencingToken: bigint; assertHeld(): void } {
-  return careful ? handle : { fencingToken: handle.fencingToken, assertHeld: (): void => {} };
+function fencingOf(handle: LockHandle, careful: boolean): FencingHandle {
+  return careful ? handle : { fencingToken: handle.fencingToken, assertHeld: (): void => {}, session: handle.session };
 }
 
 export class PgLedger {

@@ -50,6 +50,8 @@ process.stdin.on(
     const m = JSON.parse(line) as ParentMessage;
     if (m.t === 'stop') stop.abort(new Error('worker stopping'));
     else if (m.t === 'sibling') siblingRun = siblingOnce(m.holdMs);
+    else if (m.t === 'stale') staleNext = true;
+    else if (m.t === 'stale-go') staleGo?.();
     else if (m.t === 'store-reply') settleStore(m);
   }),
 );
@@ -142,6 +144,26 @@ async function reportStuck(key: string, started: number): Promise<void> {
 // The PostgreSQL ledger (fenced role; worker-pg.ts).
 const pgLedger = cfg.pg ? new PgLedger(cfg.pg, emit) : undefined;
 
+/** The parent asked for a stale hold ('stale'): the next fenced cycle is one. */
+let staleNext = false;
+/** Resolves the stale hold's wait for 'stale-go'. */
+let staleGo: (() => void) | undefined;
+
+/**
+ * A stale hold's pause: assertHeld() passed (the hold is ours now), then the writes wait for the
+ * parent's 'stale-go', by which time the parent has frozen this process until its lease expired and
+ * a newer holder passed the fences. The writes that follow carry a stale token, as a holder's would
+ * after a GC pause between its check and its write. False if the check already failed.
+ */
+async function stalePause(handle: LockHandle): Promise<boolean> {
+  if (!stillHeld(handle)) return false;
+  const go = new Promise<void>((resolve) => (staleGo = resolve));
+  emit({ t: 'stale-pause', token: handle.fencingToken.toString(), at: now() });
+  await go;
+  staleGo = undefined;
+  return true;
+}
+
 async function fencedCycle(): Promise<void> {
   await siblingRun; // one cycle per incarnation: never join the sibling's hold
   const s = await currentSession();
@@ -152,12 +174,16 @@ async function fencedCycle(): Promise<void> {
   void witness(token);
   const loss = lossClock(handle);
   const shadow = await pgLedger?.shadowRead();
+  const stale = staleNext;
+  staleNext = false;
   try {
     // 1. The fenced ledger: read and write carry the token; the store refuses older tokens.
     const coin = rng.chance(0.5);
     const r = await store('read', 'ledger', token);
-    const careful = r.careful ?? coin;
+    // A stale hold is a plain holder (its own check comes before the pause, not at each write).
+    const careful = stale ? false : (r.careful ?? coin);
     const pgRead = await pgLedger?.read(handle, careful);
+    if (stale && !(await stalePause(handle))) return;
     if (r.ok) {
       await pause(between(cfg.holdMs));
       let skip = false;

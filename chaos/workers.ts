@@ -297,6 +297,9 @@ export class WorkerProc {
       case 'careful-skip':
         h.carefulSkips.push(this.t(e.at));
         break;
+      case 'stale-pause':
+        this.desk.stalePaused(BigInt(e.token));
+        break;
       case 'term-start':
         this.holding = { token: BigInt(e.token), from: this.t(e.at), ...this.sessionFrom(this.sessionAt.get(e.lease)), lease: e.lease };
         this.sessionAt.delete(e.lease);
@@ -441,6 +444,11 @@ export class WorkerProc {
   /** Resolves true once the worker was frozen right after the first request of a hold, false after `limitMs`. */
   trapNextRead(limitMs: number, careful: boolean): Promise<boolean> {
     return this.desk.trapNextRead(limitMs, careful);
+  }
+
+  /** Arms a stale-write trap (StoreDesk.trapStale()). */
+  trapStale(limitMs: number, take: (token: bigint) => Promise<void>): Promise<boolean> {
+    return this.desk.trapStale(limitMs, take);
   }
 
   /** Arms an operator trap (StoreDesk.trapNextHold()). */

@@ -1,7 +1,7 @@
 // Hooks without OpenTelemetry: `node:diagnostics_channel` channels, one per event, and an optional
 // pino-shaped logger (ClientOptions.logger). Both cost one boolean check when nobody listens: a
 // payload is built only when a channel has subscribers or a logger is set. The names and payloads
-// are public API (README, "Diagnostics channels"); every channel object lives here.
+// are public API (docs/operating.md, "Diagnostics channels and a logger"); every channel object lives here.
 import diagnosticsChannel from 'node:diagnostics_channel';
 import type { OwnershipEndReason, SessionEndReason } from './errors.js';
 

@@ -51,7 +51,14 @@ export {
   type OwnershipEndReason,
 } from './errors.js';
 // The fences live in etcd-concurrency/fencing; their errors are here too, for one catch site.
-export { StaleTokenError, FenceNotInstalledError, FenceUnavailableError } from './fencing/errors.js';
+export {
+  StaleTokenError,
+  ForeignTokenError,
+  FenceNotInstalledError,
+  FenceUnavailableError,
+  FenceTransactionError,
+  UntrustedFenceTableError,
+} from './fencing/errors.js';
 export { Session, MAX_TTL, type SessionOptions } from './session.js';
 export {
   CHANNEL as DIAGNOSTICS_CHANNEL,

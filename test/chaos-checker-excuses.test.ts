@@ -4,6 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
+  BEYOND_RECORD_CAUSE,
   checkElection,
   checkLeaseExpiries,
   DEPOSED_LEADER_WINDOW_MS,
@@ -136,6 +137,21 @@ test('election overlap: a leader whose live lease a woken deposed Raft leader re
     bare.violations[0]!.detail,
     /election-2#2 \(token 9360\) still held until 444 ms after election-0#1 \(token 9374\) started: unexplained/,
   );
+});
+
+test("election overlap: a record that ended before the next leader's witness neither excuses etcd 15247 nor fails on it (not judged)", () => {
+  // The observer's watch stalled at 9375: the key's removal at 9370 is in the record, a later one is not.
+  const unrecorded = revokedKeys.map(({ deleted: _, how: __, ...k }) => k);
+  const stalled = { ...onBuggyEtcd, keys: unrecorded, recordEnd: 9375n };
+  const report = twoLeaders(revokedPair(), [leaderPause]);
+  assert.equal(report.overlaps.byDeposedLeader, 1);
+  const beyond = checkElection(revokedPair(), emptyRegister(), [leaderPause], stalled);
+  assert.deepEqual(beyond.violations, []);
+  assert.deepEqual(beyond.overlaps.byCause, { [BEYOND_RECORD_CAUSE]: 1 });
+  // A complete record without the removal: a violation, as before.
+  failed(checkElection(revokedPair(), emptyRegister(), [leaderPause], { ...onBuggyEtcd, keys: unrecorded }), 'complete record');
+  // Beyond the record but no etcd 15247 by the clock (the leader pause too short): a violation still.
+  failed(checkElection(revokedPair(), emptyRegister(), [{ ...leaderPause, start: leaderPause.end - 1000 }], stalled), 'pause too short');
 });
 
 test('election overlap: etcd 15247 does not excuse a leader that released its term (or died) rather than saw it lost', () => {

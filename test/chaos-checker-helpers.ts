@@ -24,7 +24,16 @@ export const fault = (kind: string, worker: string | undefined, start: number, e
   start,
   end,
 });
-export const clean: PhaseVerdictInput = { name: 'p', violations: [], unexpectedErrors: [], stuckWaits: [], problems: [], cleanupOk: true };
+export const clean: PhaseVerdictInput = {
+  name: 'p',
+  violations: [],
+  unexpectedErrors: [],
+  stuckWaits: [],
+  problems: [],
+  cleanupOk: true,
+  record: { reached: 100n, wanted: 100n },
+  judged: { 'fenced-ledger': 5 },
+};
 export const emptyRegister = (): FencedRegister => new FencedRegister('election');
 /** The TTL (seconds) of the sessions in these histories. */
 export const TTL = 3;

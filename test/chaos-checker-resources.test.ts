@@ -1,10 +1,11 @@
 // The chaos checker on the resources holders write (chaos/checker/fenced.ts, counter.ts, permits.ts,
 // rw.ts; chaos/pg-ledger.ts): each test feeds it the records a broken build would leave (lost
-// updates, a stale holder let through, an operation applied twice) and expects the verdict to fail.
+// updates, a stale holder let through, an operation applied twice) and expects the verdict to fail;
+// chaos/checker/stale.ts judges the writes of the hold every run makes stale.
 // Pure: no etcd.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { checkEtcdCounter, checkFencedLedger, checkPermits, checkRW, verdict } from '../chaos/checker/index.js';
+import { checkEtcdCounter, checkFencedLedger, checkPermits, checkRW, checkStaleWrites, verdict } from '../chaos/checker/index.js';
 import { FencedPermits, FencedRegister, FencedRW, type PermitEntry, type RWEntry } from '../chaos/fenced-store.js';
 import { clean } from './chaos-checker-helpers.js';
 
@@ -259,4 +260,43 @@ test("PostgreSQL ledger: a value written twice, a gap, a miscount and a lost ack
     stale.violations.map((v) => v.check),
     ['pg-token-order'],
   );
+});
+
+test('stale holds: every write of a hold made stale must be refused by its fence; one let through is a violation, one of unknown outcome is not judged', () => {
+  const hold = { worker: 'fenced-1#1', token: 40n };
+  const ledger = new FencedRegister('ledger');
+  ledger.read('fenced-1#1', 40n, 0);
+  ledger.read('fenced-0#1', 45n, 1); // the newer holder, while fenced-1 was frozen
+  ledger.write('fenced-0#1', 45n, 1, 2, 'b/1');
+  ledger.write('fenced-1#1', 40n, 1, 3, 'a/1'); // refused: 40 < 45
+  const etcd = (outcome: 'accepted' | 'rejected' | 'unknown', opKey = 'ops/40') => ({
+    worker: 'fenced-1#1',
+    token: 40n,
+    opKey,
+    value: 2,
+    outcome,
+  });
+  const pg = (outcome: 'committed' | 'refused' | 'failed') => ({
+    worker: 'fenced-1#1',
+    opId: 'a/1',
+    token: 40n,
+    outcome,
+    shadowWritten: true,
+  });
+  const refused = checkStaleWrites([hold], ledger.log, [etcd('rejected')], new Set(), [pg('refused')]);
+  assert.deepEqual(refused.violations, []);
+  assert.deepEqual(refused.judged, { ledger: 1, etcd: 1, pg: 1 });
+  // A fence that compares nothing lets each of them through.
+  const open = new FencedRegister('ledger');
+  open.write('fenced-1#1', 40n, 1, 3, 'a/1');
+  const through = checkStaleWrites([hold], open.log, [etcd('accepted'), etcd('unknown', 'ops/41')], new Set(['ops/41']), [pg('committed')]);
+  assert.deepEqual(
+    through.violations.map((v) => v.check),
+    ['fenced-stale-write-accepted', 'etcd-stale-increment-accepted', 'etcd-stale-increment-accepted', 'pg-stale-write-accepted'],
+  );
+  // Unknown outcomes that did not apply, and failures, are not judged; nor are other holds' writes.
+  const unknown = checkStaleWrites([hold], [], [etcd('unknown')], new Set(), [pg('failed'), { ...pg('committed'), token: 41n }]);
+  assert.deepEqual(unknown, { holds: 1, judged: { ledger: 0, etcd: 0, pg: 0 }, violations: [] });
+  // Without PostgreSQL, its part judges nothing.
+  assert.equal(checkStaleWrites([hold], [], [], new Set(), undefined).judged.pg, 0);
 });

@@ -1,8 +1,10 @@
 // The quick fault-injection run (`npm run chaos -- --quick`) as a test: a real 3-member etcd, several
 // worker processes, and a nemesis killing, pausing and cutting off members and workers for about a
 // minute. The run itself judges the history (chaos/checker/); here we check its verdict: exit 0,
-// no violation of any check, no unexpected error, no stuck wait, no harness problem, and nothing
-// left behind. test/chaos-checker.test.ts shows that each of those verdicts can fail.
+// no violation of any check, no unexpected error, no stuck wait, no harness problem, nothing left
+// behind, a complete record of etcd's history, and no check that judged nothing (a stale fenced
+// holder's writes reach every fence in every run). test/chaos-checker-*.test.ts show that each of
+// those verdicts can fail.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';

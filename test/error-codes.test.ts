@@ -43,11 +43,11 @@ function exportedErrorClasses(): Map<string, ErrorClass> {
   return out;
 }
 
-/** The README's error-code table: code → class name. */
+/** The error-code table of docs/errors.md: code → class name. */
 async function readmeTable(): Promise<Map<string, string>> {
-  const readme = await readFile(path.join(root, 'README.md'), 'utf8');
+  const readme = await readFile(path.join(root, 'docs/errors.md'), 'utf8');
   const section = /<!-- error-codes:start -->\n([\s\S]*?)<!-- error-codes:end -->/.exec(readme);
-  assert.ok(section, 'the README has an error-codes table between its markers');
+  assert.ok(section, 'docs/errors.md has an error-codes table between its markers');
   const rows = new Map<string, string>();
   for (const m of section[1]!.matchAll(/^\| `(ERR_[A-Z0-9_]+)` \| `(\w+)`/gm)) {
     assert.ok(!rows.has(m[1]!), `${m[1]} listed twice`);

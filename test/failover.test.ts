@@ -1,4 +1,4 @@
-// README claims about moving between endpoints, on real etcd:
+// The claims of docs/tuning.md about moving between endpoints, on real etcd:
 // - callTimeoutMs is the budget of one call *including* failover retries: a retryable call that meets
 //   a member which stopped answering mid-call moves on within that budget (each attempt gets a share
 //   of it), and the whole round over hung members ends when the budget does;

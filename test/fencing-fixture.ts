@@ -16,9 +16,6 @@ import { etcdForFile } from './helpers.js';
 /** A name no other test uses, valid as a PostgreSQL identifier and a Redis key. */
 export const unique = (scope: string): string => `${scope}_${randomBytes(4).toString('hex')}`;
 
-/** A handle of our own making, with a fixed token that always claims to hold. */
-export const token = (n: bigint): HeldFencingHandle => ({ fencingToken: n, assertHeld() {} });
-
 /** A pg Pool on the file's PostgreSQL for one test; `await using` ends it. */
 export function pool(server: PostgresServer): pg.Pool & AsyncDisposable {
   const p = new pg.Pool({ connectionString: server.connectionString, max: 4 });
@@ -78,8 +75,23 @@ export class Counted extends MetricReader {
 export function fencingFixture(root: string) {
   let cluster: EtcdCluster;
   let client: Client;
-  const fresh = etcdForFile(root, (e, c) => ((cluster = e), (client = c)), { beforeChecks: killHolders });
+  let shared: Promise<Session> | undefined;
+  const fresh = etcdForFile(root, (e, c) => ((cluster = e), (client = c)), {
+    beforeChecks: async () => {
+      await killHolders();
+      await (await shared)?.close();
+    },
+  });
   const etcd = (): EtcdCluster => cluster;
+
+  /**
+   * A handle of our own making with a fixed token that always claims to hold, on a session of the
+   * file's etcd (one for the file, made on first use): the fence learns the etcd id there.
+   */
+  async function token(n: bigint): Promise<HeldFencingHandle> {
+    shared ??= Session.create(client, { ttl: 30 });
+    return { fencingToken: n, assertHeld() {}, session: await shared };
+  }
 
   /** A Session on the file's etcd, closed by `await using`. */
   async function session(ttl = 10): Promise<Session> {
@@ -133,5 +145,5 @@ export function fencingFixture(root: string) {
     return events;
   }
 
-  return { fresh, etcd, session, ghost, race };
+  return { fresh, etcd, session, token, ghost, race };
 }

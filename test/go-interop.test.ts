@@ -13,6 +13,7 @@ import assert from 'node:assert/strict';
 import { Client, Mutex, Session } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import { queueOf } from '../src/queue/state.js';
+import { mayLoseWatchEvents } from '../src/queue/watch-trust.js';
 import { EventLog, assertNoKeys, assertNoLeases, etcdForFile, settle, track } from './helpers.js';
 import { type GoFleet, goStarter, closeGoFleets } from './go-fleet.js';
 import { mixedQueue, tsIncrement } from './go-mixed-queue.js';
@@ -78,7 +79,12 @@ describe('Go and TypeScript on one lock', () => {
         const who = [...Array.from({ length: 33 }, (_, i) => `ts-l${i}`), 'go-1', 'ts-a', 'go-2', 'ts-b', 'ts-c', 'go-3'];
         const r = await mixedQueue(c, go, name, counter, who, sessions);
         log = r.log;
-        assert.ok(queueOf(c).views.live(Buffer.from(`${name}/`)), 'the later joins went through the view of the long queue');
+        // Where the member's watch can lose an event (3.4 before 3.4.36) the joins read their place instead.
+        assert.equal(
+          queueOf(c).views.live(Buffer.from(`${name}/`)) !== undefined,
+          !mayLoseWatchEvents(etcd.version),
+          'the later joins went through the view of the long queue, where one can be exact',
+        );
         assert.deepEqual(r.violations, [], 'one holder at a time');
         assert.deepEqual(r.order, who, 'served in queue order, across languages');
         const byRev = [...r.created.entries()].sort((a, b) => (a[1] < b[1] ? -1 : 1)).map(([w]) => w);

@@ -1,5 +1,6 @@
-// The README's claim about the shared keepalive stream, on real etcd behind proxies (two "endpoints"
-// in front of one member, so the leases are the same wherever they are renewed):
+// The claim of docs/tuning.md (endpoints) about the shared keepalive stream, on real etcd behind
+// proxies (two "endpoints" in front of one member, so the leases are the same wherever they are
+// renewed):
 // - when the stream answers nothing at all for TTL/10 (0.25–2 s) while renewals wait, it moves to
 //   the next endpoint and renews every lease there: a paused or partitioned member costs one retry;
 // - a busy member that answers slowly is kept.

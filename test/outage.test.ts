@@ -1,7 +1,7 @@
 // etcd stopped for longer than the TTL, then started again: runAsLeader keeps
 // trying between terms (capped backoff, counted in etcd_concurrency.election.retries, published on
 // the `etcd-concurrency:leader:retry` diagnostics channel) and leads again once etcd is back;
-// withLock ends with the session's loss (its caller makes a new session: the README's worker loop);
+// withLock ends with the session's loss (its caller makes a new session: docs/locks.md's worker loop);
 // `elect --listen` says the cluster is unreachable, and reports the leader of a fresh cluster.
 // Every wait is on an event: the retries' own waits add up to more than the TTL before etcd starts.
 import { after, before, describe, test } from 'node:test';
@@ -194,7 +194,7 @@ describe('withLock through an outage longer than the TTL (decided: no retry; the
       assert.equal(ran, false);
       await aborted(held.signal);
       await etcd.restart(0);
-      // The worker loop of the README: a new session after a loss.
+      // The worker loop of docs/locks.md: a new session after a loss.
       const fresh = await Session.create(client, { ttl: TTL });
       try {
         assert.equal(await withLock(fresh, name, () => 'ran'), 'ran');

@@ -49,7 +49,7 @@ before(async () => {
   const stage = path.join(work, 'stage');
   const manifest = JSON.parse(await readFile(path.join(root, 'package.json'), 'utf8')) as { files: string[] };
   await mkdir(stage);
-  for (const f of ['package.json', 'tsconfig.json', 'README.md', 'LICENSE', 'src', 'docs', 'etcd']) {
+  for (const f of ['package.json', 'tsconfig.json', 'README.md', 'CONTRIBUTING.md', 'LICENSE', 'src', 'docs', 'etcd']) {
     await cp(path.join(root, f), path.join(stage, f), { recursive: true });
   }
   assert.ok(manifest.files.includes('dist'), 'files lists dist');
@@ -417,17 +417,19 @@ describe("the README's project setup", () => {
     assert.match(readme, /npm pkg set type=module/, 'and makes the project a module');
     const tsconfig = JSON.parse(box[1]!) as { compilerOptions: Record<string, unknown> };
     const dir = path.join(consumer, 'setup-box');
-    await mkdir(dir, { recursive: true });
+    const rootDir = String(tsconfig.compilerOptions.rootDir ?? '.');
+    await mkdir(path.join(dir, rootDir), { recursive: true });
     await writeFile(path.join(dir, 'package.json'), JSON.stringify({ type: 'module' }));
+    // The box as it is; only @types/node comes from this checkout (the consumer has not installed it).
     await writeFile(
       path.join(dir, 'tsconfig.json'),
       JSON.stringify({
-        compilerOptions: { ...tsconfig.compilerOptions, types: ['node'], typeRoots: [path.join(root, 'node_modules/@types')] },
-        files: ['main.ts'],
+        ...tsconfig,
+        compilerOptions: { ...tsconfig.compilerOptions, typeRoots: [path.join(root, 'node_modules/@types')] },
       }),
     );
     await writeFile(
-      path.join(dir, 'main.ts'),
+      path.join(dir, rootDir, 'main.ts'),
       `import { Client, Mutex, Session } from 'etcd-concurrency';
 const client = new Client(); // ETCDCTL_ENDPOINTS, as dev prints it
 {

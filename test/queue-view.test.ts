@@ -6,6 +6,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, Mutex, Session, type LockHandle } from '../src/index.js';
 import { queueOf } from '../src/queue/state.js';
+import { mayLoseWatchEvents } from '../src/queue/watch-trust.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { assertNoKeys, closeAll, etcdForFile, grpcStarted, serverState, track, type Tracked, waitersBlocked } from './helpers.js';
 
@@ -15,6 +16,8 @@ let client: Client;
 const fresh = etcdForFile(ROOT, (e, c) => ((etcd = e), (client = c)));
 const T = { timeout: 120_000 };
 
+/** The file's etcd may lose a watch event near a compaction (then the client makes no view). */
+const lossy = (): boolean => mayLoseWatchEvents(etcd.version);
 const watchersNow = async (): Promise<number> => (await serverState(etcd.clientUrls[0]!)).watchers;
 
 /** A queue longer than 32 on `name`, all on client `c`: the holder and `n - 1` waiters, enqueued one after the other. */
@@ -70,7 +73,10 @@ describe('joining a long queue', T, () => {
     const more = await Session.create(c, { ttl: 30 });
     try {
       q = await longQueue(c, name, 35);
-      assert.ok(queueOf(c).views.live(Buffer.from(`${name}/`)), 'the client watches the long queue');
+      const view = queueOf(c).views.live(Buffer.from(`${name}/`));
+      // A member whose watch may lose an event near a compaction gets no view: a lost create would
+      // name a predecessor older than the real one.
+      assert.equal(view !== undefined, !lossy(), lossy() ? `no view on etcd ${etcd.version}` : 'the client watches the long queue');
       const base = await watchersNow();
       const txns = await grpcStarted(etcd.clientUrls[0]!, 'Txn');
       const spy = rangeReads(c);
@@ -81,9 +87,13 @@ describe('joining a long queue', T, () => {
       } finally {
         spy.restore();
       }
-      assert.equal(spy.n, 0, 'no request of the join read a range of keys');
-      // The enqueue (a put), and the check of our key and our predecessor unless the watch covers it.
-      assert.ok((await grpcStarted(etcd.clientUrls[0]!, 'Txn')) - txns <= 2);
+      if (lossy()) {
+        assert.ok(spy.n > 0, 'without a view the join reads its place');
+      } else {
+        assert.equal(spy.n, 0, 'no request of the join read a range of keys');
+        // The enqueue (a put), and the check of our key and our predecessor unless the watch covers it.
+        assert.ok((await grpcStarted(etcd.clientUrls[0]!, 'Txn')) - txns <= 2);
+      }
       await q.holder.unlock();
       await Promise.all([...q.waiting, joined].map((t) => t.promise));
     } finally {
@@ -104,7 +114,7 @@ describe('joining a long queue', T, () => {
     const other = `${name}/${lease.id.toString(16)}`;
     try {
       q = await longQueue(c, name, 35);
-      assert.ok(queueOf(c).views.live(Buffer.from(`${name}/`)), 'the client watches the long queue');
+      assert.equal(queueOf(c).views.live(Buffer.from(`${name}/`)) !== undefined, !lossy(), 'a view where it can be exact');
       await client.put(other, '', { lease: lease.id });
       const base = await watchersNow();
       let held: LockHandle | undefined;

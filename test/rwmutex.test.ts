@@ -141,6 +141,38 @@ describe('RWMutex: sharing and exclusion', () => {
     }),
   );
 
+  it('no writer starvation by one process: its read asked for after a writer queued waits for that writer', { timeout: 60_000 }, () =>
+    withWaiters('one-process-reads', { own: 0, waiting: 2 }, async ({ name, probe, waiting: [r, w], pending }) => {
+      const reads = new RWMutex(r!, name);
+      // A server taking a read lock per request under steady load: the reads always overlap.
+      const h1 = await reads.rLock();
+      const writer = track(new RWMutex(w!, name).lock());
+      await probe.blocked(1);
+      const asked = probe.txns;
+      const h2 = track(reads.rLock()); // asked for after the writer queued
+      pending.push(writer, h2);
+      // Without the rule it joins h1's key and holds at once, and the key never goes while reads overlap.
+      await probe.quiet('the second read to have asked etcd', () => probe.txns > asked);
+      assert.equal(h2.settled, false, 'the later read waits');
+      await h1.unlock();
+      const hw = await writer.promise;
+      assert.equal(h2.settled, false, 'no reader inside while the writer holds');
+      const h3 = track(reads.rLock()); // joins h2's wait: both behind the writer
+      pending.push(h3);
+      await hw.unlock();
+      const [a, b] = await Promise.all([h2.promise, h3.promise]);
+      assert.ok(a.fencingToken > hw.fencingToken, 'a new read key, behind the writer');
+      assert.equal(a.fencingToken, b.fencingToken, 'later reads of the process share it');
+      await Promise.all([a.unlock(), b.unlock()]);
+      // A downgrade still holds at once.
+      const wl = await reads.lock();
+      const down = await reads.rLock();
+      await wl.unlock();
+      down.assertHeld();
+      await down.unlock();
+    }),
+  );
+
   it('writers are served in CreateRevision order, one at a time', { timeout: 60_000 }, () => {
     const n = 5;
     return withWaiters('writers-fifo', { waiting: n }, async ({ name, probe, own: [first], waiting: ws, pending }) => {

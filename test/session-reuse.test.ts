@@ -1,6 +1,6 @@
 // Reusing a session after a loss: the stored error a lost session (or an ended
 // holding) throws again is the same object, with the stack of the call that threw it now, followed
-// by where it was first raised; and the README's worker loop (a new session after a loss) works.
+// by where it was first raised; and docs/locks.md's worker loop (a new session after a loss) works.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { LockLostError, Mutex, Session, SessionExpiredError } from '../src/index.js';
@@ -58,11 +58,11 @@ describe('a stored error thrown again', () => {
     await session.close();
   });
 
-  test("the README's worker loop: a new session after a loss, and the work goes on", async () => {
+  test("docs/locks.md's worker loop: a new session after a loss, and the work goes on", async () => {
     const name = `${fresh('worker')}lock`;
     const done: bigint[] = [];
     let revoked = false;
-    // As in the README: one session per round; a loss ends the round, the next one makes a new session.
+    // As in docs/locks.md: one session per round; a loss ends the round, the next one makes a new session.
     while (done.length < 2) {
       const session = await Session.create(client, { ttl: 30 });
       try {

@@ -1,13 +1,18 @@
 // A watch the application stops reading holds a bounded number of batches and holds up no other
 // watch: past 1,024 unread batches it is taken off the stream, and once its consumer is down to 256
 // it is created again from the revision it owes, so every event still arrives once, in order.
+// Issue 35, item 1: a consumer that had kept up, then paused through a flood, was never put back.
+// The failover case is in watch-backpressure-failover.test.ts.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { CompactedError, type Client } from '../src/index.js';
+import { Client, CompactedError } from '../src/index.js';
+import type { EtcdCluster } from '../src/testing/index.js';
 import { etcdForFile, waitFor } from './helpers.js';
+import { keepUp, pausedThroughFlood } from './watch-helpers.js';
 
+let etcd: EtcdCluster;
 let client: Client;
-const fresh = etcdForFile('test/watch-backpressure/', (_e, c) => (client = c));
+const fresh = etcdForFile('test/watch-backpressure/', (e, c) => ((etcd = e), (client = c)));
 
 /** Puts `n` keys under `prefix`, 64 at a time (each its own revision, so mostly its own batch). */
 async function putMany(prefix: string, n: number, from = 0): Promise<void> {
@@ -83,5 +88,27 @@ describe('a watch nobody reads', () => {
       assert.equal(revisions[i], revisions[i - 1]! + 1n, `no gap after revision ${revisions[i - 1]}`);
     assert.ok(failure.compactRevision >= revisions.at(-1)!, 'the history it missed is the compacted one');
     await client.delete(prefix, { prefix: true });
+  });
+});
+
+describe('a consumer that keeps up, then falls behind', () => {
+  it('is never taken off the stream while it keeps up, however many bytes pass it (12 MB)', async () => {
+    const prefix = fresh('keeps-up');
+    const w = client.watch(prefix, { prefix: true });
+    try {
+      await w.created;
+      await keepUp(client, w[Symbol.asyncIterator](), prefix, 120, Buffer.alloc(100 * 1024, 'v'));
+      assert.equal(w.resuming, false, 'never taken off the stream');
+    } finally {
+      w.cancel();
+      await client.delete(prefix, { prefix: true });
+    }
+  });
+
+  it('paused through a flood of 100-byte puts (32 at a time) from another client: read again, it delivers every event once, in order, with no gap', {
+    timeout: 120_000,
+  }, async () => {
+    await using writer = new Client({ endpoints: etcd.endpoints });
+    await pausedThroughFlood(client, writer, fresh('paused'));
   });
 });

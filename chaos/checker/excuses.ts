@@ -8,6 +8,12 @@ import { type LeaseGoneReport, type StaleRevoke, deposedLeaderRevoke, leaderWake
 export const DEPOSED_REVOKE_CAUSE = 'etcd 15247 (a deposed leader revoked a live lease)';
 
 /**
+ * The cause of an overlap that etcd 15247 would explain but for the observer's record, which ends
+ * before the later holder's witness revision (record.ts): neither excused nor a violation.
+ */
+export const BEYOND_RECORD_CAUSE = 'not judged (etcd 15247 needs the record beyond its end)';
+
+/**
  * How long after the next holder started a holder whose live lease a deposed leader revoked may
  * still believe it holds: it learns of its key's deletion through a watch, which may be served by a
  * member that is still catching up on the log (the woken one among them).
@@ -61,6 +67,8 @@ export interface LeaseEvidence {
   etcdVersion?: string;
   /** The observer's record of every key (observer.ts): etcd 15247 needs the earlier key gone with its lease. */
   keys?: KeyLife[];
+  /** The last revision that record reached, when it ended early (record.ts). */
+  recordEnd?: bigint;
 }
 
 /**
@@ -88,6 +96,11 @@ export interface LeaseEvidence {
  */
 export function deposedRevokeOf(a: HeldInterval, b: HeldInterval, faults: FaultRecord[], leases?: LeaseEvidence): FaultRecord | undefined {
   if (!revokedBefore(a, b, leases?.keys)) return undefined;
+  return deposedRevokeByClock(a, b, faults, leases);
+}
+
+/** deposedRevokeOf() without its 5th condition's first part (the record shows `a`'s key gone with its lease). */
+function deposedRevokeByClock(a: HeldInterval, b: HeldInterval, faults: FaultRecord[], leases?: LeaseEvidence): FaultRecord | undefined {
   if (a.lost ? !lostToRevoke(a.lostReason) : a.died || a.lease === undefined) return undefined;
   if (a.ttl === undefined || a.to - b.from > DEPOSED_REVOKE_NOTICE_MS) return undefined;
   const pause = leaderWake(b.from, faults);
@@ -118,6 +131,11 @@ function leaseReportedGone(a: HeldInterval, b: HeldInterval, pause: FaultRecord,
   );
 }
 
+/** `b` was witnessed after the revision an incomplete record ends at: what the record says of it is unknown. */
+function beyondRecord(b: HeldInterval, leases?: LeaseEvidence): boolean {
+  return leases?.recordEnd !== undefined && b.witnessRev !== undefined && b.witnessRev > leases.recordEnd;
+}
+
 /**
  * etcd's history shows `a`'s key (CreateRevision `a.token`) removed with its lease (`lease-ended`: a
  * revoke or an expiry, never a delete) at a revision no later than `b`'s witness read: `b`'s grant
@@ -139,7 +157,9 @@ function revokedBefore(a: HeldInterval, b: HeldInterval, keys: KeyLife[] | undef
  * leader pause long enough for the stale lessor to find a renewed lease expired, `a`'s lease is
  * older than that pause, and `a` noticed within DEPOSED_REVOKE_NOTICE_MS. A network fault (black
  * hole, partition, member down) never explains one: the session's deadline is there so that a
- * holder cut off from etcd learns of its loss before the server can expire its lease.
+ * holder cut off from etcd learns of its loss before the server can expire its lease. When only
+ * the observer's record is missing (it ended before `b`'s witness revision), the overlap is not
+ * judged (BEYOND_RECORD_CAUSE): the run fails as incomplete instead.
  */
 export function explain(a: HeldInterval, b: HeldInterval, faults: FaultRecord[], leases?: LeaseEvidence): string {
   for (const f of faults) {
@@ -149,6 +169,7 @@ export function explain(a: HeldInterval, b: HeldInterval, faults: FaultRecord[],
     if (operatorExplains(f, a, b)) return f.kind;
   }
   if (deposedRevokeOf(a, b, faults, leases)) return DEPOSED_REVOKE_CAUSE;
+  if (beyondRecord(b, leases) && deposedRevokeByClock(a, b, faults, leases)) return BEYOND_RECORD_CAUSE;
   // Name the fault in force when the later holder started, for diagnosis.
   for (const f of faults) {
     if (f.start <= b.from && b.from <= f.end + 1000) return `unexplained (during ${f.kind} ${f.target})`;

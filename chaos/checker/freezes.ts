@@ -2,7 +2,7 @@
 import type { FaultRecord, HeldInterval } from './history.js';
 
 /** Fault kinds that freeze a worker process (SIGSTOP): the faults of ours that explain an overlap. */
-export const FREEZES = new Set(['worker-pause', 'ghost-pause']);
+export const FREEZES = new Set(['worker-pause', 'ghost-pause', 'stale-write']);
 
 /**
  * After SIGCONT, a woken holder needs a moment to run its timers and notice the loss: a later holder

@@ -14,3 +14,5 @@ export * from './election.js';
 export * from './verdict.js';
 export * from './figures.js';
 export * from './recipes.js';
+export * from './record.js';
+export * from './stale.js';

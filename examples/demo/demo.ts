@@ -3,7 +3,7 @@
 // inspector and the clean-up. The scenes are in scenes.ts, the verdict in verdict.ts, the command
 // line in main.ts.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Client, type Watch } from '../../src/index.js';
+import { Client, Session, type Watch } from '../../src/index.js';
 import { startEtcd, type EtcdCluster } from '../../src/testing/index.js';
 import { Inspector } from '../../src/cli/web/server.js';
 import { FencedLedger, type WriteResult } from './ledger.js';
@@ -45,6 +45,8 @@ export class Demo {
   readonly ledger = new FencedLedger();
   /** The ledger in PostgreSQL, when it is installed: it decides the writes, `ledger` records them. */
   pgLedger?: PostgresLedger;
+  /** The parent's session for the PostgreSQL ledger's writes: which etcd the workers' tokens came from. */
+  ledgerSession?: Session;
   readonly checks: Check[] = [];
   readonly procs = new Map<string, WorkerProc>();
   /** Lease id (hex) to the worker that owns it. */
@@ -110,6 +112,7 @@ export class Demo {
     this.spawn(['s1', 's2', 's3']);
     this.init(['s1', 's2', 's3']);
     this.client = new Client({ endpoints: cluster.endpoints, dialTimeoutMs: 1000 });
+    if (pgLedger) this.ledgerSession = await Session.create(this.client);
     await Promise.all([this.watchQueue(`${LOCK}/`), this.watchQueue(`${ELECTION}/`)]);
   }
 
@@ -301,7 +304,7 @@ export class Demo {
       this.cond.notify();
     };
     if (!this.pgLedger) return reply(this.ledger.write(req.job, token, p.name, n.now()));
-    this.pgLedger.write(req.job, token, p.name).then(
+    this.pgLedger.write(req.job, token, p.name, this.ledgerSession!).then(
       (v) =>
         reply(
           v.ok
@@ -376,6 +379,7 @@ export class Demo {
   async cleanup(): Promise<void> {
     const procs = [...this.procs.values()];
     await Promise.all(procs.map((p) => p.shutdown(5000)));
+    await this.ledgerSession?.close().catch(() => {}); // interrupted, etcd is gone already; else the check below sees a lease left
     let leftovers: string | undefined;
     if (this.client && this.cluster && !this.cond.failed) {
       try {

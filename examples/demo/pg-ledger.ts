@@ -3,6 +3,7 @@
 // refuses the ghost's stale token. Without PostgreSQL (or the pg client) the demo keeps its
 // in-memory ledger, which checks the tokens itself.
 import type { Pool } from 'pg';
+import type { Session } from '../../src/index.js';
 import { PostgresFence, StaleTokenError } from '../../src/fencing/index.js';
 import { findPostgres, startPostgres, type PostgresServer } from '../../src/testing/index.js';
 import type { Job } from './protocol.js';
@@ -44,11 +45,12 @@ export class PostgresLedger {
   /**
    * Writes a charge with `token` through the fence: refused when a higher token is stored. The
    * worker checked its own lock before asking (and is told of its loss on waking); the database
-   * decides on the token alone, which is what fencing is for.
+   * decides on the token alone, which is what fencing is for. `session` (the parent's, on the same
+   * etcd as the workers') tells the fence which etcd the token came from.
    */
-  async write(job: Job, token: bigint, by: string): Promise<{ ok: true } | { ok: false; highest: bigint }> {
+  async write(job: Job, token: bigint, by: string, session: Session): Promise<{ ok: true } | { ok: false; highest: bigint }> {
     try {
-      await this.fence.run({ fencingToken: token, assertHeld() {} }, RESOURCE, (tx) =>
+      await this.fence.run({ fencingToken: token, assertHeld() {}, session }, RESOURCE, (tx) =>
         tx.query('INSERT INTO charges (job, cents, token, by) VALUES ($1, $2, $3, $4)', [job.id, job.cents, String(token), by]),
       );
       return { ok: true };

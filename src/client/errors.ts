@@ -13,12 +13,12 @@ export interface EtcdErrorOptions {
  * Each class has a stable string `code` (its static `code`, on every instance too), as Node's and
  * undici's errors do: test `err.code === 'ERR_ETCD_UNAVAILABLE'` rather than the message, which may
  * change. Errors about etcd and the connection to it are `ERR_ETCD_*`; the primitives' own are
- * `ERR_*` (README, "Error codes").
+ * `ERR_*` (docs/errors.md).
  */
 export class EtcdError extends Error {
   /** This class's code; every subclass sets its own. */
   static readonly code: string = 'ERR_ETCD';
-  /** Stable string code of the error's class (see the README's table); never changes with the message. */
+  /** Stable string code of the error's class (see docs/errors.md); never changes with the message. */
   readonly code: string;
   /** gRPC status code of the underlying failure, when there was one. */
   readonly grpcCode?: number;

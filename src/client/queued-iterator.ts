@@ -1,8 +1,9 @@
 /**
  * The one bridge from push-style sources (a watch, an election observer) to an AsyncIterable that
- * users consume with `for await`. Values queue until pulled; `end()` finishes the iteration, with
- * an error if given; when the consumer stops early (`break`, `return`), `onClose` releases the
- * source. Modelled on nats.js's QueuedIterator.
+ * users consume with `for await`. Values queue until pulled (a value pushed while the consumer
+ * waits goes straight to it and is never queued); `end()` finishes the iteration, with an error if
+ * given; when the consumer stops early (`break`, `return`), `onClose` releases the source. Modelled
+ * on nats.js's QueuedIterator.
  */
 export class QueuedIterator<T> implements AsyncIterableIterator<T> {
   private readonly queue: T[] = [];
@@ -10,16 +11,24 @@ export class QueuedIterator<T> implements AsyncIterableIterator<T> {
   private done = false;
   private error: unknown;
   private closed = false;
+  private queuedWeight = 0;
 
   constructor(
     private readonly onClose?: () => void,
     /** Called after the consumer pulled a queued value, with how many remain. */
-    private readonly onPull?: (value: T, pending: number) => void,
+    private readonly onPull?: (pending: number) => void,
+    /** What a value weighs (its bytes, say): {@link weight} sums it over the queued values. */
+    private readonly weigh?: (value: T) => number,
   ) {}
 
   /** Queued values not yet pulled: a growing number means a slow consumer. */
   get pending(): number {
     return this.queue.length;
+  }
+
+  /** The weight of the queued values not yet pulled (0 without `weigh`). */
+  get weight(): number {
+    return this.queuedWeight;
   }
 
   get ended(): boolean {
@@ -34,6 +43,7 @@ export class QueuedIterator<T> implements AsyncIterableIterator<T> {
       w.resolve({ value, done: false });
     } else {
       this.queue.push(value);
+      if (this.weigh) this.queuedWeight += this.weigh(value);
     }
   }
 
@@ -54,7 +64,8 @@ export class QueuedIterator<T> implements AsyncIterableIterator<T> {
   next(): Promise<IteratorResult<T>> {
     if (this.queue.length > 0) {
       const value = this.queue.shift()!;
-      this.onPull?.(value, this.queue.length);
+      if (this.weigh) this.queuedWeight -= this.weigh(value);
+      this.onPull?.(this.queue.length);
       return Promise.resolve({ value, done: false });
     }
     if (this.done) {
@@ -72,6 +83,7 @@ export class QueuedIterator<T> implements AsyncIterableIterator<T> {
 
   return(): Promise<IteratorResult<T>> {
     this.queue.length = 0;
+    this.queuedWeight = 0;
     this.end();
     return Promise.resolve({ value: undefined, done: true });
   }

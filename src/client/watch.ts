@@ -92,8 +92,6 @@ export class Watch implements AsyncIterable<WatchBatch> {
   sink: WatchSink;
   private readonly onAbort?: () => void;
   private stopped = false;
-  /** Bytes of keys and values delivered to our own iterator and not yet pulled. */
-  private unreadBytes = 0;
 
   /** @internal */
   constructor(
@@ -111,20 +109,24 @@ export class Watch implements AsyncIterable<WatchBatch> {
     });
     // A watch nobody awaits must not crash the process with an unhandled rejection.
     this.created.catch(noop);
-    this.sink =
-      sink ??
-      new QueuedIterator<WatchBatch>(
-        () => this.cancel(),
-        (batch, left) => {
-          this.unreadBytes -= batchBytes(batch.events);
-          if (left <= RESUME_BELOW && this.unreadBytes <= RESUME_BELOW_BYTES) this.hub.caughtUp(this);
-        },
-      );
+    this.sink = sink ?? this.queue();
     const signal = options.signal;
     if (signal) {
       this.onAbort = () => this.cancel();
       signal.addEventListener('abort', this.onAbort, { once: true });
     }
+  }
+
+  /** The iterator of `for await`, which takes the watch off the stream while its consumer lags. */
+  private queue(): QueuedIterator<WatchBatch> {
+    const q: QueuedIterator<WatchBatch> = new QueuedIterator(
+      () => this.cancel(),
+      (left) => {
+        if (left <= RESUME_BELOW && q.weight <= RESUME_BELOW_BYTES) this.hub.caughtUp(this);
+      },
+      (batch) => batchBytes(batch.events),
+    );
+    return q;
   }
 
   /** The watched key (the first key of the range for a prefix watch). */
@@ -189,10 +191,8 @@ export class Watch implements AsyncIterable<WatchBatch> {
     });
     if (out.length > 0) this.nextRevision = out[out.length - 1]!.kv.modRevision + 1n;
     this.sink.push({ revision, events: out });
-    if (this.sink instanceof QueuedIterator) {
-      this.unreadBytes += batchBytes(out);
-      if (this.sink.pending >= PAUSE_AT || this.unreadBytes >= PAUSE_AT_BYTES) this.hub.lagging(this);
-    }
+    if (this.sink instanceof QueuedIterator && (this.sink.pending >= PAUSE_AT || this.sink.weight >= PAUSE_AT_BYTES))
+      this.hub.lagging(this);
   }
 
   /** @internal ends the watch with an error (compaction, permission). */

@@ -4,22 +4,31 @@ import { HeldPermit } from '../primitives/semaphore.js';
 import { Session } from '../session.js';
 
 /**
- * What a fence needs from a holder: its fencing token, and a check that it still holds. A
- * `LockHandle` (Mutex), an RWMutex write lock, or any object of your own with these two.
+ * What a fence needs from a holder: its fencing token, a check that it still holds, and the session
+ * the lock was taken on. A `LockHandle` (Mutex), an RWMutex write lock, or any object of your own
+ * with these three.
  */
 export interface HeldFencingHandle {
   /** Strictly larger for every later holder of the same lock (the key's CreateRevision). */
   readonly fencingToken: bigint;
   /** Throws unless the lock is still held. */
   assertHeld(): void;
+  /**
+   * The session the lock was taken on: the etcd that holds its lease is the one the token came
+   * from, which the fence stores beside the token (see `ETCD_ID_KEY`). A handle of your own passes
+   * the Session its token was taken on.
+   */
+  readonly session: Session;
 }
 
-/** What a fence needs from a leader: a `LeaderHandle`, or any object with these two. */
+/** What a fence needs from a leader: a `LeaderHandle`, or any object with these three. */
 export interface LeaderFencingHandle {
   /** Strictly larger for every later term of the same election. */
   readonly fencingToken: bigint;
   /** Throws unless still leading. */
   assertLeader(): void;
+  /** The session the term was won on (see {@link HeldFencingHandle.session}). */
+  readonly session: Session;
 }
 
 /**
@@ -30,15 +39,14 @@ export interface LeaderFencingHandle {
  */
 export type FencingHandle = HeldFencingHandle | LeaderFencingHandle;
 
-/** A checked handle: its token, and its ownership check. */
+/** A checked handle: its token, its ownership check, and the session its token came from. */
 export interface Fenced {
   readonly token: bigint;
   readonly assert: () => void;
+  readonly session: Session;
   /** The telemetry of the handle's client, when it is one of ours (for the refusals counter). */
   readonly refused: (store: 'postgres' | 'redis') => void;
 }
-
-const NOTHING = (): void => {};
 
 /** Checks that `handle` can fence (see {@link FencingHandle}), with an error that says what to pass. */
 export function fencedBy(handle: unknown, what: string): Fenced {
@@ -62,11 +70,19 @@ export function fencedBy(handle: unknown, what: string): Fenced {
         `and assertHeld() or assertLeader()), got ${describe(handle)}`,
     );
   }
-  const telemetry = h.session instanceof Session ? telemetryOf(h.session.client) : undefined;
+  const session = h.session;
+  if (!(session instanceof Session)) {
+    throw new InvalidArgumentError(
+      `${what}: the handle has no session: a fence stores which etcd a token came from beside it (a new etcd counts tokens from 1 ` +
+        'again), and learns it from the Session the lock or term was taken on. Give a handle of your own that Session as `session`',
+    );
+  }
+  const telemetry = telemetryOf(session.client);
   return {
     token,
     assert: () => check.call(h),
-    refused: telemetry ? (store) => telemetry.staleWriteRefused(store) : NOTHING,
+    session,
+    refused: (store) => telemetry.staleWriteRefused(store),
   };
 }
 

@@ -1,5 +1,5 @@
 // The names of every instrument, attribute and span this library records: one table, so that the
-// README's table and the tests read the same strings. OpenTelemetry has no semantic convention for
+// table of docs/operating.md and the tests read the same strings. OpenTelemetry has no semantic convention for
 // locks or elections, so ours live under the `etcd_concurrency.` namespace, following OTel's naming
 // rules (lowercase, dot-separated namespaces, units in UCUM and never in the name, no `_total`).
 // The gRPC calls follow the RPC semantic conventions of v1.40.0 (`rpc.client.call.duration` with

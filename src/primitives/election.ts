@@ -6,7 +6,7 @@ import { SessionExpiredError } from '../errors.js';
 import type { Client } from '../client/client.js';
 import { retryWhile } from '../client/backoff.js';
 import { CompactedError, InvalidArgumentError, isTransient } from '../client/errors.js';
-import { compare, op, toBuffer, type Bytes, type KeyValue } from '../client/kv.js';
+import { op, toBuffer, txnRange, type Bytes, type KeyValue } from '../client/kv.js';
 import { QueuedIterator } from '../client/queued-iterator.js';
 import { telemetryOf } from '../metrics/telemetry.js';
 import { LeadershipLostError, NotLeaderError, OwnershipLostError } from '../errors.js';
@@ -16,7 +16,7 @@ import { acquire, type AcquireOptions } from '../queue/acquire.js';
 import { OwnerHandleBase, type Ownership, type OwnerHandle } from '../queue/ownership.js';
 import { oldestParticipant } from '../queue/participants.js';
 import type { ReleaseResult } from '../queue/release.js';
-import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
+import { oldestRule, ourKeyStands, participantScope, participantTicket, ticketLost } from '../queue/predecessor.js';
 import type { LeaderHealth } from './health.js';
 import type { LostErrorFactory } from '../queue/turn.js';
 
@@ -116,15 +116,12 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
         // keep its place and take the new value, as Go does, so etcd and the handle agree.
         async prepare(ticket, signal) {
           if (ticket.value.equals(bytes)) return;
+          // Guarded on our incarnation and our lease: never puts back on our lease a key someone moved off it.
           const t = await session.client.txn(
-            {
-              compare: [compare.createRevision(ticket.key, '=', ticket.rev)],
-              success: [op.put(ticket.key, bytes, session.leaseId)],
-              failure: [],
-            },
+            { compare: ourKeyStands(session, ticket), success: [op.put(ticket.key, bytes, session.leaseId)], failure: [] },
             { idempotent: true, signal },
           );
-          if (!t.succeeded) throw leadershipLost(ticket.key)(`${ticket.key} vanished while updating its value`, { reason: 'key_deleted' });
+          if (!t.succeeded) await ticketLost(session, ticket, leadershipLost(ticket.key), signal ?? new AbortController().signal);
         },
         hold: (own) => new Leadership(own, bytes),
       },
@@ -277,16 +274,20 @@ class Leadership extends OwnerHandleBase implements LeaderHandle {
       throw new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key, { cause, reason });
     }
     const bytes = toBuffer(value);
+    // Guarded on our incarnation and our lease: a key someone moved off our lease stays off it.
     const t = await this.own.session.client.txn(
-      { compare: [this.own.ownerCompare()], success: [op.put(this.key, bytes, this.own.session.leaseId)], failure: [] },
+      {
+        compare: this.own.ownerCompares(),
+        success: [op.put(this.key, bytes, this.own.session.leaseId)],
+        failure: [op.get(this.key)],
+      },
       { idempotent: true },
     );
     if (!t.succeeded) {
-      const err = new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key, {
-        reason: 'key_deleted',
-      });
-      // The compare is on our key's CreateRevision: it fails only when the key was deleted.
-      this.own.ownerCompareFailed(err);
+      const kv = txnRange(t, 0).kvs[0];
+      const reason = kv?.createRevision === this.fencingToken ? 'moved_off_lease' : 'key_deleted';
+      const err = new NotLeaderError(`${this.key} (term ${this.fencingToken}) no longer leads; campaign again`, this.key, { reason });
+      this.own.ownerCompareFailed(err, reason);
       throw err;
     }
     this.current = bytes;
@@ -377,7 +378,9 @@ function campaignAgainAfter(err: unknown, ownSession: boolean): boolean {
  * `leader.signal` aborts, which happens before the lease can expire on the server, so a task that
  * outlives its term (a pause, a partition) is told to stop before anyone else can lead.
  * When leadership is lost the task's settling is awaited and, unless `once`, we campaign again.
- * Resolves with the task's result (after resigning), or undefined when `signal` stopped it.
+ * Resolves with the task's result (after resigning); with undefined when `signal` stopped it (the
+ * term's `leader.signal` then aborts with a LeadershipLostError whose reason is `released` and whose
+ * cause is the signal's reason), or when the one term of `once` was lost.
  *
  * An outage does not end it: while etcd cannot be reached (or the session for the next term cannot
  * be made), it tries again with backoff capped at `maxRetryDelayMs`, counting each retry in
@@ -442,7 +445,14 @@ export async function runAsLeader<T>(
       // Watch the term from its start, whether or not the task looks at leader.signal: whether the
       // term was lost (below) must not depend on what the task, or an installed SDK, touched.
       leader.watch();
-      const onShutdown = (): void => leader.revoke(shutdown!.reason);
+      // The term ends released, with a LeadershipLostError as every end of a term (its cause: the signal's reason).
+      const onShutdown = (): void =>
+        leader.revoke(
+          new LeadershipLostError(`${leader.key} (term ${leader.fencingToken}) was given up: runAsLeader's signal aborted`, leader.key, {
+            reason: 'released',
+            cause: shutdown!.reason,
+          }),
+        );
       shutdown?.addEventListener('abort', onShutdown, { once: true });
       // The health check learns when leadership ends under the running task (watching the key).
       const onEnded = (): void => health!.ended(leader, leader.signal.reason);

@@ -137,7 +137,7 @@ class HeldLock extends HeldHandle implements LockHandle {
  * It does not retry through an outage, unlike runAsLeader: it is one critical section on the
  * caller's session, and once etcd is unreachable for longer than the TTL that session is lost for
  * good. It rejects instead (SessionExpiredError, LockLostError, or UnavailableError while waiting),
- * and the caller decides: a worker loop makes a new session and calls it again (see the README).
+ * and the caller decides: a worker loop makes a new session and calls it again (see docs/locks.md, "Through an outage").
  */
 export async function withLock<T>(
   session: Session,

@@ -1,4 +1,4 @@
-import { prefixEnd } from '../client/kv.js';
+import { prefixEnd, SortOrder, SortTarget } from '../client/kv.js';
 import { LockUpgradeError, RWLockLostError } from '../errors.js';
 import { isParticipantKey, ownBuffer, prefixOf, validateName } from '../keys.js';
 import type { Session } from '../session.js';
@@ -27,7 +27,11 @@ const rwLost =
  * before it proceeds, so a waiter whose lease expired while it waited never believes it holds.
  *
  * In one process, on one session: read locks share (several rLock() calls hold at once, on one
- * read key, counted); write locks exclude each other in the process (a second lock() waits without
+ * read key, counted), except that a read asked for after a writer (of any process) queued is never
+ * granted before that writer: it waits until this process's other reads have left their key, then
+ * queues behind the writer with a key of its own. So, as with Go's `sync.RWMutex`, a task that takes
+ * a second read lock while it holds one can deadlock behind a waiting writer: do not nest read locks.
+ * Write locks exclude each other in the process (a second lock() waits without
  * a request to etcd, then takes a new key and fencing token). A downgrade works: rLock() while this
  * session holds the write lock holds at once, on the write lock's key and fencing token, so that no
  * writer can slip in between; unlock the write lock and the read lock goes on alone (other readers
@@ -56,7 +60,9 @@ export class RWMutex {
 
   /**
    * Waits for a shared (read) lock: until no writer older than us holds or waits. While this
-   * session holds the write lock, holds at once (a downgrade; see the class).
+   * session holds the write lock, holds at once (a downgrade; see the class). Never granted before
+   * a writer that queued before it was asked for, even while other read locks of this process hold:
+   * do not take a second read lock while holding one (it can wait for a writer that waits for you).
    */
   rLock(options: LockOptions = {}): Promise<RWLockHandle> {
     try {
@@ -143,6 +149,15 @@ export class RWMutex {
         value: ownBuffer(label),
         count: { key: scope.prefix, rangeEnd: ownBuffer(prefixEnd(scope.prefix)) },
         first: (n) => n === mine,
+        // A read asked for after a writer queued is never granted before that writer: it joins the read
+        // key this process's other reads share only while no writer key is newer than it (the newest
+        // key under write/, nested or stray ones included: not joining is always safe).
+        ...(mode === 'read' && {
+          joinCheck: {
+            read: { key: writers, rangeEnd: prefixEnd(writers), sortOrder: SortOrder.DESCEND, sortTarget: SortTarget.CREATE, limit: 1n },
+            mayJoin: (kvs, rev) => !kvs.some((kv) => kv.createRevision > rev),
+          },
+        }),
       },
       rules: {
         rule: (ticket, lost) => oldestRule(session, scope, ticket, lost),

@@ -6,6 +6,7 @@ import type { Session } from '../session.js';
 import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
 import { HeldHandle, type OwnerHandle } from '../queue/ownership.js';
 import type { ReleaseResult } from '../queue/release.js';
+import { pagesByCreate } from '../queue/participants.js';
 import { ourKeyStands, ticketLost } from '../queue/predecessor.js';
 import type { Ticket, TicketSpec } from '../queue/ticket.js';
 import type { BatchCheck } from '../queue/recheck.js';
@@ -153,17 +154,16 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
     );
     if (!t.succeeded) return ticketLost(session, ticket, lost, signal);
     const found: Older[] = [];
-    let page = txnRange(t, 0);
-    for (;;) {
+    const first = { page: txnRange(t, 0), revision: t.header.revision };
+    for await (const page of pagesByCreate(session.client, olderPage(ticket.rev - 1n), first, signal)) {
       for (const kv of page.kvs) {
         if (isParticipantKey(prefix, kv.key) && !strays.has(id(kv))) {
           found.push({ key: ownBuffer(kv.key), createRevision: kv.createRevision, modRevision: kv.modRevision });
         }
       }
-      const last = page.kvs[page.kvs.length - 1];
-      if (found.length > permits || !page.more || !last) return found.slice(0, permits + 1);
-      page = await session.client.range(olderPage(last.createRevision - 1n), { signal });
+      if (found.length > permits) break;
     }
+    return found.slice(0, permits + 1);
   };
   /**
    * Still blocked: our key stands, and each of `keys` is the same incarnation on some lease (a

@@ -4,7 +4,7 @@ import { telemetryOf, type AcquireProbe } from '../metrics/telemetry.js';
 import { liveHoldings, Ownership } from './ownership.js';
 import type { Exit } from './gate.js';
 import type { ReleaseWhat } from './release.js';
-import { enqueueOrClean } from './enqueue.js';
+import { AFTER_HOLDERS, enqueueOrClean } from './enqueue.js';
 import { leaveTicket } from './leave.js';
 import { sessionQueue } from './state.js';
 import type { Ticket, TicketSpec } from './ticket.js';
@@ -17,10 +17,12 @@ export interface AcquireOptions {
   /**
    * Go's behaviour for calls of this process on one session and name: `true` joins the key of
    * another such call that also passed `share: true` (both wait and hold at once, with one key and
-   * one fencing token; the key goes with the last of them). By default (false; true for
-   * `rLock()`, as readers share anyway) such calls exclude each other in the process: the later
-   * one waits here, with no request to etcd, until the earlier one's key is gone, then takes a key
-   * of its own (a new fencing token), queued behind the other processes' waiters already there.
+   * one fencing token; the key goes with the last of them). A joining call holds at once when the
+   * key holds, ahead of any other process's waiter queued since: reentrancy, as in Go, not fairness (a
+   * stream of overlapping shared calls keeps the key, and those waiters wait). By default (false;
+   * true for `rLock()`, see there) such calls exclude each other in the process: the later one waits
+   * here, with no request to etcd, until the earlier one's key is gone, then takes a key of its own (a
+   * new fencing token), queued behind the other processes' waiters already there.
    */
   share?: boolean;
 }
@@ -77,14 +79,33 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
   const gates = sessionQueue(session).gates;
   const now = gates.tryEnter(q.ticket.key, shared);
   if (!now) holdersWatch(session, q.ticket.key);
-  const ticket = now
-    ? ((a.exit = now), enqueueOrClean(session, q.ticket, what, probe?.ahead, options.signal))
-    : gates.enter(q.ticket.key, shared, session.signal, options.signal).then((exit) => {
-        a.exit = exit;
-        return enqueueOrClean(session, q.ticket, what, probe?.ahead, options.signal);
-      });
+  const ticket = takeTicket(q, what, a, now ?? gates.enter(q.ticket.key, shared, session.signal, options.signal), options.signal);
   void a.run(ticket);
   return a.promise;
+}
+
+/**
+ * Our in-process turn (at once or once `turn` resolves), then the enqueue. A read that must not join
+ * the key its sibling calls share (AFTER_HOLDERS) takes its turn again after they have left, and
+ * enqueues again with a key of its own.
+ */
+async function takeTicket<H>(
+  q: QueueSpec<H>,
+  what: ReleaseWhat,
+  a: Acquisition<H>,
+  turn: Exit | Promise<Exit>,
+  signal: AbortSignal | undefined,
+): Promise<Ticket> {
+  const { session, ticket: spec } = q;
+  a.exit = await turn;
+  const lost = q.rules.lostError(spec.key);
+  for (;;) {
+    const t = await enqueueOrClean(session, spec, what, lost, a.probe?.ahead, signal);
+    if (t !== AFTER_HOLDERS) return t;
+    a.exit();
+    a.exit = undefined;
+    a.exit = await sessionQueue(session).gates.enterAfterHolders(spec.key, session.signal, signal);
+  }
 }
 
 /**
@@ -102,7 +123,7 @@ class Acquisition<H> extends Wait<H> {
     private readonly rules: QueueRules<H>,
     private readonly what: ReleaseWhat,
     signal: AbortSignal | undefined,
-    private readonly probe: AcquireProbe | undefined,
+    readonly probe: AcquireProbe | undefined,
   ) {
     super(session.client, undefined, session, signal);
   }
@@ -187,7 +208,14 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
       probe?.busy();
       return null;
     }
-    ticket = await enqueueOrClean(session, q.ticket, what, probe?.ahead);
+    const t = await enqueueOrClean(session, q.ticket, what, q.rules.lostError(q.ticket.key), probe?.ahead);
+    if (t === AFTER_HOLDERS) {
+      // A read whose siblings' key has a writer queued behind it: not free now.
+      exit();
+      probe?.busy();
+      return null;
+    }
+    ticket = t;
   } catch (err) {
     exit?.();
     probe?.failed(err, undefined, session.signal);

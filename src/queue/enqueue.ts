@@ -1,6 +1,6 @@
 // The enqueue: one Txn that creates our key if absent and counts the queue, as one more user of the key.
 import { isTransient, LeaseNotFoundError } from '../client/errors.js';
-import { compare, op, txnRange, type KeyValue } from '../client/kv.js';
+import { compare, op, txnRange, type KeyValue, type RequestOp, type TxnResult } from '../client/kv.js';
 import type { CallProgress } from '../client/connection.js';
 import { ownBuffer } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
@@ -11,6 +11,21 @@ import type { ReleaseWhat } from './release.js';
 import { SHORT_QUEUE } from './hints.js';
 import { queueOf } from './state.js';
 import type { Ticket, TicketSpec } from './ticket.js';
+import type { LostErrorFactory } from './turn.js';
+
+/**
+ * What an enqueue answers instead of a ticket when it must not join the key it found (see
+ * TicketSpec.joinCheck): the caller takes its in-process turn again after every call that uses the key
+ * has left (Gates.enterAfterHolders), then enqueues again, creating a key of its own.
+ */
+export const AFTER_HOLDERS: unique symbol = Symbol('after holders');
+
+/**
+ * What an enqueue answers when its answer is about an incarnation of our key older than the one this
+ * process counts now (see KeyUsers.join): it says nothing true of now (its count may make it "first"
+ * on a key already gone), so the enqueue is made again.
+ */
+const STALE: unique symbol = Symbol('stale');
 
 /** The `peeked` of a spec without `peek`: one empty array for every ticket a queue holds. */
 const NO_KVS: readonly KeyValue[] = Object.freeze([]);
@@ -28,12 +43,13 @@ async function enqueue(
   session: Session,
   spec: TicketSpec,
   use: KeyUse,
+  what: ReleaseWhat,
+  lost: LostErrorFactory,
   ahead?: (keys: bigint) => void,
   signal?: AbortSignal,
-): Promise<Ticket> {
+): Promise<Ticket | typeof AFTER_HOLDERS | typeof STALE> {
   const { key, value } = spec;
   const count = op.range({ ...spec.count, countOnly: true });
-  const progress: CallProgress = { sent: false };
   // A delete of this session's in flight or still retried (a release whose delete failed, a dropped
   // ticket, a swept ghost), of our key or of one we would queue behind (an RWMutex writer behind its
   // own read key): let it land first. Else we would wait behind our own leftover for as long as the
@@ -53,29 +69,9 @@ async function enqueue(
   const reads = viewed ? [] : spec.peek ? [count, op.range(spec.peek)] : [count];
   // The look-up runs after our put, so it sees our key first and then the ones before it.
   const lookup = !viewed && spec.lookup && state.hints.short(spec.count.key) ? [op.range(spec.lookup)] : [];
-  const t = await session.client
-    .txn(
-      {
-        compare: [compare.createRevision(key, '=', 0n)],
-        success: [op.put(key, value, session.leaseId), ...reads, ...lookup],
-        failure: [op.get(key), ...reads],
-      },
-      // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second
-      // key. No signal: cancelled after etcd applied it, it would leave a key nobody knows to delete.
-      { idempotent: true },
-      progress,
-    )
-    .catch((err: unknown) => {
-      if (err instanceof LeaseNotFoundError) {
-        markLeaseGone(session);
-        throw rethrown(session.signal.reason);
-      }
-      throw err;
-    })
-    .finally(() => {
-      // An attempt may still land after we release the key: sweep it then (see late-sweeper.ts).
-      if (progress.ambiguous) mayLandLate(session, key);
-    });
+  // A read lock's join checks for a writer queued behind the key it would join (see TicketSpec.joinCheck).
+  const joinRead = spec.joinCheck ? [op.range(spec.joinCheck.read)] : [];
+  const t = await enqueueTxn(session, spec, reads, lookup, joinRead, lost, use);
   let first = false;
   if (viewed) {
     // Not first behind a queue this long: the rule finds our place in the view.
@@ -99,6 +95,16 @@ async function enqueue(
     }
   } else {
     const mine = txnRange(t, 0).kvs[0]!;
+    // The key we found is one that other calls of this process use, are taking, or used (its last
+    // holder left it to us while our enqueue was in flight): joining it would overtake a writer that
+    // queued behind it since. Wait until those calls have left it instead (and if it was left to us,
+    // delete it, guarded: nobody else will).
+    const others = use.users > 0 || use.pending > 1 || use.rev === mine.createRevision;
+    if (others && spec.joinCheck && !spec.joinCheck.mayJoin(txnRange(t, reads.length + 1).kvs, mine.createRevision)) {
+      q.users.abandon(key, use);
+      if (use.users === 0 && use.pending === 0) void dropTicket(session, { key, rev: mine.createRevision }, what);
+      return AFTER_HOLDERS;
+    }
     // A copy: the decoded value is a slice of the whole response, which it would keep alive.
     ticket = { key, rev: mine.createRevision, joined: false, value: ownBuffer(mine.value), first, peeked };
   }
@@ -106,9 +112,78 @@ async function enqueue(
   // attempt (its answer lost, the Txn retried) or by an earlier process on a lease this session
   // adopted. Either way it keeps its place and is ours to drop: a key nobody waits for would block
   // the queue as long as the lease is renewed (Go likewise resigns a cancelled Campaign).
-  ticket.joined = q.users.join(key, use, ticket.rev);
+  const joined = q.users.join(key, use, ticket.rev);
+  if (joined === undefined) return STALE;
+  ticket.joined = joined;
   return ticket;
 }
+
+/**
+ * The enqueue's Txn: creates our key if absent, else reads it. A key at our key's name that is not on
+ * our lease was written by someone else (an operator's plain `put`, which keeps the CreateRevision and
+ * drops the lease): it is not ours to hold or to join (another session may hold the lock meanwhile,
+ * since waiters skip a lease-less key), and it would block our session's place on the name for good.
+ * Neither is an incarnation whose holding ended while it was still in etcd (KeyUsers.retire): its
+ * token belongs to that holding. Either is deleted, guarded on what was read, and the enqueue made
+ * again: our key is then a new one on our lease, with a new fencing token, queued at the back.
+ */
+async function enqueueTxn(
+  session: Session,
+  spec: TicketSpec,
+  reads: RequestOp[],
+  lookup: RequestOp[],
+  joinRead: RequestOp[],
+  lost: LostErrorFactory,
+  use: KeyUse,
+): Promise<TxnResult> {
+  const { key, value } = spec;
+  for (let replaced = 0; ; replaced++) {
+    const progress: CallProgress = { sent: false };
+    const t = await session.client
+      .txn(
+        {
+          compare: [compare.createRevision(key, '=', 0n)],
+          success: [op.put(key, value, session.leaseId), ...reads, ...lookup],
+          failure: [op.get(key), ...reads, ...joinRead],
+        },
+        // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second
+        // key. No signal: cancelled after etcd applied it, it would leave a key nobody knows to delete.
+        { idempotent: true },
+        progress,
+      )
+      .catch((err: unknown) => {
+        if (err instanceof LeaseNotFoundError) {
+          markLeaseGone(session);
+          throw rethrown(session.signal.reason);
+        }
+        throw err;
+      })
+      .finally(() => {
+        // An attempt may still land after we release the key: sweep it then (see late-sweeper.ts).
+        if (progress.ambiguous) mayLandLate(session, key);
+      });
+    const found = t.succeeded ? undefined : txnRange(t, 0).kvs[0];
+    // Ours to take: on our lease, and not an incarnation whose holding ended (retired: lost, or given
+    // up by runAsLeader while its task still winds down), which a later call must never join.
+    if (!found || (found.lease === session.leaseId && use.retired !== found.createRevision)) return t;
+    if (replaced >= MAX_REPLACED) {
+      throw lost(`${key} keeps being written without this session's lease (lease ${found.lease.toString(16)}); stop whoever writes it`, {
+        reason: 'moved_off_lease',
+      });
+    }
+    await session.client.txn(
+      {
+        compare: [compare.createRevision(key, '=', found.createRevision), compare.lease(key, '=', found.lease)],
+        success: [op.delete(key)],
+        failure: [],
+      },
+      { idempotent: true },
+    );
+  }
+}
+
+/** How many times in a row the enqueue replaces a key someone else wrote before it gives up. */
+const MAX_REPLACED = 3;
 
 /** Whether `key` falls inside `range` (etcd's rules: an empty rangeEnd is the key alone, "\0" no end). */
 function inRange(key: string, range: { key: Buffer; rangeEnd: Buffer }): boolean {
@@ -129,21 +204,26 @@ export async function enqueueOrClean(
   session: Session,
   spec: TicketSpec,
   what: ReleaseWhat,
+  lost: LostErrorFactory,
   ahead?: (keys: bigint) => void,
   signal?: AbortSignal,
-): Promise<Ticket> {
+): Promise<Ticket | typeof AFTER_HOLDERS> {
   const { key } = spec;
   const users = queueOf(session.client).of(session).users;
-  const use = users.begin(key);
-  try {
-    return await enqueue(session, spec, use, ahead, signal);
-  } catch (err) {
-    users.abandon(key, use);
-    if (use.users === 0 && use.pending === 0 && !session.signal.aborted) {
-      if (use.rev !== undefined) void dropTicket(session, { key, rev: use.rev }, what);
-      else if (isTransient(err)) void dropTicket(session, { key }, what);
+  for (;;) {
+    const use = users.begin(key);
+    let t: Ticket | typeof AFTER_HOLDERS | typeof STALE;
+    try {
+      t = await enqueue(session, spec, use, what, lost, ahead, signal);
+    } catch (err) {
+      users.abandon(key, use);
+      if (use.users === 0 && use.pending === 0 && !session.signal.aborted) {
+        if (use.rev !== undefined) void dropTicket(session, { key, rev: use.rev }, what);
+        else if (isTransient(err)) void dropTicket(session, { key }, what);
+      }
+      throw err;
     }
-    throw err;
+    if (t !== STALE) return t;
   }
 }
 

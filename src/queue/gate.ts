@@ -15,6 +15,8 @@ interface Gate {
 
 interface Turn {
   shared: boolean;
+  /** A shared turn that waits, like an exclusive one, until nobody holds (see {@link Gates.enterAfterHolders}). */
+  afterHolders: boolean;
   grant(exit: Exit): void;
 }
 
@@ -50,7 +52,7 @@ export class Gates {
 
   /** FIFO: the head goes first; shared turns behind it go along while the gate stays shared. */
   private grantQueued(key: string, g: Gate): void {
-    while (g.queue.length > 0 && free(g, g.queue[0]!.shared)) {
+    while (g.queue.length > 0 && free(g, g.queue[0]!)) {
       const t = g.queue.shift()!;
       t.grant(this.take(key, g, t.shared));
     }
@@ -59,7 +61,7 @@ export class Gates {
   /** Takes a turn now if the gate is free for it (nobody queued ahead either), else undefined. */
   tryEnter(key: string, shared: boolean): Exit | undefined {
     const g = this.gateOf(key);
-    if (g.queue.length > 0 || !free(g, shared)) return undefined;
+    if (g.queue.length > 0 || !free(g, { shared, afterHolders: false })) return undefined;
     return this.take(key, g, shared);
   }
 
@@ -70,6 +72,21 @@ export class Gates {
   enter(key: string, shared: boolean, sessionSignal: AbortSignal, signal?: AbortSignal): Promise<Exit> {
     const now = this.tryEnter(key, shared);
     if (now) return Promise.resolve(now);
+    return this.wait(key, { shared, afterHolders: false }, sessionSignal, signal);
+  }
+
+  /**
+   * A shared turn once every call holding one now has left, in FIFO order (later shared calls wait
+   * behind it, then hold along with it): a read that must not join the read key the holders share,
+   * because a writer queued behind that key (see RWMutex), waits here until the key is given up.
+   */
+  enterAfterHolders(key: string, sessionSignal: AbortSignal, signal?: AbortSignal): Promise<Exit> {
+    const g = this.gateOf(key);
+    if (g.holders === 0 && g.queue.length === 0) return Promise.resolve(this.take(key, g, true));
+    return this.wait(key, { shared: true, afterHolders: true }, sessionSignal, signal);
+  }
+
+  private wait(key: string, kind: Pick<Turn, 'shared' | 'afterHolders'>, sessionSignal: AbortSignal, signal?: AbortSignal): Promise<Exit> {
     const g = this.gateOf(key);
     return new Promise<Exit>((resolve, reject) => {
       const stop = (): void => {
@@ -86,7 +103,7 @@ export class Gates {
         sessionSignal.removeEventListener('abort', stop);
       };
       const turn: Turn = {
-        shared,
+        ...kind,
         grant: (exit) => {
           unlisten();
           resolve(exit);
@@ -108,6 +125,6 @@ export class Gates {
   }
 }
 
-function free(g: Gate, shared: boolean): boolean {
-  return g.holders === 0 || (shared && !g.exclusive);
+function free(g: Gate, t: Pick<Turn, 'shared' | 'afterHolders'>): boolean {
+  return g.holders === 0 || (t.shared && !t.afterHolders && !g.exclusive);
 }

@@ -12,6 +12,8 @@ export interface KeyUse {
   users: number;
   /** Enqueues in flight: each becomes a user of the incarnation it finds, or of the one it creates. */
   pending: number;
+  /** An incarnation whose holdings ended (lost, or revoked) while it may still be in etcd: never joined again. */
+  retired?: bigint;
 }
 
 /**
@@ -52,25 +54,38 @@ export class KeyUsers {
     return use;
   }
 
-  /** The enqueue found or created incarnation `rev` and becomes one of its users: true if it joins others. */
-  join(key: string, use: KeyUse, rev: bigint): boolean {
+  /**
+   * The enqueue found or created incarnation `rev` and becomes one of its users: true if it joins
+   * others, false if it is the first. Undefined when `rev` is older than the incarnation counted
+   * now: an answer that arrived after a newer one (the key was deleted and created again meanwhile).
+   * That call is not counted, and must not hold on its answer: it enqueues again.
+   */
+  join(key: string, use: KeyUse, rev: bigint): boolean | undefined {
     use.pending--;
     if (use.rev === rev) return ++use.users > 1;
     if (use.rev === undefined || rev > use.rev) {
       // A newer incarnation: the one the other users shared was deleted (their waits and watches see it).
       use.rev = rev;
       use.users = 1;
-    } else {
-      // An answer about an incarnation already replaced: this call is not counted, its wait finds it gone.
-      this.settle(key, use);
+      return false;
     }
-    return false;
+    this.settle(key, use);
+    return undefined;
   }
 
   /** The enqueue failed: it no longer counts. */
   abandon(key: string, use: KeyUse): void {
     use.pending--;
     this.settle(key, use);
+  }
+
+  /**
+   * The holdings of incarnation `rev` of `key` ended (lost, or revoked) while the key may still be in
+   * etcd: its token belongs to them, so no later call joins it; the next enqueue replaces it.
+   */
+  retire(key: string, rev: bigint): void {
+    const use = this.of(key);
+    if (use?.rev === rev) use.retired = rev;
   }
 
   /**

@@ -45,6 +45,8 @@ export class Ownership {
   private net?: Due;
   /** Why ownership ended (lost, released or revoked), once it has; made on demand (see release). */
   private ended?: { reason?: unknown; make?: () => unknown };
+  /** Why ownership was lost, when it ended by a loss rather than a release. */
+  private loss?: LossReason;
   /** The release, once asked for: every later call gets the same answer. */
   private releasing?: Promise<ReleaseResult>;
   /** This holding no longer counts among the users of its key (a release, maybe still retried, was made). */
@@ -119,9 +121,14 @@ export class Ownership {
     if (this.ended) throw rethrown(this.endReason());
   }
 
-  /** A Txn compare that holds only while this owner's key is the one it created. */
+  /** A Txn compare that holds only while this owner's key is the one it created (Go's IsOwner). */
   ownerCompare(): Compare {
     return compare.createRevision(this.key, '=', this.fencingToken);
+  }
+
+  /** The Txn compares that hold only while we own the key: the incarnation we created, still on our lease. */
+  ownerCompares(): Compare[] {
+    return [this.ownerCompare(), compare.lease(this.key, '=', this.session.leaseId)];
   }
 
   /**
@@ -137,6 +144,8 @@ export class Ownership {
   }
 
   private async releaseOnce(): Promise<ReleaseResult> {
+    // Lost before this release: it says so (and still deletes what is left of our key, guarded).
+    const lost = this.loss !== undefined ? this.endReason() : undefined;
     // Stop watching first (and do not start), or our own delete could be reported as a loss.
     clearTimeout(this.watchTimer);
     this.watch?.cancel();
@@ -148,6 +157,10 @@ export class Ownership {
     const d = releaseKey(this.session, this.key, this.fencingToken, this.what);
     // The next call of this process on the key may go: its enqueue waits for our delete (if any).
     this.exit?.();
+    if (lost !== undefined) {
+      const settled = d ? d.done.then(() => {}) : Promise.resolve();
+      return { state: 'lost', error: lost, settled };
+    }
     if (d) {
       try {
         await d.first;
@@ -177,7 +190,15 @@ export class Ownership {
   end(reason: unknown, make?: () => unknown, loss?: LossReason): void {
     if (this.ended) return;
     this.ended = make ? { make } : { reason };
-    this.exit?.();
+    this.loss = loss;
+    // The next call of this process on the key may go now only after a loss (nobody may be left to
+    // release a dead handle), and then with a key of its own: the incarnation is retired. Ended
+    // otherwise (released: the release ended the turn already; revoked by runAsLeader: its release
+    // follows once the task settled), the turn ends with the release.
+    if (loss !== undefined) {
+      sessionQueue(this.session).users.retire(this.key, this.fencingToken);
+      this.exit?.();
+    }
     clearTimeout(this.watchTimer);
     this.session.signal.removeEventListener('abort', this.onSessionLost);
     this.watch?.cancel();
@@ -261,9 +282,15 @@ export class Ownership {
         const kv = r.kvs[0];
         if (!this.isOurs(kv)) return this.notOurs(kv);
         this.armNet();
+        // Only an event after that read can end the holding. A watch from "now" on a member that lags
+        // (a follower behind the leader our writes went to) may still deliver older ones, such as the
+        // delete of our own previous incarnation of this key: the read already reflects them, and no
+        // event at or below our key's CreateRevision can be about this incarnation at all.
+        const after = r.header.revision > this.fencingToken ? r.header.revision : this.fencingToken;
         for await (const batch of w) {
           if (this.watch !== w) return; // cancelled by release(): our own delete is no loss
           for (const e of batch.events) {
+            if (e.kv.modRevision <= after) continue;
             if (e.type === 'delete') return this.keyGone();
             if (!this.isOurs(e.kv)) return this.lose(undefined, 'moved_off_lease');
           }
@@ -323,12 +350,13 @@ export class Ownership {
   }
 
   /**
-   * A write guarded by ownerCompare() failed, so our key is gone: ends this ownership as lost with
-   * `err` (the caller's own error), as a watch that saw the delete would have.
+   * A write guarded by ownerCompares() failed, so our key is gone (`key_deleted`) or was moved off our
+   * lease: ends this ownership as lost with `err` (the caller's own error), as a watch that saw the
+   * change would have.
    */
-  ownerCompareFailed(err: Error): void {
+  ownerCompareFailed(err: Error, loss: LossReason = 'key_deleted'): void {
     if (this.ended || this.left) return;
-    this.endLost(err, 'key_deleted');
+    this.endLost(err, loss);
   }
 
   private endLost(err: Error, loss: LossReason): void {
@@ -372,8 +400,17 @@ export interface OwnerHandle extends AsyncDisposable {
    * released by us. It fires before the server can expire the lease; stop protected work then.
    */
   readonly signal: AbortSignal;
-  /** A Txn compare that succeeds only while we own the key: make your own etcd writes conditional on it. */
+  /**
+   * A Txn compare on the key's CreateRevision: Go's `IsOwner()`. It fails once our key is deleted, but
+   * not when someone else (an operator's plain `put`) moved it off our lease, after which another
+   * session may hold: guard your own etcd writes with {@link OwnerHandle.ownerCompares} instead.
+   */
   ownerCompare(): Compare;
+  /**
+   * The Txn compares that succeed only while we own the key (our incarnation, on our lease): make your
+   * own etcd writes conditional on all of them, `compare: handle.ownerCompares()`.
+   */
+  ownerCompares(): Compare[];
 }
 
 /** The shared implementation of the handles; not exported from the package. */
@@ -398,6 +435,10 @@ export abstract class OwnerHandleBase implements OwnerHandle {
 
   ownerCompare(): Compare {
     return this.own.ownerCompare();
+  }
+
+  ownerCompares(): Compare[] {
+    return this.own.ownerCompares();
   }
 
   abstract [Symbol.asyncDispose](): Promise<void>;

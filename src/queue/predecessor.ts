@@ -9,6 +9,7 @@ import type { BatchCheck } from './recheck.js';
 import type { Blocker, Found, LostErrorFactory, TurnRule } from './turn.js';
 import type { WatchTarget } from './kept-watches.js';
 import { OlderBlocker, olderSet } from './older.js';
+import { pagesByCreate } from './participants.js';
 
 export type { Scope } from './scope.js';
 
@@ -345,19 +346,21 @@ async function findPredecessor(
     { idempotent: true, signal },
   );
   if (!t.succeeded) return ticketLost(session, ticket, lostError, signal);
-  let page = txnRange(t, 0);
-  let asOf = t.header.revision;
-  for (;;) {
+  // Only keys of nested names or stray data in a page: look further back.
+  const first = { page: txnRange(t, 0), revision: t.header.revision };
+  for await (const page of pagesByCreate(client, before(ticket.rev - 1n, 64n), first, signal)) {
     const found = page.kvs.find((kv) => scope.isCandidate(kv.key) && !strays.isStray(kv));
     // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
     if (found)
-      return { key: keyCopy(found.key), createRevision: found.createRevision, asOf, leased: found.lease !== 0n, marked: marked(found) };
-    const last = page.kvs[page.kvs.length - 1];
-    if (!page.more || !last) return null;
-    // Only keys of nested names or stray data so far: look further back.
-    page = await client.range(before(last.createRevision - 1n, 64n), { signal });
-    asOf = page.header.revision;
+      return {
+        key: keyCopy(found.key),
+        createRevision: found.createRevision,
+        asOf: page.revision,
+        leased: found.lease !== 0n,
+        marked: marked(found),
+      };
   }
+  return null;
 }
 
 /**

@@ -212,15 +212,25 @@ function entryOf(kv: KeyValue, id = kv.key.toString('latin1')): Entry {
 /** An unused view is closed after this long: its watch and its copy of the queue go. */
 const IDLE_MS = 30_000;
 
-/** A client's views of its long queues, by prefix. */
+/**
+ * A client's views of its long queues, by prefix. A view is exact only if its watch delivers every
+ * event: on a member whose watch may lose one near a compaction (etcd 3.4 before 3.4.36, 3.5 before
+ * 3.5.18; see watch-trust.ts) a lost create would make the view name a predecessor older than the
+ * real one, and once that one (a marked head) went, the waiter would take its turn ahead of the key
+ * it missed. So views are made and used only while `lossless()` says the member loses none.
+ */
 export class QueueViews {
   private readonly byPrefix = new Map<string, QueueView>();
   private timer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly client: Client) {}
+  constructor(
+    private readonly client: Client,
+    private readonly lossless: () => boolean,
+  ) {}
 
-  /** The view of the queue under `prefix`, made now if there is none. */
-  of(prefix: Buffer, rangeEnd: Buffer): QueueView {
+  /** The view of the queue under `prefix`, made now if there is none; undefined where a view cannot be exact. */
+  of(prefix: Buffer, rangeEnd: Buffer): QueueView | undefined {
+    if (!this.lossless()) return undefined;
     const id = prefix.toString('latin1');
     let v = this.byPrefix.get(id);
     if (!v || v.ended) {
@@ -230,10 +240,10 @@ export class QueueViews {
     return v;
   }
 
-  /** The view under `prefix` if there is a live one. */
+  /** The view under `prefix` if there is a live one, on a member whose watch loses no event. */
   live(prefix: Buffer): QueueView | undefined {
     const v = this.byPrefix.get(prefix.toString('latin1'));
-    return v && !v.ended ? v : undefined;
+    return v && !v.ended && this.lossless() ? v : undefined;
   }
 
   private sweep(): void {

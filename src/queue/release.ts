@@ -186,9 +186,11 @@ export interface ReleaseResult {
    * `pending`: the first delete failed (see `error`); it is retried in the background, with
    * backoff, until the key is gone or the session ends. Nothing is left for the caller to do: the
    * handle's `signal` aborts once the key is gone, and `settled` resolves then.
+   * `lost`: it was no longer held when released (see `error`, the loss: the handle's
+   * `signal.reason`); what was left of our key is deleted all the same, guarded.
    */
-  readonly state: 'released' | 'pending';
-  /** Why the first delete failed, when `state` is `pending`. */
+  readonly state: 'released' | 'pending' | 'lost';
+  /** Why the first delete failed (`pending`), or the loss (`lost`: a LockLostError or its kin, with its `reason`). */
   readonly error?: unknown;
   /** Resolves once the key is gone or the session ended (its lease takes the key along). Never rejects. */
   readonly settled: Promise<void>;
@@ -197,10 +199,13 @@ export interface ReleaseResult {
 /** The result of a release that landed: one frozen object for every one of them. */
 export const RELEASED: ReleaseResult = Object.freeze({ state: 'released', settled: Promise.resolve() });
 
-/** Several releases as one (lockAll's unlock): pending while any is, with the first failure (or all of them) as `error`. */
+/**
+ * Several releases as one (lockAll's unlock): pending while any is, with the first failure (or all
+ * of them) as `error`; else lost if any was, with its loss.
+ */
 export function combineReleases(results: readonly ReleaseResult[]): ReleaseResult {
   const pending = results.filter((r) => r.state === 'pending');
-  if (pending.length === 0) return RELEASED;
+  if (pending.length === 0) return results.find((r) => r.state === 'lost') ?? RELEASED;
   return {
     state: 'pending',
     error:

@@ -49,8 +49,8 @@ export class QueueState implements Attachment {
 
   constructor(client: Client) {
     this.rechecker = new Rechecker(client);
-    this.views = new QueueViews(client);
     this.watchTrust = new WatchTrust(client);
+    this.views = new QueueViews(client, () => this.watchTrust.lossless());
   }
 
   of<H = unknown>(session: Session): SessionQueue<H> {

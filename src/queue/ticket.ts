@@ -42,4 +42,11 @@ export interface TicketSpec {
    * loop, which is nothing for a few keys and would stall every write behind a long queue.
    */
   lookup?: RangeRequest;
+  /**
+   * When set, a call that finds our key in place while other calls of this process use it joins them
+   * only if `mayJoin` says so, given what `read` (made in the same Txn) found and the key's
+   * CreateRevision; else it waits until they have left the key, then takes a key of its own. An RWMutex
+   * read lock: it must not join a read key that a writer queued behind since.
+   */
+  joinCheck?: { read: RangeRequest; mayJoin(kvs: readonly KeyValue[], rev: bigint): boolean };
 }

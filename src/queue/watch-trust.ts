@@ -45,13 +45,15 @@ export class WatchTrust {
 
   private async ask(): Promise<void> {
     this.asking = true;
+    // The member asked: the answer is about it, even if the client fails over meanwhile.
+    const at = this.client.activeEndpoint;
     try {
-      const { version } = await this.client.status();
-      this.trusted = mayLoseWatchEvents(version) ? undefined : this.client.activeEndpoint;
+      const { version } = await this.client.status({ endpoint: at });
+      this.trusted = mayLoseWatchEvents(version) ? undefined : at;
     } catch {
       this.trusted = undefined; // unreachable, refused or closed: not known, so not trusted
     } finally {
-      this.answeredFor = this.client.activeEndpoint;
+      this.answeredFor = at;
       this.answeredAt = performance.now();
       this.asking = false;
     }

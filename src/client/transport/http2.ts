@@ -1,6 +1,6 @@
 // gRPC over node:http2: one ClientHttp2Session per member for unary calls and streams alike.
 // nghttp2 guards the HTTP/2 framing (floods, CONTINUATION, HPACK, SETTINGS); the limits below are
-// set deliberately and documented in the README's "Limits" table. What HTTP/2 does not know is
+// set deliberately and documented in CONTRIBUTING.md ("The connection's limits"). What HTTP/2 does not know is
 // ours: the message size behind gRPC's length prefix (framing.ts), the grpc-status and
 // grpc-message a server may send, and whether a failed request provably never reached etcd.
 import * as http2 from 'node:http2';

@@ -1,4 +1,4 @@
-// The numbers a member's connection lives within; the README's "Limits" table documents them.
+// The numbers a member's connection lives within; CONTRIBUTING.md's "The connection's limits" documents them.
 
 /** The bounds a member's connection lives within, whatever the server sends. */
 export const LIMITS = {
