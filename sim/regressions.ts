@@ -9,6 +9,52 @@ export interface RegressionSeed {
 }
 
 export const REGRESSIONS: readonly RegressionSeed[] = [
+  // Issue 35's engine defects, found by the simulator on a969494 and fixed on main (99237e1, c0c6f15).
+  {
+    seed: 182,
+    profile: '3.7',
+    workload: 'rwmutex',
+    found:
+      "issue 35, item 3: after an operator's plain put on a holder's key, the same process's next lock on that session was granted the old key, off our lease, with the old token",
+  },
+  {
+    seed: 193,
+    profile: '3.7',
+    workload: 'rwmutex',
+    found: 'issue 35, item 3, on a read key',
+  },
+  {
+    seed: 2,
+    profile: '3.7',
+    workload: 'election',
+    found:
+      "issue 35, item 2: after an operator's plain put on the leader's key, the old leader campaigned again, adopted its old key and led with its old term beside the new leader",
+  },
+  {
+    seed: 14,
+    profile: '3.7',
+    workload: 'election',
+    found: 'issue 35, item 2: a term going backwards (token 10 granted after token 13)',
+  },
+  {
+    seed: 101,
+    profile: '3.7',
+    workload: 'election',
+    found: 'issue 35, item 2: observe() naming the other leader',
+  },
+  {
+    seed: 16,
+    profile: '3.7',
+    workload: 'rwmutex',
+    found:
+      "issue 35, item 4: a read asked for after another process's writer queued joined this process's older read key and was granted first",
+  },
+  {
+    seed: 125,
+    profile: '3.7',
+    workload: 'rwmutex',
+    found: 'issue 35, item 4',
+  },
   {
     seed: 944,
     profile: '3.7',
