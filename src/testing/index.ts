@@ -90,3 +90,23 @@ export type { StartProxyOptions } from './proxy.js';
 export { startPostgres, findPostgres, type PostgresServer, type StartPostgresOptions } from './postgres.js';
 export { startRedis, findRedis, type RedisServer, type StartRedisOptions } from './redis.js';
 export { ServerNotFoundError, ServerStartError } from './server-process.js';
+
+/**
+ * A deterministic simulator: the library's real Client, sessions and primitives against a simulated
+ * etcd cluster on virtual time, with faults to inject (partitions, member crashes, leader changes,
+ * paused and crashed processes, lost answers, compaction, an operator's edits). One seed, one run:
+ * a failure replays exactly. Needs the optional peer dependency `@sinonjs/fake-timers`. See
+ * docs/simulation.md.
+ *
+ * @example
+ * ```ts
+ * import { simulate } from 'etcd-concurrency/testing';
+ *
+ * const { value, traceHash } = await simulate({ seed: 42 }, async (sim) => {
+ *   const a = sim.process('worker-a');
+ *   const client = sim.client(a);
+ *   return a.run(() => myJob(client)); // your lock-using code, on virtual time
+ * });
+ * ```
+ */
+export { simulate, Simulation, SimulationTimeoutError, type SimulateOptions, type SimulationResult, type SimProcess } from './sim/index.js';

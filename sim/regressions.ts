@@ -1,0 +1,72 @@
+// Seeds that found bugs (in the library, or in the simulator itself), replayed by test/sim.test.ts
+// in `npm test`: each must now pass. A seed whose bug is still open is in sim/known.ts instead.
+export interface RegressionSeed {
+  readonly seed: number;
+  readonly profile: '3.4' | '3.7';
+  readonly workload: 'mixed' | 'mutex' | 'rwmutex' | 'semaphore' | 'election' | 'barrier';
+  /** What it found. */
+  readonly found: string;
+}
+
+export const REGRESSIONS: readonly RegressionSeed[] = [
+  // Issue 35's engine defects, found by the simulator on a969494 and fixed on main (99237e1, c0c6f15).
+  {
+    seed: 182,
+    profile: '3.7',
+    workload: 'rwmutex',
+    found:
+      "issue 35, item 3: after an operator's plain put on a holder's key, the same process's next lock on that session was granted the old key, off our lease, with the old token",
+  },
+  {
+    seed: 193,
+    profile: '3.7',
+    workload: 'rwmutex',
+    found: 'issue 35, item 3, on a read key',
+  },
+  {
+    seed: 2,
+    profile: '3.7',
+    workload: 'election',
+    found:
+      "issue 35, item 2: after an operator's plain put on the leader's key, the old leader campaigned again, adopted its old key and led with its old term beside the new leader",
+  },
+  {
+    seed: 14,
+    profile: '3.7',
+    workload: 'election',
+    found: 'issue 35, item 2: a term going backwards (token 10 granted after token 13)',
+  },
+  {
+    seed: 101,
+    profile: '3.7',
+    workload: 'election',
+    found: 'issue 35, item 2: observe() naming the other leader',
+  },
+  {
+    seed: 16,
+    profile: '3.7',
+    workload: 'rwmutex',
+    found:
+      "issue 35, item 4: a read asked for after another process's writer queued joined this process's older read key and was granted first",
+  },
+  {
+    seed: 125,
+    profile: '3.7',
+    workload: 'rwmutex',
+    found: 'issue 35, item 4',
+  },
+  {
+    seed: 944,
+    profile: '3.7',
+    workload: 'mixed',
+    found:
+      "the oracle took a downgrade (a read on the session's own write key, which holds at once by design) for a reader overtaking a queued writer",
+  },
+  {
+    seed: 62,
+    profile: '3.7',
+    workload: 'mixed',
+    found:
+      "the oracle counted a DoubleBarrier's members without the operator's lease-less waiter key, which Go's counting (and the library's) includes",
+  },
+];

@@ -1,0 +1,272 @@
+// One schedule: a plan (client processes, their sessions and operations, and the faults) drawn
+// from a seed, run on a fresh simulated world, judged by the oracle. The same seed and plan give
+// the same run, byte for byte: its trace hash says so.
+import { Oracle, type Violation } from './oracle.js';
+import type { Proc } from './time.js';
+import { type ActorContext, actor, BARRIER_COUNT, observer, type Plan, planFor, SessionHolder, type WorkloadName } from './workload.js';
+import { World } from './world.js';
+
+export type ProfileName = '3.4' | '3.7';
+export { WORKLOADS, planFor, type WorkloadName, type Plan, type Op, type Fault, type FaultKind } from './workload.js';
+
+export interface RunOptions {
+  seed: number;
+  profile?: ProfileName;
+  workload?: WorkloadName;
+  /** A plan to run instead of the seed's (shrinking); the seed still drives the scheduling. */
+  plan?: Plan;
+  keepTrace?: boolean;
+  /** Faults on (default true). */
+  faults?: boolean;
+}
+
+/** What each actor is doing now (for a liveness report). */
+const doing = new Map<string, string>();
+
+export interface RunResult {
+  readonly seed: number;
+  readonly violations: Violation[];
+  readonly hash: string;
+  readonly steps: number;
+  readonly virtualMs: number;
+  readonly plan: Plan;
+  readonly trace?: string[];
+  readonly grants: number;
+  /** What each fault did, in order (`operator-put elect/a/…`, `fault 2 pause`, ...). */
+  readonly faultLog: readonly string[];
+}
+
+/** How long after the faults stop, besides the operations' own holds and gaps, every actor must have finished (3 of the longest TTL, plus a call timeout). */
+const SETTLE_MS = 3 * 10_000 + 10_000;
+
+/** Runs one schedule. */
+export async function runSchedule(options: RunOptions): Promise<RunResult> {
+  const plan = options.plan ?? planFor(options.seed, { faults: options.faults, workload: options.workload ?? 'mixed' });
+  const world = new World({ seed: options.seed, profile: options.profile ?? '3.7', keepTrace: options.keepTrace ?? false });
+  const { time, trace, cluster } = world;
+  const oracle = new Oracle(
+    () => Math.round(time.now),
+    cluster.store,
+    (l) => trace.add(l),
+  );
+  cluster.onChange = (c) => {
+    oracle.changed(c);
+    if (c.type === 'put' && c.k.endsWith('/ready') && !c.cause.startsWith('fault')) {
+      const name = c.k.slice(0, -'/ready'.length);
+      // Go's counting: every key under waiters/ counts, a stray one too.
+      const members = cluster.store.keys().filter((k) => k.startsWith(`${name}/waiters/`)).length;
+      oracle.barrierOpened(name, BARRIER_COUNT, members);
+    }
+  };
+  const leaders = (rev: bigint): { key: string; token: bigint } | null | 'compacted' => {
+    if (rev < cluster.store.compacted || rev > cluster.store.rev) return 'compacted';
+    const r = cluster.store.range({ key: Buffer.from('elect/a/'), rangeEnd: Buffer.from('elect/a0'), revision: rev });
+    let best: { key: string; token: bigint } | null = null;
+    for (const kv of r.kvs ?? []) {
+      if (kv.lease === 0n) continue;
+      if (!best || kv.createRevision! < best.token) best = { key: kv.key!.toString('latin1'), token: kv.createRevision! };
+    }
+    return best;
+  };
+  const rejections: unknown[] = [];
+  const onRejection = (err: unknown): void => {
+    rejections.push(err);
+  };
+  process.on('unhandledRejection', onRejection);
+  doing.clear();
+  world.install();
+  let reason: string;
+  let virtualMs = 0;
+  const running = new Map<Proc, number>();
+  const faultLog: string[] = [];
+  try {
+    const procs = plan.procs.map((pp) => world.proc(pp.name));
+    for (const p of procs) p.onWake = () => oracle.woke(p);
+    const closers: (() => Promise<void>)[] = [];
+    const clientClosers: (() => Promise<void>)[] = [];
+    const observing = new AbortController();
+    plan.procs.forEach((pp, i) => {
+      const proc = procs[i]!;
+      const client = world.client(proc, { callTimeoutMs: 5000 });
+      clientClosers.push(() => (proc.crashed ? Promise.resolve() : proc.start(() => client.close())));
+      for (const name of pp.observes) {
+        const ctx: ActorContext = { proc, oracle, say: (l) => trace.add(l), doing: () => {} };
+        void proc.start(() => observer(ctx, client, name, observing.signal, leaders)).catch(() => {});
+      }
+      for (const sp of pp.sessions) {
+        const holder = new SessionHolder(client, sp.ttl);
+        for (const ops of sp.actors) {
+          running.set(proc, (running.get(proc) ?? 0) + 1);
+          const me = `${proc.name}/${ops[0]?.id ?? '-'}`;
+          const ctx: ActorContext = {
+            proc,
+            oracle,
+            say: (l) => trace.add(l),
+            doing: (what) => doing.set(me, `${me}: ${what} since ${Math.round(performance.now())}`),
+          };
+          void proc
+            .start(() => actor(ctx, holder, ops))
+            .finally(() => {
+              doing.delete(me);
+              running.set(proc, running.get(proc)! - 1);
+            });
+        }
+        closers.push(() => (proc.crashed ? Promise.resolve() : proc.start(() => holder.close())));
+      }
+    });
+    scheduleFaults(world, plan, procs, oracle, faultLog);
+    // Until every actor is done (or has crashed), within the settle bound.
+    const left = (): number => procs.reduce((n, p) => n + (p.crashed ? 0 : (running.get(p) ?? 0)), 0);
+    const actorsDone = (): boolean => left() === 0;
+    // Time enough for every operation to run one after another (they may all queue on one name).
+    const work = plan.procs.flatMap((p) => p.sessions.flatMap((x) => x.actors.flat())).reduce((n, o) => n + o.holdMs + o.gapMs, 0);
+    const budget = { steps: 2_000_000, ms: plan.quietAt + SETTLE_MS + work };
+    const learnCheck = setInterval(() => oracle.checkLearned(), 1000);
+    reason = await time.run(() => actorsDone() || oracle.violations.length > 0, budget);
+    clearInterval(learnCheck);
+    observing.abort();
+    if (reason === 'stopped' && oracle.violations.length === 0) {
+      // Everyone closes; then the crashed processes' leases expire; then nothing may be left.
+      void Promise.allSettled(closers.map((c) => c())).then(() => Promise.allSettled(clientClosers.map((c) => c())));
+      const ours = (): string[] => cluster.store.keys().filter((k) => oracle.ownedByClients(k));
+      const clean = (): boolean => cluster.store.leases.size === 0 && ours().length === 0;
+      reason = await time.run(clean, { steps: budget.steps, ms: time.now + 30_000 });
+      if (reason !== 'stopped') {
+        oracle.violations.push({
+          rule: 'left-behind',
+          at: Math.round(time.now),
+          detail: `after every session closed: keys ${JSON.stringify(ours())}, leases ${cluster.store.leases.size}`,
+        });
+      } else {
+        cluster.stop();
+        reason = await time.run(() => false, { steps: budget.steps, ms: time.now + 60_000 });
+        if (reason !== 'idle') {
+          oracle.violations.push({
+            rule: 'timers-left',
+            at: Math.round(time.now),
+            detail: `${time.pending} timers still pending after everything closed`,
+          });
+        }
+        const streams = cluster.members.reduce((n, m) => n + m.watchStreams.size + m.keepAliveStreams.size, 0);
+        if (streams > 0) {
+          oracle.violations.push({
+            rule: 'streams-left',
+            at: Math.round(time.now),
+            detail: `${streams} Watch or LeaseKeepAlive streams still open at the members after everything closed`,
+          });
+        }
+      }
+    } else if (reason === 'steps' || reason === 'time') {
+      oracle.violations.push({
+        rule: 'liveness',
+        at: Math.round(time.now),
+        detail: `${left()} actors still running ${Math.round(time.now - plan.quietAt)} ms after the faults stopped (${reason} budget): ${[...doing.values()].join('; ')}`,
+      });
+    } else if (reason === 'idle' && !actorsDone()) {
+      oracle.violations.push({
+        rule: 'liveness',
+        at: Math.round(time.now),
+        detail: 'nothing left to run, yet actors are still waiting (a lost wake-up)',
+      });
+    }
+    for (const err of time.thrown) oracle.violations.push({ rule: 'uncaught-exception', at: Math.round(time.now), detail: String(err) });
+  } finally {
+    virtualMs = Math.round(time.now);
+    world.dispose();
+    process.off('unhandledRejection', onRejection);
+  }
+  // Unhandled rejections surface on the real event loop, after the run.
+  await new Promise((r) => setImmediate(r));
+  for (const err of rejections) oracle.violations.push({ rule: 'unhandled-rejection', at: Math.round(time.now), detail: String(err) });
+  return {
+    seed: options.seed,
+    violations: oracle.violations,
+    hash: trace.digest(),
+    steps: time.steps,
+    virtualMs,
+    plan,
+    grants: oracle.grants,
+    faultLog,
+    ...(trace.lines ? { trace: trace.lines } : {}),
+  };
+}
+
+function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle, log: string[]): void {
+  const { cluster, net, trace } = world;
+  const rng = world.rng.fork('faults');
+  for (const f of plan.faults) {
+    cluster.server(() =>
+      setTimeout(() => {
+        const proc = procs[f.target % procs.length]!;
+        const m = cluster.members[f.member % cluster.members.length]!;
+        trace.add(`fault ${f.id} ${f.kind}`);
+        log.push(`fault ${f.id} ${f.kind}`);
+        switch (f.kind) {
+          case 'partition':
+            net.partition(proc, m, f.ms);
+            break;
+          case 'member-crash':
+            cluster.crash(m);
+            net.dropMember(m);
+            setTimeout(() => cluster.restart(m), f.ms);
+            break;
+          case 'leader-loss':
+            cluster.loseLeader();
+            break;
+          case 'stall':
+            net.stall(proc, Math.min(f.ms, 3000));
+            break;
+          case 'lose-answer':
+            net.loseNextAnswer.add(proc.name);
+            break;
+          case 'pause':
+            world.pause(proc);
+            setTimeout(() => world.resume(proc), f.ms);
+            break;
+          case 'crash-proc':
+            oracle.crashed(proc);
+            world.crash(proc);
+            break;
+          case 'operator-delete':
+          case 'operator-put': {
+            const keys = cluster.store.keys();
+            if (keys.length === 0) break;
+            // Mostly a holder's key (the oldest under its prefix): the edit that matters.
+            const holders = keys.filter((k) => {
+              const prefix = k.slice(0, k.lastIndexOf('/') + 1);
+              const mine = cluster.store.get(k)!.createRevision;
+              return !keys.some((o) => o !== k && o.startsWith(prefix) && cluster.store.get(o)!.createRevision < mine);
+            });
+            const k = rng.pick(holders.length > 0 && rng.chance(0.7) ? holders : keys);
+            if (f.kind === 'operator-delete') cluster.store.deleteRange({ key: Buffer.from(k, 'latin1') }, 'fault operator-delete');
+            else cluster.store.put({ key: Buffer.from(k, 'latin1'), value: Buffer.from('operator') }, 'fault operator-put');
+            trace.add(`${f.kind} ${k}`);
+            log.push(`${f.kind} ${k}`);
+            break;
+          }
+          case 'operator-revoke':
+          case 'early-revoke': {
+            const ids = [...cluster.store.leases.keys()];
+            if (ids.length === 0) break;
+            cluster.revoke(rng.pick(ids), `fault ${f.kind}`);
+            break;
+          }
+          case 'compact': {
+            const s = cluster.store;
+            if (s.rev > s.compacted + 1n) {
+              s.compact(s.compacted + 1n + BigInt(rng.int(Number(s.rev - s.compacted))));
+              trace.add(`compact at ${s.compacted}`);
+            }
+            break;
+          }
+          case 'stream-break':
+            net.breakOne(proc, m);
+            break;
+          case 'follower-lag':
+            cluster.lag(m, Math.min(f.ms, 2500), f.ms);
+            break;
+        }
+      }, f.at),
+    );
+  }
+}
