@@ -135,7 +135,7 @@ export type WorkerEvent =
   | { t: 'ready'; pid: number; at: number; offset: number; offsetErrMs: number }
   | { t: 'session'; lease: string; at: number }
   /**
-   * `leftMs` (reason 'lease-gone' only): the session's own loss deadline minus the moment etcd said
+   * `leftMs` (reason 'lease_gone' only): the session's own loss deadline minus the moment etcd said
    * the lease was gone. Positive means the server expired it before the client's deadline predicted.
    */
   | { t: 'session-lost'; lease: string; reason: string; at: number; leftMs?: number }

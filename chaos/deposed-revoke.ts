@@ -69,7 +69,7 @@ async function round(k: number): Promise<RoundResult> {
     let wake = Infinity;
     for (const s of sessions) {
       void s.done.then((e) => {
-        if (e.reason === 'lease-gone') {
+        if (e.reason === 'lease_gone') {
           const left = lossAt(s) - performance.now();
           if (left > 0) early.push({ lease: s.leaseId.toString(16), afterWakeMs: Math.round(now() - wake), leftMs: Math.round(left) });
         } else if (e.reason === 'deadline') lostToDeadline++;

@@ -304,7 +304,7 @@ export function printTable(results: PhaseResult[]): void {
     'porcupine (operations: verdict)',
     (r) => r.porcupine.map((p) => `${p.name.replace(`${r.name}-`, '')} ${p.operations}: ${p.result}`).join(', ') || 'not run',
   );
-  row('  lease gone before client deadline', (r) => `${r.leaseGone.violations.length} (of ${r.leaseGone.reports} lease-gone)`);
+  row('  lease gone before client deadline', (r) => `${r.leaseGone.violations.length} (of ${r.leaseGone.reports} lease_gone)`);
   row(
     'lease revoked by a deposed leader (etcd 15247)',
     (r) =>

@@ -51,9 +51,9 @@ function leftMs(s: Session): number {
 /** Reports a session's end other than our own close, with its deadline when etcd said the lease was gone. */
 export function watchSession(s: Session): void {
   void s.done.then((e) => {
-    if (e.reason === 'closed' || e.reason === 'client-closed') return;
+    if (e.reason === 'closed' || e.reason === 'client_closed') return;
     const ev: WorkerEvent = { t: 'session-lost', lease: s.leaseId.toString(16), reason: e.reason, at: now() };
-    if (e.reason === 'lease-gone') ev.leftMs = leftMs(s);
+    if (e.reason === 'lease_gone') ev.leftMs = leftMs(s);
     emit(ev);
   });
 }

@@ -6,7 +6,7 @@ import { now } from './common.js';
  * Watches the handle: the first moment it said "not held any more", and why (`lostReason`): the
  * `reason` of the handle's abort reason (an OwnershipLostError: `key_deleted`, `lease_expired`,
  * `released`, ...), followed, when the loss came from the session, by `/<reason>` with the
- * SessionExpiredError's reason (`deadline`, `lease-gone`, `closed`, `client-closed`): a session lost
+ * SessionExpiredError's reason (`deadline`, `lease_gone`, `closed`, `client_closed`): a session lost
  * to its deadline and one whose lease etcd said was gone are both `lease_expired`, and the checker
  * must tell them apart (see REVOKE_LOSS_REASONS in checker/excuses.ts). `other` for any other abort reason.
  */

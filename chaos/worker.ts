@@ -27,7 +27,6 @@ import {
   runAsLeader,
   type LockHandle,
   type ReleaseResult,
-  type OwnerHandle,
 } from '../src/index.js';
 import { PgLedger } from './worker-pg.js';
 import { emit, errorCount, pause, reportError, watchSession } from './worker-io.js';
@@ -93,7 +92,7 @@ async function newSession(): Promise<Session> {
   emit({ t: 'session', lease: s.leaseId.toString(16), at: now() });
   watchSession(s);
   void s.done.then(async (e) => {
-    if (e.reason === 'closed' || e.reason === 'client-closed') return;
+    if (e.reason === 'closed' || e.reason === 'client_closed') return;
     // The lease may still live on the server until its TTL runs out; its keys would block the queue.
     // But first the cycle holding on this session finishes: it leaves the semaphore's and the RW
     // lock's resource before its key goes, or a newcomer would find it still admitted there.
@@ -209,7 +208,7 @@ async function fencedCycle(): Promise<void> {
 
 /** Ends a hold: reports how long we believed we held it, then unlocks (or releases the permit). */
 async function release(
-  handle: OwnerHandle & ({ unlock(): Promise<ReleaseResult> } | { release(): Promise<ReleaseResult> }),
+  handle: { release(): Promise<ReleaseResult>; readonly key: string; readonly fencingToken: bigint; readonly signal: AbortSignal },
   from: number,
   loss: ReturnType<typeof lossClock>,
   mode?: RWMode,
@@ -229,7 +228,7 @@ async function release(
     ...(sibling ? { sibling } : {}),
   });
   try {
-    const r = await ('unlock' in handle ? handle.unlock() : handle.release());
+    const r = await handle.release();
     // Its first delete failed: the library retries it in the background until the key is gone.
     if (r.state === 'pending') reportError('unlock (retried in the background)', r.error);
   } catch (err) {

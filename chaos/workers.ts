@@ -385,7 +385,7 @@ export class WorkerProc {
   /**
    * What the checker needs of the hold now ending (this.holding) besides its interval, to judge
    * etcd 15247 (see explain() in checker/excuses.ts): why the worker saw it lost, when its session was
-   * reported granted and its lease (to match etcd's lease-gone reports), and the TTL its sessions ask for.
+   * reported granted and its lease (to match etcd's lease_gone reports), and the TTL its sessions ask for.
    */
   private holdFacts(lostReason: string | undefined): Pick<HeldInterval, 'lostReason' | 'sessionFrom' | 'lease' | 'ttl'> {
     return {

@@ -59,7 +59,7 @@ export interface LateRenewalEvent {
 /** `etcd-concurrency:session:lost`: a session was lost (its deadline passed, or etcd said its lease is gone). */
 export interface SessionLostEvent {
   leaseId: bigint;
-  reason: Extract<SessionEndReason, 'deadline' | 'lease-gone'>;
+  reason: Extract<SessionEndReason, 'deadline' | 'lease_gone'>;
   /** The SessionExpiredError its signal aborts with. */
   error: Error;
 }
@@ -71,6 +71,37 @@ export interface OwnershipLostEvent {
   reason: Exclude<OwnershipEndReason, 'released'>;
   /** The OwnershipLostError its signal aborts with. */
   error: Error;
+}
+
+/** `etcd-concurrency:release:retry` (`DIAGNOSTICS_CHANNEL.releaseRetry`): a delete of one of our keys (a release, a resign, the clean-up of an aborted acquire, a double barrier's leave) failed and will be tried again. */
+export interface ReleaseRetryMessage {
+  kind: string;
+  name: string;
+  key: string;
+  /** The incarnation being deleted (the fencing token), when known. */
+  fencingToken: bigint | undefined;
+  /** Which attempt failed: 1 for the first. */
+  attempt: number;
+  /** The error's stable code when it has one (the gRPC status of a call that failed), else undefined. */
+  code: string | number | undefined;
+  message: string;
+  error: unknown;
+}
+
+/** How a delete that keeps trying ended: the key is gone, or it stopped because the lease goes anyway. */
+export type DeleteOutcome = 'deleted' | 'session_ended' | 'client_closed';
+
+/** `etcd-concurrency:release:done` (`DIAGNOSTICS_CHANNEL.releaseDone`): a delete that needed retries is over: the key is gone, or the session ended (its lease takes the key along). */
+export interface ReleaseDoneMessage {
+  kind: string;
+  name: string;
+  key: string;
+  fencingToken: bigint | undefined;
+  /** Attempts made, the successful one included. */
+  attempts: number;
+  outcome: DeleteOutcome;
+  /** Milliseconds from the first failure to the end. */
+  durationMs: number;
 }
 
 /** The channel names: `etcd-concurrency:<area>:<event>`. */

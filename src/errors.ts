@@ -1,16 +1,23 @@
 import { EtcdError } from './client/errors.js';
-import type { LossReason } from './metrics/names.js';
+
+/**
+ * Why a holder lost what it held. `lease_expired`: its session was lost to its deadline or etcd
+ * said the lease is gone; `session_closed`: its session (or client) was closed while holding;
+ * `key_deleted`: someone deleted its key; `moved_off_lease`: someone rewrote its key onto another
+ * lease (or none); `watch_failed`: the watch on its key failed, so ownership can no longer be vouched for.
+ */
+export type LossReason = 'lease_expired' | 'key_deleted' | 'moved_off_lease' | 'session_closed' | 'watch_failed';
 
 /** Why a session ended. */
 export type SessionEndReason =
   /** No renewal succeeded in time: the lease may expire on the server soon, so we stop first. */
   | 'deadline'
   /** etcd says the lease no longer exists (expired or revoked). */
-  | 'lease-gone'
+  | 'lease_gone'
   /** `close()` was called. */
   | 'closed'
   /** The session's client was closed. */
-  | 'client-closed';
+  | 'client_closed';
 
 /**
  * The session's lease is gone or can no longer be trusted to live: everything held through it
@@ -32,11 +39,11 @@ function sessionMessage(reason: SessionEndReason, leaseId: bigint): string {
   switch (reason) {
     case 'deadline':
       return `session lost: lease ${id} was not renewed in time and may expire on the server; stop work that needs it and create a new session`;
-    case 'lease-gone':
+    case 'lease_gone':
       return `session lost: etcd says lease ${id} no longer exists (expired or revoked); create a new session`;
     case 'closed':
       return `session closed: lease ${id} was revoked by close()`;
-    case 'client-closed':
+    case 'client_closed':
       return `session ended: the client of lease ${id} was closed`;
   }
 }

@@ -33,7 +33,6 @@ export {
   AuthenticationError,
   DeadlineExceededError,
   ClientClosedError,
-  type EtcdErrorOptions,
 } from './client/errors.js';
 export {
   SessionExpiredError,
@@ -49,6 +48,7 @@ export {
   BarrierKeyLostError,
   type SessionEndReason,
   type OwnershipEndReason,
+  type LossReason,
 } from './errors.js';
 // The fences live in etcd-concurrency/fencing; their errors are here too, for one catch site.
 export {
@@ -69,6 +69,9 @@ export {
   type LateRenewalEvent,
   type SessionLostEvent,
   type OwnershipLostEvent,
+  type ReleaseRetryMessage,
+  type ReleaseDoneMessage,
+  type DeleteOutcome,
 } from './diagnostics.js';
 export { Mutex, withLock, type LockHandle, type LockOptions } from './primitives/mutex.js';
 export { Semaphore, withPermit, MAX_PERMITS, type PermitHandle, type PermitOptions } from './primitives/semaphore.js';
@@ -76,16 +79,7 @@ export { RWMutex, type RWLockHandle } from './primitives/rwmutex.js';
 export { Barrier, type BarrierOptions, type BarrierWaitOptions } from './primitives/barrier.js';
 export { DoubleBarrier, type DoubleBarrierWaitOptions } from './primitives/double-barrier.js';
 export { lockAll, withLocks, type MultiLockHandle, type LockAllOptions } from './primitives/multilock.js';
-export type { AcquireOptions } from './queue/acquire.js';
-export type { OwnerHandle } from './queue/ownership.js';
-export {
-  RELEASE_RETRY_CHANNEL,
-  RELEASE_DONE_CHANNEL,
-  type ReleaseResult,
-  type ReleaseRetryMessage,
-  type ReleaseDoneMessage,
-  type DeleteOutcome,
-} from './queue/release.js';
+export type { ReleaseResult } from './queue/release.js';
 export { validateName, participantKey } from './keys.js';
 export {
   Election,
@@ -97,9 +91,9 @@ export {
   type LeaderEvent,
   type RunAsLeaderOptions,
   type LeaderRetryEvent,
-  LEADER_RETRY_CHANNEL,
+  type CampaignOptions,
 } from './primitives/election.js';
-export { listParticipants, oldestParticipant } from './queue/participants.js';
+export { listParticipants, oldestParticipant } from './primitives/participants.js';
 export {
   leaderHealth,
   healthHandler,
@@ -110,4 +104,4 @@ export {
   type HealthStatus,
 } from './primitives/health.js';
 export type { TelemetryOptions } from './client/telemetry.js';
-export type { Kind as TelemetryKind, AcquireResult, LossReason } from './metrics/names.js';
+export type { Kind as TelemetryKind, AcquireResult } from './metrics/names.js';

@@ -33,7 +33,7 @@ export function finishBeforeClose(session: Session, work: Promise<unknown>): voi
   session.finishBeforeClose(work);
 }
 
-/** Ends `session` as 'lease-gone': a write or compare on its lease found the lease gone. */
+/** Ends `session` as 'lease_gone': a write or compare on its lease found the lease gone. */
 export function markLeaseGone(session: Session): void {
   session.leaseGone();
 }
@@ -89,7 +89,7 @@ export class Session implements AsyncDisposable {
     this.done = new Promise((resolve) => (this.resolveDone = resolve));
     client.keepAlives.register(leaseId, {
       onRenewed: (ttl, sentAt) => this.renewed(ttl, sentAt),
-      onClosed: () => this.end('client-closed'),
+      onClosed: () => this.end('client_closed'),
       onAsked: (at) => this.asked(at),
       lateAfterMs: () => this.retryMs(),
       onLate: (askedAt) => this.late(askedAt),
@@ -165,7 +165,7 @@ export class Session implements AsyncDisposable {
       }
       const before = this.signal.aborted ? (this.signal.reason as SessionExpiredError).reason : undefined;
       this.end('closed');
-      if (this.client.closed || before === 'lease-gone' || before === 'client-closed' || before === 'closed') return;
+      if (this.client.closed || before === 'lease_gone' || before === 'client_closed' || before === 'closed') return;
       const revoke = this.client.leaseRevoke(this.leaseId);
       await (before === undefined ? revoke : revoke.catch(() => {}));
     })();
@@ -198,7 +198,7 @@ export class Session implements AsyncDisposable {
 
   /** @internal A write or compare on this session's lease found the lease gone: the session ends. */
   leaseGone(): void {
-    this.end('lease-gone');
+    this.end('lease_gone');
   }
 
   /** A renewal sent at monotonic `sentAt` was answered with `ttl`: the lease lives until sentAt + ttl. */
@@ -206,7 +206,7 @@ export class Session implements AsyncDisposable {
     if (!this.renewing) return; // false once ended, too (end() stops renewing first)
     const tel = telemetryOf(this.client);
     if (tel.metricsOn) tel.keepaliveDuration.record((performance.now() - sentAt) / 1000);
-    if (ttl <= 0n) return this.end('lease-gone');
+    if (ttl <= 0n) return this.end('lease_gone');
     this.awaiting = false;
     if (this.lateTimer) {
       clearTimeout(this.lateTimer);
@@ -303,7 +303,7 @@ export class Session implements AsyncDisposable {
     const err = new SessionExpiredError(reason, this.leaseId, cause === undefined ? undefined : { cause });
     telemetryOf(this.client).sessionEnded(this, reason);
     this.controller.abort(err);
-    if (reason === 'deadline' || reason === 'lease-gone') publishSessionLost(this.client.telemetry.logger, this.leaseId, reason, err);
+    if (reason === 'deadline' || reason === 'lease_gone') publishSessionLost(this.client.telemetry.logger, this.leaseId, reason, err);
     this.resolveDone(err);
   }
 }

@@ -281,7 +281,7 @@ describe('an operator at the keyboard', () => {
     await assertNoKeys(client, p);
   });
 
-  it('revoking the holder’s lease by hand: the holder is told, its session ends (lease-gone), the waiter gets the lock', async () => {
+  it('revoking the holder’s lease by hand: the holder is told, its session ends (lease_gone), the waiter gets the lock', async () => {
     const p = fresh('op-revoke');
     const name = `${p}lock`;
     await withSessions(client, p, { n: 2, ttl: 3 }, async ([a, b]) => {
@@ -294,7 +294,7 @@ describe('an operator at the keyboard', () => {
       assert.ok(h2.fencingToken > h.fencingToken);
       const end = await a!.done;
       assert.ok(end instanceof SessionExpiredError);
-      assert.equal(end.reason, 'lease-gone');
+      assert.equal(end.reason, 'lease_gone');
       await assert.rejects(new Mutex(a!, name).lock(), SessionExpiredError);
       await h2.unlock();
     });

@@ -74,7 +74,7 @@ const leaderPause: FaultRecord = { kind: 'member-pause', target: 'm0 (leader)', 
 const wokenAt = leaderPause.end;
 /** How the worker reports a loss (worker-loss.ts lossClock()): the lost error's reason, and the session's. */
 const keyDeleted = 'key_deleted';
-const leaseGone = 'lease_expired/lease-gone';
+const leaseGone = 'lease_expired/lease_gone';
 /**
  * The earlier holder `a` (token 9360; its lease granted 100 ms before the pause, its term begun
  * inside it, lost as its key deleted) and the next one `b` (token 9374), `b` starting `after` ms
@@ -304,7 +304,7 @@ test("lock, RW lock and semaphore overlaps: etcd 15247 explains them on the same
 // Seed 20261209 on etcd 3.7.3: m0, the Raft leader, paused 4,467 ms (78.3 s to 82.77 s);
 // unfenced-1 was granted 20928 at 82.86 s, unfenced-0 released 20923 4.5 ms later without having
 // noticed anything, and some 40 ms after that its session was told its lease was gone, 1684.4 ms
-// before its own deadline (the lease-gone report that checkLeaseExpiries() attributes to m0's wake).
+// before its own deadline (the lease_gone report that checkLeaseExpiries() attributes to m0's wake).
 const runPause: FaultRecord = { kind: 'member-pause', target: 'm0 (leader)', start: 78_300, end: 82_767 };
 const runLease = '7addb624266e8e8b';
 const runB: HeldInterval = { ...iv('unfenced-1#1', 20928n, 82_860, 83_500), witnessRev: 20930n };
@@ -333,13 +333,13 @@ const runFailed = (found: ReturnType<typeof findOverlaps>, why: string): void =>
 };
 
 test("lock overlap: a holder that released before its loss reached it, whose lease etcd then said was gone at the leader's wake, is etcd 15247 (seed 20261209)", () => {
-  // The lease-gone report itself is etcd 15247 to the lease check.
+  // The lease_gone report itself is etcd 15247 to the lease check.
   const leases = checkLeaseExpiries([runGone()], [runPause]);
   assert.deepEqual([leases.byDeposedLeader, leases.violations.length], [1, 0]);
   runAttributed(runOverlap([runGone()]));
   // Without that report it fails as it did in the run.
   const bare = runOverlap([]);
-  runFailed(bare, 'no lease-gone report');
+  runFailed(bare, 'no lease_gone report');
   assert.equal(
     overlapViolations(bare.overlaps, 'unfenced-overlap')[0]!.detail,
     'unfenced-0#1 (token 20923) still held until 4.5 ms after unfenced-1#1 (token 20928) started: unexplained (during member-pause m0 (leader))',
@@ -481,7 +481,7 @@ test('seed 20261205: on a fixed etcd the overlap stays a violation without the s
       why,
     );
   };
-  unexplained('no lease-gone report', { leaseGone: [] });
+  unexplained('no lease_gone report', { leaseGone: [] });
   unexplained('the report is for another lease', { leaseGone: [{ ...finding.told, lease: '1' }] });
   unexplained('the report came when the deadline had passed', { leaseGone: [{ ...finding.told, leftMs: -5 }] });
   unexplained('the report came 2.1 s after the grant', { leaseGone: [{ ...finding.told, at: finding.b.from + 2100 }] });

@@ -109,7 +109,7 @@ describe('diagnostics channels', { timeout: 60_000 }, () => {
     }
   });
 
-  it('session:lost: a lease revoked behind the session is lease-gone; the logger says it as an error', async () => {
+  it('session:lost: a lease revoked behind the session is lease_gone; the logger says it as an error', async () => {
     const logger = recordingLogger();
     const c = new Client({ endpoints: etcd.endpoints, logger });
     const s = await Session.create(c, { ttl: 3 });
@@ -120,7 +120,7 @@ describe('diagnostics channels', { timeout: 60_000 }, () => {
       );
       await client.leaseRevoke(s.leaseId);
       const e = await event;
-      assert.equal(e.reason, 'lease-gone');
+      assert.equal(e.reason, 'lease_gone');
       assert.ok(e.error instanceof SessionExpiredError);
       assert.equal(e.error, s.signal.reason);
       const line = logger.lines.find((l) => l.fields.event === DIAGNOSTICS_CHANNEL.sessionLost);

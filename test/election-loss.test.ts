@@ -83,7 +83,7 @@ describe('losing the campaign or the term', () => {
     }),
   );
 
-  it('lease revoked while campaigning rejects, and the session ends (lease-gone) at the next renewal', T, () =>
+  it('lease revoked while campaigning rejects, and the session ends (lease_gone) at the next renewal', T, () =>
     scoped('session-revoked', async (s, name) => {
       const { admin, rec } = await recorded(s, name);
       const a = await candidate(s, name);
@@ -98,10 +98,10 @@ describe('losing the campaign or the term', () => {
       // the watch and its read), or the session gone at the next renewal (SessionExpiredError).
       await assert.rejects(
         tb.promise,
-        (err: unknown) => (err instanceof SessionExpiredError && err.reason === 'lease-gone') || err instanceof LeadershipLostError,
+        (err: unknown) => (err instanceof SessionExpiredError && err.reason === 'lease_gone') || err instanceof LeadershipLostError,
       );
       const gone = await b.session.done;
-      assert.equal(gone.reason, 'lease-gone');
+      assert.equal(gone.reason, 'lease_gone');
       console.log(
         `revoked lease: campaign rejected after ${ms(tb.at! - t0)} with ${(tb.error as Error).name}; session ended after ${ms(performance.now() - t0)} (TTL 3 s)`,
       );

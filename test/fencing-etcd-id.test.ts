@@ -176,7 +176,7 @@ describe('fencing tokens of another etcd', () => {
       const ghost: HeldFencingHandle = { fencingToken: stored + 1000n, assertHeld() {}, session: late };
       for (const st of stores) {
         await st.reset();
-        await assert.rejects(st.write(ghost, 'ghost'), (err) => err instanceof SessionExpiredError && err.reason === 'lease-gone');
+        await assert.rejects(st.write(ghost, 'ghost'), (err) => err instanceof SessionExpiredError && err.reason === 'lease_gone');
         assert.equal(await st.stored(), undefined, `${st.name}: the old etcd's token was not stored with the new etcd's id`);
       }
       // Reset on purpose: the new etcd's holders write from then on.

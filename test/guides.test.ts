@@ -30,7 +30,7 @@ const examples = runExamples('docs', guides, {
 /** Each guide shows the API it is named for in a ```ts example. */
 const shows: Record<string, string[]> = {
   'docs/locks.md': ['new Mutex(', 'tryLock(', 'withLock(', 'lockAll(', 'withLocks('],
-  'docs/election.md': ['new Election(', 'observe(', 'LEADER_RETRY_CHANNEL'],
+  'docs/election.md': ['new Election(', 'observe(', 'DIAGNOSTICS_CHANNEL.leaderRetry'],
   'docs/semaphore.md': ['new Semaphore('],
   'docs/rwmutex.md': ['new RWMutex('],
   'docs/barriers.md': ['new Barrier(', 'new DoubleBarrier('],

@@ -5,7 +5,6 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, Mutex, Session, withLock } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { queueOf } from '../src/queue/state.js';
 import { EventLog, assertNoKeys, grpcHandled, grpcStarted, killEtcdctls, metric, track, waitFor, etcdFile, closeAll } from './helpers.js';
 
 const ROOT = 'test/mutex-fairness/';
@@ -110,20 +109,10 @@ describe('Mutex: fairness', () => {
       assert.ok(marks >= n - 2, `behind a queue of ${n}, the holders mark (${marks} of ${n})`);
       // etcd counts every event it sends to a watcher: our log got its events, so the rest went to
       // waiters. One release, one wake-up: n deletes for the n handoffs, plus each mark (but the
-      // last holder's) to the one waiter behind its key, which it does not wake. The waiters whose
-      // enqueue read every key before theirs (at most 8: the look-up's page) watch the whole prefix
-      // instead, to take over with no read: each of them gets at most every event of the handoffs.
+      // last holder's) to the one waiter behind its key, which it does not wake.
       const lastMarked = marked.has(`${name}/${ss[n]!.leaseId.toString(16)}`) ? 1 : 0;
-      // A client that joined this queue while it was long watches all of it (queue-view.ts), so
-      // that its next join reads nothing: each such view gets every event of the handoffs too. A
-      // waiter that read every key older than its own (at most 8, near the head) watches the whole
-      // prefix too (older.ts).
-      const views = clients.filter((c) => queueOf(c).views.live(Buffer.from(`${name}/`))).length;
-      const toWaiters = eventsSent - handoffs.length * (1 + views);
-      assert.ok(
-        toWaiters >= n - 8 + marks - lastMarked && toWaiters <= n + marks - lastMarked + 8 * handoffs.length,
-        `watch events delivered to waiters during the handoffs: ${toWaiters}`,
-      );
+      const toWaiters = eventsSent - handoffs.length;
+      assert.equal(toWaiters, n + marks - lastMarked, `watch events delivered to waiters during the handoffs: ${toWaiters}`);
       // And so one read per handoff, not a read by every waiter (a herd would cost about n*n/2).
       assert.ok(txns + ranges <= 3 * (n + 1), `handoffs cost ${txns} Txns and ${ranges} Ranges for ${n + 1} holders`);
     } finally {

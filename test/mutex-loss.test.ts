@@ -82,7 +82,7 @@ describe('Mutex: giving up and losing', () => {
       await assert.rejects(waiting, (e: unknown) => {
         assert.ok(e instanceof SessionExpiredError, String(e));
         assert.equal(e.leaseId, b!.leaseId);
-        assert.equal(e.reason, 'lease-gone');
+        assert.equal(e.reason, 'lease_gone');
         return true;
       });
       held.assertHeld();
@@ -94,7 +94,7 @@ describe('Mutex: giving up and losing', () => {
   });
 
   it('a waiter whose lease is revoked reports SessionExpiredError even when its turn comes before the session notices', async () => {
-    const p = fresh('waiter-lease-gone-race');
+    const p = fresh('waiter-lease_gone-race');
     const name = `${p}lock`;
     const [a, b] = await sessions(2, 30); // next renewal in 10 s: the session cannot notice first
     try {
@@ -107,7 +107,7 @@ describe('Mutex: giving up and losing', () => {
       await held.unlock(); // wakes b, which finds its own key gone
       await assert.rejects(waiting, (e: unknown) => {
         assert.ok(e instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(e)}`);
-        assert.equal(e.reason, 'lease-gone');
+        assert.equal(e.reason, 'lease_gone');
         return true;
       });
     } finally {

@@ -12,7 +12,7 @@ import {
   Client,
   Election,
   InvalidArgumentError,
-  LEADER_RETRY_CHANNEL,
+  DIAGNOSTICS_CHANNEL,
   Mutex,
   runAsLeader,
   Session,
@@ -57,12 +57,12 @@ function retries(name: string) {
     const total = events.reduce((sum, x) => sum + x.delayMs, 0);
     for (const w of waiters.splice(0)) (total >= w.ms ? w.resolve : () => waiters.push(w))();
   };
-  subscribe(LEADER_RETRY_CHANNEL, onMessage);
+  subscribe(DIAGNOSTICS_CHANNEL.leaderRetry, onMessage);
   return {
     events,
     /** Resolves once the retries have waited `ms` in all (so etcd has been down at least that long). */
     waited: (ms: number) => new Promise<void>((resolve) => waiters.push({ ms, resolve })),
-    close: () => unsubscribe(LEADER_RETRY_CHANNEL, onMessage),
+    close: () => unsubscribe(DIAGNOSTICS_CHANNEL.leaderRetry, onMessage),
   };
 }
 

@@ -1,33 +1,41 @@
-// A spy on one Client (no mock: every call still goes to the real etcd): counts its Txns, Ranges
-// and watch creates, and tells when everything the participants on it started has been answered.
-// Used by the queue primitives' tests (semaphore, rwmutex) to know "every waiter is blocked on its
-// watch again" without sleeping, and to count what one release costs.
+// The one spy on a Client (no mock: every call still goes to the real etcd). It records each unary
+// call where it leaves the client (Connection.unary: the method, and a Txn's ranges and puts), the
+// calls not answered yet, and the watches the client creates, and tells when everything the
+// participants on it started has been answered: "every waiter is blocked on its watch again"
+// without sleeping, and what one acquisition or release costs.
 import type { Client, Watch } from '../src/index.js';
+import type { TxnRequest } from '../src/proto/etcd.js';
 import { waitFor } from './helpers/waiting.js';
 
+/** One unary call as it left the client: its method, and a Txn's range and put operations. */
+export interface Sent {
+  method: string;
+  ranges: number;
+  puts: number;
+}
+
 export class Probe {
-  txns = 0;
-  ranges = 0;
+  /** Every unary call, in the order sent. */
+  readonly sent: Sent[] = [];
   /** Every watch created through the client, in creation order. */
   readonly watches: Watch[] = [];
   private readonly confirmed = new WeakSet<Watch>();
   private inflight = 0;
 
   constructor(readonly client: Client) {
-    const txn = client.txn.bind(client);
-    const range = client.range.bind(client);
-    const watch = client.watch.bind(client);
-    const watchInto = client.watchInto.bind(client);
-    client.txn = (...args: Parameters<Client['txn']>) => {
-      this.txns++;
+    const unary = client.conn.unary.bind(client.conn);
+    client.conn.unary = ((method, request, ...rest) => {
+      const ops = method.path.endsWith('/Txn')
+        ? [...((request as TxnRequest).success ?? []), ...((request as TxnRequest).failure ?? [])]
+        : [];
+      this.sent.push({
+        method: method.path.slice(method.path.lastIndexOf('/') + 1),
+        ranges: ops.filter((o) => o.requestRange).length,
+        puts: ops.filter((o) => o.requestPut).length,
+      });
       this.inflight++;
-      return txn(...args).finally(() => this.inflight--);
-    };
-    client.range = (...args: Parameters<Client['range']>) => {
-      this.ranges++;
-      this.inflight++;
-      return range(...args).finally(() => this.inflight--);
-    };
+      return unary(method, request, ...rest).finally(() => this.inflight--);
+    }) as typeof client.conn.unary;
     const track = (w: Watch): Watch => {
       this.watches.push(w);
       w.created.then(
@@ -36,9 +44,34 @@ export class Probe {
       );
       return w;
     };
+    const watch = client.watch.bind(client);
+    const watchInto = client.watchInto.bind(client);
     client.watch = (...args: Parameters<Client['watch']>) => track(watch(...args));
     // The queue's waiters watch through watchInto (batches handed to them, not to an iterator).
     client.watchInto = (...args: Parameters<Client['watchInto']>) => track(watchInto(...args));
+  }
+
+  /** The methods of the calls sent since the last {@link Probe.reset}. */
+  get calls(): string[] {
+    return this.sent.map((s) => s.method);
+  }
+
+  get txns(): number {
+    return this.sent.filter((s) => s.method === 'Txn').length;
+  }
+
+  get ranges(): number {
+    return this.sent.filter((s) => s.method === 'Range').length;
+  }
+
+  /** Calls sent and not answered yet. */
+  get inFlight(): number {
+    return this.inflight;
+  }
+
+  /** Forgets the calls sent so far (watches stay). */
+  reset(): void {
+    this.sent.length = 0;
   }
 
   /** Watches not cancelled (each blocked waiter has exactly one). */
@@ -52,9 +85,9 @@ export class Probe {
   }
 
   /**
-   * Resolves once no Txn or Range of this client is in flight, every open watch is confirmed by
-   * etcd, and `done(open watches)` holds. Checked from a timer, after every pending continuation of
-   * an answered call has run: a participant that got an answer has already made its next call.
+   * Resolves once no call of this client is in flight, every open watch is confirmed by etcd, and
+   * `done(open watches)` holds. Checked from a timer, after every pending continuation of an
+   * answered call has run: a participant that got an answer has already made its next call.
    */
   async quiet(what: string, done: (open: Watch[]) => boolean): Promise<void> {
     await waitFor(() => this.inflight === 0 && this.active().every((w) => this.confirmed.has(w)) && done(this.active()), what);

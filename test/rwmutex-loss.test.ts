@@ -77,7 +77,7 @@ describe('RWMutex: giving up and losing', () => {
       await aborted(r!.signal); // the session learns at its next renewal (every second)
       await assert.rejects(settledOrHang(waiting, 'rLock() to fail once its session was lost', 5_000), (e: unknown) => {
         assert.ok(e instanceof SessionExpiredError, String(e));
-        assert.equal(e.reason, 'lease-gone');
+        assert.equal(e.reason, 'lease_gone');
         return true;
       });
       hw.assertHeld();
@@ -158,7 +158,7 @@ describe('RWMutex: giving up and losing', () => {
       await hr.unlock(); // the writer's turn, were its key still there
       await assert.rejects(settledOrHang(victim, 'the revoked writer to give up'), (e: unknown) => {
         assert.ok(e instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(e)}`);
-        assert.equal(e.reason, 'lease-gone');
+        assert.equal(e.reason, 'lease_gone');
         return true;
       });
     }));

@@ -124,7 +124,7 @@ describe('Semaphore: giving up and losing', () => {
       // Then at once: not at the waiter's periodic re-check, 10 s after it began to wait.
       await assert.rejects(settledOrHang(waiting, 'acquire() to fail once its session was lost', 5_000), (e: unknown) => {
         assert.ok(e instanceof SessionExpiredError, String(e));
-        assert.equal(e.reason, 'lease-gone');
+        assert.equal(e.reason, 'lease_gone');
         return true;
       });
       assert.equal(head.settled, false);
@@ -144,7 +144,7 @@ describe('Semaphore: giving up and losing', () => {
       await f.holders[0]!.release(); // wakes the head, which finds its own key gone
       await assert.rejects(waiting, (e: unknown) => {
         assert.ok(e instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(e)}`);
-        assert.equal(e.reason, 'lease-gone');
+        assert.equal(e.reason, 'lease_gone');
         return true;
       });
       await f.holders[1]!.release();

@@ -167,11 +167,11 @@ describe('Session liveness', () => {
     await assertNoKeys(client, p);
   });
 
-  it('a lease revoked by hand ends the session with reason lease-gone', async () => {
+  it('a lease revoked by hand ends the session with reason lease_gone', async () => {
     const s = await Session.create(client, { ttl: 3 });
     await client.leaseRevoke(s.leaseId);
     const reason = await aborted(s.signal); // the next renewal (within TTL/3) finds the lease gone
-    assertExpired(reason, s, 'lease-gone');
+    assertExpired(reason, s, 'lease_gone');
     assert.equal(await s.done, reason);
     assert.throws(
       () => s.assertAlive(),
@@ -181,12 +181,12 @@ describe('Session liveness', () => {
     await s.close(); // nothing left to revoke; must not throw
   });
 
-  it('client.close() ends its sessions with reason client-closed, without revoking', async () => {
+  it('client.close() ends its sessions with reason client_closed, without revoking', async () => {
     const c = new Client({ endpoints: etcd.endpoints });
     const s = await Session.create(c, { ttl: 30 });
     await c.close();
-    assertExpired(s.signal.reason, s, 'client-closed');
-    assertExpired(await s.done, s, 'client-closed');
+    assertExpired(s.signal.reason, s, 'client_closed');
+    assertExpired(await s.done, s, 'client_closed');
     assert.equal(await leaseExists(s.leaseId), true, 'the lease is left to expire');
     await s.close(); // the client is closed: close() must not try to use it
     await client.leaseRevoke(s.leaseId);

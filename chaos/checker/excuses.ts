@@ -25,12 +25,12 @@ export const DEPOSED_REVOKE_NOTICE_MS = 2000;
  * lossClock()): the lost error's `reason` (OwnershipLostError.reason), with `/<session end reason>`
  * when the session's end caused it. Only these two:
  * - `key_deleted`: the key watch saw the revoke delete the key (how a holder learns it);
- * - `lease_expired/lease-gone`: the session ended because etcd said its lease no longer exists (a
+ * - `lease_expired/lease_gone`: the session ended because etcd said its lease no longer exists (a
  *   keepalive answer with TTL 0, or LeaseNotFound on a call).
  * Never a session deadline (`lease_expired/deadline`: the client gave up renewing, which a revoke on
  * the server does not cause), a key moved off its lease, a failed watch, a release or a shutdown.
  */
-export const REVOKE_LOSS_REASONS = ['key_deleted', 'lease_expired/lease-gone'] as const;
+export const REVOKE_LOSS_REASONS = ['key_deleted', 'lease_expired/lease_gone'] as const;
 
 /** Whether a hold's `lostReason` is one a revoked lease causes (REVOKE_LOSS_REASONS). */
 export function lostToRevoke(reason: string | undefined): boolean {

@@ -51,7 +51,7 @@ async function readEtcdId(session: Session): Promise<string> {
   const lease = await client.leaseTimeToLive(session.leaseId);
   if (lease.ttl <= 0) {
     markLeaseGone(session);
-    throw new SessionExpiredError('lease-gone', session.leaseId);
+    throw new SessionExpiredError('lease_gone', session.leaseId);
   }
   return id;
 }

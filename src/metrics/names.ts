@@ -34,7 +34,7 @@ export const ATTR = {
   result: 'etcd_concurrency.result',
   /** The lock or election name, only when the user allows it (ClientOptions.nameAttribute). */
   name: 'etcd_concurrency.name',
-  /** Why a holder lost what it held: see {@link LossReason}. */
+  /** Why a holder lost what it held: see LossReason (errors.ts). */
   lossReason: 'etcd_concurrency.loss.reason',
   /** On a leader transition: true when this process became leader, false when it stopped leading. */
   leading: 'etcd_concurrency.leading',
@@ -66,14 +66,6 @@ export type Kind = 'lock' | 'permit' | 'read' | 'write' | 'campaign';
  * error; or, for tryLock()/tryAcquire(), taken by others (`busy`).
  */
 export type AcquireResult = 'acquired' | 'aborted' | 'timed_out' | 'session_lost' | 'error' | 'busy';
-
-/**
- * Why a holder lost what it held. `lease_expired`: its session was lost to its deadline or etcd
- * said the lease is gone; `session_closed`: its session (or client) was closed while holding;
- * `key_deleted`: someone deleted its key; `moved_off_lease`: someone rewrote its key onto another
- * lease (or none); `watch_failed`: the watch on its key failed, so ownership can no longer be vouched for.
- */
-export type LossReason = 'lease_expired' | 'key_deleted' | 'moved_off_lease' | 'session_closed' | 'watch_failed';
 
 /** Span names: the acquire, then the holding it starts (where a loss is an event). */
 export const SPAN: Record<Kind, { acquire: string; hold: string }> = {

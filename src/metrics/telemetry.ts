@@ -23,7 +23,8 @@ import type { Client } from '../client/client.js';
 import { RPC_BUCKETS, type TelemetryOptions } from '../client/telemetry.js';
 import type { DiagnosticsOptions, Logger } from '../diagnostics.js';
 import { SessionExpiredError } from '../errors.js';
-import { ATTR, LOST_EVENT, METRIC, SCOPE, SPAN, type AcquireResult, type Kind, type LossReason } from './names.js';
+import type { LossReason } from '../errors.js';
+import { ATTR, LOST_EVENT, METRIC, SCOPE, SPAN, type AcquireResult, type Kind } from './names.js';
 
 export type { TelemetryOptions };
 
@@ -251,7 +252,7 @@ export class Telemetry {
   sessionEnded(s: TrackedSession, reason: string): void {
     if (!this.metricsOn) return;
     this.sessions.delete(s);
-    if (reason === 'deadline' || reason === 'lease-gone') {
+    if (reason === 'deadline' || reason === 'lease_gone') {
       this.sessionLosses.add(1, { [ATTR.sessionEndReason]: reason === 'deadline' ? 'deadline' : 'lease_gone' });
     }
   }

@@ -4,7 +4,7 @@ import { compare, op } from '../client/kv.js';
 import { validateName } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
 import type { AcquireOptions } from '../queue/acquire.js';
-import { waitUntil, type TurnRule } from '../queue/turn.js';
+import { waitUntil, type TurnRule } from '../queue/wait.js';
 
 /** Options of a {@link Barrier}. */
 export interface BarrierOptions {

@@ -6,8 +6,9 @@ import { validateName } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
 import { BarrierKeyLostError, TooManyClientsError } from '../errors.js';
 import type { AcquireOptions } from '../queue/acquire.js';
-import { dropTicket, mayLandLate } from '../queue/leave.js';
-import { waitUntil, type TurnRule } from '../queue/turn.js';
+import { dropTicket, mayLandLate } from '../queue/release.js';
+import { waitUntil, type TurnRule } from '../queue/wait.js';
+import { stopSignal } from '../stop.js';
 
 /** Options of enter() and leave(): `signal` stops waiting; the call then deletes our key and closes its watch. */
 export type DoubleBarrierWaitOptions = AcquireOptions;
@@ -104,7 +105,7 @@ export class DoubleBarrier {
       throw new InvalidArgumentError(`double barrier ${this.name}: enter() called twice; leave() before entering again`);
     }
     this.busy = true;
-    const stop = stopOn(this.session, options.signal);
+    const stop = stopSignal(options.signal, this.session.signal);
     try {
       this.entry = await this.join(stop.signal);
     } finally {
@@ -128,7 +129,7 @@ export class DoubleBarrier {
       );
     }
     this.busy = true;
-    const stop = stopOn(this.session, options.signal);
+    const stop = stopSignal(options.signal, this.session.signal);
     try {
       await this.depart(entry, stop.signal);
       // Gone already; dropped anyway, which starts the sweep of a create that may still land (createKey).
@@ -377,24 +378,8 @@ function uniqueSuffix(): bigint {
   return suffixes.last;
 }
 
-/** One signal for "stop waiting": the caller's abort, or the session's loss. */
-function stopOn(session: Session, signal?: AbortSignal): { signal: AbortSignal; dispose(): void } {
-  const c = new AbortController();
-  const onAbort = (): void => c.abort(signal?.aborted ? signal.reason : session.signal.reason);
-  if (signal?.aborted || session.signal.aborted) onAbort();
-  signal?.addEventListener('abort', onAbort, { once: true });
-  session.signal.addEventListener('abort', onAbort, { once: true });
-  return {
-    signal: c.signal,
-    dispose: () => {
-      signal?.removeEventListener('abort', onAbort);
-      session.signal.removeEventListener('abort', onAbort);
-    },
-  };
-}
-
 /** Deletes our waiter key if it is still our incarnation, retrying in the background (the queue engine's dropTicket). */
 function dropKey(session: Session, name: string, key: string, rev: bigint): Promise<void> {
   // A closed client cannot delete anything; the lease takes the key along.
-  return session.client.closed ? Promise.resolve() : dropTicket(session, { key, rev }, { kind: 'barrier', name });
+  return session.client.closed ? Promise.resolve() : dropTicket(session, { key, fencingToken: rev }, { kind: 'barrier', name });
 }

@@ -1,5 +1,4 @@
 // What runAsLeader's retries between terms use.
-import { channel } from 'node:diagnostics_channel';
 import { Backoff, sleep } from '../client/backoff.js';
 import { AuthenticationError, ClientClosedError, EtcdError, PermissionDeniedError } from '../client/errors.js';
 import { SessionExpiredError } from '../errors.js';
@@ -9,16 +8,21 @@ import { CompactedError, InvalidArgumentError, isTransient } from '../client/err
 import { op, toBuffer, txnRange, type Bytes, type KeyValue } from '../client/kv.js';
 import { QueuedIterator } from '../client/queued-iterator.js';
 import { telemetryOf } from '../metrics/telemetry.js';
+import { channels } from '../diagnostics.js';
 import { LeadershipLostError, NotLeaderError, OwnershipLostError } from '../errors.js';
 import { participantKey, validateName } from '../keys.js';
 import { Session } from '../session.js';
 import { acquire, type AcquireOptions } from '../queue/acquire.js';
-import { OwnerHandleBase, type Ownership, type OwnerHandle } from '../queue/ownership.js';
-import { oldestParticipant } from '../queue/participants.js';
+import type { Ownership } from '../queue/ownership.js';
+import { OwnerHandleBase, type OwnerHandle } from './handle.js';
+import { oldestParticipant } from './participants.js';
 import type { ReleaseResult } from '../queue/release.js';
-import { oldestRule, ourKeyStands, participantScope, participantTicket, ticketLost } from '../queue/predecessor.js';
+import { oldestRule, ourKeyStands, participantScope, participantTicket, ticketLost } from '../queue/oldest.js';
 import type { LeaderHealth } from './health.js';
-import type { LostErrorFactory } from '../queue/turn.js';
+import type { LostErrorFactory } from '../queue/wait.js';
+
+/** Options of `campaign()`: stop waiting (`signal`), and Go's sharing of one key by calls of this process (`share`). */
+export type CampaignOptions = AcquireOptions;
 
 /** Who leads an election. */
 export interface LeaderInfo {
@@ -83,7 +87,7 @@ export class Election {
    * lease this session adopted keeps its place too, with the new value. On abort or any error our
    * key is deleted, an adopted one included (Go leaves it behind on errors: etcd issue 21128).
    */
-  campaign(value: Bytes, options: AcquireOptions = {}): Promise<LeaderHandle> {
+  campaign(value: Bytes, options: CampaignOptions = {}): Promise<LeaderHandle> {
     return campaignTerm(this, value, options);
   }
 
@@ -110,7 +114,7 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
       share: options.share === true,
       ticket: participantTicket(session, name, bytes),
       rules: {
-        rule: (ticket, lost) => oldestRule(session, participantScope(session, name), ticket, lost, { keepWatch: true }),
+        rule: (ticket, lost) => oldestRule(session, participantScope(name), ticket, lost),
         lostError: leadershipLost,
         // Already a candidate (a sibling's key, or one an earlier process left on an adopted lease):
         // keep its place and take the new value, as Go does, so etcd and the handle agree.
@@ -294,11 +298,7 @@ class Leadership extends OwnerHandleBase implements LeaderHandle {
   }
 
   resign(): Promise<ReleaseResult> {
-    return this.own.release();
-  }
-
-  override async [Symbol.asyncDispose](): Promise<void> {
-    await this.resign();
+    return this.release();
   }
 
   /** Watches the term from now, whether or not anyone looks at `signal` (runAsLeader's terms). */
@@ -356,10 +356,6 @@ export interface LeaderRetryEvent {
   error: unknown;
 }
 
-/** `node:diagnostics_channel` name of {@link LeaderRetryEvent}s. */
-export const LEADER_RETRY_CHANNEL = 'etcd-concurrency:leader:retry';
-const leaderRetry = channel(LEADER_RETRY_CHANNEL);
-
 /**
  * Whether runAsLeader tries again after `err` ended an attempt to campaign: it does for anything the
  * cluster may get over (unreachable, timeouts, a write of unknown outcome, a lost lease or session
@@ -368,7 +364,7 @@ const leaderRetry = channel(LEADER_RETRY_CHANNEL);
 function campaignAgainAfter(err: unknown, ownSession: boolean): boolean {
   if (err instanceof InvalidArgumentError || err instanceof ClientClosedError) return false;
   if (err instanceof PermissionDeniedError || err instanceof AuthenticationError) return false;
-  if (err instanceof SessionExpiredError) return ownSession && err.reason !== 'client-closed';
+  if (err instanceof SessionExpiredError) return ownSession && err.reason !== 'client_closed';
   // Anything else of ours is the cluster's (a bug, a TypeError, ends the loop where it can be seen).
   return err instanceof EtcdError;
 }
@@ -432,7 +428,8 @@ export async function runAsLeader<T>(
         attempt++;
         const tel = telemetryOf(client);
         if (tel.metricsOn) tel.leaderRetries.add(1, tel.attrs('campaign', name));
-        if (leaderRetry.hasSubscribers) leaderRetry.publish({ name, attempt, delayMs, error: err } satisfies LeaderRetryEvent);
+        if (channels.leaderRetry.hasSubscribers)
+          channels.leaderRetry.publish({ name, attempt, delayMs, error: err } satisfies LeaderRetryEvent);
         try {
           await sleep(delayMs, shutdown);
         } catch {

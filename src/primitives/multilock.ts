@@ -39,7 +39,7 @@ export interface MultiLockHandle extends AsyncDisposable {
    * first in canonical order).
    */
   assertHeld(): void;
-  /** One Txn compare per lock: a Txn guarded by all of them applies only while every lock is held. */
+  /** Each lock's ownerCompares(): a Txn guarded by all of them applies only while every lock is held. */
   ownerCompares(): Compare[];
   /**
    * Releases every lock, each guarded on its CreateRevision (never a later holder's key). Idempotent.
@@ -48,6 +48,8 @@ export interface MultiLockHandle extends AsyncDisposable {
    * AggregateError when several are pending) and `settled` resolving once every key is gone.
    */
   unlock(): Promise<ReleaseResult>;
+  /** The same as {@link MultiLockHandle.unlock}: every handle's verb for giving its keys up. */
+  release(): Promise<ReleaseResult>;
 }
 
 /**
@@ -192,7 +194,7 @@ class MultiLock implements MultiLockHandle {
   }
 
   ownerCompares(): Compare[] {
-    return this.held.map((h) => h.ownerCompare());
+    return this.held.flatMap((h) => h.ownerCompares());
   }
 
   unlock(): Promise<ReleaseResult> {
@@ -200,6 +202,10 @@ class MultiLock implements MultiLockHandle {
     if (!this.ended)
       this.end(new LockLostError(`locks ${this.names.join(', ')} were released by unlock()`, this.held[0]!.key, { reason: 'released' }));
     return (this.unlocking ??= this.releaseAll());
+  }
+
+  release(): Promise<ReleaseResult> {
+    return this.unlock();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

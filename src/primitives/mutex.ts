@@ -3,11 +3,11 @@ import { ownBuffer, validateName, participantKey } from '../keys.js';
 import type { Session } from '../session.js';
 import { acquire, tryAcquire, type AcquireOptions, type QueueRules, type QueueSpec } from '../queue/acquire.js';
 import type { Ownership } from '../queue/ownership.js';
-import type { Ticket } from '../queue/ticket.js';
-import type { LostErrorFactory, TurnRule } from '../queue/turn.js';
-import { HeldHandle, type OwnerHandle } from '../queue/ownership.js';
+import type { Ticket } from '../queue/enqueue.js';
+import type { LostErrorFactory, TurnRule } from '../queue/wait.js';
+import { HeldHandle, type OwnerHandle } from './handle.js';
 import type { ReleaseResult } from '../queue/release.js';
-import { oldestRule, participantScope, participantTicket } from '../queue/predecessor.js';
+import { oldestRule, participantScope, participantTicket } from '../queue/oldest.js';
 
 /** Options of `lock()`: the options of every acquire call, and a label for the key. */
 export interface LockOptions extends AcquireOptions {
@@ -97,7 +97,7 @@ class MutexRules implements QueueRules<LockHandle> {
   ) {}
 
   rule(ticket: Ticket, lost: LostErrorFactory): TurnRule {
-    return oldestRule(this.session, participantScope(this.session, this.name), ticket, lost, { keepWatch: true, marks: true });
+    return oldestRule(this.session, participantScope(this.name), ticket, lost, { marks: true });
   }
 
   lostError(key: string): LostErrorFactory {
@@ -127,7 +127,7 @@ export interface LockHandle extends OwnerHandle {
 
 class HeldLock extends HeldHandle implements LockHandle {
   unlock(): Promise<ReleaseResult> {
-    return this.own.release();
+    return this.release();
   }
 }
 

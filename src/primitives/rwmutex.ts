@@ -5,10 +5,11 @@ import type { Session } from '../session.js';
 import { acquire, tryAcquire, type QueueSpec } from '../queue/acquire.js';
 import type { LockOptions } from './mutex.js';
 import { sessionQueue } from '../queue/state.js';
-import { HeldHandle, liveHoldings, Ownership, type OwnerHandle } from '../queue/ownership.js';
-import { joinHeld } from '../queue/leave.js';
-import { oldestRule, type Scope } from '../queue/predecessor.js';
-import type { LostErrorFactory } from '../queue/turn.js';
+import { liveHoldings, Ownership } from '../queue/ownership.js';
+import { HeldHandle, type OwnerHandle } from './handle.js';
+import { joinHeld } from '../queue/release.js';
+import { oldestRule, type Scope } from '../queue/oldest.js';
+import type { LostErrorFactory } from '../queue/wait.js';
 import type { ReleaseResult } from '../queue/release.js';
 
 const rwLost =
@@ -115,15 +116,14 @@ export class RWMutex {
     if (!writer) return undefined;
     writer.assert(); // a write lock lost meanwhile is no ground for a read lock: its error says why
     if (!joinHeld(session, key, writer.fencingToken)) return undefined;
-    const own = new Ownership(
+    const own = new Ownership({
       session,
       key,
-      writer.fencingToken,
-      rwLost(key),
-      { kind: 'read', name: this.name },
-      undefined,
-      sessionQueue(session).gates.enterAlongside(key),
-    );
+      fencingToken: writer.fencingToken,
+      lost: rwLost(key),
+      what: { kind: 'read', name: this.name },
+      exit: sessionQueue(session).gates.enterAlongside(key),
+    });
     return new HeldRWLock(own, 'read');
   }
 
@@ -190,6 +190,6 @@ class HeldRWLock extends HeldHandle implements RWLockHandle {
   }
 
   unlock(): Promise<ReleaseResult> {
-    return this.own.release();
+    return this.release();
   }
 }

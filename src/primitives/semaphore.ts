@@ -4,13 +4,13 @@ import { PermitCountConflictError, PermitLostError } from '../errors.js';
 import { isParticipantKey, ownBuffer, participantKey, prefixOf, validateName } from '../keys.js';
 import type { Session } from '../session.js';
 import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
-import { HeldHandle, type OwnerHandle } from '../queue/ownership.js';
+import { HeldHandle, type OwnerHandle } from './handle.js';
 import type { ReleaseResult } from '../queue/release.js';
-import { pagesByCreate } from '../queue/participants.js';
-import { ourKeyStands, ticketLost } from '../queue/predecessor.js';
-import type { Ticket, TicketSpec } from '../queue/ticket.js';
+import { pagesByCreate } from '../queue/oldest.js';
+import { ourKeyStands, ticketLost } from '../queue/oldest.js';
+import type { Ticket, TicketSpec } from '../queue/enqueue.js';
 import type { BatchCheck } from '../queue/recheck.js';
-import type { Blocker, LostErrorFactory, TurnRule } from '../queue/turn.js';
+import type { Blocker, LostErrorFactory, TurnRule } from '../queue/wait.js';
 import type { WatchEvent } from '../client/watch.js';
 
 /**
@@ -149,13 +149,13 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
   /** Up to `permits + 1` participants older than us, newest first; our key checked in the same Txn. */
   const older = async (signal: AbortSignal): Promise<Older[]> => {
     const t = await session.client.txn(
-      { compare: ourKeyStands(session, ticket), success: [op.range(olderPage(ticket.rev - 1n))], failure: [] },
+      { compare: ourKeyStands(session, ticket), success: [op.range(olderPage(ticket.fencingToken - 1n))], failure: [] },
       { idempotent: true, signal },
     );
     if (!t.succeeded) return ticketLost(session, ticket, lost, signal);
     const found: Older[] = [];
     const first = { page: txnRange(t, 0), revision: t.header.revision };
-    for await (const page of pagesByCreate(session.client, olderPage(ticket.rev - 1n), first, signal)) {
+    for await (const page of pagesByCreate(session.client, olderPage(ticket.fencingToken - 1n), first, signal)) {
       for (const kv of page.kvs) {
         if (isParticipantKey(prefix, kv.key) && !strays.has(id(kv))) {
           found.push({ key: ownBuffer(kv.key), createRevision: kv.createRevision, modRevision: kv.modRevision });
@@ -173,7 +173,7 @@ function permitRule(session: Session, name: string, permits: number, value: Buff
   const stillCheck = (keys: Older[], firstUnchanged: boolean): BatchCheck => ({
     keys: [ticket.key, ...keys.map((k) => k.key)],
     blocked: ([mine, ...kvs]) => {
-      let ok = mine?.createRevision === ticket.rev && mine.lease === session.leaseId;
+      let ok = mine?.createRevision === ticket.fencingToken && mine.lease === session.leaseId;
       keys.forEach((k, i) => {
         const kv = kvs[i];
         if (kv && kv.createRevision === k.createRevision && kv.lease === 0n) strays.add(id(kv));
@@ -240,11 +240,7 @@ export interface PermitHandle extends OwnerHandle {
   release(): Promise<ReleaseResult>;
 }
 
-export class HeldPermit extends HeldHandle implements PermitHandle {
-  release(): Promise<ReleaseResult> {
-    return this.own.release();
-  }
-}
+export class HeldPermit extends HeldHandle implements PermitHandle {}
 
 /** Runs `fn` while holding a permit of semaphore `name`, and always releases it afterwards. */
 export async function withPermit<T>(

@@ -1,14 +1,13 @@
-import type { Session } from '../session.js';
+// The one acquire path: our in-process turn, the enqueue, the wait for our turn, the handle.
 import type { Kind } from '../metrics/names.js';
-import { telemetryOf, type AcquireProbe } from '../metrics/telemetry.js';
-import { liveHoldings, Ownership } from './ownership.js';
+import { type AcquireProbe, telemetryOf } from '../metrics/telemetry.js';
+import type { Session } from '../session.js';
+import { AFTER_HOLDERS, enqueueOrClean, type Ticket, type TicketSpec } from './enqueue.js';
 import type { Exit } from './gate.js';
-import type { ReleaseWhat } from './release.js';
-import { AFTER_HOLDERS, enqueueOrClean } from './enqueue.js';
-import { leaveTicket } from './leave.js';
+import { liveHoldings, Ownership } from './ownership.js';
+import { leaveTicket, type ReleaseWhat } from './release.js';
 import { sessionQueue } from './state.js';
-import type { Ticket, TicketSpec } from './ticket.js';
-import { blockedNow, Wait, type LostErrorFactory, type TurnRule } from './turn.js';
+import { blockedNow, type LostErrorFactory, type TurnRule, Wait, type WaitOwner } from './wait.js';
 
 /** Options of every acquire call: lock(), campaign(), acquire(), rLock(), lockAll(). */
 export interface AcquireOptions {
@@ -109,28 +108,35 @@ async function takeTicket<H>(
 }
 
 /**
- * One acquire call from its enqueue answer to its handle, as one object: while it waits (perhaps
- * behind 10,000 others) nothing else of it is alive, no suspended async frame or promise chain.
+ * One acquire call from its enqueue answer to its handle, as one object with its Wait: while it waits
+ * (perhaps behind 10,000 others) nothing else of it is alive, no suspended async frame or promise
+ * chain. It owns the wait (as its WaitOwner), not the other way round.
  */
-class Acquisition<H> extends Wait<H> {
+class Acquisition<H> implements WaitOwner {
+  readonly promise: Promise<H>;
+  private resolve!: (handle: H) => void;
+  private reject!: (err: unknown) => void;
   private ticket: Ticket | undefined;
   private lost: LostErrorFactory | undefined;
   /** Ends our in-process turn: when we give up, or (handed to the Ownership) when the holding ends. */
   exit: Exit | undefined;
 
   constructor(
-    session: Session,
+    private readonly session: Session,
     private readonly rules: QueueRules<H>,
     private readonly what: ReleaseWhat,
-    signal: AbortSignal | undefined,
+    private readonly signal: AbortSignal | undefined,
     readonly probe: AcquireProbe | undefined,
   ) {
-    super(session.client, undefined, session, signal);
+    this.promise = new Promise<H>((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
   }
 
   /** Takes the enqueue's answer, prepares, and waits for our turn; the outcome settles `promise` (run() never rejects). */
   async run(enqueued: Promise<Ticket>): Promise<void> {
-    const session = this.session!;
+    const session = this.session;
     let ticket: Ticket;
     try {
       ticket = await enqueued;
@@ -144,39 +150,50 @@ class Acquisition<H> extends Wait<H> {
       return this.reject(err);
     }
     this.ticket = ticket;
-    let lost: LostErrorFactory;
+    let rule: TurnRule;
     try {
-      lost = this.lost = this.rules.lostError(ticket.key);
+      const lost = (this.lost = this.rules.lostError(ticket.key));
       this.signal?.throwIfAborted();
       this.probe?.enqueued(ticket.first);
       await this.rules.prepare?.(ticket, this.signal);
+      if (ticket.first) return this.turn();
+      rule = this.rules.rule(ticket, lost);
     } catch (err) {
-      return this.onFail(err);
+      return this.fail(err);
     }
-    if (ticket.first) return this.onTurn();
-    try {
-      this.rule = this.rules.rule(ticket, lost);
-    } catch (err) {
-      return this.onFail(err);
-    }
-    void this.start();
+    new Wait(session.client, rule, session, this.signal, this).start();
   }
 
-  protected override onTurn(): void {
-    const session = this.session!;
+  /** WaitOwner: our turn, confirmed. */
+  turn(): void {
+    const { session } = this;
     const ticket = this.ticket!;
     try {
       // Our turn was proven by an answer that may have waited out a freeze of this process: a
       // session whose deadline passed meanwhile (its timer not run yet) gets no handle.
       session.assertAlive();
-      this.resolve(this.rules.hold(new Ownership(session, ticket.key, ticket.rev, this.lost!, this.what, this.probe, this.exit), ticket));
+      this.resolve(
+        this.rules.hold(
+          new Ownership({
+            session,
+            key: ticket.key,
+            fencingToken: ticket.fencingToken,
+            lost: this.lost!,
+            what: this.what,
+            probe: this.probe,
+            exit: this.exit,
+          }),
+          ticket,
+        ),
+      );
     } catch (err) {
-      this.onFail(err);
+      this.fail(err);
     }
   }
 
-  protected override onFail(err: unknown): void {
-    const session = this.session!;
+  /** WaitOwner: the wait failed or was stopped: our key leaves with us. */
+  fail(err: unknown): void {
+    const { session } = this;
     try {
       this.probe?.failed(err, this.signal, session.signal);
     } catch {
@@ -225,9 +242,9 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   try {
     const lost = r.lostError(ticket.key);
     await r.prepare?.(ticket, undefined);
-    if (!(await blockedNow(session.client, ticket, r.rule(ticket, lost)))) {
+    if (ticket.first || !(await blockedNow(session.client, r.rule(ticket, lost)))) {
       session.assertAlive(); // as in Acquisition.onTurn: not a handle on a session past its deadline
-      return r.hold(new Ownership(session, ticket.key, ticket.rev, lost, what, probe, exit), ticket);
+      return r.hold(new Ownership({ session, key: ticket.key, fencingToken: ticket.fencingToken, lost, what, probe, exit }), ticket);
     }
   } catch (err) {
     probe?.failed(err, undefined, session.signal);

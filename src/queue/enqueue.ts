@@ -1,17 +1,55 @@
 // The enqueue: one Txn that creates our key if absent and counts the queue, as one more user of the key.
-import { isTransient, LeaseNotFoundError } from '../client/errors.js';
-import { compare, op, txnRange, type KeyValue, type RequestOp, type TxnResult } from '../client/kv.js';
 import type { CallProgress } from '../client/connection.js';
+import { isTransient, LeaseNotFoundError } from '../client/errors.js';
+import { compare, type KeyValue, op, type RangeRequest, type RequestOp, txnRange, type TxnResult } from '../client/kv.js';
 import { ownBuffer } from '../keys.js';
-import { markLeaseGone, type Session } from '../session.js';
 import { rethrown } from '../rethrow.js';
+import { markLeaseGone, type Session } from '../session.js';
+import { settledOrStopped } from '../stop.js';
 import type { KeyUse } from './key-users.js';
-import { dropTicket, mayLandLate } from './leave.js';
-import type { ReleaseWhat } from './release.js';
-import { SHORT_QUEUE } from './hints.js';
+import { dropTicket, mayLandLate, type ReleaseWhat } from './release.js';
 import { queueOf } from './state.js';
-import type { Ticket, TicketSpec } from './ticket.js';
-import type { LostErrorFactory } from './turn.js';
+import type { LostErrorFactory } from './wait.js';
+
+/** Our place in a queue: our key and its CreateRevision (the ticket, and once we hold, the fencing token). */
+export interface Ticket {
+  key: string;
+  /** Our key's CreateRevision: our place in the queue and, once we hold, the fencing token. */
+  fencingToken: bigint;
+  /**
+   * True when another call of this process (same session, same key) already used this incarnation:
+   * we share it. Either way this call is counted as one of its users (see key-users.ts): the key is
+   * deleted only when the last of them releases, aborts or fails. A key found on our lease that no
+   * call of this process uses is this call's alone, including one an earlier process left on a
+   * lease this session adopted.
+   */
+  joined: boolean;
+  /** The key's value as etcd holds it (for election's "update the value if it differs"). */
+  value: Buffer;
+  /** Our turn already: the enqueue's count proved nobody we could wait for was there. */
+  first: boolean;
+  /** What the spec's `peek` read in the same Txn (a semaphore checks its peers' permit count). */
+  peeked: readonly KeyValue[];
+}
+
+/** What to enqueue: our key and value, and the range whose count, read in the same Txn, may prove we go first. */
+export interface TicketSpec {
+  key: string;
+  value: Buffer;
+  /** The keys counted in the enqueue Txn (ours among them when `key` falls inside). */
+  count: { key: Buffer; rangeEnd: Buffer };
+  /** True when that count proves it is our turn at once (a mutex: only our key under the prefix). */
+  first(count: bigint): boolean;
+  /** An O(1) read to make in the same Txn (a limit, unsorted), for checks on the participants. */
+  peek?: RangeRequest;
+  /**
+   * When set, a call that finds our key in place while other calls of this process use it joins them
+   * only if `mayJoin` says so, given what `read` (made in the same Txn) found and the key's
+   * CreateRevision; else it waits until they have left the key, then takes a key of its own. An RWMutex
+   * read lock: it must not join a read key that a writer queued behind since.
+   */
+  joinCheck?: { read: RangeRequest; mayJoin(kvs: readonly KeyValue[], fencingToken: bigint): boolean };
+}
 
 /**
  * What an enqueue answers instead of a ticket when it must not join the key it found (see
@@ -54,65 +92,45 @@ async function enqueue(
   // ticket, a swept ghost), of our key or of one we would queue behind (an RWMutex writer behind its
   // own read key): let it land first. Else we would wait behind our own leftover for as long as the
   // session lives, or find that incarnation, join it (its old fencing token), and lose it to the delete.
-  const state = queueOf(session.client);
-  const q = state.of(session);
+  const q = queueOf(session.client).of(session);
   const inside = (k: string): boolean => inRange(k, spec.count);
   for (let ahead = q.deletes.ahead(key, inside); ahead.length > 0; ahead = q.deletes.ahead(key, inside)) {
-    await untilSettled(Promise.all(ahead), signal, session.signal);
+    await settledOrStopped(Promise.all(ahead), signal, session.signal);
   }
   session.assertAlive();
   signal?.throwIfAborted();
-  // Behind a long queue this client watches (a view, see queue-view.ts), a join counts nothing: the
-  // count reads the whole range's index in etcd's apply loop, and the view tells what it would.
-  const view = spec.lookup ? state.views.live(spec.count.key) : undefined;
-  const viewed = view !== undefined && BigInt(view.size) > SHORT_QUEUE;
-  const reads = viewed ? [] : spec.peek ? [count, op.range(spec.peek)] : [count];
-  // The look-up runs after our put, so it sees our key first and then the ones before it.
-  const lookup = !viewed && spec.lookup && state.hints.short(spec.count.key) ? [op.range(spec.lookup)] : [];
+  const reads = spec.peek ? [count, op.range(spec.peek)] : [count];
   // A read lock's join checks for a writer queued behind the key it would join (see TicketSpec.joinCheck).
   const joinRead = spec.joinCheck ? [op.range(spec.joinCheck.read)] : [];
-  const t = await enqueueTxn(session, spec, reads, lookup, joinRead, lost, use);
-  let first = false;
-  if (viewed) {
-    // Not first behind a queue this long: the rule finds our place in the view.
-    state.hints.note(spec.count.key, BigInt(view.size), view.seenThrough);
-  } else {
-    const counted = txnRange(t, 1).count;
-    state.hints.note(spec.count.key, counted, t.header.revision);
-    first = spec.first(counted);
-    // Our key is the newest of those counted when this Txn created it: the rest are ahead of us.
-    if (ahead && t.succeeded) ahead(counted - (inRange(key, spec.count) ? 1n : 0n));
-    // A long queue of a lock or election: watch it from now on, so that later joins need not read it.
-    if (spec.lookup && counted > SHORT_QUEUE) state.views.of(spec.count.key, spec.count.rangeEnd);
-  }
-  const peeked = spec.peek && !viewed ? txnRange(t, 2).kvs : NO_KVS;
+  const t = await enqueueTxn(session, spec, reads, joinRead, lost, use);
+  const counted = txnRange(t, 1).count;
+  const first = spec.first(counted);
+  // Our key is the newest of those counted when this Txn created it: the rest are ahead of us.
+  if (ahead && t.succeeded) ahead(counted - (inRange(key, spec.count) ? 1n : 0n));
+  const peeked = spec.peek ? txnRange(t, 2).kvs : NO_KVS;
   let ticket: Ticket;
   if (t.succeeded) {
-    ticket = { key, rev: t.header.revision, joined: false, value, first, peeked };
-    if (lookup.length > 0 && !first) {
-      const r = txnRange(t, reads.length + 1);
-      ticket.preceding = { kvs: r.kvs, more: r.more };
-    }
+    ticket = { key, fencingToken: t.header.revision, joined: false, value, first, peeked };
   } else {
     const mine = txnRange(t, 0).kvs[0]!;
     // The key we found is one that other calls of this process use, are taking, or used (its last
     // holder left it to us while our enqueue was in flight): joining it would overtake a writer that
     // queued behind it since. Wait until those calls have left it instead (and if it was left to us,
     // delete it, guarded: nobody else will).
-    const others = use.users > 0 || use.pending > 1 || use.rev === mine.createRevision;
+    const others = use.users > 0 || use.pending > 1 || use.fencingToken === mine.createRevision;
     if (others && spec.joinCheck && !spec.joinCheck.mayJoin(txnRange(t, reads.length + 1).kvs, mine.createRevision)) {
       q.users.abandon(key, use);
-      if (use.users === 0 && use.pending === 0) void dropTicket(session, { key, rev: mine.createRevision }, what);
+      if (use.users === 0 && use.pending === 0) void dropTicket(session, { key, fencingToken: mine.createRevision }, what);
       return AFTER_HOLDERS;
     }
     // A copy: the decoded value is a slice of the whole response, which it would keep alive.
-    ticket = { key, rev: mine.createRevision, joined: false, value: ownBuffer(mine.value), first, peeked };
+    ticket = { key, fencingToken: mine.createRevision, joined: false, value: ownBuffer(mine.value), first, peeked };
   }
   // An existing key that no other call of this process uses was created either by our own first
   // attempt (its answer lost, the Txn retried) or by an earlier process on a lease this session
   // adopted. Either way it keeps its place and is ours to drop: a key nobody waits for would block
   // the queue as long as the lease is renewed (Go likewise resigns a cancelled Campaign).
-  const joined = q.users.join(key, use, ticket.rev);
+  const joined = q.users.join(key, use, ticket.fencingToken);
   if (joined === undefined) return STALE;
   ticket.joined = joined;
   return ticket;
@@ -131,7 +149,6 @@ async function enqueueTxn(
   session: Session,
   spec: TicketSpec,
   reads: RequestOp[],
-  lookup: RequestOp[],
   joinRead: RequestOp[],
   lost: LostErrorFactory,
   use: KeyUse,
@@ -143,7 +160,7 @@ async function enqueueTxn(
       .txn(
         {
           compare: [compare.createRevision(key, '=', 0n)],
-          success: [op.put(key, value, session.leaseId), ...reads, ...lookup],
+          success: [op.put(key, value, session.leaseId), ...reads],
           failure: [op.get(key), ...reads, ...joinRead],
         },
         // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second
@@ -218,33 +235,11 @@ export async function enqueueOrClean(
     } catch (err) {
       users.abandon(key, use);
       if (use.users === 0 && use.pending === 0 && !session.signal.aborted) {
-        if (use.rev !== undefined) void dropTicket(session, { key, rev: use.rev }, what);
+        if (use.fencingToken !== undefined) void dropTicket(session, { key, fencingToken: use.fencingToken }, what);
         else if (isTransient(err)) void dropTicket(session, { key }, what);
       }
       throw err;
     }
     if (t !== STALE) return t;
   }
-}
-
-/** Resolves when `p` settles; rejects with the reason of the first of `signals` to abort (nothing is sent yet). */
-function untilSettled(p: Promise<unknown>, ...signals: (AbortSignal | undefined)[]): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    const live = signals.filter((s): s is AbortSignal => s !== undefined);
-    const done = (): void => {
-      for (const s of live) s.removeEventListener('abort', onAbort);
-    };
-    const onAbort = (e: Event): void => {
-      done();
-      reject((e.target as AbortSignal).reason);
-    };
-    for (const s of live) {
-      if (s.aborted) return reject(s.reason);
-      s.addEventListener('abort', onAbort, { once: true });
-    }
-    p.then(
-      () => (done(), resolve()),
-      () => (done(), resolve()),
-    );
-  });
 }

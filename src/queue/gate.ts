@@ -1,3 +1,5 @@
+import { isStopped, onStop, stopReason } from '../stop.js';
+
 /**
  * In-process turns on one key of a session: a small readers-writer lock, FIFO, held before any
  * etcd traffic. An exclusive call (a lock, a permit, a write lock, a campaign) waits here while
@@ -89,19 +91,7 @@ export class Gates {
   private wait(key: string, kind: Pick<Turn, 'shared' | 'afterHolders'>, sessionSignal: AbortSignal, signal?: AbortSignal): Promise<Exit> {
     const g = this.gateOf(key);
     return new Promise<Exit>((resolve, reject) => {
-      const stop = (): void => {
-        const i = g.queue.indexOf(turn);
-        if (i < 0) return;
-        g.queue.splice(i, 1);
-        unlisten();
-        reject(signal?.aborted ? signal.reason : sessionSignal.reason);
-        // A shared turn behind us may go now that we no longer wait ahead of it.
-        this.grantQueued(key, g);
-      };
-      const unlisten = (): void => {
-        signal?.removeEventListener('abort', stop);
-        sessionSignal.removeEventListener('abort', stop);
-      };
+      if (isStopped(signal, sessionSignal)) return reject(stopReason(signal, sessionSignal));
       const turn: Turn = {
         ...kind,
         grant: (exit) => {
@@ -109,10 +99,15 @@ export class Gates {
           resolve(exit);
         },
       };
-      if (signal?.aborted || sessionSignal.aborted) return reject(signal?.aborted ? signal.reason : sessionSignal.reason);
       g.queue.push(turn);
-      signal?.addEventListener('abort', stop, { once: true });
-      sessionSignal.addEventListener('abort', stop, { once: true });
+      const unlisten = onStop(signal, sessionSignal, (reason) => {
+        const i = g.queue.indexOf(turn);
+        if (i < 0) return;
+        g.queue.splice(i, 1);
+        reject(reason);
+        // A shared turn behind us may go now that we no longer wait ahead of it.
+        this.grantQueued(key, g);
+      });
     });
   }
 

@@ -5,13 +5,12 @@ import { compare, type Compare, type KeyValue } from '../client/kv.js';
 import type { Watch } from '../client/watch.js';
 import type { Session } from '../session.js';
 import { type OwnershipLostError, SessionExpiredError } from '../errors.js';
-import type { LossReason } from '../metrics/names.js';
+import type { LossReason } from '../errors.js';
 import type { AcquireProbe, HoldObserver } from '../metrics/telemetry.js';
-import { RELEASED, type ReleaseResult, type ReleaseWhat } from './release.js';
-import { releaseKey } from './leave.js';
+import { RELEASED, releaseKey, type ReleaseResult, type ReleaseWhat } from './release.js';
 import type { Due } from './recheck.js';
 import { queueOf, sessionQueue } from './state.js';
-import type { LostErrorFactory } from './turn.js';
+import type { LostErrorFactory } from './wait.js';
 import { publishOwnershipLost } from '../diagnostics.js';
 
 /** How a loss reads in the lost error: `<key> (token <n>) is no longer owned: <why>`. */
@@ -30,6 +29,21 @@ const WHY: Record<LossReason, string> = {
  */
 const RECORDED_WATCH_AFTER_MS = 1000;
 
+/** What an {@link Ownership} is made of (see its fields). */
+export interface OwnershipOptions {
+  session: Session;
+  key: string;
+  fencingToken: bigint;
+  /** Makes the primitive's lost error. */
+  lost: LostErrorFactory;
+  /** What is held (kind and name), for the release's metrics and diagnostics. */
+  what: ReleaseWhat;
+  /** The acquire's probe, when an OpenTelemetry SDK records: it records this holding from now on. */
+  probe?: AcquireProbe | undefined;
+  /** Ends this call's in-process turn on the key (gate.ts): on release, or when the holding is lost. */
+  exit?: (() => void) | undefined;
+}
+
 /**
  * What a lock holder and an election leader have in common: a key on the session's lease, created at
  * revision `fencingToken`. Ownership lasts while that incarnation of the key exists and the session
@@ -41,7 +55,7 @@ const RECORDED_WATCH_AFTER_MS = 1000;
 export class Ownership {
   private controller?: AbortController;
   private watch?: Watch;
-  /** The batched re-check of our key, while watched on a member that may lose events (armNet). */
+  /** The batched re-check of our key while it is watched (armNet). */
   private net?: Due;
   /** Why ownership ended (lost, released or revoked), once it has; made on demand (see release). */
   private ended?: { reason?: unknown; make?: () => unknown };
@@ -57,20 +71,23 @@ export class Ownership {
   private watchTimer?: NodeJS.Timeout;
   private readonly onSessionLost = (): void => this.lose(this.session.signal.reason, sessionLoss(this.session.signal.reason));
 
-  constructor(
-    readonly session: Session,
-    /** The participant key, `<name>/<lease id hex>`. */
-    readonly key: string,
-    /** The key's CreateRevision: strictly increasing across owners, so protected resources can fence. */
-    readonly fencingToken: bigint,
-    private readonly makeLostError: LostErrorFactory,
-    /** What is held (kind and name), for the release's metrics and diagnostics. */
-    private readonly what: ReleaseWhat,
-    /** The acquire's probe, when an OpenTelemetry SDK records: it records this holding from now on. */
-    probe?: AcquireProbe,
-    /** Ends this call's in-process turn on the key (gate.ts): on release, or when the holding ends. */
-    private exit?: () => void,
-  ) {
+  readonly session: Session;
+  /** The participant key, `<name>/<lease id hex>`. */
+  readonly key: string;
+  /** The key's CreateRevision: strictly increasing across owners, so protected resources can fence. */
+  readonly fencingToken: bigint;
+  private readonly makeLostError: LostErrorFactory;
+  private readonly what: ReleaseWhat;
+  private exit: (() => void) | undefined;
+
+  constructor(o: OwnershipOptions) {
+    this.session = o.session;
+    this.key = o.key;
+    this.fencingToken = o.fencingToken;
+    this.makeLostError = o.lost;
+    this.what = o.what;
+    this.exit = o.exit;
+    const { session, key, fencingToken, probe } = o;
     const holdings = sessionQueue<Ownership>(session).holdings;
     // A sibling already holding this incarnation: the same leadership, not another one.
     const observer = probe?.held(fencingToken, this.siblings(holdings.of(key)).length > 0);
@@ -196,7 +213,7 @@ export class Ownership {
     // otherwise (released: the release ended the turn already; revoked by runAsLeader: its release
     // follows once the task settled), the turn ends with the release.
     if (loss !== undefined) {
-      sessionQueue(this.session).users.retire(this.key, this.fencingToken);
+      sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken);
       this.exit?.();
     }
     clearTimeout(this.watchTimer);
@@ -313,12 +330,12 @@ export class Ownership {
   }
 
   /**
-   * On a member whose watch may lose an event (watch-trust.ts), the client's batched re-check also
-   * reads our key every max(10 s, TTL): a delete whose event was lost still ends the holding.
+   * The client's batched re-check also reads our key every max(10 s, TTL): a delete whose event never
+   * came (etcd 3.4 before 3.4.36 and 3.5 before 3.5.18 can drop one near a compaction: etcd 17529,
+   * 18089, 19179) still ends the holding.
    */
   private armNet(): void {
-    const state = queueOf(this.session.client);
-    if (this.net || this.ended || state.watchTrust.lossless()) return;
+    if (this.net || this.ended) return;
     let read: KeyValue | undefined;
     const net: Due = {
       check: { keys: [this.key], blocked: ([kv]) => ((read = kv), this.isOurs(kv)) },
@@ -331,7 +348,7 @@ export class Ownership {
       },
     };
     this.net = net;
-    state.rechecker.add(net);
+    queueOf(this.session.client).rechecker.add(net);
   }
 
   private disarmNet(): void {
@@ -377,80 +394,5 @@ export function liveHoldings(session: Session, key: string): Ownership[] {
 /** The loss reason for a session that ended: closed by its owner, or its lease expired (or may have). */
 function sessionLoss(err: unknown): LossReason {
   const reason = err instanceof SessionExpiredError ? err.reason : undefined;
-  return reason === 'closed' || reason === 'client-closed' ? 'session_closed' : 'lease_expired';
-}
-
-/**
- * What a lock holder and a leader hold in their hands: the key, the fencing token, the loss signal
- * and the owner compare. {@link LockHandle} and {@link LeaderHandle} add their own verbs.
- */
-export interface OwnerHandle extends AsyncDisposable {
-  /** Our key, `<name>/<lease id in hex>`. */
-  readonly key: string;
-  /**
-   * The key's CreateRevision: every later owner gets a larger one. Pass it to the resource you
-   * protect and have it reject writes with a token lower than the highest it has seen. A bigint:
-   * `JSON.stringify` refuses bigints, so send `String(token)` (and compare as BigInt on the other end).
-   */
-  readonly fencingToken: bigint;
-  /** The session the key lives on. */
-  readonly session: Session;
-  /**
-   * Aborts when ownership ends: session lost, our key deleted or moved off our lease by anyone, or
-   * released by us. It fires before the server can expire the lease; stop protected work then.
-   */
-  readonly signal: AbortSignal;
-  /**
-   * A Txn compare on the key's CreateRevision: Go's `IsOwner()`. It fails once our key is deleted, but
-   * not when someone else (an operator's plain `put`) moved it off our lease, after which another
-   * session may hold: guard your own etcd writes with {@link OwnerHandle.ownerCompares} instead.
-   */
-  ownerCompare(): Compare;
-  /**
-   * The Txn compares that succeed only while we own the key (our incarnation, on our lease): make your
-   * own etcd writes conditional on all of them, `compare: handle.ownerCompares()`.
-   */
-  ownerCompares(): Compare[];
-}
-
-/** The shared implementation of the handles; not exported from the package. */
-export abstract class OwnerHandleBase implements OwnerHandle {
-  constructor(protected readonly own: Ownership) {}
-
-  get key(): string {
-    return this.own.key;
-  }
-
-  get fencingToken(): bigint {
-    return this.own.fencingToken;
-  }
-
-  get session(): Session {
-    return this.own.session;
-  }
-
-  get signal(): AbortSignal {
-    return this.own.signal;
-  }
-
-  ownerCompare(): Compare {
-    return this.own.ownerCompare();
-  }
-
-  ownerCompares(): Compare[] {
-    return this.own.ownerCompares();
-  }
-
-  abstract [Symbol.asyncDispose](): Promise<void>;
-}
-
-/** A lock's, permit's or RW lock's handle: assertHeld(), and one release verb the subclass names; `await using` releases. */
-export abstract class HeldHandle extends OwnerHandleBase {
-  assertHeld(): void {
-    this.own.assert();
-  }
-
-  override async [Symbol.asyncDispose](): Promise<void> {
-    await this.own.release();
-  }
+  return reason === 'closed' || reason === 'client_closed' ? 'session_closed' : 'lease_expired';
 }

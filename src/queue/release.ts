@@ -1,178 +1,10 @@
-import { channel } from 'node:diagnostics_channel';
-import { Backoff, sleep } from '../client/backoff.js';
-import { compare, op } from '../client/kv.js';
-import { telemetryOf } from '../metrics/telemetry.js';
-import { finishBeforeClose, type Session } from '../session.js';
+// Giving up our key: a holder's release, a waiter giving up, a failed enqueue's clean-up. The key goes
+// only when no other call of this process uses it, and a create that may land late is swept after.
+import type { Session } from '../session.js';
+import { deleteUntilGone, type GuaranteedDelete, type ReleaseWhat, sweepWhenGivenUp } from './guaranteed-delete.js';
 import { sessionQueue } from './state.js';
 
-/**
- * Diagnostics channel (`node:diagnostics_channel`): a delete of one of our keys (a release, a
- * resign, the clean-up of an aborted acquire, a double barrier's leave) failed and will be tried
- * again. Message: {@link ReleaseRetryMessage}.
- */
-export const RELEASE_RETRY_CHANNEL = 'etcd-concurrency:release:retry';
-/**
- * Diagnostics channel: a delete that needed retries is over: the key is gone, or the session ended
- * (its lease takes the key along). Message: {@link ReleaseDoneMessage}.
- */
-export const RELEASE_DONE_CHANNEL = 'etcd-concurrency:release:done';
-
-const retryChannel = channel(RELEASE_RETRY_CHANNEL);
-const doneChannel = channel(RELEASE_DONE_CHANNEL);
-
-/** What is released: for the metrics and the diagnostics channels. */
-export interface ReleaseWhat {
-  /** lock, permit, read, write, campaign, or barrier (a double barrier's member key). */
-  kind: string;
-  /** The lock, semaphore, election or barrier name. */
-  name: string;
-}
-
-/** The message of {@link RELEASE_RETRY_CHANNEL}. */
-export interface ReleaseRetryMessage {
-  kind: string;
-  name: string;
-  key: string;
-  /** The incarnation being deleted (the fencing token), when known. */
-  fencingToken: bigint | undefined;
-  /** Which attempt failed: 1 for the first. */
-  attempt: number;
-  /** The error's stable code when it has one (the gRPC status of a call that failed), else undefined. */
-  code: string | number | undefined;
-  message: string;
-  error: unknown;
-}
-
-/** How a delete that keeps trying ended: the key is gone, or it stopped because the lease goes anyway. */
-export type DeleteOutcome = 'deleted' | 'session_ended' | 'client_closed';
-
-/** The message of {@link RELEASE_DONE_CHANNEL}. */
-export interface ReleaseDoneMessage {
-  kind: string;
-  name: string;
-  key: string;
-  fencingToken: bigint | undefined;
-  /** Attempts made, the successful one included. */
-  attempts: number;
-  outcome: DeleteOutcome;
-  /** Milliseconds from the first failure to the end. */
-  durationMs: number;
-}
-
-/** A delete of one incarnation of a key that keeps trying until the key is gone or the session ends. */
-export interface GuaranteedDelete {
-  /** The first attempt: rejects with its error while the delete goes on in the background. */
-  readonly first: Promise<void>;
-  /** Settles once the key is gone (deleted, or no longer that incarnation) or the session ended; never rejects. */
-  readonly done: Promise<DeleteOutcome>;
-}
-
-/**
- * Deletes `key` if it is still incarnation `rev` (or, `rev` unknown, if it is on our lease), and
- * keeps trying with backoff until it lands or the session ends: a key left behind would block
- * everyone queued after it for as long as the session lives (Curator's guaranteed delete). The one
- * engine under every release, resign, leave and aborted acquire. Each retry is guarded as the first
- * was, so it can never delete a later incarnation.
- */
-export function deleteUntilGone(session: Session, key: string, rev: bigint | undefined, what: ReleaseWhat): GuaranteedDelete {
-  const first = deleteOnce(session, key, rev);
-  const done = retryUntilGone(session, key, rev, what, first);
-  // An enqueue of this session on the key, or behind it, waits for this delete (see deletes.ts).
-  sessionQueue(session).deletes.add(key, done);
-  return { first, done };
-}
-
-/** One guarded delete. No signal: even a session lost to its local deadline may still have the key on the server. */
-async function deleteOnce(session: Session, key: string, rev: bigint | undefined): Promise<void> {
-  const guard = rev !== undefined ? compare.createRevision(key, '=', rev) : compare.lease(key, '=', session.leaseId);
-  await session.client.txn({ compare: [guard], success: [op.delete(key)], failure: [] }, { idempotent: true });
-}
-
-/** The key's lease goes (or went) anyway: stop trying. */
-function stopped(session: Session): DeleteOutcome | undefined {
-  if (session.client.closed) return 'client_closed';
-  if (session.signal.aborted) return 'session_ended';
-  return undefined;
-}
-
-async function retryUntilGone(
-  session: Session,
-  key: string,
-  rev: bigint | undefined,
-  what: ReleaseWhat,
-  first: Promise<void>,
-): Promise<DeleteOutcome> {
-  try {
-    await first;
-    return 'deleted'; // the common case: nothing to report, nothing allocated
-  } catch (err) {
-    if (stopped(session)) return stopped(session)!;
-    return keepTrying(session, key, rev, what, err);
-  }
-}
-
-async function keepTrying(
-  session: Session,
-  key: string,
-  rev: bigint | undefined,
-  what: ReleaseWhat,
-  firstError: unknown,
-): Promise<DeleteOutcome> {
-  const tel = telemetryOf(session.client);
-  const attrs = tel.metricsOn ? tel.kindOnly(what.kind) : undefined;
-  const since = performance.now();
-  let resolveDone!: (o: DeleteOutcome) => void;
-  // close() of the session or client waits for this, within its deadline, before revoking.
-  finishBeforeClose(session, new Promise<DeleteOutcome>((r) => (resolveDone = r)));
-  if (attrs) tel.releasePending.add(1, attrs);
-  const backoff = new Backoff(100, 2000);
-  let attempts = 1;
-  let err = firstError;
-  let outcome: DeleteOutcome | undefined;
-  try {
-    for (;;) {
-      if (attrs) tel.releaseRetries.add(1, attrs);
-      if (retryChannel.hasSubscribers) {
-        const code = (err as { code?: unknown } | undefined)?.code;
-        retryChannel.publish({
-          kind: what.kind,
-          name: what.name,
-          key,
-          fencingToken: rev,
-          attempt: attempts,
-          code: typeof code === 'string' || typeof code === 'number' ? code : undefined,
-          message: err instanceof Error ? err.message : String(err),
-          error: err,
-        } satisfies ReleaseRetryMessage);
-      }
-      if ((outcome = stopped(session))) return outcome;
-      await sleep(backoff.next(), session.signal).catch(() => {});
-      if ((outcome = stopped(session))) return outcome;
-      attempts++;
-      try {
-        await deleteOnce(session, key, rev);
-        return (outcome = 'deleted');
-      } catch (e) {
-        err = e;
-      }
-    }
-  } finally {
-    outcome ??= stopped(session) ?? 'deleted';
-    if (attrs) tel.releasePending.add(-1, attrs);
-    if (doneChannel.hasSubscribers) {
-      doneChannel.publish({
-        kind: what.kind,
-        name: what.name,
-        key,
-        fencingToken: rev,
-        attempts,
-        outcome,
-        durationMs: performance.now() - since,
-      } satisfies ReleaseDoneMessage);
-    }
-    resolveDone(outcome);
-  }
-}
+export type { ReleaseWhat } from './guaranteed-delete.js';
 
 /**
  * What a release, resign or unlock resolves with. A release never rejects for want of etcd: real code
@@ -217,4 +49,75 @@ export function combineReleases(results: readonly ReleaseResult[]): ReleaseResul
           ),
     settled: Promise.all(pending.map((r) => r.settled)).then(() => {}),
   };
+}
+
+/**
+ * Deletes `key` if it is still incarnation `fencingToken` (or, unknown, if it is on our lease), and
+ * keeps trying in the background until it is gone or the session ends (deleteUntilGone); an enqueue of
+ * this session waits for it meanwhile. Once the key is given up, a create of it that may still land
+ * late is swept for the rest of the session (sweepWhenGivenUp).
+ */
+export function deleteKey(session: Session, key: string, fencingToken: bigint | undefined, what: ReleaseWhat): GuaranteedDelete {
+  const d = deleteUntilGone(session, key, fencingToken, what);
+  const users = sessionQueue(session).users;
+  sweepWhenGivenUp(
+    session,
+    key,
+    () => users.of(key) !== undefined,
+    (ghost) => deleteKey(session, key, ghost, what).first,
+  );
+  return d;
+}
+
+/**
+ * A holder leaves its key (Ownership.release): it is deleted, guarded on `token`, only when no other
+ * call of this process uses it. Returns the delete (its first attempt, and the background retries
+ * until the key is gone), or undefined when the key is left to another call of this process.
+ */
+export function releaseKey(session: Session, key: string, token: bigint, what: ReleaseWhat): GuaranteedDelete | undefined {
+  return sessionQueue(session).users.leave(key, token) ? deleteKey(session, key, token, what) : undefined;
+}
+
+/**
+ * A create of `key` on the session's lease had an unknown outcome (`CallProgress.ambiguous`): once the
+ * key is given up (its last user released or dropped it), a re-creation landing late is swept for the
+ * rest of the session. For any primitive's keys, not only enqueue's.
+ */
+export function mayLandLate(session: Session, key: string): void {
+  sessionQueue(session).late.mayLandLate(key);
+}
+
+/**
+ * One more call of this process uses incarnation `token` of `key`, which another call holds now (an
+ * RWMutex downgrade): the key then goes with the last of them. False if `token` is not the one in use.
+ */
+export function joinHeld(session: Session, key: string, token: bigint): boolean {
+  return sessionQueue(session).users.joinHeld(key, token);
+}
+
+/**
+ * A call that waited with `ticket` gives it up (aborted, failed, or tryAcquire found it busy): the
+ * key goes, unless another call of this process still uses it.
+ */
+export async function leaveTicket(session: Session, ticket: { key: string; fencingToken: bigint }, what: ReleaseWhat): Promise<void> {
+  if (sessionQueue(session).users.leave(ticket.key, ticket.fencingToken)) await dropTicket(session, ticket, what);
+}
+
+/**
+ * Deletes our key if it is still the incarnation we created (or, when `token` is unknown because the
+ * enqueue's answer was lost, if it is on our lease). A key left behind would block everyone behind
+ * it for as long as the session lives, so this keeps trying in the background until it succeeds,
+ * the session ends (its lease takes the key along) or the client closes (deleteUntilGone). It waits
+ * for the first attempt only briefly: an abort must not hang on an outage.
+ */
+export async function dropTicket(session: Session, ticket: { key: string; fencingToken?: bigint }, what: ReleaseWhat): Promise<void> {
+  const { first } = deleteKey(session, ticket.key, ticket.fencingToken, what);
+  // Wait for the first attempt (so a plain abort returns with its key gone), but not for long.
+  let timer: NodeJS.Timeout | undefined;
+  const settled = first.then(
+    () => {},
+    () => {},
+  );
+  await Promise.race([settled, new Promise((resolve) => (timer = setTimeout(resolve, session.client.dialTimeoutMs)))]);
+  clearTimeout(timer);
 }

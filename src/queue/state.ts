@@ -4,26 +4,18 @@
 import type { Attachment, AttachmentKey } from '../client/attachments.js';
 import type { Client } from '../client/client.js';
 import type { Session } from '../session.js';
-import { InFlightDeletes } from './deletes.js';
 import { Gates } from './gate.js';
-import { QueueHints } from './hints.js';
-import { Holdings } from './holdings.js';
-import { KeptWatches } from './kept-watches.js';
 import { KeyUsers } from './key-users.js';
-import { LateSweeper } from './late-sweeper.js';
-import { QueueViews } from './queue-view.js';
 import { Rechecker } from './recheck.js';
-import { Scopes } from './scope.js';
-import { WatchTrust } from './watch-trust.js';
 
 /** What the engine keeps of one session. */
 export class SessionQueue<H = unknown> {
   /** The calls of this process on each key, counted (see key-users.ts). */
   readonly users = new KeyUsers();
-  /** Deletes still in flight or retried, which an enqueue waits for (see deletes.ts). */
+  /** Deletes still in flight or retried, which an enqueue waits for (see guaranteed-delete.ts). */
   readonly deletes = new InFlightDeletes();
-  /** Keys whose create may land late, swept once given up (see late-sweeper.ts). */
-  readonly late = new LateSweeper();
+  /** Keys whose create may land late, swept once given up (see guaranteed-delete.ts). */
+  readonly late = new LateKeys();
   /** In-process turns per key (see gate.ts). */
   readonly gates = new Gates();
   /** Live holdings per key (see ownership.ts). */
@@ -34,23 +26,11 @@ export class SessionQueue<H = unknown> {
 export class QueueState implements Attachment {
   /** Per session: a session belongs to one client, and its state goes with it. */
   private readonly sessions = new WeakMap<Session, SessionQueue>();
-  /** Queue lengths last counted, per prefix (see hints.ts). */
-  readonly hints = new QueueHints();
-  /** The waiters' batched safety net (see recheck.ts). */
+  /** The waiters' and holders' batched safety net (see recheck.ts). */
   readonly rechecker: Rechecker;
-  /** Watches kept for a session's next wait on the same key (see kept-watches.ts). */
-  readonly kept = new KeptWatches();
-  /** Scopes by name (see scope.ts). */
-  readonly scopes = new Scopes();
-  /** Views of long queues, so that joining one reads nothing (see queue-view.ts). */
-  readonly views: QueueViews;
-  /** Whether the members' watches lose no event (see watch-trust.ts). */
-  readonly watchTrust: WatchTrust;
 
   constructor(client: Client) {
     this.rechecker = new Rechecker(client);
-    this.watchTrust = new WatchTrust(client);
-    this.views = new QueueViews(client, () => this.watchTrust.lossless());
   }
 
   of<H = unknown>(session: Session): SessionQueue<H> {
@@ -61,8 +41,6 @@ export class QueueState implements Attachment {
 
   close(): void {
     this.rechecker.close();
-    this.kept.close();
-    this.views.close();
   }
 }
 
@@ -76,4 +54,80 @@ export function queueOf(client: Client): QueueState {
 /** What the engine keeps of `session` (on its client's state). */
 export function sessionQueue<H = unknown>(session: Session): SessionQueue<H> {
   return queueOf(session.client).of<H>(session);
+}
+
+/**
+ * The live holdings of one session by key. Calls on one session and one name share one key: their
+ * holdings of one incarnation end together on a loss, and one leaving hands the leader gauge on to
+ * another (see Ownership.end).
+ */
+export class Holdings<T> {
+  private readonly byKey = new Map<string, Set<T>>();
+
+  /** Adds `h` under `key`; returns the holdings of `key` (with `h`). */
+  add(key: string, h: T): ReadonlySet<T> {
+    let set = this.byKey.get(key);
+    if (!set) this.byKey.set(key, (set = new Set()));
+    set.add(h);
+    return set;
+  }
+
+  /** Removes `h`; returns the holdings of `key` left. */
+  remove(key: string, h: T): ReadonlySet<T> | undefined {
+    const set = this.byKey.get(key);
+    set?.delete(h);
+    if (set?.size === 0) this.byKey.delete(key);
+    return set;
+  }
+
+  of(key: string): ReadonlySet<T> | undefined {
+    return this.byKey.get(key);
+  }
+}
+
+/**
+ * Deletes of one session still in flight or being retried, by key. An enqueue of that session waits
+ * for those among the keys it would queue behind (see ahead): a release whose delete failed must not
+ * make its own process wait behind it.
+ */
+export class InFlightDeletes {
+  private readonly byKey = new Map<string, Promise<unknown>>();
+
+  /** Records `done` under `key` until it settles (after any earlier delete of the key: both are waited for). */
+  add(key: string, done: Promise<unknown>): void {
+    const map = this.byKey;
+    const prev = map.get(key);
+    const all = prev ? Promise.all([prev, done]) : done;
+    map.set(key, all);
+    void all.then(() => {
+      if (map.get(key) === all) map.delete(key);
+    });
+  }
+
+  /** The deletes on `key` or on a key `inside` the range an enqueue counts (those it could queue behind). Empty almost always. */
+  ahead(key: string, inside: (key: string) => boolean): Promise<unknown>[] {
+    if (this.byKey.size === 0) return [];
+    const out: Promise<unknown>[] = [];
+    for (const [k, p] of this.byKey) if (k === key || inside(k)) out.push(p);
+    return out;
+  }
+}
+
+/**
+ * The keys of one session whose create had an unknown outcome (`CallProgress.ambiguous`), and whether
+ * a sweep watches each once given up (see sweepWhenGivenUp in guaranteed-delete.ts).
+ */
+export class LateKeys {
+  private readonly keys = new Map<string, boolean>();
+
+  mayLandLate(key: string): void {
+    if (!this.keys.has(key)) this.keys.set(key, false);
+  }
+
+  /** `key` is given up: true (once) when it may land late and should be swept from now on. */
+  givenUp(key: string): boolean {
+    if (this.keys.get(key) !== false) return false;
+    this.keys.set(key, true);
+    return true;
+  }
 }

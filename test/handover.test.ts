@@ -1,73 +1,30 @@
-// A waiter in a short queue that read everyone older than it watches the whole prefix, takes each
-// of them off as its delete arrives, and takes over on the last one with no confirming read: the
-// hand-over costs the release and its notification only. These tests count that saved round trip
-// and check that safety holds: a waiter ahead giving up hands nothing over, a waiter whose own key
-// is deleted meanwhile is told it lost it (etcd 11456) instead of holding, and keys without a lease
-// and keys of nested names are skipped as before. etcd is real.
-import { after, before, test } from 'node:test';
+// The hand-over down a queue, against a real etcd: one release, one wake-up, and the new holder's one
+// Txn (its look-up finds nobody older and confirms its own key in the same request). Safety at the
+// edges: a waiter ahead giving up hands nothing over, a waiter whose own key is deleted meanwhile is
+// told it lost it (etcd 11456) instead of holding, also when the events reach it late or in one
+// revision, and keys without a lease and keys of nested names are never waited for.
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setImmediate as turn } from 'node:timers/promises';
-import { Client, LockLostError, Mutex, Session, type LockHandle, type Watch } from '../src/index.js';
+import { Client, LockLostError, Mutex, Session, type LockHandle } from '../src/index.js';
+import { Probe } from './probe.js';
 import { op } from '../src/client/kv.js';
-import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import {
-  assertNoKeys,
-  assertNoLeases,
-  closeAll,
-  openSessions,
-  serverState,
-  settledOrHang,
-  settleAll,
-  track,
-  uniquePrefix,
-  waitFor,
-  waitersBlocked,
-  type Tracked,
-} from './helpers.js';
+import { startProxy, type EtcdCluster } from '../src/testing/index.js';
+import { assertNoKeys, serverState, settledOrHang, settleAll, track, etcdForFile, waitersBlocked, type Tracked } from './helpers.js';
 
 let etcd: EtcdCluster;
 let admin: Client;
-/** The take-over's requests: one O(1) Txn that confirms our key still stands, no read of the queue. */
+/** The take-over's requests: one Txn, the look-up that finds nobody older and confirms our key still stands. */
 const confirm = ['Txn'];
 
-before(async () => {
-  etcd = await startEtcd({ members: 1 });
-  admin = new Client({ endpoints: etcd.endpoints });
-});
+const fresh = etcdForFile('test/handover/', (e, c) => ((etcd = e), (admin = c)));
 
-after(async () => {
-  await assertNoLeases(admin);
-  await admin.close();
-  await etcd.stop();
-});
-
-/** A contender: its own client (unary calls counted by method name, and in flight; watches kept) and session. */
-async function contender(): Promise<{
-  client: Client;
-  session: Session;
-  calls: string[];
-  inFlight: () => number;
-  watches: { key: string; prefix: boolean; w: Watch }[];
-  close(): Promise<void>;
-}> {
-  const client = new Client({ endpoints: etcd.endpoints });
-  const calls: string[] = [];
-  let inFlight = 0;
-  const unary = client.conn.unary.bind(client.conn);
-  client.conn.unary = ((method, ...rest) => {
-    calls.push(method.path.slice(method.path.lastIndexOf('/') + 1));
-    inFlight++;
-    return unary(method, ...rest).finally(() => inFlight--);
-  }) as typeof client.conn.unary;
-  const watches: { key: string; prefix: boolean; w: Watch }[] = [];
-  const watchInto = client.watchInto.bind(client);
-  client.watchInto = (key, options, sink) => {
-    const w = watchInto(key, options, sink);
-    watches.push({ key: Buffer.from(key).toString(), prefix: options.prefix === true, w });
-    return w;
-  };
+/** A contender: its own client, spied on (see Probe), and a session. */
+async function contender(): Promise<{ client: Client; session: Session; probe: Probe; close(): Promise<void> }> {
+  const probe = new Probe(new Client({ endpoints: etcd.endpoints }));
+  const client = probe.client;
   const session = await Session.create(client, { ttl: 30 });
-  return { client, session, calls, inFlight: () => inFlight, watches, close: async () => (await session.close(), await client.close()) };
+  return { client, session, probe, close: async () => (await session.close(), await client.close()) };
 }
 
 /**
@@ -103,8 +60,8 @@ async function queuedBehind(holder: Session, waiter: Session, name: string): Pro
   return { held, waiting };
 }
 
-test('a hand-over down a short queue costs each waiter one O(1) Txn, no read of the queue, after the delete that makes it first', async (t) => {
-  const prefix = uniquePrefix('no-read-chain');
+test('a hand-over down a queue costs each waiter one Txn after the delete that makes it first', async (t) => {
+  const prefix = fresh('no-read-chain');
   const name = `${prefix}lock`;
   const cs = await Promise.all([0, 1, 2, 3].map(() => contender()));
   const pending: Tracked<LockHandle>[] = [];
@@ -114,18 +71,16 @@ test('a hand-over down a short queue costs each waiter one O(1) Txn, no read of 
     const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
     for (let i = 1; i < cs.length; i++) {
       const m = new Mutex(cs[i]!.session, name);
-      // The enqueue's look-up is made once this client has counted the queue short: a tryLock counts it.
-      assert.equal(await m.tryLock(), null);
       pending.push(track(m.lock()));
       await waitersBlocked(etcd.clientUrls[0]!, watchers, i, `waiter ${i} queued and watching`);
     }
     for (let i = 1; i < cs.length; i++) {
-      for (const c of cs) c.calls.length = 0;
+      for (const c of cs) c.probe.reset();
       await holder.unlock();
       holder = await settledOrHang(pending[i - 1]!, `waiter ${i} to take over`);
-      t.diagnostic(`hand-over ${i}: releaser ${cs[i - 1]!.calls.join(' ')}, new holder ${cs[i]!.calls.join(' ') || '(none)'}`);
-      assert.deepEqual(cs[i - 1]!.calls, ['Txn'], 'the release: one guarded delete');
-      assert.deepEqual(cs[i]!.calls, confirm, 'the next waiter takes over on the delete event, with no read');
+      t.diagnostic(`hand-over ${i}: releaser ${cs[i - 1]!.probe.calls.join(' ')}, new holder ${cs[i]!.probe.calls.join(' ') || '(none)'}`);
+      assert.deepEqual(cs[i - 1]!.probe.calls, ['Txn'], 'the release: one guarded delete');
+      assert.deepEqual(cs[i]!.probe.calls, confirm, 'the next waiter takes over on the delete event with one Txn');
       for (let j = i + 1; j < cs.length; j++) assert.equal(pending[j - 1]!.settled, false, `waiter ${j} still waits (FIFO)`);
     }
     await holder.unlock();
@@ -137,7 +92,7 @@ test('a hand-over down a short queue costs each waiter one O(1) Txn, no read of 
 });
 
 test('a waiter ahead that gives up hands nothing over: the one behind it waits for the holder', async () => {
-  const prefix = uniquePrefix('no-read-abort');
+  const prefix = fresh('no-read-abort');
   const name = `${prefix}lock`;
   const [a, b, c] = await Promise.all([contender(), contender(), contender()]);
   const pending: Tracked<LockHandle>[] = [];
@@ -159,10 +114,10 @@ test('a waiter ahead that gives up hands nothing over: the one behind it waits f
     assert.equal(await admin.get(`${name}/${b!.session.leaseId.toString(16)}`), undefined, "B's key is gone");
     await drained(c!, prefix);
     assert.equal(pc.settled, false, 'C does not take the lock while A holds it: B was not the last older key');
-    c!.calls.length = 0;
+    c!.probe.reset();
     await held.unlock();
     const hc = await settledOrHang(pc, 'C to take over from A');
-    assert.deepEqual(c!.calls, confirm, 'and then takes it on the delete event, with no read');
+    assert.deepEqual(c!.probe.calls, confirm, 'and then takes it on the delete event, with one Txn');
     await hc.unlock();
   } finally {
     for (const x of [a, b, c]) await x!.close();
@@ -172,7 +127,7 @@ test('a waiter ahead that gives up hands nothing over: the one behind it waits f
 });
 
 test('a waiter whose own key is deleted while it waits is told it lost it, and the one behind it takes over', async () => {
-  const prefix = uniquePrefix('no-read-lost');
+  const prefix = fresh('no-read-lost');
   const name = `${prefix}lock`;
   const [a, b, c] = await Promise.all([contender(), contender(), contender()]);
   const pending: Tracked<LockHandle>[] = [];
@@ -203,7 +158,7 @@ test('a waiter whose own key is deleted while it waits is told it lost it, and t
 });
 
 test("the last older key's delete reaches the waiter late, after its own key was deleted (its stream stalled): it is told it lost its key, it does not hold", async () => {
-  const prefix = uniquePrefix('no-read-late');
+  const prefix = fresh('no-read-late');
   const name = `${prefix}lock`;
   const a = await contender();
   const proxy = await startProxy(etcd.endpoints[0]!);
@@ -230,7 +185,7 @@ test("the last older key's delete reaches the waiter late, after its own key was
 });
 
 test("the holder's key and the waiter's own key deleted in one revision: the waiter is told it lost its key, it does not hold", async () => {
-  const prefix = uniquePrefix('no-read-both');
+  const prefix = fresh('no-read-both');
   const name = `${prefix}lock`;
   const [a, b] = await Promise.all([contender(), contender()]);
   const pending: Tracked<LockHandle>[] = [];
@@ -254,7 +209,7 @@ test("the holder's key and the waiter's own key deleted in one revision: the wai
 });
 
 test('keys without a lease and keys of nested names are skipped, as before: they are never waited for', async () => {
-  const prefix = uniquePrefix('no-read-strays');
+  const prefix = fresh('no-read-strays');
   const name = `${prefix}lock`;
   const [a, b] = await Promise.all([contender(), contender()]);
   const pending: Tracked<LockHandle>[] = [];
@@ -272,67 +227,21 @@ test('keys without a lease and keys of nested names are skipped, as before: they
     const pb = track(mb.lock());
     pending.push(pb);
     await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'B queued and watching');
-    b!.calls.length = 0;
+    b!.probe.reset();
     await held.unlock();
     const hb = await settledOrHang(pb, 'B to take over from A, past the stray and the nested key');
-    assert.deepEqual(b!.calls, confirm, 'on the delete event, with no read');
+    // The look-up cannot tell the stray key from a participant when etcd answers keys-only reads with
+    // lease 0 (3.7): its check reads it in full, and the look-up after skips it. Never waited for.
+    assert.ok(
+      b!.probe.calls.length >= 1 && b!.probe.calls.length <= 3 && b!.probe.calls.every((c) => c === 'Txn'),
+      `on the delete event: ${b!.probe.calls.join(' ')}`,
+    );
     await hb.unlock();
   } finally {
     for (const x of [a, b]) await x!.close();
     await settleAll(pending);
     await admin.delete(`${name}/1`);
     await admin.leaseRevoke(nestedLease);
-  }
-  await assertNoKeys(admin, prefix);
-});
-
-test('behind a queue grown long (more than 32 newcomers) the waiter stops taking every event and waits on one key, as the others', async (t) => {
-  const prefix = uniquePrefix('no-read-grown');
-  const name = `${prefix}lock`;
-  const [a, b] = await Promise.all([contender(), contender()]);
-  const crowd = new Client({ endpoints: etcd.endpoints });
-  const sessions = await openSessions(crowd, 33);
-  const pending: Tracked<LockHandle>[] = [];
-  try {
-    const held = await new Mutex(a!.session, name).lock();
-    const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
-    const mb = new Mutex(b!.session, name);
-    assert.equal(await mb.tryLock(), null);
-    const pb = track(mb.lock());
-    pending.push(pb);
-    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'B queued and watching the prefix');
-    // Each newcomer releases at once when its turn comes (their order is their keys' CreateRevisions).
-    for (const s of sessions) pending.push(track(new Mutex(s, name).lock().then(async (h) => (await h.unlock(), h))));
-    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1 + sessions.length, 'the newcomers queued');
-    // B moves to a watch on the last key older than its own, A's, alone: its prefix watch goes.
-    const aKey = `${name}/${a!.session.leaseId.toString(16)}`;
-    await waitFor(async () => {
-      const single = b!.watches.find((w) => !w.prefix);
-      if (!single) return false;
-      await single.w.created;
-      await turn(); // the check the new watch may lead to is sent by now
-      return b!.inFlight() === 0;
-    }, "B to wait on A's key alone");
-    assert.deepEqual(
-      b!.watches.map((w) => [w.key, w.prefix, w.w.ended]),
-      [
-        [`${name}/`, true, true],
-        [aKey, false, false],
-      ],
-      'the prefix, then the last older key alone',
-    );
-    t.diagnostic(`B after the newcomers: ${b!.calls.join(' ')}`);
-    b!.calls.length = 0;
-    await held.unlock();
-    const hb = await settledOrHang(pb, 'B to take over');
-    assert.deepEqual(b!.calls, ['Txn'], 'nothing older than A was left: one O(1) Txn confirms our key, no read of the queue');
-    await hb.unlock();
-    for (const p of pending.slice(1)) await settledOrHang(p, 'every newcomer to take its turn');
-  } finally {
-    await closeAll(sessions);
-    for (const x of [a, b]) await x!.close();
-    await settleAll(pending);
-    await crowd.close();
   }
   await assertNoKeys(admin, prefix);
 });

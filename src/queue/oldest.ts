@@ -1,0 +1,343 @@
+// "The oldest holds": the turn rule of a lock, an election and an RWMutex, as Go's Mutex.Lock reads:
+// who is just before me? none means my turn; else wait for its delete, then ask again.
+import type { Client } from '../client/client.js';
+import {
+  compare,
+  type Compare,
+  type KeyValue,
+  op,
+  prefixEnd,
+  type RangeRequest,
+  type RangeResult,
+  SortOrder,
+  SortTarget,
+  txnRange,
+} from '../client/kv.js';
+import type { WatchEvent } from '../client/watch.js';
+import { isParticipantKey, ownBuffer, participantKey, prefixOf } from '../keys.js';
+import { markLeaseGone, type Session } from '../session.js';
+import type { Ticket, TicketSpec } from './enqueue.js';
+import type { BatchCheck } from './recheck.js';
+import type { Blocker, LostErrorFactory, TurnRule, WatchTarget } from './wait.js';
+
+/** Where a waiter looks for what is older than it: a key range, and which keys in it count. */
+export interface Scope {
+  prefix: Buffer;
+  /** True for a participant's key (not a nested name's, not unrelated data under the prefix). */
+  isCandidate(key: Buffer): boolean;
+}
+
+/** A queue longer than this is long: a lock's holders mark their keys (see {@link oldestRule}). */
+const SHORT_QUEUE = 32n;
+
+/**
+ * The queue of a lock or election, Go's layout: one key `<name>/<lease hex>` per session, served in
+ * CreateRevision order. Our ticket, counted against everything under `<name>/`: alone means first.
+ */
+export function participantTicket(session: Session, name: string, value: Buffer): TicketSpec {
+  const prefix = ownBuffer(prefixOf(name));
+  return {
+    key: participantKey(name, session.leaseId),
+    value,
+    count: { key: prefix, rangeEnd: ownBuffer(prefixEnd(prefix)) },
+    first: (n) => n === 1n,
+  };
+}
+
+/** The participants of a lock or election: `<name>/<hex>` keys. */
+export function participantScope(name: string): Scope {
+  const prefix = ownBuffer(prefixOf(name));
+  return { prefix, isCandidate: (key) => isParticipantKey(prefix, key) };
+}
+
+/**
+ * "The oldest in `scope`": our turn when no participant in it is older. Each waiter watches only the
+ * key just before its own, so one release wakes one waiter. Stray keys (no lease: etcd issue 6631)
+ * and keys that are not candidates (nested names under the prefix) are skipped.
+ *
+ * With `marks` (a lock's, never an election's: a Go candidate rewrites its key while it waits):
+ * behind a long queue a waiter whose turn came writes its key once more, value and lease unchanged,
+ * so its version passes 1: "I was the oldest". Keys are never created older than an existing one, so
+ * once such a predecessor is deleted nothing older than us is left, and the waiter behind it takes
+ * its turn with one O(1) Txn instead of a look-up that reads the whole queue. This trusts that only a
+ * key's holder rewrites it on its own lease: a lock's name must not be shared with an election or a
+ * semaphore (their keys are rewritten while waiting, or by non-first holders).
+ */
+export function oldestRule(
+  session: Session,
+  scope: Scope,
+  ticket: Ticket,
+  lost: LostErrorFactory,
+  options: { marks?: boolean } = {},
+): TurnRule {
+  return new OldestRule(session, scope, ticket, lost, options.marks ?? false);
+}
+
+class OldestRule implements TurnRule {
+  /** Incarnations found to have no lease: skipped by every later look-up of this wait. */
+  private strays: Set<string> | undefined;
+  /** The blocker given last, until the rule is asked again: what its wait learned. */
+  private last: PredecessorBlocker | undefined;
+
+  constructor(
+    private readonly session: Session,
+    private readonly scope: Scope,
+    private readonly ticket: Ticket,
+    private readonly lost: LostErrorFactory,
+    private readonly marks: boolean,
+  ) {}
+
+  async blocker(signal: AbortSignal): Promise<Blocker | null> {
+    const { session, ticket, lost } = this;
+    const last = this.last;
+    this.last = undefined;
+    if (last?.stray) (this.strays ??= new Set()).add(last.stray);
+    // Our marked predecessor was deleted: nothing older than us is left. Confirm our key stands, and
+    // mark it in the same write: the queue behind a marked key was long.
+    if (last?.headGone) return ourTurnAfterHead(session, ticket, lost, signal);
+    const { p, long } = await findPredecessor(session, this.scope, ticket, lost, signal, this.strays, this.marks);
+    if (p === null) {
+      // First by a full look-up behind a long queue: mark, so the waiter behind us skips that read.
+      if (long) markHead(session, ticket);
+      return null;
+    }
+    return (this.last = new PredecessorBlocker(session, ticket, p, this.marks));
+  }
+}
+
+/** The participant just before us, as the look-up found it. */
+export interface Predecessor {
+  /** A Buffer of its own: the decoded key would pin the whole response for the length of the wait. */
+  key: Buffer;
+  createRevision: bigint;
+  /** The revision of the read that found it. */
+  asOf: bigint;
+  /** Its lease was read and is not 0 (a keys-only read on etcd 3.7 cannot tell). */
+  leased: boolean;
+  /** Its owner wrote it again after creating it: a lock holder's mark. */
+  marked: boolean;
+}
+
+/** Waiting for the participant just before us: its own watch target and check (a long queue holds one per waiter). @internal */
+export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
+  readonly key: Buffer;
+  readonly asOf: bigint;
+  readonly confirmed: boolean;
+  private readonly createRevision: bigint;
+  private marked: boolean;
+  /** Our marked predecessor was deleted: for the rule's next look-up. */
+  headGone = false;
+  /** The predecessor was found to have no lease (stray data, etcd 6631): the rule's next look-up skips it. */
+  stray: string | undefined;
+
+  constructor(
+    private readonly session: Session,
+    private readonly ticket: Ticket,
+    p: Predecessor,
+    private readonly marks: boolean,
+  ) {
+    this.key = p.key;
+    this.asOf = p.asOf;
+    this.confirmed = p.leased;
+    this.createRevision = p.createRevision;
+    this.marked = p.marked;
+  }
+
+  get watch(): WatchTarget {
+    return this;
+  }
+
+  get check(): BatchCheck {
+    return this;
+  }
+
+  /**
+   * Changed: deleted, moved off any lease (stray now), or a new incarnation of the same key (a delete
+   * we did not see). A put that keeps a lease and the CreateRevision (a proclaim) is none.
+   */
+  changed(e: WatchEvent): boolean {
+    if (e.type === 'delete') {
+      this.headGone = this.marks && this.marked;
+      return true;
+    }
+    if (e.kv.lease === 0n || e.kv.createRevision !== this.createRevision) return true;
+    // Its owner's mark: it holds now. Not a move onto another lease (someone else's write).
+    if (this.marks && onOwnLease(e.kv)) this.marked = true;
+    return false;
+  }
+
+  get keys(): readonly (string | Buffer)[] {
+    return [this.ticket.key, this.key];
+  }
+
+  /**
+   * Our key is still ours, and our predecessor still the same incarnation on some lease, read in
+   * full: this is also where a predecessor found by a keys-only read gets its lease checked. One
+   * found to have no lease is stray data, which the rule's next look-up skips.
+   */
+  blocked([mine, p]: readonly (KeyValue | undefined)[]): boolean {
+    const { ticket, session } = this;
+    if (p && p.createRevision === this.createRevision && p.lease === 0n) this.stray = strayId(p);
+    return (
+      mine?.createRevision === ticket.fencingToken &&
+      mine.lease === session.leaseId &&
+      p?.createRevision === this.createRevision &&
+      p.lease !== 0n
+    );
+  }
+}
+
+/**
+ * One read-only Txn: our key still exists on our lease, and which key is just before it (null:
+ * nobody, we are first). The read is keys-only: from etcd 3.7 it is then served from the in-memory
+ * index, which keeps a hand-over cheap however long the queue, but its KeyValues carry `lease = 0`.
+ * So a candidate is any key of participant form not known to be stray, and the blocker's check
+ * reads its lease before trusting it.
+ */
+async function findPredecessor(
+  session: Session,
+  scope: Scope,
+  ticket: Ticket,
+  lost: LostErrorFactory,
+  signal: AbortSignal,
+  strays: Set<string> | undefined,
+  count: boolean,
+): Promise<{ p: Predecessor | null; long: boolean }> {
+  const client = session.client;
+  const end = prefixEnd(scope.prefix);
+  const before = (limit: bigint): RangeRequest => ({
+    key: scope.prefix,
+    rangeEnd: end,
+    sortOrder: SortOrder.DESCEND,
+    sortTarget: SortTarget.CREATE,
+    maxCreateRevision: ticket.fencingToken - 1n,
+    limit,
+    keysOnly: true,
+  });
+  // With marks, the queue's length too (a count, off etcd's apply loop in this read-only Txn).
+  const counted = count ? [op.range({ key: scope.prefix, rangeEnd: end, countOnly: true })] : [];
+  const t = await client.txn(
+    { compare: ourKeyStands(session, ticket), success: [op.range(before(8n)), ...counted], failure: [] },
+    { idempotent: true, signal },
+  );
+  if (!t.succeeded) return ticketLost(session, ticket, lost, signal);
+  const long = count && txnRange(t, 1).count > SHORT_QUEUE;
+  // Only keys of nested names or stray data in a page: look further back.
+  const first = { page: txnRange(t, 0), revision: t.header.revision };
+  for await (const page of pagesByCreate(client, before(64n), first, signal)) {
+    const kv = page.kvs.find((kv) => scope.isCandidate(kv.key) && !strays?.has(strayId(kv)));
+    // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
+    if (kv) {
+      const p = {
+        key: ownBuffer(kv.key),
+        createRevision: kv.createRevision,
+        asOf: page.revision,
+        leased: kv.lease !== 0n,
+        marked: marked(kv),
+      };
+      return { p, long };
+    }
+  }
+  return { p: null, long };
+}
+
+/** Our marked predecessor is gone, so we are the oldest: one Txn of O(1) compares confirms our key stands, and marks it. */
+async function ourTurnAfterHead(session: Session, ticket: Ticket, lost: LostErrorFactory, signal: AbortSignal): Promise<null> {
+  const t = await session.client.txn(
+    { compare: ourKeyStands(session, ticket), success: [op.touch(ticket.key)], failure: [] },
+    { idempotent: true, signal },
+  );
+  if (!t.succeeded) return ticketLost(session, ticket, lost, signal);
+  return null;
+}
+
+/**
+ * Marks our key ("I was the oldest") in the background, guarded on our incarnation and lease: a mark
+ * landing after our release finds the key gone and writes nothing. If it is late, the waiter behind
+ * us only falls back to the full look-up.
+ */
+function markHead(session: Session, ticket: Ticket): void {
+  session.client
+    .txn({ compare: ourKeyStands(session, ticket), success: [op.touch(ticket.key)], failure: [] }, { idempotent: true })
+    .catch(() => {});
+}
+
+/** The compares of "our key is still the one we queued with, on our lease". */
+export function ourKeyStands(session: Session, ticket: Ticket): Compare[] {
+  return [compare.createRevision(ticket.key, '=', ticket.fencingToken), compare.lease(ticket.key, '=', session.leaseId)];
+}
+
+/** Our key is gone. If its lease went with it, say so: the session is over, not just this wait. */
+export async function ticketLost(session: Session, ticket: Ticket, lost: LostErrorFactory, signal: AbortSignal): Promise<never> {
+  const lease = await session.client.leaseTimeToLive(session.leaseId, { signal }).catch(() => undefined);
+  if (lease && lease.ttl <= 0) markLeaseGone(session);
+  session.assertAlive();
+  const kv = (await session.client.range({ key: Buffer.from(ticket.key) }, { signal }).catch(() => undefined))?.kvs[0];
+  const reason = kv !== undefined && kv.createRevision === ticket.fencingToken ? 'moved_off_lease' : 'key_deleted';
+  throw lost(`${ticket.key} was deleted or moved to another lease while waiting`, { reason });
+}
+
+/**
+ * Written again since its creation, and still on the lease its name carries: a lock holder's mark.
+ * A keys-only read on etcd 3.7 reports lease 0: then not known.
+ */
+function marked(kv: { key: Buffer; lease: bigint; version: bigint }): boolean {
+  return kv.version > 1n && onOwnLease(kv);
+}
+
+/** The key is on the lease its name carries (`<name>/<lease hex>`): not moved by anyone. */
+function onOwnLease(kv: { key: Buffer; lease: bigint }): boolean {
+  if (kv.lease === 0n) return false;
+  const hex = kv.lease.toString(16);
+  const k = kv.key;
+  return k.length > hex.length && k[k.length - hex.length - 1] === 0x2f && k.toString('latin1', k.length - hex.length) === hex;
+}
+
+/** One incarnation of a key: its CreateRevision and the key itself. */
+function strayId(kv: { key: Buffer; createRevision: bigint }): string {
+  return `${kv.createRevision}/${kv.key.toString('latin1')}`;
+}
+
+/**
+ * The pages of a range sorted by CreateRevision (`req`: its sort order, its limit, and a min or max
+ * CreateRevision to start from; `first`, when given, is its first page already read, at `revision`),
+ * each page with the revision it was read at. Keys created in one revision (one Txn can create
+ * several under a prefix) are not skipped: the next page starts at the last key's revision again,
+ * with a larger limit, and the keys already given are left out.
+ */
+export async function* pagesByCreate(
+  client: Client,
+  req: RangeRequest,
+  first: { page: RangeResult; revision: bigint } | undefined,
+  signal?: AbortSignal,
+): AsyncGenerator<{ kvs: KeyValue[]; revision: bigint }> {
+  const desc = req.sortOrder === SortOrder.DESCEND;
+  let page = first?.page;
+  let revision = first?.revision ?? 0n;
+  /** The keys given at revision `at`, the newest revision reached. */
+  let at: bigint | undefined;
+  const given = new Set<string>();
+  let next = req;
+  for (;;) {
+    if (!page) {
+      page = await client.range(next, { signal });
+      revision = page.header.revision;
+    }
+    const kvs: KeyValue[] = [];
+    for (const kv of page.kvs) {
+      const id = kv.key.toString('latin1');
+      if (kv.createRevision === at && given.has(id)) continue;
+      if (kv.createRevision !== at) {
+        at = kv.createRevision;
+        given.clear();
+      }
+      given.add(id);
+      kvs.push(kv);
+    }
+    yield { kvs, revision };
+    if (!page.more || at === undefined) return;
+    const limit = (req.limit ?? 0n) + BigInt(given.size);
+    next = desc ? { ...req, maxCreateRevision: at, limit } : { ...req, minCreateRevision: at, limit };
+    page = undefined;
+  }
+}

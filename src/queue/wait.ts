@@ -1,0 +1,346 @@
+// The wait loop under every primitive: ask the rule what blocks us, watch only that, ask again after
+// a change, until the rule says go.
+import { retryWhile } from '../client/backoff.js';
+import type { Client } from '../client/client.js';
+import { CompactedError, isTransient } from '../client/errors.js';
+import { op, txnRange } from '../client/kv.js';
+import type { Watch, WatchBatch, WatchEvent, WatchSink } from '../client/watch.js';
+import type { OwnershipEndReason, OwnershipLostError } from '../errors.js';
+import type { Session } from '../session.js';
+import { type BatchCheck, type Due, MAX_CHECK_KEYS } from './recheck.js';
+import { isStopped, onStop, stopReason } from '../stop.js';
+import { queueOf } from './state.js';
+
+/** Raised when our own key vanished (or changed lease) while we queued. */
+export type LostErrorFactory = (message: string, options: { reason: OwnershipEndReason; cause?: unknown }) => OwnershipLostError;
+
+/** What a blocker's watch watches: a key or a prefix, and which events. */
+export interface WatchTarget {
+  /** The key to watch, or the prefix when `prefix` is set (a string: its UTF-8 bytes). */
+  readonly key: string | Buffer;
+  readonly prefix?: boolean;
+  /** Deletes only. */
+  readonly noPut?: boolean;
+  /** Puts only: a wait for a key to appear (a barrier opening). */
+  readonly noDelete?: boolean;
+}
+
+/**
+ * What stands between a waiter and its turn right now, as a primitive tells it: what to watch, which
+ * events may end the wait, and how to tell it still blocks. Confirming it once the watch is up and
+ * the batched safety net are the engine's.
+ */
+export interface Blocker {
+  readonly watch: WatchTarget;
+  /** An event that may have ended the wait: the rule is asked again. */
+  changed(e: WatchEvent): boolean;
+  /**
+   * Are we still blocked by the same thing? The keys to read (in full) and what they must say; false
+   * sends the waiter back to the rule (which also tells a lost key). Read once the watch is up, and
+   * now and then while waiting, in one read-only Txn (batched with other waiters' when it reads at
+   * most MAX_CHECK_KEYS keys).
+   */
+  readonly check: BatchCheck;
+  /** The revision of the read that found this blocker, when one did: only later events can end the wait. */
+  readonly asOf?: bigint;
+  /** That read proved everything `check` checks: a watch that delivers every event after `asOf` needs no confirming read. */
+  readonly confirmed?: boolean;
+}
+
+/**
+ * A primitive's rule for "my turn" (the oldest of all; among the N oldest; no older writer), asked
+ * afresh after every change. `blocker` resolves null only after confirming our key still exists on
+ * our lease, so success means "my turn now", not "was my turn once"; it throws the primitive's lost
+ * error when our key is gone.
+ */
+export interface TurnRule {
+  blocker(signal: AbortSignal): Promise<Blocker | null>;
+}
+
+/** Who a wait reports to, once: the acquisition that holds it, or waitUntil's promise. */
+export interface WaitOwner {
+  turn(): void;
+  fail(err: unknown): void;
+}
+
+/** Reads a blocker's check alone (not batched): one read-only Txn of gets. */
+export async function stillBlocked(client: Client, b: Blocker, signal: AbortSignal): Promise<boolean> {
+  const keys = b.check.keys;
+  const t = await client.txn({ compare: [], success: keys.map((k) => op.get(k)), failure: [] }, { idempotent: true, signal });
+  return b.check.blocked(keys.map((_, i) => txnRange(t, i).kvs[0]));
+}
+
+/** For a caller that will not wait: is it blocked right now (by a blocker confirmed to be there)? */
+export async function blockedNow(client: Client, rule: TurnRule, signal: AbortSignal = new AbortController().signal): Promise<boolean> {
+  for (;;) {
+    const b = await rule.blocker(signal);
+    if (b === null) return false;
+    if (await stillBlocked(client, b, signal)) return true;
+  }
+}
+
+/** Options of {@link waitUntil}. */
+export interface WaitUntilOptions {
+  /** Stop waiting with its reason. */
+  signal?: AbortSignal | undefined;
+  /** The waiter's session: its loss ends the wait at once. A barrier's wait, which has no key, has none. */
+  session?: Session | undefined;
+}
+
+/** Waits until `rule` says go (see {@link Wait}); rejects when the session is lost or `signal` aborts. */
+export function waitUntil(client: Client, rule: TurnRule, options: WaitUntilOptions = {}): Promise<void> {
+  return new Promise<void>((resolve, reject) =>
+    new Wait(client, rule, options.session, options.signal, { turn: resolve, fail: reject }).start(),
+  );
+}
+
+/**
+ * One wait, as a small state machine rather than a suspended async loop: a queue of 10,000 waiters
+ * holds 10,000 of these, so while it waits a waiter is this object, its blocker and its watch, with
+ * no pending promise, timer or AbortController of its own. Two modes:
+ * - active: asking the rule, watching the blocker and confirming it (async; its calls abort through
+ *   `ac`, which exists only meanwhile);
+ * - waiting: an event, the batched re-check or our own re-check timer may end it (`moved`), and the
+ *   active mode starts over.
+ *
+ * etcd serves a watch whose start revision is at or below its current revision only from a loop
+ * that runs every 100 ms. So the blocker's watch starts from "now", and once etcd confirms it we
+ * check again that it still blocks us: a change that slipped in before is seen then. A waiter keeps
+ * its place through an outage: reads are retried while the session lives.
+ */
+export class Wait implements WatchSink, Due {
+  private done = false;
+  /** Aborts the calls of the active mode or of an own re-check; only while one runs. */
+  private ac: AbortController | undefined;
+  /** Bumped whenever waiting ends: a late answer of an older re-check is ignored. */
+  private gen = 0;
+  private b: Blocker | undefined;
+  private w: Watch | undefined;
+  /** Waiting: events can end the wait. Before that they queue in `early`. */
+  private waiting = false;
+  private early: WatchBatch[] | undefined;
+  private endedEarly = false;
+  private endError: unknown;
+  /** Registered with the client's re-checker (as a {@link Due}: no object of its own). */
+  private rechecking = false;
+  /** When the re-checker checks us next. */
+  due = 0;
+  private timer: NodeJS.Timeout | undefined;
+  /** Removes the stop listeners (see start). */
+  private unlisten: () => void = NOTHING;
+
+  constructor(
+    private readonly client: Client,
+    private readonly rule: TurnRule,
+    private readonly session: Session | undefined,
+    private readonly signal: AbortSignal | undefined,
+    private readonly owner: WaitOwner,
+  ) {}
+
+  start(): void {
+    if (this.stopped()) return this.fail(this.stopReason());
+    // The caller's signal aborted or the session was lost: stop at once, with its reason.
+    this.unlisten = onStop(this.signal, this.session?.signal, (reason) => this.fail(reason));
+    void this.next();
+  }
+
+  private stopped(): boolean {
+    return isStopped(this.signal, this.session?.signal);
+  }
+
+  private stopReason(): unknown {
+    return stopReason(this.signal, this.session?.signal);
+  }
+
+  /** Active mode: ask the rule, watch what blocks us, confirm; returns once waiting (or over). */
+  private async next(): Promise<void> {
+    const ac = (this.ac = new AbortController());
+    const s = ac.signal;
+    try {
+      for (;;) {
+        const b = await retryWhile(() => this.rule.blocker(s), isTransient, s);
+        if (this.done) return;
+        if (b === null) return this.succeed();
+        if (await this.watch(b, s)) return;
+        // Gone or changed meanwhile: ask the rule again (it may have been a waiter that gave up).
+      }
+    } catch (err) {
+      this.fail(this.stopped() ? this.stopReason() : err);
+    } finally {
+      if (this.ac === ac) this.ac = undefined;
+    }
+  }
+
+  /** Watches `b` and confirms it still blocks us. True: waiting now (or over); false: ask again. */
+  private async watch(b: Blocker, s: AbortSignal): Promise<boolean> {
+    this.b = b;
+    this.waiting = false;
+    this.endedEarly = false;
+    this.endError = undefined;
+    const t = b.watch;
+    const w = this.client.watchInto(t.key, { prefix: t.prefix, noPut: t.noPut, noDelete: t.noDelete }, this);
+    this.w = w;
+    try {
+      const from = await w.created;
+      if (this.done) return true;
+      // Re-checked now (unless the read that found the blocker is covered by the watch), and then
+      // now and then while waiting: a safety net should an event ever be missed (an O(1) read-only
+      // Txn; a queue must never wait forever on a ghost).
+      const covered = b.confirmed === true && b.asOf !== undefined && from <= b.asOf;
+      if (!covered && !(await retryWhile(() => stillBlocked(this.client, b, s), isTransient, s))) {
+        if (this.done) return true;
+        this.leaveWatch();
+        return false;
+      }
+      if (this.done) return true;
+    } catch (err) {
+      if (this.w === w) this.leaveWatch();
+      if (err instanceof CompactedError) return false;
+      throw err;
+    }
+    this.wait();
+    return true;
+  }
+
+  /** Waiting mode: the batched safety net (or a timer of our own), then what queued meanwhile. */
+  private wait(): void {
+    const b = this.b!;
+    this.waiting = true;
+    const gen = ++this.gen;
+    if (b.check.keys.length <= MAX_CHECK_KEYS) {
+      queueOf(this.client).rechecker.add(this);
+      this.rechecking = true;
+    } else this.armTimer(gen);
+    const early = this.early;
+    this.early = undefined;
+    while (early && early.length > 0 && this.waiting) this.push(early.shift()!);
+    if (this.waiting && this.endedEarly) this.end(this.endError);
+  }
+
+  /** Due: how often the safety net checks: max(10 s, TTL). */
+  get intervalMs(): number {
+    return Math.max(10_000, (this.session?.ttl ?? 0) * 1000);
+  }
+
+  /** Due: the blocker's batched check (registered only while waiting on a blocker whose check can be batched). */
+  get check(): BatchCheck {
+    return this.b!.check;
+  }
+
+  /**
+   * A blocker whose check cannot be batched re-checks alone, on a timer that events which do not
+   * move the wait leave running: under steady traffic the safety net still runs.
+   */
+  private armTimer(gen: number): void {
+    this.timer = setTimeout(() => void this.checkAlone(gen), this.intervalMs);
+  }
+
+  private async checkAlone(gen: number): Promise<void> {
+    this.timer = undefined;
+    if (gen !== this.gen || !this.waiting) return;
+    const ac = (this.ac = new AbortController());
+    try {
+      const b = this.b!;
+      const still = await retryWhile(() => stillBlocked(this.client, b, ac.signal), isTransient, ac.signal);
+      if (gen !== this.gen || !this.waiting) return;
+      if (still) this.armTimer(gen);
+      else this.moved();
+    } catch (err) {
+      if (gen !== this.gen || this.done) return;
+      this.fail(this.stopped() ? this.stopReason() : err);
+    } finally {
+      if (this.ac === ac) this.ac = undefined;
+    }
+  }
+
+  /** WatchSink: a batch of the blocker's watch. */
+  push(batch: WatchBatch): void {
+    if (this.done) return;
+    if (!this.waiting) {
+      (this.early ??= []).push(batch);
+      return;
+    }
+    const b = this.b!;
+    // The revision whose event ended the wait: the blocker still sees that revision's other events
+    // (one revision may take the last key ahead of us and our own key too).
+    let movedAt: bigint | undefined;
+    try {
+      for (const e of batch.events) {
+        const rev = e.kv.modRevision;
+        // Seen by the read that found the blocker (a watch from "now" on a member that lags may still send it).
+        if (b.asOf !== undefined && rev <= b.asOf) continue;
+        if (movedAt !== undefined && rev !== movedAt) continue;
+        if (b.changed(e)) movedAt ??= rev;
+      }
+    } catch (err) {
+      return this.fail(err); // a rule's bug ends this wait, not the client's watch stream
+    }
+    if (movedAt !== undefined) this.moved();
+  }
+
+  /** WatchSink: the watch ended. Compacted or ended quietly: ask again; any other error ends the wait. */
+  end(err?: unknown): void {
+    if (this.done) return;
+    if (!this.waiting) {
+      this.endedEarly = true;
+      this.endError = err;
+      return;
+    }
+    if (err === undefined || err instanceof CompactedError) this.moved();
+    else this.fail(err);
+  }
+
+  /** Due: the batched safety net found us no longer blocked (and unregistered us). */
+  stale(): void {
+    this.rechecking = false;
+    if (this.waiting) this.moved();
+  }
+
+  /** The blocker moved: stop waiting and ask the rule again. */
+  private moved(): void {
+    this.stopWaiting();
+    this.leaveWatch();
+    void this.next();
+  }
+
+  private stopWaiting(reason?: unknown): void {
+    this.waiting = false;
+    this.gen++;
+    if (this.rechecking) queueOf(this.client).rechecker.remove(this);
+    this.rechecking = false;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.ac?.abort(reason); // a call in flight: its answer no longer matters
+  }
+
+  private leaveWatch(): void {
+    const w = this.w;
+    this.w = undefined;
+    this.b = undefined;
+    this.early = undefined;
+    if (!w) return;
+    w.sink = IGNORED;
+    w.cancel();
+  }
+
+  private succeed(): void {
+    if (this.done) return;
+    this.done = true;
+    this.unlisten();
+    this.owner.turn();
+  }
+
+  private fail(err: unknown): void {
+    if (this.done) return;
+    this.done = true;
+    this.stopWaiting(err);
+    this.leaveWatch();
+    this.unlisten();
+    this.owner.fail(err);
+  }
+}
+
+const NOTHING = (): void => {};
+
+/** Where a watch we cancel ourselves hands its last word: nobody listens any more. */
+const IGNORED: WatchSink = { push() {}, end() {} };

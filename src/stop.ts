@@ -1,0 +1,53 @@
+// The one way a call stops waiting: its caller's signal aborts, or its session is lost. When both
+// have, the caller's reason is the one given. Pure: nothing here knows etcd.
+
+/** Whether `signal` (the caller's) or `session` (the session's) has aborted. */
+export function isStopped(signal: AbortSignal | undefined, session: AbortSignal | undefined): boolean {
+  return signal?.aborted === true || session?.aborted === true;
+}
+
+/** Why the call stops: the caller's reason if its signal aborted, else the session's. */
+export function stopReason(signal: AbortSignal | undefined, session: AbortSignal | undefined): unknown {
+  return signal?.aborted ? signal.reason : session?.reason;
+}
+
+/**
+ * Calls `stop` once, with {@link stopReason}, when `signal` or `session` aborts (the caller checks
+ * {@link isStopped} first: an abort that already happened is not reported). Returns what removes
+ * the listeners.
+ */
+export function onStop(signal: AbortSignal | undefined, session: AbortSignal | undefined, stop: (reason: unknown) => void): () => void {
+  const listener = (): void => {
+    unlisten();
+    stop(stopReason(signal, session));
+  };
+  const unlisten = (): void => {
+    signal?.removeEventListener('abort', listener);
+    session?.removeEventListener('abort', listener);
+  };
+  signal?.addEventListener('abort', listener, { once: true });
+  session?.addEventListener('abort', listener, { once: true });
+  return unlisten;
+}
+
+/** Resolves once `p` settles (either way); rejects with the stop reason if the call stops first. */
+export function settledOrStopped(p: Promise<unknown>, signal: AbortSignal | undefined, session: AbortSignal | undefined): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    if (isStopped(signal, session)) return reject(stopReason(signal, session));
+    const unlisten = onStop(signal, session, reject);
+    p.then(
+      () => (unlisten(), resolve()),
+      () => (unlisten(), resolve()),
+    );
+  });
+}
+
+/** One AbortSignal for "stop waiting" (aborted at once if either already has); `dispose` removes the listeners. */
+export function stopSignal(signal: AbortSignal | undefined, session: AbortSignal): { signal: AbortSignal; dispose(): void } {
+  const c = new AbortController();
+  if (isStopped(signal, session)) {
+    c.abort(stopReason(signal, session));
+    return { signal: c.signal, dispose: () => {} };
+  }
+  return { signal: c.signal, dispose: onStop(signal, session, (reason) => c.abort(reason)) };
+}
