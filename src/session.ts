@@ -117,7 +117,7 @@ export class Session implements AsyncDisposable {
       return new Session(client, options.leaseId, t.grantedTtl, sentAt + t.ttl * 1000, margin);
     }
     // We pick the id ourselves, so a grant whose answer was lost can be retried without leaking a lease.
-    const id = randomLeaseId();
+    const id = leaseIds.next();
     let granted: { id: bigint; ttl: number };
     try {
       granted = await client.leaseGrant(ttl, { id, signal });
@@ -307,6 +307,9 @@ export class Session implements AsyncDisposable {
     this.resolveDone(err);
   }
 }
+
+/** @internal where client-chosen lease ids come from: the simulator draws them from its seed instead. */
+export const leaseIds = { next: randomLeaseId };
 
 /** A random positive int64: etcd accepts client-chosen lease ids, which makes Grant retry-safe. */
 function randomLeaseId(): bigint {

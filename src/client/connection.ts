@@ -74,6 +74,7 @@ export class Connection {
     );
     this.peers = this.endpoints.map(
       (e) =>
+        options.transport?.(e.target) ??
         new Http2Transport(e.target, {
           tls: tlsSettings,
           dialTimeoutMs: this.dialTimeoutMs,

@@ -3,6 +3,7 @@
 import * as tls from 'node:tls';
 import { InvalidArgumentError } from './errors.js';
 import type { TlsSettings } from './transport/http2.js';
+import type { Transport } from './transport/transport.js';
 
 /** PEM material for TLS. Pass file contents (Buffer or string), not paths. */
 export interface TlsOptions {
@@ -49,6 +50,8 @@ export interface ConnectionOptions {
    * Range over a huge prefix is the usual reason to raise it).
    */
   maxReceiveMessageBytes?: number;
+  /** @internal what carries calls to endpoint `target` instead of HTTP/2 (the simulator's network). */
+  transport?: (target: string) => Transport;
 }
 
 /** How a call may be retried on another endpoint after an ambiguous failure. */
