@@ -3,12 +3,14 @@
 import { generate } from './generate.js';
 import { runSequence, type Entry, type Json } from './run.js';
 import type { SideFactory } from './sides.js';
+import type { Step } from './steps.js';
 
 /** Steps per sequence unless asked otherwise. */
 export const DEFAULT_STEPS = 40;
 
 export interface SeedResult {
   seed: number;
+  steps: Step[];
   names: [string, string];
   transcripts: [Entry[], Entry[]];
   divergence?: Divergence;
@@ -20,15 +22,15 @@ export async function diffSeed(seed: number, sides: readonly [SideFactory, SideF
   const names: string[] = [];
   const transcripts: Entry[][] = [];
   for (const make of sides) {
-    const side = await make();
+    const side = await make(seed);
     try {
       names.push(side.name);
-      transcripts.push(await runSequence(side.client, sequence));
+      transcripts.push(await side.run((client) => runSequence(client, sequence)));
     } finally {
       await side.close();
     }
   }
-  const result: SeedResult = { seed, names: [names[0]!, names[1]!], transcripts: [transcripts[0]!, transcripts[1]!] };
+  const result: SeedResult = { seed, steps: sequence, names: [names[0]!, names[1]!], transcripts: [transcripts[0]!, transcripts[1]!] };
   const divergence = firstDivergence(result.transcripts[0], result.transcripts[1]);
   if (divergence) result.divergence = divergence;
   return result;
@@ -47,6 +49,11 @@ export function firstDivergence(a: readonly Entry[], b: readonly Entry[]): Diver
     if (JSON.stringify(a[i]) !== JSON.stringify(b[i])) return { index: i, a: a[i], b: b[i] };
   }
   return undefined;
+}
+
+/** The command that runs `seed` again on the same two sides (`against`: sim, or etcd-<version>). */
+export function replayCommand(seed: number, etcd: string, against = 'sim', steps = DEFAULT_STEPS): string {
+  return `npm run sim:diff -- --seed ${seed} --etcd ${etcd}${against === 'sim' ? '' : ` --against ${against}`}${steps === DEFAULT_STEPS ? '' : ` --steps ${steps}`}`;
 }
 
 /** A divergence as a report: the seed, the step and call, both answers, and the command that replays it. */

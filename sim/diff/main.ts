@@ -10,8 +10,8 @@
 //   --steps N       calls per sequence (default 40)
 //   --print         print both transcripts of every seed, one entry a line
 import { parseArgs } from 'node:util';
-import { DEFAULT_STEPS, describeDivergence, diffSeed } from './diff.js';
-import { etcdSide, type SideFactory } from './sides.js';
+import { DEFAULT_STEPS, describeDivergence, diffSeed, replayCommand } from './diff.js';
+import { etcdSide, PROFILES, simSide, type SideFactory } from './sides.js';
 
 const { values } = parseArgs({
   options: {
@@ -33,9 +33,11 @@ function whole(name: string, v: string): number {
 
 function other(against: string, version: string): SideFactory {
   if (against.startsWith('etcd-')) return etcdSide(against.slice('etcd-'.length));
-  if (against === 'sim')
-    throw new Error(`the simulator is not on this branch yet: compare with another etcd (--against etcd-3.7), version ${version}`);
-  throw new Error(`--against takes sim or etcd-<version>, not ${against}`);
+  if (against !== 'sim') throw new Error(`--against takes sim or etcd-<version>, not ${against}`);
+  const line = version.split('.').slice(0, 2).join('.');
+  const profile = PROFILES.find((p) => p === line);
+  if (!profile) throw new Error(`the simulator has no profile for etcd ${line} (it has ${PROFILES.join(', ')})`);
+  return simSide(profile);
 }
 
 const steps = whole('steps', values.steps);
@@ -44,8 +46,7 @@ const seeds =
     ? [whole('seed', values.seed)]
     : Array.from({ length: whole('seeds', values.seeds) }, (_, i) => whole('from', values.from) + i);
 const sides = [etcdSide(values.etcd), other(values.against, values.etcd)] as const;
-const replay = (seed: number): string =>
-  `npm run sim:diff -- --seed ${seed} --etcd ${values.etcd} --against ${values.against}${steps === DEFAULT_STEPS ? '' : ` --steps ${steps}`}`;
+const replay = (seed: number): string => replayCommand(seed, values.etcd, values.against, steps);
 
 const diverged: number[] = [];
 const started = performance.now();
