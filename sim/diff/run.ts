@@ -281,7 +281,7 @@ class Runner {
       hub.register(id, { onRenewed: (ttl) => resolve(ttl), onClosed: () => resolve(-1n) });
       hub.renew(id);
     });
-    return this.within(answered, 'answer on the shared keep-alive stream').finally(() => hub.unregister(id));
+    return this.within(answered, 'the answer on the shared keep-alive stream').finally(() => hub.unregister(id));
   }
 
   private async watch(spec: WatchSpec, said: (call: Json) => void): Promise<{ answer: Json; revision?: bigint }> {
@@ -367,7 +367,10 @@ class Runner {
       return await Promise.race([
         p,
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`differential run: no ${what} within ${FENCE_WAIT_MS} ms`)), FENCE_WAIT_MS);
+          timer = setTimeout(
+            () => reject(new Error(`differential run: ${what} did not come within ${FENCE_WAIT_MS} ms (a stalled stream?)`)),
+            FENCE_WAIT_MS,
+          );
         }),
       ]);
     } finally {
