@@ -367,13 +367,14 @@ function oldest(kvs: KeyValue[]): KeyValue {
   return kvs.reduce((a, b) => (b.modRevision < a.modRevision ? b : a));
 }
 
-let lastSuffix = 0n;
+/** @internal the last suffix given out: the simulator starts each run from 0, as a fresh process. */
+export const suffixes = { last: 0n };
 
 /** Go's `time.Now().UnixNano()` in decimal, made strictly increasing within this process. */
 function uniqueSuffix(): bigint {
   const now = BigInt(Date.now()) * 1_000_000n + (process.hrtime.bigint() % 1_000_000n);
-  lastSuffix = now > lastSuffix ? now : lastSuffix + 1n;
-  return lastSuffix;
+  suffixes.last = now > suffixes.last ? now : suffixes.last + 1n;
+  return suffixes.last;
 }
 
 /** One signal for "stop waiting": the caller's abort, or the session's loss. */

@@ -91,6 +91,28 @@ export class Network {
     return m.up && !proc.crashed && performance.now() >= this.link(proc, m).cutUntil;
   }
 
+  /**
+   * Runs `f` on connection `c` when a message sent now arrives: after its latency, or, while a
+   * partition cuts the link, once it heals (TCP resends; nothing is lost while the connection
+   * lives). Nothing arrives on a connection that was dropped meanwhile.
+   */
+  arrive(c: Connection, at: number, f: () => void, toClient: boolean): void {
+    const run = (): void => {
+      if (!c.open) return;
+      const cut = this.link(c.proc, c.member).cutUntil;
+      if (performance.now() < cut) {
+        // Resent once the link heals; messages held together keep their order.
+        const again = (): void => run();
+        if (toClient) c.proc.run(() => setTimeout(again, cut - performance.now() + 1));
+        else this.server(() => setTimeout(again, cut - performance.now() + 1));
+        return;
+      }
+      f();
+    };
+    if (toClient) c.proc.run(() => setTimeout(run, at - performance.now()));
+    else this.server(() => setTimeout(run, at - performance.now()));
+  }
+
   /** Cuts `proc` off from `m` for `ms`: nothing crosses, nothing closes (until the keepalive notices). */
   partition(proc: Proc, m: Member, ms: number): void {
     const l = this.link(proc, m);
@@ -287,9 +309,11 @@ export class SimTransport implements Transport {
         const body = asReceived(codec.request, request);
         const hasLeader = headers.hasleader === 'true';
         const what = method.path.slice(method.path.lastIndexOf('/') + 1);
-        net.server(() =>
-          setTimeout(() => {
-            if (!c.open || !net.reachable(proc, member)) return; // lost on the way
+        net.arrive(
+          c,
+          performance.now() + net.latency(),
+          () => {
+            if (!member.up) return;
             let answer: { res?: unknown; err?: EtcdFailure };
             try {
               answer = { res: net.cluster.unary(member, method.path, body, hasLeader, `${proc.name} ${what}`) };
@@ -304,14 +328,17 @@ export class SimTransport implements Transport {
               return;
             }
             const out = answer.res === undefined ? undefined : wire(codec.response, answer.res);
-            proc.run(() =>
-              setTimeout(() => {
-                if (!c.open || !net.reachable(proc, member)) return; // lost on the way back
+            net.arrive(
+              c,
+              performance.now() + net.latency(),
+              () => {
                 if (out !== undefined) finish(() => resolve(out as Res));
                 else finish(() => reject(new TransportError(answer.err!.code, answer.err!.details, { fromServer: true })));
-              }, net.latency()),
+              },
+              true,
             );
-          }, net.latency()),
+          },
+          false,
         );
       };
       if (this.conn?.open) return send(this.conn);
@@ -399,14 +426,13 @@ export class SimStream<Req, Res> extends EventEmitter implements BidiStream<Req,
     const c = this.conn!;
     const at = Math.max(performance.now() + this.net.latency(), this.toServerAt);
     this.toServerAt = at;
-    this.net.server(() =>
-      setTimeout(
-        () => {
-          if (!c.open || this.done || !this.net.reachable(this.proc, this.member)) return;
-          f();
-        },
-        at - performance.now(),
-      ),
+    this.net.arrive(
+      c,
+      at,
+      () => {
+        if (!this.done && this.member.up) f();
+      },
+      false,
     );
   }
 
@@ -416,15 +442,15 @@ export class SimStream<Req, Res> extends EventEmitter implements BidiStream<Req,
     const msg = res === undefined ? undefined : wire(this.codec.response, res);
     const at = Math.max(performance.now() + this.net.latency(), this.toClientAt, this.net.stalledUntil(this.proc));
     this.toClientAt = at;
-    this.proc.run(() =>
-      setTimeout(
-        () => {
-          if (!c.open || this.done || !this.net.reachable(this.proc, this.member)) return;
-          if (f) f();
-          else this.emit('data', msg);
-        },
-        at - performance.now(),
-      ),
+    this.net.arrive(
+      c,
+      at,
+      () => {
+        if (this.done) return;
+        if (f) f();
+        else this.emit('data', msg);
+      },
+      true,
     );
   }
 

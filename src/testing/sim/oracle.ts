@@ -35,6 +35,8 @@ export interface Belief {
   to?: number;
   /** When and how a fault removed or edited its key. */
   lost?: { at: number; cause: string };
+  /** An RWMutex holding's mode. */
+  readonly mode?: 'read' | 'write';
   /** Checks the handle now (its assertHeld), throwing when it knows it is lost. */
   readonly assertHeld: () => void;
 }
@@ -52,6 +54,8 @@ export class Oracle {
   /** Each key's last change (time and cause). */
   private readonly lastChange = new Map<string, { at: number; cause: string; type: string }>();
   grants = 0;
+  /** The last grant (for checks made right after it). */
+  last: Belief | undefined;
 
   constructor(
     private readonly now: () => number,
@@ -102,8 +106,11 @@ export class Oracle {
     }
   }
 
-  /** A grant. `exclusive`: no other key may be held at once (a lock, a writer, a leader). */
-  granted(g: Omit<Belief, 'id' | 'from'>, exclusive: boolean): Belief {
+  /**
+   * A grant, judged by `rule`: 'exclusive' (a lock, a leader: one key at a time), 'read'/'write'
+   * (an RWMutex: a writer excludes every other session), or a number of permits.
+   */
+  granted(g: Omit<Belief, 'id' | 'from'>, rule: Rule): Belief {
     const b: Belief = { ...g, id: this.nextId++, from: this.now() };
     this.grants++;
     const kv = this.store.get(b.key);
@@ -123,35 +130,94 @@ export class Oracle {
         `${b.kind} ${b.name}: ${b.proc.name} was granted ${b.key} (token ${b.token}) but the store has ${kv ? `lease ${kv.lease.toString(16)} rev ${kv.createRevision}` : 'no such key'}`,
       );
     }
-    if (exclusive) {
-      const prefix = `${b.name}/`;
-      for (const k of this.store.keys()) {
-        if (!k.startsWith(prefix) || k === b.key) continue;
-        const other = this.store.get(k)!;
-        // A key on no lease is stray data, which every participant skips (the README's rule).
-        if (other.lease !== 0n && other.createRevision < b.token) {
-          this.fail('grant-behind-older-key', `${b.kind} ${b.name}: ${b.proc.name} was granted ${b.key} (token ${b.token}) while ${k} (rev ${other.createRevision}) is older`);
-          break;
-        }
+    // Older keys on a lease under the prefix that should have kept us waiting (a key on no lease is
+    // stray data, which participants skip).
+    const prefix = `${b.name}/`;
+    let older = 0;
+    let blocker: string | undefined;
+    for (const k of this.store.keys()) {
+      if (!k.startsWith(prefix) || k === b.key) continue;
+      const other = this.store.get(k)!;
+      if (other.lease === 0n || other.createRevision >= b.token) continue;
+      if (rule === 'read' && (other.lease === b.lease || !k.startsWith(`${prefix}write/`))) continue;
+      if (rule === 'write' && other.lease === b.lease) continue;
+      older++;
+      blocker ??= k;
+    }
+    const room = typeof rule === 'number' ? rule : 1;
+    if (older >= room) {
+      this.fail('grant-behind-older-key', `${b.kind} ${b.name}: ${b.proc.name} was granted ${b.key} (token ${b.token}) while ${blocker} is older`);
+    }
+    if (rule === 'exclusive' || rule === 'write') {
+      const max = this.maxToken.get(`${b.kind} ${b.name}`);
+      if (max && b.token < max.token) this.fail('token-order', `${b.kind} ${b.name}: token ${b.token} granted after token ${max.token}`);
+      if (!max || b.token > max.token) this.maxToken.set(`${b.kind} ${b.name}`, { token: b.token, key: b.key });
+    }
+    const rivals: Belief[] = [];
+    for (const o of this.open) {
+      if (o.name !== b.name || o.kind !== b.kind || o.key === b.key) continue;
+      if (rule === 'read' || rule === 'write') {
+        if (o.lease === b.lease || (rule === 'read' && o.mode !== 'write')) continue;
       }
-      const max = this.maxToken.get(b.name);
-      if (max && b.token < max.token) {
-        this.fail('token-order', `${b.kind} ${b.name}: token ${b.token} granted after token ${max.token}`);
-      }
-      if (!max || b.token > max.token) this.maxToken.set(b.name, { token: b.token, key: b.key });
-      for (const o of this.open) {
-        if (o.name !== b.name || o.key === b.key || o.kind !== b.kind) continue;
-        if (o.lost && isFault(o.lost.cause)) continue;
+      if (o.lost && isFault(o.lost.cause)) continue;
+      rivals.push(o);
+    }
+    const keys = new Set(rivals.map((o) => o.key));
+    if (keys.size >= room) {
+      for (const o of rivals) {
         if (o.proc.paused && !o.proc.crashed) {
           this.pending.push({ older: o, newer: b });
           continue;
         }
-        this.fail('two-holders', `${b.kind} ${b.name}: ${b.proc.name} got ${b.key} (token ${b.token}) while ${o.proc.name} holds ${o.key} (token ${o.token}) since ${o.from}`);
+        this.fail(
+          typeof rule === 'number' ? 'too-many-permits' : 'two-holders',
+          `${b.kind} ${b.name}: ${b.proc.name} got ${b.key} (token ${b.token}) while ${o.proc.name} holds ${o.key} (token ${o.token}) since ${o.from}${typeof rule === 'number' ? ` (${keys.size} of ${rule} permits held)` : ''}`,
+        );
+        break;
       }
     }
     this.open.add(b);
-    this.trace(`grant ${b.kind} ${b.name} ${b.key} token ${b.token} to ${b.proc.name}`);
+    this.last = b;
+    this.trace(`grant ${b.kind}${b.mode ? ` ${b.mode}` : ''} ${b.name} ${b.key} token ${b.token} to ${b.proc.name}`);
     return b;
+  }
+
+  /** A read asked for at this instant: the writers of other sessions queued now must be served first (issue 35's rule). */
+  writersQueued(name: string, lease: bigint): Map<string, bigint> {
+    const out = new Map<string, bigint>();
+    const prefix = `${name}/write/`;
+    for (const k of this.store.keys()) {
+      if (!k.startsWith(prefix)) continue;
+      const kv = this.store.get(k)!;
+      if (kv.lease !== 0n && kv.lease !== lease) out.set(k, kv.createRevision);
+    }
+    return out;
+  }
+
+  /** A read was granted: none of the writers queued when it was asked for may still be waiting. */
+  readGranted(b: Belief, queued: Map<string, bigint>): void {
+    if (b.lost) return;
+    for (const [k, rev] of queued) {
+      const kv = this.store.get(k);
+      if (kv && kv.createRevision === rev && kv.lease !== 0n) {
+        this.fail('reader-overtook-writer', `${b.kind} ${b.name}: ${b.proc.name} got a read lock (${b.key}) asked for after ${k} queued, which still waits`);
+        return;
+      }
+    }
+  }
+
+  /** An observer saw `key` (token `token`) lead at `revision`: it must have been the oldest participant then. */
+  observed(name: string, key: string, token: bigint, revision: bigint, leaders: (rev: bigint) => { key: string; token: bigint } | null | 'compacted'): void {
+    const l = leaders(revision);
+    if (l === 'compacted') return;
+    if (!l || l.key !== key || l.token !== token) {
+      this.fail('observe-named-non-leader', `observe ${name}: named ${key} (term ${token}) at revision ${revision}, when the leader was ${l ? `${l.key} (term ${l.token})` : 'nobody'}`);
+    }
+  }
+
+  /** `<name>/ready` was put: the barrier opened, which needs `count` members on leases then. */
+  barrierOpened(name: string, count: number, members: number): void {
+    if (members < count) this.fail('barrier-opened-early', `double barrier ${name}: ready put with ${members} of ${count} members present`);
   }
 
   /** The holder stopped believing (its signal aborted, or it released). */
@@ -189,6 +255,9 @@ export class Oracle {
     return this.open.size;
   }
 }
+
+/** How a grant is judged: one key at a time, an RWMutex's read or write, or a number of permits. */
+export type Rule = 'exclusive' | 'read' | 'write' | number;
 
 export function isFault(cause: string): boolean {
   return cause.startsWith('fault');

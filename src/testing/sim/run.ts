@@ -1,70 +1,14 @@
 // One schedule: a plan (client processes, their sessions and operations, and the faults) drawn
 // from a seed, run on a fresh simulated world, judged by the oracle. The same seed and plan give
 // the same run, byte for byte: its trace hash says so.
-import { Session } from '../../session.js';
-import { Mutex, type LockHandle } from '../../primitives/mutex.js';
 import { Oracle, type Violation } from './oracle.js';
-import { Rng } from './rng.js';
 import type { Proc } from './time.js';
+import { type ActorContext, actor, BARRIER_COUNT, observer, type Plan, planFor, SessionHolder, type WorkloadName } from './workload.js';
 import { World } from './world.js';
+import { suffixes } from '../../primitives/double-barrier.js';
 
 export type ProfileName = '3.4' | '3.7';
-export const WORKLOADS = ['mutex'] as const;
-export type WorkloadName = (typeof WORKLOADS)[number];
-
-/** One operation of an actor. */
-export interface Op {
-  readonly id: number;
-  readonly kind: 'lock' | 'try' | 'abort';
-  readonly name: string;
-  readonly share: boolean;
-  readonly holdMs: number;
-  readonly gapMs: number;
-  /** For 'abort': the wait is aborted after this long. */
-  readonly abortMs: number;
-}
-
-export interface SessionPlan {
-  readonly ttl: number;
-  readonly actors: Op[][];
-}
-
-export interface ProcPlan {
-  readonly name: string;
-  readonly sessions: SessionPlan[];
-}
-
-export type FaultKind =
-  | 'partition'
-  | 'member-crash'
-  | 'leader-loss'
-  | 'stall'
-  | 'lose-answer'
-  | 'pause'
-  | 'crash-proc'
-  | 'operator-delete'
-  | 'operator-put'
-  | 'operator-revoke'
-  | 'early-revoke'
-  | 'compact'
-  | 'follower-lag';
-
-export interface Fault {
-  readonly id: number;
-  readonly at: number;
-  readonly kind: FaultKind;
-  /** Which process or member (an index), and for how long. */
-  readonly target: number;
-  readonly member: number;
-  readonly ms: number;
-}
-
-export interface Plan {
-  readonly procs: ProcPlan[];
-  readonly faults: Fault[];
-  /** Faults happen before this (virtual ms); after it the run must settle. */
-  readonly quietAt: number;
-}
+export { WORKLOADS, planFor, type WorkloadName, type Plan, type Op, type Fault, type FaultKind } from './workload.js';
 
 export interface RunOptions {
   seed: number;
@@ -77,6 +21,9 @@ export interface RunOptions {
   faults?: boolean;
 }
 
+/** What each actor is doing now (for a liveness report). */
+const doing = new Map<string, string>();
+
 export interface RunResult {
   readonly seed: number;
   readonly violations: Violation[];
@@ -88,81 +35,12 @@ export interface RunResult {
   readonly grants: number;
 }
 
-const NAMES = ['locks/a', 'locks/b'];
-const FAULT_KINDS: FaultKind[] = [
-  'partition',
-  'member-crash',
-  'leader-loss',
-  'stall',
-  'lose-answer',
-  'pause',
-  'crash-proc',
-  'operator-delete',
-  'operator-put',
-  'operator-revoke',
-  'early-revoke',
-  'compact',
-  'follower-lag',
-];
-
-/** The seed's plan. */
-export function planFor(seed: number, options: { faults?: boolean } = {}): Plan {
-  const rng = new Rng(seed, 'plan');
-  let id = 0;
-  const procs: ProcPlan[] = [];
-  const nProcs = rng.between(2, 3);
-  for (let p = 0; p < nProcs; p++) {
-    const sessions: SessionPlan[] = [];
-    const nSessions = rng.chance(0.3) ? 2 : 1;
-    for (let s = 0; s < nSessions; s++) {
-      const actors: Op[][] = [];
-      const nActors = rng.chance(0.35) ? 2 : 1;
-      for (let a = 0; a < nActors; a++) {
-        const ops: Op[] = [];
-        const nOps = rng.between(2, 5);
-        for (let o = 0; o < nOps; o++) {
-          const r = rng.next();
-          ops.push({
-            id: id++,
-            kind: r < 0.7 ? 'lock' : r < 0.85 ? 'try' : 'abort',
-            name: rng.pick(NAMES),
-            share: nActors > 1 && rng.chance(0.2),
-            holdMs: rng.between(0, 400),
-            gapMs: rng.between(0, 300),
-            abortMs: rng.between(1, 600),
-          });
-        }
-        actors.push(ops);
-      }
-      sessions.push({ ttl: rng.pick([3, 5, 10]), actors });
-    }
-    procs.push({ name: `p${p + 1}`, sessions });
-  }
-  const faults: Fault[] = [];
-  const quietAt = 6000;
-  if (options.faults !== false) {
-    const nFaults = rng.between(0, 4);
-    for (let f = 0; f < nFaults; f++) {
-      faults.push({
-        id: f,
-        at: rng.between(50, quietAt - 1000),
-        kind: rng.pick(FAULT_KINDS),
-        target: rng.int(nProcs),
-        member: rng.int(3),
-        ms: rng.pick([200, 800, 2500, 6000, 12000]),
-      });
-    }
-    faults.sort((a, b) => a.at - b.at || a.id - b.id);
-  }
-  return { procs, faults, quietAt };
-}
-
 /** How long after the faults stop every wait must have ended (3 of the longest TTL, plus a call timeout). */
 const SETTLE_MS = 3 * 10_000 + 10_000;
 
 /** Runs one schedule. */
 export async function runSchedule(options: RunOptions): Promise<RunResult> {
-  const plan = options.plan ?? planFor(options.seed, { faults: options.faults });
+  const plan = options.plan ?? planFor(options.seed, { faults: options.faults, workload: options.workload ?? 'mixed' });
   const world = new World({ seed: options.seed, profile: options.profile ?? '3.7', keepTrace: options.keepTrace ?? false });
   const { time, trace, cluster } = world;
   const oracle = new Oracle(
@@ -170,13 +48,33 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     cluster.store,
     (l) => trace.add(l),
   );
-  cluster.onChange = (c) => oracle.changed(c);
+  cluster.onChange = (c) => {
+    oracle.changed(c);
+    if (c.type === 'put' && c.k.endsWith('/ready') && !c.cause.startsWith('fault')) {
+      const name = c.k.slice(0, -'/ready'.length);
+      // Go's counting: every key under waiters/ counts, a stray one too.
+      const members = cluster.store.keys().filter((k) => k.startsWith(`${name}/waiters/`)).length;
+      oracle.barrierOpened(name, BARRIER_COUNT, members);
+    }
+  };
+  const leaders = (rev: bigint): { key: string; token: bigint } | null | 'compacted' => {
+    if (rev < cluster.store.compacted || rev > cluster.store.rev) return 'compacted';
+    const r = cluster.store.range({ key: Buffer.from('elect/a/'), rangeEnd: Buffer.from('elect/a0'), revision: rev });
+    let best: { key: string; token: bigint } | null = null;
+    for (const kv of r.kvs ?? []) {
+      if (kv.lease === 0n) continue;
+      if (!best || kv.createRevision! < best.token) best = { key: kv.key!.toString('latin1'), token: kv.createRevision! };
+    }
+    return best;
+  };
   const rejections: unknown[] = [];
   const onRejection = (err: unknown): void => {
     rejections.push(err);
   };
   process.on('unhandledRejection', onRejection);
+  doing.clear();
   world.install();
+  suffixes.last = 0n;
   let reason: string;
   let virtualMs = 0;
   const running = new Map<Proc, number>();
@@ -185,15 +83,32 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     for (const p of procs) p.onWake = () => oracle.woke(p);
     const closers: (() => Promise<void>)[] = [];
     const clientClosers: (() => Promise<void>)[] = [];
+    const observing = new AbortController();
     plan.procs.forEach((pp, i) => {
       const proc = procs[i]!;
       const client = world.client(proc, { callTimeoutMs: 5000 });
       clientClosers.push(() => (proc.crashed ? Promise.resolve() : proc.start(() => client.close())));
+      for (const name of pp.observes) {
+        const ctx: ActorContext = { proc, oracle, say: (l) => trace.add(l), doing: () => {} };
+        void proc.start(() => observer(ctx, client, name, observing.signal, leaders)).catch(() => {});
+      }
       for (const sp of pp.sessions) {
-        const holder = new SessionHolder(client, sp.ttl, proc);
+        const holder = new SessionHolder(client, sp.ttl);
         for (const ops of sp.actors) {
           running.set(proc, (running.get(proc) ?? 0) + 1);
-          void proc.start(() => actor(proc, holder, ops, oracle, trace.add.bind(trace))).finally(() => running.set(proc, running.get(proc)! - 1));
+          const me = `${proc.name}/${ops[0]?.id ?? '-'}`;
+          const ctx: ActorContext = {
+            proc,
+            oracle,
+            say: (l) => trace.add(l),
+            doing: (what) => doing.set(me, `${me}: ${what} since ${Math.round(performance.now())}`),
+          };
+          void proc
+            .start(() => actor(ctx, holder, ops))
+            .finally(() => {
+              doing.delete(me);
+              running.set(proc, running.get(proc)! - 1);
+            });
         }
         closers.push(() => (proc.crashed ? Promise.resolve() : proc.start(() => holder.close())));
       }
@@ -206,6 +121,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     const learnCheck = setInterval(() => oracle.checkLearned(), 1000);
     reason = await time.run(() => actorsDone() || oracle.violations.length > 0, budget);
     clearInterval(learnCheck);
+    observing.abort();
     if (reason === 'stopped' && oracle.violations.length === 0) {
       // Everyone closes; then the crashed processes' leases expire; then nothing may be left.
       void Promise.allSettled(closers.map((c) => c())).then(() => Promise.allSettled(clientClosers.map((c) => c())));
@@ -229,7 +145,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
       oracle.violations.push({
         rule: 'liveness',
         at: Math.round(time.now),
-        detail: `${left()} actors still running ${Math.round(time.now - plan.quietAt)} ms after the faults stopped (${reason} budget)`,
+        detail: `${left()} actors still running ${Math.round(time.now - plan.quietAt)} ms after the faults stopped (${reason} budget): ${[...doing.values()].join('; ')}`,
       });
     } else if (reason === 'idle' && !actorsDone()) {
       oracle.violations.push({ rule: 'liveness', at: Math.round(time.now), detail: 'nothing left to run, yet actors are still waiting (a lost wake-up)' });
@@ -253,83 +169,6 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     grants: oracle.grants,
     ...(trace.lines ? { trace: trace.lines } : {}),
   };
-}
-
-/** A session that is replaced when lost (creation retried), shared by its actors. */
-class SessionHolder {
-  private current: Promise<Session | undefined> | undefined;
-  private closed = false;
-
-  constructor(
-    private readonly client: import('../../client/client.js').Client,
-    private readonly ttl: number,
-    private readonly proc: Proc,
-  ) {}
-
-  async get(): Promise<Session | undefined> {
-    for (let attempt = 0; attempt < 50 && !this.closed; attempt++) {
-      const s = await (this.current ??= Session.create(this.client, { ttl: this.ttl }).catch(() => undefined));
-      if (s && !s.signal.aborted) return s;
-      this.current = undefined;
-      if (s) void s.close().catch(() => {});
-      await sleep(200);
-    }
-    return undefined;
-  }
-
-  async close(): Promise<void> {
-    this.closed = true;
-    const s = await this.current;
-    await s?.close().catch(() => {});
-  }
-
-  get name(): string {
-    return this.proc.name;
-  }
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-async function actor(proc: Proc, holder: SessionHolder, ops: readonly Op[], oracle: Oracle, say: (l: string) => void): Promise<void> {
-  for (const op of ops) {
-    await sleep(op.gapMs);
-    const session = await holder.get();
-    if (!session) return;
-    const m = new Mutex(session, op.name);
-    let handle: LockHandle | null = null;
-    try {
-      if (op.kind === 'try') handle = await m.tryLock({ share: op.share });
-      else if (op.kind === 'abort') {
-        const c = new AbortController();
-        const t = setTimeout(() => c.abort(new Error('gave up')), op.abortMs);
-        try {
-          handle = await m.lock({ signal: c.signal, share: op.share });
-        } finally {
-          clearTimeout(t);
-        }
-      } else handle = await m.lock({ share: op.share });
-    } catch (err) {
-      say(`op ${op.id} ${proc.name} ${op.kind} ${op.name} failed: ${(err as Error).name}`);
-      continue;
-    }
-    if (!handle) {
-      say(`op ${op.id} ${proc.name} try ${op.name}: busy`);
-      continue;
-    }
-    const h = handle;
-    const b = oracle.granted(
-      { kind: 'lock', name: op.name, key: h.key, token: h.fencingToken, lease: session.leaseId, proc, assertHeld: () => h.assertHeld() },
-      true,
-    );
-    const end = (): void => oracle.ended(b);
-    if (h.signal.aborted) end();
-    else h.signal.addEventListener('abort', end, { once: true });
-    await sleep(op.holdMs);
-    end();
-    await h.unlock().catch(() => {});
-  }
 }
 
 function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle): void {

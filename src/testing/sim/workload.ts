@@ -1,0 +1,404 @@
+// The workload: what each simulated process does, drawn from the seed as a plan (so that a failing
+// schedule can be shrunk to fewer operations), and the actors that carry it out with the real
+// primitives, telling the oracle what each believes it holds.
+import type { Client } from '../../client/client.js';
+import { DoubleBarrier } from '../../primitives/double-barrier.js';
+import { Election, observeLeader, runAsLeader } from '../../primitives/election.js';
+import { lockAll } from '../../primitives/multilock.js';
+import { Mutex } from '../../primitives/mutex.js';
+import { RWMutex } from '../../primitives/rwmutex.js';
+import { Semaphore } from '../../primitives/semaphore.js';
+import { Session } from '../../session.js';
+import type { Belief, Oracle, Rule } from './oracle.js';
+import { Rng } from './rng.js';
+import type { Proc } from './time.js';
+
+export const WORKLOADS = ['mixed', 'mutex', 'rwmutex', 'semaphore', 'election', 'barrier'] as const;
+export type WorkloadName = (typeof WORKLOADS)[number];
+
+export type OpKind =
+  | 'lock'
+  | 'try-lock'
+  | 'abort-lock'
+  | 'read'
+  | 'write'
+  | 'permit'
+  | 'campaign'
+  | 'run-as-leader'
+  | 'lock-all'
+  | 'double-barrier';
+
+/** One operation of an actor. */
+export interface Op {
+  readonly id: number;
+  readonly kind: OpKind;
+  readonly name: string;
+  readonly share: boolean;
+  readonly holdMs: number;
+  readonly gapMs: number;
+  /** The wait is aborted after this long (0: never). */
+  readonly abortMs: number;
+}
+
+export interface SessionPlan {
+  readonly ttl: number;
+  readonly actors: Op[][];
+}
+
+export interface ProcPlan {
+  readonly name: string;
+  readonly sessions: SessionPlan[];
+  /** Names of elections this process observes. */
+  readonly observes: string[];
+}
+
+export type FaultKind =
+  | 'partition'
+  | 'member-crash'
+  | 'leader-loss'
+  | 'stall'
+  | 'lose-answer'
+  | 'pause'
+  | 'crash-proc'
+  | 'operator-delete'
+  | 'operator-put'
+  | 'operator-revoke'
+  | 'early-revoke'
+  | 'compact'
+  | 'follower-lag';
+
+export const FAULT_KINDS: readonly FaultKind[] = [
+  'partition',
+  'member-crash',
+  'leader-loss',
+  'stall',
+  'lose-answer',
+  'pause',
+  'crash-proc',
+  'operator-delete',
+  'operator-put',
+  'operator-revoke',
+  'early-revoke',
+  'compact',
+  'follower-lag',
+];
+
+export interface Fault {
+  readonly id: number;
+  readonly at: number;
+  readonly kind: FaultKind;
+  /** Which process, which member (indexes), and for how long. */
+  readonly target: number;
+  readonly member: number;
+  readonly ms: number;
+}
+
+export interface Plan {
+  readonly procs: ProcPlan[];
+  readonly faults: Fault[];
+  /** Faults happen before this (virtual ms); after it the run must settle. */
+  readonly quietAt: number;
+}
+
+const KINDS: Record<WorkloadName, readonly OpKind[]> = {
+  mixed: ['lock', 'lock', 'try-lock', 'abort-lock', 'read', 'write', 'permit', 'campaign', 'run-as-leader', 'lock-all', 'double-barrier'],
+  mutex: ['lock', 'lock', 'try-lock', 'abort-lock', 'lock-all'],
+  rwmutex: ['read', 'read', 'write'],
+  semaphore: ['permit'],
+  election: ['campaign', 'campaign', 'run-as-leader'],
+  barrier: ['double-barrier'],
+};
+
+const NAME: Record<OpKind, readonly string[]> = {
+  lock: ['locks/a', 'locks/b'],
+  'try-lock': ['locks/a', 'locks/b'],
+  'abort-lock': ['locks/a', 'locks/b'],
+  'lock-all': ['locks/a'],
+  read: ['rw/a'],
+  write: ['rw/a'],
+  permit: ['sem/a'],
+  campaign: ['elect/a'],
+  'run-as-leader': ['elect/a'],
+  'double-barrier': ['dbar/a'],
+};
+
+export const PERMITS = 2;
+export const BARRIER_COUNT = 2;
+
+/** The seed's plan. */
+export function planFor(seed: number, options: { faults?: boolean; workload?: WorkloadName } = {}): Plan {
+  const rng = new Rng(seed, 'plan');
+  const kinds = KINDS[options.workload ?? 'mixed'];
+  let id = 0;
+  const procs: ProcPlan[] = [];
+  const nProcs = rng.between(2, 3);
+  for (let p = 0; p < nProcs; p++) {
+    const sessions: SessionPlan[] = [];
+    const nSessions = rng.chance(0.3) ? 2 : 1;
+    for (let s = 0; s < nSessions; s++) {
+      const actors: Op[][] = [];
+      const nActors = rng.chance(0.35) ? 2 : 1;
+      for (let a = 0; a < nActors; a++) {
+        const ops: Op[] = [];
+        const nOps = rng.between(2, 5);
+        for (let o = 0; o < nOps; o++) {
+          const kind = rng.pick(kinds);
+          ops.push({
+            id: id++,
+            kind,
+            name: rng.pick(NAME[kind]),
+            share: nActors > 1 && rng.chance(0.2),
+            holdMs: rng.between(0, 400),
+            gapMs: rng.between(0, 300),
+            abortMs: kind === 'abort-lock' ? rng.between(1, 600) : kind === 'double-barrier' ? rng.between(500, 3000) : 0,
+          });
+        }
+        actors.push(ops);
+      }
+      sessions.push({ ttl: rng.pick([3, 5, 10]), actors });
+    }
+    const observes = kinds.includes('campaign') && rng.chance(0.5) ? ['elect/a'] : [];
+    procs.push({ name: `p${p + 1}`, sessions, observes });
+  }
+  const faults: Fault[] = [];
+  const quietAt = 6000;
+  if (options.faults !== false) {
+    const nFaults = rng.between(0, 4);
+    for (let f = 0; f < nFaults; f++) {
+      faults.push({
+        id: f,
+        at: rng.between(50, quietAt - 1000),
+        kind: rng.pick(FAULT_KINDS),
+        target: rng.int(nProcs),
+        member: rng.int(3),
+        ms: rng.pick([200, 800, 2500, 6000, 12000]),
+      });
+    }
+    faults.sort((a, b) => a.at - b.at || a.id - b.id);
+  }
+  return { procs, faults, quietAt };
+}
+
+/** A session that is replaced when lost (creation retried), shared by its actors. */
+export class SessionHolder {
+  private current: Promise<Session | undefined> | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly client: Client,
+    private readonly ttl: number,
+  ) {}
+
+  async get(): Promise<Session | undefined> {
+    for (let attempt = 0; attempt < 50 && !this.closed; attempt++) {
+      const s = await (this.current ??= Session.create(this.client, { ttl: this.ttl }).catch(() => undefined));
+      if (s && !s.signal.aborted) return s;
+      this.current = undefined;
+      if (s) void s.close().catch(() => {});
+      await sleep(200);
+    }
+    return undefined;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const s = await this.current;
+    await s?.close().catch(() => {});
+  }
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** What an actor reports to: the oracle, the trace, and a line saying what it does now. */
+export interface ActorContext {
+  readonly proc: Proc;
+  readonly oracle: Oracle;
+  readonly say: (line: string) => void;
+  readonly doing: (what: string) => void;
+}
+
+interface Held {
+  readonly key: string;
+  readonly fencingToken: bigint;
+  readonly signal: AbortSignal;
+  assertHeld(): void;
+}
+
+/** Tells the oracle about a holding and ends the belief when its signal aborts; returns the end. */
+function believe(ctx: ActorContext, kind: string, name: string, h: Held, session: Session, rule: Rule, mode?: 'read' | 'write'): () => void {
+  const b: Belief = ctx.oracle.granted(
+    { kind, name, key: h.key, token: h.fencingToken, lease: session.leaseId, proc: ctx.proc, assertHeld: () => h.assertHeld(), ...(mode ? { mode } : {}) },
+    rule,
+  );
+  const end = (): void => ctx.oracle.ended(b);
+  if (h.signal.aborted) end();
+  else h.signal.addEventListener('abort', end, { once: true });
+  return end;
+}
+
+/** Runs one actor's operations in order. */
+export async function actor(ctx: ActorContext, holder: SessionHolder, ops: readonly Op[]): Promise<void> {
+  for (const op of ops) {
+    ctx.doing(`sleeping before op ${op.id}`);
+    await sleep(op.gapMs);
+    ctx.doing(`getting a session for op ${op.id}`);
+    const session = await holder.get();
+    if (!session) return;
+    ctx.doing(`op ${op.id} ${op.kind} ${op.name} on lease ${session.leaseId.toString(16)}`);
+    try {
+      await operate(ctx, session, op);
+    } catch (err) {
+      ctx.say(`op ${op.id} ${ctx.proc.name} ${op.kind} ${op.name} failed: ${(err as Error).name}`);
+    }
+  }
+}
+
+/** A signal that aborts after `ms` (0: never), and its timer's clearing. */
+function deadline(ms: number): { signal?: AbortSignal; clear(): void } {
+  if (ms <= 0) return { clear() {} };
+  const c = new AbortController();
+  const t = setTimeout(() => c.abort(new Error('gave up')), ms);
+  return { signal: c.signal, clear: () => clearTimeout(t) };
+}
+
+async function operate(ctx: ActorContext, session: Session, op: Op): Promise<void> {
+  const d = deadline(op.abortMs);
+  const wait = d.signal ? { signal: d.signal } : {};
+  const hold = async (h: { key: string }, end: () => void): Promise<void> => {
+    ctx.doing(`op ${op.id} holding ${h.key}`);
+    await sleep(op.holdMs);
+    end();
+    ctx.doing(`op ${op.id} releasing ${h.key}`);
+  };
+  try {
+    switch (op.kind) {
+      case 'lock':
+      case 'abort-lock':
+      case 'try-lock': {
+        const m = new Mutex(session, op.name);
+        const h = op.kind === 'try-lock' ? await m.tryLock({ share: op.share }) : await m.lock({ ...wait, share: op.share });
+        d.clear();
+        if (!h) return ctx.say(`op ${op.id} ${ctx.proc.name} try ${op.name}: busy`);
+        await hold(h, believe(ctx, 'lock', op.name, h, session, 'exclusive'));
+        await h.unlock();
+        return;
+      }
+      case 'lock-all': {
+        const names = ['locks/a', 'locks/b'];
+        const h = await lockAll(session, names, wait);
+        d.clear();
+        const ends = names.map((n) => {
+          const one = h.handles.get(n)!;
+          return believe(ctx, 'lock', n, { key: one.key, fencingToken: one.fencingToken, signal: h.signal, assertHeld: () => h.assertHeld() }, session, 'exclusive');
+        });
+        await hold({ key: names.join('+') }, () => {
+          for (const e of ends) e();
+        });
+        await h.unlock();
+        return;
+      }
+      case 'read':
+      case 'write': {
+        const rw = new RWMutex(session, op.name);
+        const queued = op.kind === 'read' ? ctx.oracle.writersQueued(op.name, session.leaseId) : undefined;
+        const h = op.kind === 'read' ? await rw.rLock({ ...wait, share: op.share }) : await rw.lock(wait);
+        d.clear();
+        const end = believe(ctx, 'rw', op.name, h, session, op.kind, op.kind);
+        if (queued && h.mode === 'read') ctx.oracle.readGranted(lastBelief(ctx), queued);
+        // A writer sometimes downgrades: a read lock while holding the write lock.
+        if (op.kind === 'write' && op.share) {
+          const r = await rw.rLock().catch(() => undefined);
+          if (r) {
+            const endRead = believe(ctx, 'rw', op.name, r, session, 'read', 'read');
+            await hold(h, () => {
+              endRead();
+              end();
+            });
+            await r.unlock();
+            await h.unlock();
+            return;
+          }
+        }
+        await hold(h, end);
+        await h.unlock();
+        return;
+      }
+      case 'permit': {
+        const s = new Semaphore(session, op.name, { permits: PERMITS });
+        const h = await s.acquire({ ...wait, share: op.share });
+        d.clear();
+        await hold(h, believe(ctx, 'permit', op.name, h, session, PERMITS));
+        await h.release();
+        return;
+      }
+      case 'campaign': {
+        const e = new Election(session, op.name);
+        const h = await e.campaign(`${ctx.proc.name}-${op.id}`, { ...wait, share: op.share });
+        d.clear();
+        const end = believe(ctx, 'leader', op.name, { ...h, key: h.key, fencingToken: h.fencingToken, signal: h.signal, assertHeld: () => h.assertLeader() }, session, 'exclusive');
+        ctx.doing(`op ${op.id} leading ${h.key}`);
+        await sleep(op.holdMs / 2);
+        await h.proclaim(`${ctx.proc.name}-${op.id}-again`).catch(() => {});
+        await sleep(op.holdMs / 2);
+        end();
+        await h.resign();
+        return;
+      }
+      case 'run-as-leader': {
+        const c = new AbortController();
+        const stop = setTimeout(() => c.abort(), 4000);
+        try {
+          await runAsLeader(session, op.name, { value: `${ctx.proc.name}-${op.id}`, once: true, signal: c.signal }, async (h) => {
+            const end = believe(ctx, 'leader', op.name, { key: h.key, fencingToken: h.fencingToken, signal: h.signal, assertHeld: () => h.assertLeader() }, session, 'exclusive');
+            await hold(h, end);
+          });
+        } finally {
+          clearTimeout(stop);
+        }
+        return;
+      }
+      case 'double-barrier': {
+        const b = new DoubleBarrier(session, op.name, BARRIER_COUNT);
+        await b.enter(wait);
+        d.clear();
+        ctx.say(`op ${op.id} ${ctx.proc.name} entered ${op.name}`);
+        await sleep(op.holdMs);
+        const out = deadline(op.abortMs);
+        try {
+          await b.leave(out.signal ? { signal: out.signal } : {});
+        } finally {
+          out.clear();
+        }
+        ctx.say(`op ${op.id} ${ctx.proc.name} left ${op.name}`);
+        return;
+      }
+    }
+  } finally {
+    d.clear();
+  }
+}
+
+function lastBelief(ctx: ActorContext): Belief {
+  return ctx.oracle.last!;
+}
+
+/** Watches who leads `name` until `signal` aborts, checking every event against the store's history. */
+export async function observer(
+  ctx: ActorContext,
+  client: Client,
+  name: string,
+  signal: AbortSignal,
+  leaders: (rev: bigint) => { key: string; token: bigint } | null | 'compacted',
+): Promise<void> {
+  while (!signal.aborted) {
+    try {
+      for await (const ev of observeLeader(client, name, { signal })) {
+        if (ev.type === 'leader') ctx.oracle.observed(name, ev.leader.key, ev.leader.fencingToken, ev.revision, leaders);
+      }
+    } catch {
+      await sleep(200);
+    }
+  }
+}
