@@ -2,6 +2,7 @@
 // a universe of eight keys, with the options and compares the library sends, and the edges where
 // etcd refuses (duplicate keys in a Txn, --max-txn-ops, compacted and future revisions, unknown
 // leases, ignore_value with a value). The sequence depends on the seed alone.
+import { Rng } from '../../src/testing/sim/rng.js';
 import type {
   CompareSpec,
   DeleteSpec,
@@ -33,37 +34,12 @@ const TTLS: readonly number[] = [30, 45, 60, 90, 600];
 /** Above etcd's MaxLeaseTTL (9,000,000,000 s): refused. */
 const TTL_TOO_LARGE = 9_000_000_001;
 
-/** mulberry32: a small seeded generator. */
-class Rng {
-  private a: number;
-  constructor(seed: number) {
-    this.a = seed >>> 0;
-  }
-  next(): number {
-    this.a = (this.a + 0x6d2b79f5) | 0;
-    let t = this.a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  }
-  int(n: number): number {
-    return Math.floor(this.next() * n);
-  }
-  between(lo: number, hi: number): number {
-    return lo + this.int(hi - lo + 1);
-  }
-  chance(p: number): boolean {
-    return this.next() < p;
-  }
-  pick<T>(items: readonly T[]): T {
-    return items[this.int(items.length)]!;
-  }
-  weighted<T extends string>(weights: Readonly<Record<T, number>>): T {
-    const entries = Object.entries(weights) as [T, number][];
-    let r = this.next() * entries.reduce((n, [, w]) => n + w, 0);
-    for (const [k, w] of entries) if ((r -= w) < 0) return k;
-    return entries[entries.length - 1]![0];
-  }
+/** One of `weights`' keys, drawn in proportion to its weight. */
+function weighted<T extends string>(rng: Rng, weights: Readonly<Record<T, number>>): T {
+  const entries = Object.entries(weights) as [T, number][];
+  let r = rng.next() * entries.reduce((n, [, w]) => n + w, 0);
+  for (const [k, w] of entries) if ((r -= w) < 0) return k;
+  return entries[entries.length - 1]![0];
 }
 
 /** How often each call comes, relative to the others. */
@@ -89,7 +65,7 @@ const WEIGHTS: Readonly<Record<StepKind, number>> = {
 
 /** The sequence of `steps` calls for `seed`: the same on every run and every side. */
 export function generate(seed: number, steps = 40): Step[] {
-  return new Generator(new Rng(seed)).sequence(steps);
+  return new Generator(new Rng(seed, 'diff')).sequence(steps);
 }
 
 class Generator {
@@ -102,7 +78,7 @@ class Generator {
     const out: Step[] = [];
     // A few keys first, so that the reads and compares that follow find something.
     for (let i = 0; i < 3 && i < n; i++) out.push({ kind: 'put', key: this.rng.pick(KEYS), value: this.rng.pick(VALUES), lease: 'none' });
-    while (out.length < n) out.push(this.step(this.rng.weighted(WEIGHTS)));
+    while (out.length < n) out.push(this.step(weighted(this.rng, WEIGHTS)));
     return out;
   }
 
