@@ -1,7 +1,7 @@
 // One seed on two sides: the same sequence run on each (one after the other: a simulator owns the
 // process's clock while it runs), the transcripts compared, and where they part.
 import { generate } from './generate.js';
-import { runSequence, type Entry, type Json } from './run.js';
+import { runSequence, type Entry } from './run.js';
 import type { SideFactory } from './sides.js';
 import type { Step } from './steps.js';
 
@@ -61,15 +61,11 @@ export function describeDivergence(seed: number, d: Divergence, names: readonly 
   const at = d.a ?? d.b!;
   const lines = [
     `seed ${seed}: ${names[0]} and ${names[1]} differ at step ${at.step}, transcript entry ${d.index}`,
-    `  call: ${show(at.call)}`,
+    `  call: ${JSON.stringify(at.call)}`,
   ];
-  if (d.a && d.b && JSON.stringify(d.a.call) !== JSON.stringify(d.b.call)) lines.push(`  call on ${names[1]}: ${show(d.b.call)}`);
-  lines.push(`  ${names[0]}: ${d.a ? show(d.a.answer) : '(transcript ended)'}`);
-  lines.push(`  ${names[1]}: ${d.b ? show(d.b.answer) : '(transcript ended)'}`);
+  if (d.a && d.b && JSON.stringify(d.a.call) !== JSON.stringify(d.b.call)) lines.push(`  call on ${names[1]}: ${JSON.stringify(d.b.call)}`);
+  lines.push(`  ${names[0]}: ${d.a ? JSON.stringify(d.a.answer) : '(transcript ended)'}`);
+  lines.push(`  ${names[1]}: ${d.b ? JSON.stringify(d.b.answer) : '(transcript ended)'}`);
   lines.push(`  replay: ${replay}`);
   return lines.join('\n');
-}
-
-function show(v: Json): string {
-  return JSON.stringify(v);
 }

@@ -10,7 +10,7 @@
 //   --steps N       calls per sequence (default 40)
 //   --print         print both transcripts of every seed, one entry a line
 import { parseArgs } from 'node:util';
-import { DEFAULT_STEPS, describeDivergence, diffSeed, replayCommand } from './diff.js';
+import { DEFAULT_STEPS, describeDivergence, diffSeed, replayCommand, type SeedResult } from './diff.js';
 import { etcdSide, PROFILES, simSide, type SideFactory } from './sides.js';
 
 const { values } = parseArgs({
@@ -51,7 +51,16 @@ const replay = (seed: number): string => replayCommand(seed, values.etcd, values
 const diverged: number[] = [];
 const started = performance.now();
 for (const seed of seeds) {
-  const r = await diffSeed(seed, sides, steps);
+  let r: SeedResult;
+  try {
+    r = await diffSeed(seed, sides, steps);
+  } catch (err) {
+    diverged.push(seed);
+    console.log(
+      `seed ${seed}: the run failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n  replay: ${replay(seed)}`,
+    );
+    continue;
+  }
   if (values.print) {
     for (const [i, t] of r.transcripts.entries()) {
       console.log(`--- seed ${seed} on ${r.names[i]}`);
@@ -67,6 +76,6 @@ const secs = ((performance.now() - started) / 1000).toFixed(1);
 console.log(
   diverged.length === 0
     ? `${seeds.length} seed(s), ${steps} calls each: no difference (${secs} s)`
-    : `${diverged.length} of ${seeds.length} seed(s) diverged (${secs} s): ${diverged.join(' ')}`,
+    : `${diverged.length} of ${seeds.length} seed(s) diverged or failed (${secs} s): ${diverged.join(' ')}`,
 );
 process.exitCode = diverged.length === 0 ? 0 : 1;

@@ -2,6 +2,7 @@
 // that version's profile.
 import { Client } from '../../src/index.js';
 import { startEtcd } from '../../src/testing/index.js';
+import { PROFILES as SIM_PROFILES } from '../../src/testing/sim/store.js';
 import { World } from '../../src/testing/sim/world.js';
 
 /** A fresh store and a Client on it. */
@@ -17,9 +18,9 @@ export interface Side {
 /** Makes a fresh side for each sequence; `seed` is the sequence's (the simulator's network draws from it). */
 export type SideFactory = (seed: number) => Promise<Side>;
 
-/** Profiles of the simulator, by etcd release line. */
-export const PROFILES = ['3.4', '3.7'] as const;
-export type ProfileName = (typeof PROFILES)[number];
+/** The simulator's profiles, by etcd release line (3.4, 3.7). */
+export type ProfileName = keyof typeof SIM_PROFILES;
+export const PROFILES = Object.keys(SIM_PROFILES) as ProfileName[];
 
 /**
  * A fresh single-member etcd of `version` (`3.4`, `3.7.3`) per sequence, from the cache startEtcd
