@@ -13,6 +13,12 @@ import { etcdSide, PROFILES, simSide } from '../sim/diff/sides.js';
 
 /** Enough to reach every feature of sim/diff/coverage.ts, in well under a minute per version. */
 const SEEDS = 50;
+/**
+ * Seeds past SEEDS whose sequences once found the simulator wrong (docs/simulation-differences.md):
+ * a NONE-order sort with a limit (370), 3.4's order of checks in a Txn (386), a read at a past
+ * revision inside a Txn after its own put (595).
+ */
+const ONCE_DIVERGED = [370, 386, 595];
 
 const version = await etcdVersion();
 const line = version.split('.').slice(0, 2).join('.');
@@ -22,10 +28,10 @@ describe(`the simulator's profile ${line} against etcd ${version}`, {
   skip: profile ? false : `no simulator profile for etcd ${line}`,
 }, () => {
   const counts = new Map<string, number>();
-  for (let seed = 1; seed <= SEEDS; seed++) {
+  for (const seed of [...Array.from({ length: SEEDS }, (_, i) => i + 1), ...ONCE_DIVERGED]) {
     it(`seed ${seed}: the same answers, errors and watch batches`, async () => {
       const r = await diffSeed(seed, [etcdSide(version), simSide(profile!)]);
-      countFeatures(r.steps, r.transcripts[0], counts);
+      if (seed <= SEEDS) countFeatures(r.steps, r.transcripts[0], counts);
       if (r.divergence) assert.fail(describeDivergence(seed, r.divergence, r.names, replayCommand(seed, line)));
     });
   }

@@ -202,8 +202,12 @@ class Generator {
         return { key, target: 'version', result, version: r.between(0, 3) };
       case 'value':
         return { key, target: 'value', result, value: r.pick(VALUES) };
-      case 'lease':
-        return { key, target: 'lease', result, lease: this.lease() };
+      case 'lease': {
+        // Lease ids differ between the sides (each picks its own), so only whether a key has a
+        // lease can be ordered: `<` and `>` compare with no lease (0).
+        const lease = this.lease();
+        return { key, target: 'lease', result, lease: result === '=' || result === '!=' ? lease : 'none' };
+      }
     }
   }
 
