@@ -1,20 +1,25 @@
-// Virtual time: every timer, Date, performance.now and process.hrtime of the process run on a fake
-// clock (@sinonjs/fake-timers) that the simulator advances one timer at a time, letting promise
-// jobs run between timers. Each timer belongs to the simulated process that created it, so a
-// paused process's timers wait and a crashed one's never fire.
+// Virtual time: every timer, Date, performance.now and process.hrtime of the process run on a
+// virtual clock that the simulator advances one timer at a time, letting promise jobs run between
+// timers. Each timer belongs to the simulated process that created it, so a paused process's
+// timers wait and a crashed one's never fire.
+//
+// @sinonjs/fake-timers fakes the clocks (Date, performance.now, process.hrtime) and hooks every way
+// to make a timer (the globals, `node:timers`, `node:timers/promises`, util.promisify) into its
+// clock's methods; the timers themselves are this file's: a heap that fires them in fake-timers'
+// order (due time, immediates first, then creation), at a fraction of its cost per timer.
 //
 // Which process is running needs no AsyncLocalStorage: timers fire one at a time and every promise
 // job they start runs before the next fires, so the process of the last timer fired is the one
 // running until then. Code outside every process (the cluster, the network) runs as none.
-import { createRequire } from 'node:module';
+import { createRequire, syncBuiltinESMExports } from 'node:module';
+import { promisify } from 'node:util';
 
 type FakeClock = {
   now: number;
-  next(): number;
-  countTimers(): number;
   uninstall(): void;
-};
+} & Record<TimerMethod, unknown>;
 type FakeTimers = { install(config: Record<string, unknown>): FakeClock };
+type TimerMethod = 'setTimeout' | 'setInterval' | 'setImmediate' | 'clearTimeout' | 'clearInterval' | 'clearImmediate';
 
 /** The fake-timers library, an optional peer dependency of etcd-concurrency/testing. */
 function fakeTimers(): FakeTimers {
@@ -40,24 +45,85 @@ const FAKED = [
   'hrtime',
   'performance',
 ];
+const TIMER_METHODS: readonly TimerMethod[] = [
+  'setTimeout',
+  'setInterval',
+  'setImmediate',
+  'clearTimeout',
+  'clearInterval',
+  'clearImmediate',
+];
 
 /** The virtual epoch: 2026-01-01T00:00:00Z. */
 export const EPOCH_MS = Date.UTC(2026, 0, 1);
 
 type Callback = (...args: unknown[]) => void;
 
-/** A timer callback waiting for its process to wake. */
-interface Deferred {
-  run: () => void;
-  cancelled: boolean;
+/** setTimeout's largest delay; a longer one fires after 1 ms (as Node and fake-timers do). */
+const MAX_TIMEOUT = 2 ** 31 - 1;
+
+/**
+ * One timer, also the handle setTimeout returns (with Node's ref/unref/hasRef/refresh). Ordered by
+ * due time, then immediates first, then `order` (creation, or the last reschedule of an interval).
+ */
+class Timer {
+  at = 0;
+  order = 0;
+  /** In the heap, at `index`. */
+  queued = false;
+  index = 0;
+  /** Cleared: it never runs again, also not from a paused process's deferred list. */
+  cancelled = false;
+  private refed = true;
+
+  constructor(
+    private readonly time: VirtualTime,
+    /** What Node's Timeout turns into as a number. */
+    private readonly id: number,
+    readonly proc: Proc | undefined,
+    readonly cb: Callback,
+    readonly args: unknown[],
+    /** The delay as given (refresh() uses it again). */
+    readonly delay: unknown,
+    readonly immediate: boolean,
+    /** The period of an interval (undefined: fires once). */
+    readonly interval: number | undefined,
+  ) {}
+
+  call(): void {
+    this.cb(...this.args);
+  }
+
+  ref(): this {
+    this.refed = true;
+    return this;
+  }
+
+  unref(): this {
+    this.refed = false;
+    return this;
+  }
+
+  hasRef(): boolean {
+    return this.refed;
+  }
+
+  refresh(): this {
+    this.time.reschedule(this);
+    return this;
+  }
+
+  [Symbol.toPrimitive](): number {
+    return this.id;
+  }
 }
 
 /** A simulated client process: its timers and deliveries stop while paused and end when crashed. */
 export class Proc {
   paused = false;
   crashed = false;
-  /** Timer callbacks that came due while paused, in the order they came due. */
-  deferred: Deferred[] = [];
+  /** Timers that came due while paused, in the order they came due. */
+  deferred: Timer[] = [];
   /** Runs at the instant the process wakes, before any of its timers (the oracle's assertHeld check). */
   onWake?: () => void;
 
@@ -88,7 +154,7 @@ export class Proc {
     const due = this.deferred;
     this.deferred = [];
     // Everything that came due while it slept runs now, in the order it came due.
-    for (const d of due) if (!d.cancelled) this.run(() => setTimeout(d.run, 0));
+    for (const t of due) if (!t.cancelled) this.run(() => setTimeout(() => t.call(), 0));
   }
 
   crash(): void {
@@ -108,9 +174,15 @@ export class VirtualTime {
   private clock?: FakeClock;
   private readonly realSetImmediate = globalThis.setImmediate;
   private readonly realRandom = Math.random;
-  private saved: Record<string, unknown> = {};
-  private readonly entries = new WeakMap<object, Deferred>();
-  private fakeClearInterval: (h: unknown) => void = () => {};
+  /** The timer functions fake-timers installed: on the global object and on its clock. */
+  private saved: Record<string, [unknown, unknown]> = {};
+  /** Timers by due time: a binary heap (see `before`). */
+  private readonly heap: Timer[] = [];
+  /** Timers not yet fired or cleared (an interval until cleared). */
+  private live = 0;
+  private nextOrder = 1;
+  /** While a timer's callback runs (not its promise jobs): a 0 ms timer made then is due 1 ms later, as fake-timers has it. */
+  private inTimer = false;
   /** Timer callbacks fired (steps). */
   steps = 0;
   /** An exception a timer callback threw, if any (the run stops with it). */
@@ -123,74 +195,178 @@ export class VirtualTime {
 
   install(random: () => number): void {
     if (this.clock) throw new Error('the virtual clock is already installed');
-    this.clock = fakeTimers().install({ now: EPOCH_MS, toFake: FAKED, loopLimit: 1e9 });
-    const g = globalThis as unknown as Record<string, unknown>;
-    for (const name of ['setTimeout', 'setInterval', 'setImmediate', 'clearTimeout', 'clearInterval', 'clearImmediate']) {
-      this.saved[name] = g[name];
-    }
-    const fakeTimeout = g.setTimeout as (cb: Callback, ms?: number, ...args: unknown[]) => object;
-    const fakeInterval = g.setInterval as (cb: Callback, ms?: number, ...args: unknown[]) => object;
-    const fakeImmediate = g.setImmediate as (cb: Callback, ...args: unknown[]) => object;
-    const clears = {
-      clearTimeout: g.clearTimeout as (h: unknown) => void,
-      clearInterval: g.clearInterval as (h: unknown) => void,
-      clearImmediate: g.clearImmediate as (h: unknown) => void,
+    const clock = fakeTimers().install({ now: EPOCH_MS, toFake: FAKED, loopLimit: 1e9 });
+    this.clock = clock;
+    const setTimeout = (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => this.add(cb, args, ms, false, undefined);
+    const setInterval = (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => this.add(cb, args, ms, false, period(ms));
+    const setImmediate = (cb: Callback, ...args: unknown[]): Timer => this.add(cb, args, undefined, true, undefined);
+    const clear = (h: unknown): void => {
+      if (h instanceof Timer) this.clear(h);
     };
-    g.setTimeout = (cb: Callback, ms?: number, ...args: unknown[]) => this.tag(cb, args, false, (f) => fakeTimeout(f, ms));
-    g.setInterval = (cb: Callback, ms?: number, ...args: unknown[]) => this.tag(cb, args, true, (f) => fakeInterval(f, ms));
-    g.setImmediate = (cb: Callback, ...args: unknown[]) => this.tag(cb, args, false, (f) => fakeImmediate(f));
-    this.fakeClearInterval = clears.clearInterval;
-    for (const [name, clear] of Object.entries(clears)) {
-      g[name] = (h: unknown) => {
-        if (h && typeof h === 'object') {
-          const d = this.entries.get(h);
-          if (d) d.cancelled = true;
-        }
-        clear(h);
-      };
+    Object.defineProperty(setTimeout, promisify.custom, {
+      value: (ms?: number, value?: unknown) => new Promise((resolve) => setTimeout(resolve, ms, value)),
+    });
+    const mine: Record<TimerMethod, unknown> = {
+      setTimeout,
+      setInterval,
+      setImmediate,
+      clearTimeout: clear,
+      clearInterval: clear,
+      clearImmediate: clear,
+    };
+    // fake-timers' hooks (node:timers, node:timers/promises) call the clock's methods: these.
+    const g = globalThis as unknown as Record<string, unknown>;
+    for (const name of TIMER_METHODS) {
+      this.saved[name] = [g[name], clock[name]];
+      clock[name] = mine[name];
+      g[name] = mine[name];
     }
+    // fake-timers patches the modules' CommonJS exports; `import { setTimeout } from 'node:timers/promises'` reads these.
+    syncBuiltinESMExports();
     Math.random = random;
   }
 
   uninstall(): void {
     if (!this.clock) return;
     const g = globalThis as unknown as Record<string, unknown>;
-    for (const [name, f] of Object.entries(this.saved)) g[name] = f;
+    // As fake-timers left them: its uninstall restores the originals from there.
+    for (const [name, [global, own]] of Object.entries(this.saved)) {
+      g[name] = global;
+      this.clock[name as TimerMethod] = own;
+    }
     this.saved = {};
     this.clock.uninstall();
+    syncBuiltinESMExports();
     this.clock = undefined;
     Math.random = this.realRandom;
+    this.heap.length = 0;
+    this.live = 0;
   }
 
-  /** A fake timer whose callback runs as the process that created it, or waits while that process sleeps. */
-  private tag(cb: Callback, args: unknown[], repeat: boolean, create: (f: () => void) => object): object {
-    const proc = this.current;
-    const entry: Deferred = { run: () => cb(...args), cancelled: false };
-    let handle: object | undefined;
-    const fire = proc
-      ? () => {
-          if (entry.cancelled) return;
-          if (proc.crashed) {
-            // A crashed process's interval must not tick forever.
-            if (repeat) this.fakeClearInterval(handle);
-            return;
-          }
-          if (proc.paused) {
-            // An interval fires once on waking, not once per period missed.
-            if (!(repeat && proc.deferred.includes(entry))) proc.deferred.push(entry);
-            return;
-          }
-          this.current = proc;
-          entry.run();
-        }
-      : () => {
-          if (entry.cancelled) return;
-          this.current = undefined;
-          entry.run();
-        };
-    handle = create(fire);
-    this.entries.set(handle, entry);
-    return handle;
+  /** A new timer of the running process. */
+  private add(cb: Callback, args: unknown[], delay: unknown, immediate: boolean, interval: number | undefined): Timer {
+    if (typeof cb !== 'function') throw new TypeError(`[ERR_INVALID_CALLBACK]: Callback must be a function. Received ${cb}`);
+    const t = new Timer(this, this.nextOrder, this.current, cb, args, delay, immediate, interval);
+    this.live++;
+    this.schedule(t);
+    return t;
+  }
+
+  /** Queues `t` at now + its delay. */
+  private schedule(t: Timer): void {
+    t.at = this.clock!.now + (dueIn(t.delay) || (this.inTimer ? 1 : 0));
+    t.order = this.nextOrder++;
+    this.push(t);
+  }
+
+  /** @internal Timer.refresh(): due again its delay from now. */
+  reschedule(t: Timer): void {
+    if (t.cancelled) return;
+    if (t.queued) this.remove(t);
+    else this.live++;
+    this.schedule(t);
+  }
+
+  private clear(t: Timer): void {
+    if (t.cancelled) return;
+    t.cancelled = true;
+    if (t.queued) {
+      this.remove(t);
+      this.live--;
+    }
+  }
+
+  /** Fires the first timer: as its process, or deferred while that process sleeps, or never once it crashed. */
+  private fireNext(): void {
+    const t = this.pop()!;
+    const clock = this.clock!;
+    clock.now = t.at;
+    if (t.interval !== undefined) {
+      t.at += t.interval;
+      t.order = this.nextOrder++;
+      this.push(t);
+    } else this.live--;
+    const proc = t.proc;
+    if (proc) {
+      if (proc.crashed) {
+        // A crashed process's interval must not tick forever.
+        if (t.interval !== undefined) this.clear(t);
+        return;
+      }
+      if (proc.paused) {
+        // An interval fires once on waking, not once per period missed.
+        if (!(t.interval !== undefined && proc.deferred.includes(t))) proc.deferred.push(t);
+        return;
+      }
+    }
+    this.current = proc;
+    this.inTimer = true;
+    try {
+      t.call();
+    } finally {
+      this.inTimer = false;
+    }
+  }
+
+  // ---- the heap ------------------------------------------------------------------------------------
+
+  private push(t: Timer): void {
+    const h = this.heap;
+    t.queued = true;
+    let i = h.length;
+    h.push(t);
+    while (i > 0) {
+      const up = (i - 1) >> 1;
+      if (!before(t, h[up]!)) break;
+      h[i] = h[up]!;
+      h[i]!.index = i;
+      i = up;
+    }
+    h[i] = t;
+    t.index = i;
+  }
+
+  private pop(): Timer | undefined {
+    const h = this.heap;
+    const top = h[0];
+    if (!top) return undefined;
+    this.removeAt(0);
+    return top;
+  }
+
+  private remove(t: Timer): void {
+    this.removeAt(t.index);
+  }
+
+  private removeAt(i: number): void {
+    const h = this.heap;
+    const gone = h[i]!;
+    gone.queued = false;
+    const last = h.pop()!;
+    if (i === h.length) return;
+    // Put the last one in the hole, then move it up or down.
+    let j = i;
+    while (j > 0) {
+      const up = (j - 1) >> 1;
+      if (!before(last, h[up]!)) break;
+      h[j] = h[up]!;
+      h[j]!.index = j;
+      j = up;
+    }
+    if (j === i) {
+      for (;;) {
+        const l = 2 * j + 1;
+        if (l >= h.length) break;
+        const r = l + 1;
+        const c = r < h.length && before(h[r]!, h[l]!) ? r : l;
+        if (!before(h[c]!, last)) break;
+        h[j] = h[c]!;
+        h[j]!.index = j;
+        j = c;
+      }
+    }
+    h[j] = last;
+    last.index = j;
   }
 
   /** Runs `fn` as `proc` (undefined: as none), then as whoever ran before. */
@@ -206,7 +382,7 @@ export class VirtualTime {
 
   /** Timers pending (a crashed process's included until they come due). */
   get pending(): number {
-    return this.clock?.countTimers() ?? 0;
+    return this.live;
   }
 
   /** Lets every promise job and tick run: a real macrotask, after the microtask queue is empty. */
@@ -219,20 +395,41 @@ export class VirtualTime {
    * no timer is left. Returns why it stopped.
    */
   async run(stop: () => boolean, budget: { steps: number; ms: number }): Promise<'stopped' | 'idle' | 'steps' | 'time' | 'thrown'> {
-    const clock = this.clock!;
     for (;;) {
       await this.settle();
       if (this.thrown.length > 0) return 'thrown';
       if (stop()) return 'stopped';
-      if (clock.countTimers() === 0) return 'idle';
+      if (this.live === 0) return 'idle';
       if (this.steps >= budget.steps) return 'steps';
       if (this.now > budget.ms) return 'time';
       this.steps++;
       try {
-        clock.next();
+        this.fireNext();
       } catch (err) {
         this.thrown.push(err);
       }
     }
   }
+}
+
+/** Whether `a` fires before `b`: due time, then immediates, then order of creation. */
+function before(a: Timer, b: Timer): boolean {
+  if (a.at !== b.at) return a.at < b.at;
+  if (a.immediate !== b.immediate) return a.immediate;
+  return a.order < b.order;
+}
+
+/** A delay in whole ms as fake-timers reads it (its quirks included: a string is parsed, `1e-7` is 1). */
+function dueIn(delay: unknown): number {
+  if (delay === undefined) return 0;
+  let d = typeof delay === 'number' ? delay : Number.parseInt(String(delay), 10);
+  if (!Number.isFinite(d)) d = 0;
+  d = d > MAX_TIMEOUT ? 1 : Math.max(0, d);
+  return Number.parseInt(String(d), 10) || 0;
+}
+
+/** An interval's period as fake-timers reads it. */
+function period(ms: unknown): number {
+  if (typeof ms !== 'number' || !Number.isFinite(ms)) return 1;
+  return ms > MAX_TIMEOUT ? 1 : ms;
 }
