@@ -385,32 +385,56 @@ export class VirtualTime {
     return this.live;
   }
 
-  /** Lets every promise job and tick run: a real macrotask, after the microtask queue is empty. */
-  settle(): Promise<void> {
-    return new Promise((resolve) => this.realSetImmediate(resolve));
+  /** Why run() must stop before the next step, if it must. */
+  private mustStop(stop: () => boolean, budget: Budget): StopReason | undefined {
+    if (this.thrown.length > 0) return 'thrown';
+    if (stop()) return 'stopped';
+    if (this.live === 0) return 'idle';
+    if (this.steps >= budget.steps) return 'steps';
+    if (this.now > budget.ms) return 'time';
+    return undefined;
   }
 
   /**
-   * Advances time one timer at a time, settling promise jobs after each, until `stop()` is true or
-   * no timer is left. Returns why it stopped.
+   * Advances time one timer at a time, letting every promise job and tick run after each, until
+   * `stop()` is true or no timer is left. Returns why it stopped.
+   *
+   * Each step is a real setImmediate callback: Node runs the promise jobs and ticks left by one
+   * before it calls the next, so steps are queued in batches, and the event loop turns once a batch
+   * rather than once a step.
    */
-  async run(stop: () => boolean, budget: { steps: number; ms: number }): Promise<'stopped' | 'idle' | 'steps' | 'time' | 'thrown'> {
-    for (;;) {
-      await this.settle();
-      if (this.thrown.length > 0) return 'thrown';
-      if (stop()) return 'stopped';
-      if (this.live === 0) return 'idle';
-      if (this.steps >= budget.steps) return 'steps';
-      if (this.now > budget.ms) return 'time';
-      this.steps++;
-      try {
-        this.fireNext();
-      } catch (err) {
-        this.thrown.push(err);
-      }
-    }
+  run(stop: () => boolean, budget: Budget): Promise<StopReason> {
+    return new Promise((resolve) => {
+      let ended = false;
+      const step = (last: boolean): void => {
+        if (ended) return;
+        const why = this.mustStop(stop, budget);
+        if (why) {
+          ended = true;
+          resolve(why);
+          return;
+        }
+        this.steps++;
+        try {
+          this.fireNext();
+        } catch (err) {
+          this.thrown.push(err);
+        }
+        if (last) batch();
+      };
+      const batch = (): void => {
+        for (let i = 1; i <= STEPS_PER_TURN; i++) this.realSetImmediate(step, i === STEPS_PER_TURN);
+      };
+      batch();
+    });
   }
 }
+
+/** Steps queued at once (see VirtualTime.run). */
+const STEPS_PER_TURN = 64;
+
+type StopReason = 'stopped' | 'idle' | 'steps' | 'time' | 'thrown';
+type Budget = { steps: number; ms: number };
 
 /** Whether `a` fires before `b`: due time, then immediates, then order of creation. */
 function before(a: Timer, b: Timer): boolean {
