@@ -4,6 +4,7 @@
 // them; a member's crash, a broken connection or a partition that outlasts the keepalive ends the
 // connection's calls and streams as the real transport reports them.
 import { EventEmitter } from 'node:events';
+import { BinaryWriter } from '@bufbuild/protobuf/wire';
 import * as pb from '../../proto/etcd.js';
 import {
   type BidiStream,
@@ -44,9 +45,12 @@ for (const def of [
   }
 }
 
+/** One writer for every message: finish() copies out what it wrote and keeps its buffer for the next. */
+const writer = new BinaryWriter();
+
 /** Through the wire format and back: the shape and defaults the other side's decoder gives. */
 function wire<T>(fns: pb.MessageFns<unknown>, message: T): T {
-  return fns.decode(fns.encode(message).finish()) as T;
+  return fns.decode(fns.encode(message, writer).finish()) as T;
 }
 
 /**
@@ -98,7 +102,7 @@ export class Network {
     return 10 + this.rng.int(60);
   }
 
-  private link(proc: Proc, m: Member): Link {
+  link(proc: Proc, m: Member): Link {
     const k = `${proc.name}>${m.index}`;
     let l = this.links.get(k);
     if (!l) this.links.set(k, (l = { cutUntil: 0 }));
@@ -116,20 +120,18 @@ export class Network {
    * lives). Nothing arrives on a connection that was dropped meanwhile.
    */
   arrive(c: Connection, at: number, f: () => void, toClient: boolean): void {
+    const proc = toClient ? c.proc : undefined;
     const run = (): void => {
       if (!c.open) return;
-      const cut = this.link(c.proc, c.member).cutUntil;
+      const cut = c.link.cutUntil;
       if (performance.now() < cut) {
         // Resent once the link heals; messages held together keep their order.
-        const again = (): void => run();
-        if (toClient) c.proc.run(() => setTimeout(again, cut - performance.now() + 1));
-        else this.server(() => setTimeout(again, cut - performance.now() + 1));
+        this.time.after(proc, cut - performance.now() + 1, run);
         return;
       }
       f();
     };
-    if (toClient) c.proc.run(() => setTimeout(run, at - performance.now()));
-    else this.server(() => setTimeout(run, at - performance.now()));
+    this.time.after(proc, at - performance.now(), run);
   }
 
   /** Cuts `proc` off from `m` for `ms`: nothing crosses, nothing closes (until the keepalive notices). */
@@ -195,6 +197,8 @@ export class Connection {
   open = true;
   readonly calls = new Set<PendingCall>();
   readonly streams = new Set<SimStream<unknown, unknown>>();
+  /** The path between the two (a partition cuts it). */
+  readonly link: Link;
 
   constructor(
     readonly net: Network,
@@ -202,6 +206,7 @@ export class Connection {
     readonly member: Member,
   ) {
     net.connections.add(this);
+    this.link = net.link(proc, member);
   }
 
   /** The connection is gone: calls and streams fail as the transport reports a lost connection. */

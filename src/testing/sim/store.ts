@@ -98,7 +98,9 @@ export const MAX_TTL = 9_000_000_000n;
 export const MAX_TXN_OPS = 128;
 
 function str(b: Buffer | Uint8Array | undefined): string {
-  return b ? Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('latin1') : '';
+  if (!b) return '';
+  if (Buffer.isBuffer(b)) return b.toString('latin1');
+  return Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('latin1');
 }
 
 /** A key range as etcd reads it: end '' is the key alone, end '\0' every key from `k` on. */

@@ -61,6 +61,7 @@ type Callback = (...args: unknown[]) => void;
 
 /** setTimeout's largest delay; a longer one fires after 1 ms (as Node and fake-timers do). */
 const MAX_TIMEOUT = 2 ** 31 - 1;
+const NO_ARGS: unknown[] = [];
 
 /**
  * One timer, also the handle setTimeout returns (with Node's ref/unref/hasRef/refresh). Ordered by
@@ -91,7 +92,8 @@ class Timer {
   ) {}
 
   call(): void {
-    this.cb(...this.args);
+    if (this.args.length === 0) this.cb();
+    else this.cb(...this.args);
   }
 
   ref(): this {
@@ -243,10 +245,26 @@ export class VirtualTime {
     this.live = 0;
   }
 
+  /** What `proc.run(() => setTimeout(fn, ms))` makes (proc undefined: a timer of no process), without the detour. */
+  after(proc: Proc | undefined, ms: number, fn: () => void): void {
+    this.make(proc, fn, NO_ARGS, ms, false, undefined);
+  }
+
   /** A new timer of the running process. */
   private add(cb: Callback, args: unknown[], delay: unknown, immediate: boolean, interval: number | undefined): Timer {
     if (typeof cb !== 'function') throw new TypeError(`[ERR_INVALID_CALLBACK]: Callback must be a function. Received ${cb}`);
-    const t = new Timer(this, this.nextOrder, this.current, cb, args, delay, immediate, interval);
+    return this.make(this.current, cb, args, delay, immediate, interval);
+  }
+
+  private make(
+    proc: Proc | undefined,
+    cb: Callback,
+    args: unknown[],
+    delay: unknown,
+    immediate: boolean,
+    interval: number | undefined,
+  ): Timer {
+    const t = new Timer(this, this.nextOrder, proc, cb, args, delay, immediate, interval);
     this.live++;
     this.schedule(t);
     return t;
@@ -446,6 +464,7 @@ function before(a: Timer, b: Timer): boolean {
 /** A delay in whole ms as fake-timers reads it (its quirks included: a string is parsed, `1e-7` is 1). */
 function dueIn(delay: unknown): number {
   if (delay === undefined) return 0;
+  if (typeof delay === 'number' && delay >= 0 && delay <= MAX_TIMEOUT && Number.isInteger(delay)) return delay;
   let d = typeof delay === 'number' ? delay : Number.parseInt(String(delay), 10);
   if (!Number.isFinite(d)) d = 0;
   d = d > MAX_TIMEOUT ? 1 : Math.max(0, d);
