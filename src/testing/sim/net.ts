@@ -4,7 +4,6 @@
 // them; a member's crash, a broken connection or a partition that outlasts the keepalive ends the
 // connection's calls and streams as the real transport reports them.
 import { EventEmitter } from 'node:events';
-import { BinaryWriter } from '@bufbuild/protobuf/wire';
 import * as pb from '../../proto/etcd.js';
 import {
   type BidiStream,
@@ -20,6 +19,7 @@ import type { Rng } from './rng.js';
 import { EtcdFailure } from './store.js';
 import type { Proc, VirtualTime } from './time.js';
 import type { Trace } from './trace.js';
+import { asDecoded, roundTrip } from './wire.js';
 
 interface Codec {
   readonly request: pb.MessageFns<unknown>;
@@ -45,20 +45,12 @@ for (const def of [
   }
 }
 
-/** One writer for every message: finish() copies out what it wrote and keeps its buffer for the next. */
-const writer = new BinaryWriter();
-
-/** Through the wire format and back: the shape and defaults the other side's decoder gives. */
-function wire<T>(fns: pb.MessageFns<unknown>, message: T): T {
-  return fns.decode(fns.encode(message, writer).finish()) as T;
-}
-
 /**
  * A request as the member reads it. The simulated server reads every field with its default, so
  * the library's own object will do, unless `exactRequests` (the differential test) asks for bytes.
  */
 function asReceived<T>(fns: pb.MessageFns<unknown>, message: T): T {
-  return exactRequests ? wire(fns, message) : message;
+  return exactRequests ? roundTrip(fns, message) : message;
 }
 
 let exactRequests = false;
@@ -361,7 +353,7 @@ export class SimTransport implements Transport {
               c.drop('the connection was lost (connection reset)');
               return;
             }
-            const out = answer.res === undefined ? undefined : wire(codec.response, answer.res);
+            const out = answer.res === undefined ? undefined : asDecoded(codec.response, answer.res);
             net.arrive(
               c,
               performance.now() + net.latency(),
@@ -475,7 +467,7 @@ export class SimStream<Req, Res> extends EventEmitter implements BidiStream<Req,
   /** Delivers `f` at the client after one transit (and any stall), after every earlier answer. */
   private toClient(f: (() => void) | undefined, res?: Res): void {
     const c = this.conn!;
-    const msg = res === undefined ? undefined : wire(this.codec.response, res);
+    const msg = res === undefined ? undefined : asDecoded(this.codec.response, res);
     const at = Math.max(performance.now() + this.net.latency(), this.toClientAt, this.net.stalledUntil(this.proc));
     this.toClientAt = at;
     this.net.arrive(
