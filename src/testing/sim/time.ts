@@ -3,10 +3,10 @@
 // timers. Each timer belongs to the simulated process that created it, so a paused process's
 // timers wait and a crashed one's never fire.
 //
-// @sinonjs/fake-timers fakes the clocks (Date, performance.now, process.hrtime) and hooks every way
-// to make a timer (the globals, `node:timers`, `node:timers/promises`, util.promisify) into its
-// clock's methods; the timers themselves are this file's: a heap that fires them in fake-timers'
-// order (due time, immediates first, then creation), at a fraction of its cost per timer.
+// @sinonjs/fake-timers fakes the clocks (Date, performance.now, process.hrtime); the timers are
+// this file's: a heap that fires them in fake-timers' order (due time, immediates first, then
+// creation), reached by every way to make one (the globals, `node:timers`, `node:timers/promises`,
+// util.promisify(setTimeout)).
 //
 // Which process is running needs no AsyncLocalStorage: timers fire one at a time and every promise
 // job they start runs before the next fires, so the process of the last timer fired is the one
@@ -14,17 +14,17 @@
 import { createRequire, syncBuiltinESMExports } from 'node:module';
 import { promisify } from 'node:util';
 
-type FakeClock = {
-  now: number;
-  uninstall(): void;
-} & Record<TimerMethod, unknown>;
+type FakeClock = { now: number; uninstall(): void };
 type FakeTimers = { install(config: Record<string, unknown>): FakeClock };
-type TimerMethod = 'setTimeout' | 'setInterval' | 'setImmediate' | 'clearTimeout' | 'clearInterval' | 'clearImmediate';
+
+const load = createRequire(import.meta.url);
+let loaded: FakeTimers | undefined;
 
 /** The fake-timers library, an optional peer dependency of etcd-concurrency/testing. */
 function fakeTimers(): FakeTimers {
   try {
-    return createRequire(import.meta.url)('@sinonjs/fake-timers') as FakeTimers;
+    loaded ??= load('@sinonjs/fake-timers') as FakeTimers;
+    return loaded;
   } catch (err) {
     throw new Error(
       'the simulator needs @sinonjs/fake-timers (an optional peer dependency of etcd-concurrency/testing): npm install --save-dev @sinonjs/fake-timers@15',
@@ -33,27 +33,11 @@ function fakeTimers(): FakeTimers {
   }
 }
 
-/** What the clock must never fake: promise jobs and ticks are how the library's code runs between timers. */
-const FAKED = [
-  'setTimeout',
-  'clearTimeout',
-  'setImmediate',
-  'clearImmediate',
-  'setInterval',
-  'clearInterval',
-  'Date',
-  'hrtime',
-  'performance',
-];
-const TIMER_METHODS: readonly TimerMethod[] = [
-  'setTimeout',
-  'setInterval',
-  'setImmediate',
-  'clearTimeout',
-  'clearInterval',
-  'clearImmediate',
-];
-
+/** The clocks fake-timers fakes; promise jobs and ticks stay real: they are how the library's code runs between timers. */
+const CLOCKS = ['Date', 'hrtime', 'performance'];
+/** Where code finds timer functions: the module objects that `import ... from 'node:timers'` reads after syncBuiltinESMExports. */
+const TIMER_MODULES = [globalThis, load('node:timers') as object] as Record<string, unknown>[];
+const PROMISE_TIMERS = load('node:timers/promises') as Record<string, unknown>;
 /** The virtual epoch: 2026-01-01T00:00:00Z. */
 export const EPOCH_MS = Date.UTC(2026, 0, 1);
 
@@ -176,8 +160,8 @@ export class VirtualTime {
   private clock?: FakeClock;
   private readonly realSetImmediate = globalThis.setImmediate;
   private readonly realRandom = Math.random;
-  /** The timer functions fake-timers installed: on the global object and on its clock. */
-  private saved: Record<string, [unknown, unknown]> = {};
+  /** What install() replaced, to put back. */
+  private saved: [Record<string, unknown>, string, unknown][] = [];
   /** Timers by due time: a binary heap (see `before`). */
   private readonly heap: Timer[] = [];
   /** Timers not yet fired or cleared (an interval until cleared). */
@@ -197,10 +181,13 @@ export class VirtualTime {
 
   install(random: () => number): void {
     if (this.clock) throw new Error('the virtual clock is already installed');
-    const clock = fakeTimers().install({ now: EPOCH_MS, toFake: FAKED, loopLimit: 1e9 });
-    this.clock = clock;
+    this.clock = fakeTimers().install({ now: EPOCH_MS, toFake: CLOCKS, loopLimit: 1e9 });
     const setTimeout = (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => this.add(cb, args, ms, false, undefined);
-    const setInterval = (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => this.add(cb, args, ms, false, period(ms));
+    const setInterval = (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => {
+      // fake-timers reads an interval's period as a whole number first: 2.5 ms is 2.
+      const whole = Number.parseInt(String(ms), 10);
+      return this.add(cb, args, whole, false, period(whole));
+    };
     const setImmediate = (cb: Callback, ...args: unknown[]): Timer => this.add(cb, args, undefined, true, undefined);
     const clear = (h: unknown): void => {
       if (h instanceof Timer) this.clear(h);
@@ -208,37 +195,28 @@ export class VirtualTime {
     Object.defineProperty(setTimeout, promisify.custom, {
       value: (ms?: number, value?: unknown) => new Promise((resolve) => setTimeout(resolve, ms, value)),
     });
-    const mine: Record<TimerMethod, unknown> = {
-      setTimeout,
-      setInterval,
-      setImmediate,
-      clearTimeout: clear,
-      clearInterval: clear,
-      clearImmediate: clear,
-    };
-    // fake-timers' hooks (node:timers, node:timers/promises) call the clock's methods: these.
-    const g = globalThis as unknown as Record<string, unknown>;
-    for (const name of TIMER_METHODS) {
-      this.saved[name] = [g[name], clock[name]];
-      clock[name] = mine[name];
-      g[name] = mine[name];
-    }
-    // fake-timers patches the modules' CommonJS exports; `import { setTimeout } from 'node:timers/promises'` reads these.
+    Object.defineProperty(setImmediate, promisify.custom, {
+      value: (value?: unknown) => new Promise((resolve) => setImmediate(resolve, value)),
+    });
+    const timers = { setTimeout, setInterval, setImmediate, clearTimeout: clear, clearInterval: clear, clearImmediate: clear };
+    for (const m of TIMER_MODULES) for (const [name, f] of Object.entries(timers)) this.replace(m, name, f);
+    for (const [name, f] of Object.entries(promiseTimers(timers))) this.replace(PROMISE_TIMERS, name, f);
+    // What `import { setTimeout } from 'node:timers/promises'` sees follows the modules' objects only when told.
     syncBuiltinESMExports();
     Math.random = random;
   }
 
+  private replace(target: Record<string, unknown>, name: string, f: unknown): void {
+    this.saved.push([target, name, target[name]]);
+    target[name] = f;
+  }
+
   uninstall(): void {
     if (!this.clock) return;
-    const g = globalThis as unknown as Record<string, unknown>;
-    // As fake-timers left them: its uninstall restores the originals from there.
-    for (const [name, [global, own]] of Object.entries(this.saved)) {
-      g[name] = global;
-      this.clock[name as TimerMethod] = own;
-    }
-    this.saved = {};
-    this.clock.uninstall();
+    for (const [target, name, f] of this.saved) target[name] = f;
+    this.saved = [];
     syncBuiltinESMExports();
+    this.clock.uninstall();
     this.clock = undefined;
     Math.random = this.realRandom;
     this.heap.length = 0;
@@ -454,6 +432,72 @@ const STEPS_PER_TURN = 64;
 type StopReason = 'stopped' | 'idle' | 'steps' | 'time' | 'thrown';
 type Budget = { steps: number; ms: number };
 
+type TimerFunctions = {
+  setTimeout(cb: Callback, ms?: unknown, ...args: unknown[]): Timer;
+  setInterval(cb: Callback, ms?: unknown, ...args: unknown[]): Timer;
+  setImmediate(cb: Callback, ...args: unknown[]): Timer;
+  clearTimeout(h: unknown): void;
+  clearInterval(h: unknown): void;
+};
+
+/** Node's AbortError, which node:timers/promises rejects with. */
+function abortError(signal: AbortSignal | undefined): Error {
+  return Object.assign(new Error('The operation was aborted', { cause: signal?.reason }), { name: 'AbortError', code: 'ABORT_ERR' });
+}
+
+/** node:timers/promises' setTimeout, setImmediate and setInterval, on `t` (as Node writes them). */
+function promiseTimers(t: TimerFunctions): Record<string, unknown> {
+  type Options = { signal?: AbortSignal };
+  const once =
+    (make: (done: () => void) => Timer) =>
+    <V>(value: V, options: Options = {}): Promise<V> => {
+      const { signal } = options;
+      if (signal?.aborted) return Promise.reject(abortError(signal));
+      return new Promise<V>((resolve, reject) => {
+        const onAbort = (): void => {
+          t.clearTimeout(timer);
+          reject(abortError(signal));
+        };
+        const timer = make(() => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(value);
+        });
+        signal?.addEventListener('abort', onAbort, { once: true });
+      });
+    };
+  return {
+    setTimeout: <V>(ms?: number, value?: V, options?: Options) => once((done) => t.setTimeout(done, ms))(value, options),
+    setImmediate: <V>(value?: V, options?: Options) => once((done) => t.setImmediate(done))(value, options),
+    setInterval: async function* <V>(ms?: number, value?: V, options: Options = {}): AsyncGenerator<V> {
+      const { signal } = options;
+      if (signal?.aborted) throw abortError(signal);
+      let due = 0;
+      let wake: (() => void) | undefined;
+      const interval = t.setInterval(() => {
+        due++;
+        wake?.();
+        wake = undefined;
+      }, ms);
+      const onAbort = (): void => {
+        t.clearInterval(interval);
+        wake?.();
+        wake = undefined;
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      try {
+        while (!signal?.aborted) {
+          if (due === 0) await new Promise<void>((resolve) => (wake = resolve));
+          for (; due > 0 && !signal?.aborted; due--) yield value as V;
+        }
+        throw abortError(signal);
+      } finally {
+        t.clearInterval(interval);
+        signal?.removeEventListener('abort', onAbort);
+      }
+    },
+  };
+}
+
 /** Whether `a` fires before `b`: due time, then immediates, then order of creation. */
 function before(a: Timer, b: Timer): boolean {
   if (a.at !== b.at) return a.at < b.at;
@@ -471,8 +515,8 @@ function dueIn(delay: unknown): number {
   return Number.parseInt(String(d), 10) || 0;
 }
 
-/** An interval's period as fake-timers reads it. */
-function period(ms: unknown): number {
-  if (typeof ms !== 'number' || !Number.isFinite(ms)) return 1;
+/** An interval's period as fake-timers reads it (a negative one too). */
+function period(ms: number): number {
+  if (!Number.isFinite(ms)) return 1;
   return ms > MAX_TIMEOUT ? 1 : ms;
 }
