@@ -104,7 +104,7 @@ function str(b: Buffer | Uint8Array | undefined): string {
 }
 
 /** A key range as etcd reads it: end '' is the key alone, end '\0' every key from `k` on. */
-interface Interval {
+export interface Interval {
   readonly k: string;
   readonly end: string;
 }
@@ -167,6 +167,19 @@ export class Store {
     return this.sorted;
   }
 
+  /** The current keys in `r`, in byte order. */
+  keysIn(r: Interval): string[] {
+    if (r.end === '') return this.kvs.has(r.k) ? [r.k] : [];
+    const out: string[] = [];
+    const sorted = this.sorted;
+    for (let i = lowerBound(sorted, r.k); i < sorted.length; i++) {
+      const k = sorted[i]!;
+      if (r.end !== '\0' && k >= r.end) break;
+      out.push(k);
+    }
+    return out;
+  }
+
   // ---- reads -----------------------------------------------------------------------------------
 
   /**
@@ -182,7 +195,7 @@ export class Store {
         if (kv) out.push(kv);
         return out;
       }
-      for (const k of this.sorted) if (inside(r, k)) out.push(this.kvs.get(k)!);
+      for (const k of this.keysIn(r)) out.push(this.kvs.get(k)!);
       return out;
     }
     // Undo the revisions after `at`, newest first.
@@ -198,8 +211,7 @@ export class Store {
         if (inside(r, c.k)) state.set(c.k, c.prev);
       }
     }
-    const keys = new Set<string>();
-    for (const k of this.sorted) if (inside(r, k)) keys.add(k);
+    const keys = new Set<string>(this.keysIn(r));
     for (const k of state.keys()) keys.add(k);
     for (const k of [...keys].sort()) {
       const kv = state.has(k) ? state.get(k) : this.kvs.get(k);
@@ -478,8 +490,9 @@ function compareKv(c: pb.Compare, kv: Kv | undefined): boolean {
 }
 
 function isWrite(t: pb.TxnRequest): boolean {
-  const ops = [...(t.success ?? []), ...(t.failure ?? [])];
-  return ops.some((op) => op.requestPut || op.requestDeleteRange || (op.requestTxn && isWrite(op.requestTxn)));
+  const writes = (op: pb.RequestOp): boolean =>
+    op.requestPut !== undefined || op.requestDeleteRange !== undefined || (op.requestTxn !== undefined && isWrite(op.requestTxn));
+  return (t.success ?? []).some(writes) || (t.failure ?? []).some(writes);
 }
 
 function isKeyOrder(target: pb.RangeRequest_SortTarget, order: pb.RangeRequest_SortOrder): boolean {
@@ -519,15 +532,18 @@ function checkTxnRequest(t: pb.TxnRequest, maxOps: number): void {
   const ops = Math.max(compare.length, success.length, failure.length);
   if (ops > maxOps) throw ERR.tooManyOps();
   for (const c of compare) if (!c.key?.length) throw ERR.emptyKey();
-  for (const op of [...success, ...failure]) {
-    if (op.requestRange) {
-      if (!op.requestRange.key?.length) throw ERR.emptyKey();
-    } else if (op.requestPut) checkPutRequest(op.requestPut);
-    else if (op.requestDeleteRange) {
-      if (!op.requestDeleteRange.key?.length) throw ERR.emptyKey();
-    } else if (op.requestTxn) checkTxnRequest(op.requestTxn, maxOps - ops);
-    else throw ERR.keyNotFound();
-  }
+  for (const op of success) checkRequestOp(op, maxOps - ops);
+  for (const op of failure) checkRequestOp(op, maxOps - ops);
+}
+
+function checkRequestOp(op: pb.RequestOp, maxOps: number): void {
+  if (op.requestRange) {
+    if (!op.requestRange.key?.length) throw ERR.emptyKey();
+  } else if (op.requestPut) checkPutRequest(op.requestPut);
+  else if (op.requestDeleteRange) {
+    if (!op.requestDeleteRange.key?.length) throw ERR.emptyKey();
+  } else if (op.requestTxn) checkTxnRequest(op.requestTxn, maxOps);
+  else throw ERR.keyNotFound();
 }
 
 /** etcd's checkIntervals: no key written twice in one list of a Txn (nested Txns included). */
@@ -601,7 +617,7 @@ export class Writer {
   deleteRange(d: pb.DeleteRangeRequest): pb.DeleteRangeResponse {
     const s = this.store;
     const r = interval(d.key, d.rangeEnd);
-    const keys = r.end === '' ? (s.get(r.k) ? [r.k] : []) : s.keys().filter((k) => inside(r, k));
+    const keys = s.keysIn(r);
     const prevKvs: pb.KeyValue[] = [];
     for (const k of keys) {
       const prev = s.get(k)!;
