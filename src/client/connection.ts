@@ -216,7 +216,8 @@ export class Connection {
     );
   }
 
-  private async call<Req, Res>(
+  /** @internal {@link unary} without its duration recorded: for a caller that records per call of its own (coalescer.ts). */
+  async call<Req, Res>(
     method: Method<Req, Res>,
     request: Req,
     policy: RetryPolicy,

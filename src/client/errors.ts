@@ -126,6 +126,7 @@ const ETCD_SAYS = {
   leaseNotFound: 'etcdserver: requested lease not found',
   leaseExists: 'etcdserver: lease already exists',
   permissionDenied: 'etcdserver: permission denied',
+  tooManyOps: 'etcdserver: too many operations in txn request',
 } as const;
 
 /** True when etcd's message `text` (a gRPC status' details, a watch's cancel reason) says `what`. */

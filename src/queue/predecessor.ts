@@ -342,7 +342,7 @@ async function findPredecessor(
       success: [op.range(before(ticket.rev - 1n, 8n))],
       failure: [],
     },
-    { idempotent: true, signal },
+    { idempotent: true, signal, coalesce: { scope: prefix } },
   );
   if (!t.succeeded) return ticketLost(session, ticket, lostError, signal);
   let page = txnRange(t, 0);
@@ -376,7 +376,7 @@ async function ourTurnAfterHead(
   const mark = marks && queueOf(session.client).hints.long(scope.prefix);
   const t = await session.client.txn(
     { compare: ourKeyStands(session, ticket), success: mark ? [op.touch(ticket.key)] : [], failure: [] },
-    { idempotent: true, signal },
+    { idempotent: true, signal, coalesce: { scope: scope.prefix } },
   );
   if (!t.succeeded) return ticketLost(session, ticket, lostError, signal);
   return null;
@@ -389,7 +389,10 @@ async function ourTurnAfterHead(
  */
 function markHead(session: Session, ticket: Ticket): void {
   session.client
-    .txn({ compare: ourKeyStands(session, ticket), success: [op.touch(ticket.key)], failure: [] }, { idempotent: true })
+    .txn(
+      { compare: ourKeyStands(session, ticket), success: [op.touch(ticket.key)], failure: [] },
+      { idempotent: true, coalesce: { scope: ticket.key.slice(0, ticket.key.lastIndexOf('/') + 1) } },
+    )
     .catch(() => {});
 }
 

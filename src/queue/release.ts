@@ -85,7 +85,10 @@ export function deleteUntilGone(session: Session, key: string, rev: bigint | und
 /** One guarded delete. No signal: even a session lost to its local deadline may still have the key on the server. */
 async function deleteOnce(session: Session, key: string, rev: bigint | undefined): Promise<void> {
   const guard = rev !== undefined ? compare.createRevision(key, '=', rev) : compare.lease(key, '=', session.leaseId);
-  await session.client.txn({ compare: [guard], success: [op.delete(key)], failure: [] }, { idempotent: true });
+  await session.client.txn(
+    { compare: [guard], success: [op.delete(key)], failure: [] },
+    { idempotent: true, coalesce: { scope: key.slice(0, key.lastIndexOf('/') + 1) } },
+  );
 }
 
 /** The key's lease goes (or went) anyway: stop trying. */
