@@ -431,6 +431,7 @@ export class Client implements AsyncDisposable {
 
   private saw(h: ResponseHeader): ResponseHeader {
     if (h.revision > this.conn.seenRevision) this.conn.seenRevision = h.revision;
+    this.conn.sawTerm(h.raftTerm);
     return h;
   }
 

@@ -116,6 +116,8 @@ export function isTransient(err: unknown): boolean {
  */
 const ETCD_SAYS = {
   noLeader: 'etcdserver: no leader',
+  notLeader: 'etcdserver: not leader',
+  leaderChanged: 'etcdserver: leader changed',
   notCapable: 'etcdserver: not capable',
   tooManyRequests: 'etcdserver: too many requests',
   invalidAuthToken: 'etcdserver: invalid auth token',
