@@ -143,7 +143,7 @@ async function main(): Promise<void> {
         const m = await runWorker(lib, cluster.endpoints.join(','), dir);
         results.get(lib)!.push(m);
         process.stdout.write(
-          `round ${round} ${lib}: ${m.usPerRenewal.toFixed(1)} µs/renewal (${m.renewals} renewals, ${m.cpuMs.toFixed(0)} ms CPU (${m.sysMs.toFixed(0)} in the kernel) in ${m.wallMs.toFixed(0)} ms, idle ${m.idleCpuMsPerSec.toFixed(1)} ms/s, late ${m.late}, lost ${m.lost}; load ${load.toFixed(1)})\n`,
+          `round ${round} ${lib}: ${m.renewals > 0 ? `${m.usPerRenewal.toFixed(1)} µs/renewal` : `${((m.cpuMs * 1000) / m.wallMs).toFixed(2)} ms/s with no renewal`} (${m.renewals} renewals, ${m.cpuMs.toFixed(0)} ms CPU (${m.sysMs.toFixed(0)} in the kernel) in ${m.wallMs.toFixed(0)} ms, idle ${m.idleCpuMsPerSec.toFixed(1)} ms/s, late ${m.late}, lost ${m.lost}; load ${load.toFixed(1)})\n`,
         );
         if (dir) {
           // The main thread's profile (tsx's loader thread writes a second one).
