@@ -128,27 +128,35 @@ export class Connection {
   }
 
   /**
-   * Asks every endpoint for its Status (spaced: at most one look-up a second): the member whose
-   * own id is the leader's is the leader. None among the endpoints, or none answering: none known.
+   * Asks the current member for its Status (spaced: at most one look-up a second): the leader when
+   * its own id is the leader's; else the others are asked, and the one whose id is the leader's is
+   * it. None among the endpoints, or none answering: none known. A client already on the leader
+   * connects to no other member for this.
    */
   private findLeader(): void {
     if (this.finding || this.closed || performance.now() - this.foundAt < LEADER_LOOKUP_SPACING_MS) return;
-    const asked = this.endpoints.map((e) =>
-      this.call(rpc.Maintenance.status, {}, 'idempotent', { endpoint: e.target, timeoutMs: this.dialTimeoutMs }).catch(() => undefined),
-    );
-    this.finding = Promise.all(asked)
-      .then((answers) => {
-        let newest: StatusResponse | undefined;
-        for (const a of answers) if (a && (!newest || (a.raftTerm ?? 0n) > (newest.raftTerm ?? 0n))) newest = a;
-        const id = newest?.leader ?? 0n;
-        const i = id === 0n ? -1 : answers.findIndex((a) => a?.header?.memberId === id);
-        this.leader = i < 0 ? undefined : i;
-        if (newest?.raftTerm !== undefined && newest.raftTerm > this.term) this.term = newest.raftTerm;
-      })
-      .finally(() => {
-        this.finding = undefined;
-        this.foundAt = performance.now();
-      });
+    const status = (i: number): Promise<StatusResponse | undefined> =>
+      this.call(rpc.Maintenance.status, {}, 'idempotent', { endpoint: this.endpoints[i]!.target, timeoutMs: this.dialTimeoutMs }).catch(
+        () => undefined,
+      );
+    const here = this.current;
+    this.finding = (async () => {
+      const mine = await status(here);
+      const id = mine?.leader ?? 0n;
+      if (mine?.raftTerm !== undefined && mine.raftTerm > this.term) this.term = mine.raftTerm;
+      if (id === 0n) return;
+      if (mine?.header?.memberId === id) {
+        this.leader = here;
+        return;
+      }
+      const others = this.endpoints.map((_, i) => i).filter((i) => i !== here);
+      const answers = await Promise.all(others.map(status));
+      const i = answers.findIndex((a) => a?.header?.memberId === id);
+      this.leader = i < 0 ? undefined : others[i];
+    })().finally(() => {
+      this.finding = undefined;
+      this.foundAt = performance.now();
+    });
   }
 
   /** The leader may have changed (a new term, a refusal, a failover): forget it and look again, now. */
