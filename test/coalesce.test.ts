@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, LeaseNotFoundError, Mutex, type Session } from '../src/index.js';
 import { compare, op, prefixRange, type TxnResult } from '../src/client/kv.js';
-import { EtcdError } from '../src/client/errors.js';
+import { DeadlineExceededError, EtcdError } from '../src/client/errors.js';
 import type * as pb from '../src/proto/etcd.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import { etcdFile } from './helpers.js';
@@ -257,6 +257,39 @@ describe('coalescing', () => {
     );
     await c.close();
     await client.delete(p, { prefix: true });
+  });
+});
+
+describe('deadlines in a shared request', () => {
+  it("a call due before the others fails at its own deadline; the others wait for the request's answer", { timeout: 60_000 }, async () => {
+    const own1 = await startEtcd();
+    try {
+      await using c = new Client({ endpoints: own1.endpoints });
+      await c.put('warm', '');
+      const conn = c.conn;
+      const call = conn.call.bind(conn);
+      // The member stops answering the moment the shared request leaves.
+      conn.call = ((...args: Parameters<typeof call>) => {
+        if (((args[1] as pb.TxnRequest).success ?? []).length > 1) own1.pause(0);
+        return call(...args);
+      }) as typeof conn.call;
+      const opener = own(c, putIfAbsent('d/opener'));
+      const short = c.txn(putIfAbsent('d/short'), { idempotent: true, coalesce: { scope: 'd/short/' }, timeoutMs: 300 });
+      const long = own(c, putIfAbsent('d/long'), 'd/long/');
+      const third = own(c, putIfAbsent('d/third'), 'd/third/');
+      let settled = false;
+      void Promise.allSettled([long, third]).then(() => (settled = true));
+      await assert.rejects(short, DeadlineExceededError);
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.equal(settled, false, 'the others still wait for the answer');
+      own1.resume(0);
+      const [o, l, t] = await Promise.all([opener, long, third]);
+      assert.ok(o.succeeded && l.succeeded && t.succeeded);
+      await c.delete('d/', { prefix: true });
+      await c.delete('warm');
+    } finally {
+      await own1.stop();
+    }
   });
 });
 
