@@ -51,6 +51,8 @@ export interface LocksRow {
   requestsPerCycle: number;
   /** Txns per Txn request (ours: more than 1 when Txns shared a request, see coalescer.ts). */
   txnsPerRequest?: number;
+  /** Txns per cycle, whether they shared requests or not (ours and the floor). */
+  txnsPerCycle?: number;
   /** Watches created per cycle (ours only). */
   watchCreatesPerCycle?: number;
   /** The client processes' CPU per cycle, µs (summed over the processes). */
@@ -171,7 +173,10 @@ function row(impl: LocksRow['impl'], rounds: Round[]): LocksRow {
   if (impl === 'ours') out.watchCreatesPerCycle = all.reduce((a, x) => a + (x.watchCreates ?? 0), 0) / cycles;
   const txns = all.reduce((a, x) => a + (x.txns ?? 0), 0);
   const txnRequests = all.reduce((a, x) => a + (x.txnRequests ?? 0), 0);
-  if (txnRequests > 0) out.txnsPerRequest = txns / txnRequests;
+  if (txnRequests > 0) {
+    out.txnsPerRequest = txns / txnRequests;
+    out.txnsPerCycle = txns / cycles;
+  }
   if (waits.length > 0) out.wait = mergeSummaries(waits);
   const client = all.find((x) => x.client)?.client;
   if (client) out.client = client;
