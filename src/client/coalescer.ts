@@ -100,14 +100,15 @@ export class Coalescer {
 
   /** Sends `request` (already namespaced), alone or with the tick's other coalescible Txns. */
   txn(request: pb.TxnRequest, options: CallOptions, scope: Bytes | undefined, progress?: CallProgress): Promise<pb.TxnResponse> {
-    const touched = options.endpoint === undefined && !options.anonymous ? touchedBy(request) : undefined;
-    if (touched === undefined || !this.open) {
-      if (touched !== undefined) {
-        this.open = true;
-        setImmediate(this.flush);
-      }
+    if (options.endpoint !== undefined || options.anonymous) return this.conn.unary(rpc.KV.txn, request, 'idempotent', options, progress);
+    if (!this.open) {
+      this.open = true;
+      setImmediate(this.flush);
       return this.conn.unary(rpc.KV.txn, request, 'idempotent', options, progress);
     }
+    // Only a Txn that waits is analysed: the tick's first goes out as it is.
+    const touched = touchedBy(request);
+    if (touched === undefined) return this.conn.unary(rpc.KV.txn, request, 'idempotent', options, progress);
     options.signal?.throwIfAborted();
     const startedAt = performance.now();
     const deadline = startedAt + (options.timeoutMs === undefined ? this.conn.callTimeoutMs : callTimeout(options.timeoutMs));
