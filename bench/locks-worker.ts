@@ -21,6 +21,9 @@ export interface LocksWorkerResult {
   elapsedMs: number;
   /** Unary requests sent during the loop (Txns, and Ranges if any). */
   requests: number;
+  /** Txn requests during the loop, and the Txns they carried (more when Txns shared a request). */
+  txnRequests?: number;
+  txns?: number;
   /** Watches created during the loop (ours; Go's watch creates are not counted). */
   watchCreates?: number;
   /** This process's CPU (user + system) during the loop. */
@@ -34,6 +37,8 @@ const { values } = parseArgs({
     endpoints: { type: 'string' },
     names: { type: 'string', default: '1000' },
     sessions: { type: 'string', default: '50' },
+    /** Session i always locks name i, rather than a random name each cycle. */
+    distinct: { type: 'boolean', default: false },
   },
   strict: true,
 });
@@ -50,13 +55,19 @@ async function loop(mode: 'lock' | 'txn', prefix: string, durationMs: number): P
   const records: NonNullable<LocksWorkerResult['records']> = [];
   const waits: number[] = [];
   let txns = 0;
-  const before = { requests: counter.unary, watches: counter.watchCreateRequests, cpu: process.cpuUsage() };
+  const before = {
+    requests: counter.unary,
+    txnRequests: counter.txnRequests,
+    txns: counter.txns,
+    watches: counter.watchCreateRequests,
+    cpu: process.cpuUsage(),
+  };
   const start = performance.now();
   const end = start + durationMs;
   await Promise.all(
     sessions.map(async (session, s) => {
       while (performance.now() < end) {
-        const k = Math.floor(Math.random() * names);
+        const k = values.distinct ? s : Math.floor(Math.random() * names);
         if (mode === 'txn') {
           const key = `${prefix}${k}/floor-${process.pid}-${s}`;
           await client.txn({
@@ -86,6 +97,8 @@ async function loop(mode: 'lock' | 'txn', prefix: string, durationMs: number): P
     cycles: mode === 'txn' ? txns : records.length,
     elapsedMs,
     requests: counter.unary - before.requests,
+    txnRequests: counter.txnRequests - before.txnRequests,
+    txns: counter.txns - before.txns,
     watchCreates: counter.watchCreateRequests - before.watches,
     cpuMs: (cpu.user + cpu.system) / 1000,
     ...(mode === 'lock' ? { wait: summarize(waits), records } : {}),

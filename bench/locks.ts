@@ -5,6 +5,9 @@
 // as P processes of `go-interop bench-locks`. Floor, ours and Go take turns, round after round.
 // Exclusion is checked across the processes: per name, the holds ordered by fencing token must not
 // overlap (each process records when it held, on the kernel's clock all processes share).
+// The one-client phase is the same machinery at another size: one process, one Client, 200
+// sessions, each cycling on a name of its own (a service with a lock per entity), against Go's
+// package with one client and as many sessions.
 import { Client } from '../dist/index.js';
 import type { BenchContext } from './context.js';
 import type { LocksWorkerResult } from './locks-worker.js';
@@ -13,9 +16,13 @@ import { pool, type Summary } from './stats.js';
 import { LineWorker, processCpuMs } from './workers.js';
 
 export interface LocksSize {
+  /** `locks` (many processes, random names) or `one-client` (one process, a name per session). */
+  phase: 'locks' | 'one-client';
   processes: number;
   sessionsPerProcess: number;
   names: number;
+  /** Session i always locks name i (names = sessions); else a random name each cycle. */
+  distinct: boolean;
   roundMs: number;
   rounds: number;
   /** An unmeasured round of each (Txns, then locks) first: the processes' JIT is cold, Go's is not. */
@@ -24,8 +31,13 @@ export interface LocksSize {
 
 export const LOCKS_SIZE = (quick: boolean): LocksSize =>
   quick
-    ? { processes: 2, sessionsPerProcess: 5, names: 20, roundMs: 1000, rounds: 1, warmupMs: 0 }
-    : { processes: 20, sessionsPerProcess: 50, names: 1000, roundMs: 5000, rounds: 2, warmupMs: 3000 };
+    ? { phase: 'locks', processes: 2, sessionsPerProcess: 5, names: 20, distinct: false, roundMs: 1000, rounds: 1, warmupMs: 0 }
+    : { phase: 'locks', processes: 20, sessionsPerProcess: 50, names: 1000, distinct: false, roundMs: 5000, rounds: 2, warmupMs: 3000 };
+
+export const ONE_CLIENT_SIZE = (quick: boolean): LocksSize =>
+  quick
+    ? { phase: 'one-client', processes: 1, sessionsPerProcess: 20, names: 20, distinct: true, roundMs: 1000, rounds: 1, warmupMs: 0 }
+    : { phase: 'one-client', processes: 1, sessionsPerProcess: 200, names: 200, distinct: true, roundMs: 5000, rounds: 3, warmupMs: 3000 };
 
 /** One implementation over all its rounds. */
 export interface LocksRow {
@@ -37,6 +49,10 @@ export interface LocksRow {
   perSec: number;
   /** Unary requests per cycle (floor: 1, every Txn is one). */
   requestsPerCycle: number;
+  /** Txns per Txn request (ours: more than 1 when Txns shared a request, see coalescer.ts). */
+  txnsPerRequest?: number;
+  /** Txns per cycle, whether they shared requests or not (ours and the floor). */
+  txnsPerCycle?: number;
   /** Watches created per cycle (ours only). */
   watchCreatesPerCycle?: number;
   /** The client processes' CPU per cycle, µs (summed over the processes). */
@@ -59,10 +75,9 @@ export interface LocksResult extends LocksSize {
 
 type Round = { results: LocksWorkerResult[]; etcdCpuMs: number; wallMs: number };
 
-export async function runLocks(ctx: BenchContext): Promise<LocksResult> {
-  const size = LOCKS_SIZE(ctx.quick);
-  const base = `${ctx.prefix}locks/`;
-  const args = [`--names=${size.names}`, `--sessions=${size.sessionsPerProcess}`];
+export async function runLocks(ctx: BenchContext, size: LocksSize = LOCKS_SIZE(ctx.quick)): Promise<LocksResult> {
+  const base = `${ctx.prefix}${size.phase}/`;
+  const args = [`--names=${size.names}`, `--sessions=${size.sessionsPerProcess}`, ...(size.distinct ? ['--distinct'] : [])];
   const ours: LineWorker[] = [];
   const rounds: Record<'floor' | 'ours' | 'go', Round[]> = { floor: [], ours: [], go: [] };
   const etcdCpu = async (): Promise<number> => (await Promise.all((ctx.server?.pids() ?? []).map(processCpuMs))).reduce((a, b) => a + b, 0);
@@ -75,7 +90,7 @@ export async function runLocks(ctx: BenchContext): Promise<LocksResult> {
     return { results, etcdCpuMs: (await etcdCpu()) - cpu0, wallMs: performance.now() - t };
   };
   try {
-    ctx.log(`locks: starting ${size.processes} processes of ${size.sessionsPerProcess} sessions`);
+    ctx.log(`${size.phase}: starting ${size.processes} processes of ${size.sessionsPerProcess} sessions`);
     // Started 4 at a time: twenty start-ups at once starve each other on a small machine.
     await pool(
       Array.from({ length: size.processes }, (_, i) => i),
@@ -101,6 +116,7 @@ export async function runLocks(ctx: BenchContext): Promise<LocksResult> {
             `--prefix=${base}go/${r}/`,
             `--names=${size.names}`,
             `--sessions=${size.sessionsPerProcess}`,
+            ...(size.distinct ? ['--distinct'] : []),
             `--duration=${size.roundMs}ms`,
           ]),
         );
@@ -112,7 +128,7 @@ export async function runLocks(ctx: BenchContext): Promise<LocksResult> {
           for (const w of go) w.kill();
         }
       }
-      ctx.log(`locks: round ${r + 1}/${size.rounds} done`);
+      ctx.log(`${size.phase}: round ${r + 1}/${size.rounds} done`);
     }
     await Promise.all(ours.map((w) => w.close()));
   } finally {
@@ -155,6 +171,12 @@ function row(impl: LocksRow['impl'], rounds: Round[]): LocksRow {
     violations: rounds.reduce((a, r) => a + exclusionViolations(r.results.flatMap((x) => x.records ?? [])), 0),
   };
   if (impl === 'ours') out.watchCreatesPerCycle = all.reduce((a, x) => a + (x.watchCreates ?? 0), 0) / cycles;
+  const txns = all.reduce((a, x) => a + (x.txns ?? 0), 0);
+  const txnRequests = all.reduce((a, x) => a + (x.txnRequests ?? 0), 0);
+  if (txnRequests > 0) {
+    out.txnsPerRequest = txns / txnRequests;
+    out.txnsPerCycle = txns / cycles;
+  }
   if (waits.length > 0) out.wait = mergeSummaries(waits);
   const client = all.find((x) => x.client)?.client;
   if (client) out.client = client;
@@ -188,6 +210,17 @@ const fixed = (v: number | undefined, d = 2): string => (v !== undefined && Numb
  * (floor Txns/s ÷ requests per cycle); and ours ÷ Go in the same run.
  */
 export function locksGoals(l: LocksResult): { id: string; goal: string; measured: string; met: boolean }[] {
+  if (l.phase === 'one-client') {
+    if (!l.go) return [];
+    return [
+      {
+        id: 'one-client-vs-go',
+        goal: `many locks from one process (one Client, ${l.sessionsPerProcess} sessions, a name each): lock cycles/s >= 1.5x Go's package with one client`,
+        measured: `${num(l.ours.perSec)}/s vs Go ${num(l.go.perSec)}/s: ${fixed(l.ours.perSec / l.go.perSec)}x (${fixed(l.ours.requestsPerCycle)} vs ${fixed(l.go.requestsPerCycle)} requests per cycle)`,
+        met: l.ours.perSec >= 1.5 * l.go.perSec,
+      },
+    ];
+  }
   const bound = l.floor.perSec / l.ours.requestsPerCycle;
   const go = l.go
     ? `; Go ${num(l.go.perSec)}/s (${fixed(l.go.requestsPerCycle)} requests per cycle), ours ÷ Go ${fixed(l.ours.perSec / l.go.perSec)}x`
@@ -199,6 +232,16 @@ export function locksGoals(l: LocksResult): { id: string; goal: string; measured
       measured: `${num(l.ours.perSec)}/s vs ${num(l.floor.perSec)} Txns/s ÷ ${fixed(l.ours.requestsPerCycle)} = ${num(bound)}/s: ${((l.ours.perSec / bound) * 100).toFixed(0)}%${go}`,
       met: l.ours.perSec >= 0.8 * bound,
     },
+    ...(l.go
+      ? [
+          {
+            id: 'locks-vs-go',
+            goal: `independent locks (${l.processes} processes x ${l.sessionsPerProcess} sessions): lock cycles/s >= 1.0x Go's package`,
+            measured: `${num(l.ours.perSec)}/s vs Go ${num(l.go.perSec)}/s: ${fixed(l.ours.perSec / l.go.perSec)}x`,
+            met: l.ours.perSec >= l.go.perSec,
+          },
+        ]
+      : []),
   ];
 }
 
@@ -206,12 +249,12 @@ export function locksChecks(l: LocksResult): { phase: string; what: string; ok: 
   const rows = [l.ours, ...(l.go ? [l.go] : [])];
   return [
     ...rows.map((x) => ({
-      phase: `locks/${x.impl}`,
+      phase: `${l.phase}/${x.impl}`,
       what: 'one holder per name at a time, tokens growing (across processes)',
       ok: x.violations === 0 && x.cycles > 0,
       detail: `${x.violations} violations in ${x.cycles} cycles`,
     })),
-    { phase: 'locks', what: 'no keys left', ok: l.keysLeft === 0, detail: `${l.keysLeft} keys left` },
+    { phase: l.phase, what: 'no keys left', ok: l.keysLeft === 0, detail: `${l.keysLeft} keys left` },
   ];
 }
 
@@ -219,8 +262,8 @@ export function locksSection(l: LocksResult): { title: string; header: string[];
   const label = { floor: 'floor: Txns without locking', ours: 'ours', go: `Go concurrency ${l.go?.client ?? ''}`.trim() };
   return {
     title:
-      `Independent locks: ${num(l.names)} names, ${l.processes} processes x ${l.sessionsPerProcess} sessions, ` +
-      `lock -> one turn -> unlock on random names (${l.rounds} round${l.rounds > 1 ? 's' : ''} of ${l.roundMs / 1000} s, taking turns` +
+      `Independent locks: ${num(l.names)} names, ${l.processes} process${l.processes > 1 ? 'es' : ''} x ${l.sessionsPerProcess} sessions, ` +
+      `lock -> one turn -> unlock on ${l.distinct ? 'a name of its own' : 'random names'} (${l.rounds} round${l.rounds > 1 ? 's' : ''} of ${l.roundMs / 1000} s, taking turns` +
       `${l.warmupMs > 0 ? `, after ${l.warmupMs / 1000} s of each to warm up` : ''})`,
     header: [
       'implementation',
@@ -230,6 +273,7 @@ export function locksSection(l: LocksResult): { title: string; header: string[];
       'client CPU µs/cycle',
       'etcd CPU µs/cycle',
       'etcd CPU ms/s',
+      'Txns per request',
       'wait p50 ms',
       'wait p99 ms',
       'violations',
@@ -242,6 +286,7 @@ export function locksSection(l: LocksResult): { title: string; header: string[];
       num(x.clientCpuUsPerCycle),
       num(x.etcdCpuUsPerCycle),
       num(x.etcdCpuMsPerSec),
+      fixed(x.txnsPerRequest),
       fixed(x.wait?.p50),
       fixed(x.wait?.p99),
       x.impl === 'floor' ? '' : String(x.violations),

@@ -4,7 +4,7 @@
 // under tsx every closure would also carry the `name` property esbuild's keepNames gives it.
 //
 //   node --import tsx bench/main.ts [--quick] [--members 1|3] [--contenders 8] [--etcd 3.4,3.7]
-//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions,locks,rtt,sessions-scale]
+//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions,locks,one-client,rtt,sessions-scale]
 //        [--rtt 10,1]
 //        [--json out.json]
 //        [--markdown out.md] [--charts docs] [--require-go]
@@ -25,7 +25,7 @@ import type { BenchContext } from './context.js';
 import { runElection, type ElectionImpl } from './election.js';
 import { startBenchEtcd, type BenchEtcd } from './etcd.js';
 import { runFloor } from './floor.js';
-import { runLocks } from './locks.js';
+import { ONE_CLIENT_SIZE, runLocks } from './locks.js';
 import { goBinary } from './go.js';
 import { renderMarkdown, renderText } from './report.js';
 import { renderVersionsMarkdown, renderVersionsText } from './report-versions.js';
@@ -53,6 +53,7 @@ const PHASES = [
   'semaphore-scale',
   'sessions',
   'locks',
+  'one-client',
   'rtt',
   'sessions-scale',
 ] as const;
@@ -128,7 +129,7 @@ async function main(): Promise<number> {
   // etcd's own Go package, for the contended, election, locks and sessions-scale phases.
   let go: string | undefined;
   let goSkipped: string | undefined;
-  if (['contended', 'election', 'locks', 'sessions-scale', 'rtt'].some((p) => opts.only.has(p as Phase))) {
+  if (['contended', 'election', 'locks', 'one-client', 'sessions-scale', 'rtt'].some((p) => opts.only.has(p as Phase))) {
     log('building interop/go (cached after the first time)');
     const g = await goBinary();
     if ('bin' in g) go = g.bin;
@@ -250,6 +251,8 @@ async function main(): Promise<number> {
     }
     if (opts.only.has('sessions')) await each('sessions', async (ctx, r) => void (r.sessions = await runSessions(ctx)));
     if (opts.only.has('locks')) await each('locks', async (ctx, r) => void (r.locks = await runLocks(ctx)));
+    if (opts.only.has('one-client'))
+      await each('one-client', async (ctx, r) => void (r.oneClient = await runLocks(ctx, ONE_CLIENT_SIZE(ctx.quick))));
     // Real round-trip times (bench/rtt.ts): a delayed 3-member cluster of its own per version and RTT.
     if (opts.only.has('rtt'))
       await each('rtt', async (ctx, r) => void (r.rtt = await runRtt(ctx, opts.rtts, opts.versions[ctxs.indexOf(ctx)], go !== undefined)));

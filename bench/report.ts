@@ -361,6 +361,7 @@ export function sections(r: Results): Section[] {
     });
   }
   if (r.locks) out.push(locksSection(r.locks));
+  if (r.oneClient) out.push(locksSection(r.oneClient));
   if (r.sessionsScale) out.push(sessionsScaleSection(r.sessionsScale));
   if (r.goals.length > 0) {
     out.push({

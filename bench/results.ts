@@ -50,6 +50,8 @@ export interface Results {
   sessions?: SessionsResult;
   /** Independent locks at scale: many processes, many sessions, many names. */
   locks?: LocksResult;
+  /** Many independent locks from one process: one Client, a session and a name each. */
+  oneClient?: LocksResult;
   /** Thousands of sessions over several processes, and an outage of etcd. */
   sessionsScale?: SessionsScaleResult;
   /** Real round-trip times: the phases on a delayed 3-member cluster, per RTT (bench/rtt.ts). */
@@ -289,6 +291,7 @@ export function judgeGoals(r: Results): Goal[] {
     });
   }
   if (r.locks) goals.push(...locksGoals(r.locks));
+  if (r.oneClient) goals.push(...locksGoals(r.oneClient));
   if (r.sessionsScale) goals.push(...sessionsScaleGoals(r.sessionsScale));
   goals.push(...judgeRtt(r.rtt));
   return goals;
@@ -393,6 +396,7 @@ export function collectChecks(r: Results): Check[] {
     });
   }
   if (r.locks) checks.push(...locksChecks(r.locks));
+  if (r.oneClient) checks.push(...locksChecks(r.oneClient));
   if (r.sessionsScale) checks.push(...sessionsScaleChecks(r.sessionsScale));
   for (const e of r.errors) checks.push({ phase: e.phase, what: 'ran', ok: false, detail: e.message });
   checks.push(...rttChecks(r.rtt));

@@ -126,10 +126,10 @@ export async function startDelayedCluster(rttMs: number, version?: string): Prom
       for (;;) {
         const dead = members.find((m) => m.exitCode !== null);
         if (dead) throw new Error(`bench: an etcd member exited (${dead.exitCode}); logs in ${dir}`);
-        const ok = await fetch(`http://127.0.0.1:${cp}/health`).then(
-          (r) => r.json() as Promise<{ health: string }>,
-          () => undefined,
-        );
+        // Not up yet, or (a port taken meanwhile by another process) not an etcd: not healthy yet.
+        const ok = await fetch(`http://127.0.0.1:${cp}/health`)
+          .then((r) => r.json() as Promise<{ health: string }>)
+          .catch(() => undefined);
         if (ok?.health === 'true') break;
         if (performance.now() > deadline) throw new Error(`bench: the delayed cluster did not become healthy in 30 s; logs in ${dir}`);
         await sleep(100);

@@ -80,7 +80,11 @@ export async function pool<T, R>(items: readonly T[], limit: number, fn: (item: 
  * streams opened (Watch, LeaseKeepAlive) with the messages they deliver.
  */
 export class RpcCounter {
+  /** Unary requests sent (a request of Txns sent together, see coalescer.ts, is one). */
   unary = 0;
+  /** Txn requests, and the Txns they carried. */
+  txnRequests = 0;
+  txns = 0;
   inFlight = 0;
   readonly byMethod = new Map<string, number>();
   watchResponses = 0;
@@ -104,15 +108,21 @@ export class RpcCounter {
     // instance's methods (own properties shadow the prototype's), which the library never sees.
     // biome-ignore lint/suspicious/noExplicitAny: the bench counts RPCs by wrapping an internal method
     const conn = client.conn as any;
-    const unary = conn.unary.bind(conn);
-    conn.unary = async (method: { path: string }, ...rest: unknown[]) => {
+    // Every request passes through `call` once (`unary` is `call` with its duration recorded).
+    const call = conn.call.bind(conn);
+    conn.call = async (method: { path: string }, request: { success?: { requestTxn?: unknown }[] }, ...rest: unknown[]) => {
       this.unary++;
       this.inFlight++;
       const name = method.path.slice(method.path.lastIndexOf('/') + 1);
       this.byMethod.set(name, (this.byMethod.get(name) ?? 0) + 1);
+      if (name === 'Txn') {
+        this.txnRequests++;
+        const nested = request.success?.length && request.success.every((o) => o.requestTxn) ? request.success.length : 0;
+        this.txns += nested || 1;
+      }
       const start = performance.now();
       try {
-        return await unary(method, ...rest);
+        return await call(method, request, ...rest);
       } finally {
         this.inFlight--;
         if (this.tracing) this.unaryLog.push({ method: name, start, end: performance.now() });

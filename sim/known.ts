@@ -16,11 +16,12 @@ export interface KnownDefect {
 export const KNOWN_OPEN: readonly KnownDefect[] = [
   {
     rule: /^left-behind$/,
-    detail: /dbar\/a\/ready/,
-    note: "DoubleBarrier: when every member's leave() is aborted (here during a leader election), each deletes its own key but none deletes `<name>/ready`, which stays for good",
+    detail: /^after every session closed: keys \["dbar\/a\/ready"\], leases 0$/,
+    faults: /crash-proc|member-crash/,
+    note: "DoubleBarrier: a round whose last members died (their process crashed, or their session was lost while most members were down) leaves `<name>/ready`, as Go's protocol does: the last one out deletes it, and none came out. Harmless to later rounds (they wait for a put after their own key); a design question, not a fix: see docs/barriers.md",
     seeds: [
-      { seed: 83, profile: '3.7', workload: 'mixed' },
-      { seed: 101, profile: '3.7', workload: 'mixed' },
+      { seed: 666, profile: '3.7', workload: 'mixed' },
+      { seed: 1075, profile: '3.7', workload: 'mixed' },
     ],
   },
 ];

@@ -69,4 +69,13 @@ export const REGRESSIONS: readonly RegressionSeed[] = [
     found:
       "the oracle counted a DoubleBarrier's members without the operator's lease-less waiter key, which Go's counting (and the library's) includes",
   },
+  // DoubleBarrier: `ready` left for good when every member's leave() was aborted, or when a later
+  // round opened while the last member of the previous one was still leaving (fixed: closeIfLast).
+  { seed: 83, profile: '3.7', workload: 'mixed', found: "DoubleBarrier: every member's leave() aborted, `<name>/ready` left for good" },
+  {
+    seed: 101,
+    profile: '3.7',
+    workload: 'mixed',
+    found: 'DoubleBarrier: a round opened while the last member of the one before was leaving; its `ready` left for good',
+  },
 ];

@@ -69,3 +69,8 @@ export function ownBuffer(key: string | Buffer): Buffer {
   else key.copy(b);
   return b;
 }
+
+/** The queue a participant key is in: its prefix, `<name>/` (two coalesced Txns must not share one). */
+export function queuePrefix(key: string): string {
+  return key.slice(0, key.lastIndexOf('/') + 1);
+}

@@ -62,9 +62,13 @@ export class Session implements AsyncDisposable {
   private provenUntil: number;
   /** Repeats the late-renewal check while a renewal stays unanswered (none otherwise). */
   private lateTimer?: NodeJS.Timeout;
-  /** Fires at the loss deadline it was armed for (expiryAt), then re-arms for the current one if renewals moved it. */
+  /**
+   * Fires at the loss deadline. Armed at creation, and once a renewal is late (see late): every
+   * answered renewal disarms it, unless the deadline could come before the next renewal is found
+   * late (a large safety margin). A thousand healthy sessions then wake the process for their
+   * renewals alone, not once more each for a deadline that keeps moving.
+   */
   private expiryTimer?: NodeJS.Timeout;
-  private expiryAt = 0;
   private awaiting = false;
   private renewSentAt = 0;
   private renewing = true;
@@ -179,6 +183,8 @@ export class Session implements AsyncDisposable {
    */
   orphan(): void {
     this.stopRenewing();
+    // No renewal will move the deadline or find itself late: watch it from now on.
+    if (!this.signal.aborted && !this.expiryTimer) this.armExpiry();
   }
 
   [Symbol.asyncDispose](): Promise<void> {
@@ -214,12 +220,12 @@ export class Session implements AsyncDisposable {
     }
     this.grantedTtl = Number(ttl);
     const until = sentAt + this.grantedTtl * 1000;
-    if (until > this.provenUntil) {
-      this.provenUntil = until;
-      // A timer armed for an earlier deadline re-arms itself when it fires; only an earlier one
-      // (a larger TTL's larger safety margin) needs it now.
-      if (!this.expiryTimer || this.lossAt() < this.expiryAt) this.armExpiry();
-    }
+    if (until > this.provenUntil) this.provenUntil = until;
+    // Nothing outstanding: the next renewal, asked within an interval, arms the deadline once it is
+    // late (a retry wait after it was asked), which is before the deadline unless the margin is large.
+    clearTimeout(this.expiryTimer);
+    this.expiryTimer = undefined;
+    if (this.lossAt() <= sentAt + this.renewIntervalMs() + this.retryMs()) this.armExpiry();
     this.scheduleRenewal(sentAt);
   }
 
@@ -259,6 +265,8 @@ export class Session implements AsyncDisposable {
    */
   private late(askedAt = this.renewSentAt): void {
     if (!this.awaiting || askedAt < this.renewSentAt || this.lateTimer || !this.renewing) return;
+    if (!this.expiryTimer) this.armExpiry();
+    if (this.signal.aborted) return;
     // A stuck stream is replaced on the next endpoint, where every lease is renewed again.
     this.client.keepAlives.stalled(this.retryMs());
     publishLateRenewal(this.client.telemetry.logger, this.leaseId, performance.now() - this.renewSentAt, this.remainingMs());
@@ -271,8 +279,7 @@ export class Session implements AsyncDisposable {
   private armExpiry(): void {
     clearTimeout(this.expiryTimer);
     this.expiryTimer = undefined;
-    this.expiryAt = this.lossAt();
-    const ms = this.expiryAt - performance.now();
+    const ms = this.lossAt() - performance.now();
     if (ms <= 0) return this.end('deadline');
     this.expiryTimer = setTimeout(() => this.assertAliveQuietly(), Math.min(ms, 2 ** 31 - 1));
     // The keepalive stream keeps a live session's process running; this timer alone should not.
@@ -283,7 +290,7 @@ export class Session implements AsyncDisposable {
     this.expiryTimer = undefined;
     if (this.signal.aborted) return;
     if (performance.now() >= this.lossAt()) this.end('deadline');
-    else this.armExpiry();
+    else if (this.awaiting) this.armExpiry();
   }
 
   private stopRenewing(): void {

@@ -48,6 +48,16 @@ async function bench(args: string[], guardMs: number): Promise<string> {
   return output;
 }
 
+interface LocksJson {
+  processes: number;
+  sessionsPerProcess: number;
+  names: number;
+  keysLeft: number;
+  floor: { cycles: number; requestsPerCycle: number };
+  ours: { cycles: number; violations: number; requestsPerCycle: number; txnsPerCycle?: number };
+  go?: { cycles: number; violations: number; client?: string };
+}
+
 interface BenchJson {
   meta: { quick: boolean; etcd: string; go?: { client?: string; skipped?: string }; load?: { start: number[]; end?: number[] } };
   floor?: { put: { n: number }; get: { n: number }; watchNotify: { n: number } };
@@ -96,15 +106,8 @@ interface BenchJson {
     rpcsPerRelease: number;
   }[];
   sessions?: { sessions: number; lost: number; keepAliveStreamsOpened: number; hubLeases: number };
-  locks?: {
-    processes: number;
-    sessionsPerProcess: number;
-    names: number;
-    keysLeft: number;
-    floor: { cycles: number; requestsPerCycle: number };
-    ours: { cycles: number; violations: number; requestsPerCycle: number };
-    go?: { cycles: number; violations: number; client?: string };
-  };
+  locks?: LocksJson;
+  oneClient?: LocksJson;
   sessionsScale?: {
     sessions: number;
     processes: number;
@@ -226,15 +229,27 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
     assert.ok(r.locks, 'locks measured');
     assert.deepEqual([r.locks.processes, r.locks.sessionsPerProcess, r.locks.names], [2, 5, 20]);
     assert.ok(r.locks.floor.cycles > 0 && r.locks.floor.requestsPerCycle === 1, 'the floor: one request per Txn');
+    // Two Txns a cycle at least, though several may share one request (src/client/coalescer.ts).
     assert.ok(
-      r.locks.ours.cycles > 0 && r.locks.ours.requestsPerCycle >= 2,
-      `ours cycled, lock + unlock at least (${r.locks.ours.requestsPerCycle})`,
+      r.locks.ours.cycles > 0 && (r.locks.ours.txnsPerCycle ?? 0) >= 2,
+      `ours cycled, lock + unlock at least (${r.locks.ours.txnsPerCycle} Txns per cycle)`,
     );
     assert.equal(r.locks.ours.violations, 0, 'ours: one holder per name');
     assert.ok(r.locks.go && r.locks.go.cycles > 0, "Go's package cycled");
     assert.match(r.locks.go.client ?? '', /^v3\./);
     assert.equal(r.locks.go.violations, 0, 'Go: one holder per name');
     assert.equal(r.locks.keysLeft, 0, 'locks: no key left');
+    // one-client: one process, 20 sessions each on a name of its own, ours and Go's package
+    const one = r.oneClient;
+    assert.ok(one, 'one-client measured');
+    assert.deepEqual([one.processes, one.sessionsPerProcess, one.names], [1, 20, 20]);
+    assert.ok(
+      one.ours.cycles > 0 && (one.ours.txnsPerCycle ?? 0) >= 2,
+      `one-client: ours cycled (${one.ours.txnsPerCycle} Txns per cycle)`,
+    );
+    assert.equal(one.ours.violations, 0, 'one-client: one holder per name');
+    assert.ok(one.go && one.go.cycles > 0 && one.go.violations === 0, "one-client: Go's package cycled, one holder per name");
+    assert.equal(one.keysLeft, 0, 'one-client: no key left');
     // sessions-scale: 2 x 50 sessions, one keepalive stream each; after etcd's kill and restart
     // every session learned both (none lost: the outage is shorter than any deadline)
     const ss = r.sessionsScale;

@@ -204,6 +204,17 @@ describe('DoubleBarrier', () => {
     }),
   );
 
+  it('every member giving up its leave(): the last one out deletes `ready` too, so nothing is left', T, () =>
+    withMembers('abort-all', 2, async ({ name, ss }) => {
+      const [b1, b2] = await enterByAge(ss.map((s) => new DoubleBarrier(s, name, 2)));
+      const reason = new Error('shutting down');
+      await assert.rejects(b1.leave({ signal: AbortSignal.abort(reason) }), (e) => e === reason);
+      assert.ok(await client.get(`${name}/ready`), 'the other member is still inside: `ready` stays');
+      await assert.rejects(b2.leave({ signal: AbortSignal.abort(reason) }), (e) => e === reason);
+      assert.equal(await client.get(`${name}/ready`), undefined, 'the last one out deleted it');
+    }),
+  );
+
   it('a member whose session is lost inside enter() frees its place: the others keep waiting, and a newcomer completes the count', T, () =>
     withMembers('lost-in-enter', 4, async ({ name, ss, log }) => {
       const [b1, b2, b3, b4] = ss.map((s) => new DoubleBarrier(s, name, 3)) as [DoubleBarrier, DoubleBarrier, DoubleBarrier, DoubleBarrier];

@@ -25,6 +25,7 @@ const examples = runExamples('docs', guides, {
   'docs/rwmutex.md': ['writer now? false'],
   'docs/semaphore.md': ['third gets a permit now? false'],
   'docs/testing.md': ['lost lease_expired'],
+  'docs/simulation.md': ['order b,a'],
 });
 
 /** Each guide shows the API it is named for in a ```ts example. */

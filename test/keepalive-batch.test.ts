@@ -79,11 +79,40 @@ describe('renewals due together', () => {
     }
   });
 
+  it('healthy sessions arm no timer each between their renewals (the deadline is watched once one is late)', {
+    timeout: 60_000,
+  }, async () => {
+    await using c = new Client({ endpoints: etcd.endpoints });
+    const counted = countKeepAliveWrites(c);
+    const n = 50;
+    const sessions = await Promise.all(Array.from({ length: n }, () => Session.create(c, { ttl: 6 })));
+    // Timers armed anywhere in the process (the library arms its own with the global setTimeout).
+    let armed = 0;
+    const setTimeout0 = globalThis.setTimeout;
+    globalThis.setTimeout = ((...args: Parameters<typeof setTimeout0>) => {
+      armed++;
+      return setTimeout0(...args);
+    }) as typeof setTimeout0;
+    try {
+      // Three renewals of each, 2 s apart: past the 5 s deadline the sessions started with, which a
+      // timer per session would have met (and re-armed) in this window.
+      await waitFor(() => {
+        for (const s of sessions) if (s.signal.aborted) throw s.signal.reason;
+        return counted.answers >= 3 * n;
+      }, 'three renewals of each session answered');
+      assert.ok(armed < n / 2, `${armed} timers armed while ${n} sessions renewed 3 times each: expected a few for all of them`);
+    } finally {
+      globalThis.setTimeout = setTimeout0;
+      await closeAll(sessions);
+    }
+  });
+
   it('a slot is at most an eighth of the renewal interval, and the slots of every interval share one grid', () => {
     for (const interval of [1000 / 3, 1000, 2000, 10_000 / 3, 10_000, 20_000, 3e12]) {
       const w = slotWidthMs(interval);
       assert.ok(w > 0 && w <= interval / 8, `interval ${interval}: slot ${w}`);
-      assert.equal(500 % w, 0, `interval ${interval}: slot ${w} divides 500 ms`);
+      assert.ok(500 % w === 0 || w % 500 === 0, `interval ${interval}: slot ${w} divides 500 ms or is a multiple of it`);
+      assert.ok(w * 2 > interval / 8 || w === 1, `interval ${interval}: slot ${w} is the widest of the grid that fits`);
     }
   });
 });

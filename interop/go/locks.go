@@ -33,6 +33,7 @@ func benchLocks(endpoints []string, ttl int, args []string) int {
 	prefix := fs.String("prefix", fmt.Sprintf("bench/go/locks/%d/", time.Now().UnixNano()), "lock names are <prefix><0..names-1>")
 	names := fs.Int("names", 1000, "lock names to pick from at random")
 	sessions := fs.Int("sessions", 50, "sessions of this process, each looping on its own")
+	distinct := fs.Bool("distinct", false, "session i always locks name i, rather than a random name each cycle")
 	duration := fs.Duration("duration", 5*time.Second, "how long to loop after the start line")
 	_ = fs.Parse(args)
 
@@ -75,12 +76,15 @@ func benchLocks(endpoints []string, ttl int, args []string) int {
 	cpu0 := cpuTime()
 	start := time.Now()
 	end := start.Add(*duration)
-	for _, s := range ss {
+	for i, s := range ss {
 		wg.Add(1)
-		go func(s *concurrency.Session) {
+		go func(i int, s *concurrency.Session) {
 			defer wg.Done()
 			for time.Now().Before(end) {
 				k := rand.IntN(*names)
+				if *distinct {
+					k = i
+				}
 				m := concurrency.NewMutex(s, fmt.Sprintf("%s%d", *prefix, k))
 				t := time.Now()
 				if err := m.Lock(context.Background()); err != nil {
@@ -103,7 +107,7 @@ func benchLocks(endpoints []string, ttl int, args []string) int {
 					return
 				}
 			}
-		}(s)
+		}(i, s)
 	}
 	wg.Wait()
 	elapsed := time.Since(start)

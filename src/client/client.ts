@@ -15,6 +15,7 @@ import {
 } from './errors.js';
 import { settledWithin } from './backoff.js';
 import { KeepAliveHub } from './lease.js';
+import { Coalescer, type Coalescible } from './coalescer.js';
 import { WatchHub, type Watch, type WatchOptions, type WatchSink } from './watch.js';
 import { Namespace } from './namespace.js';
 import { ClientTelemetry, type TelemetryOptions } from './telemetry.js';
@@ -68,6 +69,8 @@ export class Client implements AsyncDisposable {
   /** @internal the key prefix of ClientOptions.namespace, if any. */
   readonly namespace?: Namespace;
   /** @internal */ readonly keepAlives: KeepAliveHub;
+  /** @internal this library's own Txns of one tick, sent together (see coalescer.ts). */
+  readonly coalescer: Coalescer;
   /** @internal the client's own metrics (no-ops without an OpenTelemetry SDK), and the options of the layers above. */
   readonly telemetry: ClientTelemetry;
   /** State the layers above keep on this client (see attached), closed with it. */
@@ -93,6 +96,7 @@ export class Client implements AsyncDisposable {
     if (options.namespace !== undefined) this.namespace = new Namespace(options.namespace);
     this.watches = new WatchHub(this.conn, this.namespace);
     this.keepAlives = new KeepAliveHub(this.conn);
+    this.coalescer = new Coalescer(this.conn, this.telemetry);
   }
 
   /** The endpoints as parsed (host:port). */
@@ -172,15 +176,21 @@ export class Client implements AsyncDisposable {
    * `progress` (for this library's queues) records whether such a retried attempt may still be
    * applied later.
    */
-  async txn(request: pb.TxnRequest, options?: CallOptions & { idempotent?: boolean }, progress?: CallProgress): Promise<TxnResult> {
+  async txn(
+    request: pb.TxnRequest,
+    options?: CallOptions & {
+      idempotent?: boolean;
+      /** @internal this library's own idempotent Txn, which may share a request with others (see coalescer.ts). */
+      coalesce?: Coalescible;
+    },
+    progress?: CallProgress,
+  ): Promise<TxnResult> {
     const ns = this.namespace;
-    const r = await this.conn.unary(
-      rpc.KV.txn,
-      ns ? ns.txnRequest(request) : request,
-      options?.idempotent ? 'idempotent' : 'at-most-once',
-      options,
-      progress,
-    );
+    const req = ns ? ns.txnRequest(request) : request;
+    const r =
+      options?.coalesce && options.idempotent
+        ? await this.coalescer.txn(req, options, options.coalesce.scope, progress)
+        : await this.conn.unary(rpc.KV.txn, req, options?.idempotent ? 'idempotent' : 'at-most-once', options, progress);
     const responses = r.responses ?? [];
     return { header: this.saw(header(r.header)), succeeded: r.succeeded ?? false, responses: ns ? ns.txnResponses(responses) : responses };
   }
@@ -421,6 +431,7 @@ export class Client implements AsyncDisposable {
 
   private saw(h: ResponseHeader): ResponseHeader {
     if (h.revision > this.conn.seenRevision) this.conn.seenRevision = h.revision;
+    this.conn.sawTerm(h.raftTerm);
     return h;
   }
 

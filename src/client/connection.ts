@@ -31,6 +31,8 @@ import {
   tlsSettingsOf,
 } from './options.js';
 import { diagnose, silence } from './unreachable.js';
+import * as rpc from './methods.js';
+import type { StatusResponse } from '../proto/etcd.js';
 
 export { closeStream, type BidiStream, type Method } from './transport/transport.js';
 export type { CallOptions, ConnectionOptions, RetryPolicy, TlsOptions, TokenProvider } from './options.js';
@@ -46,6 +48,13 @@ export class Connection {
   readonly requireLeader: boolean;
   private readonly peers: Transport[];
   private current = 0;
+  /** The endpoint of the Raft leader, when known and among ours: writes and linearizable reads go there. */
+  private leader: number | undefined;
+  /** The look-up of the leader under way, and when the last one ended (they are spaced). */
+  private finding: Promise<void> | undefined;
+  private foundAt = Number.NEGATIVE_INFINITY;
+  /** The newest Raft term an answer showed: a newer one means an election since. */
+  private term = 0n;
   private closed = false;
   /** TLS material when TLS is on, null for plaintext (kept for the unreachable-endpoint diagnosis). */
   private readonly tls: TlsOptions | undefined | null;
@@ -100,9 +109,77 @@ export class Connection {
     return this.endpoints[this.current]!.target;
   }
 
+  /** The endpoint of the Raft leader, when known and among the endpoints. */
+  get leaderTarget(): string | undefined {
+    return this.leader === undefined ? undefined : this.endpoints[this.leader]!.target;
+  }
+
+  /**
+   * Where a call goes: writes and linearizable reads to the leader when it is among the endpoints
+   * and known (each of them would otherwise pay a member's round trip to it), the rest, and all of
+   * them while no leader is known, to the current endpoint. Watches and keepalives stay there too.
+   */
+  private route(path: string, request: unknown): number {
+    if (this.peers.length === 1 || !TO_LEADER.has(path) || (request as { serializable?: boolean }).serializable) return this.current;
+    if (this.leader === undefined) {
+      this.findLeader();
+      return this.current;
+    }
+    return this.leader;
+  }
+
+  /**
+   * Asks the current member for its Status (spaced: at most one look-up a second): the leader when
+   * its own id is the leader's; else the others are asked, and the one whose id is the leader's is
+   * it. None among the endpoints, or none answering: none known. A client already on the leader
+   * connects to no other member for this.
+   */
+  private findLeader(): void {
+    if (this.finding || this.closed || performance.now() - this.foundAt < LEADER_LOOKUP_SPACING_MS) return;
+    const status = (i: number): Promise<StatusResponse | undefined> =>
+      this.call(rpc.Maintenance.status, {}, 'idempotent', { endpoint: this.endpoints[i]!.target, timeoutMs: this.dialTimeoutMs }).catch(
+        () => undefined,
+      );
+    const here = this.current;
+    this.finding = (async () => {
+      const mine = await status(here);
+      const id = mine?.leader ?? 0n;
+      if (mine?.raftTerm !== undefined && mine.raftTerm > this.term) this.term = mine.raftTerm;
+      if (id === 0n) return;
+      if (mine?.header?.memberId === id) {
+        this.leader = here;
+        return;
+      }
+      const others = this.endpoints.map((_, i) => i).filter((i) => i !== here);
+      const answers = await Promise.all(others.map(status));
+      const i = answers.findIndex((a) => a?.header?.memberId === id);
+      this.leader = i < 0 ? undefined : others[i];
+    })().finally(() => {
+      this.finding = undefined;
+      this.foundAt = performance.now();
+    });
+  }
+
+  /** The leader may have changed (a new term, a refusal, a failover): forget it and look again, now. */
+  private leaderMoved(): void {
+    if (this.peers.length === 1) return;
+    this.leader = undefined;
+    this.foundAt = Number.NEGATIVE_INFINITY;
+  }
+
+  /** @internal An answer's Raft term: a newer one than any seen means an election, maybe a new leader. */
+  sawTerm(term: bigint): void {
+    if (term <= this.term) return;
+    const known = this.term !== 0n;
+    this.term = term;
+    if (known) this.leaderMoved();
+  }
+
   /** Moves to the next endpoint, unless someone already moved away from `peer`. */
   failover(peer: number): void {
+    if (peer === this.leader) this.leaderMoved();
     if (this.current !== peer) return;
+    this.leaderMoved();
     this.current = (peer + 1) % this.peers.length;
     if (this.peers.length > 1 && this.telemetry?.metricsOn) this.telemetry.failovers.add(1);
     if (this.peers.length > 1) publishFailover(this.telemetry?.logger, this.endpoints[peer]!.target, this.endpoints[this.current]!.target);
@@ -217,7 +294,8 @@ export class Connection {
     );
   }
 
-  private async call<Req, Res>(
+  /** @internal {@link unary} without its duration recorded: for a caller that records per call of its own (coalescer.ts). */
+  async call<Req, Res>(
     method: Method<Req, Res>,
     request: Req,
     policy: RetryPolicy,
@@ -243,7 +321,7 @@ export class Connection {
       if (lastFailure && deadline - performance.now() < 1) {
         throw new DeadlineExceededError(`${lastFailure.message}; no time left to retry before the deadline`, { cause: lastFailure });
       }
-      const peer = pinned ?? this.current;
+      const peer = pinned ?? this.route(method.path, request);
       let transport: Transport;
       try {
         // Bounded by the dial timeout, the call's deadline and its signal: a hung endpoint costs at
@@ -279,6 +357,7 @@ export class Connection {
         if (!(err instanceof TransportError)) throw err;
         if (this.closed) throw new ClientClosedError();
         const details = err.details;
+        if (etcdSays(details, 'notLeader') || etcdSays(details, 'leaderChanged') || etcdSays(details, 'noLeader')) this.leaderMoved();
         if (isStaleToken(details) && this.tokens && md.token !== undefined && performance.now() < deadline) {
           // The token expired or the member forgot it (etcd 17623): the request was refused, so
           // fetch a new one and retry.
@@ -366,6 +445,16 @@ export class Connection {
 }
 
 const HAS_LEADER: RequestHeaders = Object.freeze({ hasleader: 'true' });
+
+/** Writes and linearizable reads: what a follower would forward to the leader, or confirm with it. */
+const TO_LEADER = new Set(
+  [rpc.KV.range, rpc.KV.put, rpc.KV.deleteRange, rpc.KV.txn, rpc.KV.compact, rpc.Lease.leaseGrant, rpc.Lease.leaseRevoke].map(
+    (m) => m.path,
+  ),
+);
+
+/** The least time between two look-ups of the leader. */
+const LEADER_LOOKUP_SPACING_MS = 1000;
 const NO_HEADERS: RequestHeaders = Object.freeze({});
 
 /** What a unary call did, for callers that must know: whether a request left, and whether one may land late. */

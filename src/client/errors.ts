@@ -116,6 +116,8 @@ export function isTransient(err: unknown): boolean {
  */
 const ETCD_SAYS = {
   noLeader: 'etcdserver: no leader',
+  notLeader: 'etcdserver: not leader',
+  leaderChanged: 'etcdserver: leader changed',
   notCapable: 'etcdserver: not capable',
   tooManyRequests: 'etcdserver: too many requests',
   invalidAuthToken: 'etcdserver: invalid auth token',
@@ -126,6 +128,7 @@ const ETCD_SAYS = {
   leaseNotFound: 'etcdserver: requested lease not found',
   leaseExists: 'etcdserver: lease already exists',
   permissionDenied: 'etcdserver: permission denied',
+  tooManyOps: 'etcdserver: too many operations in txn request',
 } as const;
 
 /** True when etcd's message `text` (a gRPC status' details, a watch's cancel reason) says `what`. */

@@ -26,11 +26,14 @@ export interface KeepAliveListener {
  * Renewals are sent on a grid of slots, so that those due at about the same time leave together
  * (one write, one packet; Go's lessor does the same from a loop every 500 ms). A lease renewed
  * every `intervalMs` is sent at the last slot at or before its due time, never after it: the
- * slot's width is the largest 500 / 2^k ms that is at most an eighth of the interval, so that the
- * grids of different intervals coincide and a renewal leaves at most an eighth of an interval early.
+ * slot's width is the largest 500 x 2^k ms (k may be negative) that is at most an eighth of the
+ * interval, so that the grids of different intervals coincide and a renewal leaves at most an
+ * eighth of an interval early. Wide slots at long TTLs: each slot costs a wake-up for its answers
+ * whatever it carries, which at TTL 60 weighed more than the renewals themselves.
  */
 export function slotWidthMs(intervalMs: number): number {
   let q = 500;
+  while (q * 2 <= intervalMs / 8) q *= 2;
   while (q > intervalMs / 8 && q > 1) q /= 2;
   return q;
 }

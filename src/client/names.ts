@@ -8,6 +8,7 @@ export const CLIENT_METRIC = {
   rpcDuration: 'rpc.client.call.duration',
   watchResumes: 'etcd_concurrency.watch.resumes',
   failovers: 'etcd_concurrency.client.failovers',
+  txnBatchSize: 'etcd_concurrency.client.txn.batch_size',
 } as const;
 
 /** Semantic conventions v1.40.0 for the calls' attributes. */

@@ -72,6 +72,8 @@ export class ClientTelemetry {
   readonly rpcDuration: Histogram;
   readonly watchResumes: Counter;
   readonly failovers: Counter;
+  /** Txns per shared request (coalescer.ts), recorded for requests of two or more. */
+  readonly txnBatchSize: Histogram;
   /** The client's logger (ClientOptions.logger), for the diagnostics events (src/diagnostics.ts). */
   readonly logger?: Logger;
   private readonly rpcAttrs = new Map<string, Attributes>();
@@ -96,6 +98,12 @@ export class ClientTelemetry {
       description: 'Moves of the client to the next endpoint after a failure',
       unit: '{failover}',
       valueType: ValueType.INT,
+    });
+    this.txnBatchSize = meter.createHistogram(CLIENT_METRIC.txnBatchSize, {
+      description: "Txns of the library's own sent together as one request (nested Txns), per request of two or more",
+      unit: '{txn}',
+      valueType: ValueType.INT,
+      advice: { explicitBucketBoundaries: [2, 4, 8, 16, 32, 64, 128] },
     });
     this.metricsOn = this.rpcDuration !== NOOP_HISTOGRAM;
   }

@@ -96,7 +96,8 @@ export class Barrier {
         if (r.count === 0n) return null;
         return {
           watch: { key, noPut: true },
-          found: { asOf: r.header.revision, confirmed: true }, // the check is only that the key exists, which this read proved
+          asOf: r.header.revision, // the check is only that the key exists, which this read proved
+          confirmed: true,
           changed: (e) => e.type === 'delete' && (released = true),
           check: { keys: [key], blocked: ([kv]) => kv !== undefined },
         };

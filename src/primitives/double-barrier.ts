@@ -134,9 +134,12 @@ export class DoubleBarrier {
       await this.depart(entry, stop.signal);
       // Gone already; dropped anyway, which starts the sweep of a create that may still land (createKey).
       if (entry.late) await dropKey(this.session, this.name, entry.key, entry.rev);
+      await this.closeIfLast().catch(() => {});
     } catch (err) {
-      // Giving up: our key goes now, or the others would wait for it as long as our session lives.
+      // Giving up: our key goes now, or the others would wait for it as long as our session lives;
+      // and if it was the last of its round, so does `ready`.
       await dropKey(this.session, this.name, entry.key, entry.rev);
+      await this.closeIfLast().catch(() => {});
       throw stop.signal.aborted ? stop.signal.reason : err;
     } finally {
       this.entry = undefined;
@@ -171,6 +174,8 @@ export class DoubleBarrier {
       return { key: mine.key, rev: mine.rev, ready: await this.waitOpen(mine, stop), late: mine.late };
     } catch (err) {
       await dropKey(this.session, this.name, mine.key, mine.rev);
+      // `ready` may have been put counting us, unseen: if we were the last of that round, it goes too.
+      await this.closeIfLast().catch(() => {});
       throw stop.aborted ? stop.reason : err;
     }
   }
@@ -280,7 +285,8 @@ export class DoubleBarrier {
         if (asOf === undefined) return this.keyLost(mine.key, signal);
         return {
           watch: { key: ready, noDelete: true },
-          found: { asOf, confirmed: true }, // the read checked all that the check checks
+          asOf, // the read checked all that the check checks
+          confirmed: true,
           changed: (e) => {
             if (e.kv.modRevision <= mine.rev) return false; // a previous round's
             opened = e.kv.modRevision;
@@ -296,6 +302,33 @@ export class DoubleBarrier {
     };
     await waitUntil(client, rule, { signal: stop, session: this.session });
     return opened!;
+  }
+
+  /**
+   * After our key went: if `ready` stands and no key of its round (created before it) is left,
+   * delete it (guarded on its revision), as the last one out of that round would have. That round
+   * may be ours, whose last member gave up its leave() (aborted, failed), or a later one that opened
+   * while we were still in: rounds overlap when an entrant comes before the previous round has left.
+   * Every member reads after its own delete, so the last of them sees the round empty. Best effort:
+   * an outage now, or a round whose members all died, leaves `ready` as Go's protocol does; a later
+   * round ignores it (waitOpen waits for a put after its own key).
+   */
+  private async closeIfLast(): Promise<void> {
+    const client = this.session.client;
+    if (client.closed) return;
+    const options = { timeoutMs: client.dialTimeoutMs };
+    const ready = await client.get(this.readyKey, options);
+    if (!ready) return;
+    const prefix = Buffer.from(this.waiters);
+    const round = await client.range(
+      { key: prefix, rangeEnd: prefixEnd(prefix), maxCreateRevision: ready.modRevision - 1n, keysOnly: true },
+      options,
+    );
+    if (round.kvs.length > 0) return;
+    await client.txn(
+      { compare: [compare.modRevision(this.readyKey, '=', ready.modRevision)], success: [op.delete(this.readyKey)], failure: [] },
+      { idempotent: true, ...options },
+    );
   }
 
   /** Our key is gone while we wait: the session's loss if its lease went too, else someone deleted it. */
@@ -353,7 +386,8 @@ export class DoubleBarrier {
         const last = oldest(others);
         return {
           watch: { key: prefix, prefix: true, noPut: true },
-          found: { asOf: r.header.revision, confirmed: true }, // that read saw `last` standing
+          asOf: r.header.revision, // that read saw `last` standing
+          confirmed: true,
           changed: (e) => e.type === 'delete' && left.has(e.kv.key.toString('latin1')),
           check: { keys: [last.key], blocked: ([kv]) => kv?.createRevision === last.createRevision },
         };

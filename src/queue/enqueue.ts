@@ -165,7 +165,7 @@ async function enqueueTxn(
         },
         // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second
         // key. No signal: cancelled after etcd applied it, it would leave a key nobody knows to delete.
-        { idempotent: true },
+        { idempotent: true, coalesce: { scope: spec.count.key } },
         progress,
       )
       .catch((err: unknown) => {

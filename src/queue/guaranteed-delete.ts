@@ -4,6 +4,7 @@ import { Backoff, sleep } from '../client/backoff.js';
 import { compare, type KeyValue, op } from '../client/kv.js';
 import { channels, type DeleteOutcome, type ReleaseDoneMessage, type ReleaseRetryMessage } from '../diagnostics.js';
 import { telemetryOf } from '../metrics/telemetry.js';
+import { queuePrefix } from '../keys.js';
 import { finishBeforeClose, type Session } from '../session.js';
 import { sessionQueue } from './state.js';
 
@@ -41,7 +42,10 @@ export function deleteUntilGone(session: Session, key: string, token: bigint | u
 /** One guarded delete. No signal: even a session lost to its local deadline may still have the key on the server. */
 async function deleteOnce(session: Session, key: string, token: bigint | undefined): Promise<void> {
   const guard = token !== undefined ? compare.createRevision(key, '=', token) : compare.lease(key, '=', session.leaseId);
-  await session.client.txn({ compare: [guard], success: [op.delete(key)], failure: [] }, { idempotent: true });
+  await session.client.txn(
+    { compare: [guard], success: [op.delete(key)], failure: [] },
+    { idempotent: true, coalesce: { scope: queuePrefix(key) } },
+  );
 }
 
 /** The key's lease goes (or went) anyway: stop trying. */

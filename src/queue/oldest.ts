@@ -14,7 +14,7 @@ import {
   txnRange,
 } from '../client/kv.js';
 import type { WatchEvent } from '../client/watch.js';
-import { isParticipantKey, ownBuffer, participantKey, prefixOf } from '../keys.js';
+import { isParticipantKey, ownBuffer, participantKey, prefixOf, queuePrefix } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
 import type { Ticket, TicketSpec } from './enqueue.js';
 import type { BatchCheck } from './recheck.js';
@@ -218,7 +218,7 @@ async function findPredecessor(
   const counted = count ? [op.range({ key: scope.prefix, rangeEnd: end, countOnly: true })] : [];
   const t = await client.txn(
     { compare: ourKeyStands(session, ticket), success: [op.range(before(8n)), ...counted], failure: [] },
-    { idempotent: true, signal },
+    { idempotent: true, signal, coalesce: { scope: scope.prefix } },
   );
   if (!t.succeeded) return ticketLost(session, ticket, lost, signal);
   const long = count && txnRange(t, 1).count > SHORT_QUEUE;
@@ -245,7 +245,7 @@ async function findPredecessor(
 async function ourTurnAfterHead(session: Session, ticket: Ticket, lost: LostErrorFactory, signal: AbortSignal): Promise<null> {
   const t = await session.client.txn(
     { compare: ourKeyStands(session, ticket), success: [op.touch(ticket.key)], failure: [] },
-    { idempotent: true, signal },
+    { idempotent: true, signal, coalesce: { scope: queuePrefix(ticket.key) } },
   );
   if (!t.succeeded) return ticketLost(session, ticket, lost, signal);
   return null;
@@ -258,7 +258,10 @@ async function ourTurnAfterHead(session: Session, ticket: Ticket, lost: LostErro
  */
 function markHead(session: Session, ticket: Ticket): void {
   session.client
-    .txn({ compare: ourKeyStands(session, ticket), success: [op.touch(ticket.key)], failure: [] }, { idempotent: true })
+    .txn(
+      { compare: ourKeyStands(session, ticket), success: [op.touch(ticket.key)], failure: [] },
+      { idempotent: true, coalesce: { scope: queuePrefix(ticket.key) } },
+    )
     .catch(() => {});
 }
 

@@ -31,10 +31,7 @@ export interface ReleaseResult {
 /** The result of a release that landed: one frozen object for every one of them. */
 export const RELEASED: ReleaseResult = Object.freeze({ state: 'released', settled: Promise.resolve() });
 
-/**
- * Several releases as one (lockAll's unlock): pending while any is, with the first failure (or all
- * of them) as `error`; else lost if any was, with its loss.
- */
+/** Several releases as one (lockAll's unlock): pending while any is (with its failures), else lost if any was. */
 export function combineReleases(results: readonly ReleaseResult[]): ReleaseResult {
   const pending = results.filter((r) => r.state === 'pending');
   if (pending.length === 0) return results.find((r) => r.state === 'lost') ?? RELEASED;
@@ -87,10 +84,7 @@ export function mayLandLate(session: Session, key: string): void {
   sessionQueue(session).late.mayLandLate(key);
 }
 
-/**
- * One more call of this process uses incarnation `token` of `key`, which another call holds now (an
- * RWMutex downgrade): the key then goes with the last of them. False if `token` is not the one in use.
- */
+/** An RWMutex downgrade joins the write lock's incarnation `token` (see KeyUsers.joinHeld). */
 export function joinHeld(session: Session, key: string, token: bigint): boolean {
   return sessionQueue(session).users.joinHeld(key, token);
 }

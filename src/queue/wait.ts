@@ -58,10 +58,7 @@ export interface TurnRule {
 }
 
 /** Who a wait reports to, once: the acquisition that holds it, or waitUntil's promise. */
-export interface WaitOwner {
-  turn(): void;
-  fail(err: unknown): void;
-}
+export type WaitOwner = { turn(): void; fail(err: unknown): void };
 
 /** Reads a blocker's check alone (not batched): one read-only Txn of gets. */
 export async function stillBlocked(client: Client, b: Blocker, signal: AbortSignal): Promise<boolean> {
@@ -79,11 +76,9 @@ export async function blockedNow(client: Client, rule: TurnRule, signal: AbortSi
   }
 }
 
-/** Options of {@link waitUntil}. */
+/** Options of {@link waitUntil}: the caller's `signal`, and the waiter's `session` (a barrier's wait, with no key, has none). */
 export interface WaitUntilOptions {
-  /** Stop waiting with its reason. */
   signal?: AbortSignal | undefined;
-  /** The waiter's session: its loss ends the wait at once. A barrier's wait, which has no key, has none. */
   session?: Session | undefined;
 }
 

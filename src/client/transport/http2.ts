@@ -9,7 +9,7 @@ import * as tls from 'node:tls';
 import { frame } from './framing.js';
 import { CONNECTION_WINDOW, LIMITS, STREAM_WINDOW } from './http2/limits.js';
 import { clean } from './http2/reply.js';
-import { Session } from './http2/session.js';
+import { H2Connection } from './http2/h2-connection.js';
 import { Http2BidiStream } from './http2/stream.js';
 import { UnaryCall } from './http2/unary.js';
 import { type BidiStream, ConnectError, type Method, type RequestHeaders, Status, type Transport, TransportError } from './transport.js';
@@ -53,8 +53,8 @@ export class Http2Transport implements Transport {
   private readonly host: string;
   private readonly port: number;
   private readonly tls: TlsSettings | null;
-  private session: Session | undefined;
-  private dialing: Promise<Session> | undefined;
+  private session: H2Connection | undefined;
+  private dialing: Promise<H2Connection> | undefined;
   private cancelDial: (() => void) | undefined;
   private closed = false;
 
@@ -88,7 +88,7 @@ export class Http2Transport implements Transport {
   }
 
   /** Called by a session that takes no new calls (GOAWAY, closed, dropped). */
-  detach(session: Session): void {
+  detach(session: H2Connection): void {
     if (this.session === session) this.session = undefined;
   }
 
@@ -105,14 +105,14 @@ export class Http2Transport implements Transport {
   }
 
   /** The ready session, or TIMED_OUT / a ConnectError / the signal's reason. */
-  private ready(deadline: number, signal: AbortSignal | undefined): Promise<Session> {
+  private ready(deadline: number, signal: AbortSignal | undefined): Promise<H2Connection> {
     if (this.closed) return Promise.reject(new ConnectError('closed', 0));
     if (signal?.aborted) return Promise.reject(signal.reason);
     if (this.session?.usable) return Promise.resolve(this.session);
     const attempt = this.dial();
-    return new Promise<Session>((resolve, reject) => {
+    return new Promise<H2Connection>((resolve, reject) => {
       let done = false;
-      const finish = (err: unknown, s?: Session): void => {
+      const finish = (err: unknown, s?: H2Connection): void => {
         if (done) return;
         done = true;
         clearTimeout(timer);
@@ -131,10 +131,10 @@ export class Http2Transport implements Transport {
   }
 
   /** The connection attempt in progress, or a new one. It outlives a waiter that gives up, up to the dial timeout. */
-  private dial(): Promise<Session> {
+  private dial(): Promise<H2Connection> {
     if (this.dialing) return this.dialing;
     const started = performance.now();
-    const attempt = new Promise<Session>((resolve, reject) => {
+    const attempt = new Promise<H2Connection>((resolve, reject) => {
       let settled = false;
       const socket = this.socket();
       const h2 = http2.connect(this.authority, {
@@ -145,7 +145,7 @@ export class Http2Transport implements Transport {
         maxSettings: LIMITS.maxSettings,
         settings: { enablePush: false, maxHeaderListSize: LIMITS.maxHeaderListSize, initialWindowSize: STREAM_WINDOW },
       });
-      const session = new Session(this, h2);
+      const session = new H2Connection(this, h2);
       const fail = (err: ConnectError): void => {
         if (settled) return;
         settled = true;

@@ -31,6 +31,8 @@ export interface SimulationResult<T> {
 
 /** The simulation did not finish within its virtual-time or step budget: something waits forever. */
 export class SimulationTimeoutError extends Error {
+  static readonly code = 'ERR_SIMULATION_TIMEOUT';
+  readonly code = SimulationTimeoutError.code;
   constructor(
     readonly why: 'time' | 'steps' | 'idle',
     readonly virtualMs: number,

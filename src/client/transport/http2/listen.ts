@@ -1,7 +1,7 @@
 import * as http2 from 'node:http2';
 import { LAST_STREAM_ID } from './limits.js';
 import type { Reply } from './reply.js';
-import type { Session } from './session.js';
+import type { H2Connection } from './h2-connection.js';
 
 const { NGHTTP2_FLAG_END_STREAM } = http2.constants;
 
@@ -15,7 +15,7 @@ export interface StreamOwner {
 
 /** A call's stream knows its session and owner, so that one set of listeners serves every stream. */
 interface Wired extends http2.ClientHttp2Stream {
-  [SESSION]: Session;
+  [SESSION]: H2Connection;
   [OWNER]: StreamOwner;
 }
 const SESSION = Symbol('session');
@@ -49,7 +49,7 @@ function retireNearLastId(this: Wired): void {
 }
 
 /** Wires a call's stream to its owner, and tells the session that the server is alive. */
-export function listen(session: Session, req: http2.ClientHttp2Stream, owner: StreamOwner): void {
+export function listen(session: H2Connection, req: http2.ClientHttp2Stream, owner: StreamOwner): void {
   const w = req as Wired;
   w[SESSION] = session;
   w[OWNER] = owner;
@@ -65,6 +65,6 @@ export function listen(session: Session, req: http2.ClientHttp2Stream, owner: St
 }
 
 /** Node fails a new stream, not its session, when stream ids run out: the session must go. */
-function outOfStreams(session: Session, err: Error): void {
+function outOfStreams(session: H2Connection, err: Error): void {
   if ((err as NodeJS.ErrnoException).code === 'ERR_HTTP2_OUT_OF_STREAMS') session.retire();
 }

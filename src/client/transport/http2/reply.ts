@@ -1,7 +1,7 @@
 import * as http2 from 'node:http2';
 import { Status, TransportError } from '../transport.js';
 import { LIMITS } from './limits.js';
-import type { Session } from './session.js';
+import type { H2Connection } from './h2-connection.js';
 
 const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL, NGHTTP2_REFUSED_STREAM, NGHTTP2_ENHANCE_YOUR_CALM, NGHTTP2_INADEQUATE_SECURITY } =
   http2.constants;
@@ -86,7 +86,7 @@ function fromHttpStatus(httpStatus: number): TransportError {
 }
 
 /** Why a call's stream closed when no status decided it: the session's fate, or whether the request ever left. */
-export function lostWith(session: Session, id: number | undefined, rst: number, err: Error | undefined): TransportError | undefined {
+export function lostWith(session: H2Connection, id: number | undefined, rst: number, err: Error | undefined): TransportError | undefined {
   if (id === undefined)
     return new TransportError(Status.UNAVAILABLE, `the connection closed before the request was sent${why(err ?? session.lastError)}`, {
       notSent: true,

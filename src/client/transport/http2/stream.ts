@@ -4,7 +4,7 @@ import { type FramingError, MessageDecoder, frameAll } from '../framing.js';
 import { type BidiStream, type Method, type RequestHeaders, Status, TransportError } from '../transport.js';
 import { listen } from './listen.js';
 import { Reply, clean, closedWithoutStatus, lostWith } from './reply.js';
-import type { Call, Session } from './session.js';
+import type { Call, H2Connection } from './h2-connection.js';
 
 const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL } = http2.constants;
 
@@ -18,7 +18,7 @@ export interface StreamHost {
 /** A bidirectional gRPC stream on a session (see BidiStream). */
 export class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStream<Req, Res>, Call {
   private req: http2.ClientHttp2Stream | undefined;
-  private session: Session | undefined;
+  private session: H2Connection | undefined;
   private done = false;
   /** cancel() was called: not even an error said on a later tick reaches anyone. */
   private cancelled = false;
@@ -28,7 +28,7 @@ export class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStrea
 
   constructor(
     private readonly transport: StreamHost,
-    session: Session | undefined,
+    session: H2Connection | undefined,
     private readonly method: Method<Req, Res>,
     headers: RequestHeaders,
   ) {
@@ -121,13 +121,13 @@ export class Http2BidiStream<Req, Res> extends EventEmitter implements BidiStrea
     this.end(lostWith(session, req.id, rst, this.streamError) ?? closedWithoutStatus(rst, this.reply.httpStatus));
   }
 
-  dropped(session: Session): void {
+  dropped(session: H2Connection): void {
     if (this.done || session !== this.session) return;
     this.end(new TransportError(Status.UNAVAILABLE, session.dropReason ?? 'the connection was dropped'));
   }
 
   /** A stream lives as long as its connection: on a GOAWAY it ends now, and its owner reopens it on a new one. */
-  goingAway(session: Session): void {
+  goingAway(session: H2Connection): void {
     if (this.done || session !== this.session) return;
     this.end(new TransportError(Status.UNAVAILABLE, 'the server is going away (GOAWAY): reopen the stream on a new connection'));
   }

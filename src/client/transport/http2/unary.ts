@@ -3,7 +3,7 @@ import { type FramingError, MessageDecoder } from '../framing.js';
 import { type Method, type RequestHeaders, Status, TransportError } from '../transport.js';
 import { listen } from './listen.js';
 import { Reply, clean, closedWithoutStatus, lostWith } from './reply.js';
-import type { Call, Session } from './session.js';
+import type { Call, H2Connection } from './h2-connection.js';
 
 const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL } = http2.constants;
 
@@ -21,7 +21,7 @@ export class UnaryCall<Res> implements Call {
   settled = false;
   private retried = false;
   private timer: NodeJS.Timeout | undefined;
-  private session: Session | undefined;
+  private session: H2Connection | undefined;
   private req: http2.ClientHttp2Stream | undefined;
   reply = new Reply();
   private decoder: MessageDecoder;
@@ -48,7 +48,7 @@ export class UnaryCall<Res> implements Call {
     this.transport.start(this as UnaryCall<unknown>);
   }
 
-  attempt(session: Session): void {
+  attempt(session: H2Connection): void {
     if (this.settled) return;
     let req: http2.ClientHttp2Stream;
     try {
@@ -119,7 +119,7 @@ export class UnaryCall<Res> implements Call {
     );
   }
 
-  dropped(session: Session): void {
+  dropped(session: H2Connection): void {
     if (this.settled || session !== this.session) return;
     const notSent = this.req?.id === undefined;
     this.fail(new TransportError(Status.UNAVAILABLE, session.dropReason ?? 'the connection was dropped', { notSent }));

@@ -5,9 +5,9 @@ const { NGHTTP2_ENHANCE_YOUR_CALM } = http2.constants;
 /** A unary call or a stream, as its session sees it. */
 export interface Call {
   /** The session was dropped by us (keepalive): end now, not when nghttp2 gets round to it. */
-  dropped(session: Session): void;
+  dropped(session: H2Connection): void;
   /** The server is going away: a stream ends now, so that its owner reopens it elsewhere. */
-  goingAway(session: Session): void;
+  goingAway(session: H2Connection): void;
 }
 
 /** What a session needs of its transport. */
@@ -17,11 +17,11 @@ export interface SessionHost {
   /** etcd said we ping too often: ping half as often. */
   slowKeepalive(): void;
   /** The session takes no new calls (GOAWAY, closed, dropped). */
-  detach(session: Session): void;
+  detach(session: H2Connection): void;
 }
 
 /** One HTTP/2 connection that reached "ready" (both sides' SETTINGS acknowledged). */
-export class Session {
+export class H2Connection {
   private active = 0;
   private readonly calls = new Set<Call>();
   /** The last stream id of a GOAWAY received, or -1: streams above it were never processed. */
