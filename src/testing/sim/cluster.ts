@@ -191,18 +191,13 @@ export class Cluster {
     if (m.applyTimer || m.backlog.length === 0 || !m.up) return;
     m.applyTimer = true;
     const lag = this.now() < m.lagUntil ? m.lagMs : 0;
-    this.server(() =>
-      setTimeout(
-        () => {
-          m.applyTimer = false;
-          if (!m.up) return;
-          const r = m.backlog.shift();
-          if (r) this.apply(m, r);
-          this.scheduleApply(m);
-        },
-        1 + this.rng.int(3) + lag,
-      ),
-    );
+    this.time.after(undefined, 1 + this.rng.int(3) + lag, () => {
+      m.applyTimer = false;
+      if (!m.up) return;
+      const r = m.backlog.shift();
+      if (r) this.apply(m, r);
+      this.scheduleApply(m);
+    });
   }
 
   private apply(m: Member, r: Revision): void {
@@ -234,15 +229,18 @@ export class Cluster {
       }
       case 'Put': {
         const res = s.put(req as pb.PutRequest, cause);
-        return { ...res, header: this.header(m, res.header?.revision) };
+        res.header = this.header(m, res.header?.revision);
+        return res;
       }
       case 'DeleteRange': {
         const res = s.deleteRange(req as pb.DeleteRangeRequest, cause);
-        return { ...res, header: this.header(m, res.header?.revision) };
+        res.header = this.header(m, res.header?.revision);
+        return res;
       }
       case 'Txn': {
         const res = s.txn(req as pb.TxnRequest, cause);
-        return { ...res, header: this.header(m, res.header?.revision) };
+        res.header = this.header(m, res.header?.revision);
+        return res;
       }
       case 'Compact': {
         s.compact((req as pb.CompactionRequest).revision ?? 0n);

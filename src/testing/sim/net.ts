@@ -19,6 +19,7 @@ import type { Rng } from './rng.js';
 import { EtcdFailure } from './store.js';
 import type { Proc, VirtualTime } from './time.js';
 import type { Trace } from './trace.js';
+import { asDecoded, roundTrip } from './wire.js';
 
 interface Codec {
   readonly request: pb.MessageFns<unknown>;
@@ -44,17 +45,12 @@ for (const def of [
   }
 }
 
-/** Through the wire format and back: the shape and defaults the other side's decoder gives. */
-function wire<T>(fns: pb.MessageFns<unknown>, message: T): T {
-  return fns.decode(fns.encode(message).finish()) as T;
-}
-
 /**
  * A request as the member reads it. The simulated server reads every field with its default, so
  * the library's own object will do, unless `exactRequests` (the differential test) asks for bytes.
  */
 function asReceived<T>(fns: pb.MessageFns<unknown>, message: T): T {
-  return exactRequests ? wire(fns, message) : message;
+  return exactRequests ? roundTrip(fns, message) : message;
 }
 
 let exactRequests = false;
@@ -98,7 +94,7 @@ export class Network {
     return 10 + this.rng.int(60);
   }
 
-  private link(proc: Proc, m: Member): Link {
+  link(proc: Proc, m: Member): Link {
     const k = `${proc.name}>${m.index}`;
     let l = this.links.get(k);
     if (!l) this.links.set(k, (l = { cutUntil: 0 }));
@@ -116,20 +112,18 @@ export class Network {
    * lives). Nothing arrives on a connection that was dropped meanwhile.
    */
   arrive(c: Connection, at: number, f: () => void, toClient: boolean): void {
+    const proc = toClient ? c.proc : undefined;
     const run = (): void => {
       if (!c.open) return;
-      const cut = this.link(c.proc, c.member).cutUntil;
+      const cut = c.link.cutUntil;
       if (performance.now() < cut) {
         // Resent once the link heals; messages held together keep their order.
-        const again = (): void => run();
-        if (toClient) c.proc.run(() => setTimeout(again, cut - performance.now() + 1));
-        else this.server(() => setTimeout(again, cut - performance.now() + 1));
+        this.time.after(proc, cut - performance.now() + 1, run);
         return;
       }
       f();
     };
-    if (toClient) c.proc.run(() => setTimeout(run, at - performance.now()));
-    else this.server(() => setTimeout(run, at - performance.now()));
+    this.time.after(proc, at - performance.now(), run);
   }
 
   /** Cuts `proc` off from `m` for `ms`: nothing crosses, nothing closes (until the keepalive notices). */
@@ -195,6 +189,8 @@ export class Connection {
   open = true;
   readonly calls = new Set<PendingCall>();
   readonly streams = new Set<SimStream<unknown, unknown>>();
+  /** The path between the two (a partition cuts it). */
+  readonly link: Link;
 
   constructor(
     readonly net: Network,
@@ -202,6 +198,7 @@ export class Connection {
     readonly member: Member,
   ) {
     net.connections.add(this);
+    this.link = net.link(proc, member);
   }
 
   /** The connection is gone: calls and streams fail as the transport reports a lost connection. */
@@ -356,7 +353,7 @@ export class SimTransport implements Transport {
               c.drop('the connection was lost (connection reset)');
               return;
             }
-            const out = answer.res === undefined ? undefined : wire(codec.response, answer.res);
+            const out = answer.res === undefined ? undefined : asDecoded(codec.response, answer.res);
             net.arrive(
               c,
               performance.now() + net.latency(),
@@ -470,7 +467,7 @@ export class SimStream<Req, Res> extends EventEmitter implements BidiStream<Req,
   /** Delivers `f` at the client after one transit (and any stall), after every earlier answer. */
   private toClient(f: (() => void) | undefined, res?: Res): void {
     const c = this.conn!;
-    const msg = res === undefined ? undefined : wire(this.codec.response, res);
+    const msg = res === undefined ? undefined : asDecoded(this.codec.response, res);
     const at = Math.max(performance.now() + this.net.latency(), this.toClientAt, this.net.stalledUntil(this.proc));
     this.toClientAt = at;
     this.net.arrive(

@@ -20,8 +20,8 @@ export interface RunOptions {
   faults?: boolean;
 }
 
-/** What each actor is doing now (for a liveness report). */
-const doing = new Map<string, string>();
+/** What each actor is doing now, and since when (for a liveness report). */
+const doing = new Map<string, { what: string; since: number }>();
 
 export interface RunResult {
   readonly seed: number;
@@ -102,7 +102,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
             proc,
             oracle,
             say: (l) => trace.add(l),
-            doing: (what) => doing.set(me, `${me}: ${what} since ${Math.round(performance.now())}`),
+            doing: (what) => doing.set(me, { what, since: time.now }),
           };
           void proc
             .start(() => actor(ctx, holder, ops))
@@ -160,7 +160,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
       oracle.violations.push({
         rule: 'liveness',
         at: Math.round(time.now),
-        detail: `${left()} actors still running ${Math.round(time.now - plan.quietAt)} ms after the faults stopped (${reason} budget): ${[...doing.values()].join('; ')}`,
+        detail: `${left()} actors still running ${Math.round(time.now - plan.quietAt)} ms after the faults stopped (${reason} budget): ${[...doing].map(([me, d]) => `${me}: ${d.what} since ${Math.round(d.since)}`).join('; ')}`,
       });
     } else if (reason === 'idle' && !actorsDone()) {
       oracle.violations.push({

@@ -58,6 +58,8 @@ export const ERR = {
   tooManyOps: () => new EtcdFailure(INVALID_ARGUMENT, 'etcdserver: too many operations in txn request'),
   keyNotFound: () => new EtcdFailure(INVALID_ARGUMENT, 'etcdserver: key not found'),
   emptyKey: () => new EtcdFailure(INVALID_ARGUMENT, 'etcdserver: key is not provided'),
+  valueProvided: () => new EtcdFailure(INVALID_ARGUMENT, 'etcdserver: value is provided'),
+  leaseProvided: () => new EtcdFailure(INVALID_ARGUMENT, 'etcdserver: lease is provided'),
 };
 
 /** What differs between etcd versions, as the library meets it. */
@@ -68,11 +70,17 @@ export interface Profile {
   readonly fastKeysOnly: boolean;
   /** 3.4 before 3.4.36: compaction at R drops the delete recorded at R, which a watch starting at R then never sees. */
   readonly compactionLosesTombstone: boolean;
+  /**
+   * Which error a Txn with several problems reports. 3.4's applier checks every put on the path
+   * (an ignore_* put's key, then its lease) before any range's revision; 3.7 checks each operation
+   * in order, a put's lease before its key.
+   */
+  readonly txnChecksPutsFirst: boolean;
 }
 
 export const PROFILES: Readonly<Record<'3.4' | '3.7', Profile>> = {
-  '3.4': { name: '3.4', version: '3.4.23', fastKeysOnly: false, compactionLosesTombstone: true },
-  '3.7': { name: '3.7', version: '3.7.3', fastKeysOnly: true, compactionLosesTombstone: false },
+  '3.4': { name: '3.4', version: '3.4.23', fastKeysOnly: false, compactionLosesTombstone: true, txnChecksPutsFirst: true },
+  '3.7': { name: '3.7', version: '3.7.3', fastKeysOnly: true, compactionLosesTombstone: false, txnChecksPutsFirst: false },
 };
 
 export interface Lease {
@@ -90,11 +98,13 @@ export const MAX_TTL = 9_000_000_000n;
 export const MAX_TXN_OPS = 128;
 
 function str(b: Buffer | Uint8Array | undefined): string {
-  return b ? Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('latin1') : '';
+  if (!b) return '';
+  if (Buffer.isBuffer(b)) return b.toString('latin1');
+  return Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('latin1');
 }
 
 /** A key range as etcd reads it: end '' is the key alone, end '\0' every key from `k` on. */
-interface Interval {
+export interface Interval {
   readonly k: string;
   readonly end: string;
 }
@@ -157,22 +167,43 @@ export class Store {
     return this.sorted;
   }
 
+  /** The current keys in `r`, in byte order. */
+  keysIn(r: Interval): string[] {
+    if (r.end === '') return this.kvs.has(r.k) ? [r.k] : [];
+    const out: string[] = [];
+    const sorted = this.sorted;
+    for (let i = lowerBound(sorted, r.k); i < sorted.length; i++) {
+      const k = sorted[i]!;
+      if (r.end !== '\0' && k >= r.end) break;
+      out.push(k);
+    }
+    return out;
+  }
+
   // ---- reads -----------------------------------------------------------------------------------
 
-  /** The keys in `r` at revision `at` (<= rev), in byte order. */
-  private rangeAt(r: Interval, at: bigint): Kv[] {
+  /**
+   * The keys in `r` at revision `at`, in byte order. `pending`: the changes of a write transaction
+   * under way (already in the current state, at revision rev+1), which a read at an earlier
+   * revision must not see.
+   */
+  private rangeAt(r: Interval, at: bigint, pending: readonly Change[] = []): Kv[] {
     const out: Kv[] = [];
-    if (at >= this.rev) {
+    if (at >= (pending.length > 0 ? this.rev + 1n : this.rev)) {
       if (r.end === '') {
         const kv = this.kvs.get(r.k);
         if (kv) out.push(kv);
         return out;
       }
-      for (const k of this.sorted) if (inside(r, k)) out.push(this.kvs.get(k)!);
+      for (const k of this.keysIn(r)) out.push(this.kvs.get(k)!);
       return out;
     }
     // Undo the revisions after `at`, newest first.
     const state = new Map<string, Kv | undefined>();
+    for (let j = pending.length - 1; j >= 0; j--) {
+      const c = pending[j]!;
+      if (inside(r, c.k)) state.set(c.k, c.prev);
+    }
     for (let i = this.history.length - 1; i >= 0 && this.history[i]!.rev > at; i--) {
       const h = this.history[i]!;
       for (let j = h.changes.length - 1; j >= 0; j--) {
@@ -180,8 +211,7 @@ export class Store {
         if (inside(r, c.k)) state.set(c.k, c.prev);
       }
     }
-    const keys = new Set<string>();
-    for (const k of this.sorted) if (inside(r, k)) keys.add(k);
+    const keys = new Set<string>(this.keysIn(r));
     for (const k of state.keys()) keys.add(k);
     for (const k of [...keys].sort()) {
       const kv = state.has(k) ? state.get(k) : this.kvs.get(k);
@@ -198,36 +228,45 @@ export class Store {
     return at;
   }
 
-  /** A Range as etcd's applier answers it (header revision `cur`). */
+  /** A Range as etcd's gRPC layer and applier answer it (header revision `cur`). */
   range(r: pb.RangeRequest, cur = this.rev): pb.RangeResponse {
+    if (!r.key?.length) throw ERR.emptyKey();
+    return this.read(r, cur);
+  }
+
+  /**
+   * etcd's Range on a read view at `cur` (the applier's, also inside a Txn): `pending` are the
+   * changes the Txn made so far.
+   */
+  read(r: pb.RangeRequest, cur: bigint, pending: readonly Change[] = []): pb.RangeResponse {
     const at = this.checkRev(r.revision ?? 0n, cur);
-    let kvs = this.rangeAt(interval(r.key, r.rangeEnd), at);
+    let kvs = this.rangeAt(interval(r.key, r.rangeEnd), at, pending);
     const count = BigInt(kvs.length);
     if (r.countOnly) return { header: { revision: cur }, kvs: [], more: false, count };
     const maxMod = r.maxModRevision ?? 0n;
     const minMod = r.minModRevision ?? 0n;
     const maxCreate = r.maxCreateRevision ?? 0n;
     const minCreate = r.minCreateRevision ?? 0n;
+    const target = r.sortTarget ?? pb.RangeRequest_SortTarget.KEY;
+    const asked = r.sortOrder ?? pb.RangeRequest_SortOrder.NONE;
+    const limit = r.limit ?? 0n;
+    // In key order with no filter, mvcc reads only limit+1 keys (one more for `more`); what is
+    // sorted afterwards is those (a NONE order with another target sorts ascending).
+    if (limit > 0n && isKeyOrder(target, asked) && maxMod === 0n && minMod === 0n && maxCreate === 0n && minCreate === 0n)
+      kvs = kvs.slice(0, Number(limit) + 1);
     if (maxMod !== 0n) kvs = kvs.filter((kv) => kv.modRevision <= maxMod);
     if (minMod !== 0n) kvs = kvs.filter((kv) => kv.modRevision >= minMod);
     if (maxCreate !== 0n) kvs = kvs.filter((kv) => kv.createRevision <= maxCreate);
     if (minCreate !== 0n) kvs = kvs.filter((kv) => kv.createRevision >= minCreate);
-    const target = r.sortTarget ?? pb.RangeRequest_SortTarget.KEY;
-    let order = r.sortOrder ?? pb.RangeRequest_SortOrder.NONE;
-    if (target !== pb.RangeRequest_SortTarget.KEY && order === pb.RangeRequest_SortOrder.NONE) order = pb.RangeRequest_SortOrder.ASCEND;
-    if (
-      !(
-        order === pb.RangeRequest_SortOrder.NONE ||
-        (target === pb.RangeRequest_SortTarget.KEY && order === pb.RangeRequest_SortOrder.ASCEND)
-      )
-    ) {
+    const order =
+      target !== pb.RangeRequest_SortTarget.KEY && asked === pb.RangeRequest_SortOrder.NONE ? pb.RangeRequest_SortOrder.ASCEND : asked;
+    if (!isKeyOrder(target, order)) {
       // Go's sort.Sort is not stable; ties (keys written by one Txn share a CreateRevision) are
       // broken here by key order, which etcd does not promise.
       const by = sortKey(target);
       const sign = order === pb.RangeRequest_SortOrder.DESCEND ? -1 : 1;
       kvs = [...kvs].sort((a, b) => sign * by(a, b) || (a.k < b.k ? -1 : a.k > b.k ? 1 : 0));
     }
-    const limit = r.limit ?? 0n;
     let more = false;
     if (limit > 0n && BigInt(kvs.length) > limit) {
       kvs = kvs.slice(0, Number(limit));
@@ -265,6 +304,7 @@ export class Store {
   }
 
   put(p: pb.PutRequest, cause: string): pb.PutResponse {
+    checkPutRequest(p);
     const lease = p.lease ?? 0n;
     if (lease !== 0n && !this.leases.has(lease)) throw ERR.leaseNotFound();
     const { result, rev } = this.write(cause, (w) => w.put(p));
@@ -272,15 +312,18 @@ export class Store {
   }
 
   deleteRange(d: pb.DeleteRangeRequest, cause: string): pb.DeleteRangeResponse {
+    if (!d.key?.length) throw ERR.emptyKey();
     const { result } = this.write(cause, (w) => w.deleteRange(d));
     return result;
   }
 
   txn(t: pb.TxnRequest, cause: string): pb.TxnResponse {
-    checkTxn(t);
+    checkTxnRequest(t, MAX_TXN_OPS);
+    checkIntervals(t.success ?? []);
+    checkIntervals(t.failure ?? []);
     const path = this.compareToPath(t);
     // Every put on the path must name a live lease, every range a readable revision: else the whole Txn fails.
-    this.checkPath(t, path.slice());
+    this.checkPath(t, path);
     if (!isWrite(t)) {
       const w = new Writer(this, cause);
       const resp = w.txn(t, path.slice());
@@ -300,20 +343,39 @@ export class Store {
     return path;
   }
 
-  private checkPath(t: pb.TxnRequest, path: boolean[]): void {
-    const ok = path.shift()!;
-    for (const op of (ok ? t.success : t.failure) ?? []) {
-      if (op.requestPut) {
-        const p = op.requestPut;
-        const lease = p.lease ?? 0n;
-        if ((p.ignoreValue || p.ignoreLease) && !this.kvs.has(str(p.key))) throw ERR.keyNotFound();
-        if (lease !== 0n && !this.leases.has(lease)) throw ERR.leaseNotFound();
-      } else if (op.requestRange) {
-        const rev = op.requestRange.revision ?? 0n;
-        if (rev > this.rev) throw ERR.futureRev();
-        if (rev !== 0n && rev < this.compacted) throw ERR.compacted();
-      } else if (op.requestTxn) this.checkPath(op.requestTxn, path);
+  /** The applier's checks of the operations on the path, in the profile's order (see Profile.txnChecksPutsFirst). */
+  private checkPath(t: pb.TxnRequest, path: readonly boolean[]): void {
+    if (this.profile.txnChecksPutsFirst) {
+      onPath(t, path, (op) => {
+        if (!op.requestPut) return;
+        this.checkPutKey(op.requestPut);
+        this.checkPutLease(op.requestPut);
+      });
+      onPath(t, path, (op) => op.requestRange && this.checkRangeRev(op.requestRange));
+    } else {
+      onPath(t, path, (op) => {
+        if (op.requestRange) this.checkRangeRev(op.requestRange);
+        else if (op.requestPut) {
+          this.checkPutLease(op.requestPut);
+          this.checkPutKey(op.requestPut);
+        }
+      });
     }
+  }
+
+  private checkPutKey(p: pb.PutRequest): void {
+    if ((p.ignoreValue || p.ignoreLease) && !this.kvs.has(str(p.key))) throw ERR.keyNotFound();
+  }
+
+  private checkPutLease(p: pb.PutRequest): void {
+    const lease = p.lease ?? 0n;
+    if (lease !== 0n && !this.leases.has(lease)) throw ERR.leaseNotFound();
+  }
+
+  private checkRangeRev(r: pb.RangeRequest): void {
+    const rev = r.revision ?? 0n;
+    if (rev > this.rev) throw ERR.futureRev();
+    if (rev !== 0n && rev < this.compacted) throw ERR.compacted();
   }
 
   private compare(c: pb.Compare): boolean {
@@ -428,21 +490,63 @@ function compareKv(c: pb.Compare, kv: Kv | undefined): boolean {
 }
 
 function isWrite(t: pb.TxnRequest): boolean {
-  const ops = [...(t.success ?? []), ...(t.failure ?? [])];
-  return ops.some((op) => op.requestPut || op.requestDeleteRange || (op.requestTxn && isWrite(op.requestTxn)));
+  const writes = (op: pb.RequestOp): boolean =>
+    op.requestPut !== undefined || op.requestDeleteRange !== undefined || (op.requestTxn !== undefined && isWrite(op.requestTxn));
+  return (t.success ?? []).some(writes) || (t.failure ?? []).some(writes);
 }
 
-/** etcd's checkTxnRequest (--max-txn-ops per list, nested too) and checkIntervals (no key written twice). */
-function checkTxn(t: pb.TxnRequest): void {
-  const tooMany = (x: pb.TxnRequest): boolean =>
-    (x.compare?.length ?? 0) > MAX_TXN_OPS ||
-    (x.success?.length ?? 0) > MAX_TXN_OPS ||
-    (x.failure?.length ?? 0) > MAX_TXN_OPS ||
-    [...(x.success ?? []), ...(x.failure ?? [])].some((op) => op.requestTxn !== undefined && tooMany(op.requestTxn));
-  if (tooMany(t)) throw ERR.tooManyOps();
-  checkIntervals(t.success ?? []);
-  checkIntervals(t.failure ?? []);
+function isKeyOrder(target: pb.RangeRequest_SortTarget, order: pb.RangeRequest_SortOrder): boolean {
+  return (
+    order === pb.RangeRequest_SortOrder.NONE || (target === pb.RangeRequest_SortTarget.KEY && order === pb.RangeRequest_SortOrder.ASCEND)
+  );
 }
+
+/** Calls `fn` with each operation but a nested Txn on the branches `path` takes, depth first, in order. */
+function onPath(t: pb.TxnRequest, path: readonly boolean[], fn: (op: pb.RequestOp) => void): void {
+  let at = 0;
+  const walk = (x: pb.TxnRequest): void => {
+    for (const op of (path[at++] ? x.success : x.failure) ?? []) {
+      if (op.requestTxn) walk(op.requestTxn);
+      else fn(op);
+    }
+  };
+  walk(t);
+}
+
+/** etcd's gRPC checkPutRequest. */
+function checkPutRequest(p: pb.PutRequest): void {
+  if (!p.key?.length) throw ERR.emptyKey();
+  if (p.ignoreValue && (p.value?.length ?? 0) !== 0) throw ERR.valueProvided();
+  if (p.ignoreLease && (p.lease ?? 0n) !== 0n) throw ERR.leaseProvided();
+}
+
+/**
+ * etcd's gRPC checkTxnRequest: the longest of a Txn's three lists within `--max-txn-ops`, a nested
+ * Txn within what its parent leaves; then each operation in order (keys given, ignore_* without a
+ * value or lease; an empty operation is `key not found`).
+ */
+function checkTxnRequest(t: pb.TxnRequest, maxOps: number): void {
+  const compare = t.compare ?? [];
+  const success = t.success ?? [];
+  const failure = t.failure ?? [];
+  const ops = Math.max(compare.length, success.length, failure.length);
+  if (ops > maxOps) throw ERR.tooManyOps();
+  for (const c of compare) if (!c.key?.length) throw ERR.emptyKey();
+  for (const op of success) checkRequestOp(op, maxOps - ops);
+  for (const op of failure) checkRequestOp(op, maxOps - ops);
+}
+
+function checkRequestOp(op: pb.RequestOp, maxOps: number): void {
+  if (op.requestRange) {
+    if (!op.requestRange.key?.length) throw ERR.emptyKey();
+  } else if (op.requestPut) checkPutRequest(op.requestPut);
+  else if (op.requestDeleteRange) {
+    if (!op.requestDeleteRange.key?.length) throw ERR.emptyKey();
+  } else if (op.requestTxn) checkTxnRequest(op.requestTxn, maxOps);
+  else throw ERR.keyNotFound();
+}
+
+/** etcd's checkIntervals: no key written twice in one list of a Txn (nested Txns included). */
 
 function checkIntervals(reqs: readonly pb.RequestOp[]): { puts: Set<string>; dels: Interval[] } {
   const dels: Interval[] = [];
@@ -492,7 +596,6 @@ export class Writer {
   put(p: pb.PutRequest): pb.KeyValue | undefined {
     const s = this.store;
     const k = str(p.key);
-    if (k === '') throw ERR.emptyKey();
     const prev = s.get(k);
     if ((p.ignoreValue || p.ignoreLease) && !prev) throw ERR.keyNotFound();
     const lease = p.ignoreLease ? prev!.lease : (p.lease ?? 0n);
@@ -514,7 +617,7 @@ export class Writer {
   deleteRange(d: pb.DeleteRangeRequest): pb.DeleteRangeResponse {
     const s = this.store;
     const r = interval(d.key, d.rangeEnd);
-    const keys = r.end === '' ? (s.get(r.k) ? [r.k] : []) : s.keys().filter((k) => inside(r, k));
+    const keys = s.keysIn(r);
     const prevKvs: pb.KeyValue[] = [];
     for (const k of keys) {
       const prev = s.get(k)!;
@@ -531,7 +634,7 @@ export class Writer {
     const ok = path.shift()!;
     const responses: pb.ResponseOp[] = [];
     for (const op of (ok ? t.success : t.failure) ?? []) {
-      if (op.requestRange) responses.push({ responseRange: this.store.range(op.requestRange, this.cur) });
+      if (op.requestRange) responses.push({ responseRange: this.store.read(op.requestRange, this.cur, this.changes) });
       else if (op.requestPut) {
         const prevKv = this.put(op.requestPut);
         responses.push({ responsePut: { header: { revision: this.rev }, ...(prevKv ? { prevKv } : {}) } });

@@ -4,6 +4,8 @@ import { createHash, type Hash } from 'node:crypto';
 
 export class Trace {
   private readonly hash: Hash = createHash('sha256');
+  /** Lines not hashed yet: hashing a few kilobytes at once costs less than a line at a time, and hashes the same. */
+  private unhashed = '';
   readonly lines: string[] | undefined;
   count = 0;
 
@@ -18,12 +20,18 @@ export class Trace {
   add(what: string): void {
     const line = `${this.now()} ${what}`;
     this.count++;
-    this.hash.update(line);
-    this.hash.update('\n');
+    this.unhashed += `${line}\n`;
+    if (this.unhashed.length > 4096) this.flush();
     this.lines?.push(line);
   }
 
   digest(): string {
+    this.flush();
     return this.hash.copy().digest('hex').slice(0, 32);
+  }
+
+  private flush(): void {
+    this.hash.update(this.unhashed);
+    this.unhashed = '';
   }
 }
