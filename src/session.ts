@@ -289,8 +289,10 @@ export class Session implements AsyncDisposable {
   private assertAliveQuietly(): void {
     this.expiryTimer = undefined;
     if (this.signal.aborted) return;
+    // A timer may fire a fraction of a millisecond early (the event loop's clock is whole
+    // milliseconds): before the deadline, watch the rest of it.
     if (performance.now() >= this.lossAt()) this.end('deadline');
-    else if (this.awaiting) this.armExpiry();
+    else this.armExpiry();
   }
 
   private stopRenewing(): void {

@@ -240,6 +240,35 @@ describe('Session end', () => {
     await assertNoKeys(client, p);
   });
 
+  it('a deadline timer that fires before the deadline (timers count whole milliseconds) watches the rest: an orphaned session still ends', async () => {
+    const s = await Session.create(client, { ttl: 3 });
+    // After the first renewal no deadline timer is armed (renewals watch the deadline): orphan() arms one.
+    const lossAt = performance.now() + s.remainingMs();
+    await waitFor(() => performance.now() + s.remainingMs() > lossAt + 500, 'the first renewal');
+    const realSetTimeout = globalThis.setTimeout;
+    let early = 0;
+    // The timer orphan() arms for the deadline fires 50 ms before it, as a rounded clock can (by less).
+    globalThis.setTimeout = ((fn: () => void, ms = 0) => realSetTimeout(fn, ms > 100 ? (early++, ms - 50) : ms)) as typeof setTimeout;
+    try {
+      s.orphan();
+    } finally {
+      globalThis.setTimeout = realSetTimeout;
+    }
+    try {
+      assert.equal(early, 1, 'orphan() armed one deadline timer');
+      // A hang guard well past the deadline, not a timing assertion.
+      let guard: NodeJS.Timeout | undefined;
+      const reason = await Promise.race([
+        new Promise((resolve) => s.signal.addEventListener('abort', () => resolve(s.signal.reason), { once: true })),
+        new Promise((resolve) => (guard = realSetTimeout(() => resolve('still alive'), s.remainingMs() + 10_000))),
+      ]);
+      clearTimeout(guard);
+      assertExpired(reason, s, 'deadline');
+    } finally {
+      await client.leaseRevoke(s.leaseId);
+    }
+  });
+
   it('renewals cut off by a partition: the signal fires before the server expires the lease', async () => {
     const p = fresh('partition');
     const proxy = await startProxy(etcd.endpoints[0]!);
