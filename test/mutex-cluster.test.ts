@@ -170,12 +170,14 @@ describe('an enqueue attempt that lands late', () => {
     timeout: 60_000,
   }, async () => {
     const name = `${fresh('late-enqueue')}lock`;
-    await using proxy = await startProxy(etcd.endpoints[0]!);
-    // Calls go first to the proxied member; an idempotent attempt there gets 1 s before the call
-    // moves on, and the proxy holds every byte for 1.5 s each way: the first attempt is still in
-    // flight when the retry on another member takes the key, and lands after the key was released.
+    // The leader is proxied: writes go to it (the client routes them there); an idempotent attempt
+    // there gets 1 s before the call moves on, and the proxy holds every byte for 1.5 s each way: the
+    // first attempt is still in flight when the retry on another member takes the key, and lands
+    // after the key was released.
+    const leader = await etcd.leaderIndex();
+    await using proxy = await startProxy(etcd.endpoints[leader]!);
     const slow = new Client({
-      endpoints: [proxy.endpoint, etcd.endpoints[1]!, etcd.endpoints[2]!],
+      endpoints: [proxy.endpoint, ...etcd.endpoints.filter((_, i) => i !== leader)],
       dialTimeoutMs: 1000,
       callTimeoutMs: 3000,
     });
@@ -185,6 +187,10 @@ describe('an enqueue attempt that lands late', () => {
     try {
       await log.ready;
       await slow.get('warm-up'); // connected to the proxied member before the delay starts
+      await waitFor(
+        async () => (await slow.get('warm-up'), slow.conn.leaderTarget === proxy.endpoint),
+        'the client routes writes to the proxied leader',
+      );
       proxy.delay(1500);
       const m = new Mutex(s, name);
       const h = await m.lock();
