@@ -7,7 +7,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  type Client,
+  Client,
   Election,
   LeadershipLostError,
   LockLostError,
@@ -22,7 +22,11 @@ import { aborted, assertNoKeys, closeAll, etcdFile, track, type Tracked } from '
 
 const ROOT = 'test/operator-edit/';
 let client: Client;
-const file = etcdFile(ROOT, (_e, c) => (client = c));
+let endpoints: () => string[];
+const file = etcdFile(ROOT, (e, c) => {
+  client = c;
+  endpoints = () => e.endpoints;
+});
 const { fresh, sessions } = file;
 
 /** The key as etcd has it now. */
@@ -340,3 +344,35 @@ function prefixEndOf(prefix: string): Buffer {
   b[b.length - 1]!++;
   return b;
 }
+
+describe('an operator deletes a whole queue in one revision', { timeout: 60_000 }, () => {
+  it("between the pages of a waiter's look-up: the waiter never holds on its deleted key", async () => {
+    const name = `${fresh('prefix-delete')}lock`;
+    const other = new Client({ endpoints: endpoints() });
+    const [a] = await sessions(1);
+    const [w] = await sessions(1, 30, other);
+    try {
+      const h = await new Mutex(a!, name).lock();
+      // Eight keys of a nested name after the holder's: the waiter's first page (eight keys below its
+      // own) holds only them, so it reads a second page, where the holder is.
+      for (let i = 0; i < 8; i++) await client.put(`${name}/nested/${i}`, '');
+      // The operator's delete of the whole prefix lands just before that second page is read.
+      const range = other.range.bind(other);
+      let deleted = false;
+      other.range = async (req, options) => {
+        if (!deleted && req.maxCreateRevision !== undefined) {
+          deleted = true;
+          await client.delete(`${name}/`, { prefix: true });
+        }
+        return range(req, options);
+      };
+      await assert.rejects(new Mutex(w!, name).lock(), (e: unknown) => e instanceof LockLostError && e.reason === 'key_deleted');
+      assert.ok(deleted, 'the look-up read a second page');
+      assert.ok((await aborted(h.signal)) instanceof LockLostError, 'the holder lost too');
+    } finally {
+      await closeAll([a!, w!]);
+      await other.close();
+    }
+    await assertNoKeys(client, name);
+  });
+});

@@ -224,7 +224,9 @@ async function findPredecessor(
   const long = count && txnRange(t, 1).count > SHORT_QUEUE;
   // Only keys of nested names or stray data in a page: look further back.
   const first = { page: txnRange(t, 0), revision: t.header.revision };
+  let pages = 0;
   for await (const page of pagesByCreate(client, before(64n), first, signal)) {
+    pages++;
     const kv = page.kvs.find((kv) => scope.isCandidate(kv.key) && !strays?.has(strayId(kv)));
     // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
     if (kv) {
@@ -238,7 +240,20 @@ async function findPredecessor(
       return { p, long };
     }
   }
+  // The pages after the first are plain reads: one revision may have taken the keys before us and
+  // our own key meanwhile (an operator's delete of the prefix). Nobody older counts only with our
+  // key standing now, and since no key older than ours can be created, it then holds now.
+  if (pages > 1) await confirmOurKey(session, ticket, lost, signal);
   return { p: null, long };
+}
+
+/** One Txn of O(1) compares: our key still stands on our lease (else the ticket is lost). */
+async function confirmOurKey(session: Session, ticket: Ticket, lost: LostErrorFactory, signal: AbortSignal): Promise<void> {
+  const t = await session.client.txn(
+    { compare: ourKeyStands(session, ticket), success: [], failure: [] },
+    { idempotent: true, signal, coalesce: { scope: queuePrefix(ticket.key) } },
+  );
+  if (!t.succeeded) await ticketLost(session, ticket, lost, signal);
 }
 
 /** Our marked predecessor is gone, so we are the oldest: one Txn of O(1) compares confirms our key stands, and marks it. */
