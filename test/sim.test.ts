@@ -99,6 +99,20 @@ test("the oracle allows a DoubleBarrier's `ready` left behind only after its rou
   gone(waiter(8), 61n, 'p2 Txn');
   gone(waiter(9), 62n, 'p3 Txn');
   assert.equal(oracle.leftByDesign('dbar/a/ready', ready(60n)), false);
+  // A process crashed while a member of the round was still in: allowed; after they all left: not.
+  const standing = new Set([waiter(11)]);
+  const withStore = new Oracle(
+    () => 0,
+    { get: (k) => (standing.has(k) ? { lease: 1n, createRevision: 1n } : undefined), keys: () => [...standing] },
+    () => {},
+  );
+  withStore.barrierOpened('dbar/a', 2, [waiter(11), waiter(12)], 70n);
+  withStore.crashed({} as never);
+  assert.equal(withStore.leftByDesign('dbar/a/ready', ready(70n)), true);
+  standing.clear();
+  withStore.barrierOpened('dbar/a', 2, [waiter(13), waiter(14)], 80n);
+  withStore.crashed({} as never);
+  assert.equal(withStore.leftByDesign('dbar/a/ready', ready(80n)), false);
 });
 
 const key = (s: string) => Buffer.from(s);

@@ -83,8 +83,8 @@ export class Oracle {
   private readonly lastAccepted = new Map<string, bigint>();
   /**
    * Each DoubleBarrier's round, from its last `ready` put: the revision of that put, the waiter keys
-   * it counted, and whether one of them went with its lease (its process crashed, or its session was
-   * lost) before leaving.
+   * it counted, and whether one of them went with its lease (its session lost) or a process crashed
+   * while one of them was still in.
    */
   private readonly rounds = new Map<string, { ready: bigint; members: Set<string>; died: boolean }>();
   /** The last grant (for checks made right after it). */
@@ -328,7 +328,7 @@ export class Oracle {
   /**
    * A key left after every session closed that is the documented behaviour, not a violation
    * (docs/barriers.md): a DoubleBarrier's `<name>/ready` whose round lost a member with its lease
-   * (crashed, or its session lost) before it left. Go's protocol leaves it too: the last one out
+   * (its session lost) before it left, or during which a process crashed. Go's protocol leaves it too: the last one out
    * deletes it, and none came out. Any other key left, `ready` of a round whose members all left
    * alive included, is a violation.
    */
@@ -362,6 +362,9 @@ export class Oracle {
   crashed(proc: Proc): void {
     for (const b of [...this.open]) if (b.proc === proc) this.ended(b);
     for (const p of [...this.pending]) if (p.older.proc === proc) this.pending.splice(this.pending.indexOf(p), 1);
+    // A crash during a DoubleBarrier's round (a member of it still in) may take the member that would
+    // have come out last: its key may even go by a delete it had sent just before.
+    for (const round of this.rounds.values()) if ([...round.members].some((k) => this.store.get(k) !== undefined)) round.died = true;
   }
 
   /** Whether `k` existed at revision `rev` on `lease` with CreateRevision `token`. */

@@ -29,7 +29,8 @@ export type OpKind =
   | 'lock-all'
   | 'double-barrier'
   | 'foreign'
-  | 'clear';
+  | 'clear'
+  | 'overwrite';
 
 /** One operation of an actor. */
 export interface Op {
@@ -43,6 +44,8 @@ export interface Op {
   readonly abortMs: number;
   /** A foreign participant's keys of a nested name, created in the same Txn as its key. */
   readonly nested?: number;
+  /** The operator's overwrite: which participant's key, by age (0: the oldest, a holder's). */
+  readonly target?: number;
 }
 
 export interface SessionPlan {
@@ -129,6 +132,7 @@ const NAME: Record<OpKind, readonly string[]> = {
   'double-barrier': ['dbar/a'],
   foreign: ['locks/a', 'sem/a'],
   clear: ['locks/a', 'rw/a', 'sem/a', 'elect/a'],
+  overwrite: ['locks/a', 'rw/a', 'sem/a', 'elect/a'],
 };
 
 /** Which resource a holding of each kind writes through the fenced store (reads and permits write nothing exclusive). */
@@ -152,7 +156,10 @@ interface Shape {
   /** The chance that an operation of a session with several actors is made with `share`. */
   readonly share: number;
   name(rng: Rng, kind: OpKind): string;
-  /** The chance that an operator process (etcdctl) also runs, deleting a name's keys in one revision. */
+  /**
+   * The chance that an operator process (etcdctl) also runs, deleting a name's keys in one revision
+   * or writing a participant's key with a plain put (no lease).
+   */
   readonly operator: number;
 }
 
@@ -222,6 +229,7 @@ function draw(rng: Rng, shape: Shape, withFaults: boolean): Plan {
     abortMs: kind === 'abort-lock' ? rng.between(1, 600) : kind === 'double-barrier' ? rng.between(500, 3000) : 0,
     // Past a page of the look-up (8), sometimes past a long queue (32).
     ...(kind === 'foreign' ? { nested: rng.chance(0.3) ? rng.between(33, 40) : rng.between(8, 12) } : {}),
+    ...(kind === 'overwrite' ? { target: rng.chance(0.7) ? 0 : rng.between(1, 3) } : {}),
   });
   for (let p = 0; p < nProcs; p++) {
     const sessions: SessionPlan[] = [];
@@ -259,8 +267,12 @@ function draw(rng: Rng, shape: Shape, withFaults: boolean): Plan {
     faults.sort((a, b) => a.at - b.at || a.id - b.id);
     // The operator's deletes come within the faults' time too: gaps that add up to less than 5 s.
     if (shape.operator > 0 && rng.chance(shape.operator)) {
-      const clears = Array.from({ length: rng.between(1, 2) }, () => ({ ...op('clear', 1), holdMs: 0, gapMs: rng.between(300, 2500) }));
-      procs.push({ name: OPERATOR, sessions: [{ ttl: 10, actors: [clears] }], observes: [] });
+      const edits = Array.from({ length: rng.between(1, 2) }, () => ({
+        ...op(rng.chance(0.5) ? 'clear' : 'overwrite', 1),
+        holdMs: 0,
+        gapMs: rng.between(300, 2500),
+      }));
+      procs.push({ name: OPERATOR, sessions: [{ ttl: 10, actors: [edits] }], observes: [] });
     }
   }
   return { procs, faults, quietAt };
@@ -490,9 +502,13 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
           { shared: op.share },
         );
         ctx.doing(`op ${op.id} leading ${h.key}`);
-        await sleep(op.holdMs / 2);
-        await h.proclaim(`${ctx.proc.name}-${op.id}-again`).catch(() => {});
-        await sleep(op.holdMs / 2);
+        // Proclaims through the hold, every 100 ms or so: one may race an operator's edit of the key.
+        const proclaims = Math.max(1, Math.floor(op.holdMs / 100));
+        for (let i = 0; i < proclaims; i++) {
+          await sleep(op.holdMs / (proclaims + 1));
+          await h.proclaim(`${ctx.proc.name}-${op.id}-${i}`).catch(() => {});
+        }
+        await sleep(op.holdMs / (proclaims + 1));
         end();
         await h.resign();
         return;
@@ -544,6 +560,17 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
         // The operator deletes every key of the name, holders' and waiters' alike, in one revision.
         await session.client.delete(`${op.name}/`, { prefix: true });
         return;
+      case 'overwrite': {
+        // The operator's plain put on a participant's key (a holder's, most often): it keeps its
+        // CreateRevision and loses its lease (issue 35, 2 and 3).
+        const { kvs } = await session.client.getPrefix(`${op.name}/`);
+        const participants = kvs
+          .filter((kv) => kv.lease !== 0n && /^((read|write)\/)?[0-9a-f]+$/.test(kv.key.toString('latin1').slice(op.name.length + 1)))
+          .sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1));
+        const kv = participants[Math.min(op.target ?? 0, participants.length - 1)];
+        if (kv) await session.client.put(kv.key, 'operator');
+        return;
+      }
       case 'double-barrier': {
         const b = new DoubleBarrier(session, op.name, BARRIER_COUNT);
         await b.enter(wait);
