@@ -30,6 +30,8 @@ export interface Mutant {
   readonly edits: readonly Edit[];
   /** The profile it is hunted on (default flags otherwise); 3.7 unless said. */
   readonly profile?: '3.4' | '3.7';
+  /** Not caught yet within 2,000 seeds: what the workload or oracle still lacks (the test skips it as a todo). */
+  readonly open?: string;
 }
 
 const NEVER_WAITS = 'rule: () => ({ blocker: async () => null }),';
@@ -230,12 +232,14 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'holder-takes-stale-events',
     breaks:
       "issue 35, 5 (e820d5e): a holder's key watch takes events at or below the read that confirmed it (a lagging member's delete of our previous incarnation)",
+    open: 'no schedule yet has a holder re-watch from "now" on a member that has not applied its own earlier delete (a failover between an unlock and a relock of one session)',
     edits: [{ file: 'src/queue/ownership.ts', search: 'if (e.kv.modRevision <= after) continue;', replace: '' }],
   },
   {
     name: 'stale-enqueue-answer-held',
     breaks:
       'issue 35, 7 (92c1321): an enqueue answer about an incarnation older than the one counted is held on (KeyUsers.join undefined ignored)',
+    open: "no schedule yet has a share call's enqueue answer older than the incarnation already counted (an answer delayed past a release and re-create of the same key)",
     edits: [{ file: 'src/queue/enqueue.ts', search: 'if (joined === undefined) return STALE;', replace: '' }],
   },
   {
@@ -267,6 +271,7 @@ export const MUTANTS: readonly Mutant[] = [
   {
     name: 'lost-incarnation-not-retired',
     breaks: 'c0c6f15: a lost incarnation is not retired (KeyUsers.retire), so a later call of the process joins it, with its token',
+    open: 'no schedule yet has a later call of the process join a lost incarnation still in etcd (needs a loss the holder learns while the key stands, then a shared call)',
     edits: [
       {
         file: 'src/queue/ownership.ts',
