@@ -8,6 +8,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import * as pb from '../src/proto/etcd.js';
+import { Oracle } from '../src/testing/sim/oracle.js';
 import { runSchedule } from '../src/testing/sim/run.js';
 import { PROFILES, Store } from '../src/testing/sim/store.js';
 import { KNOWN_OPEN, knownDefect } from '../sim/known.js';
@@ -45,6 +46,7 @@ test('the seeds that found bugs pass now', async () => {
       [],
       `seed ${r.seed} (${r.profile}, ${r.workload}), which found: ${r.found}`,
     );
+    assert.deepEqual(res.leftByDesign, r.leaves ?? [], `seed ${r.seed}: what it leaves by design`);
   }
 });
 
@@ -58,6 +60,59 @@ test('the known-open defects are still met by their seeds (move them to the regr
       );
     }
   }
+});
+
+test("the oracle allows a DoubleBarrier's `ready` left behind only after its round lost a member with its lease", () => {
+  const oracle = new Oracle(
+    () => 0,
+    { get: () => undefined, keys: () => [] },
+    () => {},
+  );
+  const waiter = (n: number) => `dbar/a/waiters/${n}`;
+  const gone = (k: string, rev: bigint, cause: string) => oracle.changed({ type: 'delete', k, rev, cause });
+  const ready = (rev: bigint) => ({ modRevision: rev, lease: 0n });
+  // A round whose members all left alive: a `ready` left is a violation (the last one out deletes it).
+  oracle.barrierOpened('dbar/a', 2, [waiter(1), waiter(2)], 10n);
+  gone(waiter(1), 11n, 'p1 Txn');
+  gone(waiter(2), 12n, 'p2 Txn');
+  assert.equal(oracle.leftByDesign('dbar/a/ready', ready(10n)), false);
+  // An operator's delete of a member's key is no death either.
+  oracle.barrierOpened('dbar/a', 2, [waiter(3), waiter(4)], 20n);
+  gone(waiter(3), 21n, 'fault operator-delete');
+  gone(waiter(4), 22n, 'p2 Txn');
+  assert.equal(oracle.leftByDesign('dbar/a/ready', ready(20n)), false);
+  // A member whose lease expired (its process crashed, its session lost) during the round: allowed.
+  oracle.barrierOpened('dbar/a', 2, [waiter(5), waiter(6)], 30n);
+  gone(waiter(5), 31n, 'p1 Txn');
+  gone(waiter(6), 32n, 'expiry');
+  assert.equal(oracle.leftByDesign('dbar/a/ready', ready(30n)), true);
+  // ... but only that round's `ready`, only a lease-less one, and no other key.
+  assert.equal(oracle.leftByDesign('dbar/a/ready', ready(40n)), false);
+  assert.equal(oracle.leftByDesign('dbar/a/ready', { modRevision: 30n, lease: 7n }), false);
+  assert.equal(oracle.leftByDesign('dbar/a/waiters/5', ready(30n)), false);
+  // A member's key revoked by a fault (a deposed leader's early revoke) is a lost session too; a
+  // death in an earlier round does not excuse the `ready` of a later one whose members all left.
+  oracle.barrierOpened('dbar/a', 2, [waiter(7), waiter(8)], 50n);
+  gone(waiter(7), 51n, 'fault early-revoke');
+  assert.equal(oracle.leftByDesign('dbar/a/ready', ready(50n)), true);
+  oracle.barrierOpened('dbar/a', 2, [waiter(8), waiter(9)], 60n);
+  gone(waiter(8), 61n, 'p2 Txn');
+  gone(waiter(9), 62n, 'p3 Txn');
+  assert.equal(oracle.leftByDesign('dbar/a/ready', ready(60n)), false);
+  // A process crashed while a member of the round was still in: allowed; after they all left: not.
+  const standing = new Set([waiter(11)]);
+  const withStore = new Oracle(
+    () => 0,
+    { get: (k) => (standing.has(k) ? { lease: 1n, createRevision: 1n } : undefined), keys: () => [...standing] },
+    () => {},
+  );
+  withStore.barrierOpened('dbar/a', 2, [waiter(11), waiter(12)], 70n);
+  withStore.crashed({} as never);
+  assert.equal(withStore.leftByDesign('dbar/a/ready', ready(70n)), true);
+  standing.clear();
+  withStore.barrierOpened('dbar/a', 2, [waiter(13), waiter(14)], 80n);
+  withStore.crashed({} as never);
+  assert.equal(withStore.leftByDesign('dbar/a/ready', ready(80n)), false);
 });
 
 const key = (s: string) => Buffer.from(s);

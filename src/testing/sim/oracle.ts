@@ -4,16 +4,25 @@
 // Rules (docs/simulation.md has them in prose):
 // - A grant happens only while the key stands: it exists on our lease with our token as its
 //   CreateRevision and no older key on a lease is under the prefix (exclusive kinds) at the grant's
-//   instant (a key on no lease is stray data, which participants skip). Excused: a fault (an
-//   operator's edit, a revoke) took the key after the call was made; that holder is then lost
-//   from birth and must learn it as below.
+//   instant (a key on no lease is stray data, which participants skip). The answer that proved it
+//   is the last one its process received (the library resolves in the same turn): the key must
+//   have stood at that answer's revision. Excused: a fault (an operator's edit, a revoke) took the
+//   key after that revision; that holder is then lost from birth and must learn it as below. A
+//   grant on what the process already held (a downgrade, lockAll's locks) has no such answer: the
+//   fault is then excused when it came after the call was made.
+// - A holder learns that a fault took its key within HEARD_MS of its process receiving the watch
+//   event that says so (unless it was paused meanwhile), and within LEARN_MS in any case.
+// - A client never puts a key that is on no lease (stray: an operator's plain put) back on a lease.
 // - Two handles of different keys never believe at once for one exclusive name. Excused: the older
 //   belief's key was removed or edited by a fault (it must then learn within LEARN_MS); the older
 //   holder's process is paused (excused only if its assertHeld() throws at the instant it wakes).
-// - Tokens strictly increase per name in grant order (a shared key repeats its token).
+// - Tokens strictly increase per name in grant order (a shared key repeats its token); a call that
+//   does not share never gets an incarnation granted before (a new holding, a new key).
+// - A holding ends as lost (its key deleted, or moved off its lease) only when it is.
 // - A lease never expires on the server while a running (not paused) holder believes on it.
 // - Liveness: once faults stop, every call settles within a bound; at the end no key, lease or
 //   timer is left.
+import { heardEvent, lastHeard } from './heard.js';
 import type { Change } from './store.js';
 import type { Proc } from './time.js';
 
@@ -33,33 +42,51 @@ export interface Belief {
   readonly proc: Proc;
   readonly from: number;
   to?: number;
-  /** When and how a fault removed or edited its key. */
-  lost?: { at: number; cause: string };
+  /** When, how and at which revision a fault removed or edited its key. */
+  lost?: { at: number; cause: string; rev?: bigint };
   /** When the call that led to this grant was made (a fault before it is no excuse: the call could see it). */
   readonly asked: number;
   /** An RWMutex holding's mode. */
   readonly mode?: 'read' | 'write';
+  /** Granted on what its process already held (a downgrade, lockAll's locks): no answer proved it just now. */
+  readonly onHolding?: boolean;
+  /** Asked for with `share` (a read lock by default): it may join a key another call of its process uses. */
+  readonly shared?: boolean;
   /** Checks the handle now (its assertHeld), throwing when it knows it is lost. */
   readonly assertHeld: () => void;
 }
 
 /** How long a holder may go on believing after a fault took its key (it learns by watch or renewal). */
 const LEARN_MS = 15_000;
+/** How long after its process received the event that took its key a holder may go on believing. */
+const HEARD_MS = 2000;
 
 export class Oracle {
   readonly violations: Violation[] = [];
   private readonly open = new Set<Belief>();
   private readonly maxToken = new Map<string, { token: bigint; key: string }>();
   /** Overlaps with a paused holder, judged when it wakes. */
-  private readonly pending: { older: Belief; newer: Belief }[] = [];
+  private readonly pending: { older: Belief; newer: Belief; rule: string }[] = [];
   private nextId = 0;
-  /** Each key's last change (time and cause). */
-  private readonly lastChange = new Map<string, { at: number; cause: string; type: string }>();
+  /** Each key's last change (time, cause and revision). */
+  private readonly lastChange = new Map<string, { at: number; cause: string; type: string; rev: bigint }>();
+  /** Each key's changes, oldest first: its lease and CreateRevision from each revision on (none: deleted). */
+  private readonly history = new Map<string, { rev: bigint; lease?: bigint; createRevision?: bigint }[]>();
+  /** The incarnations granted so far: `<key> <token>`. */
+  private readonly incarnations = new Set<string>();
+  /** When each process last woke from a pause. */
+  private readonly wokeAt = new Map<Proc, number>();
   grants = 0;
   /** Writes the fenced store refused (a stale holder's): the fence doing its job. */
   staleWrites = 0;
   private readonly fence = new Map<string, bigint>();
   private readonly lastAccepted = new Map<string, bigint>();
+  /**
+   * Each DoubleBarrier's round, from its last `ready` put: the revision of that put, the waiter keys
+   * it counted, and whether one of them went with its lease (its session lost) or a process crashed
+   * while one of them was still in.
+   */
+  private readonly rounds = new Map<string, { ready: bigint; members: Set<string>; died: boolean }>();
   /** The last grant (for checks made right after it). */
   last: Belief | undefined;
 
@@ -77,12 +104,27 @@ export class Oracle {
 
   /** A store change: beliefs whose key it removes or edits are marked (and judged). */
   changed(c: Change): void {
-    this.lastChange.set(c.k, { at: this.now(), cause: c.cause, type: c.type });
+    this.lastChange.set(c.k, { at: this.now(), cause: c.cause, type: c.type, rev: c.rev });
+    const h = this.history.get(c.k) ?? [];
+    h.push(c.type === 'put' ? { rev: c.rev, lease: c.kv!.lease, createRevision: c.kv!.createRevision } : { rev: c.rev });
+    this.history.set(c.k, h);
+    const w = c.k.indexOf('/waiters/');
+    if (c.type === 'delete' && w > 0 && endsLease(c.cause)) {
+      const round = this.rounds.get(c.k.slice(0, w));
+      if (round?.members.has(c.k)) round.died = true;
+    }
+    const p = c.prev;
+    if (c.type === 'put' && p && p.lease === 0n && c.kv!.lease !== 0n && c.kv!.createRevision === p.createRevision && !isFault(c.cause)) {
+      this.fail(
+        'stray-key-revived',
+        `${c.k}: put back on lease ${c.kv!.lease.toString(16)} by ${c.cause}, after it was moved off every lease`,
+      );
+    }
     for (const b of this.open) {
       if (b.key !== c.k || b.lost) continue;
       const stands = c.type === 'put' && c.kv!.lease === b.lease && c.kv!.createRevision === b.token;
       if (stands) continue;
-      b.lost = { at: this.now(), cause: c.cause };
+      b.lost = { at: this.now(), cause: c.cause, rev: c.rev };
       if (c.cause === 'expiry' && !b.proc.paused && !b.proc.crashed) {
         this.fail(
           'lease-expired-under-holder',
@@ -94,6 +136,7 @@ export class Oracle {
 
   /** `proc` woke: each of its beliefs whose key is gone must know it (assertHeld throws). */
   woke(proc: Proc): void {
+    this.wokeAt.set(proc, this.now());
     for (const b of this.open) {
       if (b.proc !== proc) continue;
       let threw = false;
@@ -107,7 +150,7 @@ export class Oracle {
         this.pending.splice(this.pending.indexOf(p), 1);
         if (!threw) {
           this.fail(
-            'two-holders',
+            p.rule,
             `${b.kind} ${b.name}: ${b.proc.name} woke still holding ${b.key} (assertHeld passed) while ${p.newer.proc.name} held ${p.newer.key} since ${p.newer.from}`,
           );
         }
@@ -125,27 +168,43 @@ export class Oracle {
     const kv = this.store.get(b.key);
     const last = this.lastChange.get(b.key);
     const standing = kv !== undefined && kv.lease === b.lease && kv.createRevision === b.token;
-    if (!standing && last !== undefined && isFault(last.cause) && last.at >= b.asked) {
-      // A fault took the key after the request that proved our turn: the grant is lost at birth,
-      // and the holder must learn it like any other holder whose key a fault took.
-      b.lost = { at: last.at, cause: last.cause };
+    const incarnation = `${b.key} ${b.token}`;
+    if (!b.shared && this.incarnations.has(incarnation)) {
+      this.fail(
+        'token-reused',
+        `${b.kind} ${b.name}: ${b.proc.name} was granted ${b.key} with token ${b.token}, an incarnation granted before, on a call that does not share`,
+      );
+    }
+    this.incarnations.add(incarnation);
+    // The revision of the answer that proved the grant: the last one its process received.
+    const proof = b.onHolding ? undefined : lastHeard(b.proc);
+    if (proof !== undefined && !this.stoodAt(b.key, proof, b.lease, b.token)) {
+      this.fail(
+        'grant-without-key',
+        `${b.kind} ${b.name}: ${b.proc.name} was granted ${b.key} (token ${b.token}) on an answer of revision ${proof}, when the store had ${this.describeAt(b.key, proof)}`,
+      );
+    } else if (!standing && last !== undefined && isFault(last.cause) && (proof !== undefined ? last.rev > proof : last.at >= b.asked)) {
+      // A fault took the key after the answer that proved our turn (or, granted on a holding, after
+      // the call): the grant is lost at birth, and the holder must learn it like any other holder
+      // whose key a fault took.
+      b.lost = { at: last.at, cause: last.cause, rev: last.rev };
       this.open.add(b);
       this.trace(`grant ${b.kind} ${b.name} ${b.key} token ${b.token} to ${b.proc.name} (its key already taken by ${last.cause})`);
       return b;
-    }
-    if (!standing) {
+    } else if (!standing) {
       this.fail(
         'grant-without-key',
         `${b.kind} ${b.name}: ${b.proc.name} was granted ${b.key} (token ${b.token}) but the store has ${kv ? `lease ${kv.lease.toString(16)} rev ${kv.createRevision}` : 'no such key'}`,
       );
     }
-    // Older keys on a lease under the prefix that should have kept us waiting (a key on no lease is
-    // stray data, which participants skip).
+    // Older participants on a lease under the prefix that should have kept us waiting (a key on no
+    // lease is stray data, and a key of a nested name no participant: both are skipped).
     const prefix = `${b.name}/`;
+    const rw = rule === 'read' || rule === 'write';
     let older = 0;
     let blocker: string | undefined;
     for (const k of this.store.keys()) {
-      if (!k.startsWith(prefix) || k === b.key) continue;
+      if (!k.startsWith(prefix) || k === b.key || !PARTICIPANT[rw ? 'rw' : 'one'].test(k.slice(prefix.length))) continue;
       const other = this.store.get(k)!;
       if (other.lease === 0n || other.createRevision >= b.token) continue;
       if (rule === 'read' && (other.lease === b.lease || !k.startsWith(`${prefix}write/`))) continue;
@@ -174,19 +233,20 @@ export class Oracle {
       if (o.lost && isFault(o.lost.cause)) continue;
       rivals.push(o);
     }
+    // Too many: judged now on the running rivals alone; a paused one is judged when it wakes (its
+    // assertHeld must throw then), and only if the running ones leave no room for it.
+    const over = typeof rule === 'number' ? 'too-many-permits' : 'two-holders';
     const keys = new Set(rivals.map((o) => o.key));
-    if (keys.size >= room) {
-      for (const o of rivals) {
-        if (o.proc.paused && !o.proc.crashed) {
-          this.pending.push({ older: o, newer: b });
-          continue;
-        }
-        this.fail(
-          typeof rule === 'number' ? 'too-many-permits' : 'two-holders',
-          `${b.kind} ${b.name}: ${b.proc.name} got ${b.key} (token ${b.token}) while ${o.proc.name} holds ${o.key} (token ${o.token}) since ${o.from}${typeof rule === 'number' ? ` (${keys.size} of ${rule} permits held)` : ''}`,
-        );
-        break;
-      }
+    const running = rivals.filter((o) => !o.proc.paused || o.proc.crashed);
+    const runningKeys = new Set(running.map((o) => o.key));
+    if (runningKeys.size >= room) {
+      const o = running[0]!;
+      this.fail(
+        over,
+        `${b.kind} ${b.name}: ${b.proc.name} got ${b.key} (token ${b.token}) while ${o.proc.name} holds ${o.key} (token ${o.token}) since ${o.from}${typeof rule === 'number' ? ` (${runningKeys.size} of ${rule} permits held)` : ''}`,
+      );
+    } else if (keys.size >= room) {
+      for (const o of rivals) if (!running.includes(o)) this.pending.push({ older: o, newer: b, rule: over });
     }
     this.open.add(b);
     this.last = b;
@@ -257,15 +317,43 @@ export class Oracle {
     }
   }
 
-  /** `<name>/ready` was put: the barrier opened, which needs `count` members on leases then. */
-  barrierOpened(name: string, count: number, members: number): void {
-    if (members < count) this.fail('barrier-opened-early', `double barrier ${name}: ready put with ${members} of ${count} members present`);
+  /** `<name>/ready` was put at `rev`: the barrier opened, which needs `count` of `members` (the keys under waiters/) then. */
+  barrierOpened(name: string, count: number, members: readonly string[], rev: bigint): void {
+    if (members.length < count) {
+      this.fail('barrier-opened-early', `double barrier ${name}: ready put with ${members.length} of ${count} members present`);
+    }
+    this.rounds.set(name, { ready: rev, members: new Set(members), died: false });
   }
 
-  /** The holder stopped believing (its signal aborted, or it released). */
-  ended(b: Belief): void {
+  /**
+   * A key left after every session closed that is the documented behaviour, not a violation
+   * (docs/barriers.md): a DoubleBarrier's `<name>/ready` whose round lost a member with its lease
+   * (its session lost) before it left, or during which a process crashed. Go's protocol leaves it too: the last one out
+   * deletes it, and none came out. Any other key left, `ready` of a round whose members all left
+   * alive included, is a violation.
+   */
+  leftByDesign(k: string, kv: { modRevision: bigint; lease: bigint }): boolean {
+    if (!k.endsWith('/ready') || kv.lease !== 0n) return false;
+    const round = this.rounds.get(k.slice(0, -'/ready'.length));
+    return round !== undefined && round.ready === kv.modRevision && round.died;
+  }
+
+  /** The holder stopped believing (its signal aborted, with the loss `reason` if lost, or it released). */
+  ended(b: Belief, reason?: string): void {
     if (b.to !== undefined) return;
     b.to = this.now();
+    const kv = this.store.get(b.key);
+    if (
+      (reason === 'key_deleted' || reason === 'moved_off_lease') &&
+      !b.onHolding &&
+      kv?.lease === b.lease &&
+      kv.createRevision === b.token
+    ) {
+      this.fail(
+        'false-loss',
+        `${b.kind} ${b.name}: ${b.proc.name} was told ${b.key} (token ${b.token}) was lost (${reason}) while it stands on its lease`,
+      );
+    }
     this.open.delete(b);
     this.trace(`end ${b.kind} ${b.name} ${b.key} of ${b.proc.name}`);
   }
@@ -274,11 +362,46 @@ export class Oracle {
   crashed(proc: Proc): void {
     for (const b of [...this.open]) if (b.proc === proc) this.ended(b);
     for (const p of [...this.pending]) if (p.older.proc === proc) this.pending.splice(this.pending.indexOf(p), 1);
+    // A crash during a DoubleBarrier's round (a member of it still in) may take the member that would
+    // have come out last: its key may even go by a delete it had sent just before.
+    for (const round of this.rounds.values()) if ([...round.members].some((k) => this.store.get(k) !== undefined)) round.died = true;
   }
 
-  /** Holders that kept believing long after a fault took their key. */
+  /** Whether `k` existed at revision `rev` on `lease` with CreateRevision `token`. */
+  private stoodAt(k: string, rev: bigint, lease: bigint, token: bigint): boolean {
+    const e = this.at(k, rev);
+    return e?.lease === lease && e.createRevision === token;
+  }
+
+  /** `k`'s state at revision `rev`, from its history. */
+  private at(k: string, rev: bigint): { lease?: bigint; createRevision?: bigint } | undefined {
+    const h = this.history.get(k) ?? [];
+    for (let i = h.length - 1; i >= 0; i--) if (h[i]!.rev <= rev) return h[i];
+    return undefined;
+  }
+
+  private describeAt(k: string, rev: bigint): string {
+    const e = this.at(k, rev);
+    return e?.createRevision === undefined ? 'no such key' : `lease ${e.lease!.toString(16)} rev ${e.createRevision}`;
+  }
+
+  /** Holders that kept believing after a fault took their key: long after, or after their process heard it. */
   checkLearned(): void {
     const now = this.now();
+    for (const b of this.open) {
+      if (!b.lost || b.proc.paused || b.lost.rev === undefined) continue;
+      const heard = heardEvent(b.proc, b.key, b.lost.rev);
+      if (heard === undefined) continue;
+      // Told by then: the holding began, the event came, and the process was running since.
+      const told = Math.max(heard, b.from, this.wokeAt.get(b.proc) ?? 0);
+      if (now - told > HEARD_MS) {
+        this.fail(
+          'holder-ignored-loss',
+          `${b.kind} ${b.name}: ${b.proc.name} still believes it holds ${b.key}, ${now - told} ms after its process received the event of revision ${b.lost.rev} (${b.lost.cause}) that took it`,
+        );
+        b.lost = { ...b.lost, rev: undefined }; // once
+      }
+    }
     for (const b of this.open) {
       if (b.lost && !b.proc.paused && now - b.lost.at > LEARN_MS) {
         this.fail(
@@ -304,6 +427,18 @@ export class Oracle {
 /** How a grant is judged: one key at a time, an RWMutex's read or write, or a number of permits. */
 export type Rule = 'exclusive' | 'read' | 'write' | number;
 
+/** Whether a change was a fault's: the simulator's, or a write of the workload's operator process (etcdctl). */
 export function isFault(cause: string): boolean {
-  return cause.startsWith('fault');
+  return cause.startsWith('fault') || cause.startsWith(`${OPERATOR} `);
 }
+
+/** Whether a change's cause ends a lease and takes its keys: the lease expired, or a fault revoked it. */
+function endsLease(cause: string): boolean {
+  return cause === 'expiry' || cause === 'fault early-revoke' || cause === 'fault operator-revoke';
+}
+
+/** The workload's operator process: its writes are an operator's edits, not a client's. */
+export const OPERATOR = 'operator';
+
+/** A participant's key below its name's prefix: `<hex>`, or for an RWMutex `read/<hex>` and `write/<hex>`. */
+const PARTICIPANT = { one: /^[0-9a-f]+$/, rw: /^(read|write)\/[0-9a-f]+$/ };

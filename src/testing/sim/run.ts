@@ -25,6 +25,7 @@ const doing = new Map<string, { what: string; since: number }>();
 
 export interface RunResult {
   readonly seed: number;
+  readonly profile: ProfileName;
   readonly violations: Violation[];
   readonly hash: string;
   readonly steps: number;
@@ -34,6 +35,8 @@ export interface RunResult {
   readonly grants: number;
   /** What each fault did, in order (`operator-put elect/a/…`, `fault 2 pause`, ...). */
   readonly faultLog: readonly string[];
+  /** Keys a client wrote that were left after every session closed by design (a DoubleBarrier's `ready` whose round lost a member). */
+  readonly leftByDesign: readonly string[];
 }
 
 /** How long after the faults stop, besides the operations' own holds and gaps, every actor must have finished (3 of the longest TTL, plus a call timeout). */
@@ -54,8 +57,8 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     if (c.type === 'put' && c.k.endsWith('/ready') && !c.cause.startsWith('fault')) {
       const name = c.k.slice(0, -'/ready'.length);
       // Go's counting: every key under waiters/ counts, a stray one too.
-      const members = cluster.store.keys().filter((k) => k.startsWith(`${name}/waiters/`)).length;
-      oracle.barrierOpened(name, BARRIER_COUNT, members);
+      const members = cluster.store.keys().filter((k) => k.startsWith(`${name}/waiters/`));
+      oracle.barrierOpened(name, BARRIER_COUNT, members, c.rev);
     }
   };
   const leaders = (rev: bigint): { key: string; token: bigint } | null | 'compacted' => {
@@ -79,6 +82,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
   let virtualMs = 0;
   const running = new Map<Proc, number>();
   const faultLog: string[] = [];
+  const leftByDesign: string[] = [];
   try {
     const procs = plan.procs.map((pp) => world.proc(pp.name));
     for (const p of procs) p.onWake = () => oracle.woke(p);
@@ -128,9 +132,14 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     if (reason === 'stopped' && oracle.violations.length === 0) {
       // Everyone closes; then the crashed processes' leases expire; then nothing may be left.
       void Promise.allSettled(closers.map((c) => c())).then(() => Promise.allSettled(clientClosers.map((c) => c())));
-      const ours = (): string[] => cluster.store.keys().filter((k) => oracle.ownedByClients(k));
+      // A key a fault wrote is the operator's; a DoubleBarrier's `ready` whose round lost a member
+      // with its lease is left by design (docs/barriers.md).
+      const ours = (): string[] =>
+        cluster.store.keys().filter((k) => oracle.ownedByClients(k) && !oracle.leftByDesign(k, cluster.store.get(k)!));
       const clean = (): boolean => cluster.store.leases.size === 0 && ours().length === 0;
       reason = await time.run(clean, { steps: budget.steps, ms: time.now + 30_000 });
+      for (const k of cluster.store.keys())
+        if (oracle.ownedByClients(k) && oracle.leftByDesign(k, cluster.store.get(k)!)) leftByDesign.push(k);
       if (reason !== 'stopped') {
         oracle.violations.push({
           rule: 'left-behind',
@@ -180,6 +189,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
   for (const err of rejections) oracle.violations.push({ rule: 'unhandled-rejection', at: Math.round(time.now), detail: String(err) });
   return {
     seed: options.seed,
+    profile: options.profile ?? '3.7',
     violations: oracle.violations,
     hash: trace.digest(),
     steps: time.steps,
@@ -187,6 +197,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     plan,
     grants: oracle.grants,
     faultLog,
+    leftByDesign,
     ...(trace.lines ? { trace: trace.lines } : {}),
   };
 }

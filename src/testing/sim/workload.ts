@@ -2,6 +2,7 @@
 // schedule can be shrunk to fewer operations), and the actors that carry it out with the real
 // primitives, telling the oracle what each believes it holds.
 import type { Client } from '../../client/client.js';
+import { compare, op as kv } from '../../client/kv.js';
 import { DoubleBarrier } from '../../primitives/double-barrier.js';
 import { Election, observeLeader, runAsLeader } from '../../primitives/election.js';
 import { lockAll } from '../../primitives/multilock.js';
@@ -9,7 +10,7 @@ import { Mutex } from '../../primitives/mutex.js';
 import { RWMutex } from '../../primitives/rwmutex.js';
 import { Semaphore } from '../../primitives/semaphore.js';
 import { Session } from '../../session.js';
-import type { Belief, Oracle, Rule } from './oracle.js';
+import { type Belief, OPERATOR, type Oracle, type Rule } from './oracle.js';
 import { Rng } from './rng.js';
 import type { Proc } from './time.js';
 
@@ -26,7 +27,10 @@ export type OpKind =
   | 'campaign'
   | 'run-as-leader'
   | 'lock-all'
-  | 'double-barrier';
+  | 'double-barrier'
+  | 'foreign'
+  | 'clear'
+  | 'overwrite';
 
 /** One operation of an actor. */
 export interface Op {
@@ -38,6 +42,10 @@ export interface Op {
   readonly gapMs: number;
   /** The wait is aborted after this long (0: never). */
   readonly abortMs: number;
+  /** A foreign participant's keys of a nested name, created in the same Txn as its key. */
+  readonly nested?: number;
+  /** The operator's overwrite: which participant's key, by age (0: the oldest, a holder's). */
+  readonly target?: number;
 }
 
 export interface SessionPlan {
@@ -122,6 +130,9 @@ const NAME: Record<OpKind, readonly string[]> = {
   campaign: ['elect/a'],
   'run-as-leader': ['elect/a'],
   'double-barrier': ['dbar/a'],
+  foreign: ['locks/a', 'sem/a'],
+  clear: ['locks/a', 'rw/a', 'sem/a', 'elect/a'],
+  overwrite: ['locks/a', 'rw/a', 'sem/a', 'elect/a'],
 };
 
 /** Which resource a holding of each kind writes through the fenced store (reads and permits write nothing exclusive). */
@@ -137,34 +148,100 @@ const FENCED: Partial<Record<OpKind, string>> = {
 export const PERMITS = 2;
 export const BARRIER_COUNT = 2;
 
+/** How a plan is drawn: which operations, how many sessions and actors, how much sharing. */
+interface Shape {
+  readonly kinds: readonly OpKind[];
+  sessions(rng: Rng): number;
+  actors(rng: Rng): number;
+  /** The chance that an operation of a session with several actors is made with `share`. */
+  readonly share: number;
+  name(rng: Rng, kind: OpKind): string;
+  /**
+   * The chance that an operator process (etcdctl) also runs, deleting a name's keys in one revision
+   * or writing a participant's key with a plain put (no lease).
+   */
+  readonly operator: number;
+}
+
+/** The named workloads, and half of the mixed one's seeds: every name of the kinds, little sharing. */
+function broad(kinds: readonly OpKind[]): Shape {
+  return {
+    kinds,
+    sessions: (rng) => (rng.chance(0.3) ? 2 : 1),
+    actors: (rng) => (rng.chance(0.35) ? 2 : 1),
+    share: 0.2,
+    name: (rng, kind) => rng.pick(NAME[kind]),
+    operator: 0,
+  };
+}
+
+/**
+ * The other half of the mixed workload's seeds: one primitive, one name, several calls of one
+ * session racing (in-process turns, sharing, hand-overs), foreign participants created together
+ * with keys of a nested name (ties in CreateRevision, long queues), and sometimes an operator who
+ * deletes every key of the name in one revision.
+ */
+const FOCUSED: Record<'mutex' | 'rwmutex' | 'semaphore' | 'election', readonly OpKind[]> = {
+  mutex: ['lock', 'lock', 'try-lock', 'abort-lock', 'lock-all', 'foreign'],
+  rwmutex: ['read', 'read', 'write'],
+  semaphore: ['permit', 'permit', 'foreign'],
+  election: ['campaign', 'campaign', 'run-as-leader'],
+};
+const FOCUS_NAME: Record<string, string> = { mutex: 'locks/a', rwmutex: 'rw/a', semaphore: 'sem/a', election: 'elect/a' };
+
+function focused(family: keyof typeof FOCUSED): Shape {
+  return {
+    kinds: FOCUSED[family],
+    sessions: (rng) => (rng.chance(0.4) ? 2 : 1),
+    actors: (rng) => rng.pick([1, 2, 2, 3]),
+    share: 0.5,
+    name: (_, kind) => (kind === 'lock-all' ? 'locks/a' : FOCUS_NAME[family]!),
+    operator: 0.3,
+  };
+}
+
 /** The seed's plan. */
 export function planFor(seed: number, options: { faults?: boolean; workload?: WorkloadName } = {}): Plan {
-  const rng = new Rng(seed, 'plan');
-  const kinds = KINDS[options.workload ?? 'mixed'];
+  const workload = options.workload ?? 'mixed';
+  // Half of the mixed workload's seeds focus on one primitive; the other half are drawn as before
+  // this choice existed (from a stream of their own), so those seeds keep their meaning.
+  const focus = workload === 'mixed' ? new Rng(seed, 'shape') : undefined;
+  if (focus?.chance(0.5)) {
+    const family = focus.pick(['mutex', 'rwmutex', 'semaphore', 'election'] as const);
+    return draw(new Rng(seed, 'focus'), focused(family), options.faults !== false);
+  }
+  return draw(new Rng(seed, 'plan'), broad(KINDS[workload]), options.faults !== false);
+}
+
+function draw(rng: Rng, shape: Shape, withFaults: boolean): Plan {
+  const { kinds } = shape;
   let id = 0;
   const procs: ProcPlan[] = [];
   const nProcs = rng.between(2, 3);
+  const op = (kind: OpKind, nActors: number): Op => ({
+    id: id++,
+    kind,
+    name: shape.name(rng, kind),
+    share: nActors > 1 && rng.chance(shape.share),
+    // Mostly short holds; some long enough for a renewal to fail under them.
+    holdMs: rng.chance(0.15) ? rng.between(1500, 8000) : rng.between(0, 400),
+    gapMs: rng.between(0, 300),
+    abortMs: kind === 'abort-lock' ? rng.between(1, 600) : kind === 'double-barrier' ? rng.between(500, 3000) : 0,
+    // Past a page of the look-up (8), sometimes past a long queue (32).
+    ...(kind === 'foreign' ? { nested: rng.chance(0.3) ? rng.between(33, 40) : rng.between(8, 12) } : {}),
+    ...(kind === 'overwrite' ? { target: rng.chance(0.7) ? 0 : rng.between(1, 3) } : {}),
+  });
   for (let p = 0; p < nProcs; p++) {
     const sessions: SessionPlan[] = [];
-    const nSessions = rng.chance(0.3) ? 2 : 1;
+    const nSessions = shape.sessions(rng);
     for (let s = 0; s < nSessions; s++) {
       const actors: Op[][] = [];
-      const nActors = rng.chance(0.35) ? 2 : 1;
+      const nActors = shape.actors(rng);
       for (let a = 0; a < nActors; a++) {
         const ops: Op[] = [];
         const nOps = rng.between(2, 5);
         for (let o = 0; o < nOps; o++) {
-          const kind = rng.pick(kinds);
-          ops.push({
-            id: id++,
-            kind,
-            name: rng.pick(NAME[kind]),
-            share: nActors > 1 && rng.chance(0.2),
-            // Mostly short holds; some long enough for a renewal to fail under them.
-            holdMs: rng.chance(0.15) ? rng.between(1500, 8000) : rng.between(0, 400),
-            gapMs: rng.between(0, 300),
-            abortMs: kind === 'abort-lock' ? rng.between(1, 600) : kind === 'double-barrier' ? rng.between(500, 3000) : 0,
-          });
+          ops.push(op(rng.pick(kinds), nActors));
         }
         actors.push(ops);
       }
@@ -175,7 +252,7 @@ export function planFor(seed: number, options: { faults?: boolean; workload?: Wo
   }
   const faults: Fault[] = [];
   const quietAt = 6000;
-  if (options.faults !== false) {
+  if (withFaults) {
     const nFaults = rng.between(0, 4);
     for (let f = 0; f < nFaults; f++) {
       faults.push({
@@ -188,6 +265,15 @@ export function planFor(seed: number, options: { faults?: boolean; workload?: Wo
       });
     }
     faults.sort((a, b) => a.at - b.at || a.id - b.id);
+    // The operator's deletes come within the faults' time too: gaps that add up to less than 5 s.
+    if (shape.operator > 0 && rng.chance(shape.operator)) {
+      const edits = Array.from({ length: rng.between(1, 2) }, () => ({
+        ...op(rng.chance(0.5) ? 'clear' : 'overwrite', 1),
+        holdMs: 0,
+        gapMs: rng.between(300, 2500),
+      }));
+      procs.push({ name: OPERATOR, sessions: [{ ttl: 10, actors: [edits] }], observes: [] });
+    }
   }
   return { procs, faults, quietAt };
 }
@@ -239,7 +325,13 @@ interface Held {
   assertHeld(): void;
 }
 
-/** Tells the oracle about a holding and ends the belief when its signal aborts; returns the end. */
+/** How a grant came: an RWMutex mode, made on a holding of its process, asked for with `share`. */
+type GrantedAs = Pick<Belief, 'mode' | 'onHolding' | 'shared'>;
+
+/**
+ * Tells the oracle about a holding and ends the belief when its signal aborts (with the loss's
+ * reason) or when the returned function is called (a release).
+ */
 function believe(
   ctx: ActorContext,
   kind: string,
@@ -248,7 +340,7 @@ function believe(
   session: Session,
   rule: Rule,
   asked: number,
-  mode?: 'read' | 'write',
+  as: GrantedAs = {},
 ): () => void {
   const b: Belief = ctx.oracle.granted(
     {
@@ -260,14 +352,20 @@ function believe(
       proc: ctx.proc,
       assertHeld: () => h.assertHeld(),
       asked,
-      ...(mode ? { mode } : {}),
+      ...as,
     },
     rule,
   );
-  const end = (): void => ctx.oracle.ended(b);
+  const end = (): void => ctx.oracle.ended(b, h.signal.aborted ? lossReason(h.signal.reason) : undefined);
   if (h.signal.aborted) end();
   else h.signal.addEventListener('abort', end, { once: true });
   return end;
+}
+
+/** The `reason` of an OwnershipLostError (key_deleted, released, ...). */
+function lossReason(err: unknown): string | undefined {
+  const r = (err as { reason?: unknown } | undefined)?.reason;
+  return typeof r === 'string' ? r : undefined;
 }
 
 /** Runs one actor's operations in order. */
@@ -324,7 +422,7 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
         const h = op.kind === 'try-lock' ? await m.tryLock({ share: op.share }) : await m.lock({ ...wait, share: op.share });
         d.clear();
         if (!h) return ctx.say(`op ${op.id} ${ctx.proc.name} try ${op.name}: busy`);
-        await hold(h, believe(ctx, 'lock', op.name, h, session, 'exclusive', asked));
+        await hold(h, believe(ctx, 'lock', op.name, h, session, 'exclusive', asked, { shared: op.share }));
         await h.unlock();
         return;
       }
@@ -342,6 +440,7 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
             session,
             'exclusive',
             asked,
+            { onHolding: true }, // each lock was proved before the last one: judged on the call's time
           );
         });
         await hold({ key: names.join('+') }, () => {
@@ -356,13 +455,17 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
         const queued = op.kind === 'read' ? ctx.oracle.writersQueued(op.name, session.leaseId) : undefined;
         const h = op.kind === 'read' ? await rw.rLock({ ...wait, ...(op.share ? {} : { share: false }) }) : await rw.lock(wait);
         d.clear();
-        const end = believe(ctx, 'rw', op.name, h, session, op.kind, asked, op.kind);
+        // A read shares by default (op.share leaves the default); one made while this session holds the
+        // write lock is a downgrade: it holds at once, on the write lock's key.
+        const downgrade = h.mode === 'read' && h.key === rw.writeKey;
+        const as: GrantedAs = downgrade ? { onHolding: true, shared: true } : { shared: op.kind === 'read' && op.share };
+        const end = believe(ctx, 'rw', op.name, h, session, op.kind, asked, { mode: op.kind, ...as });
         if (queued && h.mode === 'read') ctx.oracle.readGranted(lastBelief(ctx), queued);
         // A writer sometimes downgrades: a read lock while holding the write lock.
         if (op.kind === 'write' && op.share) {
           const r = await rw.rLock().catch(() => undefined);
           if (r) {
-            const endRead = believe(ctx, 'rw', op.name, r, session, 'read', asked, 'read'); // it knows what the write lock knows;
+            const endRead = believe(ctx, 'rw', op.name, r, session, 'read', asked, { mode: 'read', onHolding: true, shared: true }); // a downgrade
             await hold(h, () => {
               endRead();
               end();
@@ -380,7 +483,7 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
         const s = new Semaphore(session, op.name, { permits: PERMITS });
         const h = await s.acquire({ ...wait, share: op.share });
         d.clear();
-        await hold(h, believe(ctx, 'permit', op.name, h, session, PERMITS, asked));
+        await hold(h, believe(ctx, 'permit', op.name, h, session, PERMITS, asked, { shared: op.share }));
         await h.release();
         return;
       }
@@ -396,11 +499,16 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
           session,
           'exclusive',
           asked,
+          { shared: op.share },
         );
         ctx.doing(`op ${op.id} leading ${h.key}`);
-        await sleep(op.holdMs / 2);
-        await h.proclaim(`${ctx.proc.name}-${op.id}-again`).catch(() => {});
-        await sleep(op.holdMs / 2);
+        // Proclaims through the hold, every 100 ms or so: one may race an operator's edit of the key.
+        const proclaims = Math.max(1, Math.floor(op.holdMs / 100));
+        for (let i = 0; i < proclaims; i++) {
+          await sleep(op.holdMs / (proclaims + 1));
+          await h.proclaim(`${ctx.proc.name}-${op.id}-${i}`).catch(() => {});
+        }
+        await sleep(op.holdMs / (proclaims + 1));
         end();
         await h.resign();
         return;
@@ -424,6 +532,43 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
         } finally {
           clearTimeout(stop);
         }
+        return;
+      }
+      case 'foreign': {
+        // A participant of another client (Go's Mutex or Semaphore on the same name) that wrote keys
+        // of a nested name in the same Txn as its key: they share its CreateRevision and sort before
+        // it, so a look-up reads a page of them first. Its lease is not renewed: the key goes when it
+        // is revoked after the hold, or when it expires.
+        const client = session.client;
+        const { id } = await client.leaseGrant(3);
+        const key = `${op.name}/${id.toString(16)}`;
+        const nested = Array.from({ length: op.nested ?? 0 }, (_, i) => kv.put(`${op.name}/-/${op.id}-${i}`, '', id));
+        await client.txn(
+          {
+            compare: [compare.createRevision(key, '=', 0n)],
+            success: [kv.put(key, op.name.startsWith('sem/') ? String(PERMITS) : '', id), ...nested],
+            failure: [],
+          },
+          { idempotent: true },
+        );
+        ctx.say(`op ${op.id} ${ctx.proc.name} foreign participant ${key} with ${nested.length} nested keys`);
+        await sleep(op.holdMs);
+        await client.leaseRevoke(id).catch(() => {});
+        return;
+      }
+      case 'clear':
+        // The operator deletes every key of the name, holders' and waiters' alike, in one revision.
+        await session.client.delete(`${op.name}/`, { prefix: true });
+        return;
+      case 'overwrite': {
+        // The operator's plain put on a participant's key (a holder's, most often): it keeps its
+        // CreateRevision and loses its lease (issue 35, 2 and 3).
+        const { kvs } = await session.client.getPrefix(`${op.name}/`);
+        const participants = kvs
+          .filter((kv) => kv.lease !== 0n && /^((read|write)\/)?[0-9a-f]+$/.test(kv.key.toString('latin1').slice(op.name.length + 1)))
+          .sort((a, b) => (a.createRevision < b.createRevision ? -1 : 1));
+        const kv = participants[Math.min(op.target ?? 0, participants.length - 1)];
+        if (kv) await session.client.put(kv.key, 'operator');
         return;
       }
       case 'double-barrier': {

@@ -5,6 +5,7 @@ import { Client, type ClientOptions } from '../../client/client.js';
 import { suffixes } from '../../primitives/double-barrier.js';
 import { leaseIds } from '../../session.js';
 import { Cluster } from './cluster.js';
+import { listened } from './heard.js';
 import { Network } from './net.js';
 import { Rng } from './rng.js';
 import { PROFILES, type Profile } from './store.js';
@@ -82,7 +83,7 @@ export class World {
 
   /** A Client of `proc` on the simulated cluster. */
   client(proc: Proc, options: Omit<ClientOptions, 'endpoints' | 'transport'> = {}): Client {
-    const c = proc.run(() => new Client({ ...options, endpoints: this.endpoints, transport: this.net.transportFor(proc) }));
+    const c = proc.run(() => new Client({ ...options, endpoints: this.endpoints, transport: listened(this.net.transportFor(proc), proc) }));
     this.clients.push(c);
     return c;
   }
