@@ -104,4 +104,11 @@ export const REGRESSIONS: readonly RegressionSeed[] = [
     found:
       "the oracle counted a paused holder's permit (its lease expired meanwhile) against the running holders: a paused holder is judged when it wakes",
   },
+  {
+    seed: 6748,
+    profile: '3.7',
+    workload: 'mixed',
+    found:
+      'RWMutex: a downgrade (rLock() while the session holds the write lock) held at once, with no request, on a write key an operator had deleted while the writer was partitioned: a downgrade now holds only once one Txn confirms the key stands',
+  },
 ];

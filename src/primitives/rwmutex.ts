@@ -1,4 +1,4 @@
-import { prefixEnd, SortOrder, SortTarget } from '../client/kv.js';
+import { op, prefixEnd, SortOrder, SortTarget, txnRange } from '../client/kv.js';
 import { LockUpgradeError, RWLockLostError } from '../errors.js';
 import { isParticipantKey, ownBuffer, prefixOf, validateName } from '../keys.js';
 import type { Session } from '../session.js';
@@ -34,7 +34,8 @@ const rwLost =
  * a second read lock while it holds one can deadlock behind a waiting writer: do not nest read locks.
  * Write locks exclude each other in the process (a second lock() waits without
  * a request to etcd, then takes a new key and fencing token). A downgrade works: rLock() while this
- * session holds the write lock holds at once, on the write lock's key and fencing token, so that no
+ * session holds the write lock holds without waiting (one request confirms the write lock's key
+ * still stands), on the write lock's key and fencing token, so that no
  * writer can slip in between; unlock the write lock and the read lock goes on alone (other readers
  * wait until it is unlocked too). An upgrade, lock() while this session holds the read lock, would
  * wait for itself forever: it fails at once with LockUpgradeError.
@@ -61,14 +62,14 @@ export class RWMutex {
 
   /**
    * Waits for a shared (read) lock: until no writer older than us holds or waits. While this
-   * session holds the write lock, holds at once (a downgrade; see the class). Never granted before
+   * session holds the write lock, holds without waiting (a downgrade; see the class). Never granted before
    * a writer that queued before it was asked for, even while other read locks of this process hold:
    * do not take a second read lock while holding one (it can wait for a writer that waits for you).
    */
   rLock(options: LockOptions = {}): Promise<RWLockHandle> {
     try {
       const down = this.downgrade();
-      if (down) return Promise.resolve(down);
+      if (down) return this.confirmed(down, options.signal);
     } catch (err) {
       return Promise.reject(err);
     }
@@ -90,7 +91,9 @@ export class RWMutex {
 
   /** Takes a read lock if no writer is there now (or a downgrade); otherwise returns null and leaves no key behind. */
   async tryRLock(options: Pick<LockOptions, 'label' | 'share'> = {}): Promise<RWLockHandle | null> {
-    return this.downgrade() ?? tryAcquire(this.queue('read', options.label, options.share ?? true));
+    const down = this.downgrade();
+    if (down) return this.confirmed(down);
+    return tryAcquire(this.queue('read', options.label, options.share ?? true));
   }
 
   /** Takes the write lock if nobody else is there now; otherwise returns null and leaves no key behind. LockUpgradeError as lock(). */
@@ -109,14 +112,14 @@ export class RWMutex {
    * A read lock while this process holds the write lock on this session: one more user of the
    * write key (the key goes with the last of them) and of its in-process turn, held at once.
    */
-  private downgrade(): RWLockHandle | undefined {
+  private downgrade(): { read: Ownership; writer: Ownership } | undefined {
     const { session } = this;
     const key = this.writeKey;
     const writer = liveHoldings(session, key).find((o) => o.kind === 'write');
     if (!writer) return undefined;
     writer.assert(); // a write lock lost meanwhile is no ground for a read lock: its error says why
     if (!joinHeld(session, key, writer.fencingToken)) return undefined;
-    const own = new Ownership({
+    const read = new Ownership({
       session,
       key,
       fencingToken: writer.fencingToken,
@@ -124,7 +127,33 @@ export class RWMutex {
       what: { kind: 'read', name: this.name },
       exit: sessionQueue(session).gates.enterAlongside(key),
     });
-    return new HeldRWLock(own, 'read');
+    return { read, writer };
+  }
+
+  /**
+   * A downgrade holds only once one Txn of O(1) compares confirms that the write lock's key still
+   * stands on our lease: the writer may not have heard yet of its key's delete (a partition, a late
+   * watch), and no lock resolves on a key that is gone. If it is gone, the writer loses too.
+   */
+  private async confirmed({ read, writer }: { read: Ownership; writer: Ownership }, signal?: AbortSignal): Promise<RWLockHandle> {
+    const handle = new HeldRWLock(read, 'read');
+    let kv;
+    try {
+      const t = await this.session.client.txn(
+        { compare: read.ownerCompares(), success: [], failure: [op.range({ key: Buffer.from(read.key) })] },
+        { idempotent: true, signal },
+      );
+      if (t.succeeded) return handle;
+      kv = txnRange(t, 0).kvs[0];
+    } catch (err) {
+      await handle.release();
+      throw err;
+    }
+    const reason = kv?.createRevision === read.fencingToken ? 'moved_off_lease' : 'key_deleted';
+    const err = rwLost(read.key)(`${read.key} was deleted or moved off our lease: the write lock a read would share is lost`, { reason });
+    writer.ownerCompareFailed(err, reason);
+    await handle.release();
+    throw err;
   }
 
   private queue(mode: 'read' | 'write', label = '', share = false): QueueSpec<RWLockHandle> {
