@@ -1,4 +1,4 @@
-import { op, prefixEnd, SortOrder, SortTarget, txnRange } from '../client/kv.js';
+import { type KeyValue, op, prefixEnd, SortOrder, SortTarget, txnRange } from '../client/kv.js';
 import { LockUpgradeError, RWLockLostError } from '../errors.js';
 import { isParticipantKey, ownBuffer, prefixOf, validateName } from '../keys.js';
 import type { Session } from '../session.js';
@@ -137,7 +137,7 @@ export class RWMutex {
    */
   private async confirmed({ read, writer }: { read: Ownership; writer: Ownership }, signal?: AbortSignal): Promise<RWLockHandle> {
     const handle = new HeldRWLock(read, 'read');
-    let kv;
+    let kv: KeyValue | undefined;
     try {
       const t = await this.session.client.txn(
         { compare: read.ownerCompares(), success: [], failure: [op.range({ key: Buffer.from(read.key) })] },
