@@ -1,6 +1,7 @@
 // Read-only queries on a lock's or election's queue: who holds, who waits. Nothing here waits.
 import type { Client } from '../client/client.js';
 import { prefixEnd, SortOrder, SortTarget, type KeyValue, type RangeRequest } from '../client/kv.js';
+import { CompactedError } from '../client/errors.js';
 import { pagesByCreate } from '../queue/oldest.js';
 import { isParticipant, prefixOf } from '../keys.js';
 
@@ -39,11 +40,20 @@ export async function oldestParticipant(
     revision: options.revision ?? 0n,
     limit: 8n,
   };
-  let revision = options.revision;
-  for await (const page of pagesByCreate(client, req, undefined, options.signal)) {
-    revision ??= page.revision;
-    const owner = page.kvs.find((kv) => isParticipant(prefix, kv));
-    if (owner) return { owner, revision };
+  for (;;) {
+    const first = await client.range(req, { signal: options.signal });
+    // Every page read at one revision: the first page's, unless the caller named one.
+    const revision = options.revision ?? first.header.revision;
+    try {
+      const pages = pagesByCreate(client, { ...req, revision }, { page: first, revision }, options.signal);
+      for await (const page of pages) {
+        const owner = page.kvs.find((kv) => isParticipant(prefix, kv));
+        if (owner) return { owner, revision };
+      }
+      return { owner: undefined, revision };
+    } catch (err) {
+      // Compacted past between two pages of a read "now": read again from now.
+      if (options.revision !== undefined || !(err instanceof CompactedError)) throw err;
+    }
   }
-  return { owner: undefined, revision: revision! };
 }

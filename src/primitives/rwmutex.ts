@@ -89,7 +89,10 @@ export class RWMutex {
     return acquire(this.queue('write', options.label, options.share === true), options);
   }
 
-  /** Takes a read lock if no writer is there now (or a downgrade); otherwise returns null and leaves no key behind. */
+  /**
+   * Takes a read lock if no writer is there now (or a downgrade); otherwise returns null and leaves
+   * no key behind. A downgrade whose write lock turns out lost rejects with RWLockLostError.
+   */
   async tryRLock(options: Pick<LockOptions, 'label' | 'share'> = {}): Promise<RWLockHandle | null> {
     const down = this.downgrade();
     if (down) return this.confirmed(down);
@@ -110,7 +113,7 @@ export class RWMutex {
 
   /**
    * A read lock while this process holds the write lock on this session: one more user of the
-   * write key (the key goes with the last of them) and of its in-process turn, held at once.
+   * write key (the key goes with the last of them) and of its in-process turn, held once confirmed.
    */
   private downgrade(): { read: Ownership; writer: Ownership } | undefined {
     const { session } = this;
@@ -143,7 +146,11 @@ export class RWMutex {
         { compare: read.ownerCompares(), success: [], failure: [op.range({ key: Buffer.from(read.key) })] },
         { idempotent: true, signal },
       );
-      if (t.succeeded) return handle;
+      if (t.succeeded) {
+        // The writer's loss (heard meanwhile), or the session's deadline passed during the Txn.
+        read.assert();
+        return handle;
+      }
       kv = txnRange(t, 0).kvs[0];
     } catch (err) {
       await handle.release();
