@@ -12,12 +12,14 @@ import {
   LeadershipLostError,
   LockLostError,
   Mutex,
+  RWLockLostError,
   RWMutex,
   Semaphore,
   currentLeader,
   observeLeader,
   type LeaderEvent,
 } from '../src/index.js';
+import { startProxy } from '../src/testing/index.js';
 import { aborted, assertNoKeys, closeAll, etcdFile, track, type Tracked } from './helpers.js';
 
 const ROOT = 'test/operator-edit/';
@@ -372,6 +374,32 @@ describe('an operator deletes a whole queue in one revision', { timeout: 60_000 
     } finally {
       await closeAll([a!, w!]);
       await other.close();
+    }
+    await assertNoKeys(client, name);
+  });
+});
+
+describe("an operator deletes a write lock's key before its writer hears of it", { timeout: 60_000 }, () => {
+  it('a downgrade (rLock() while holding the write lock) fails with RWLockLostError instead of holding on the deleted key', async () => {
+    const name = `${fresh('downgrade')}rw`;
+    await using proxy = await startProxy(endpoints()[0]!);
+    const far = new Client({ endpoints: [proxy.endpoint] });
+    const [s] = await sessions(1, 30, far);
+    try {
+      const rw = new RWMutex(s!, name);
+      const w = await rw.lock();
+      // Every byte between the writer's client and etcd now takes 1.5 s: the delete's watch event
+      // reaches the writer well after rLock() is called, and the confirming Txn reaches etcd after
+      // the delete.
+      proxy.delay(1500);
+      await client.delete(w.key);
+      await assert.rejects(rw.rLock(), (e: unknown) => e instanceof RWLockLostError && e.reason === 'key_deleted');
+      assert.ok((await aborted(w.signal)) instanceof RWLockLostError, 'the writer lost too');
+      assert.equal((await w.unlock()).state, 'lost');
+      proxy.delay(0);
+    } finally {
+      await s!.close();
+      await far.close();
     }
     await assertNoKeys(client, name);
   });
