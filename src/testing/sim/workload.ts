@@ -58,6 +58,11 @@ export interface ProcPlan {
   readonly sessions: SessionPlan[];
   /** Names of elections this process observes. */
   readonly observes: string[];
+  /**
+   * The member its client tries first (its endpoints listed from there on): watches and keepalives
+   * stay on it while writes go to the leader, so a follower behind the leader serves them.
+   */
+  readonly member?: number;
 }
 
 export type FaultKind =
@@ -206,11 +211,13 @@ export function planFor(seed: number, options: { faults?: boolean; workload?: Wo
   // Half of the mixed workload's seeds focus on one primitive; the other half are drawn as before
   // this choice existed (from a stream of their own), so those seeds keep their meaning.
   const focus = workload === 'mixed' ? new Rng(seed, 'shape') : undefined;
-  if (focus?.chance(0.5)) {
-    const family = focus.pick(['mutex', 'rwmutex', 'semaphore', 'election'] as const);
-    return draw(new Rng(seed, 'focus'), focused(family), options.faults !== false);
-  }
-  return draw(new Rng(seed, 'plan'), broad(KINDS[workload]), options.faults !== false);
+  const plan = focus?.chance(0.5)
+    ? draw(new Rng(seed, 'focus'), focused(focus.pick(['mutex', 'rwmutex', 'semaphore', 'election'] as const)), options.faults !== false)
+    : draw(new Rng(seed, 'plan'), broad(KINDS[workload]), options.faults !== false);
+  // Clients of one cluster list its members in different orders (from a stream of its own: the
+  // rest of the plan keeps its meaning).
+  const first = new Rng(seed, 'first-member');
+  return { ...plan, procs: plan.procs.map((p) => ({ ...p, member: first.int(3) })) };
 }
 
 function draw(rng: Rng, shape: Shape, withFaults: boolean): Plan {
