@@ -399,6 +399,16 @@ export class Cluster {
     }
   }
 
+  /**
+   * The member cancels every watch it serves, with a reason other than compaction: a server of the
+   * etcd API may (kine cancels a watch whose query to its database failed). The streams stay open.
+   */
+  cancelWatches(m: Member): void {
+    if (!m.up) return;
+    this.trace.add(`member ${m.name} cancels its watches`);
+    for (const s of m.watchStreams) s.cancelAll('the server cancelled the watch');
+  }
+
   crash(m: Member): void {
     if (!m.up) return;
     this.trace.add(`member ${m.name} crashed`);
@@ -496,6 +506,14 @@ class WatchStream implements ServerStream<pb.WatchRequest> {
       if (events.length > 0) this.sink.send({ header: this.cluster.header(this.m, applied), watchId: w.id, events });
     }
     return false;
+  }
+
+  /** Cancels every watcher of this stream with `reason` (no compact revision): the stream stays open. */
+  cancelAll(reason: string): void {
+    for (const id of [...this.watchers.keys()]) {
+      this.watchers.delete(id);
+      this.sink.send({ header: this.cluster.header(this.m, this.m.applied), watchId: id, canceled: true, cancelReason: reason });
+    }
   }
 
   fail(err: EtcdFailure): void {

@@ -276,6 +276,9 @@ function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle,
           case 'follower-lag':
             cluster.lag(m, Math.min(f.ms, 2500), f.ms);
             break;
+          case 'watch-cancel':
+            cluster.cancelWatches(m);
+            break;
         }
       }, f.at),
     );

@@ -79,7 +79,8 @@ export type FaultKind =
   | 'early-revoke'
   | 'compact'
   | 'follower-lag'
-  | 'stream-break';
+  | 'stream-break'
+  | 'watch-cancel';
 
 export const FAULT_KINDS: readonly FaultKind[] = [
   'partition',
@@ -96,6 +97,7 @@ export const FAULT_KINDS: readonly FaultKind[] = [
   'compact',
   'follower-lag',
   'stream-break',
+  'watch-cancel',
 ];
 
 export interface Fault {
