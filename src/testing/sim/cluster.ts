@@ -33,6 +33,8 @@ export interface ServerStream<Req> {
   receive(req: Req): void;
   /** The client cancelled it or the connection went. */
   close(): void;
+  /** A Watch stream: the server cancels every watch on it, with `reason` (the stream stays open). */
+  cancelAll?(reason: string): void;
 }
 
 export class Member {
@@ -397,16 +399,6 @@ export class Cluster {
       for (const s of [...m.watchStreams]) if (s.hasLeader) s.fail(NO_LEADER());
       for (const s of [...m.keepAliveStreams]) if (s.hasLeader) s.fail(NO_LEADER());
     }
-  }
-
-  /**
-   * The member cancels every watch it serves, with a reason other than compaction: a server of the
-   * etcd API may (kine cancels a watch whose query to its database failed). The streams stay open.
-   */
-  cancelWatches(m: Member): void {
-    if (!m.up) return;
-    this.trace.add(`member ${m.name} cancels its watches`);
-    for (const s of m.watchStreams) s.cancelAll('the server cancelled the watch');
   }
 
   crash(m: Member): void {

@@ -276,8 +276,11 @@ function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle,
           case 'follower-lag':
             cluster.lag(m, Math.min(f.ms, 2500), f.ms);
             break;
+          case 'slow-answers':
+            net.slowAnswers(proc, 400, f.ms);
+            break;
           case 'watch-cancel':
-            cluster.cancelWatches(m);
+            net.cancelWatches(proc);
             break;
         }
       }, f.at),
