@@ -83,7 +83,10 @@ export type FaultKind =
   | 'watch-cancel'
   | 'slow-answers';
 
-/** The faults drawn for every schedule ('slow-answers' only for the churn workload, for now: see CHURN). */
+/**
+ * The faults drawn from the plan's stream for every schedule. 'watch-cancel' comes from a stream of
+ * its own (planFor), and 'slow-answers' only with the churn workload, for now (see CHURN).
+ */
 export const FAULT_KINDS: readonly FaultKind[] = [
   'partition',
   'member-crash',
@@ -99,7 +102,6 @@ export const FAULT_KINDS: readonly FaultKind[] = [
   'compact',
   'follower-lag',
   'stream-break',
-  'watch-cancel',
 ];
 
 export interface Fault {
@@ -243,10 +245,19 @@ export function planFor(seed: number, options: { faults?: boolean; workload?: Wo
   const plan = focus?.chance(0.5)
     ? draw(new Rng(seed, 'focus'), focused(focus.pick(['mutex', 'rwmutex', 'semaphore', 'election'] as const)), withFaults)
     : draw(new Rng(seed, 'plan'), workload === 'churn' ? CHURN : broad(KINDS[workload]), withFaults);
-  // Clients of one cluster list its members in different orders (from a stream of its own: the
-  // rest of the plan keeps its meaning).
+  // From streams of their own, so that the rest of the plan keeps its meaning: in some schedules the
+  // clients list the cluster's members in orders of their own, and the server cancels a process's
+  // watches once.
   const first = new Rng(seed, 'first-member');
-  return { ...plan, procs: plan.procs.map((p) => ({ ...p, member: first.int(3) })) };
+  const procs = first.chance(0.4) ? plan.procs.map((p) => ({ ...p, member: first.int(3) })) : plan.procs;
+  const extra = new Rng(seed, 'watch-cancel');
+  const faults = [...plan.faults];
+  if (withFaults && workload !== 'churn' && extra.chance(0.15)) {
+    const target = extra.int(plan.procs.length);
+    faults.push({ id: faults.length, at: extra.between(50, plan.quietAt - 1000), kind: 'watch-cancel', target, member: 0, ms: 0 });
+    faults.sort((a, b) => a.at - b.at || a.id - b.id);
+  }
+  return { ...plan, procs, faults };
 }
 
 function draw(rng: Rng, shape: Shape, withFaults: boolean): Plan {
