@@ -232,7 +232,6 @@ export const MUTANTS: readonly Mutant[] = [
     name: 'holder-takes-stale-events',
     breaks:
       "issue 35, 5 (e820d5e): a holder's key watch takes events at or below the read that confirmed it (a lagging member's delete of our previous incarnation)",
-    open: 'no schedule yet has a holder re-watch from "now" on a member that has not applied its own earlier delete (a failover between an unlock and a relock of one session)',
     edits: [{ file: 'src/queue/ownership.ts', search: 'if (e.kv.modRevision <= after) continue;', replace: '' }],
   },
   {
@@ -271,7 +270,6 @@ export const MUTANTS: readonly Mutant[] = [
   {
     name: 'lost-incarnation-not-retired',
     breaks: 'c0c6f15: a lost incarnation is not retired (KeyUsers.retire), so a later call of the process joins it, with its token',
-    open: 'no schedule yet has a later call of the process join a lost incarnation still in etcd (needs a loss the holder learns while the key stands, then a shared call)',
     edits: [
       {
         file: 'src/queue/ownership.ts',

@@ -91,10 +91,11 @@ export const REGRESSIONS: readonly RegressionSeed[] = [
     leaves: ['dbar/a/ready'],
   },
   {
-    seed: 1075,
+    seed: 385,
     profile: '3.7',
     workload: 'mixed',
-    found: "by design, allowed: a round's last members crashed (two processes), `ready` left after every session closed",
+    found:
+      "by design, allowed: a round's members' process crashed inside it (their leases revoked by an operator and expired later), `ready` left after every session closed (seed 1075 did this before the clients listed the members in orders of their own)",
     leaves: ['dbar/a/ready'],
   },
   {

@@ -33,6 +33,8 @@ export interface ServerStream<Req> {
   receive(req: Req): void;
   /** The client cancelled it or the connection went. */
   close(): void;
+  /** A Watch stream: the server cancels every watch on it, with `reason` (the stream stays open). */
+  cancelAll?(reason: string): void;
 }
 
 export class Member {
@@ -496,6 +498,14 @@ class WatchStream implements ServerStream<pb.WatchRequest> {
       if (events.length > 0) this.sink.send({ header: this.cluster.header(this.m, applied), watchId: w.id, events });
     }
     return false;
+  }
+
+  /** Cancels every watcher of this stream with `reason` (no compact revision): the stream stays open. */
+  cancelAll(reason: string): void {
+    for (const id of [...this.watchers.keys()]) {
+      this.watchers.delete(id);
+      this.sink.send({ header: this.cluster.header(this.m, this.m.applied), watchId: id, canceled: true, cancelReason: reason });
+    }
   }
 
   fail(err: EtcdFailure): void {

@@ -78,6 +78,8 @@ export class Network {
   readonly loseNextAnswer = new Set<string>();
   /** Per-process extra latency on its streams' answers until a time (a stall). */
   private readonly stalls = new Map<string, number>();
+  /** Per-process slow unary answers: until when, and up to how much longer each. */
+  private readonly slow = new Map<string, { until: number; upTo: number }>();
 
   constructor(
     readonly cluster: Cluster,
@@ -148,6 +150,34 @@ export class Network {
 
   stalledUntil(proc: Proc): number {
     return this.stalls.get(proc.name) ?? 0;
+  }
+
+  /**
+   * For `ms`, each unary answer to `proc` (each call its own HTTP/2 stream, its answer written by a
+   * handler of its own) waits up to `upTo` ms more, on its own: answers then come back in another
+   * order than the member gave them. Its streams are not slowed.
+   */
+  slowAnswers(proc: Proc, upTo: number, ms: number): void {
+    this.slow.set(proc.name, { until: performance.now() + ms, upTo });
+    this.trace.add(`answers to ${proc.name} slow (up to ${upTo} ms) for ${ms} ms`);
+  }
+
+  /** The extra wait of a unary answer to `proc` sent now. */
+  answerDelay(proc: Proc): number {
+    const s = this.slow.get(proc.name);
+    return s && performance.now() < s.until ? this.rng.int(s.upTo) : 0;
+  }
+
+  /**
+   * The members cancel every watch of `proc` with a reason other than compaction, as a server of the
+   * etcd API may (kine cancels a watch whose query to its database failed). The streams stay open.
+   */
+  cancelWatches(proc: Proc): void {
+    this.trace.add(`watches of ${proc.name} cancelled`);
+    for (const c of this.connections) {
+      if (c.proc !== proc) continue;
+      for (const s of c.streams) s.serverSide?.cancelAll?.('the server cancelled the watch');
+    }
   }
 
   /** Ends every connection to `m` (it crashed). */
@@ -279,7 +309,7 @@ export class SimTransport implements Transport {
       };
       const attempt = (): void => {
         setTimeout(() => {
-          if (this.closed) return settle(undefined);
+          if (this.closed || this.proc.crashed) return settle(undefined);
           if (this.net.reachable(this.proc, this.member)) {
             this.conn = new Connection(this.net, this.proc, this.member);
             return settle(this.conn);
@@ -356,7 +386,7 @@ export class SimTransport implements Transport {
             const out = answer.res === undefined ? undefined : asDecoded(codec.response, answer.res);
             net.arrive(
               c,
-              performance.now() + net.latency(),
+              performance.now() + net.latency() + net.answerDelay(proc),
               () => {
                 if (out !== undefined) finish(() => resolve(out as Res));
                 else finish(() => reject(new TransportError(answer.err!.code, answer.err!.details, { fromServer: true })));

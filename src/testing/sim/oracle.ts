@@ -71,9 +71,11 @@ export class Oracle {
   /** Each key's last change (time, cause and revision). */
   private readonly lastChange = new Map<string, { at: number; cause: string; type: string; rev: bigint }>();
   /** Each key's changes, oldest first: its lease and CreateRevision from each revision on (none: deleted). */
-  private readonly history = new Map<string, { rev: bigint; lease?: bigint; createRevision?: bigint }[]>();
+  private readonly history = new Map<string, Entry[]>();
   /** The incarnations granted so far: `<key> <token>`. */
   private readonly incarnations = new Set<string>();
+  /** The processes that crashed, by name. */
+  private readonly crashedProcs = new Set<string>();
   /** When each process last woke from a pause. */
   private readonly wokeAt = new Map<Proc, number>();
   grants = 0;
@@ -83,8 +85,8 @@ export class Oracle {
   private readonly lastAccepted = new Map<string, bigint>();
   /**
    * Each DoubleBarrier's round, from its last `ready` put: the revision of that put, the waiter keys
-   * it counted, and whether one of them went with its lease (its session lost) or a process crashed
-   * while one of them was still in.
+   * it counted, and whether one of them went with its lease (its session lost), or a process crashed
+   * while one of them, or its own member, was still in.
    */
   private readonly rounds = new Map<string, { ready: bigint; members: Set<string>; died: boolean }>();
   /** The last grant (for checks made right after it). */
@@ -106,7 +108,8 @@ export class Oracle {
   changed(c: Change): void {
     this.lastChange.set(c.k, { at: this.now(), cause: c.cause, type: c.type, rev: c.rev });
     const h = this.history.get(c.k) ?? [];
-    h.push(c.type === 'put' ? { rev: c.rev, lease: c.kv!.lease, createRevision: c.kv!.createRevision } : { rev: c.rev });
+    const when = { rev: c.rev, at: this.now(), cause: c.cause };
+    h.push(c.type === 'put' ? { ...when, lease: c.kv!.lease, createRevision: c.kv!.createRevision } : when);
     this.history.set(c.k, h);
     const w = c.k.indexOf('/waiters/');
     if (c.type === 'delete' && w > 0 && endsLease(c.cause)) {
@@ -178,18 +181,21 @@ export class Oracle {
     this.incarnations.add(incarnation);
     // The revision of the answer that proved the grant: the last one its process received.
     const proof = b.onHolding ? undefined : lastHeard(b.proc);
+    // What ended our incarnation after the answer that proved our turn (granted on a holding: the
+    // key's last change, after the call). A change after that one (the key made again) is no excuse.
+    const taken = standing ? undefined : proof !== undefined ? this.endedAfter(b.key, proof, b.lease, b.token) : last;
     if (proof !== undefined && !this.stoodAt(b.key, proof, b.lease, b.token)) {
       this.fail(
         'grant-without-key',
         `${b.kind} ${b.name}: ${b.proc.name} was granted ${b.key} (token ${b.token}) on an answer of revision ${proof}, when the store had ${this.describeAt(b.key, proof)}`,
       );
-    } else if (!standing && last !== undefined && isFault(last.cause) && (proof !== undefined ? last.rev > proof : last.at >= b.asked)) {
+    } else if (taken !== undefined && isFault(taken.cause) && (proof !== undefined || taken.at >= b.asked)) {
       // A fault took the key after the answer that proved our turn (or, granted on a holding, after
       // the call): the grant is lost at birth, and the holder must learn it like any other holder
       // whose key a fault took.
-      b.lost = { at: last.at, cause: last.cause, rev: last.rev };
+      b.lost = { at: taken.at, cause: taken.cause, rev: taken.rev };
       this.open.add(b);
-      this.trace(`grant ${b.kind} ${b.name} ${b.key} token ${b.token} to ${b.proc.name} (its key already taken by ${last.cause})`);
+      this.trace(`grant ${b.kind} ${b.name} ${b.key} token ${b.token} to ${b.proc.name} (its key already taken by ${taken.cause})`);
       return b;
     } else if (!standing) {
       this.fail(
@@ -322,7 +328,10 @@ export class Oracle {
     if (members.length < count) {
       this.fail('barrier-opened-early', `double barrier ${name}: ready put with ${members.length} of ${count} members present`);
     }
-    this.rounds.set(name, { ready: rev, members: new Set(members), died: false });
+    // A member made by a process that crashed before (its key still stands: an operator's put took
+    // it off the lease that would have expired) never comes out.
+    const died = members.some((k) => this.crashedProcs.has(this.creator(k) ?? ''));
+    this.rounds.set(name, { ready: rev, members: new Set(members), died });
   }
 
   /**
@@ -358,13 +367,31 @@ export class Oracle {
     this.trace(`end ${b.kind} ${b.name} ${b.key} of ${b.proc.name}`);
   }
 
+  /** The process that created `k`'s current incarnation (a client's write is caused `<process> <call>`). */
+  private creator(k: string): string | undefined {
+    const h = this.history.get(k) ?? [];
+    const made = h.findLast((e) => e.createRevision === e.rev);
+    return made?.cause.split(' ')[0];
+  }
+
   /** A process crashed: its beliefs end with it. */
   crashed(proc: Proc): void {
+    this.crashedProcs.add(proc.name);
     for (const b of [...this.open]) if (b.proc === proc) this.ended(b);
     for (const p of [...this.pending]) if (p.older.proc === proc) this.pending.splice(this.pending.indexOf(p), 1);
     // A crash during a DoubleBarrier's round (a member of it still in) may take the member that would
     // have come out last: its key may even go by a delete it had sent just before.
-    for (const round of this.rounds.values()) if ([...round.members].some((k) => this.store.get(k) !== undefined)) round.died = true;
+    // Its own member too, when it had not left: an operator's delete may have taken the key first.
+    for (const round of this.rounds.values()) {
+      const inside = (k: string): boolean =>
+        this.store.get(k) !== undefined || (this.creator(k) !== undefined && this.creator(k) === proc.name && !this.leftBy(k, proc.name));
+      if ([...round.members].some(inside)) round.died = true;
+    }
+  }
+
+  /** Whether process `name` deleted `k` itself (a member that left). */
+  private leftBy(k: string, name: string): boolean {
+    return (this.history.get(k) ?? []).some((e) => e.createRevision === undefined && e.cause.startsWith(`${name} `));
   }
 
   /** Whether `k` existed at revision `rev` on `lease` with CreateRevision `token`. */
@@ -373,8 +400,13 @@ export class Oracle {
     return e?.lease === lease && e.createRevision === token;
   }
 
+  /** The first change of `k` after revision `rev` that ended its incarnation `token` on `lease`. */
+  private endedAfter(k: string, rev: bigint, lease: bigint, token: bigint): Entry | undefined {
+    return (this.history.get(k) ?? []).find((e) => e.rev > rev && !(e.lease === lease && e.createRevision === token));
+  }
+
   /** `k`'s state at revision `rev`, from its history. */
-  private at(k: string, rev: bigint): { lease?: bigint; createRevision?: bigint } | undefined {
+  private at(k: string, rev: bigint): Entry | undefined {
     const h = this.history.get(k) ?? [];
     for (let i = h.length - 1; i >= 0; i--) if (h[i]!.rev <= rev) return h[i];
     return undefined;
@@ -422,6 +454,15 @@ export class Oracle {
   get believing(): number {
     return this.open.size;
   }
+}
+
+/** A change of a key: its revision, when and by what, and (a put) its lease and CreateRevision. */
+interface Entry {
+  readonly rev: bigint;
+  readonly at: number;
+  readonly cause: string;
+  readonly lease?: bigint;
+  readonly createRevision?: bigint;
 }
 
 /** How a grant is judged: one key at a time, an RWMutex's read or write, or a number of permits. */

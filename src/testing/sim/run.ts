@@ -91,7 +91,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     const observing = new AbortController();
     plan.procs.forEach((pp, i) => {
       const proc = procs[i]!;
-      const client = world.client(proc, { callTimeoutMs: 5000 });
+      const client = world.client(proc, { callTimeoutMs: 5000 }, pp.member);
       clientClosers.push(() => (proc.crashed ? Promise.resolve() : proc.start(() => client.close())));
       for (const name of pp.observes) {
         const ctx: ActorContext = { proc, oracle, say: (l) => trace.add(l), doing: () => {} };
@@ -275,6 +275,12 @@ function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle,
             break;
           case 'follower-lag':
             cluster.lag(m, Math.min(f.ms, 2500), f.ms);
+            break;
+          case 'slow-answers':
+            net.slowAnswers(proc, 400, f.ms);
+            break;
+          case 'watch-cancel':
+            net.cancelWatches(proc);
             break;
         }
       }, f.at),

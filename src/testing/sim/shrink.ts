@@ -11,6 +11,7 @@ export function restrict(plan: Plan, keep: ReadonlySet<string>): Plan {
     procs: plan.procs.map((p) => ({
       name: p.name,
       observes: p.observes,
+      ...(p.member === undefined ? {} : { member: p.member }),
       sessions: p.sessions.map((s) => ({ ttl: s.ttl, actors: s.actors.map((ops) => ops.filter((o) => keep.has(`o${o.id}`))) })),
     })),
   };

@@ -14,7 +14,7 @@ import { type Belief, OPERATOR, type Oracle, type Rule } from './oracle.js';
 import { Rng } from './rng.js';
 import type { Proc } from './time.js';
 
-export const WORKLOADS = ['mixed', 'mutex', 'rwmutex', 'semaphore', 'election', 'barrier'] as const;
+export const WORKLOADS = ['mixed', 'mutex', 'rwmutex', 'semaphore', 'election', 'barrier', 'churn'] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
 
 export type OpKind =
@@ -58,6 +58,11 @@ export interface ProcPlan {
   readonly sessions: SessionPlan[];
   /** Names of elections this process observes. */
   readonly observes: string[];
+  /**
+   * The member its client tries first (its endpoints listed from there on): watches and keepalives
+   * stay on it while writes go to the leader, so a follower behind the leader serves them.
+   */
+  readonly member?: number;
 }
 
 export type FaultKind =
@@ -74,8 +79,14 @@ export type FaultKind =
   | 'early-revoke'
   | 'compact'
   | 'follower-lag'
-  | 'stream-break';
+  | 'stream-break'
+  | 'watch-cancel'
+  | 'slow-answers';
 
+/**
+ * The faults drawn from the plan's stream for every schedule. 'watch-cancel' comes from a stream of
+ * its own (planFor), and 'slow-answers' only with the churn workload, for now (see CHURN).
+ */
 export const FAULT_KINDS: readonly FaultKind[] = [
   'partition',
   'member-crash',
@@ -117,6 +128,7 @@ const KINDS: Record<WorkloadName, readonly OpKind[]> = {
   semaphore: ['permit'],
   election: ['campaign', 'campaign', 'run-as-leader'],
   barrier: ['double-barrier'],
+  churn: ['lock', 'lock', 'abort-lock'],
 };
 
 const NAME: Record<OpKind, readonly string[]> = {
@@ -161,6 +173,11 @@ interface Shape {
    * or writing a participant's key with a plain put (no lease).
    */
   readonly operator: number;
+  /**
+   * Every process's unary answers come back slow and out of order while the faults last, and its
+   * watches are cancelled a few times.
+   */
+  readonly slow?: boolean;
 }
 
 /** The named workloads, and half of the mixed one's seeds: every name of the kinds, little sharing. */
@@ -200,17 +217,47 @@ function focused(family: keyof typeof FOCUSED): Shape {
   };
 }
 
+/**
+ * The churn workload (not part of mixed yet: the engine fails it, see the commit that added it):
+ * the calls of one session on one lock all made with `share`,
+ * their answers slow and out of order, while the server keeps cancelling the processes' watches (a
+ * holding whose watch fails is lost while its key stands: the next enqueue replaces that key). An
+ * enqueue's answer may then be about an incarnation of the key that was deleted and made again
+ * since (issue 35, 7).
+ */
+const CHURN: Shape = {
+  kinds: KINDS.churn,
+  sessions: () => 1,
+  actors: (rng) => rng.pick([2, 3]),
+  share: 1,
+  name: () => 'locks/a',
+  operator: 0,
+  slow: true,
+};
+
 /** The seed's plan. */
 export function planFor(seed: number, options: { faults?: boolean; workload?: WorkloadName } = {}): Plan {
   const workload = options.workload ?? 'mixed';
   // Half of the mixed workload's seeds focus on one primitive; the other half are drawn as before
   // this choice existed (from a stream of their own), so those seeds keep their meaning.
   const focus = workload === 'mixed' ? new Rng(seed, 'shape') : undefined;
-  if (focus?.chance(0.5)) {
-    const family = focus.pick(['mutex', 'rwmutex', 'semaphore', 'election'] as const);
-    return draw(new Rng(seed, 'focus'), focused(family), options.faults !== false);
+  const withFaults = options.faults !== false;
+  const plan = focus?.chance(0.5)
+    ? draw(new Rng(seed, 'focus'), focused(focus.pick(['mutex', 'rwmutex', 'semaphore', 'election'] as const)), withFaults)
+    : draw(new Rng(seed, 'plan'), workload === 'churn' ? CHURN : broad(KINDS[workload]), withFaults);
+  // From streams of their own, so that the rest of the plan keeps its meaning: in some schedules the
+  // clients list the cluster's members in orders of their own, and the server cancels a process's
+  // watches once.
+  const first = new Rng(seed, 'first-member');
+  const procs = first.chance(0.4) ? plan.procs.map((p) => ({ ...p, member: first.int(3) })) : plan.procs;
+  const extra = new Rng(seed, 'watch-cancel');
+  const faults = [...plan.faults];
+  if (withFaults && workload !== 'churn' && extra.chance(0.15)) {
+    const target = extra.int(plan.procs.length);
+    faults.push({ id: faults.length, at: extra.between(50, plan.quietAt - 1000), kind: 'watch-cancel', target, member: 0, ms: 0 });
+    faults.sort((a, b) => a.at - b.at || a.id - b.id);
   }
-  return draw(new Rng(seed, 'plan'), broad(KINDS[workload]), options.faults !== false);
+  return { ...plan, procs, faults };
 }
 
 function draw(rng: Rng, shape: Shape, withFaults: boolean): Plan {
@@ -263,6 +310,14 @@ function draw(rng: Rng, shape: Shape, withFaults: boolean): Plan {
         member: rng.int(3),
         ms: rng.pick([200, 800, 2500, 6000, 12000]),
       });
+    }
+    if (shape.slow) {
+      for (let p = 0; p < nProcs; p++) {
+        faults.push({ id: faults.length, at: 50, kind: 'slow-answers', target: p, member: 0, ms: quietAt - 50 });
+        for (let n = rng.between(2, 4); n > 0; n--) {
+          faults.push({ id: faults.length, at: rng.between(200, quietAt - 200), kind: 'watch-cancel', target: p, member: 0, ms: 0 });
+        }
+      }
     }
     faults.sort((a, b) => a.at - b.at || a.id - b.id);
     // The operator's deletes come within the faults' time too: gaps that add up to less than 5 s.

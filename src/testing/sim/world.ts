@@ -81,9 +81,11 @@ export class World {
     return p;
   }
 
-  /** A Client of `proc` on the simulated cluster. */
-  client(proc: Proc, options: Omit<ClientOptions, 'endpoints' | 'transport'> = {}): Client {
-    const c = proc.run(() => new Client({ ...options, endpoints: this.endpoints, transport: listened(this.net.transportFor(proc), proc) }));
+  /** A Client of `proc` on the simulated cluster, trying member `first` first. */
+  client(proc: Proc, options: Omit<ClientOptions, 'endpoints' | 'transport'> = {}, first = 0): Client {
+    const all = this.endpoints;
+    const endpoints = all.map((_, i) => all[(first + i) % all.length]!);
+    const c = proc.run(() => new Client({ ...options, endpoints, transport: listened(this.net.transportFor(proc), proc) }));
     this.clients.push(c);
     return c;
   }
