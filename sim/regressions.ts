@@ -3,7 +3,7 @@
 export interface RegressionSeed {
   readonly seed: number;
   readonly profile: '3.4' | '3.7';
-  readonly workload: 'mixed' | 'mutex' | 'rwmutex' | 'semaphore' | 'election' | 'barrier';
+  readonly workload: 'mixed' | 'mutex' | 'rwmutex' | 'semaphore' | 'election' | 'barrier' | 'churn';
   /** What it found. */
   readonly found: string;
   /** Keys the run leaves by design (the oracle allows them: a DoubleBarrier's `ready` after a round that lost a member). */
@@ -111,5 +111,18 @@ export const REGRESSIONS: readonly RegressionSeed[] = [
     workload: 'mixed',
     found:
       'RWMutex: a downgrade (rLock() while the session holds the write lock) held at once, with no request, on a write key an operator had deleted while the writer was partitioned: a downgrade now holds only once one Txn confirms the key stands',
+  },
+  {
+    seed: 48,
+    profile: '3.7',
+    workload: 'churn',
+    found:
+      'a shared lock() call that joined an incarnation before its holdings were lost (a watch cancelled by the server) was granted on it afterwards, with the lost token, and the process then deleted that key under it: two holders. A call whose turn comes on a retired incarnation now fails with the loss',
+  },
+  {
+    seed: 13,
+    profile: '3.7',
+    workload: 'churn',
+    found: 'the same defect, reached through an enqueue answer that arrived late (out of order): granted on the lost incarnation',
   },
 ];

@@ -172,6 +172,7 @@ class Acquisition<H> implements WaitOwner {
       // Our turn was proven by an answer that may have waited out a freeze of this process: a
       // session whose deadline passed meanwhile (its timer not run yet) gets no handle.
       session.assertAlive();
+      assertNotRetired(session, ticket, this.lost!);
       this.resolve(
         this.rules.hold(
           new Ownership({
@@ -244,6 +245,7 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
     await r.prepare?.(ticket, undefined);
     if (ticket.first || !(await blockedNow(session.client, r.rule(ticket, lost)))) {
       session.assertAlive(); // as in Acquisition.onTurn: not a handle on a session past its deadline
+      assertNotRetired(session, ticket, lost);
       return r.hold(new Ownership({ session, key: ticket.key, fencingToken: ticket.fencingToken, lost, what, probe, exit }), ticket);
     }
   } catch (err) {
@@ -258,6 +260,22 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   exit();
   await left;
   return null;
+}
+
+/**
+ * A call that joined an incarnation of our key before the holdings on it were lost (a shared call
+ * waiting on it, or whose answer came late) gets no handle on it: the loss ended that incarnation
+ * for this process, whose next enqueue replaces the key.
+ */
+function assertNotRetired(session: Session, ticket: Ticket, lost: LostErrorFactory): void {
+  const loss = sessionQueue(session).users.retiredFor(ticket.key, ticket.fencingToken);
+  if (loss === undefined) return;
+  throw lost(
+    `${ticket.key} (token ${ticket.fencingToken}) was lost by the other calls of this process holding it; call again for a key of its own`,
+    {
+      reason: loss,
+    },
+  );
 }
 
 /**

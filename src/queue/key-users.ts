@@ -1,3 +1,5 @@
+import type { LossReason } from '../errors.js';
+
 /**
  * The calls of this process on one key of a session. Our key is `<name>/<lease hex>`, as Go's, so two
  * lock() or campaign() calls on one session and one name share it: the second joins the first's
@@ -14,6 +16,8 @@ export interface KeyUse {
   pending: number;
   /** An incarnation whose holdings ended (lost, or revoked) while it may still be in etcd: never joined again. */
   retired?: bigint;
+  /** Why its holdings ended. */
+  retiredFor?: LossReason;
 }
 
 /** The keys one session uses, by key. */
@@ -66,9 +70,21 @@ export class KeyUsers {
    * The holdings of incarnation `token` of `key` ended (lost, or revoked) while the key may still be in
    * etcd: its token belongs to them, so no later call joins it; the next enqueue replaces it.
    */
-  retire(key: string, token: bigint): void {
+  retire(key: string, token: bigint, loss: LossReason): void {
     const use = this.of(key);
-    if (use?.fencingToken === token) use.retired = token;
+    if (use?.fencingToken !== token) return;
+    use.retired = token;
+    use.retiredFor = loss;
+  }
+
+  /**
+   * Why incarnation `token` of `key` was retired, if it was: a call that joined it before its
+   * holdings were lost, and whose turn comes now, must not hold on it (its key may be deleted by this
+   * process's next enqueue, and its token belongs to the holdings lost).
+   */
+  retiredFor(key: string, token: bigint): LossReason | undefined {
+    const use = this.of(key);
+    return use?.retired === token ? (use.retiredFor ?? 'key_deleted') : undefined;
   }
 
   /**

@@ -213,7 +213,7 @@ export class Ownership {
     // otherwise (released: the release ended the turn already; revoked by runAsLeader: its release
     // follows once the task settled), the turn ends with the release.
     if (loss !== undefined) {
-      sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken);
+      sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken, loss);
       this.exit?.();
     }
     clearTimeout(this.watchTimer);
