@@ -261,9 +261,9 @@ export const MUTANTS: readonly Mutant[] = [
       {
         file: 'src/queue/ownership.ts',
         search:
-          'if (loss !== undefined) {\n      sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken);\n      this.exit?.();\n    }',
+          'if (loss !== undefined) {\n      sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken, loss);\n      this.exit?.();\n    }',
         replace:
-          'if (loss !== undefined) sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken);\n    this.exit?.();',
+          'if (loss !== undefined) sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken, loss);\n    this.exit?.();',
       },
     ],
   },
@@ -273,7 +273,7 @@ export const MUTANTS: readonly Mutant[] = [
     edits: [
       {
         file: 'src/queue/ownership.ts',
-        search: 'sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken);',
+        search: 'sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken, loss);',
         replace: '',
       },
     ],
