@@ -89,6 +89,37 @@ test('a contended handoff costs the holder one write and the waiter one Txn afte
   await assertNoKeys(admin, prefix);
 });
 
+test('a client that last counted the queue short reads the key before ours in the enqueue: one Txn until the waiter waits', async (t) => {
+  const prefix = fresh('rt-lookup');
+  const name = `${prefix}lock`;
+  const holder = probed();
+  const waiter = probed();
+  const hs = await Session.create(holder.client, { ttl: 30 });
+  const ws = await Session.create(waiter.client, { ttl: 30 });
+  try {
+    const mutex = new Mutex(ws, name);
+    await (await mutex.lock()).unlock(); // the waiter's client has counted the queue: short
+    const held = await new Mutex(hs, name).lock();
+    waiter.reset();
+    const watchers = (await serverState(etcd.clientUrls[0]!)).watchers;
+    const pending = track(mutex.lock());
+    await waitersBlocked(etcd.clientUrls[0]!, watchers, 1, 'the waiter to be queued and watching');
+    const queuedWith = [...waiter.calls];
+    waiter.reset();
+    await held.unlock();
+    const h2 = await pending.promise;
+    t.diagnostic(`queueing: ${queuedWith.join(' ')}; handoff: waiter ${waiter.calls.join(' ')}`);
+    // Nothing was written between the enqueue and the watch: what the enqueue read needs no re-read.
+    assert.deepEqual(queuedWith, ['Txn'], 'the enqueue alone: it read our predecessor with its lease, after our put');
+    assert.deepEqual(waiter.calls, ['Txn'], 'after the delete event, one Txn: nobody older, our key confirmed');
+    await h2.unlock();
+  } finally {
+    await Promise.allSettled([hs.close(), ws.close()]);
+    await Promise.allSettled([holder.client.close(), waiter.client.close()]);
+  }
+  await assertNoKeys(admin, prefix);
+});
+
 test('behind a long queue a holder marks its key, and the waiter behind it takes over with one O(1) Txn and no read', async (t) => {
   const prefix = fresh('rt-marks');
   const name = `${prefix}lock`;

@@ -30,6 +30,8 @@ export interface Ticket {
   first: boolean;
   /** What the spec's `peek` read in the same Txn (a semaphore checks its peers' permit count). */
   peeked: readonly KeyValue[];
+  /** What the spec's `lookup` read in the same Txn, after our put (at revision `fencingToken`), when it was made. */
+  preceding?: readonly KeyValue[];
 }
 
 /** What to enqueue: our key and value, and the range whose count, read in the same Txn, may prove we go first. */
@@ -42,6 +44,11 @@ export interface TicketSpec {
   first(count: bigint): boolean;
   /** An O(1) read to make in the same Txn (a limit, unsorted), for checks on the participants. */
   peek?: RangeRequest;
+  /**
+   * The keys just before ours, newest first, read in the same Txn after our put when this client last
+   * counted the queue short (see QueueLengths): a waiter's first predecessor without a look-up of its own.
+   */
+  lookup?: RangeRequest;
   /**
    * When set, a call that finds our key in place while other calls of this process use it joins them
    * only if `mayJoin` says so, given what `read` (made in the same Txn) found and the key's
@@ -92,7 +99,8 @@ async function enqueue(
   // ticket, a swept ghost), of our key or of one we would queue behind (an RWMutex writer behind its
   // own read key): let it land first. Else we would wait behind our own leftover for as long as the
   // session lives, or find that incarnation, join it (its old fencing token), and lose it to the delete.
-  const q = queueOf(session.client).of(session);
+  const state = queueOf(session.client);
+  const q = state.of(session);
   const inside = (k: string): boolean => inRange(k, spec.count);
   for (let ahead = q.deletes.ahead(key, inside); ahead.length > 0; ahead = q.deletes.ahead(key, inside)) {
     await settledOrStopped(Promise.all(ahead), signal, session.signal);
@@ -100,10 +108,12 @@ async function enqueue(
   session.assertAlive();
   signal?.throwIfAborted();
   const reads = spec.peek ? [count, op.range(spec.peek)] : [count];
+  const lookup = spec.lookup && state.lengths.short(spec.count.key) ? [op.range(spec.lookup)] : [];
   // A read lock's join checks for a writer queued behind the key it would join (see TicketSpec.joinCheck).
   const joinRead = spec.joinCheck ? [op.range(spec.joinCheck.read)] : [];
-  const t = await enqueueTxn(session, spec, reads, joinRead, lost, use);
+  const t = await enqueueTxn(session, spec, reads, lookup, joinRead, lost, use);
   const counted = txnRange(t, 1).count;
+  state.lengths.note(spec.count.key, counted, t.header.revision);
   const first = spec.first(counted);
   // Our key is the newest of those counted when this Txn created it: the rest are ahead of us.
   if (ahead && t.succeeded) ahead(counted - (inRange(key, spec.count) ? 1n : 0n));
@@ -111,6 +121,7 @@ async function enqueue(
   let ticket: Ticket;
   if (t.succeeded) {
     ticket = { key, fencingToken: t.header.revision, joined: false, value, first, peeked };
+    if (lookup.length > 0 && !first) ticket.preceding = txnRange(t, reads.length + 1).kvs;
   } else {
     const mine = txnRange(t, 0).kvs[0]!;
     // The key we found is one that other calls of this process use, are taking, or used (its last
@@ -149,6 +160,7 @@ async function enqueueTxn(
   session: Session,
   spec: TicketSpec,
   reads: RequestOp[],
+  lookup: RequestOp[],
   joinRead: RequestOp[],
   lost: LostErrorFactory,
   use: KeyUse,
@@ -160,7 +172,7 @@ async function enqueueTxn(
       .txn(
         {
           compare: [compare.createRevision(key, '=', 0n)],
-          success: [op.put(key, value, session.leaseId), ...reads],
+          success: [op.put(key, value, session.leaseId), ...reads, ...lookup],
           failure: [op.get(key), ...reads, ...joinRead],
         },
         // Guarded on our key's absence: repeating it after an ambiguous failure cannot create a second

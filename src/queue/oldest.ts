@@ -16,6 +16,7 @@ import {
 import type { WatchEvent } from '../client/watch.js';
 import { isParticipantKey, ownBuffer, participantKey, prefixOf, queuePrefix } from '../keys.js';
 import { markLeaseGone, type Session } from '../session.js';
+import { SHORT_QUEUE } from './state.js';
 import type { Ticket, TicketSpec } from './enqueue.js';
 import type { BatchCheck } from './recheck.js';
 import type { Blocker, LostErrorFactory, TurnRule, WatchTarget } from './wait.js';
@@ -26,9 +27,6 @@ export interface Scope {
   /** True for a participant's key (not a nested name's, not unrelated data under the prefix). */
   isCandidate(key: Buffer): boolean;
 }
-
-/** A queue longer than this is long: a lock's holders mark their keys (see {@link oldestRule}). */
-const SHORT_QUEUE = 32n;
 
 /**
  * The queue of a lock or election, Go's layout: one key `<name>/<lease hex>` per session, served in
@@ -41,6 +39,8 @@ export function participantTicket(session: Session, name: string, value: Buffer)
     value,
     count: { key: prefix, rangeEnd: ownBuffer(prefixEnd(prefix)) },
     first: (n) => n === 1n,
+    // Ours and the one before it, with leases (not keys-only: etcd 3.7 reports those as 0).
+    lookup: { key: prefix, rangeEnd: prefixEnd(prefix), sortOrder: SortOrder.DESCEND, sortTarget: SortTarget.CREATE, limit: 2n },
   };
 }
 
@@ -95,6 +95,9 @@ class OldestRule implements TurnRule {
     // Our marked predecessor was deleted: nothing older than us is left. Confirm our key stands, and
     // mark it in the same write: the queue behind a marked key was long.
     if (last?.headGone) return ourTurnAfterHead(session, ticket, lost, signal);
+    const read = ticket.preceding && predecessorRead(ticket, this.scope);
+    ticket.preceding = undefined; // read once: it pins the enqueue's whole response
+    if (read) return (this.last = new PredecessorBlocker(session, ticket, read, this.marks));
     const { p, long } = await findPredecessor(session, this.scope, ticket, lost, signal, this.strays, this.marks);
     if (p === null) {
       // First by a full look-up behind a long queue: mark, so the waiter behind us skips that read.
@@ -103,6 +106,17 @@ class OldestRule implements TurnRule {
     }
     return (this.last = new PredecessorBlocker(session, ticket, p, this.marks));
   }
+}
+
+/**
+ * The participant just before us as the enqueue read it (see TicketSpec.lookup), at our key's
+ * creation: undefined when that read cannot tell (a nested name's or a stray key in its place).
+ */
+function predecessorRead(ticket: Ticket, scope: Scope): Predecessor | undefined {
+  const [mine, kv] = ticket.preceding!;
+  if (mine?.createRevision !== ticket.fencingToken || !kv || kv.lease === 0n || !scope.isCandidate(kv.key)) return undefined;
+  const key = ownBuffer(kv.key);
+  return { key, createRevision: kv.createRevision, asOf: ticket.fencingToken, leased: true, marked: marked(kv) };
 }
 
 /** The participant just before us, as the look-up found it. */

@@ -28,6 +28,8 @@ export class QueueState implements Attachment {
   private readonly sessions = new WeakMap<Session, SessionQueue>();
   /** The waiters' and holders' batched safety net (see recheck.ts). */
   readonly rechecker: Rechecker;
+  /** How long each queue was when this client last counted it (see QueueLengths). */
+  readonly lengths = new QueueLengths();
 
   constructor(client: Client) {
     this.rechecker = new Rechecker(client);
@@ -54,6 +56,35 @@ export function queueOf(client: Client): QueueState {
 /** What the engine keeps of `session` (on its client's state). */
 export function sessionQueue<H = unknown>(session: Session): SessionQueue<H> {
   return queueOf(session.client).of<H>(session);
+}
+
+/** A queue longer than this is long: its enqueue reads no predecessor, and a lock's holders mark their keys. */
+export const SHORT_QUEUE = 32n;
+
+/**
+ * The newest count of each queue this client made (newest by revision: answers arrive in any order),
+ * at most 1,024 queues, the least recently counted out first. Whether an enqueue may read the keys
+ * before ours in its write Txn: etcd reads every key of a sorted range in its apply loop, nothing for
+ * a few keys, a stall of every write behind a long queue.
+ */
+export class QueueLengths {
+  private readonly byPrefix = new Map<string, { n: bigint; at: bigint }>();
+
+  /** The queue under `prefix` was short when last counted (unknown: not short). */
+  short(prefix: Buffer): boolean {
+    const c = this.byPrefix.get(prefix.toString('latin1'));
+    return c !== undefined && c.n <= SHORT_QUEUE;
+  }
+
+  /** The queue under `prefix` held `n` keys at revision `at`. */
+  note(prefix: Buffer, n: bigint, at: bigint): void {
+    const k = prefix.toString('latin1');
+    const had = this.byPrefix.get(k);
+    if (had && had.at > at) return;
+    this.byPrefix.delete(k); // set again last: the map's order is the counts' age
+    if (this.byPrefix.size >= 1024) this.byPrefix.delete(this.byPrefix.keys().next().value!);
+    this.byPrefix.set(k, { n, at });
+  }
 }
 
 /**
