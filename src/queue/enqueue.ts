@@ -1,14 +1,14 @@
 // The enqueue: one Txn that creates our key if absent and counts the queue, as one more user of the key.
 import type { CallProgress } from '../client/connection.js';
 import { isTransient, LeaseNotFoundError } from '../client/errors.js';
-import { compare, type KeyValue, op, type RangeRequest, type RequestOp, txnRange, type TxnResult } from '../client/kv.js';
+import { compare, inRange, type KeyValue, op, type RangeRequest, type RequestOp, txnRange, type TxnResult } from '../client/kv.js';
 import { ownBuffer } from '../keys.js';
 import { rethrown } from '../rethrow.js';
 import { markLeaseGone, type Session } from '../session.js';
 import { settledOrStopped } from '../stop.js';
 import type { KeyUse } from './key-users.js';
-import { dropTicket, mayLandLate, type ReleaseWhat } from './release.js';
-import { queueOf } from './state.js';
+import { dropTicket, type ReleaseWhat } from './release.js';
+import { queueOf, sessionQueue } from './state.js';
 import type { LostErrorFactory } from './wait.js';
 
 /** Our place in a queue: our key and its CreateRevision (the ticket, and once we hold, the fencing token). */
@@ -188,8 +188,8 @@ async function enqueueTxn(
         throw err;
       })
       .finally(() => {
-        // An attempt may still land after we release the key: sweep it then (see late-sweeper.ts).
-        if (progress.ambiguous) mayLandLate(session, key);
+        // An attempt may still land after we release the key: sweep it then (sweepWhenGivenUp).
+        if (progress.ambiguous) sessionQueue(session).late.mayLandLate(key);
       });
     const found = t.succeeded ? undefined : txnRange(t, 0).kvs[0];
     // Ours to take: on our lease, and not an incarnation whose holding ended (retired: lost, or given
@@ -213,14 +213,6 @@ async function enqueueTxn(
 
 /** How many times in a row the enqueue replaces a key someone else wrote before it gives up. */
 const MAX_REPLACED = 3;
-
-/** Whether `key` falls inside `range` (etcd's rules: an empty rangeEnd is the key alone, "\0" no end). */
-function inRange(key: string, range: { key: Buffer; rangeEnd: Buffer }): boolean {
-  const k = Buffer.from(key);
-  if (k.compare(range.key) < 0) return false;
-  if (range.rangeEnd.length === 0) return k.equals(range.key);
-  return (range.rangeEnd.length === 1 && range.rangeEnd[0] === 0) || k.compare(range.rangeEnd) < 0;
-}
 
 /**
  * Takes a ticket (see enqueue) as one more user of the key. If the enqueue fails and no other call

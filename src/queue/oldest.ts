@@ -1,20 +1,9 @@
 // "The oldest holds": the turn rule of a lock, an election and an RWMutex, as Go's Mutex.Lock reads:
 // who is just before me? none means my turn; else wait for its delete, then ask again.
-import type { Client } from '../client/client.js';
-import {
-  compare,
-  type Compare,
-  type KeyValue,
-  op,
-  prefixEnd,
-  type RangeRequest,
-  type RangeResult,
-  SortOrder,
-  SortTarget,
-  txnRange,
-} from '../client/kv.js';
+import { compare, type Compare, type KeyValue, op, prefixEnd, type RangeRequest, SortOrder, SortTarget, txnRange } from '../client/kv.js';
 import type { WatchEvent } from '../client/watch.js';
 import { isParticipantKey, ownBuffer, participantKey, prefixOf, queuePrefix } from '../keys.js';
+import { pagesByCreate } from '../client/pages.js';
 import { markLeaseGone, type Session } from '../session.js';
 import { SHORT_QUEUE } from './state.js';
 import type { Ticket, TicketSpec } from './enqueue.js';
@@ -328,48 +317,4 @@ function onOwnLease(kv: { key: Buffer; lease: bigint }): boolean {
 /** One incarnation of a key: its CreateRevision and the key itself. */
 function strayId(kv: { key: Buffer; createRevision: bigint }): string {
   return `${kv.createRevision}/${kv.key.toString('latin1')}`;
-}
-
-/**
- * The pages of a range sorted by CreateRevision (`req`: its sort order, its limit, and a min or max
- * CreateRevision to start from; `first`, when given, is its first page already read, at `revision`),
- * each page with the revision it was read at. Keys created in one revision (one Txn can create
- * several under a prefix) are not skipped: the next page starts at the last key's revision again,
- * with a larger limit, and the keys already given are left out.
- */
-export async function* pagesByCreate(
-  client: Client,
-  req: RangeRequest,
-  first: { page: RangeResult; revision: bigint } | undefined,
-  signal?: AbortSignal,
-): AsyncGenerator<{ kvs: KeyValue[]; revision: bigint }> {
-  const desc = req.sortOrder === SortOrder.DESCEND;
-  let page = first?.page;
-  let revision = first?.revision ?? 0n;
-  /** The keys given at revision `at`, the newest revision reached. */
-  let at: bigint | undefined;
-  const given = new Set<string>();
-  let next = req;
-  for (;;) {
-    if (!page) {
-      page = await client.range(next, { signal });
-      revision = page.header.revision;
-    }
-    const kvs: KeyValue[] = [];
-    for (const kv of page.kvs) {
-      const id = kv.key.toString('latin1');
-      if (kv.createRevision === at && given.has(id)) continue;
-      if (kv.createRevision !== at) {
-        at = kv.createRevision;
-        given.clear();
-      }
-      given.add(id);
-      kvs.push(kv);
-    }
-    yield { kvs, revision };
-    if (!page.more || at === undefined) return;
-    const limit = (req.limit ?? 0n) + BigInt(given.size);
-    next = desc ? { ...req, maxCreateRevision: at, limit } : { ...req, minCreateRevision: at, limit };
-    page = undefined;
-  }
 }

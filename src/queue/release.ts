@@ -76,20 +76,6 @@ export function releaseKey(session: Session, key: string, token: bigint, what: R
 }
 
 /**
- * A create of `key` on the session's lease had an unknown outcome (`CallProgress.ambiguous`): once the
- * key is given up (its last user released or dropped it), a re-creation landing late is swept for the
- * rest of the session. For any primitive's keys, not only enqueue's.
- */
-export function mayLandLate(session: Session, key: string): void {
-  sessionQueue(session).late.mayLandLate(key);
-}
-
-/** An RWMutex downgrade joins the write lock's incarnation `token` (see KeyUsers.joinHeld). */
-export function joinHeld(session: Session, key: string, token: bigint): boolean {
-  return sessionQueue(session).users.joinHeld(key, token);
-}
-
-/**
  * A call that waited with `ticket` gives it up (aborted, failed, or tryAcquire found it busy): the
  * key goes, unless another call of this process still uses it.
  */
