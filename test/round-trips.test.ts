@@ -89,7 +89,7 @@ test('a contended handoff costs the holder one write and the waiter one Txn afte
   await assertNoKeys(admin, prefix);
 });
 
-test('a client that last counted the queue short reads the key before ours in the enqueue: one Txn until the waiter waits', async (t) => {
+test('in a short queue the enqueue reads the key before ours, and the watch on it is kept for the next wait: one Txn until the waiter waits', async (t) => {
   const prefix = fresh('rt-lookup');
   const name = `${prefix}lock`;
   const holder = probed();
@@ -113,6 +113,20 @@ test('a client that last counted the queue short reads the key before ours in th
     assert.deepEqual(queuedWith, ['Txn'], 'the enqueue alone: it read our predecessor with its lease, after our put');
     assert.deepEqual(waiter.calls, ['Txn'], 'after the delete event, one Txn: nobody older, our key confirmed');
     await h2.unlock();
+    // The same order again (a FIFO queue's repeats): the waiter's watch on the holder's key was kept.
+    const held2 = await new Mutex(hs, name).lock();
+    const watches = waiter.watches.length;
+    waiter.reset();
+    const pending2 = track(mutex.lock());
+    await waiter.quiet('the waiter to wait on its kept watch', () => waiter.calls.length > 0);
+    assert.deepEqual(waiter.calls, ['Txn'], 'the enqueue alone');
+    assert.equal(waiter.watches.length, watches, 'no new watch: the one on the same key was kept from the last wait');
+    assert.equal(pending2.settled, false, 'waiting while the holder holds');
+    waiter.reset();
+    await held2.unlock();
+    const h3 = await pending2.promise;
+    assert.deepEqual(waiter.calls, ['Txn'], 'the kept watch delivered the delete: one Txn to take over');
+    await h3.unlock();
   } finally {
     await Promise.allSettled([hs.close(), ws.close()]);
     await Promise.allSettled([holder.client.close(), waiter.client.close()]);

@@ -5,7 +5,7 @@ import type { WatchEvent } from '../client/watch.js';
 import { isParticipantKey, ownBuffer, participantKey, prefixOf, queuePrefix } from '../keys.js';
 import { pagesByCreate } from '../client/pages.js';
 import { markLeaseGone, type Session } from '../session.js';
-import { SHORT_QUEUE } from './state.js';
+import { queueOf, SHORT_QUEUE } from './state.js';
 import type { Ticket, TicketSpec } from './enqueue.js';
 import type { BatchCheck } from './recheck.js';
 import type { Blocker, LostErrorFactory, TurnRule, WatchTarget } from './wait.js';
@@ -86,14 +86,16 @@ class OldestRule implements TurnRule {
     if (last?.headGone) return ourTurnAfterHead(session, ticket, lost, signal);
     const read = ticket.preceding && predecessorRead(ticket, this.scope);
     ticket.preceding = undefined; // read once: it pins the enqueue's whole response
-    if (read) return (this.last = new PredecessorBlocker(session, ticket, read, this.marks));
+    // In a short queue its watch is kept for this session's next wait: the key before ours repeats.
+    const keep = queueOf(session.client).lengths.short(this.scope.prefix);
+    if (read) return (this.last = new PredecessorBlocker(session, ticket, read, this.marks, keep));
     const { p, long } = await findPredecessor(session, this.scope, ticket, lost, signal, this.strays, this.marks);
     if (p === null) {
       // First by a full look-up behind a long queue: mark, so the waiter behind us skips that read.
       if (long) markHead(session, ticket);
       return null;
     }
-    return (this.last = new PredecessorBlocker(session, ticket, p, this.marks));
+    return (this.last = new PredecessorBlocker(session, ticket, p, this.marks, keep));
   }
 }
 
@@ -138,6 +140,7 @@ export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
     private readonly ticket: Ticket,
     p: Predecessor,
     private readonly marks: boolean,
+    readonly keep = false,
   ) {
     this.key = p.key;
     this.asOf = p.asOf;

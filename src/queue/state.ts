@@ -3,6 +3,7 @@
 // own module, and this file only puts them together.
 import type { Attachment, AttachmentKey } from '../client/attachments.js';
 import type { Client } from '../client/client.js';
+import type { Watch, WatchBatch, WatchSink } from '../client/watch.js';
 import type { Session } from '../session.js';
 import { Gates } from './gate.js';
 import { KeyUsers } from './key-users.js';
@@ -20,6 +21,8 @@ export class SessionQueue<H = unknown> {
   readonly gates = new Gates();
   /** Live holdings per key (see ownership.ts). */
   readonly holdings = new Holdings<H>();
+  /** Watches kept after a wait for the next one on the same key (see wait.ts). */
+  readonly kept = new KeptWatches();
 }
 
 /** The queue engine's state on one client. */
@@ -114,6 +117,67 @@ export class Holdings<T> {
   of(key: string): ReadonlySet<T> | undefined {
     return this.byKey.get(key);
   }
+}
+
+/** A waiter's watch on a key, kept after its wait: what it delivered since waits here for the next. */
+export class Kept implements WatchSink {
+  readonly batches: WatchBatch[] = [];
+  timer: NodeJS.Timeout | undefined;
+  constructor(
+    readonly w: Watch,
+    /** Every event after this revision reaches the watch. */
+    readonly from: bigint,
+    /** The newest event revision a wait took from it: a later wait may take it only with a read no older. */
+    readonly through: bigint,
+  ) {}
+
+  push(batch: WatchBatch): void {
+    if (this.batches.push(batch) > 64) drop(this); // a busy key: a new watch is cheaper than the backlog
+  }
+
+  end(): void {} // an ended watch is never taken (see KeptWatches.take)
+}
+
+/**
+ * One session's watches kept after a wait, by watched key: at most 4, each for 5 s, for the session's
+ * next wait on the same key (a FIFO queue's order repeats, and so does the key before ours). Dropped
+ * when the session ends.
+ */
+export class KeptWatches {
+  private readonly byKey = new Map<string, Kept>();
+  private listening = false;
+
+  take(id: string): Kept | undefined {
+    const k = this.byKey.get(id);
+    if (!k) return undefined;
+    this.byKey.delete(id);
+    clearTimeout(k.timer);
+    return k.w.ended ? undefined : k;
+  }
+
+  keep(session: Session, id: string, k: Kept): void {
+    if (session.signal.aborted) return drop(k);
+    if (!this.listening) {
+      this.listening = true;
+      session.signal.addEventListener('abort', () => this.dropAll(), { once: true });
+    }
+    const old = this.byKey.get(id);
+    if (old) drop(old);
+    this.byKey.delete(id);
+    if (this.byKey.size >= 4) this.take(this.byKey.keys().next().value!)?.w.cancel();
+    k.timer = setTimeout(() => this.take(id)?.w.cancel(), 5000).unref();
+    this.byKey.set(id, k);
+  }
+
+  private dropAll(): void {
+    for (const k of this.byKey.values()) drop(k);
+    this.byKey.clear();
+  }
+}
+
+function drop(k: Kept): void {
+  clearTimeout(k.timer);
+  k.w.cancel();
 }
 
 /**

@@ -9,7 +9,7 @@ import type { OwnershipEndReason, OwnershipLostError } from '../errors.js';
 import type { Session } from '../session.js';
 import { type BatchCheck, type Due, MAX_CHECK_KEYS } from './recheck.js';
 import { isStopped, onStop, stopReason } from '../stop.js';
-import { queueOf } from './state.js';
+import { Kept, queueOf, sessionQueue } from './state.js';
 
 /** Raised when our own key vanished (or changed lease) while we queued. */
 export type LostErrorFactory = (message: string, options: { reason: OwnershipEndReason; cause?: unknown }) => OwnershipLostError;
@@ -45,6 +45,8 @@ export interface Blocker {
   readonly asOf?: bigint;
   /** That read proved everything `check` checks: a watch that delivers every event after `asOf` needs no confirming read. */
   readonly confirmed?: boolean;
+  /** Its watch (of one key, a Buffer) may serve this session's next wait on the same key: kept after this one. */
+  readonly keep?: boolean;
 }
 
 /**
@@ -111,6 +113,9 @@ export class Wait implements WatchSink, Due {
   private gen = 0;
   private b: Blocker | undefined;
   private w: Watch | undefined;
+  /** The watch delivers every event after this revision; `through`: the newest event revision taken from it. */
+  private from = 0n;
+  private through = 0n;
   /** Waiting: events can end the wait. Before that they queue in `early`. */
   private waiting = false;
   private early: WatchBatch[] | undefined;
@@ -173,10 +178,16 @@ export class Wait implements WatchSink, Due {
     this.endedEarly = false;
     this.endError = undefined;
     const t = b.watch;
-    const w = this.client.watchInto(t.key, { prefix: t.prefix, noPut: t.noPut, noDelete: t.noDelete }, this);
+    // The watch of this session's last wait on the same key, if it delivers every event after our
+    // read: no create, no cancel, and what it delivered meanwhile is filtered in push() as any event.
+    const k = this.keptFor(b);
+    this.early = k && k.batches.length > 0 ? k.batches : undefined;
+    this.through = k?.through ?? 0n;
+    const w = k ? k.w : this.client.watchInto(t.key, { prefix: t.prefix, noPut: t.noPut, noDelete: t.noDelete }, this);
+    w.sink = this;
     this.w = w;
     try {
-      const from = await w.created;
+      const from = (this.from = k ? k.from : await w.created);
       if (this.done) return true;
       // Re-checked now (unless the read that found the blocker is covered by the watch), and then
       // now and then while waiting: a safety net should an event ever be missed (an O(1) read-only
@@ -184,7 +195,7 @@ export class Wait implements WatchSink, Due {
       const covered = b.confirmed === true && b.asOf !== undefined && from <= b.asOf;
       if (!covered && !(await retryWhile(() => stillBlocked(this.client, b, s), isTransient, s))) {
         if (this.done) return true;
-        this.leaveWatch();
+        this.leaveWatch(true);
         return false;
       }
       if (this.done) return true;
@@ -195,6 +206,16 @@ export class Wait implements WatchSink, Due {
     }
     this.wait();
     return true;
+  }
+
+  /** A watch kept for `b`'s key by this session (see KeptWatches) that delivers every event after `b`'s read. */
+  private keptFor(b: Blocker): Kept | undefined {
+    const key = b.watch.key;
+    if (!this.session || !b.keep || typeof key === 'string') return undefined;
+    const k = sessionQueue(this.session).kept.take(key.toString('latin1'));
+    if (!k || (b.asOf !== undefined && k.from <= b.asOf && k.through <= b.asOf)) return k;
+    k.w.cancel();
+    return undefined;
   }
 
   /** Waiting mode: the batched safety net (or a timer of our own), then what queued meanwhile. */
@@ -262,6 +283,7 @@ export class Wait implements WatchSink, Due {
     try {
       for (const e of batch.events) {
         const rev = e.kv.modRevision;
+        if (rev > this.through) this.through = rev;
         // Seen by the read that found the blocker (a watch from "now" on a member that lags may still send it).
         if (b.asOf !== undefined && rev <= b.asOf) continue;
         if (movedAt !== undefined && rev !== movedAt) continue;
@@ -294,7 +316,7 @@ export class Wait implements WatchSink, Due {
   /** The blocker moved: stop waiting and ask the rule again. */
   private moved(): void {
     this.stopWaiting();
-    this.leaveWatch();
+    this.leaveWatch(true);
     void this.next();
   }
 
@@ -308,12 +330,19 @@ export class Wait implements WatchSink, Due {
     this.ac?.abort(reason); // a call in flight: its answer no longer matters
   }
 
-  private leaveWatch(): void {
-    const w = this.w;
+  /** Lets go of the blocker's watch: kept for the session's next wait on the same key (`mayKeep`, see Blocker.keep), or cancelled. */
+  private leaveWatch(mayKeep = false): void {
+    const { w, b, early } = this;
     this.w = undefined;
     this.b = undefined;
     this.early = undefined;
     if (!w) return;
+    if (mayKeep && b?.keep && this.session && typeof b.watch.key !== 'string' && !w.ended && !this.done && !this.stopped()) {
+      const k = new Kept(w, this.from, this.through);
+      if (early) k.batches.push(...early);
+      w.sink = k;
+      return sessionQueue(this.session).kept.keep(this.session, b.watch.key.toString('latin1'), k);
+    }
     w.sink = IGNORED;
     w.cancel();
   }
