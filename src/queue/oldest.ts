@@ -44,13 +44,12 @@ export function participantScope(name: string): Scope {
  * key just before its own, so one release wakes one waiter. Stray keys (no lease: etcd issue 6631)
  * and keys that are not candidates (nested names under the prefix) are skipped.
  *
- * With `marks` (a lock's, never an election's: a Go candidate rewrites its key while it waits):
- * behind a long queue a waiter whose turn came writes its key once more, value and lease unchanged,
- * so its version passes 1: "I was the oldest". Keys are never created older than an existing one, so
- * once such a predecessor is deleted nothing older than us is left, and the waiter behind it takes
- * its turn with one O(1) Txn instead of a look-up that reads the whole queue. This trusts that only a
- * key's holder rewrites it on its own lease: a lock's name must not be shared with an election or a
- * semaphore (their keys are rewritten while waiting, or by non-first holders).
+ * With `marks` (a lock's, never an election's: a Go candidate rewrites its key while it waits): behind
+ * a long queue a waiter whose turn came writes its key once more, unchanged, so its version passes 1:
+ * "I was the oldest". No key is created older than an existing one, so once such a predecessor is
+ * deleted the waiter behind it takes its turn with one O(1) Txn instead of reading the whole queue.
+ * This trusts that only a key's holder rewrites it on its own lease: a lock's name must not be shared
+ * with an election or a semaphore (their keys are rewritten while waiting, or by non-first holders).
  */
 export function oldestRule(
   session: Session,
@@ -177,9 +176,8 @@ export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
   }
 
   /**
-   * Our key is still ours, and our predecessor still the same incarnation on some lease, read in
-   * full: this is also where a predecessor found by a keys-only read gets its lease checked. One
-   * found to have no lease is stray data, which the rule's next look-up skips.
+   * Our key is still ours, and our predecessor the same incarnation on some lease, read in full: where
+   * one found by a keys-only read gets its lease checked (none: stray, skipped by the next look-up).
    */
   blocked([mine, p]: readonly (KeyValue | undefined)[]): boolean {
     const { ticket, session } = this;
@@ -194,11 +192,10 @@ export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
 }
 
 /**
- * One read-only Txn: our key still exists on our lease, and which key is just before it (null:
- * nobody, we are first). The read is keys-only: from etcd 3.7 it is then served from the in-memory
- * index, which keeps a hand-over cheap however long the queue, but its KeyValues carry `lease = 0`.
- * So a candidate is any key of participant form not known to be stray, and the blocker's check
- * reads its lease before trusting it.
+ * One read-only Txn: our key still exists on our lease, and which key is just before it (null: we are
+ * first). Keys-only: etcd 3.7 then serves it from the in-memory index, cheap however long the queue,
+ * but its KeyValues carry `lease = 0`. So a candidate is any key of participant form not known to be
+ * stray, and the blocker's check reads its lease before trusting it.
  */
 async function findPredecessor(
   session: Session,
@@ -234,21 +231,15 @@ async function findPredecessor(
   for await (const page of pagesByCreate(client, before(64n), first, signal)) {
     pages++;
     const kv = page.kvs.find((kv) => scope.isCandidate(kv.key) && !strays?.has(strayId(kv)));
-    // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
     if (kv) {
-      const p = {
-        key: ownBuffer(kv.key),
-        createRevision: kv.createRevision,
-        asOf: page.revision,
-        leased: kv.lease !== 0n,
-        marked: marked(kv),
-      };
-      return { p, long };
+      // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
+      const leased = kv.lease !== 0n;
+      return { p: { key: ownBuffer(kv.key), createRevision: kv.createRevision, asOf: page.revision, leased, marked: marked(kv) }, long };
     }
   }
-  // The pages after the first are plain reads: one revision may have taken the keys before us and
-  // our own key meanwhile (an operator's delete of the prefix). Nobody older counts only with our
-  // key standing now, and since no key older than ours can be created, it then holds now.
+  // The pages after the first are plain reads: one revision may have taken the keys before us and our
+  // own key (an operator's delete of the prefix). "Nobody older" counts only with our key standing now
+  // (and then for good: no key older than ours can be created).
   if (pages > 1) await confirmOurKey(session, ticket, lost, signal);
   return { p: null, long };
 }
@@ -273,9 +264,8 @@ async function ourTurnAfterHead(session: Session, ticket: Ticket, lost: LostErro
 }
 
 /**
- * Marks our key ("I was the oldest") in the background, guarded on our incarnation and lease: a mark
- * landing after our release finds the key gone and writes nothing. If it is late, the waiter behind
- * us only falls back to the full look-up.
+ * Marks our key ("I was the oldest") in the background, guarded on our incarnation and lease: one
+ * landing after our release writes nothing; one late only sends the waiter behind us to the look-up.
  */
 function markHead(session: Session, ticket: Ticket): void {
   session.client
@@ -301,10 +291,7 @@ export async function ticketLost(session: Session, ticket: Ticket, lost: LostErr
   throw lost(`${ticket.key} was deleted or moved to another lease while waiting`, { reason });
 }
 
-/**
- * Written again since its creation, and still on the lease its name carries: a lock holder's mark.
- * A keys-only read on etcd 3.7 reports lease 0: then not known.
- */
+/** Written again since its creation, and still on the lease its name carries: a lock holder's mark. */
 function marked(kv: { key: Buffer; lease: bigint; version: bigint }): boolean {
   return kv.version > 1n && onOwnLease(kv);
 }

@@ -1,6 +1,5 @@
 // The queue engine's state: one object per client, made on first use and closed with the client.
-// Nothing else in src/queue keeps state beyond one call: each idea's registry is a small class of its
-// own module, and this file only puts them together.
+// Nothing else in src/queue keeps state beyond one call.
 import type { Attachment, AttachmentKey } from '../client/attachments.js';
 import type { Client } from '../client/client.js';
 import type { Watch, WatchBatch, WatchSink } from '../client/watch.js';
@@ -65,10 +64,9 @@ export function sessionQueue<H = unknown>(session: Session): SessionQueue<H> {
 export const SHORT_QUEUE = 32n;
 
 /**
- * The newest count of each queue this client made (newest by revision: answers arrive in any order),
- * at most 1,024 queues, the least recently counted out first. Whether an enqueue may read the keys
- * before ours in its write Txn: etcd reads every key of a sorted range in its apply loop, nothing for
- * a few keys, a stall of every write behind a long queue.
+ * The newest count (by revision: answers arrive in any order) of at most 1,024 queues this client
+ * counted, the least recent out first: whether an enqueue may read the keys before ours in its write
+ * Txn (etcd reads every key of a sorted range in its apply loop, stalling every write if it is long).
  */
 export class QueueLengths {
   private readonly byPrefix = new Map<string, { n: bigint; at: bigint }>();
@@ -90,11 +88,7 @@ export class QueueLengths {
   }
 }
 
-/**
- * The live holdings of one session by key. Calls on one session and one name share one key: their
- * holdings of one incarnation end together on a loss, and one leaving hands the leader gauge on to
- * another (see Ownership.end).
- */
+/** One session's live holdings by key (those of one incarnation end together on a loss: Ownership.end). */
 export class Holdings<T> {
   private readonly byKey = new Map<string, Set<T>>();
 
@@ -138,11 +132,7 @@ export class Kept implements WatchSink {
   end(): void {} // an ended watch is never taken (see KeptWatches.take)
 }
 
-/**
- * One session's watches kept after a wait, by watched key: at most 4, each for 5 s, for the session's
- * next wait on the same key (a FIFO queue's order repeats, and so does the key before ours). Dropped
- * when the session ends.
- */
+/** One session's watches kept after a wait, by key: at most 4, each for 5 s, for its next wait on it. */
 export class KeptWatches {
   private readonly byKey = new Map<string, Kept>();
   private listening = false;
@@ -181,9 +171,8 @@ function drop(k: Kept): void {
 }
 
 /**
- * Deletes of one session still in flight or being retried, by key. An enqueue of that session waits
- * for those among the keys it would queue behind (see ahead): a release whose delete failed must not
- * make its own process wait behind it.
+ * Deletes of one session in flight or retried, by key: an enqueue of that session waits for those it
+ * would queue behind (see ahead), so that a failed delete never makes its own process wait behind it.
  */
 export class InFlightDeletes {
   private readonly byKey = new Map<string, Promise<unknown>>();
@@ -208,10 +197,7 @@ export class InFlightDeletes {
   }
 }
 
-/**
- * The keys of one session whose create had an unknown outcome (`CallProgress.ambiguous`), and whether
- * a sweep watches each once given up (see sweepWhenGivenUp in guaranteed-delete.ts).
- */
+/** One session's keys whose create had an unknown outcome, and whether each is swept (sweepWhenGivenUp). */
 export class LateKeys {
   private readonly keys = new Map<string, boolean>();
 

@@ -27,8 +27,7 @@ export interface WatchTarget {
 
 /**
  * What stands between a waiter and its turn right now, as a primitive tells it: what to watch, which
- * events may end the wait, and how to tell it still blocks. Confirming it once the watch is up and
- * the batched safety net are the engine's.
+ * events may end the wait, and how to tell it still blocks (the engine confirms it and re-checks).
  */
 export interface Blocker {
   readonly watch: WatchTarget;
@@ -36,9 +35,8 @@ export interface Blocker {
   changed(e: WatchEvent): boolean;
   /**
    * Are we still blocked by the same thing? The keys to read (in full) and what they must say; false
-   * sends the waiter back to the rule (which also tells a lost key). Read once the watch is up, and
-   * now and then while waiting, in one read-only Txn (batched with other waiters' when it reads at
-   * most MAX_CHECK_KEYS keys).
+   * sends the waiter back to the rule (which also tells a lost key). Read once the watch is up, and now
+   * and then while waiting, in one read-only Txn (batched when it reads at most MAX_CHECK_KEYS keys).
    */
   readonly check: BatchCheck;
   /** The revision of the read that found this blocker, when one did: only later events can end the wait. */
@@ -50,10 +48,9 @@ export interface Blocker {
 }
 
 /**
- * A primitive's rule for "my turn" (the oldest of all; among the N oldest; no older writer), asked
- * afresh after every change. `blocker` resolves null only after confirming our key still exists on
- * our lease, so success means "my turn now", not "was my turn once"; it throws the primitive's lost
- * error when our key is gone.
+ * A primitive's rule for "my turn" (the oldest; among the N oldest; no older writer), asked afresh
+ * after every change. `blocker` resolves null only after confirming our key still stands on our lease
+ * ("my turn now", not "was my turn once"); it throws the primitive's lost error when our key is gone.
  */
 export interface TurnRule {
   blocker(signal: AbortSignal): Promise<Blocker | null>;
@@ -92,18 +89,16 @@ export function waitUntil(client: Client, rule: TurnRule, options: WaitUntilOpti
 }
 
 /**
- * One wait, as a small state machine rather than a suspended async loop: a queue of 10,000 waiters
- * holds 10,000 of these, so while it waits a waiter is this object, its blocker and its watch, with
- * no pending promise, timer or AbortController of its own. Two modes:
- * - active: asking the rule, watching the blocker and confirming it (async; its calls abort through
- *   `ac`, which exists only meanwhile);
- * - waiting: an event, the batched re-check or our own re-check timer may end it (`moved`), and the
- *   active mode starts over.
+ * One wait, as a small state machine rather than a suspended async loop: while it waits (one of
+ * perhaps 10,000) a waiter is this object, its blocker and its watch, with no promise, timer or
+ * AbortController of its own. Two modes:
+ * - active: asking the rule, watching the blocker and confirming it (its calls abort through `ac`);
+ * - waiting: an event, the batched re-check or our own timer may end it (`moved`): active again.
  *
- * etcd serves a watch whose start revision is at or below its current revision only from a loop
- * that runs every 100 ms. So the blocker's watch starts from "now", and once etcd confirms it we
- * check again that it still blocks us: a change that slipped in before is seen then. A waiter keeps
- * its place through an outage: reads are retried while the session lives.
+ * etcd serves a watch whose start revision is at or below its current revision only from a loop that
+ * runs every 100 ms. So the blocker's watch starts from "now", and once etcd confirms it we check
+ * again that it still blocks us: a change that slipped in before is seen then. Through an outage a
+ * waiter keeps its place: reads are retried while the session lives.
  */
 export class Wait implements WatchSink, Due {
   private done = false;
@@ -189,9 +184,8 @@ export class Wait implements WatchSink, Due {
     try {
       const from = (this.from = k ? k.from : await w.created);
       if (this.done) return true;
-      // Re-checked now (unless the read that found the blocker is covered by the watch), and then
-      // now and then while waiting: a safety net should an event ever be missed (an O(1) read-only
-      // Txn; a queue must never wait forever on a ghost).
+      // Re-checked now (unless the watch covers the read that found the blocker), and now and then
+      // while waiting: a safety net should an event be missed (a queue must never wait on a ghost).
       const covered = b.confirmed === true && b.asOf !== undefined && from <= b.asOf;
       if (!covered && !(await retryWhile(() => stillBlocked(this.client, b, s), isTransient, s))) {
         if (this.done) return true;
