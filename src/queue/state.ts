@@ -66,15 +66,16 @@ export const SHORT_QUEUE = 32n;
 /**
  * The newest count (by revision: answers arrive in any order) of at most 1,024 queues this client
  * counted, the least recent out first: whether an enqueue may read the keys before ours in its write
- * Txn (etcd reads every key of a sorted range in its apply loop, stalling every write if it is long).
+ * Txn (etcd reads every key of a sorted range in its apply loop, stalling every write if it is long;
+ * and a caller alone last time, likely alone again, needs no predecessor).
  */
 export class QueueLengths {
   private readonly byPrefix = new Map<string, { n: bigint; at: bigint }>();
 
-  /** The queue under `prefix` was short when last counted (unknown: not short). */
+  /** The queue under `prefix` was short, and not ours alone, when last counted (unknown: no). */
   short(prefix: Buffer): boolean {
     const c = this.byPrefix.get(prefix.toString('latin1'));
-    return c !== undefined && c.n <= SHORT_QUEUE;
+    return c !== undefined && c.n > 1n && c.n <= SHORT_QUEUE;
   }
 
   /** The queue under `prefix` held `n` keys at revision `at`. */
