@@ -247,7 +247,7 @@ export const MUTANTS: readonly Mutant[] = [
       "issue 35, 8 (4de614a): paging by CreateRevision from the page's last key minus one, skipping keys created in the same revision",
     edits: [
       {
-        file: 'src/queue/oldest.ts',
+        file: 'src/client/pages.ts',
         search: 'next = desc ? { ...req, maxCreateRevision: at, limit } : { ...req, minCreateRevision: at, limit };',
         replace: 'next = desc ? { ...req, maxCreateRevision: at - 1n } : { ...req, minCreateRevision: at + 1n };',
       },

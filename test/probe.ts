@@ -5,6 +5,7 @@
 // without sleeping, and what one acquisition or release costs.
 import type { Client, Watch } from '../src/index.js';
 import type { TxnRequest } from '../src/proto/etcd.js';
+import { Kept } from '../src/queue/state.js';
 import { waitFor } from './helpers/waiting.js';
 
 /** One unary call as it left the client: its method, and a Txn's range and put operations. */
@@ -74,9 +75,9 @@ export class Probe {
     this.sent.length = 0;
   }
 
-  /** Watches not cancelled (each blocked waiter has exactly one). */
+  /** Watches not cancelled and not kept for a later wait (each blocked waiter has exactly one). */
   active(from = 0): Watch[] {
-    return this.watches.slice(from).filter((w) => !w.ended);
+    return this.watches.slice(from).filter((w) => !w.ended && !(w.sink instanceof Kept));
   }
 
   /** A prefix watch: what only a semaphore's head (or an election observer) opens. */

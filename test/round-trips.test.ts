@@ -89,6 +89,51 @@ test('a contended handoff costs the holder one write and the waiter one Txn afte
   await assertNoKeys(admin, prefix);
 });
 
+test('in a short queue the enqueue reads the key before ours and the watch on it is kept: one Txn to queue, none to watch, one to take over', async (t) => {
+  const prefix = fresh('rt-lookup');
+  const name = `${prefix}lock`;
+  const holder = probed();
+  const waiter = probed();
+  const hs = await Session.create(holder.client, { ttl: 30 });
+  const ws = await Session.create(waiter.client, { ttl: 30 });
+  try {
+    const mine = new Mutex(ws, name);
+    const theirs = new Mutex(hs, name);
+    /** The holder holds, the waiter queues behind it: what the waiter sends until it waits, and to take over. */
+    const cycle = async () => {
+      const held = await theirs.lock();
+      const watches = waiter.watches.length;
+      waiter.reset();
+      const pending = track(mine.lock());
+      await waiter.quiet('the waiter to wait', () => waiter.calls.length > 0);
+      const queued = [...waiter.calls];
+      const created = waiter.watches.length - watches;
+      assert.equal(pending.settled, false, 'waiting while the holder holds');
+      waiter.reset();
+      await held.unlock();
+      const h = await pending.promise;
+      const takeover = [...waiter.calls];
+      await h.unlock();
+      return { queued, created, takeover };
+    };
+    // The first: this client has not seen the queue with anyone in it; it looks its predecessor up.
+    const cycles = [await cycle(), await cycle(), await cycle()];
+    t.diagnostic(
+      cycles.map((c) => `queued ${c.queued.join(' ')}, ${c.created} watch(es) made, took over with ${c.takeover.join(' ')}`).join('; '),
+    );
+    for (const c of cycles.slice(1)) {
+      // Nothing was written between the enqueue and the wait: what the enqueue read needs no re-read.
+      assert.deepEqual(c.queued, ['Txn'], 'the enqueue alone: it read our predecessor with its lease, after our put');
+      assert.equal(c.created, 0, "no new watch: the one on the holder's key was kept from the last wait");
+      assert.deepEqual(c.takeover, ['Txn'], 'after the delete event, one Txn: nobody older, our key confirmed');
+    }
+  } finally {
+    await Promise.allSettled([hs.close(), ws.close()]);
+    await Promise.allSettled([holder.client.close(), waiter.client.close()]);
+  }
+  await assertNoKeys(admin, prefix);
+});
+
 test('behind a long queue a holder marks its key, and the waiter behind it takes over with one O(1) Txn and no read', async (t) => {
   const prefix = fresh('rt-marks');
   const name = `${prefix}lock`;

@@ -127,3 +127,11 @@ export function txnRange(t: TxnResult, i: number): RangeResult {
   if (!r) throw new Error(`txn response ${i} is not a range`);
   return rangeResult(r);
 }
+
+/** Whether `key` falls inside `range` (etcd's rules: an empty rangeEnd is the key alone, "\0" no end). */
+export function inRange(key: string, range: { key: Buffer; rangeEnd: Buffer }): boolean {
+  const k = Buffer.from(key);
+  if (k.compare(range.key) < 0) return false;
+  if (range.rangeEnd.length === 0) return k.equals(range.key);
+  return (range.rangeEnd.length === 1 && range.rangeEnd[0] === 0) || k.compare(range.rangeEnd) < 0;
+}

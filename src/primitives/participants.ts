@@ -2,7 +2,7 @@
 import type { Client } from '../client/client.js';
 import { prefixEnd, SortOrder, SortTarget, type KeyValue, type RangeRequest } from '../client/kv.js';
 import { CompactedError } from '../client/errors.js';
-import { pagesByCreate } from '../queue/oldest.js';
+import { pagesByCreate } from '../client/pages.js';
 import { isParticipant, prefixOf } from '../keys.js';
 
 /** Every participant of a lock or election, oldest first: the holder, then the queue in order. */

@@ -7,7 +7,6 @@ import type { LockOptions } from './mutex.js';
 import { sessionQueue } from '../queue/state.js';
 import { liveHoldings, Ownership } from '../queue/ownership.js';
 import { HeldHandle, type OwnerHandle } from './handle.js';
-import { joinHeld } from '../queue/release.js';
 import { oldestRule, type Scope } from '../queue/oldest.js';
 import type { LostErrorFactory } from '../queue/wait.js';
 import type { ReleaseResult } from '../queue/release.js';
@@ -121,7 +120,7 @@ export class RWMutex {
     const writer = liveHoldings(session, key).find((o) => o.kind === 'write');
     if (!writer) return undefined;
     writer.assert(); // a write lock lost meanwhile is no ground for a read lock: its error says why
-    if (!joinHeld(session, key, writer.fencingToken)) return undefined;
+    if (!sessionQueue(session).users.joinHeld(key, writer.fencingToken)) return undefined;
     const read = new Ownership({
       session,
       key,

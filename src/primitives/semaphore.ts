@@ -6,7 +6,7 @@ import type { Session } from '../session.js';
 import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
 import { HeldHandle, type OwnerHandle } from './handle.js';
 import type { ReleaseResult } from '../queue/release.js';
-import { pagesByCreate } from '../queue/oldest.js';
+import { pagesByCreate } from '../client/pages.js';
 import { ourKeyStands, ticketLost } from '../queue/oldest.js';
 import type { Ticket, TicketSpec } from '../queue/enqueue.js';
 import type { BatchCheck } from '../queue/recheck.js';

@@ -14,14 +14,12 @@ export interface AcquireOptions {
   /** Stop waiting (for a timeout: `AbortSignal.timeout(ms)`). Our queued key is then removed. */
   signal?: AbortSignal;
   /**
-   * Go's behaviour for calls of this process on one session and name: `true` joins the key of
-   * another such call that also passed `share: true` (both wait and hold at once, with one key and
-   * one fencing token; the key goes with the last of them). A joining call holds at once when the
-   * key holds, ahead of any other process's waiter queued since: reentrancy, as in Go, not fairness (a
-   * stream of overlapping shared calls keeps the key, and those waiters wait). By default (false;
-   * true for `rLock()`, see there) such calls exclude each other in the process: the later one waits
-   * here, with no request to etcd, until the earlier one's key is gone, then takes a key of its own (a
-   * new fencing token), queued behind the other processes' waiters already there.
+   * Go's behaviour for calls of this process on one session and name: `true` joins the key of another
+   * such call that also passed `share: true` (one key and one fencing token; the key goes with the last
+   * of them). A joining call holds at once when the key holds, ahead of other processes' waiters
+   * queued since: reentrancy, as in Go, not fairness. By default (false; true for `rLock()`) such
+   * calls exclude each other: the later one waits, with no request to etcd, until the earlier one's
+   * key is gone, then takes a key of its own (a new fencing token) behind the waiters already there.
    */
   share?: boolean;
 }
@@ -53,10 +51,9 @@ export interface QueueRules<H> {
 
 /**
  * The one acquire path: check the session, take a ticket, wait for our turn under the primitive's
- * rule, and hand out ownership; on abort or any error our key is deleted, so nothing is left in the
- * queue. Calls of this process on the same session and key share the key, counted: it is deleted
- * only when the last of them releases, aborts or fails. Fails at once if the session is lost.
- * Metrics and spans are recorded here (through a probe that exists only when an SDK records).
+ * rule, and hand out ownership; on abort or any error our key leaves the queue (deleted once no other
+ * call of this process uses it). Fails at once if the session is lost. Metrics and spans are recorded
+ * here, through a probe that exists only when an SDK records.
  */
 export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promise<H> {
   const { session } = q;
@@ -69,12 +66,10 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
     return Promise.reject(err);
   }
   const what: ReleaseWhat = { kind: q.kind, name: q.name };
-  // The spec's ticket part (key, value, count range) is not needed while waiting: not kept.
   const a = new Acquisition(session, q.rules, what, options.signal, probe);
   const shared = q.share === true;
-  // Our in-process turn on this session and key first (at once, the common case), then the enqueue.
-  // Not cancelled once sent: an abort landing after etcd applied the Txn would leave our key behind.
-  // (The signal only stops a wait before anything is sent: for our turn, or for a delete of ours.)
+  // Our in-process turn first (at once, the common case), then the enqueue. The signal stops only a
+  // wait before anything is sent: an abort landing after etcd applied the Txn would leave our key behind.
   const gates = sessionQueue(session).gates;
   const now = gates.tryEnter(q.ticket.key, shared);
   if (!now) holdersWatch(session, q.ticket.key);
@@ -83,11 +78,7 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
   return a.promise;
 }
 
-/**
- * Our in-process turn (at once or once `turn` resolves), then the enqueue. A read that must not join
- * the key its sibling calls share (AFTER_HOLDERS) takes its turn again after they have left, and
- * enqueues again with a key of its own.
- */
+/** Our in-process turn, then the enqueue; after AFTER_HOLDERS, both again once the holders left. */
 async function takeTicket<H>(
   q: QueueSpec<H>,
   what: ReleaseWhat,
@@ -108,9 +99,8 @@ async function takeTicket<H>(
 }
 
 /**
- * One acquire call from its enqueue answer to its handle, as one object with its Wait: while it waits
- * (perhaps behind 10,000 others) nothing else of it is alive, no suspended async frame or promise
- * chain. It owns the wait (as its WaitOwner), not the other way round.
+ * One acquire call from its enqueue answer to its handle, as one object, the WaitOwner of its Wait:
+ * while it waits (perhaps behind 10,000 others) no suspended async frame or promise chain of it lives.
  */
 class Acquisition<H> implements WaitOwner {
   readonly promise: Promise<H>;
@@ -173,20 +163,9 @@ class Acquisition<H> implements WaitOwner {
       // session whose deadline passed meanwhile (its timer not run yet) gets no handle.
       session.assertAlive();
       assertNotRetired(session, ticket, this.lost!);
-      this.resolve(
-        this.rules.hold(
-          new Ownership({
-            session,
-            key: ticket.key,
-            fencingToken: ticket.fencingToken,
-            lost: this.lost!,
-            what: this.what,
-            probe: this.probe,
-            exit: this.exit,
-          }),
-          ticket,
-        ),
-      );
+      const { what, probe, exit } = this;
+      const own = new Ownership({ session, key: ticket.key, fencingToken: ticket.fencingToken, lost: this.lost!, what, probe, exit });
+      this.resolve(this.rules.hold(own, ticket));
     } catch (err) {
       this.fail(err);
     }
@@ -200,8 +179,8 @@ class Acquisition<H> implements WaitOwner {
     } catch {
       // telemetry must not keep the key in the queue or the caller waiting
     }
-    // Our key leaves with us, unless another call of this process still uses it. Its delete is
-    // registered at once, so the next call of our turn waits for it (enqueue) and never joins it.
+    // Our key leaves with us unless another call of this process uses it. Its delete is registered at
+    // once, so the next call of our turn waits for it (enqueue) and never joins it.
     leaveTicket(session, this.ticket!, this.what).then(
       () => this.reject(err),
       (e: unknown) => this.reject(e),
@@ -244,7 +223,7 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
     const lost = r.lostError(ticket.key);
     await r.prepare?.(ticket, undefined);
     if (ticket.first || !(await blockedNow(session.client, r.rule(ticket, lost)))) {
-      session.assertAlive(); // as in Acquisition.onTurn: not a handle on a session past its deadline
+      session.assertAlive(); // as in Acquisition.turn: not a handle on a session past its deadline
       assertNotRetired(session, ticket, lost);
       return r.hold(new Ownership({ session, key: ticket.key, fencingToken: ticket.fencingToken, lost, what, probe, exit }), ticket);
     }
@@ -263,25 +242,19 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
 }
 
 /**
- * A call that joined an incarnation of our key before the holdings on it were lost (a shared call
- * waiting on it, or whose answer came late) gets no handle on it: the loss ended that incarnation
- * for this process, whose next enqueue replaces the key.
+ * A call that joined an incarnation of our key before its holdings were lost (a shared call waiting
+ * on it, or whose answer came late) gets no handle: for this process the loss ended that incarnation.
  */
 function assertNotRetired(session: Session, ticket: Ticket, lost: LostErrorFactory): void {
   const loss = sessionQueue(session).users.retiredFor(ticket.key, ticket.fencingToken);
   if (loss === undefined) return;
-  throw lost(
-    `${ticket.key} (token ${ticket.fencingToken}) was lost by the other calls of this process holding it; call again for a key of its own`,
-    {
-      reason: loss,
-    },
-  );
+  const why = `${ticket.key} (token ${ticket.fencingToken}) was lost by the other calls of this process holding it; call again for a key of its own`;
+  throw lost(why, { reason: loss });
 }
 
 /**
- * A call must wait for our in-process turn: the holdings of this process on the key start watching
- * it (if they did not yet), so that a holding lost unnoticed (its key deleted, its lease gone) ends
- * and gives up its turn, rather than keep the next call waiting until someone unlocks a dead handle.
+ * A call waits for our in-process turn: this process's holdings of the key watch it, so that one lost
+ * unnoticed (key deleted, lease gone) gives up its turn instead of keeping the call waiting for good.
  */
 function holdersWatch(session: Session, key: string): void {
   for (const o of liveHoldings(session, key)) o.watchNow();

@@ -1,11 +1,10 @@
 import { isStopped, onStop, stopReason } from '../stop.js';
 
 /**
- * In-process turns on one key of a session: a small readers-writer lock, FIFO, held before any
- * etcd traffic. An exclusive call (a lock, a permit, a write lock, a campaign) waits here while
- * another call of this process holds or waits on the same session and key, without a request to
- * etcd, so that it gets a key of its own (a new incarnation, a new fencing token) once the other
- * one's key is gone. Shared calls (read locks, or any call made with `share: true`) hold together.
+ * In-process turns on one key of a session: a small readers-writer lock, FIFO, taken before any etcd
+ * traffic. An exclusive call (a lock, a permit, a write lock, a campaign) waits here, with no request,
+ * while another call of this process holds or waits on the key, so that it gets a key of its own (a
+ * new fencing token) once the other's is gone. Shared calls (read locks, `share: true`) hold together.
  */
 interface Gate {
   /** Calls holding their turn now. */
@@ -25,10 +24,7 @@ interface Turn {
 /** Ends a turn; idempotent. */
 export type Exit = () => void;
 
-/**
- * The gates of one session, by key. Nothing here knows etcd: `signals` stop a wait for a turn (the
- * caller's, and the session's loss).
- */
+/** The gates of one session, by key. Nothing here knows etcd. */
 export class Gates {
   private readonly byKey = new Map<string, Gate>();
 
@@ -67,10 +63,7 @@ export class Gates {
     return this.take(key, g, shared);
   }
 
-  /**
-   * Waits for a turn, in FIFO order; rejects with the reason of `signal` or of `sessionSignal`.
-   * Nothing is sent to etcd meanwhile.
-   */
+  /** Waits for a turn, in FIFO order; rejects with the reason of `signal` or of `sessionSignal`. */
   enter(key: string, shared: boolean, sessionSignal: AbortSignal, signal?: AbortSignal): Promise<Exit> {
     const now = this.tryEnter(key, shared);
     if (now) return Promise.resolve(now);
@@ -78,9 +71,8 @@ export class Gates {
   }
 
   /**
-   * A shared turn once every call holding one now has left, in FIFO order (later shared calls wait
-   * behind it, then hold along with it): a read that must not join the read key the holders share,
-   * because a writer queued behind that key (see RWMutex), waits here until the key is given up.
+   * A shared turn once every call holding one now has left, FIFO (later shared calls wait behind it,
+   * then hold with it): a read that must not join its holders' read key (a writer queued behind it).
    */
   enterAfterHolders(key: string, sessionSignal: AbortSignal, signal?: AbortSignal): Promise<Exit> {
     const g = this.gateOf(key);
@@ -111,10 +103,7 @@ export class Gates {
     });
   }
 
-  /**
-   * One more holder of an exclusive turn held by this process (an RWMutex write lock downgrading to a
-   * read lock): the gate stays exclusive until both have left.
-   */
+  /** Another holder of an exclusive turn (an RWMutex write lock downgrading): exclusive until both left. */
   enterAlongside(key: string): Exit {
     return this.take(key, this.gateOf(key), false);
   }

@@ -25,16 +25,15 @@ export interface GuaranteedDelete {
 }
 
 /**
- * Deletes `key` if it is still incarnation `token` (or, `token` unknown, if it is on our lease), and
- * keeps trying with backoff until it lands or the session ends: a key left behind would block
- * everyone queued after it for as long as the session lives (Curator's guaranteed delete). The one
- * engine under every release, resign, leave and aborted acquire. Each retry is guarded as the first
- * was, so it can never delete a later incarnation.
+ * Deletes `key` if it is still incarnation `token` (or, `token` unknown, if it is on our lease), retried
+ * with backoff until it lands or the session ends: a key left behind would block everyone queued after
+ * it as long as the session lives. Under every release, resign, leave and aborted acquire. Each retry
+ * is guarded as the first, so it never deletes a later incarnation.
  */
 export function deleteUntilGone(session: Session, key: string, token: bigint | undefined, what: ReleaseWhat): GuaranteedDelete {
   const first = deleteOnce(session, key, token);
   const done = retryUntilGone(session, key, token, what, first);
-  // An enqueue of this session on the key, or behind it, waits for this delete (see deletes.ts).
+  // An enqueue of this session on the key, or behind it, waits for this delete (InFlightDeletes).
   sessionQueue(session).deletes.add(key, done);
   return { first, done };
 }
@@ -135,12 +134,10 @@ async function keepTrying(
 }
 
 /**
- * An enqueue attempt whose outcome was unknown (retried on another member) may still be applied
- * long after: a request held by a frozen or cut-off member is forwarded when it wakes. Landing
- * after we released the key, its "create if absent" succeeds and brings the key back on our live
- * lease, owned by nobody, blocking everyone queued behind it. So once such a key is released, it
- * is watched for the rest of the session (see LateKeys), and a re-creation this process is not
- * using is deleted.
+ * An enqueue attempt whose outcome was unknown may be applied long after (a frozen or cut-off member
+ * forwards it when it wakes): landing after we released the key, it brings the key back on our live
+ * lease, owned by nobody, blocking everyone behind it. So once such a key is released, it is watched
+ * for the rest of the session (LateKeys), and a re-creation this process is not using is deleted.
  */
 export function sweepWhenGivenUp(
   session: Session,

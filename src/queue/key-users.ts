@@ -1,10 +1,8 @@
 import type { LossReason } from '../errors.js';
 
 /**
- * The calls of this process on one key of a session. Our key is `<name>/<lease hex>`, as Go's, so two
- * lock() or campaign() calls on one session and one name share it: the second joins the first's
- * place. They are counted here, and the key is deleted in etcd only when the last of them releases,
- * aborts or fails; one leaving ends only itself.
+ * The calls of this process on one key of a session (`<name>/<lease hex>`, as Go's: shared by calls on
+ * one session and name), counted: the key goes only when the last of them releases, aborts or fails.
  */
 export interface KeyUse {
   key: string;
@@ -43,9 +41,8 @@ export class KeyUsers {
 
   /**
    * The enqueue found or created incarnation `token` and becomes one of its users: true if it joins
-   * others, false if it is the first. Undefined when `token` is older than the incarnation counted
-   * now: an answer that arrived after a newer one (the key was deleted and created again meanwhile).
-   * That call is not counted, and must not hold on its answer: it enqueues again.
+   * others, false if it is the first. Undefined when `token` is older than the one counted now (an
+   * answer that arrived after a newer one): that call is not counted and enqueues again.
    */
   join(key: string, use: KeyUse, token: bigint): boolean | undefined {
     use.pending--;
@@ -78,9 +75,8 @@ export class KeyUsers {
   }
 
   /**
-   * Why incarnation `token` of `key` was retired, if it was: a call that joined it before its
-   * holdings were lost, and whose turn comes now, must not hold on it (its key may be deleted by this
-   * process's next enqueue, and its token belongs to the holdings lost).
+   * Why incarnation `token` of `key` was retired, if it was: a call that joined it before its holdings
+   * were lost must not hold on it (this process's next enqueue may delete it; its token is theirs).
    */
   retiredFor(key: string, token: bigint): LossReason | undefined {
     const use = this.of(key);
@@ -99,9 +95,8 @@ export class KeyUsers {
   }
 
   /**
-   * A call leaves incarnation `token` of `key`: released, aborted or failed. Returns true when no other
-   * call of this process uses it, so the caller deletes it (guarded on `token`), and false when it is
-   * left to them.
+   * A call leaves incarnation `token` of `key` (released, aborted or failed): true when no other call of
+   * this process uses it, so the caller deletes it (guarded on `token`); false when it is left to them.
    */
   leave(key: string, token: bigint): boolean {
     const use = this.of(key);

@@ -1,21 +1,11 @@
 // "The oldest holds": the turn rule of a lock, an election and an RWMutex, as Go's Mutex.Lock reads:
 // who is just before me? none means my turn; else wait for its delete, then ask again.
-import type { Client } from '../client/client.js';
-import {
-  compare,
-  type Compare,
-  type KeyValue,
-  op,
-  prefixEnd,
-  type RangeRequest,
-  type RangeResult,
-  SortOrder,
-  SortTarget,
-  txnRange,
-} from '../client/kv.js';
+import { compare, type Compare, type KeyValue, op, prefixEnd, type RangeRequest, SortOrder, SortTarget, txnRange } from '../client/kv.js';
 import type { WatchEvent } from '../client/watch.js';
 import { isParticipantKey, ownBuffer, participantKey, prefixOf, queuePrefix } from '../keys.js';
+import { pagesByCreate } from '../client/pages.js';
 import { markLeaseGone, type Session } from '../session.js';
+import { queueOf, SHORT_QUEUE } from './state.js';
 import type { Ticket, TicketSpec } from './enqueue.js';
 import type { BatchCheck } from './recheck.js';
 import type { Blocker, LostErrorFactory, TurnRule, WatchTarget } from './wait.js';
@@ -26,9 +16,6 @@ export interface Scope {
   /** True for a participant's key (not a nested name's, not unrelated data under the prefix). */
   isCandidate(key: Buffer): boolean;
 }
-
-/** A queue longer than this is long: a lock's holders mark their keys (see {@link oldestRule}). */
-const SHORT_QUEUE = 32n;
 
 /**
  * The queue of a lock or election, Go's layout: one key `<name>/<lease hex>` per session, served in
@@ -41,6 +28,8 @@ export function participantTicket(session: Session, name: string, value: Buffer)
     value,
     count: { key: prefix, rangeEnd: ownBuffer(prefixEnd(prefix)) },
     first: (n) => n === 1n,
+    // Ours and the one before it, with leases (not keys-only: etcd 3.7 reports those as 0).
+    lookup: { key: prefix, rangeEnd: prefixEnd(prefix), sortOrder: SortOrder.DESCEND, sortTarget: SortTarget.CREATE, limit: 2n },
   };
 }
 
@@ -55,13 +44,12 @@ export function participantScope(name: string): Scope {
  * key just before its own, so one release wakes one waiter. Stray keys (no lease: etcd issue 6631)
  * and keys that are not candidates (nested names under the prefix) are skipped.
  *
- * With `marks` (a lock's, never an election's: a Go candidate rewrites its key while it waits):
- * behind a long queue a waiter whose turn came writes its key once more, value and lease unchanged,
- * so its version passes 1: "I was the oldest". Keys are never created older than an existing one, so
- * once such a predecessor is deleted nothing older than us is left, and the waiter behind it takes
- * its turn with one O(1) Txn instead of a look-up that reads the whole queue. This trusts that only a
- * key's holder rewrites it on its own lease: a lock's name must not be shared with an election or a
- * semaphore (their keys are rewritten while waiting, or by non-first holders).
+ * With `marks` (a lock's, never an election's: a Go candidate rewrites its key while it waits): behind
+ * a long queue a waiter whose turn came writes its key once more, unchanged, so its version passes 1:
+ * "I was the oldest". No key is created older than an existing one, so once such a predecessor is
+ * deleted the waiter behind it takes its turn with one O(1) Txn instead of reading the whole queue.
+ * This trusts that only a key's holder rewrites it on its own lease: a lock's name must not be shared
+ * with an election or a semaphore (their keys are rewritten while waiting, or by non-first holders).
  */
 export function oldestRule(
   session: Session,
@@ -95,14 +83,30 @@ class OldestRule implements TurnRule {
     // Our marked predecessor was deleted: nothing older than us is left. Confirm our key stands, and
     // mark it in the same write: the queue behind a marked key was long.
     if (last?.headGone) return ourTurnAfterHead(session, ticket, lost, signal);
+    const read = ticket.preceding && predecessorRead(ticket, this.scope);
+    ticket.preceding = undefined; // read once: it pins the enqueue's whole response
+    // In a short queue its watch is kept for this session's next wait: the key before ours repeats.
+    const keep = queueOf(session.client).lengths.short(this.scope.prefix);
+    if (read) return (this.last = new PredecessorBlocker(session, ticket, read, this.marks, keep));
     const { p, long } = await findPredecessor(session, this.scope, ticket, lost, signal, this.strays, this.marks);
     if (p === null) {
       // First by a full look-up behind a long queue: mark, so the waiter behind us skips that read.
       if (long) markHead(session, ticket);
       return null;
     }
-    return (this.last = new PredecessorBlocker(session, ticket, p, this.marks));
+    return (this.last = new PredecessorBlocker(session, ticket, p, this.marks, keep));
   }
+}
+
+/**
+ * The participant just before us as the enqueue read it (see TicketSpec.lookup), at our key's
+ * creation: undefined when that read cannot tell (a nested name's or a stray key in its place).
+ */
+function predecessorRead(ticket: Ticket, scope: Scope): Predecessor | undefined {
+  const [mine, kv] = ticket.preceding!;
+  if (mine?.createRevision !== ticket.fencingToken || !kv || kv.lease === 0n || !scope.isCandidate(kv.key)) return undefined;
+  const key = ownBuffer(kv.key);
+  return { key, createRevision: kv.createRevision, asOf: ticket.fencingToken, leased: true, marked: marked(kv) };
 }
 
 /** The participant just before us, as the look-up found it. */
@@ -135,6 +139,7 @@ export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
     private readonly ticket: Ticket,
     p: Predecessor,
     private readonly marks: boolean,
+    readonly keep = false,
   ) {
     this.key = p.key;
     this.asOf = p.asOf;
@@ -171,9 +176,8 @@ export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
   }
 
   /**
-   * Our key is still ours, and our predecessor still the same incarnation on some lease, read in
-   * full: this is also where a predecessor found by a keys-only read gets its lease checked. One
-   * found to have no lease is stray data, which the rule's next look-up skips.
+   * Our key is still ours, and our predecessor the same incarnation on some lease, read in full: where
+   * one found by a keys-only read gets its lease checked (none: stray, skipped by the next look-up).
    */
   blocked([mine, p]: readonly (KeyValue | undefined)[]): boolean {
     const { ticket, session } = this;
@@ -188,11 +192,10 @@ export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
 }
 
 /**
- * One read-only Txn: our key still exists on our lease, and which key is just before it (null:
- * nobody, we are first). The read is keys-only: from etcd 3.7 it is then served from the in-memory
- * index, which keeps a hand-over cheap however long the queue, but its KeyValues carry `lease = 0`.
- * So a candidate is any key of participant form not known to be stray, and the blocker's check
- * reads its lease before trusting it.
+ * One read-only Txn: our key still exists on our lease, and which key is just before it (null: we are
+ * first). Keys-only: etcd 3.7 then serves it from the in-memory index, cheap however long the queue,
+ * but its KeyValues carry `lease = 0`. So a candidate is any key of participant form not known to be
+ * stray, and the blocker's check reads its lease before trusting it.
  */
 async function findPredecessor(
   session: Session,
@@ -228,21 +231,15 @@ async function findPredecessor(
   for await (const page of pagesByCreate(client, before(64n), first, signal)) {
     pages++;
     const kv = page.kvs.find((kv) => scope.isCandidate(kv.key) && !strays?.has(strayId(kv)));
-    // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
     if (kv) {
-      const p = {
-        key: ownBuffer(kv.key),
-        createRevision: kv.createRevision,
-        asOf: page.revision,
-        leased: kv.lease !== 0n,
-        marked: marked(kv),
-      };
-      return { p, long };
+      // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
+      const leased = kv.lease !== 0n;
+      return { p: { key: ownBuffer(kv.key), createRevision: kv.createRevision, asOf: page.revision, leased, marked: marked(kv) }, long };
     }
   }
-  // The pages after the first are plain reads: one revision may have taken the keys before us and
-  // our own key meanwhile (an operator's delete of the prefix). Nobody older counts only with our
-  // key standing now, and since no key older than ours can be created, it then holds now.
+  // The pages after the first are plain reads: one revision may have taken the keys before us and our
+  // own key (an operator's delete of the prefix). "Nobody older" counts only with our key standing now
+  // (and then for good: no key older than ours can be created).
   if (pages > 1) await confirmOurKey(session, ticket, lost, signal);
   return { p: null, long };
 }
@@ -267,9 +264,8 @@ async function ourTurnAfterHead(session: Session, ticket: Ticket, lost: LostErro
 }
 
 /**
- * Marks our key ("I was the oldest") in the background, guarded on our incarnation and lease: a mark
- * landing after our release finds the key gone and writes nothing. If it is late, the waiter behind
- * us only falls back to the full look-up.
+ * Marks our key ("I was the oldest") in the background, guarded on our incarnation and lease: one
+ * landing after our release writes nothing; one late only sends the waiter behind us to the look-up.
  */
 function markHead(session: Session, ticket: Ticket): void {
   session.client
@@ -295,10 +291,7 @@ export async function ticketLost(session: Session, ticket: Ticket, lost: LostErr
   throw lost(`${ticket.key} was deleted or moved to another lease while waiting`, { reason });
 }
 
-/**
- * Written again since its creation, and still on the lease its name carries: a lock holder's mark.
- * A keys-only read on etcd 3.7 reports lease 0: then not known.
- */
+/** Written again since its creation, and still on the lease its name carries: a lock holder's mark. */
 function marked(kv: { key: Buffer; lease: bigint; version: bigint }): boolean {
   return kv.version > 1n && onOwnLease(kv);
 }
@@ -314,48 +307,4 @@ function onOwnLease(kv: { key: Buffer; lease: bigint }): boolean {
 /** One incarnation of a key: its CreateRevision and the key itself. */
 function strayId(kv: { key: Buffer; createRevision: bigint }): string {
   return `${kv.createRevision}/${kv.key.toString('latin1')}`;
-}
-
-/**
- * The pages of a range sorted by CreateRevision (`req`: its sort order, its limit, and a min or max
- * CreateRevision to start from; `first`, when given, is its first page already read, at `revision`),
- * each page with the revision it was read at. Keys created in one revision (one Txn can create
- * several under a prefix) are not skipped: the next page starts at the last key's revision again,
- * with a larger limit, and the keys already given are left out.
- */
-export async function* pagesByCreate(
-  client: Client,
-  req: RangeRequest,
-  first: { page: RangeResult; revision: bigint } | undefined,
-  signal?: AbortSignal,
-): AsyncGenerator<{ kvs: KeyValue[]; revision: bigint }> {
-  const desc = req.sortOrder === SortOrder.DESCEND;
-  let page = first?.page;
-  let revision = first?.revision ?? 0n;
-  /** The keys given at revision `at`, the newest revision reached. */
-  let at: bigint | undefined;
-  const given = new Set<string>();
-  let next = req;
-  for (;;) {
-    if (!page) {
-      page = await client.range(next, { signal });
-      revision = page.header.revision;
-    }
-    const kvs: KeyValue[] = [];
-    for (const kv of page.kvs) {
-      const id = kv.key.toString('latin1');
-      if (kv.createRevision === at && given.has(id)) continue;
-      if (kv.createRevision !== at) {
-        at = kv.createRevision;
-        given.clear();
-      }
-      given.add(id);
-      kvs.push(kv);
-    }
-    yield { kvs, revision };
-    if (!page.more || at === undefined) return;
-    const limit = (req.limit ?? 0n) + BigInt(given.size);
-    next = desc ? { ...req, maxCreateRevision: at, limit } : { ...req, minCreateRevision: at, limit };
-    page = undefined;
-  }
 }

@@ -4,8 +4,7 @@ import { CompactedError, isTransient } from '../client/errors.js';
 import { compare, type Compare, type KeyValue } from '../client/kv.js';
 import type { Watch } from '../client/watch.js';
 import type { Session } from '../session.js';
-import { type OwnershipLostError, SessionExpiredError } from '../errors.js';
-import type { LossReason } from '../errors.js';
+import { type LossReason, type OwnershipLostError, SessionExpiredError } from '../errors.js';
 import type { AcquireProbe, HoldObserver } from '../metrics/telemetry.js';
 import { RELEASED, releaseKey, type ReleaseResult, type ReleaseWhat } from './release.js';
 import type { Due } from './recheck.js';
@@ -23,9 +22,9 @@ const WHY: Record<LossReason, string> = {
 };
 
 /**
- * A holding recorded by an OpenTelemetry SDK starts watching its key once it has held this long,
- * even if nobody looks at `signal`: a short holding is released before it would pay for a watch and
- * a read (a fifth of an uncontended lock cycle), while the loss of a long one is still recorded.
+ * A holding an OpenTelemetry SDK records watches its key once it has held this long, even if nobody
+ * looks at `signal`: a short one is released before it would pay for a watch and a read (a fifth of
+ * an uncontended lock cycle), while the loss of a long one is still recorded.
  */
 const RECORDED_WATCH_AFTER_MS = 1000;
 
@@ -48,9 +47,8 @@ export interface OwnershipOptions {
  * What a lock holder and an election leader have in common: a key on the session's lease, created at
  * revision `fencingToken`. Ownership lasts while that incarnation of the key exists and the session
  * lives; every check and release is guarded on the CreateRevision, so nothing here can touch a later
- * owner's key. Several Ownerships of this process may share one incarnation (calls on one session
- * and one name): each release() ends only its own, and the key goes with the last user of it; a
- * loss ends them all.
+ * owner's key. Ownerships of this process may share one incarnation (calls on one session and name):
+ * each release() ends only its own, the key goes with the last of them, and a loss ends them all.
  */
 export class Ownership {
   private controller?: AbortController;
@@ -93,9 +91,8 @@ export class Ownership {
     const observer = probe?.held(fencingToken, this.siblings(holdings.of(key)).length > 0);
     this.observer = observer;
     holdings.add(key, this);
-    // Recorded holdings end with their session, and after a while watch their key, even if nobody
-    // looks at `signal`, so that the held gauge, the losses counter and the hold span stay true.
-    // (Without telemetry this costs nothing: no listener, no timer.)
+    // Recorded holdings end with their session and after a while watch their key, even if nobody
+    // looks at `signal`, so the held gauge, the losses counter and the hold span stay true.
     if (observer) {
       if (session.signal.aborted) this.onSessionLost();
       else session.signal.addEventListener('abort', this.onSessionLost, { once: true });
@@ -149,12 +146,11 @@ export class Ownership {
   }
 
   /**
-   * Deletes the key if it is still ours and no other call of this process uses it (they share it:
-   * it is then left to them), then ends this ownership (the signal aborts: work still running under
-   * it now runs unprotected). Idempotent: every call gets the same answer. Never rejects: a delete
-   * that fails is retried in the background, guarded on the fencing token (so never a later owner's
-   * key), until the key is gone or the session ends; the result is then `pending`, and the signal
-   * aborts only once the key is gone.
+   * Deletes the key if it is still ours and no other call of this process uses it (else it is left to
+   * them), then ends this ownership (the signal aborts: work still running under it runs unprotected).
+   * Idempotent: every call gets the same answer. Never rejects: a delete that fails is retried in the
+   * background, guarded on the fencing token, until the key is gone or the session ends; the result is
+   * then `pending`, and the signal aborts only once the key is gone.
    */
   release(): Promise<ReleaseResult> {
     return (this.releasing ??= this.releaseOnce());
@@ -169,8 +165,7 @@ export class Ownership {
     this.watch = undefined;
     this.disarmNet();
     this.left = true;
-    // May leave the key in etcd: another call of this process still uses it, or an enqueue in
-    // flight takes it over (leaveKey); the last user's release deletes it.
+    // Left in etcd while another call of this process uses it or an enqueue in flight takes it over.
     const d = releaseKey(this.session, this.key, this.fencingToken, this.what);
     // The next call of this process on the key may go: its enqueue waits for our delete (if any).
     this.exit?.();
@@ -209,9 +204,8 @@ export class Ownership {
     this.ended = make ? { make } : { reason };
     this.loss = loss;
     // The next call of this process on the key may go now only after a loss (nobody may be left to
-    // release a dead handle), and then with a key of its own: the incarnation is retired. Ended
-    // otherwise (released: the release ended the turn already; revoked by runAsLeader: its release
-    // follows once the task settled), the turn ends with the release.
+    // release a dead handle), with a key of its own: the incarnation is retired. Otherwise (released,
+    // or revoked by runAsLeader, whose release follows once its task settled) the release ends the turn.
     if (loss !== undefined) {
       sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken, loss);
       this.exit?.();
@@ -272,8 +266,8 @@ export class Ownership {
   }
 
   /**
-   * Our key is gone. After a release whose answer was lost (this holding left the key), that was the
-   * release landing, or a sibling's that joined the key since: the holding ends released, not lost.
+   * Our key is gone. After a release whose answer was lost (this holding left the key), that was that
+   * release landing, or a sibling's (joined since): the holding ends released, not lost.
    */
   private keyGone(): void {
     if (!this.left) return this.lose(undefined, 'key_deleted');
@@ -282,10 +276,9 @@ export class Ownership {
 
   /**
    * Watches our key from "now" (served at once, unlike a watch from a past revision, which waits for
-   * etcd's 100 ms catch-up loop) and, once the watch is confirmed, reads the key: a change between
-   * the confirmation of ownership and the watch is seen by that read. Puts are watched too: one by
-   * someone else can move our key to another lease (or none), which makes it a stray key that
-   * waiters skip; proclaim's own puts keep the lease and the CreateRevision.
+   * etcd's 100 ms catch-up loop) and, once the watch is confirmed, reads the key: a change before the
+   * watch is seen by that read. Puts are watched too: one by someone else can move our key to another
+   * lease (or none: a stray key waiters skip); proclaim's puts keep the lease and the CreateRevision.
    */
   private async watchKey(): Promise<void> {
     const client = this.session.client;
@@ -300,9 +293,8 @@ export class Ownership {
         if (!this.isOurs(kv)) return this.notOurs(kv);
         this.armNet();
         // Only an event after that read can end the holding. A watch from "now" on a member that lags
-        // (a follower behind the leader our writes went to) may still deliver older ones, such as the
-        // delete of our own previous incarnation of this key: the read already reflects them, and no
-        // event at or below our key's CreateRevision can be about this incarnation at all.
+        // may still deliver older ones (the delete of our previous incarnation of this key): the read
+        // reflects them, and no event at or below our CreateRevision is about this incarnation.
         const after = r.header.revision > this.fencingToken ? r.header.revision : this.fencingToken;
         for await (const batch of w) {
           if (this.watch !== w) return; // cancelled by release(): our own delete is no loss
@@ -330,9 +322,9 @@ export class Ownership {
   }
 
   /**
-   * The client's batched re-check also reads our key every max(10 s, TTL): a delete whose event never
-   * came (etcd 3.4 before 3.4.36 and 3.5 before 3.5.18 can drop one near a compaction: etcd 17529,
-   * 18089, 19179) still ends the holding.
+   * The batched re-check also reads our key every max(10 s, TTL): a delete whose event never came (etcd
+   * 3.4 before 3.4.36 and 3.5 before 3.5.18 can drop one near a compaction: etcd 17529, 18089, 19179)
+   * still ends the holding.
    */
   private armNet(): void {
     if (this.net || this.ended) return;
@@ -360,16 +352,13 @@ export class Ownership {
     if (this.ended) return;
     // Released by us, its delete still retried when the session ended: the lease takes the key, no loss.
     if (this.left) return this.endReleased();
-    this.endLost(
-      this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${WHY[loss]}`, { reason: loss, cause }),
-      loss,
-    );
+    const err = this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${WHY[loss]}`, { reason: loss, cause });
+    this.endLost(err, loss);
   }
 
   /**
-   * A write guarded by ownerCompares() failed, so our key is gone (`key_deleted`) or was moved off our
-   * lease: ends this ownership as lost with `err` (the caller's own error), as a watch that saw the
-   * change would have.
+   * A write guarded by ownerCompares() failed: our key is gone (`key_deleted`) or moved off our lease.
+   * Ends this ownership as lost with `err` (the caller's), as a watch that saw the change would have.
    */
   ownerCompareFailed(err: Error, loss: LossReason = 'key_deleted'): void {
     if (this.ended || this.left) return;
@@ -382,10 +371,7 @@ export class Ownership {
   }
 }
 
-/**
- * The holdings of this process on `key` of `session` that still hold (not ended, not released):
- * what an RWMutex checks before a downgrade or an upgrade.
- */
+/** This process's holdings of `key` still held: what an RWMutex checks before a downgrade or upgrade. */
 export function liveHoldings(session: Session, key: string): Ownership[] {
   const set = sessionQueue<Ownership>(session).holdings.of(key);
   return set ? [...set].filter((o) => o.holds) : [];

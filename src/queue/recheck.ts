@@ -2,9 +2,8 @@ import type { Client } from '../client/client.js';
 import { op, txnRange, type KeyValue, type TxnResult } from '../client/kv.js';
 
 /**
- * A waiter's safety-net check in a form one request can carry for many waiters: the keys to read
- * (in full: a keys-only read on etcd 3.7 reports every lease as 0), and whether what they say still
- * blocks the waiter.
+ * A waiter's safety-net check in a form one request carries for many: the keys to read (in full: a
+ * keys-only read on etcd 3.7 reports every lease as 0), and whether what they say still blocks it.
  */
 export interface BatchCheck {
   keys: readonly (string | Buffer)[];
@@ -14,7 +13,7 @@ export interface BatchCheck {
 
 /**
  * What the re-checker holds of a registered waiter: its check, how often, when next, and whom to
- * tell. A waiter may be this itself (turn.ts's Wait is), so 10,000 waiters add no object each.
+ * tell. A waiter may be this itself (wait.ts's Wait is), so 10,000 waiters add no object each.
  */
 export interface Due {
   readonly check: BatchCheck;
@@ -33,10 +32,9 @@ export const MAX_CHECK_KEYS = 32;
 const TICK_MS = 1000;
 
 /**
- * One re-checker per client for every waiter's safety net. A waiter re-checks every max(10 s, TTL)
- * should a watch event ever be missed; 10,000 waiters doing that with a Txn each made 333 requests
- * a second, which slowed every hand-over. Here the due checks share read-only Txns of up to 128
- * gets, and one timer serves them all (a waiter holds no timer of its own).
+ * One re-checker per client for every waiter's safety net (every max(10 s, TTL), should a watch event
+ * be missed): 10,000 waiters with a Txn each would send 333 requests a second, slowing every hand-over.
+ * Here the due checks share read-only Txns of up to 128 gets, and one timer serves them all.
  */
 export class Rechecker {
   private readonly entries = new Set<Due>();
@@ -45,11 +43,7 @@ export class Rechecker {
 
   constructor(private readonly client: Client) {}
 
-  /**
-   * Registers a waiter's check (`e`, see {@link Due}), made every `e.intervalMs`, batched with the
-   * client's other waiters; `e.stale()` is called once when a check finds the waiter no longer
-   * blocked (it is then unregistered). {@link remove} unregisters it.
-   */
+  /** Registers `e` (see {@link Due}): checked every `e.intervalMs`, batched, until stale or removed. */
   add(e: Due): void {
     const n = e.check.keys.length;
     if (n > MAX_CHECK_KEYS) throw new RangeError(`a batched check reads at most ${MAX_CHECK_KEYS} keys, got ${n}`);

@@ -1,8 +1,8 @@
 // The queue engine's state: one object per client, made on first use and closed with the client.
-// Nothing else in src/queue keeps state beyond one call: each idea's registry is a small class of its
-// own module, and this file only puts them together.
+// Nothing else in src/queue keeps state beyond one call.
 import type { Attachment, AttachmentKey } from '../client/attachments.js';
 import type { Client } from '../client/client.js';
+import type { Watch, WatchBatch, WatchSink } from '../client/watch.js';
 import type { Session } from '../session.js';
 import { Gates } from './gate.js';
 import { KeyUsers } from './key-users.js';
@@ -20,6 +20,8 @@ export class SessionQueue<H = unknown> {
   readonly gates = new Gates();
   /** Live holdings per key (see ownership.ts). */
   readonly holdings = new Holdings<H>();
+  /** Watches kept after a wait for the next one on the same key (see wait.ts). */
+  readonly kept = new KeptWatches();
 }
 
 /** The queue engine's state on one client. */
@@ -28,6 +30,8 @@ export class QueueState implements Attachment {
   private readonly sessions = new WeakMap<Session, SessionQueue>();
   /** The waiters' and holders' batched safety net (see recheck.ts). */
   readonly rechecker: Rechecker;
+  /** How long each queue was when this client last counted it (see QueueLengths). */
+  readonly lengths = new QueueLengths();
 
   constructor(client: Client) {
     this.rechecker = new Rechecker(client);
@@ -56,11 +60,36 @@ export function sessionQueue<H = unknown>(session: Session): SessionQueue<H> {
   return queueOf(session.client).of<H>(session);
 }
 
+/** A queue longer than this is long: its enqueue reads no predecessor, and a lock's holders mark their keys. */
+export const SHORT_QUEUE = 32n;
+
 /**
- * The live holdings of one session by key. Calls on one session and one name share one key: their
- * holdings of one incarnation end together on a loss, and one leaving hands the leader gauge on to
- * another (see Ownership.end).
+ * The newest count (by revision: answers arrive in any order) of at most 1,024 queues this client
+ * counted, the least recent out first: whether an enqueue may read the keys before ours in its write
+ * Txn (etcd reads every key of a sorted range in its apply loop, stalling every write if it is long;
+ * and a caller alone last time, likely alone again, needs no predecessor).
  */
+export class QueueLengths {
+  private readonly byPrefix = new Map<string, { n: bigint; at: bigint }>();
+
+  /** The queue under `prefix` was short, and not ours alone, when last counted (unknown: no). */
+  short(prefix: Buffer): boolean {
+    const c = this.byPrefix.get(prefix.toString('latin1'));
+    return c !== undefined && c.n > 1n && c.n <= SHORT_QUEUE;
+  }
+
+  /** The queue under `prefix` held `n` keys at revision `at`. */
+  note(prefix: Buffer, n: bigint, at: bigint): void {
+    const k = prefix.toString('latin1');
+    const had = this.byPrefix.get(k);
+    if (had && had.at > at) return;
+    this.byPrefix.delete(k); // set again last: the map's order is the counts' age
+    if (this.byPrefix.size >= 1024) this.byPrefix.delete(this.byPrefix.keys().next().value!);
+    this.byPrefix.set(k, { n, at });
+  }
+}
+
+/** One session's live holdings by key (those of one incarnation end together on a loss: Ownership.end). */
 export class Holdings<T> {
   private readonly byKey = new Map<string, Set<T>>();
 
@@ -85,10 +114,66 @@ export class Holdings<T> {
   }
 }
 
+/** A waiter's watch on a key, kept after its wait: what it delivered since waits here for the next. */
+export class Kept implements WatchSink {
+  readonly batches: WatchBatch[] = [];
+  timer: NodeJS.Timeout | undefined;
+  constructor(
+    readonly w: Watch,
+    /** Every event after this revision reaches the watch. */
+    readonly from: bigint,
+    /** The newest event revision a wait took from it: a later wait may take it only with a read no older. */
+    readonly through: bigint,
+  ) {}
+
+  push(batch: WatchBatch): void {
+    if (this.batches.push(batch) > 64) drop(this); // a busy key: a new watch is cheaper than the backlog
+  }
+
+  end(): void {} // an ended watch is never taken (see KeptWatches.take)
+}
+
+/** One session's watches kept after a wait, by key: at most 4, each for 5 s, for its next wait on it. */
+export class KeptWatches {
+  private readonly byKey = new Map<string, Kept>();
+  private listening = false;
+
+  take(id: string): Kept | undefined {
+    const k = this.byKey.get(id);
+    if (!k) return undefined;
+    this.byKey.delete(id);
+    clearTimeout(k.timer);
+    return k.w.ended ? undefined : k;
+  }
+
+  keep(session: Session, id: string, k: Kept): void {
+    if (session.signal.aborted) return drop(k);
+    if (!this.listening) {
+      this.listening = true;
+      session.signal.addEventListener('abort', () => this.dropAll(), { once: true });
+    }
+    const old = this.byKey.get(id);
+    if (old) drop(old);
+    this.byKey.delete(id);
+    if (this.byKey.size >= 4) this.take(this.byKey.keys().next().value!)?.w.cancel();
+    k.timer = setTimeout(() => this.take(id)?.w.cancel(), 5000).unref();
+    this.byKey.set(id, k);
+  }
+
+  private dropAll(): void {
+    for (const k of this.byKey.values()) drop(k);
+    this.byKey.clear();
+  }
+}
+
+function drop(k: Kept): void {
+  clearTimeout(k.timer);
+  k.w.cancel();
+}
+
 /**
- * Deletes of one session still in flight or being retried, by key. An enqueue of that session waits
- * for those among the keys it would queue behind (see ahead): a release whose delete failed must not
- * make its own process wait behind it.
+ * Deletes of one session in flight or retried, by key: an enqueue of that session waits for those it
+ * would queue behind (see ahead), so that a failed delete never makes its own process wait behind it.
  */
 export class InFlightDeletes {
   private readonly byKey = new Map<string, Promise<unknown>>();
@@ -113,10 +198,7 @@ export class InFlightDeletes {
   }
 }
 
-/**
- * The keys of one session whose create had an unknown outcome (`CallProgress.ambiguous`), and whether
- * a sweep watches each once given up (see sweepWhenGivenUp in guaranteed-delete.ts).
- */
+/** One session's keys whose create had an unknown outcome, and whether each is swept (sweepWhenGivenUp). */
 export class LateKeys {
   private readonly keys = new Map<string, boolean>();
 

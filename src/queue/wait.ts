@@ -9,7 +9,7 @@ import type { OwnershipEndReason, OwnershipLostError } from '../errors.js';
 import type { Session } from '../session.js';
 import { type BatchCheck, type Due, MAX_CHECK_KEYS } from './recheck.js';
 import { isStopped, onStop, stopReason } from '../stop.js';
-import { queueOf } from './state.js';
+import { Kept, queueOf, sessionQueue } from './state.js';
 
 /** Raised when our own key vanished (or changed lease) while we queued. */
 export type LostErrorFactory = (message: string, options: { reason: OwnershipEndReason; cause?: unknown }) => OwnershipLostError;
@@ -27,8 +27,7 @@ export interface WatchTarget {
 
 /**
  * What stands between a waiter and its turn right now, as a primitive tells it: what to watch, which
- * events may end the wait, and how to tell it still blocks. Confirming it once the watch is up and
- * the batched safety net are the engine's.
+ * events may end the wait, and how to tell it still blocks (the engine confirms it and re-checks).
  */
 export interface Blocker {
   readonly watch: WatchTarget;
@@ -36,22 +35,22 @@ export interface Blocker {
   changed(e: WatchEvent): boolean;
   /**
    * Are we still blocked by the same thing? The keys to read (in full) and what they must say; false
-   * sends the waiter back to the rule (which also tells a lost key). Read once the watch is up, and
-   * now and then while waiting, in one read-only Txn (batched with other waiters' when it reads at
-   * most MAX_CHECK_KEYS keys).
+   * sends the waiter back to the rule (which also tells a lost key). Read once the watch is up, and now
+   * and then while waiting, in one read-only Txn (batched when it reads at most MAX_CHECK_KEYS keys).
    */
   readonly check: BatchCheck;
   /** The revision of the read that found this blocker, when one did: only later events can end the wait. */
   readonly asOf?: bigint;
   /** That read proved everything `check` checks: a watch that delivers every event after `asOf` needs no confirming read. */
   readonly confirmed?: boolean;
+  /** Its watch (of one key, a Buffer) may serve this session's next wait on the same key: kept after this one. */
+  readonly keep?: boolean;
 }
 
 /**
- * A primitive's rule for "my turn" (the oldest of all; among the N oldest; no older writer), asked
- * afresh after every change. `blocker` resolves null only after confirming our key still exists on
- * our lease, so success means "my turn now", not "was my turn once"; it throws the primitive's lost
- * error when our key is gone.
+ * A primitive's rule for "my turn" (the oldest; among the N oldest; no older writer), asked afresh
+ * after every change. `blocker` resolves null only after confirming our key still stands on our lease
+ * ("my turn now", not "was my turn once"); it throws the primitive's lost error when our key is gone.
  */
 export interface TurnRule {
   blocker(signal: AbortSignal): Promise<Blocker | null>;
@@ -90,18 +89,16 @@ export function waitUntil(client: Client, rule: TurnRule, options: WaitUntilOpti
 }
 
 /**
- * One wait, as a small state machine rather than a suspended async loop: a queue of 10,000 waiters
- * holds 10,000 of these, so while it waits a waiter is this object, its blocker and its watch, with
- * no pending promise, timer or AbortController of its own. Two modes:
- * - active: asking the rule, watching the blocker and confirming it (async; its calls abort through
- *   `ac`, which exists only meanwhile);
- * - waiting: an event, the batched re-check or our own re-check timer may end it (`moved`), and the
- *   active mode starts over.
+ * One wait, as a small state machine rather than a suspended async loop: while it waits (one of
+ * perhaps 10,000) a waiter is this object, its blocker and its watch, with no promise, timer or
+ * AbortController of its own. Two modes:
+ * - active: asking the rule, watching the blocker and confirming it (its calls abort through `ac`);
+ * - waiting: an event, the batched re-check or our own timer may end it (`moved`): active again.
  *
- * etcd serves a watch whose start revision is at or below its current revision only from a loop
- * that runs every 100 ms. So the blocker's watch starts from "now", and once etcd confirms it we
- * check again that it still blocks us: a change that slipped in before is seen then. A waiter keeps
- * its place through an outage: reads are retried while the session lives.
+ * etcd serves a watch whose start revision is at or below its current revision only from a loop that
+ * runs every 100 ms. So the blocker's watch starts from "now", and once etcd confirms it we check
+ * again that it still blocks us: a change that slipped in before is seen then. Through an outage a
+ * waiter keeps its place: reads are retried while the session lives.
  */
 export class Wait implements WatchSink, Due {
   private done = false;
@@ -111,6 +108,9 @@ export class Wait implements WatchSink, Due {
   private gen = 0;
   private b: Blocker | undefined;
   private w: Watch | undefined;
+  /** The watch delivers every event after this revision; `through`: the newest event revision taken from it. */
+  private from = 0n;
+  private through = 0n;
   /** Waiting: events can end the wait. Before that they queue in `early`. */
   private waiting = false;
   private early: WatchBatch[] | undefined;
@@ -173,18 +173,23 @@ export class Wait implements WatchSink, Due {
     this.endedEarly = false;
     this.endError = undefined;
     const t = b.watch;
-    const w = this.client.watchInto(t.key, { prefix: t.prefix, noPut: t.noPut, noDelete: t.noDelete }, this);
+    // The watch of this session's last wait on the same key, if it delivers every event after our
+    // read: no create, no cancel, and what it delivered meanwhile is filtered in push() as any event.
+    const k = this.keptFor(b);
+    this.early = k && k.batches.length > 0 ? k.batches : undefined;
+    this.through = k?.through ?? 0n;
+    const w = k ? k.w : this.client.watchInto(t.key, { prefix: t.prefix, noPut: t.noPut, noDelete: t.noDelete }, this);
+    w.sink = this;
     this.w = w;
     try {
-      const from = await w.created;
+      const from = (this.from = k ? k.from : await w.created);
       if (this.done) return true;
-      // Re-checked now (unless the read that found the blocker is covered by the watch), and then
-      // now and then while waiting: a safety net should an event ever be missed (an O(1) read-only
-      // Txn; a queue must never wait forever on a ghost).
+      // Re-checked now (unless the watch covers the read that found the blocker), and now and then
+      // while waiting: a safety net should an event be missed (a queue must never wait on a ghost).
       const covered = b.confirmed === true && b.asOf !== undefined && from <= b.asOf;
       if (!covered && !(await retryWhile(() => stillBlocked(this.client, b, s), isTransient, s))) {
         if (this.done) return true;
-        this.leaveWatch();
+        this.leaveWatch(true);
         return false;
       }
       if (this.done) return true;
@@ -195,6 +200,16 @@ export class Wait implements WatchSink, Due {
     }
     this.wait();
     return true;
+  }
+
+  /** A watch kept for `b`'s key by this session (see KeptWatches) that delivers every event after `b`'s read. */
+  private keptFor(b: Blocker): Kept | undefined {
+    const key = b.watch.key;
+    if (!this.session || !b.keep || typeof key === 'string') return undefined;
+    const k = sessionQueue(this.session).kept.take(key.toString('latin1'));
+    if (!k || (b.asOf !== undefined && k.from <= b.asOf && k.through <= b.asOf)) return k;
+    k.w.cancel();
+    return undefined;
   }
 
   /** Waiting mode: the batched safety net (or a timer of our own), then what queued meanwhile. */
@@ -262,6 +277,7 @@ export class Wait implements WatchSink, Due {
     try {
       for (const e of batch.events) {
         const rev = e.kv.modRevision;
+        if (rev > this.through) this.through = rev;
         // Seen by the read that found the blocker (a watch from "now" on a member that lags may still send it).
         if (b.asOf !== undefined && rev <= b.asOf) continue;
         if (movedAt !== undefined && rev !== movedAt) continue;
@@ -294,7 +310,7 @@ export class Wait implements WatchSink, Due {
   /** The blocker moved: stop waiting and ask the rule again. */
   private moved(): void {
     this.stopWaiting();
-    this.leaveWatch();
+    this.leaveWatch(true);
     void this.next();
   }
 
@@ -308,12 +324,19 @@ export class Wait implements WatchSink, Due {
     this.ac?.abort(reason); // a call in flight: its answer no longer matters
   }
 
-  private leaveWatch(): void {
-    const w = this.w;
+  /** Lets go of the blocker's watch: kept for the session's next wait on the same key (`mayKeep`, see Blocker.keep), or cancelled. */
+  private leaveWatch(mayKeep = false): void {
+    const { w, b, early } = this;
     this.w = undefined;
     this.b = undefined;
     this.early = undefined;
     if (!w) return;
+    if (mayKeep && b?.keep && this.session && typeof b.watch.key !== 'string' && !w.ended && !this.done && !this.stopped()) {
+      const k = new Kept(w, this.from, this.through);
+      if (early) k.batches.push(...early);
+      w.sink = k;
+      return sessionQueue(this.session).kept.keep(this.session, b.watch.key.toString('latin1'), k);
+    }
     w.sink = IGNORED;
     w.cancel();
   }
