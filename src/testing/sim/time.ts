@@ -33,8 +33,11 @@ function fakeTimers(): FakeTimers {
   }
 }
 
-/** The clocks fake-timers fakes; promise jobs and ticks stay real: they are how the library's code runs between timers. */
-const CLOCKS = ['Date', 'hrtime', 'performance'];
+/**
+ * The clocks fake-timers fakes; promise jobs and ticks stay real: they are how the library's code
+ * runs between timers. performance.now is this file's (see `virtualNow`).
+ */
+const CLOCKS = ['Date', 'hrtime'];
 /** Where code finds timer functions: the module objects that `import ... from 'node:timers'` reads after syncBuiltinESMExports. */
 const TIMER_MODULES = [globalThis, load('node:timers') as object] as Record<string, unknown>[];
 const PROMISE_TIMERS = load('node:timers/promises') as Record<string, unknown>;
@@ -42,6 +45,19 @@ const PROMISE_TIMERS = load('node:timers/promises') as Record<string, unknown>;
 export const EPOCH_MS = Date.UTC(2026, 0, 1);
 
 type Callback = (...args: unknown[]) => void;
+
+/** The clock installed now, which `virtualNow` reads. */
+let installed: VirtualTime | undefined;
+
+/**
+ * performance.now while a clock is installed: one function on the real performance object for
+ * every run. fake-timers would put a new performance object (in dictionary mode) with a new `now`
+ * in place at each install, and the code that calls it, optimised for the last run's, would be
+ * deoptimised and compiled again run after run.
+ */
+function virtualNow(): number {
+  return installed!.now;
+}
 
 /** setTimeout's largest delay; a longer one fires after 1 ms (as Node and fake-timers do). */
 const MAX_TIMEOUT = 2 ** 31 - 1;
@@ -162,6 +178,8 @@ export class VirtualTime {
   private readonly realRandom = Math.random;
   /** What install() replaced, to put back. */
   private saved: [Record<string, unknown>, string, unknown][] = [];
+  /** performance's own `now` before install() (none: the prototype's). */
+  private savedNow: PropertyDescriptor | undefined;
   /** Timers by due time: a binary heap (see `before`). */
   private readonly heap: Timer[] = [];
   /** Timers not yet fired or cleared (an interval until cleared). */
@@ -182,6 +200,9 @@ export class VirtualTime {
   install(random: () => number): void {
     if (this.clock) throw new Error('the virtual clock is already installed');
     this.clock = fakeTimers().install({ now: EPOCH_MS, toFake: CLOCKS, loopLimit: 1e9 });
+    installed = this;
+    this.savedNow = Object.getOwnPropertyDescriptor(performance, 'now');
+    Object.defineProperty(performance, 'now', { value: virtualNow, configurable: true, writable: true, enumerable: true });
     const setTimeout = (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => this.add(cb, args, ms, false, undefined);
     const setInterval = (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => {
       // fake-timers reads an interval's period as a whole number first: 2.5 ms is 2.
@@ -218,6 +239,10 @@ export class VirtualTime {
     syncBuiltinESMExports();
     this.clock.uninstall();
     this.clock = undefined;
+    if (this.savedNow) Object.defineProperty(performance, 'now', this.savedNow);
+    else delete (performance as { now?: unknown }).now;
+    this.savedNow = undefined;
+    installed = undefined;
     Math.random = this.realRandom;
     this.heap.length = 0;
     this.live = 0;
