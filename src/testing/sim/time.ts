@@ -59,6 +59,17 @@ function virtualNow(): number {
   return installed!.now;
 }
 
+/** Math.random while a clock is installed (one function for every run, as virtualNow). */
+function virtualRandom(): number {
+  return installed!.draw();
+}
+
+/** The clock a timer function was called under. */
+function clock(): VirtualTime {
+  if (!installed) throw new Error('a virtual timer function was called with no virtual clock installed');
+  return installed;
+}
+
 /** setTimeout's largest delay; a longer one fires after 1 ms (as Node and fake-timers do). */
 const MAX_TIMEOUT = 2 ** 31 - 1;
 const NO_ARGS: unknown[] = [];
@@ -78,7 +89,8 @@ class Timer {
   private refed = true;
 
   constructor(
-    private readonly time: VirtualTime,
+    /** The clock it was made on. */
+    readonly time: VirtualTime,
     /** What Node's Timeout turns into as a number. */
     private readonly id: number,
     readonly proc: Proc | undefined,
@@ -178,6 +190,12 @@ export class VirtualTime {
   private readonly realRandom = Math.random;
   /** What install() replaced, to put back. */
   private saved: [Record<string, unknown>, string, unknown][] = [];
+  /** What Math.random draws from while installed. */
+  private random: () => number = this.realRandom;
+  /** @internal Math.random's draw (see virtualRandom). */
+  draw(): number {
+    return this.random();
+  }
   /** performance's own `now` before install() (none: the prototype's). */
   private savedNow: PropertyDescriptor | undefined;
   /** Timers by due time: a binary heap (see `before`). */
@@ -203,28 +221,12 @@ export class VirtualTime {
     installed = this;
     this.savedNow = Object.getOwnPropertyDescriptor(performance, 'now');
     Object.defineProperty(performance, 'now', { value: virtualNow, configurable: true, writable: true, enumerable: true });
-    const setTimeout = (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => this.add(cb, args, ms, false, undefined);
-    const setInterval = (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => {
-      // fake-timers reads an interval's period as a whole number first: 2.5 ms is 2.
-      const whole = Number.parseInt(String(ms), 10);
-      return this.add(cb, args, whole, false, period(whole));
-    };
-    const setImmediate = (cb: Callback, ...args: unknown[]): Timer => this.add(cb, args, undefined, true, undefined);
-    const clear = (h: unknown): void => {
-      if (h instanceof Timer) this.clear(h);
-    };
-    Object.defineProperty(setTimeout, promisify.custom, {
-      value: (ms?: number, value?: unknown) => new Promise((resolve) => setTimeout(resolve, ms, value)),
-    });
-    Object.defineProperty(setImmediate, promisify.custom, {
-      value: (value?: unknown) => new Promise((resolve) => setImmediate(resolve, value)),
-    });
-    const timers = { setTimeout, setInterval, setImmediate, clearTimeout: clear, clearInterval: clear, clearImmediate: clear };
-    for (const m of TIMER_MODULES) for (const [name, f] of Object.entries(timers)) this.replace(m, name, f);
-    for (const [name, f] of Object.entries(promiseTimers(timers))) this.replace(PROMISE_TIMERS, name, f);
+    for (const m of TIMER_MODULES) for (const [name, f] of Object.entries(VIRTUAL_TIMERS)) this.replace(m, name, f);
+    for (const [name, f] of Object.entries(VIRTUAL_PROMISE_TIMERS)) this.replace(PROMISE_TIMERS, name, f);
     // What `import { setTimeout } from 'node:timers/promises'` sees follows the modules' objects only when told.
     syncBuiltinESMExports();
-    Math.random = random;
+    this.random = random;
+    Math.random = virtualRandom;
   }
 
   private replace(target: Record<string, unknown>, name: string, f: unknown): void {
@@ -253,8 +255,8 @@ export class VirtualTime {
     this.make(proc, fn, NO_ARGS, ms, false, undefined);
   }
 
-  /** A new timer of the running process. */
-  private add(cb: Callback, args: unknown[], delay: unknown, immediate: boolean, interval: number | undefined): Timer {
+  /** @internal A new timer of the running process (the virtual timer functions'). */
+  add(cb: Callback, args: unknown[], delay: unknown, immediate: boolean, interval: number | undefined): Timer {
     if (typeof cb !== 'function') throw new TypeError(`[ERR_INVALID_CALLBACK]: Callback must be a function. Received ${cb}`);
     return this.make(this.current, cb, args, delay, immediate, interval);
   }
@@ -288,7 +290,8 @@ export class VirtualTime {
     this.schedule(t);
   }
 
-  private clear(t: Timer): void {
+  /** @internal */
+  clear(t: Timer): void {
     if (t.cancelled) return;
     t.cancelled = true;
     if (t.queued) {
@@ -521,6 +524,35 @@ function promiseTimers(t: TimerFunctions): Record<string, unknown> {
       }
     },
   };
+}
+
+/**
+ * The timer functions put in place of the globals', node:timers' and node:timers/promises' while a
+ * clock is installed: made once, for every run, so that code optimised for them stays optimised
+ * from one run to the next (see virtualNow).
+ */
+const VIRTUAL_TIMERS: TimerFunctions & { clearImmediate(h: unknown): void } = {
+  setTimeout: (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => clock().add(cb, args, ms, false, undefined),
+  setInterval: (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => {
+    // fake-timers reads an interval's period as a whole number first: 2.5 ms is 2.
+    const whole = Number.parseInt(String(ms), 10);
+    return clock().add(cb, args, whole, false, period(whole));
+  },
+  setImmediate: (cb: Callback, ...args: unknown[]): Timer => clock().add(cb, args, undefined, true, undefined),
+  clearTimeout: clearVirtual,
+  clearInterval: clearVirtual,
+  clearImmediate: clearVirtual,
+};
+Object.defineProperty(VIRTUAL_TIMERS.setTimeout, promisify.custom, {
+  value: (ms?: number, value?: unknown) => new Promise((resolve) => VIRTUAL_TIMERS.setTimeout(resolve, ms, value)),
+});
+Object.defineProperty(VIRTUAL_TIMERS.setImmediate, promisify.custom, {
+  value: (value?: unknown) => new Promise((resolve) => VIRTUAL_TIMERS.setImmediate(resolve, value)),
+});
+const VIRTUAL_PROMISE_TIMERS = promiseTimers(VIRTUAL_TIMERS);
+
+function clearVirtual(h: unknown): void {
+  if (h instanceof Timer) h.time.clear(h);
 }
 
 /** Whether `a` fires before `b`: due time, then immediates, then order of creation. */
