@@ -3,10 +3,12 @@
 // timers. Each timer belongs to the simulated process that created it, so a paused process's
 // timers wait and a crashed one's never fire.
 //
-// @sinonjs/fake-timers fakes the clocks (Date, performance.now, process.hrtime); the timers are
-// this file's: a heap that fires them in fake-timers' order (due time, immediates first, then
+// @sinonjs/fake-timers fakes Date and process.hrtime; performance.now and the timers are this
+// file's: a heap that fires them in fake-timers' order (due time, immediates first, then
 // creation), reached by every way to make one (the globals, `node:timers`, `node:timers/promises`,
-// util.promisify(setTimeout)).
+// util.promisify(setTimeout)). The functions are made once for every run: the globals hold them
+// while a clock is installed, the two modules from the first install on (node's own timers then
+// answer while none is).
 //
 // Which process is running needs no AsyncLocalStorage: timers fire one at a time and every promise
 // job they start runs before the next fires, so the process of the last timer fired is the one
@@ -38,9 +40,18 @@ function fakeTimers(): FakeTimers {
  * runs between timers. performance.now is this file's (see `virtualNow`).
  */
 const CLOCKS = ['Date', 'hrtime'];
-/** Where code finds timer functions: the module objects that `import ... from 'node:timers'` reads after syncBuiltinESMExports. */
-const TIMER_MODULES = [globalThis, load('node:timers') as object] as Record<string, unknown>[];
+/** Where code finds timer functions besides the globals: the module objects that `import ... from 'node:timers'` reads after syncBuiltinESMExports. */
+const TIMERS_MODULE = load('node:timers') as Record<string, unknown>;
 const PROMISE_TIMERS = load('node:timers/promises') as Record<string, unknown>;
+/** node:timers' own functions, which the virtual ones call while no clock is installed. */
+const REAL_TIMERS = { ...TIMERS_MODULE } as Record<string, (...args: unknown[]) => unknown>;
+/**
+ * Whether node:timers and node:timers/promises hold the virtual timer functions: from the first
+ * install on, for good (with no clock installed they are node's own). Telling the ESM bindings
+ * (syncBuiltinESMExports) walks every builtin module loaded; done at each install and uninstall,
+ * it cost more than a run's store.
+ */
+let modulesHoldVirtual = false;
 /** The virtual epoch: 2026-01-01T00:00:00Z. */
 export const EPOCH_MS = Date.UTC(2026, 0, 1);
 
@@ -62,12 +73,6 @@ function virtualNow(): number {
 /** Math.random while a clock is installed (one function for every run, as virtualNow). */
 function virtualRandom(): number {
   return installed!.draw();
-}
-
-/** The clock a timer function was called under. */
-function clock(): VirtualTime {
-  if (!installed) throw new Error('a virtual timer function was called with no virtual clock installed');
-  return installed;
 }
 
 /** setTimeout's largest delay; a longer one fires after 1 ms (as Node and fake-timers do). */
@@ -221,10 +226,14 @@ export class VirtualTime {
     installed = this;
     this.savedNow = Object.getOwnPropertyDescriptor(performance, 'now');
     Object.defineProperty(performance, 'now', { value: virtualNow, configurable: true, writable: true, enumerable: true });
-    for (const m of TIMER_MODULES) for (const [name, f] of Object.entries(VIRTUAL_TIMERS)) this.replace(m, name, f);
-    for (const [name, f] of Object.entries(VIRTUAL_PROMISE_TIMERS)) this.replace(PROMISE_TIMERS, name, f);
-    // What `import { setTimeout } from 'node:timers/promises'` sees follows the modules' objects only when told.
-    syncBuiltinESMExports();
+    for (const [name, f] of Object.entries(VIRTUAL_TIMERS)) this.replace(globalThis as Record<string, unknown>, name, f);
+    if (!modulesHoldVirtual) {
+      Object.assign(TIMERS_MODULE, VIRTUAL_TIMERS);
+      Object.assign(PROMISE_TIMERS, VIRTUAL_PROMISE_TIMERS);
+      // What `import { setTimeout } from 'node:timers/promises'` sees follows the modules' objects only when told.
+      syncBuiltinESMExports();
+      modulesHoldVirtual = true;
+    }
     this.random = random;
     Math.random = virtualRandom;
   }
@@ -238,7 +247,6 @@ export class VirtualTime {
     if (!this.clock) return;
     for (const [target, name, f] of this.saved) target[name] = f;
     this.saved = [];
-    syncBuiltinESMExports();
     this.clock.uninstall();
     this.clock = undefined;
     if (this.savedNow) Object.defineProperty(performance, 'now', this.savedNow);
@@ -532,16 +540,19 @@ function promiseTimers(t: TimerFunctions): Record<string, unknown> {
  * from one run to the next (see virtualNow).
  */
 const VIRTUAL_TIMERS: TimerFunctions & { clearImmediate(h: unknown): void } = {
-  setTimeout: (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => clock().add(cb, args, ms, false, undefined),
+  setTimeout: (cb: Callback, ms?: unknown, ...args: unknown[]): Timer =>
+    installed ? installed.add(cb, args, ms, false, undefined) : (REAL_TIMERS.setTimeout!(cb, ms, ...args) as Timer),
   setInterval: (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => {
+    if (!installed) return REAL_TIMERS.setInterval!(cb, ms, ...args) as Timer;
     // fake-timers reads an interval's period as a whole number first: 2.5 ms is 2.
     const whole = Number.parseInt(String(ms), 10);
-    return clock().add(cb, args, whole, false, period(whole));
+    return installed.add(cb, args, whole, false, period(whole));
   },
-  setImmediate: (cb: Callback, ...args: unknown[]): Timer => clock().add(cb, args, undefined, true, undefined),
-  clearTimeout: clearVirtual,
-  clearInterval: clearVirtual,
-  clearImmediate: clearVirtual,
+  setImmediate: (cb: Callback, ...args: unknown[]): Timer =>
+    installed ? installed.add(cb, args, undefined, true, undefined) : (REAL_TIMERS.setImmediate!(cb, ...args) as Timer),
+  clearTimeout: (h: unknown): void => clearVirtual(h, 'clearTimeout'),
+  clearInterval: (h: unknown): void => clearVirtual(h, 'clearInterval'),
+  clearImmediate: (h: unknown): void => clearVirtual(h, 'clearImmediate'),
 };
 Object.defineProperty(VIRTUAL_TIMERS.setTimeout, promisify.custom, {
   value: (ms?: number, value?: unknown) => new Promise((resolve) => VIRTUAL_TIMERS.setTimeout(resolve, ms, value)),
@@ -551,8 +562,10 @@ Object.defineProperty(VIRTUAL_TIMERS.setImmediate, promisify.custom, {
 });
 const VIRTUAL_PROMISE_TIMERS = promiseTimers(VIRTUAL_TIMERS);
 
-function clearVirtual(h: unknown): void {
+/** A virtual timer is cleared on its own clock; any other handle, with no clock installed, by node. */
+function clearVirtual(h: unknown, real: 'clearTimeout' | 'clearInterval' | 'clearImmediate'): void {
   if (h instanceof Timer) h.time.clear(h);
+  else if (!installed) REAL_TIMERS[real]!(h);
 }
 
 /** Whether `a` fires before `b`: due time, then immediates, then order of creation. */
