@@ -429,6 +429,13 @@ export class Store {
   }
 }
 
+/** The keys of `sorted` (in byte order, as Store.keys gives them) that start with `prefix`. */
+export function keysUnder(sorted: readonly string[], prefix: string): string[] {
+  const out: string[] = [];
+  for (let i = lowerBound(sorted, prefix); i < sorted.length && sorted[i]!.startsWith(prefix); i++) out.push(sorted[i]!);
+  return out;
+}
+
 function lowerBound(a: readonly string[], k: string): number {
   let lo = 0;
   let hi = a.length;
