@@ -69,6 +69,19 @@ class Answers {
   keepAlive = () => this.some<unknown>({ header: this.header, ID: this.int, TTL: this.int });
   leaseGrant = () => this.some<unknown>({ header: this.header, ID: this.int, TTL: this.int, error: () => 'x' });
   leaseRevoke = () => this.some<unknown>({ header: this.header });
+  status = () =>
+    this.some<unknown>({
+      header: this.header,
+      version: () => ['', '3.7.3'][this.rng.int(2)]!,
+      dbSize: this.int,
+      leader: this.int,
+      raftIndex: this.int,
+      raftTerm: this.int,
+      raftAppliedIndex: this.int,
+      errors: () => this.list(() => 'etcdserver: no space'),
+      dbSizeInUse: this.int,
+      isLearner: () => this.rng.chance(0.5),
+    });
 }
 
 test('each answer the simulator copies equals what the encoder and decoder make of it', () => {
@@ -82,6 +95,7 @@ test('each answer the simulator copies equals what the encoder and decoder make 
     [pb.LeaseKeepAliveResponse, a.keepAlive],
     [pb.LeaseGrantResponse, a.leaseGrant],
     [pb.LeaseRevokeResponse, a.leaseRevoke],
+    [pb.StatusResponse, a.status],
   ]);
   assert.deepEqual(new Set(makers.keys()), new Set(COPIED), 'every copied type is tried');
   for (const [fns, make] of makers) {

@@ -549,7 +549,7 @@ function eventsFor(w: Watcher, changes: readonly Change[]): pb.Event[] {
     if (!watches(w, c.k)) continue;
     if (c.type === 'put' ? w.noPut : w.noDelete) continue;
     const kv: pb.KeyValue =
-      c.type === 'put' ? toPb(c.kv!) : { key: Buffer.from(c.k, 'latin1'), createRevision: 0n, modRevision: c.rev, version: 0n, lease: 0n };
+      c.type === 'put' ? toPb(c.kv!) : { key: c.prev!.key, createRevision: 0n, modRevision: c.rev, version: 0n, lease: 0n };
     out.push({
       type: c.type === 'put' ? pb.Event_EventType.PUT : pb.Event_EventType.DELETE,
       kv,

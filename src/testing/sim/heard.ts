@@ -47,7 +47,8 @@ export function listened(make: (target: string) => Transport, proc: Proc): (targ
     if (rev !== undefined && rev > 0n) h.revision = rev;
     for (const e of msg?.events ?? []) {
       if (!e.kv?.key || e.kv.modRevision === undefined) continue;
-      const id = `${Buffer.from(e.kv.key).toString('latin1')} ${e.kv.modRevision}`;
+      const key = Buffer.isBuffer(e.kv.key) ? e.kv.key : Buffer.from(e.kv.key);
+      const id = `${key.toString('latin1')} ${e.kv.modRevision}`;
       if (!h.events.has(id)) h.events.set(id, performance.now());
     }
   };

@@ -115,17 +115,19 @@ export class Network {
    */
   arrive(c: Connection, at: number, f: () => void, toClient: boolean): void {
     const proc = toClient ? c.proc : undefined;
-    const run = (): void => {
-      if (!c.open) return;
-      const cut = c.link.cutUntil;
-      if (performance.now() < cut) {
-        // Resent once the link heals; messages held together keep their order.
-        this.time.after(proc, cut - performance.now() + 1, run);
-        return;
-      }
-      f();
-    };
-    this.time.after(proc, at - performance.now(), run);
+    this.time.after(proc, at - performance.now(), () => this.deliver(c, f, proc));
+  }
+
+  /** `arrive`'s delivery, at its time: held while the link is cut, dropped with the connection. */
+  private deliver(c: Connection, f: () => void, proc: Proc | undefined): void {
+    if (!c.open) return;
+    const cut = c.link.cutUntil;
+    if (performance.now() < cut) {
+      // Resent once the link heals; messages held together keep their order.
+      this.time.after(proc, cut - performance.now() + 1, () => this.deliver(c, f, proc));
+      return;
+    }
+    f();
   }
 
   /** Cuts `proc` off from `m` for `ms`: nothing crosses, nothing closes (until the keepalive notices). */
@@ -255,6 +257,110 @@ interface PendingCall {
   fail(err: TransportError): void;
 }
 
+/**
+ * One unary call in flight: its deadline, its abort, its trip to the member and its answer's back.
+ * It settles once: answered, failed, timed out or aborted, whichever comes first.
+ */
+class UnaryCall<Res> implements PendingCall {
+  private settled = false;
+  private sent = false;
+  private conn: Connection | undefined;
+  private readonly timer: ReturnType<typeof setTimeout>;
+  private readonly codec: Codec;
+
+  constructor(
+    private readonly net: Network,
+    private readonly proc: Proc,
+    private readonly member: Member,
+    private readonly path: string,
+    private readonly request: unknown,
+    private readonly headers: RequestHeaders,
+    deadline: number,
+    private readonly signal: AbortSignal | undefined,
+    private readonly resolve: (res: Res) => void,
+    private readonly rejectWith: (err: unknown) => void,
+  ) {
+    this.codec = CODECS.get(path)!;
+    this.timer = setTimeout(() => this.expire(), Math.max(0, deadline - performance.now()));
+    signal?.addEventListener('abort', this, { once: true });
+  }
+
+  /** The deadline passed. */
+  private expire(): void {
+    this.reject(
+      this.sent
+        ? new TransportError(Status.DEADLINE_EXCEEDED, 'no answer within the deadline')
+        : new TransportError(Status.DEADLINE_EXCEEDED, 'the deadline passed while connecting', { notSent: true }),
+    );
+  }
+
+  /** The signal aborted (an EventListener object: no closure per call). */
+  handleEvent(): void {
+    this.reject(new TransportError(Status.CANCELLED, 'cancelled', { local: true, notSent: !this.sent }));
+  }
+
+  /** The connection failed it. */
+  fail(err: TransportError): void {
+    this.reject(err);
+  }
+
+  reject(err: unknown): void {
+    if (this.finish()) this.rejectWith(err);
+  }
+
+  /** Whether this is the first outcome; clears what the call holds. */
+  private finish(): boolean {
+    if (this.settled) return false;
+    this.settled = true;
+    clearTimeout(this.timer);
+    this.signal?.removeEventListener('abort', this);
+    this.conn?.calls.delete(this);
+    return true;
+  }
+
+  send(c: Connection): void {
+    if (this.settled) return;
+    if (!c.open) return this.reject(new TransportError(Status.UNAVAILABLE, 'no connection', { notSent: true }));
+    this.conn = c;
+    this.sent = true;
+    c.calls.add(this);
+    const body = asReceived(this.codec.request, this.request);
+    this.net.arrive(c, performance.now() + this.net.latency(), () => this.serve(c, body), false);
+  }
+
+  /** At the member: the answer (or error) goes back, unless the fault of a lost answer takes it. */
+  private serve(c: Connection, body: unknown): void {
+    const { net, proc, member, path } = this;
+    if (!member.up) return;
+    const what = path.slice(path.lastIndexOf('/') + 1);
+    let res: unknown;
+    let err: EtcdFailure | undefined;
+    try {
+      res = net.cluster.unary(member, path, body, this.headers.hasleader === 'true', `${proc.name} ${what}`);
+    } catch (e) {
+      if (!(e instanceof EtcdFailure)) throw e;
+      err = e;
+    }
+    net.trace.add(`${proc.name} ${what} at ${member.name}: ${err ? err.details : 'ok'}`);
+    if (net.loseNextAnswer.delete(proc.name) && isWrite(what)) {
+      net.trace.add(`answer to ${proc.name} lost`);
+      c.drop('the connection was lost (connection reset)');
+      return;
+    }
+    const out = res === undefined ? undefined : asDecoded(this.codec.response, res);
+    net.arrive(
+      c,
+      performance.now() + net.latency() + net.answerDelay(proc),
+      () => {
+        if (out !== undefined) {
+          if (this.finish()) this.resolve(out as Res);
+        } else this.reject(new TransportError(err!.code, err!.details, { fromServer: true }));
+      },
+      true,
+    );
+  }
+}
+
 /** What carries a Client's calls to one simulated member. */
 export class SimTransport implements Transport {
   private conn: Connection | undefined;
@@ -323,91 +429,20 @@ export class SimTransport implements Transport {
   }
 
   unary<Req, Res>(method: Method<Req, Res>, request: Req, headers: RequestHeaders, deadline: number, signal?: AbortSignal): Promise<Res> {
-    const codec = CODECS.get(method.path)!;
-    const net = this.net;
-    const proc = this.proc;
-    const member = this.member;
     return new Promise<Res>((resolve, reject) => {
       if (signal?.aborted) return reject(new TransportError(Status.CANCELLED, 'cancelled', { notSent: true, local: true }));
-      let settled = false;
-      let sent = false;
-      let conn: Connection | undefined;
-      const call: PendingCall = {
-        fail: (err) => finish(() => reject(err)),
-      };
-      const finish = (f: () => void): void => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', onAbort);
-        conn?.calls.delete(call);
-        f();
-      };
-      const timer = setTimeout(
-        () =>
-          finish(() =>
-            reject(
-              sent
-                ? new TransportError(Status.DEADLINE_EXCEEDED, 'no answer within the deadline')
-                : new TransportError(Status.DEADLINE_EXCEEDED, 'the deadline passed while connecting', { notSent: true }),
-            ),
-          ),
-        Math.max(0, deadline - performance.now()),
+      const call = new UnaryCall<Res>(this.net, this.proc, this.member, method.path, request, headers, deadline, signal, resolve, reject);
+      if (this.conn?.open) return call.send(this.conn);
+      if (this.closed) return call.reject(new TransportError(Status.UNAVAILABLE, 'the transport is closed', { notSent: true }));
+      this.ready(deadline, signal).then(
+        (c) => call.send(c),
+        (err: unknown) => {
+          if (err instanceof ConnectError && err.kind === 'timeout' && performance.now() >= deadline - 1)
+            return call.reject(new TransportError(Status.DEADLINE_EXCEEDED, 'the deadline passed while connecting', { notSent: true }));
+          const why = err instanceof Error ? err.message : String(err);
+          call.reject(new TransportError(Status.UNAVAILABLE, `no connection: ${why}`, { notSent: true, cause: err }));
+        },
       );
-      const onAbort = (): void => finish(() => reject(new TransportError(Status.CANCELLED, 'cancelled', { local: true, notSent: !sent })));
-      signal?.addEventListener('abort', onAbort, { once: true });
-      const send = (c: Connection): void => {
-        if (settled) return;
-        if (!c.open) return finish(() => reject(new TransportError(Status.UNAVAILABLE, 'no connection', { notSent: true })));
-        conn = c;
-        sent = true;
-        c.calls.add(call);
-        const body = asReceived(codec.request, request);
-        const hasLeader = headers.hasleader === 'true';
-        const what = method.path.slice(method.path.lastIndexOf('/') + 1);
-        net.arrive(
-          c,
-          performance.now() + net.latency(),
-          () => {
-            if (!member.up) return;
-            let answer: { res?: unknown; err?: EtcdFailure };
-            try {
-              answer = { res: net.cluster.unary(member, method.path, body, hasLeader, `${proc.name} ${what}`) };
-            } catch (err) {
-              if (!(err instanceof EtcdFailure)) throw err;
-              answer = { err };
-            }
-            net.trace.add(`${proc.name} ${what} at ${member.name}: ${answer.err ? answer.err.details : 'ok'}`);
-            if (net.loseNextAnswer.delete(proc.name) && isWrite(what)) {
-              net.trace.add(`answer to ${proc.name} lost`);
-              c.drop('the connection was lost (connection reset)');
-              return;
-            }
-            const out = answer.res === undefined ? undefined : asDecoded(codec.response, answer.res);
-            net.arrive(
-              c,
-              performance.now() + net.latency() + net.answerDelay(proc),
-              () => {
-                if (out !== undefined) finish(() => resolve(out as Res));
-                else finish(() => reject(new TransportError(answer.err!.code, answer.err!.details, { fromServer: true })));
-              },
-              true,
-            );
-          },
-          false,
-        );
-      };
-      if (this.conn?.open) return send(this.conn);
-      if (this.closed) return finish(() => reject(new TransportError(Status.UNAVAILABLE, 'the transport is closed', { notSent: true })));
-      this.ready(deadline, signal).then(send, (err: unknown) => {
-        if (err instanceof ConnectError && err.kind === 'timeout' && performance.now() >= deadline - 1) {
-          return finish(() =>
-            reject(new TransportError(Status.DEADLINE_EXCEEDED, 'the deadline passed while connecting', { notSent: true })),
-          );
-        }
-        const why = err instanceof Error ? err.message : String(err);
-        finish(() => reject(new TransportError(Status.UNAVAILABLE, `no connection: ${why}`, { notSent: true, cause: err })));
-      });
     });
   }
 

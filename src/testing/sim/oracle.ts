@@ -23,7 +23,7 @@
 // - Liveness: once faults stop, every call settles within a bound; at the end no key, lease or
 //   timer is left.
 import { heardEvent, lastHeard } from './heard.js';
-import type { Change } from './store.js';
+import { type Change, keysUnder } from './store.js';
 import type { Proc } from './time.js';
 
 export interface Violation {
@@ -94,7 +94,11 @@ export class Oracle {
 
   constructor(
     private readonly now: () => number,
-    private readonly store: { get(k: string): { lease: bigint; createRevision: bigint } | undefined; keys(): readonly string[] },
+    private readonly store: {
+      get(k: string): { lease: bigint; createRevision: bigint } | undefined;
+      /** In byte order. */
+      keys(): readonly string[];
+    },
     private readonly trace: (line: string) => void,
   ) {}
 
@@ -209,8 +213,8 @@ export class Oracle {
     const rw = rule === 'read' || rule === 'write';
     let older = 0;
     let blocker: string | undefined;
-    for (const k of this.store.keys()) {
-      if (!k.startsWith(prefix) || k === b.key || !PARTICIPANT[rw ? 'rw' : 'one'].test(k.slice(prefix.length))) continue;
+    for (const k of keysUnder(this.store.keys(), prefix)) {
+      if (k === b.key || !PARTICIPANT[rw ? 'rw' : 'one'].test(k.slice(prefix.length))) continue;
       const other = this.store.get(k)!;
       if (other.lease === 0n || other.createRevision >= b.token) continue;
       if (rule === 'read' && (other.lease === b.lease || !k.startsWith(`${prefix}write/`))) continue;
@@ -281,8 +285,7 @@ export class Oracle {
   writersQueued(name: string, lease: bigint): Map<string, bigint> {
     const out = new Map<string, bigint>();
     const prefix = `${name}/write/`;
-    for (const k of this.store.keys()) {
-      if (!k.startsWith(prefix)) continue;
+    for (const k of keysUnder(this.store.keys(), prefix)) {
       const kv = this.store.get(k)!;
       if (kv.lease !== 0n && kv.lease !== lease) out.set(k, kv.createRevision);
     }

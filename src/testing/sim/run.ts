@@ -2,6 +2,7 @@
 // from a seed, run on a fresh simulated world, judged by the oracle. The same seed and plan give
 // the same run, byte for byte: its trace hash says so.
 import { Oracle, type Violation } from './oracle.js';
+import { keysUnder } from './store.js';
 import type { Proc } from './time.js';
 import { type ActorContext, actor, BARRIER_COUNT, observer, type Plan, planFor, SessionHolder, type WorkloadName } from './workload.js';
 import { World } from './world.js';
@@ -57,7 +58,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     if (c.type === 'put' && c.k.endsWith('/ready') && !c.cause.startsWith('fault')) {
       const name = c.k.slice(0, -'/ready'.length);
       // Go's counting: every key under waiters/ counts, a stray one too.
-      const members = cluster.store.keys().filter((k) => k.startsWith(`${name}/waiters/`));
+      const members = keysUnder(cluster.store.keys(), `${name}/waiters/`);
       oracle.barrierOpened(name, BARRIER_COUNT, members, c.rev);
     }
   };
@@ -120,7 +121,11 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     });
     scheduleFaults(world, plan, procs, oracle, faultLog);
     // Until every actor is done (or has crashed), within the settle bound.
-    const left = (): number => procs.reduce((n, p) => n + (p.crashed ? 0 : (running.get(p) ?? 0)), 0);
+    const left = (): number => {
+      let n = 0;
+      for (const p of procs) if (!p.crashed) n += running.get(p) ?? 0;
+      return n;
+    };
     const actorsDone = (): boolean => left() === 0;
     // Time enough for every operation to run one after another (they may all queue on one name).
     const work = plan.procs.flatMap((p) => p.sessions.flatMap((x) => x.actors.flat())).reduce((n, o) => n + o.holdMs + o.gapMs, 0);

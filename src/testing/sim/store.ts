@@ -7,6 +7,8 @@ import * as pb from '../../proto/etcd.js';
 /** A key's value at one revision. */
 export interface Kv {
   readonly k: string;
+  /** `k` as bytes, made once for every answer that carries this value (the wire copies it for the client). */
+  readonly key: Buffer;
   readonly createRevision: bigint;
   readonly modRevision: bigint;
   readonly version: bigint;
@@ -130,7 +132,7 @@ function overlaps(a: Interval, b: Interval): boolean {
 /** The leaf of a KeyValue for an answer. */
 export function toPb(kv: Kv, keysOnly = false, fast = false): pb.KeyValue {
   return {
-    key: Buffer.from(kv.k, 'latin1'),
+    key: kv.key,
     createRevision: kv.createRevision,
     modRevision: kv.modRevision,
     version: kv.version,
@@ -427,6 +429,13 @@ export class Store {
   }
 }
 
+/** The keys of `sorted` (in byte order, as Store.keys gives them) that start with `prefix`. */
+export function keysUnder(sorted: readonly string[], prefix: string): string[] {
+  const out: string[] = [];
+  for (let i = lowerBound(sorted, prefix); i < sorted.length && sorted[i]!.startsWith(prefix); i++) out.push(sorted[i]!);
+  return out;
+}
+
 function lowerBound(a: readonly string[], k: string): number {
   let lo = 0;
   let hi = a.length;
@@ -490,9 +499,14 @@ function compareKv(c: pb.Compare, kv: Kv | undefined): boolean {
 }
 
 function isWrite(t: pb.TxnRequest): boolean {
-  const writes = (op: pb.RequestOp): boolean =>
-    op.requestPut !== undefined || op.requestDeleteRange !== undefined || (op.requestTxn !== undefined && isWrite(op.requestTxn));
-  return (t.success ?? []).some(writes) || (t.failure ?? []).some(writes);
+  return writes(t.success) || writes(t.failure);
+}
+
+function writes(ops: readonly pb.RequestOp[] | undefined): boolean {
+  for (const op of ops ?? [])
+    if (op.requestPut !== undefined || op.requestDeleteRange !== undefined || (op.requestTxn !== undefined && isWrite(op.requestTxn)))
+      return true;
+  return false;
 }
 
 function isKeyOrder(target: pb.RangeRequest_SortTarget, order: pb.RangeRequest_SortOrder): boolean {
@@ -503,14 +517,17 @@ function isKeyOrder(target: pb.RangeRequest_SortTarget, order: pb.RangeRequest_S
 
 /** Calls `fn` with each operation but a nested Txn on the branches `path` takes, depth first, in order. */
 function onPath(t: pb.TxnRequest, path: readonly boolean[], fn: (op: pb.RequestOp) => void): void {
-  let at = 0;
-  const walk = (x: pb.TxnRequest): void => {
-    for (const op of (path[at++] ? x.success : x.failure) ?? []) {
-      if (op.requestTxn) walk(op.requestTxn);
-      else fn(op);
-    }
-  };
-  walk(t);
+  walkPath(t, path, 0, fn);
+}
+
+/** onPath from `path[at]`; returns the index after the last Txn walked. */
+function walkPath(t: pb.TxnRequest, path: readonly boolean[], at: number, fn: (op: pb.RequestOp) => void): number {
+  let next = at + 1;
+  for (const op of (path[at] ? t.success : t.failure) ?? []) {
+    if (op.requestTxn) next = walkPath(op.requestTxn, path, next, fn);
+    else fn(op);
+  }
+  return next;
 }
 
 /** etcd's gRPC checkPutRequest. */
@@ -551,18 +568,17 @@ function checkRequestOp(op: pb.RequestOp, maxOps: number): void {
 function checkIntervals(reqs: readonly pb.RequestOp[]): { puts: Set<string>; dels: Interval[] } {
   const dels: Interval[] = [];
   for (const r of reqs) if (r.requestDeleteRange) dels.push(interval(r.requestDeleteRange.key, r.requestDeleteRange.rangeEnd));
-  const hit = (k: string): boolean => dels.some((d) => overlaps(d, { k, end: '' }));
   const puts = new Set<string>();
   for (const r of reqs) {
     if (!r.requestTxn) continue;
     const then = checkIntervals(r.requestTxn.success ?? []);
     const otherwise = checkIntervals(r.requestTxn.failure ?? []);
     for (const k of then.puts) {
-      if (puts.has(k) || hit(k)) throw ERR.duplicateKey();
+      if (puts.has(k) || deletes(dels, k)) throw ERR.duplicateKey();
       puts.add(k);
     }
     for (const k of otherwise.puts) {
-      if ((puts.has(k) && !then.puts.has(k)) || hit(k)) throw ERR.duplicateKey();
+      if ((puts.has(k) && !then.puts.has(k)) || deletes(dels, k)) throw ERR.duplicateKey();
       puts.add(k);
     }
     dels.push(...then.dels, ...otherwise.dels);
@@ -570,10 +586,18 @@ function checkIntervals(reqs: readonly pb.RequestOp[]): { puts: Set<string>; del
   for (const r of reqs) {
     if (!r.requestPut) continue;
     const k = str(r.requestPut.key);
-    if (puts.has(k) || hit(k)) throw ERR.duplicateKey();
+    if (puts.has(k) || deletes(dels, k)) throw ERR.duplicateKey();
     puts.add(k);
   }
   return { puts, dels };
+}
+
+/** Whether one of `dels` deletes `k`. */
+function deletes(dels: readonly Interval[], k: string): boolean {
+  if (dels.length === 0) return false;
+  const one: Interval = { k, end: '' };
+  for (const d of dels) if (overlaps(d, one)) return true;
+  return false;
 }
 
 /** One write transaction: every change gets revision rev+1; reads inside it see the changes so far. */
@@ -601,6 +625,7 @@ export class Writer {
     const lease = p.ignoreLease ? prev!.lease : (p.lease ?? 0n);
     const kv: Kv = {
       k,
+      key: prev ? prev.key : Buffer.from(k, 'latin1'),
       createRevision: prev ? prev.createRevision : this.rev,
       modRevision: this.rev,
       version: prev ? prev.version + 1n : 1n,

@@ -3,10 +3,12 @@
 // timers. Each timer belongs to the simulated process that created it, so a paused process's
 // timers wait and a crashed one's never fire.
 //
-// @sinonjs/fake-timers fakes the clocks (Date, performance.now, process.hrtime); the timers are
-// this file's: a heap that fires them in fake-timers' order (due time, immediates first, then
+// @sinonjs/fake-timers fakes Date and process.hrtime; performance.now and the timers are this
+// file's: a heap that fires them in fake-timers' order (due time, immediates first, then
 // creation), reached by every way to make one (the globals, `node:timers`, `node:timers/promises`,
-// util.promisify(setTimeout)).
+// util.promisify(setTimeout)). The functions are made once for every run: the globals hold them
+// while a clock is installed, the two modules from the first install on (node's own timers then
+// answer while none is).
 //
 // Which process is running needs no AsyncLocalStorage: timers fire one at a time and every promise
 // job they start runs before the next fires, so the process of the last timer fired is the one
@@ -33,15 +35,45 @@ function fakeTimers(): FakeTimers {
   }
 }
 
-/** The clocks fake-timers fakes; promise jobs and ticks stay real: they are how the library's code runs between timers. */
-const CLOCKS = ['Date', 'hrtime', 'performance'];
-/** Where code finds timer functions: the module objects that `import ... from 'node:timers'` reads after syncBuiltinESMExports. */
-const TIMER_MODULES = [globalThis, load('node:timers') as object] as Record<string, unknown>[];
+/**
+ * The clocks fake-timers fakes; promise jobs and ticks stay real: they are how the library's code
+ * runs between timers. performance.now is this file's (see `virtualNow`).
+ */
+const CLOCKS = ['Date', 'hrtime'];
+/** Where code finds timer functions besides the globals: the module objects that `import ... from 'node:timers'` reads after syncBuiltinESMExports. */
+const TIMERS_MODULE = load('node:timers') as Record<string, unknown>;
 const PROMISE_TIMERS = load('node:timers/promises') as Record<string, unknown>;
+/** node:timers' own functions, which the virtual ones call while no clock is installed. */
+const REAL_TIMERS = { ...TIMERS_MODULE } as Record<string, (...args: unknown[]) => unknown>;
+/**
+ * Whether node:timers and node:timers/promises hold the virtual timer functions: from the first
+ * install on, for good (with no clock installed they are node's own). Telling the ESM bindings
+ * (syncBuiltinESMExports) walks every builtin module loaded; done at each install and uninstall,
+ * it cost more than a run's store.
+ */
+let modulesHoldVirtual = false;
 /** The virtual epoch: 2026-01-01T00:00:00Z. */
 export const EPOCH_MS = Date.UTC(2026, 0, 1);
 
 type Callback = (...args: unknown[]) => void;
+
+/** The clock installed now, which `virtualNow` reads. */
+let installed: VirtualTime | undefined;
+
+/**
+ * performance.now while a clock is installed: one function on the real performance object for
+ * every run. fake-timers would put a new performance object (in dictionary mode) with a new `now`
+ * in place at each install, and the code that calls it, optimised for the last run's, would be
+ * deoptimised and compiled again run after run.
+ */
+function virtualNow(): number {
+  return installed!.now;
+}
+
+/** Math.random while a clock is installed (one function for every run, as virtualNow). */
+function virtualRandom(): number {
+  return installed!.draw();
+}
 
 /** setTimeout's largest delay; a longer one fires after 1 ms (as Node and fake-timers do). */
 const MAX_TIMEOUT = 2 ** 31 - 1;
@@ -62,7 +94,8 @@ class Timer {
   private refed = true;
 
   constructor(
-    private readonly time: VirtualTime,
+    /** The clock it was made on. */
+    readonly time: VirtualTime,
     /** What Node's Timeout turns into as a number. */
     private readonly id: number,
     readonly proc: Proc | undefined,
@@ -162,6 +195,14 @@ export class VirtualTime {
   private readonly realRandom = Math.random;
   /** What install() replaced, to put back. */
   private saved: [Record<string, unknown>, string, unknown][] = [];
+  /** What Math.random draws from while installed. */
+  private random: () => number = this.realRandom;
+  /** @internal Math.random's draw (see virtualRandom). */
+  draw(): number {
+    return this.random();
+  }
+  /** performance's own `now` before install() (none: the prototype's). */
+  private savedNow: PropertyDescriptor | undefined;
   /** Timers by due time: a binary heap (see `before`). */
   private readonly heap: Timer[] = [];
   /** Timers not yet fired or cleared (an interval until cleared). */
@@ -182,28 +223,19 @@ export class VirtualTime {
   install(random: () => number): void {
     if (this.clock) throw new Error('the virtual clock is already installed');
     this.clock = fakeTimers().install({ now: EPOCH_MS, toFake: CLOCKS, loopLimit: 1e9 });
-    const setTimeout = (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => this.add(cb, args, ms, false, undefined);
-    const setInterval = (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => {
-      // fake-timers reads an interval's period as a whole number first: 2.5 ms is 2.
-      const whole = Number.parseInt(String(ms), 10);
-      return this.add(cb, args, whole, false, period(whole));
-    };
-    const setImmediate = (cb: Callback, ...args: unknown[]): Timer => this.add(cb, args, undefined, true, undefined);
-    const clear = (h: unknown): void => {
-      if (h instanceof Timer) this.clear(h);
-    };
-    Object.defineProperty(setTimeout, promisify.custom, {
-      value: (ms?: number, value?: unknown) => new Promise((resolve) => setTimeout(resolve, ms, value)),
-    });
-    Object.defineProperty(setImmediate, promisify.custom, {
-      value: (value?: unknown) => new Promise((resolve) => setImmediate(resolve, value)),
-    });
-    const timers = { setTimeout, setInterval, setImmediate, clearTimeout: clear, clearInterval: clear, clearImmediate: clear };
-    for (const m of TIMER_MODULES) for (const [name, f] of Object.entries(timers)) this.replace(m, name, f);
-    for (const [name, f] of Object.entries(promiseTimers(timers))) this.replace(PROMISE_TIMERS, name, f);
-    // What `import { setTimeout } from 'node:timers/promises'` sees follows the modules' objects only when told.
-    syncBuiltinESMExports();
-    Math.random = random;
+    installed = this;
+    this.savedNow = Object.getOwnPropertyDescriptor(performance, 'now');
+    Object.defineProperty(performance, 'now', { value: virtualNow, configurable: true, writable: true, enumerable: true });
+    for (const [name, f] of Object.entries(VIRTUAL_TIMERS)) this.replace(globalThis as Record<string, unknown>, name, f);
+    if (!modulesHoldVirtual) {
+      Object.assign(TIMERS_MODULE, VIRTUAL_TIMERS);
+      Object.assign(PROMISE_TIMERS, VIRTUAL_PROMISE_TIMERS);
+      // What `import { setTimeout } from 'node:timers/promises'` sees follows the modules' objects only when told.
+      syncBuiltinESMExports();
+      modulesHoldVirtual = true;
+    }
+    this.random = random;
+    Math.random = virtualRandom;
   }
 
   private replace(target: Record<string, unknown>, name: string, f: unknown): void {
@@ -215,9 +247,12 @@ export class VirtualTime {
     if (!this.clock) return;
     for (const [target, name, f] of this.saved) target[name] = f;
     this.saved = [];
-    syncBuiltinESMExports();
     this.clock.uninstall();
     this.clock = undefined;
+    if (this.savedNow) Object.defineProperty(performance, 'now', this.savedNow);
+    else delete (performance as { now?: unknown }).now;
+    this.savedNow = undefined;
+    installed = undefined;
     Math.random = this.realRandom;
     this.heap.length = 0;
     this.live = 0;
@@ -228,8 +263,8 @@ export class VirtualTime {
     this.make(proc, fn, NO_ARGS, ms, false, undefined);
   }
 
-  /** A new timer of the running process. */
-  private add(cb: Callback, args: unknown[], delay: unknown, immediate: boolean, interval: number | undefined): Timer {
+  /** @internal A new timer of the running process (the virtual timer functions'). */
+  add(cb: Callback, args: unknown[], delay: unknown, immediate: boolean, interval: number | undefined): Timer {
     if (typeof cb !== 'function') throw new TypeError(`[ERR_INVALID_CALLBACK]: Callback must be a function. Received ${cb}`);
     return this.make(this.current, cb, args, delay, immediate, interval);
   }
@@ -263,7 +298,8 @@ export class VirtualTime {
     this.schedule(t);
   }
 
-  private clear(t: Timer): void {
+  /** @internal */
+  clear(t: Timer): void {
     if (t.cancelled) return;
     t.cancelled = true;
     if (t.queued) {
@@ -496,6 +532,40 @@ function promiseTimers(t: TimerFunctions): Record<string, unknown> {
       }
     },
   };
+}
+
+/**
+ * The timer functions put in place of the globals', node:timers' and node:timers/promises' while a
+ * clock is installed: made once, for every run, so that code optimised for them stays optimised
+ * from one run to the next (see virtualNow).
+ */
+const VIRTUAL_TIMERS: TimerFunctions & { clearImmediate(h: unknown): void } = {
+  setTimeout: (cb: Callback, ms?: unknown, ...args: unknown[]): Timer =>
+    installed ? installed.add(cb, args, ms, false, undefined) : (REAL_TIMERS.setTimeout!(cb, ms, ...args) as Timer),
+  setInterval: (cb: Callback, ms?: unknown, ...args: unknown[]): Timer => {
+    if (!installed) return REAL_TIMERS.setInterval!(cb, ms, ...args) as Timer;
+    // fake-timers reads an interval's period as a whole number first: 2.5 ms is 2.
+    const whole = Number.parseInt(String(ms), 10);
+    return installed.add(cb, args, whole, false, period(whole));
+  },
+  setImmediate: (cb: Callback, ...args: unknown[]): Timer =>
+    installed ? installed.add(cb, args, undefined, true, undefined) : (REAL_TIMERS.setImmediate!(cb, ...args) as Timer),
+  clearTimeout: (h: unknown): void => clearVirtual(h, 'clearTimeout'),
+  clearInterval: (h: unknown): void => clearVirtual(h, 'clearInterval'),
+  clearImmediate: (h: unknown): void => clearVirtual(h, 'clearImmediate'),
+};
+Object.defineProperty(VIRTUAL_TIMERS.setTimeout, promisify.custom, {
+  value: (ms?: number, value?: unknown) => new Promise((resolve) => VIRTUAL_TIMERS.setTimeout(resolve, ms, value)),
+});
+Object.defineProperty(VIRTUAL_TIMERS.setImmediate, promisify.custom, {
+  value: (value?: unknown) => new Promise((resolve) => VIRTUAL_TIMERS.setImmediate(resolve, value)),
+});
+const VIRTUAL_PROMISE_TIMERS = promiseTimers(VIRTUAL_TIMERS);
+
+/** A virtual timer is cleared on its own clock; any other handle, with no clock installed, by node. */
+function clearVirtual(h: unknown, real: 'clearTimeout' | 'clearInterval' | 'clearImmediate'): void {
+  if (h instanceof Timer) h.time.clear(h);
+  else if (!installed) REAL_TIMERS[real]!(h);
 }
 
 /** Whether `a` fires before `b`: due time, then immediates, then order of creation. */

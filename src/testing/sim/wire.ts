@@ -1,8 +1,9 @@
 // What the client's decoder makes of an answer: the simulated members build their answers as
 // plain objects, and the library must see them as if they had crossed the wire (every field with
-// its default, bytes as fresh Buffers, nothing else). The answers a schedule sends most are copied
-// here field by field, as the generated decoder fills them; any other goes through the encoder and
-// the decoder. test/sim-wire.test.ts holds the copies to what the round trip gives.
+// its default, bytes as fresh Buffers, nothing else). The answers a schedule sends most (Status
+// too: each Client asks it) are copied here field by field, as the generated decoder fills them;
+// any other goes through the encoder and the decoder. test/sim-wire.test.ts holds the copies to
+// what the round trip gives.
 import { BinaryWriter } from '@bufbuild/protobuf/wire';
 import * as pb from '../../proto/etcd.js';
 
@@ -92,6 +93,21 @@ function leaseRevoke(r: pb.LeaseRevokeResponse): pb.LeaseRevokeResponse {
   return { header: header(r.header) };
 }
 
+function status(r: pb.StatusResponse): pb.StatusResponse {
+  return {
+    header: header(r.header),
+    version: r.version ?? '',
+    dbSize: r.dbSize ?? 0n,
+    leader: r.leader ?? 0n,
+    raftIndex: r.raftIndex ?? 0n,
+    raftTerm: r.raftTerm ?? 0n,
+    raftAppliedIndex: r.raftAppliedIndex ?? 0n,
+    errors: [...(r.errors ?? [])],
+    dbSizeInUse: r.dbSizeInUse ?? 0n,
+    isLearner: r.isLearner ?? false,
+  };
+}
+
 /** The copy for each message type that has one (the others take the round trip). */
 const COPIES = new Map<pb.MessageFns<unknown>, (message: never) => unknown>([
   [pb.RangeResponse, range],
@@ -102,6 +118,7 @@ const COPIES = new Map<pb.MessageFns<unknown>, (message: never) => unknown>([
   [pb.LeaseKeepAliveResponse, keepAlive],
   [pb.LeaseGrantResponse, leaseGrant],
   [pb.LeaseRevokeResponse, leaseRevoke],
+  [pb.StatusResponse, status],
 ]);
 
 /** Types with a copy of their own, for the test that holds them to the round trip. */
