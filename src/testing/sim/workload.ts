@@ -14,7 +14,7 @@ import { type Belief, OPERATOR, type Oracle, type Rule } from './oracle.js';
 import { Rng } from './rng.js';
 import type { Proc } from './time.js';
 
-export const WORKLOADS = ['mixed', 'mutex', 'rwmutex', 'semaphore', 'election', 'barrier', 'churn'] as const;
+export const WORKLOADS = ['mixed', 'mutex', 'rwmutex', 'semaphore', 'election', 'barrier', 'churn', 'snipe'] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
 
 export type OpKind =
@@ -30,7 +30,8 @@ export type OpKind =
   | 'double-barrier'
   | 'foreign'
   | 'clear'
-  | 'overwrite';
+  | 'overwrite'
+  | 'snipe';
 
 /** One operation of an actor. */
 export interface Op {
@@ -84,8 +85,8 @@ export type FaultKind =
   | 'slow-answers';
 
 /**
- * The faults drawn from the plan's stream for every schedule. 'watch-cancel' comes from a stream of
- * its own (planFor), and 'slow-answers' only with the churn workload, for now (see CHURN).
+ * The faults drawn from the plan's stream for every schedule. 'watch-cancel' also comes from a stream
+ * of its own (planFor), and with 'slow-answers' in the churn and snipe plans (see Shape.slow).
  */
 export const FAULT_KINDS: readonly FaultKind[] = [
   'partition',
@@ -129,6 +130,7 @@ const KINDS: Record<WorkloadName, readonly OpKind[]> = {
   election: ['campaign', 'campaign', 'run-as-leader'],
   barrier: ['double-barrier'],
   churn: ['lock', 'lock', 'abort-lock'],
+  snipe: ['lock'],
 };
 
 const NAME: Record<OpKind, readonly string[]> = {
@@ -145,6 +147,7 @@ const NAME: Record<OpKind, readonly string[]> = {
   foreign: ['locks/a', 'sem/a'],
   clear: ['locks/a', 'rw/a', 'sem/a', 'elect/a'],
   overwrite: ['locks/a', 'rw/a', 'sem/a', 'elect/a'],
+  snipe: ['locks/a'],
 };
 
 /** Which resource a holding of each kind writes through the fenced store (reads and permits write nothing exclusive). */
@@ -163,16 +166,22 @@ export const BARRIER_COUNT = 2;
 /** How a plan is drawn: which operations, how many sessions and actors, how much sharing. */
 interface Shape {
   readonly kinds: readonly OpKind[];
+  /** How many client processes (2 or 3 unless said). */
+  procs?(rng: Rng): number;
   sessions(rng: Rng): number;
   actors(rng: Rng): number;
   /** The chance that an operation of a session with several actors is made with `share`. */
   readonly share: number;
   name(rng: Rng, kind: OpKind): string;
+  /** How long a holding lasts (unless said: mostly short, some long enough for a renewal to fail under them). */
+  hold?(rng: Rng): number;
   /**
    * The chance that an operator process (etcdctl) also runs, deleting a name's keys in one revision
    * or writing a participant's key with a plain put (no lease).
    */
   readonly operator: number;
+  /** That operator snipes (see the 'snipe' operation) rather than clearing or overwriting. */
+  readonly snipe?: boolean;
   /**
    * Every process's unary answers come back slow and out of order while the faults last, and its
    * watches are cancelled a few times.
@@ -218,7 +227,7 @@ function focused(family: keyof typeof FOCUSED): Shape {
 }
 
 /**
- * The churn workload (not part of mixed yet: the engine fails it, see the commit that added it):
+ * The churn workload (not part of mixed yet: the engine fails it, `--workload churn --seed 3079`):
  * the calls of one session on one lock all made with `share`,
  * their answers slow and out of order, while the server keeps cancelling the processes' watches (a
  * holding whose watch fails is lost while its key stands: the next enqueue replaces that key). An
@@ -235,16 +244,43 @@ const CHURN: Shape = {
   slow: true,
 };
 
+/**
+ * The snipe workload (and a tenth of the mixed one's seeds): one process whose session runs four
+ * actors on one lock, about half of their calls with `share`, each holding a moment; their answers
+ * come back slow and out of order, the server cancels their watches a few times, and an operator
+ * deletes every other participant key as it is made. A call's enqueue answer is then often about an
+ * incarnation that was deleted and made again by another call of the session since, a call that may
+ * have come and gone before that answer arrives (issue 35, 7).
+ */
+const SNIPE: Shape = {
+  kinds: KINDS.snipe,
+  procs: () => 1,
+  sessions: () => 1,
+  actors: () => 4,
+  share: 0.5,
+  name: () => 'locks/a',
+  hold: (rng) => rng.between(0, 20),
+  operator: 1,
+  snipe: true,
+  slow: true,
+};
+
 /** The seed's plan. */
 export function planFor(seed: number, options: { faults?: boolean; workload?: WorkloadName } = {}): Plan {
   const workload = options.workload ?? 'mixed';
-  // Half of the mixed workload's seeds focus on one primitive; the other half are drawn as before
-  // this choice existed (from a stream of their own), so those seeds keep their meaning.
+  // A tenth of the mixed workload's seeds, chosen by a stream of their own, are snipe's plans (drawn
+  // as half of a fifth: the other half is kept for churn's plans, which the engine fails yet). Half of
+  // the others focus on one primitive; the rest are drawn as before these choices existed (from a
+  // stream of their own), so those seeds keep their meaning.
   const focus = workload === 'mixed' ? new Rng(seed, 'shape') : undefined;
+  const mix = new Rng(seed, 'mix');
+  const snipe = workload === 'mixed' && mix.chance(0.2) && mix.chance(0.5);
   const withFaults = options.faults !== false;
-  const plan = focus?.chance(0.5)
-    ? draw(new Rng(seed, 'focus'), focused(focus.pick(['mutex', 'rwmutex', 'semaphore', 'election'] as const)), withFaults)
-    : draw(new Rng(seed, 'plan'), workload === 'churn' ? CHURN : broad(KINDS[workload]), withFaults);
+  const plan = snipe
+    ? draw(new Rng(seed, 'plan'), SNIPE, withFaults)
+    : focus?.chance(0.5)
+      ? draw(new Rng(seed, 'focus'), focused(focus.pick(['mutex', 'rwmutex', 'semaphore', 'election'] as const)), withFaults)
+      : draw(new Rng(seed, 'plan'), workload === 'churn' ? CHURN : workload === 'snipe' ? SNIPE : broad(KINDS[workload]), withFaults);
   // From streams of their own, so that the rest of the plan keeps its meaning: in some schedules the
   // clients list the cluster's members in orders of their own, and the server cancels a process's
   // watches once.
@@ -264,14 +300,14 @@ function draw(rng: Rng, shape: Shape, withFaults: boolean): Plan {
   const { kinds } = shape;
   let id = 0;
   const procs: ProcPlan[] = [];
-  const nProcs = rng.between(2, 3);
+  const nProcs = shape.procs ? shape.procs(rng) : rng.between(2, 3);
   const op = (kind: OpKind, nActors: number): Op => ({
     id: id++,
     kind,
     name: shape.name(rng, kind),
     share: nActors > 1 && rng.chance(shape.share),
     // Mostly short holds; some long enough for a renewal to fail under them.
-    holdMs: rng.chance(0.15) ? rng.between(1500, 8000) : rng.between(0, 400),
+    holdMs: shape.hold ? shape.hold(rng) : rng.chance(0.15) ? rng.between(1500, 8000) : rng.between(0, 400),
     gapMs: rng.between(0, 300),
     abortMs: kind === 'abort-lock' ? rng.between(1, 600) : kind === 'double-barrier' ? rng.between(500, 3000) : 0,
     // Past a page of the look-up (8), sometimes past a long queue (32).
@@ -322,11 +358,14 @@ function draw(rng: Rng, shape: Shape, withFaults: boolean): Plan {
     faults.sort((a, b) => a.at - b.at || a.id - b.id);
     // The operator's deletes come within the faults' time too: gaps that add up to less than 5 s.
     if (shape.operator > 0 && rng.chance(shape.operator)) {
-      const edits = Array.from({ length: rng.between(1, 2) }, () => ({
-        ...op(rng.chance(0.5) ? 'clear' : 'overwrite', 1),
-        holdMs: 0,
-        gapMs: rng.between(300, 2500),
-      }));
+      // A snipe watches for holdMs, from a moment after the start to before the faults end.
+      const edits = shape.snipe
+        ? [{ ...op('snipe', 1), gapMs: rng.between(0, 300), holdMs: rng.between(4000, 5500) }]
+        : Array.from({ length: rng.between(1, 2) }, () => ({
+            ...op(rng.chance(0.5) ? 'clear' : 'overwrite', 1),
+            holdMs: 0,
+            gapMs: rng.between(300, 2500),
+          }));
       procs.push({ name: OPERATOR, sessions: [{ ttl: 10, actors: [edits] }], observes: [] });
     }
   }
@@ -615,6 +654,28 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
         // The operator deletes every key of the name, holders' and waiters' alike, in one revision.
         await session.client.delete(`${op.name}/`, { prefix: true });
         return;
+      case 'snipe': {
+        // The operator watches the name for holdMs and deletes every other participant key as it is
+        // made (etcdctl watch, then del): the first, the third, ... The key made again after a delete
+        // is left to the call that made it, which may hold and release it while the answer that
+        // another call's enqueue got about the deleted one is still on its way.
+        const stop = new AbortController();
+        const t = setTimeout(() => stop.abort(), op.holdMs);
+        let made = 0;
+        try {
+          for await (const batch of session.client.watch(`${op.name}/`, { prefix: true, signal: stop.signal })) {
+            for (const e of batch.events) {
+              const participant = /^[0-9a-f]+$/.test(e.kv.key.toString('latin1').slice(op.name.length + 1));
+              if (e.type !== 'put' || e.kv.version !== 1n || e.kv.lease === 0n || !participant) continue;
+              if (made++ % 2 === 0) await session.client.delete(e.kv.key).catch(() => {});
+            }
+          }
+        } finally {
+          clearTimeout(t);
+          stop.abort();
+        }
+        return;
+      }
       case 'overwrite': {
         // The operator's plain put on a participant's key (a holder's, most often): it keeps its
         // CreateRevision and loses its lease (issue 35, 2 and 3).
