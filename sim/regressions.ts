@@ -125,4 +125,11 @@ export const REGRESSIONS: readonly RegressionSeed[] = [
     workload: 'churn',
     found: 'the same defect, reached through an enqueue answer that arrived late (out of order): granted on the lost incarnation',
   },
+  {
+    seed: 3079,
+    profile: '3.7',
+    workload: 'churn',
+    found:
+      'a shared waiter on an incarnation retired and then replaced by another call of the process was dropped from the count; when that call left, the retirement was forgotten and the waiter was granted the deleted incarnation on a late answer (token 2 after 3: two holders). A call whose turn comes on an incarnation the process no longer counts now fails',
+  },
 ];

@@ -242,11 +242,15 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
 }
 
 /**
- * A call that joined an incarnation of our key before its holdings were lost (a shared call waiting
- * on it, or whose answer came late) gets no handle: for this process the loss ended that incarnation.
+ * A call gets no handle on an incarnation this process no longer counts as the key's: one it retired
+ * (its holdings were lost while the call waited on it, or its answer came late), or one replaced since
+ * by another call's enqueue (which counted only itself and forgot the retirement once it left). The
+ * loss ended that incarnation for this process, whose next enqueue replaces the key.
  */
 function assertNotRetired(session: Session, ticket: Ticket, lost: LostErrorFactory): void {
-  const loss = sessionQueue(session).users.retiredFor(ticket.key, ticket.fencingToken);
+  const users = sessionQueue(session).users;
+  const counted = users.of(ticket.key)?.fencingToken === ticket.fencingToken;
+  const loss = users.retiredFor(ticket.key, ticket.fencingToken) ?? (counted ? undefined : 'key_deleted');
   if (loss === undefined) return;
   const why = `${ticket.key} (token ${ticket.fencingToken}) was lost by the other calls of this process holding it; call again for a key of its own`;
   throw lost(why, { reason: loss });

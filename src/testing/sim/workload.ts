@@ -268,16 +268,15 @@ const SNIPE: Shape = {
 /** The seed's plan. */
 export function planFor(seed: number, options: { faults?: boolean; workload?: WorkloadName } = {}): Plan {
   const workload = options.workload ?? 'mixed';
-  // A tenth of the mixed workload's seeds, chosen by a stream of their own, are snipe's plans (drawn
-  // as half of a fifth: the other half is kept for churn's plans, which the engine fails yet). Half of
-  // the others focus on one primitive; the rest are drawn as before these choices existed (from a
-  // stream of their own), so those seeds keep their meaning.
+  // A fifth of the mixed workload's seeds, chosen by a stream of their own, are snipe's plans and
+  // churn's, a tenth each. Half of the others focus on one primitive; the rest are drawn as before
+  // these choices existed (from a stream of their own), so those seeds keep their meaning.
   const focus = workload === 'mixed' ? new Rng(seed, 'shape') : undefined;
   const mix = new Rng(seed, 'mix');
-  const snipe = workload === 'mixed' && mix.chance(0.2) && mix.chance(0.5);
+  const shape = workload === 'mixed' && mix.chance(0.2) ? (mix.chance(0.5) ? SNIPE : CHURN) : undefined;
   const withFaults = options.faults !== false;
-  const plan = snipe
-    ? draw(new Rng(seed, 'plan'), SNIPE, withFaults)
+  const plan = shape
+    ? draw(new Rng(seed, 'plan'), shape, withFaults)
     : focus?.chance(0.5)
       ? draw(new Rng(seed, 'focus'), focused(focus.pick(['mutex', 'rwmutex', 'semaphore', 'election'] as const)), withFaults)
       : draw(new Rng(seed, 'plan'), workload === 'churn' ? CHURN : workload === 'snipe' ? SNIPE : broad(KINDS[workload]), withFaults);
