@@ -35,8 +35,18 @@ export function participantTicket(session: Session, name: string, value: Buffer)
 
 /** The participants of a lock or election: `<name>/<hex>` keys. */
 export function participantScope(name: string): Scope {
-  const prefix = ownBuffer(prefixOf(name));
-  return { prefix, isCandidate: (key) => isParticipantKey(prefix, key) };
+  return new ParticipantScope(name);
+}
+
+/** Held by each waiter as long as it waits: its name only (shared), the prefix made when a look-up reads it. */
+class ParticipantScope implements Scope {
+  constructor(private readonly name: string) {}
+  get prefix(): Buffer {
+    return Buffer.from(prefixOf(this.name));
+  }
+  isCandidate(key: Buffer): boolean {
+    return isParticipantKey(this.prefix, key);
+  }
 }
 
 /**
@@ -84,7 +94,7 @@ class OldestRule implements TurnRule {
     // mark it in the same write: the queue behind a marked key was long.
     if (last?.headGone) return ourTurnAfterHead(session, ticket, lost, signal);
     const read = ticket.preceding && predecessorRead(ticket, this.scope);
-    ticket.preceding = undefined; // read once: it pins the enqueue's whole response
+    if (ticket.preceding) ticket.preceding = undefined; // read once: it pins the enqueue's whole response
     // In a short queue its watch is kept for this session's next wait: the key before ours repeats.
     const keep = queueOf(session.client).lengths.short(this.scope.prefix);
     if (read) return (this.last = new PredecessorBlocker(session, ticket, read, this.marks, keep));

@@ -178,7 +178,8 @@ export class Wait implements WatchSink, Due {
     const k = this.keptFor(b);
     this.early = k && k.batches.length > 0 ? k.batches : undefined;
     this.through = k?.through ?? 0n;
-    const w = k ? k.w : this.client.watchInto(t.key, { prefix: t.prefix, noPut: t.noPut, noDelete: t.noDelete }, this);
+    // The target is the watch's options too: no object of its own per waiter.
+    const w = k ? k.w : this.client.watchInto(t.key, t, this);
     w.sink = this;
     this.w = w;
     try {
