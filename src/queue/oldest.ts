@@ -115,14 +115,13 @@ class OldestRule implements TurnRule {
 function predecessorRead(ticket: Ticket, scope: Scope): Predecessor | undefined {
   const [mine, kv] = ticket.preceding!;
   if (mine?.createRevision !== ticket.fencingToken || !kv || kv.lease === 0n || !scope.isCandidate(kv.key)) return undefined;
-  const key = ownBuffer(kv.key);
-  return { key, createRevision: kv.createRevision, asOf: ticket.fencingToken, leased: true, marked: marked(kv) };
+  return { key: kv.key.toString(), createRevision: kv.createRevision, asOf: ticket.fencingToken, leased: true, marked: marked(kv) };
 }
 
 /** The participant just before us, as the look-up found it. */
 export interface Predecessor {
-  /** A Buffer of its own: the decoded key would pin the whole response for the length of the wait. */
-  key: Buffer;
+  /** A string of its own (a participant's key is UTF-8: a name and hex); a Buffer costs a waiter about 250 bytes. */
+  key: string;
   createRevision: bigint;
   /** The revision of the read that found it. */
   asOf: bigint;
@@ -134,7 +133,7 @@ export interface Predecessor {
 
 /** Waiting for the participant just before us: its own watch target and check (a long queue holds one per waiter). @internal */
 export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
-  readonly key: Buffer;
+  readonly key: string;
   readonly asOf: bigint;
   readonly confirmed: boolean;
   private readonly createRevision: bigint;
@@ -244,7 +243,7 @@ async function findPredecessor(
     if (kv) {
       // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
       const leased = kv.lease !== 0n;
-      return { p: { key: ownBuffer(kv.key), createRevision: kv.createRevision, asOf: page.revision, leased, marked: marked(kv) }, long };
+      return { p: { key: kv.key.toString(), createRevision: kv.createRevision, asOf: page.revision, leased, marked: marked(kv) }, long };
     }
   }
   // The pages after the first are plain reads: one revision may have taken the keys before us and our
