@@ -33,11 +33,6 @@ export function participantTicket(session: Session, name: string, value: Buffer)
   };
 }
 
-/** The participants of a lock or election: `<name>/<hex>` keys. */
-export function participantScope(name: string): Scope {
-  return new ParticipantScope(name);
-}
-
 /** Held by each waiter as long as it waits: its name only (shared), the prefix made when a look-up reads it. */
 class ParticipantScope implements Scope {
   constructor(private readonly name: string) {}
@@ -48,6 +43,9 @@ class ParticipantScope implements Scope {
     return isParticipantKey(this.prefix, key);
   }
 }
+
+/** The participants of a lock or election: `<name>/<hex>` keys. */
+export const participantScope = (name: string): Scope => new ParticipantScope(name);
 
 /**
  * "The oldest in `scope`": our turn when no participant in it is older. Each waiter watches only the

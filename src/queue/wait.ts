@@ -14,7 +14,7 @@ import { Kept, queueOf, sessionQueue } from './state.js';
 /** Raised when our own key vanished (or changed lease) while we queued. */
 export type LostErrorFactory = (message: string, options: { reason: OwnershipEndReason; cause?: unknown }) => OwnershipLostError;
 
-/** What a blocker's watch watches: a key or a prefix, and which events. */
+/** What a blocker's watch watches: a key or a prefix, and which events (the watch's options as they are). */
 export interface WatchTarget {
   /** The key to watch, or the prefix when `prefix` is set (a string: its UTF-8 bytes). */
   readonly key: string | Buffer;
@@ -177,7 +177,6 @@ export class Wait implements WatchSink, Due {
     const k = this.keptFor(b);
     this.early = k && k.batches.length > 0 ? k.batches : undefined;
     this.through = k?.through ?? 0n;
-    // The target is the watch's options too: no object of its own per waiter.
     const w = k ? k.w : this.client.watchInto(t.key, t, this);
     w.sink = this;
     this.w = w;
