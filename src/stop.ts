@@ -18,16 +18,26 @@ export function stopReason(signal: AbortSignal | undefined, session: AbortSignal
  */
 export function onStop(signal: AbortSignal | undefined, session: AbortSignal | undefined, stop: (reason: unknown) => void): () => void {
   const listener = (): void => {
-    unlisten();
+    offStop(signal, session, listener);
     stop(stopReason(signal, session));
   };
-  const unlisten = (): void => {
-    signal?.removeEventListener('abort', listener);
-    session?.removeEventListener('abort', listener);
-  };
+  listenStop(signal, session, listener);
+  return () => offStop(signal, session, listener);
+}
+
+/**
+ * {@link onStop} for an object that keeps `signal` and `session` itself (a wait, one of perhaps
+ * 10,000): `listener` is called once on either abort, and removed from both by {@link offStop}.
+ */
+export function listenStop(signal: AbortSignal | undefined, session: AbortSignal | undefined, listener: () => void): void {
   signal?.addEventListener('abort', listener, { once: true });
   session?.addEventListener('abort', listener, { once: true });
-  return unlisten;
+}
+
+/** Removes a {@link listenStop} listener from both signals. */
+export function offStop(signal: AbortSignal | undefined, session: AbortSignal | undefined, listener: () => void): void {
+  signal?.removeEventListener('abort', listener);
+  session?.removeEventListener('abort', listener);
 }
 
 /** Resolves once `p` settles (either way); rejects with the stop reason if the call stops first. */

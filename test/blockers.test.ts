@@ -29,7 +29,7 @@ const put = (over: Partial<KeyValue>): WatchEvent => ({ type: 'put', kv: kv(over
 const del = (): WatchEvent => ({ type: 'delete', kv: kv({ modRevision: 30n }) });
 
 function blocker(marks: boolean, marked = false): PredecessorBlocker {
-  return new PredecessorBlocker(session, ticket, { key: predKey, createRevision: 10n, asOf: 21n, leased: true, marked }, marks);
+  return new PredecessorBlocker(session, ticket, { key: predKey.toString(), createRevision: 10n, asOf: 21n, leased: true, marked }, marks);
 }
 
 describe('PredecessorBlocker', () => {
@@ -63,7 +63,7 @@ describe('PredecessorBlocker', () => {
 
   it('its check: blocked while our key stands on our lease and the predecessor is that incarnation on some lease; a lease-less one is stray', () => {
     const mine = { key: Buffer.from(ticket.key), createRevision: 20n, lease: OUR_LEASE } as KeyValue;
-    assert.deepEqual(blocker(true).keys, [ticket.key, predKey]);
+    assert.deepEqual(blocker(true).keys, [ticket.key, predKey.toString()]);
     assert.equal(blocker(true).blocked([mine, kv({})]), true);
     assert.equal(blocker(true).blocked([undefined, kv({})]), false, 'our key gone: the rule tells the loss');
     assert.equal(blocker(true).blocked([{ ...mine, lease: 0n } as KeyValue, kv({})]), false, 'our key moved off our lease');

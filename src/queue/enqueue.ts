@@ -111,8 +111,8 @@ async function enqueue(
   const peeked = spec.peek ? txnRange(t, 2).kvs : NO_KVS;
   let ticket: Ticket;
   if (t.succeeded) {
-    ticket = { key, fencingToken: t.header.revision, joined: false, value, first, peeked };
-    if (lookup.length > 0 && !first) ticket.preceding = txnRange(t, reads.length + 1).kvs;
+    const preceding = lookup.length > 0 && !first ? txnRange(t, reads.length + 1).kvs : undefined;
+    ticket = { key, fencingToken: t.header.revision, joined: false, value, first, peeked, preceding };
   } else {
     const mine = txnRange(t, 0).kvs[0]!;
     // Other calls of this process use, are taking, or used the key we found (its last holder left it

@@ -33,11 +33,19 @@ export function participantTicket(session: Session, name: string, value: Buffer)
   };
 }
 
-/** The participants of a lock or election: `<name>/<hex>` keys. */
-export function participantScope(name: string): Scope {
-  const prefix = ownBuffer(prefixOf(name));
-  return { prefix, isCandidate: (key) => isParticipantKey(prefix, key) };
+/** Held by each waiter as long as it waits: its name only (shared), the prefix made when a look-up reads it. */
+class ParticipantScope implements Scope {
+  constructor(private readonly name: string) {}
+  get prefix(): Buffer {
+    return Buffer.from(prefixOf(this.name));
+  }
+  isCandidate(key: Buffer): boolean {
+    return isParticipantKey(this.prefix, key);
+  }
 }
+
+/** The participants of a lock or election: `<name>/<hex>` keys. */
+export const participantScope = (name: string): Scope => new ParticipantScope(name);
 
 /**
  * "The oldest in `scope`": our turn when no participant in it is older. Each waiter watches only the
@@ -84,7 +92,7 @@ class OldestRule implements TurnRule {
     // mark it in the same write: the queue behind a marked key was long.
     if (last?.headGone) return ourTurnAfterHead(session, ticket, lost, signal);
     const read = ticket.preceding && predecessorRead(ticket, this.scope);
-    ticket.preceding = undefined; // read once: it pins the enqueue's whole response
+    if (ticket.preceding) ticket.preceding = undefined; // read once: it pins the enqueue's whole response
     // In a short queue its watch is kept for this session's next wait: the key before ours repeats.
     const keep = queueOf(session.client).lengths.short(this.scope.prefix);
     if (read) return (this.last = new PredecessorBlocker(session, ticket, read, this.marks, keep));
@@ -105,14 +113,13 @@ class OldestRule implements TurnRule {
 function predecessorRead(ticket: Ticket, scope: Scope): Predecessor | undefined {
   const [mine, kv] = ticket.preceding!;
   if (mine?.createRevision !== ticket.fencingToken || !kv || kv.lease === 0n || !scope.isCandidate(kv.key)) return undefined;
-  const key = ownBuffer(kv.key);
-  return { key, createRevision: kv.createRevision, asOf: ticket.fencingToken, leased: true, marked: marked(kv) };
+  return { key: kv.key.toString(), createRevision: kv.createRevision, asOf: ticket.fencingToken, leased: true, marked: marked(kv) };
 }
 
 /** The participant just before us, as the look-up found it. */
 export interface Predecessor {
-  /** A Buffer of its own: the decoded key would pin the whole response for the length of the wait. */
-  key: Buffer;
+  /** A string of its own (a participant's key is UTF-8: a name and hex); a Buffer costs a waiter about 250 bytes. */
+  key: string;
   createRevision: bigint;
   /** The revision of the read that found it. */
   asOf: bigint;
@@ -124,7 +131,7 @@ export interface Predecessor {
 
 /** Waiting for the participant just before us: its own watch target and check (a long queue holds one per waiter). @internal */
 export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
-  readonly key: Buffer;
+  readonly key: string;
   readonly asOf: bigint;
   readonly confirmed: boolean;
   private readonly createRevision: bigint;
@@ -234,7 +241,7 @@ async function findPredecessor(
     if (kv) {
       // A lease other than 0 was really read (etcd up to 3.6 reports it on a keys-only read).
       const leased = kv.lease !== 0n;
-      return { p: { key: ownBuffer(kv.key), createRevision: kv.createRevision, asOf: page.revision, leased, marked: marked(kv) }, long };
+      return { p: { key: kv.key.toString(), createRevision: kv.createRevision, asOf: page.revision, leased, marked: marked(kv) }, long };
     }
   }
   // The pages after the first are plain reads: one revision may have taken the keys before us and our

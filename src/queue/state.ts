@@ -8,7 +8,7 @@ import { Gates } from './gate.js';
 import { KeyUsers } from './key-users.js';
 import { Rechecker } from './recheck.js';
 
-/** What the engine keeps of one session. */
+/** What the engine keeps of one session (a map a waiter leaves empty is made on first use: 10,000 waiters hold none). */
 export class SessionQueue<H = unknown> {
   /** The calls of this process on each key, counted (see key-users.ts). */
   readonly users = new KeyUsers();
@@ -91,26 +91,26 @@ export class QueueLengths {
 
 /** One session's live holdings by key (those of one incarnation end together on a loss: Ownership.end). */
 export class Holdings<T> {
-  private readonly byKey = new Map<string, Set<T>>();
+  private byKey: Map<string, Set<T>> | undefined;
 
   /** Adds `h` under `key`; returns the holdings of `key` (with `h`). */
   add(key: string, h: T): ReadonlySet<T> {
-    let set = this.byKey.get(key);
-    if (!set) this.byKey.set(key, (set = new Set()));
+    let set = this.byKey?.get(key);
+    if (!set) (this.byKey ??= new Map()).set(key, (set = new Set()));
     set.add(h);
     return set;
   }
 
   /** Removes `h`; returns the holdings of `key` left. */
   remove(key: string, h: T): ReadonlySet<T> | undefined {
-    const set = this.byKey.get(key);
+    const set = this.byKey?.get(key);
     set?.delete(h);
-    if (set?.size === 0) this.byKey.delete(key);
+    if (set?.size === 0) this.byKey!.delete(key);
     return set;
   }
 
   of(key: string): ReadonlySet<T> | undefined {
-    return this.byKey.get(key);
+    return this.byKey?.get(key);
   }
 }
 
@@ -135,13 +135,13 @@ export class Kept implements WatchSink {
 
 /** One session's watches kept after a wait, by key: at most 4, each for 5 s, for its next wait on it. */
 export class KeptWatches {
-  private readonly byKey = new Map<string, Kept>();
+  private byKey: Map<string, Kept> | undefined;
   private listening = false;
 
   take(id: string): Kept | undefined {
-    const k = this.byKey.get(id);
+    const k = this.byKey?.get(id);
     if (!k) return undefined;
-    this.byKey.delete(id);
+    this.byKey!.delete(id);
     clearTimeout(k.timer);
     return k.w.ended ? undefined : k;
   }
@@ -152,17 +152,18 @@ export class KeptWatches {
       this.listening = true;
       session.signal.addEventListener('abort', () => this.dropAll(), { once: true });
     }
-    const old = this.byKey.get(id);
+    const byKey = (this.byKey ??= new Map());
+    const old = byKey.get(id);
     if (old) drop(old);
-    this.byKey.delete(id);
-    if (this.byKey.size >= 4) this.take(this.byKey.keys().next().value!)?.w.cancel();
+    byKey.delete(id);
+    if (byKey.size >= 4) this.take(byKey.keys().next().value!)?.w.cancel();
     k.timer = setTimeout(() => this.take(id)?.w.cancel(), 5000).unref();
-    this.byKey.set(id, k);
+    byKey.set(id, k);
   }
 
   private dropAll(): void {
-    for (const k of this.byKey.values()) drop(k);
-    this.byKey.clear();
+    for (const k of this.byKey?.values() ?? []) drop(k);
+    this.byKey?.clear();
   }
 }
 
@@ -176,11 +177,11 @@ function drop(k: Kept): void {
  * would queue behind (see ahead), so that a failed delete never makes its own process wait behind it.
  */
 export class InFlightDeletes {
-  private readonly byKey = new Map<string, Promise<unknown>>();
+  private byKey: Map<string, Promise<unknown>> | undefined;
 
   /** Records `done` under `key` until it settles (after any earlier delete of the key: both are waited for). */
   add(key: string, done: Promise<unknown>): void {
-    const map = this.byKey;
+    const map = (this.byKey ??= new Map());
     const prev = map.get(key);
     const all = prev ? Promise.all([prev, done]) : done;
     map.set(key, all);
@@ -191,7 +192,7 @@ export class InFlightDeletes {
 
   /** The deletes on `key` or on a key `inside` the range an enqueue counts (those it could queue behind). Empty almost always. */
   ahead(key: string, inside: (key: string) => boolean): Promise<unknown>[] {
-    if (this.byKey.size === 0) return [];
+    if (!this.byKey?.size) return [];
     const out: Promise<unknown>[] = [];
     for (const [k, p] of this.byKey) if (k === key || inside(k)) out.push(p);
     return out;
@@ -200,16 +201,16 @@ export class InFlightDeletes {
 
 /** One session's keys whose create had an unknown outcome, and whether each is swept (sweepWhenGivenUp). */
 export class LateKeys {
-  private readonly keys = new Map<string, boolean>();
+  private keys: Map<string, boolean> | undefined;
 
   mayLandLate(key: string): void {
-    if (!this.keys.has(key)) this.keys.set(key, false);
+    if (!this.keys?.has(key)) (this.keys ??= new Map()).set(key, false);
   }
 
   /** `key` is given up: true (once) when it may land late and should be swept from now on. */
   givenUp(key: string): boolean {
-    if (this.keys.get(key) !== false) return false;
-    this.keys.set(key, true);
+    if (this.keys?.get(key) !== false) return false;
+    this.keys!.set(key, true);
     return true;
   }
 }

@@ -8,13 +8,13 @@ import type { Watch, WatchBatch, WatchEvent, WatchSink } from '../client/watch.j
 import type { OwnershipEndReason, OwnershipLostError } from '../errors.js';
 import type { Session } from '../session.js';
 import { type BatchCheck, type Due, MAX_CHECK_KEYS } from './recheck.js';
-import { isStopped, onStop, stopReason } from '../stop.js';
+import { isStopped, listenStop, offStop, stopReason } from '../stop.js';
 import { Kept, queueOf, sessionQueue } from './state.js';
 
 /** Raised when our own key vanished (or changed lease) while we queued. */
 export type LostErrorFactory = (message: string, options: { reason: OwnershipEndReason; cause?: unknown }) => OwnershipLostError;
 
-/** What a blocker's watch watches: a key or a prefix, and which events. */
+/** What a blocker's watch watches: a key or a prefix, and which events (the watch's options as they are). */
 export interface WatchTarget {
   /** The key to watch, or the prefix when `prefix` is set (a string: its UTF-8 bytes). */
   readonly key: string | Buffer;
@@ -43,7 +43,7 @@ export interface Blocker {
   readonly asOf?: bigint;
   /** That read proved everything `check` checks: a watch that delivers every event after `asOf` needs no confirming read. */
   readonly confirmed?: boolean;
-  /** Its watch (of one key, a Buffer) may serve this session's next wait on the same key: kept after this one. */
+  /** Its watch (of one key, a string) may serve this session's next wait on the same key: kept after this one. */
   readonly keep?: boolean;
 }
 
@@ -121,8 +121,8 @@ export class Wait implements WatchSink, Due {
   /** When the re-checker checks us next. */
   due = 0;
   private timer: NodeJS.Timeout | undefined;
-  /** Removes the stop listeners (see start). */
-  private unlisten: () => void = NOTHING;
+  /** The caller's signal aborted or the session was lost: stop at once, with its reason (see start). */
+  private readonly onStop = (): void => this.fail(this.stopReason());
 
   constructor(
     private readonly client: Client,
@@ -134,8 +134,7 @@ export class Wait implements WatchSink, Due {
 
   start(): void {
     if (this.stopped()) return this.fail(this.stopReason());
-    // The caller's signal aborted or the session was lost: stop at once, with its reason.
-    this.unlisten = onStop(this.signal, this.session?.signal, (reason) => this.fail(reason));
+    listenStop(this.signal, this.session?.signal, this.onStop);
     void this.next();
   }
 
@@ -178,7 +177,7 @@ export class Wait implements WatchSink, Due {
     const k = this.keptFor(b);
     this.early = k && k.batches.length > 0 ? k.batches : undefined;
     this.through = k?.through ?? 0n;
-    const w = k ? k.w : this.client.watchInto(t.key, { prefix: t.prefix, noPut: t.noPut, noDelete: t.noDelete }, this);
+    const w = k ? k.w : this.client.watchInto(t.key, t, this);
     w.sink = this;
     this.w = w;
     try {
@@ -205,8 +204,8 @@ export class Wait implements WatchSink, Due {
   /** A watch kept for `b`'s key by this session (see KeptWatches) that delivers every event after `b`'s read. */
   private keptFor(b: Blocker): Kept | undefined {
     const key = b.watch.key;
-    if (!this.session || !b.keep || typeof key === 'string') return undefined;
-    const k = sessionQueue(this.session).kept.take(key.toString('latin1'));
+    if (!this.session || !b.keep || typeof key !== 'string') return undefined;
+    const k = sessionQueue(this.session).kept.take(key);
     if (!k || (b.asOf !== undefined && k.from <= b.asOf && k.through <= b.asOf)) return k;
     k.w.cancel();
     return undefined;
@@ -331,11 +330,11 @@ export class Wait implements WatchSink, Due {
     this.b = undefined;
     this.early = undefined;
     if (!w) return;
-    if (mayKeep && b?.keep && this.session && typeof b.watch.key !== 'string' && !w.ended && !this.done && !this.stopped()) {
+    if (mayKeep && b?.keep && this.session && typeof b.watch.key === 'string' && !w.ended && !this.done && !this.stopped()) {
       const k = new Kept(w, this.from, this.through);
       if (early) k.batches.push(...early);
       w.sink = k;
-      return sessionQueue(this.session).kept.keep(this.session, b.watch.key.toString('latin1'), k);
+      return sessionQueue(this.session).kept.keep(this.session, b.watch.key, k);
     }
     w.sink = IGNORED;
     w.cancel();
@@ -344,7 +343,7 @@ export class Wait implements WatchSink, Due {
   private succeed(): void {
     if (this.done) return;
     this.done = true;
-    this.unlisten();
+    offStop(this.signal, this.session?.signal, this.onStop);
     this.owner.turn();
   }
 
@@ -353,12 +352,10 @@ export class Wait implements WatchSink, Due {
     this.done = true;
     this.stopWaiting(err);
     this.leaveWatch();
-    this.unlisten();
+    offStop(this.signal, this.session?.signal, this.onStop);
     this.owner.fail(err);
   }
 }
-
-const NOTHING = (): void => {};
 
 /** Where a watch we cancel ourselves hands its last word: nobody listens any more. */
 const IGNORED: WatchSink = { push() {}, end() {} };
