@@ -227,8 +227,7 @@ function focused(family: keyof typeof FOCUSED): Shape {
 }
 
 /**
- * The churn workload (not part of mixed yet: the engine fails it, `--workload churn --seed 3079`):
- * the calls of one session on one lock all made with `share`,
+ * The churn workload (a tenth of mixed's seeds): the calls of one session on one lock all made with `share`,
  * their answers slow and out of order, while the server keeps cancelling the processes' watches (a
  * holding whose watch fails is lost while its key stands: the next enqueue replaces that key). An
  * enqueue's answer may then be about an incarnation of the key that was deleted and made again
@@ -269,11 +268,13 @@ const SNIPE: Shape = {
 export function planFor(seed: number, options: { faults?: boolean; workload?: WorkloadName } = {}): Plan {
   const workload = options.workload ?? 'mixed';
   // A fifth of the mixed workload's seeds, chosen by a stream of their own, are snipe's plans and
-  // churn's, a tenth each. Half of the others focus on one primitive; the rest are drawn as before
+  // churn's, a tenth each, and a tenth of the rest the barrier workload's (members entering, giving
+  // up and opening at once). Half of the others focus on one primitive; the rest are drawn as before
   // these choices existed (from a stream of their own), so those seeds keep their meaning.
   const focus = workload === 'mixed' ? new Rng(seed, 'shape') : undefined;
   const mix = new Rng(seed, 'mix');
-  const shape = workload === 'mixed' && mix.chance(0.2) ? (mix.chance(0.5) ? SNIPE : CHURN) : undefined;
+  const special = workload === 'mixed' && mix.chance(0.2) ? (mix.chance(0.5) ? SNIPE : CHURN) : undefined;
+  const shape = special ?? (workload === 'mixed' && mix.chance(0.1) ? broad(KINDS.barrier) : undefined);
   const withFaults = options.faults !== false;
   const plan = shape
     ? draw(new Rng(seed, 'plan'), shape, withFaults)
