@@ -5,8 +5,10 @@
 // (its dist/index.js), so that two builds alternate on the same etcd in one run:
 //
 //   node scripts/etcd.mjs exec 3.7 -- node --import tsx bench/renew-cpu.ts [--sessions 1000] [--ttl 6]
-//        [--seconds 10] [--rounds 3] [--stagger 0|MS] [--lib A/dist/index.js,B/dist/index.js]
+//        [--seconds 10] [--rounds 3] [--stagger 0|MS] [--warmup S (default 180)] [--lib A/dist/index.js,B/dist/index.js]
 //        [--prof DIR]   (each process under --cpu-prof; the window's self time by layer is printed)
+//        [--go]         (each round also measures etcd's Go package: `go-interop bench-sessions`, the
+//                        same sessions on one clientv3 client, one window after one second's warm-up)
 //
 // --stagger MS creates the sessions evenly over MS (default: one renewal interval, so that their
 // renewals are spread as in a process that created them over time; 0: all at once).
@@ -14,11 +16,14 @@ import { spawn } from 'node:child_process';
 import { subscribe } from 'node:diagnostics_channel';
 import { mkdir, readdir, readFile } from 'node:fs/promises';
 import { loadavg } from 'node:os';
+import { type PerformanceEntry, PerformanceObserver, constants } from 'node:perf_hooks';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Profiler } from 'node:inspector';
 import { analyze, printBreakdown } from './profile-analyze.js';
+import { goBinary } from './go.js';
+import { LineWorker } from './workers.js';
 
 interface Measured {
   lib: string;
@@ -32,6 +37,10 @@ interface Measured {
   usPerRenewal: number;
   late: number;
   lost: number;
+  /** Garbage collections in the window (PerformanceObserver 'gc'), major ones (mark-compact) among them, and their total duration. */
+  gcs: number;
+  majorGcs: number;
+  gcMs: number;
   window: [number, number];
 }
 
@@ -45,13 +54,18 @@ const { values: opts } = parseArgs({
     seconds: { type: 'string', default: '10' },
     rounds: { type: 'string', default: '3' },
     stagger: { type: 'string' },
+    warmup: { type: 'string' },
     prof: { type: 'string' },
+    go: { type: 'boolean', default: false },
   },
   strict: true,
 });
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const here = fileURLToPath(new URL('.', import.meta.url));
 const libUrl = (lib: string): string => pathToFileURL(resolve(here, lib)).href;
+
+/** The label of Go's package among the --lib builds. */
+const GO = 'go (clientv3)';
 
 if (opts.worker) await worker();
 else await main();
@@ -93,9 +107,23 @@ async function worker(): Promise<void> {
       sessions.push(await Session.create(client, { ttl }));
     }),
   );
-  // Warm-up: two renewal intervals (the JIT, and the renewals settle into their phase).
-  await sleep(2 * intervalMs + 500);
+  // Warm-up (default: three minutes and at least two renewal intervals): the renewals settle into
+  // their phase, and V8 compiles the renewal path. At TTL 60 a slot's code runs every 2 s: after 60 s
+  // TurboFan still compiled seven of its functions inside a 30 s window (48 ms, half the window's
+  // CPU), and one build measured 46-68 µs per renewal after two intervals, 17 µs after three minutes.
+  await sleep(opts.warmup === undefined ? Math.max(180_000, 2 * intervalMs + 500) : Number(opts.warmup) * 1000);
   late = 0;
+  let gcs = 0;
+  let majorGcs = 0;
+  let gcMs = 0;
+  const gcObserver = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      gcs++;
+      if ((e as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR) majorGcs++;
+      gcMs += e.duration;
+    }
+  });
+  gcObserver.observe({ entryTypes: ['gc'] });
   const r0 = renewals;
   const w0 = process.hrtime.bigint() / 1000n;
   cpu = process.cpuUsage();
@@ -106,6 +134,7 @@ async function worker(): Promise<void> {
   const wallMs = performance.now() - t;
   const w1 = process.hrtime.bigint() / 1000n;
   const got = renewals - r0;
+  gcObserver.disconnect();
   const m: Measured = {
     lib: opts.lib,
     sessions: n,
@@ -117,6 +146,9 @@ async function worker(): Promise<void> {
     usPerRenewal: (1000 * (cpuMs - (idleCpuMsPerSec * wallMs) / 1000)) / got,
     late,
     lost: sessions.filter((s) => s.signal.aborted).length,
+    gcs,
+    majorGcs,
+    gcMs,
     window: [Number(w0), Number(w1)],
   };
   process.stdout.write(`${JSON.stringify(m)}\n`);
@@ -131,19 +163,29 @@ function ms(u: NodeJS.CpuUsage): number {
 async function main(): Promise<void> {
   const { startEtcd } = await import('../dist/testing/index.js');
   const libs = opts.lib.split(',');
+  let go: string | undefined;
+  if (opts.go) {
+    const b = await goBinary();
+    if ('error' in b) throw new Error(`renew-cpu --go: ${b.error}`);
+    go = b.bin;
+    libs.push(GO);
+  }
   const cluster = await startEtcd({ members: 1 });
   process.stdout.write(`etcd ${cluster.version}; ${opts.sessions} sessions, TTL ${opts.ttl}, window ${opts.seconds} s\n`);
   const results = new Map<string, Measured[]>(libs.map((l) => [l, []]));
   try {
     for (let round = 0; round < Number(opts.rounds); round++) {
       for (const lib of libs) {
-        const dir = opts.prof ? resolve(opts.prof, `r${round}-${libs.indexOf(lib)}`) : undefined;
+        const dir = opts.prof && lib !== GO ? resolve(opts.prof, `r${round}-${libs.indexOf(lib)}`) : undefined;
         if (dir) await mkdir(dir, { recursive: true });
         const load = loadavg()[0]!;
-        const m = await runWorker(lib, cluster.endpoints.join(','), dir);
+        const m = lib === GO ? await runGo(go!, cluster.endpoints.join(',')) : await runWorker(lib, cluster.endpoints.join(','), dir);
         results.get(lib)!.push(m);
+        // Go's program reports neither kernel time, late renewals nor garbage collections.
+        const ours = lib === GO ? '' : ` (${m.sysMs.toFixed(0)} in the kernel)`;
+        const more = lib === GO ? '' : `, late ${m.late}, GC ${m.gcs} (${m.majorGcs} major) ${m.gcMs.toFixed(1)} ms`;
         process.stdout.write(
-          `round ${round} ${lib}: ${m.renewals > 0 ? `${m.usPerRenewal.toFixed(1)} µs/renewal` : `${((m.cpuMs * 1000) / m.wallMs).toFixed(2)} ms/s with no renewal`} (${m.renewals} renewals, ${m.cpuMs.toFixed(0)} ms CPU (${m.sysMs.toFixed(0)} in the kernel) in ${m.wallMs.toFixed(0)} ms, idle ${m.idleCpuMsPerSec.toFixed(1)} ms/s, late ${m.late}, lost ${m.lost}; load ${load.toFixed(1)})\n`,
+          `round ${round} ${lib}: ${m.renewals > 0 ? `${m.usPerRenewal.toFixed(1)} µs/renewal` : `${((m.cpuMs * 1000) / m.wallMs).toFixed(2)} ms/s with no renewal`} (${m.renewals} renewals, ${m.cpuMs.toFixed(0)} ms CPU${ours} in ${m.wallMs.toFixed(0)} ms, idle ${m.idleCpuMsPerSec.toFixed(1)} ms/s, lost ${m.lost}${more}; load ${load.toFixed(1)})\n`,
         );
         if (dir) {
           // The main thread's profile (tsx's loader thread writes a second one).
@@ -167,6 +209,46 @@ async function main(): Promise<void> {
   }
 }
 
+/**
+ * Go's package on the same sessions: `go-interop bench-sessions` creates them at once (128 at a
+ * time), so their renewals fall in one of its lessor's 500 ms ticks per interval; one window.
+ */
+async function runGo(bin: string, endpoints: string): Promise<Measured> {
+  const w = LineWorker.go(bin, [
+    `--endpoints=${endpoints}`,
+    `--ttl=${opts.ttl}`,
+    'bench-sessions',
+    `--sessions=${opts.sessions}`,
+    '--idle=1s',
+  ]);
+  try {
+    await w.ready(180_000);
+    await sleep(1000);
+    const ms = Number(opts.seconds) * 1000;
+    w.send(`window ${ms}`);
+    const r = await w.json<{ renewals: number; wallMs: number; cpuMs: number; idleCpuMsPerSec: number; lost: number }>(ms + 60_000);
+    await w.close(60_000);
+    return {
+      lib: GO,
+      sessions: Number(opts.sessions),
+      renewals: r.renewals,
+      wallMs: r.wallMs,
+      cpuMs: r.cpuMs,
+      sysMs: NaN,
+      idleCpuMsPerSec: r.idleCpuMsPerSec,
+      usPerRenewal: (1000 * (r.cpuMs - (r.idleCpuMsPerSec * r.wallMs) / 1000)) / r.renewals,
+      late: 0,
+      lost: r.lost,
+      gcs: NaN,
+      majorGcs: NaN,
+      gcMs: NaN,
+      window: [0, 0],
+    };
+  } finally {
+    w.kill();
+  }
+}
+
 function runWorker(lib: string, endpoints: string, profDir?: string): Promise<Measured> {
   const args = [
     ...(profDir ? ['--cpu-prof', '--cpu-prof-interval', '200', '--cpu-prof-dir', profDir] : []),
@@ -185,6 +267,7 @@ function runWorker(lib: string, endpoints: string, profDir?: string): Promise<Me
     '--seconds',
     opts.seconds,
     ...(opts.stagger !== undefined ? ['--stagger', opts.stagger] : []),
+    ...(opts.warmup !== undefined ? ['--warmup', opts.warmup] : []),
   ];
   return new Promise((ok, fail) => {
     const p = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });

@@ -38,6 +38,19 @@ export function slotWidthMs(intervalMs: number): number {
   return q;
 }
 
+/** A lease the hub keeps alive: its owner, and its renewals waiting or in flight. */
+interface Kept {
+  readonly listener: KeepAliveListener;
+  /** Its renewal request, the same object each time. */
+  readonly request: pb.LeaseKeepAliveRequest;
+  /** Send times (monotonic ms) of its renewals in flight on the current stream, oldest first. */
+  readonly sent: number[];
+  /** The slot its next renewal waits for (see slotWidthMs), if any. */
+  slot: number | undefined;
+  /** Unregistered (or replaced): nothing more is sent for it or said to its listener. */
+  gone: boolean;
+}
+
 /**
  * One LeaseKeepAlive stream shared by every lease of a client. Each request's send time is kept so
  * that owners can compute a deadline from when the renewal left, not when its answer came back.
@@ -48,20 +61,20 @@ export class KeepAliveHub {
   private lastAnswerAt = 0;
   private peer = 0;
   private opening = false;
-  private readonly listeners = new Map<bigint, KeepAliveListener>();
-  private readonly sent = new Map<bigint, number[]>();
+  private readonly leases = new Map<bigint, Kept>();
+  /** Renewals in flight on the current stream, all leases together. */
+  private inFlight = 0;
   /** Leases to renew as soon as a stream is open. */
-  private readonly queued = new Set<bigint>();
+  private readonly queued = new Set<Kept>();
   private readonly backoff = new Backoff(50, 1000);
   private retryTimer?: NodeJS.Timeout;
   private closed = false;
-  /** Renewals waiting for their slot (monotonic ms): slot -> leases, and each lease's slot. */
-  private readonly slots = new Map<number, Set<bigint>>();
-  private readonly slotOf = new Map<bigint, number>();
+  /** Renewals waiting for their slot (monotonic ms): slot -> leases (each lease knows its slot). */
+  private readonly slots = new Map<number, Set<Kept>>();
   private slotTimer?: NodeJS.Timeout;
   private slotTimerAt = Number.POSITIVE_INFINITY;
   /** Renewals to send together on the next turn of the event loop. */
-  private due: bigint[] = [];
+  private due: Kept[] = [];
   private flushing?: NodeJS.Immediate;
   /** One timer per batch of renewals (and lateness): when `onLate` is due for its leases. */
   private readonly lateTimers = new Set<NodeJS.Timeout>();
@@ -69,27 +82,40 @@ export class KeepAliveHub {
   constructor(private readonly conn: Connection) {}
 
   register(id: bigint, listener: KeepAliveListener): void {
-    this.listeners.set(id, listener);
+    this.forget(this.leases.get(id));
+    this.leases.set(id, { listener, request: { ID: id }, sent: [], slot: undefined, gone: false });
   }
 
   unregister(id: bigint): void {
-    this.listeners.delete(id);
-    this.sent.delete(id);
-    this.queued.delete(id);
-    this.unslot(id);
-    if (this.listeners.size === 0) this.endStream();
+    this.forget(this.leases.get(id));
+    this.leases.delete(id);
+    if (this.leases.size === 0) this.endStream();
+  }
+
+  private forget(k: Kept | undefined): void {
+    if (!k) return;
+    k.gone = true;
+    this.inFlight -= k.sent.length;
+    k.sent.length = 0;
+    this.queued.delete(k);
+    this.unslot(k);
   }
 
   /** Number of leases being kept alive (all on one stream). */
   get size(): number {
-    return this.listeners.size;
+    return this.leases.size;
   }
 
   /** Sends one renewal for `id` on the next turn of the event loop, with any others due then. */
   renew(id: bigint): void {
-    if (this.closed || !this.listeners.has(id)) return;
-    this.unslot(id);
-    this.due.push(id);
+    const k = this.leases.get(id);
+    if (k) this.renewSoon(k);
+  }
+
+  private renewSoon(k: Kept): void {
+    if (this.closed) return;
+    this.unslot(k);
+    this.due.push(k);
     this.flushing ??= setImmediate(() => this.flush());
   }
 
@@ -98,26 +124,27 @@ export class KeepAliveHub {
    * renewal of it already waiting. `intervalMs`: how often the lease is renewed.
    */
   renewBy(id: bigint, at: number, intervalMs: number): void {
-    if (this.closed || !this.listeners.has(id)) return;
+    const k = this.leases.get(id);
+    if (this.closed || !k) return;
     const width = slotWidthMs(intervalMs);
     const slot = Math.floor(at / width) * width;
-    if (slot <= performance.now()) return this.renew(id);
-    if (this.slotOf.get(id) === slot) return;
-    this.unslot(id);
-    let ids = this.slots.get(slot);
-    if (!ids) this.slots.set(slot, (ids = new Set()));
-    ids.add(id);
-    this.slotOf.set(id, slot);
+    if (slot <= performance.now()) return this.renewSoon(k);
+    if (k.slot === slot) return;
+    this.unslot(k);
+    let ks = this.slots.get(slot);
+    if (!ks) this.slots.set(slot, (ks = new Set()));
+    ks.add(k);
+    k.slot = slot;
     if (slot < this.slotTimerAt) this.armSlots(slot);
   }
 
-  private unslot(id: bigint): void {
-    const slot = this.slotOf.get(id);
+  private unslot(k: Kept): void {
+    const slot = k.slot;
     if (slot === undefined) return;
-    this.slotOf.delete(id);
-    const ids = this.slots.get(slot)!;
-    ids.delete(id);
-    if (ids.size === 0) this.slots.delete(slot);
+    k.slot = undefined;
+    const ks = this.slots.get(slot)!;
+    ks.delete(k);
+    if (ks.size === 0) this.slots.delete(slot);
   }
 
   /** One timer, for the earliest slot. */
@@ -132,15 +159,15 @@ export class KeepAliveHub {
     this.slotTimerAt = Number.POSITIVE_INFINITY;
     const now = performance.now();
     let next = Number.POSITIVE_INFINITY;
-    for (const [slot, ids] of this.slots) {
+    for (const [slot, ks] of this.slots) {
       if (slot > now) {
         next = Math.min(next, slot);
         continue;
       }
       this.slots.delete(slot);
-      for (const id of ids) {
-        this.slotOf.delete(id);
-        this.due.push(id);
+      for (const k of ks) {
+        k.slot = undefined;
+        this.due.push(k);
       }
     }
     if (next !== Number.POSITIVE_INFINITY) this.armSlots(next);
@@ -151,35 +178,35 @@ export class KeepAliveHub {
   private flush(): void {
     if (this.flushing) clearImmediate(this.flushing);
     this.flushing = undefined;
-    const ids = this.due.filter((id) => this.listeners.has(id));
+    const ks = this.due.filter((k) => !k.gone);
     this.due = [];
-    if (ids.length === 0 || this.closed) return;
+    if (ks.length === 0 || this.closed) return;
     const at = performance.now();
-    if (this.stream) this.write(ids, at);
+    if (this.stream) this.write(ks, at);
     else {
-      for (const id of ids) this.queued.add(id);
+      for (const k of ks) this.queued.add(k);
       void this.open();
     }
-    this.watch(ids, at);
+    this.watch(ks, at);
   }
 
   /** Tells each owner its renewal was asked for, and calls `onLate` after its `lateAfterMs`: one timer per distinct wait. */
-  private watch(ids: readonly bigint[], at: number): void {
-    const byWait = new Map<number, bigint[]>();
-    for (const id of ids) {
-      const l = this.listeners.get(id)!;
+  private watch(ks: readonly Kept[], at: number): void {
+    const byWait = new Map<number, Kept[]>();
+    for (const k of ks) {
+      const l = k.listener;
       l.onAsked?.(at);
       const ms = l.lateAfterMs?.();
       if (ms === undefined) continue;
       const group = byWait.get(ms);
-      if (group) group.push(id);
-      else byWait.set(ms, [id]);
+      if (group) group.push(k);
+      else byWait.set(ms, [k]);
     }
     for (const [ms, group] of byWait) {
       const t = setTimeout(
         () => {
           this.lateTimers.delete(t);
-          for (const id of group) this.listeners.get(id)?.onLate?.(at);
+          for (const k of group) if (!k.gone) k.listener.onLate?.(at);
         },
         Math.max(0, at + ms - performance.now()),
       );
@@ -195,20 +222,20 @@ export class KeepAliveHub {
    * renewals queued on it and start over at the back of the same queue.
    */
   stalled(quietMs: number): void {
-    if (!this.stream || this.sent.size === 0) return;
+    if (!this.stream || this.inFlight === 0) return;
     if (performance.now() - this.lastAnswerAt < quietMs) return;
     this.broken(this.stream);
   }
 
-  /** One renewal of each of `ids`, sent at `at`, in one write. */
-  private write(ids: readonly bigint[], at: number): void {
-    const requests: pb.LeaseKeepAliveRequest[] = [];
-    for (const id of ids) {
-      const times = this.sent.get(id);
-      if (times) times.push(at);
-      else this.sent.set(id, [at]);
-      requests.push({ ID: id });
+  /** One renewal of each of `ks`, sent at `at`, in one write. */
+  private write(ks: readonly Kept[], at: number): void {
+    const requests: pb.LeaseKeepAliveRequest[] = new Array(ks.length);
+    for (let i = 0; i < ks.length; i++) {
+      const k = ks[i]!;
+      k.sent.push(at);
+      requests[i] = k.request;
     }
+    this.inFlight += ks.length;
     this.stream!.writeMany(requests);
   }
 
@@ -217,7 +244,7 @@ export class KeepAliveHub {
     this.opening = true;
     try {
       const { peer, stream: s, token } = await this.conn.openStream(rpc.Lease.leaseKeepAlive);
-      if (this.closed || this.listeners.size === 0) {
+      if (this.closed || this.leases.size === 0) {
         closeStream(s);
         return;
       }
@@ -240,22 +267,20 @@ export class KeepAliveHub {
     } finally {
       this.opening = false;
     }
-    const ids = [...this.queued].filter((id) => this.listeners.has(id));
+    const ks = [...this.queued];
     this.queued.clear();
-    if (ids.length > 0) this.write(ids, performance.now());
+    if (ks.length > 0) this.write(ks, performance.now());
   }
 
   private onResponse(s: unknown, r: pb.LeaseKeepAliveResponse): void {
     if (s !== this.stream) return;
     this.backoff.reset();
     this.lastAnswerAt = performance.now();
-    const id = r.ID ?? 0n;
-    const times = this.sent.get(id);
-    const sentAt = times?.shift();
-    if (times?.length === 0) this.sent.delete(id); // `sent` holds only leases with renewals in flight
-    const listener = this.listeners.get(id);
-    if (sentAt === undefined || !listener) return;
-    listener.onRenewed(r.TTL ?? 0n, sentAt);
+    const k = this.leases.get(r.ID ?? 0n);
+    const sentAt = k?.sent.shift();
+    if (sentAt === undefined) return;
+    this.inFlight--;
+    k!.listener.onRenewed(r.TTL ?? 0n, sentAt);
   }
 
   /**
@@ -266,16 +291,16 @@ export class KeepAliveHub {
   private broken(s: unknown, failover = true, error?: unknown): void {
     if (s !== this.stream || !this.stream) return;
     this.dropStream();
-    publishLeaseReconnect(this.conn.telemetry?.logger, this.conn.endpoints[this.peer]?.target ?? '?', this.listeners.size, error);
+    publishLeaseReconnect(this.conn.telemetry?.logger, this.conn.endpoints[this.peer]?.target ?? '?', this.leases.size, error);
     if (failover) this.conn.failover(this.peer);
-    const ids = [...this.listeners.keys()];
-    for (const id of ids) this.queued.add(id);
+    const ks = [...this.leases.values()];
+    for (const k of ks) this.queued.add(k);
     this.scheduleReopen();
-    this.watch(ids, performance.now());
+    this.watch(ks, performance.now());
   }
 
   private scheduleReopen(): void {
-    if (this.closed || this.retryTimer || this.listeners.size === 0) return;
+    if (this.closed || this.retryTimer || this.leases.size === 0) return;
     this.retryTimer = setTimeout(() => {
       this.retryTimer = undefined;
       void this.open();
@@ -285,7 +310,8 @@ export class KeepAliveHub {
   private dropStream(): void {
     const s = this.stream;
     this.stream = undefined;
-    this.sent.clear();
+    for (const k of this.leases.values()) k.sent.length = 0;
+    this.inFlight = 0;
     if (!s) return;
     closeStream(s);
   }
@@ -297,8 +323,8 @@ export class KeepAliveHub {
     clearTimeout(this.slotTimer);
     this.slotTimer = undefined;
     this.slotTimerAt = Number.POSITIVE_INFINITY;
+    for (const k of this.leases.values()) k.slot = undefined;
     this.slots.clear();
-    this.slotOf.clear();
     if (this.flushing) clearImmediate(this.flushing);
     this.flushing = undefined;
     this.due = [];
@@ -311,8 +337,11 @@ export class KeepAliveHub {
     if (this.closed) return;
     this.closed = true;
     this.endStream();
-    const ls = [...this.listeners.values()];
-    this.listeners.clear();
-    for (const l of ls) l.onClosed();
+    const ks = [...this.leases.values()];
+    this.leases.clear();
+    for (const k of ks) {
+      k.gone = true;
+      k.listener.onClosed();
+    }
   }
 }

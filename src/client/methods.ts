@@ -2,6 +2,7 @@
 // ts-proto generates in src/proto. Only the methods this library calls.
 import * as pb from '../proto/etcd.js';
 import type { Method } from './transport/transport.js';
+import { decodeKeepAliveResponse, encodeKeepAliveRequest } from './lease-codec.js';
 
 function method<Req, Res>(
   service: { fullName: string },
@@ -33,7 +34,12 @@ const lease = pb.LeaseDefinition;
 export const Lease = {
   leaseGrant: method(lease, 'LeaseGrant', pb.LeaseGrantRequest, pb.LeaseGrantResponse),
   leaseRevoke: method(lease, 'LeaseRevoke', pb.LeaseRevokeRequest, pb.LeaseRevokeResponse),
-  leaseKeepAlive: method(lease, 'LeaseKeepAlive', pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse),
+  // By hand: sent and answered once per lease per renewal interval (lease-codec.ts).
+  leaseKeepAlive: {
+    path: `/${lease.fullName}/LeaseKeepAlive`,
+    encode: encodeKeepAliveRequest,
+    decode: decodeKeepAliveResponse,
+  } satisfies Method<pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse>,
   leaseTimeToLive: method(lease, 'LeaseTimeToLive', pb.LeaseTimeToLiveRequest, pb.LeaseTimeToLiveResponse),
   leaseLeases: method(lease, 'LeaseLeases', pb.LeaseLeasesRequest, pb.LeaseLeasesResponse),
 };
