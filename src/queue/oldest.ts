@@ -112,7 +112,8 @@ class OldestRule implements TurnRule {
  */
 function predecessorRead(ticket: Ticket, scope: Scope): Predecessor | undefined {
   const [mine, kv] = ticket.preceding!;
-  if (mine?.createRevision !== ticket.fencingToken || !kv || kv.lease === 0n || !scope.isCandidate(kv.key)) return undefined;
+  if (mine?.createRevision !== ticket.fencingToken || mine.key.toString() !== ticket.key) return undefined;
+  if (!kv || kv.lease === 0n || !scope.isCandidate(kv.key)) return undefined;
   return { key: kv.key.toString(), createRevision: kv.createRevision, asOf: ticket.fencingToken, leased: true, marked: marked(kv) };
 }
 

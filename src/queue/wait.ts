@@ -220,9 +220,10 @@ export class Wait implements WatchSink, Due {
       queueOf(this.client).rechecker.add(this);
       this.rechecking = true;
     } else this.armTimer(gen);
+    // Left in `early` while replayed: a batch that moves the wait parks the watch with those not taken.
     const early = this.early;
-    this.early = undefined;
     while (early && early.length > 0 && this.waiting) this.push(early.shift()!);
+    if (this.early === early) this.early = undefined;
     if (this.waiting && this.endedEarly) this.end(this.endError);
   }
 
