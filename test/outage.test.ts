@@ -22,6 +22,7 @@ import {
   type LeaderRetryEvent,
 } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
+import { Probe } from './probe.js';
 import { aborted, waitFor, assertCleanAndStop, killClis, runCli, settledOrHang, track, uniquePrefix } from './helpers.js';
 
 const ROOT = 'test/outage/';
@@ -182,13 +183,17 @@ describe('withLock through an outage longer than the TTL (decided: no retry; the
   }, async () => {
     const name = `${ROOT}${uniquePrefix('lock').slice('test/'.length)}lock`;
     const client = new Client({ endpoints: etcd.endpoints });
+    const probe = new Probe(client);
     const holder = await Session.create(client, { ttl: TTL });
     const waiterSession = await Session.create(client, { ttl: TTL });
     try {
       const held = await new Mutex(holder, name).lock();
       let ran = false;
       const waiting = track(withLock(waiterSession, name, () => (ran = true)));
-      await waitFor(async () => (await admin.getPrefix(`${name}/`)).kvs.length === 2, 'the waiter queued');
+      // Waiting on its watch, every answer in: killed while its enqueue's answer was still on its way,
+      // the enqueue would fail with UnavailableError (an outcome unknown is not a wait).
+      await probe.blocked(1, 'the waiter queued and watching');
+      assert.equal((await admin.getPrefix(`${name}/`)).kvs.length, 2, 'the waiter queued');
       await etcd.kill(0);
       await assert.rejects(settledOrHang(waiting, 'withLock ends with its session', 30_000), SessionExpiredError);
       assert.equal(ran, false);
