@@ -29,6 +29,23 @@ function probed(): Probe {
   return new Probe(new Client({ endpoints: etcd.endpoints }));
 }
 
+/**
+ * A holder and a waiter, each on a probed client of its own with a session. `close` ends both, also
+ * after a failed assertion: an open session or a pending lock() would keep this file's process alive
+ * until the CI run's hang guard.
+ */
+async function holderAndWaiter() {
+  const holder = probed();
+  const waiter = probed();
+  const hs = await Session.create(holder.client, { ttl: 30 });
+  const ws = await Session.create(waiter.client, { ttl: 30 });
+  const close = async (): Promise<void> => {
+    await Promise.allSettled([hs.close(), ws.close()]);
+    await Promise.allSettled([holder.client.close(), waiter.client.close()]);
+  };
+  return { holder, waiter, hs, ws, close };
+}
+
 test('an uncontended lock + unlock costs two round trips: one Txn to take it, one Txn to release it', async (t) => {
   const prefix = fresh('rt-uncontended');
   const probe = probed();
@@ -50,10 +67,7 @@ test('an uncontended lock + unlock costs two round trips: one Txn to take it, on
 test('a contended handoff costs the holder one write and the waiter one Txn after the wake-up: the look-up that also confirms its own key', async (t) => {
   const prefix = fresh('rt-contended');
   const name = `${prefix}lock`;
-  const holder = probed();
-  const waiter = probed();
-  const hs = await Session.create(holder.client, { ttl: 30 });
-  const ws = await Session.create(waiter.client, { ttl: 30 });
+  const { holder, waiter, hs, ws, close } = await holderAndWaiter();
   try {
     const held = await new Mutex(hs, name).lock();
     waiter.reset();
@@ -81,10 +95,7 @@ test('a contended handoff costs the holder one write and the waiter one Txn afte
     );
     await h2.unlock();
   } finally {
-    // Also when an assertion failed: an open session or a pending lock() would keep this file's
-    // process alive until the CI run's hang guard.
-    await Promise.allSettled([hs.close(), ws.close()]);
-    await Promise.allSettled([holder.client.close(), waiter.client.close()]);
+    await close();
   }
   await assertNoKeys(admin, prefix);
 });
@@ -92,10 +103,7 @@ test('a contended handoff costs the holder one write and the waiter one Txn afte
 test('in a short queue the enqueue reads the key before ours and the watch on it is kept: one Txn to queue, none to watch, one to take over', async (t) => {
   const prefix = fresh('rt-lookup');
   const name = `${prefix}lock`;
-  const holder = probed();
-  const waiter = probed();
-  const hs = await Session.create(holder.client, { ttl: 30 });
-  const ws = await Session.create(waiter.client, { ttl: 30 });
+  const { waiter, hs, ws, close } = await holderAndWaiter();
   try {
     const mine = new Mutex(ws, name);
     const theirs = new Mutex(hs, name);
@@ -128,8 +136,7 @@ test('in a short queue the enqueue reads the key before ours and the watch on it
       assert.deepEqual(c.takeover, ['Txn'], 'after the delete event, one Txn: nobody older, our key confirmed');
     }
   } finally {
-    await Promise.allSettled([hs.close(), ws.close()]);
-    await Promise.allSettled([holder.client.close(), waiter.client.close()]);
+    await close();
   }
   await assertNoKeys(admin, prefix);
 });
