@@ -14,7 +14,7 @@ import { type Belief, OPERATOR, type Oracle, type Rule } from './oracle.js';
 import { Rng } from './rng.js';
 import type { Proc } from './time.js';
 
-export const WORKLOADS = ['mixed', 'mutex', 'rwmutex', 'semaphore', 'election', 'barrier', 'churn', 'snipe'] as const;
+export const WORKLOADS = ['mixed', 'mutex', 'rwmutex', 'semaphore', 'election', 'barrier', 'churn', 'snipe', 'marks'] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
 
 export type OpKind =
@@ -31,7 +31,8 @@ export type OpKind =
   | 'foreign'
   | 'clear'
   | 'overwrite'
-  | 'snipe';
+  | 'snipe'
+  | 'crowd';
 
 /** One operation of an actor. */
 export interface Op {
@@ -131,6 +132,7 @@ const KINDS: Record<WorkloadName, readonly OpKind[]> = {
   barrier: ['double-barrier'],
   churn: ['lock', 'lock', 'abort-lock'],
   snipe: ['lock'],
+  marks: ['lock', 'lock', 'lock', 'abort-lock'],
 };
 
 const NAME: Record<OpKind, readonly string[]> = {
@@ -148,6 +150,7 @@ const NAME: Record<OpKind, readonly string[]> = {
   clear: ['locks/a', 'rw/a', 'sem/a', 'elect/a'],
   overwrite: ['locks/a', 'rw/a', 'sem/a', 'elect/a'],
   snipe: ['locks/a'],
+  crowd: ['locks/a'],
 };
 
 /** Which resource a holding of each kind writes through the fenced store (reads and permits write nothing exclusive). */
@@ -180,13 +183,22 @@ interface Shape {
    * or writing a participant's key with a plain put (no lease).
    */
   readonly operator: number;
-  /** That operator snipes (see the 'snipe' operation) rather than clearing or overwriting. */
-  readonly snipe?: boolean;
+  /**
+   * That operator's edits, made one after another (unless said: one or two, each a clear or an
+   * overwrite); `op` draws an operation of one actor.
+   */
+  edits?(rng: Rng, op: (kind: OpKind) => Op): Op[];
   /**
    * Every process's unary answers come back slow and out of order while the faults last, and its
    * watches are cancelled a few times.
    */
   readonly slow?: boolean;
+  /**
+   * Another client's process keeps keys of a nested name under the lock's prefix from the start to
+   * the end of the faults, more than SHORT_QUEUE (src/queue/state.ts) of them: every look-up counts
+   * the queue long, so holders mark their keys.
+   */
+  readonly crowd?: boolean;
 }
 
 /** The named workloads, and half of the mixed one's seeds: every name of the kinds, little sharing. */
@@ -260,27 +272,56 @@ const SNIPE: Shape = {
   name: () => 'locks/a',
   hold: (rng) => rng.between(0, 20),
   operator: 1,
-  snipe: true,
+  // It watches for holdMs, from a moment after the start to before the faults end.
+  edits: (rng, op) => [{ ...op('snipe'), gapMs: rng.between(0, 300), holdMs: rng.between(4000, 5500) }],
   slow: true,
 };
+
+/**
+ * The marks workload: two sessions in each of two or three processes on one lock whose queue counts long
+ * (a crowd of a nested name's keys under its prefix), so that each holder marks its key and the
+ * waiter behind a marked head takes the head's delete as its turn, after one Txn that confirms its
+ * own key; an operator meanwhile deletes the name's keys in one revision or moves a participant's
+ * key off its lease (a waiter's, most often): that Txn must then fail.
+ */
+const MARKS: Shape = {
+  kinds: KINDS.marks,
+  sessions: () => 2,
+  actors: (rng) => rng.pick([1, 1, 2]),
+  share: 0.3,
+  name: () => 'locks/a',
+  operator: 1,
+  // Two or three edits within the faults' time, each a clear or a waiter's key moved off its lease.
+  edits: (rng, op) =>
+    Array.from({ length: rng.between(2, 3) }, () => ({
+      ...(rng.chance(0.6) ? op('clear') : { ...op('overwrite'), target: rng.between(1, 3) }),
+      holdMs: 0,
+      gapMs: rng.between(300, 1600),
+    })),
+  crowd: true,
+};
+
+const SHAPES: Partial<Record<WorkloadName, Shape>> = { churn: CHURN, snipe: SNIPE, marks: MARKS };
 
 /** The seed's plan. */
 export function planFor(seed: number, options: { faults?: boolean; workload?: WorkloadName } = {}): Plan {
   const workload = options.workload ?? 'mixed';
   // A fifth of the mixed workload's seeds, chosen by a stream of their own, are snipe's plans and
-  // churn's, a tenth each, and a tenth of the rest the barrier workload's (members entering, giving
-  // up and opening at once). Half of the others focus on one primitive; the rest are drawn as before
+  // churn's, a tenth each, a tenth of the rest the barrier workload's (members entering, giving up
+  // and opening at once), and a tenth of what is left the marks workload's (a long queue whose
+  // holders mark their keys). Half of the others focus on one primitive; the rest are drawn as before
   // these choices existed (from a stream of their own), so those seeds keep their meaning.
   const focus = workload === 'mixed' ? new Rng(seed, 'shape') : undefined;
   const mix = new Rng(seed, 'mix');
-  const special = workload === 'mixed' && mix.chance(0.2) ? (mix.chance(0.5) ? SNIPE : CHURN) : undefined;
-  const shape = special ?? (workload === 'mixed' && mix.chance(0.1) ? broad(KINDS.barrier) : undefined);
+  const mixed = workload === 'mixed';
+  const special = mixed && mix.chance(0.2) ? (mix.chance(0.5) ? SNIPE : CHURN) : undefined;
+  const shape = special ?? (mixed && mix.chance(0.1) ? broad(KINDS.barrier) : mixed && mix.chance(0.1) ? MARKS : undefined);
   const withFaults = options.faults !== false;
   const plan = shape
     ? draw(new Rng(seed, 'plan'), shape, withFaults)
     : focus?.chance(0.5)
       ? draw(new Rng(seed, 'focus'), focused(focus.pick(['mutex', 'rwmutex', 'semaphore', 'election'] as const)), withFaults)
-      : draw(new Rng(seed, 'plan'), workload === 'churn' ? CHURN : workload === 'snipe' ? SNIPE : broad(KINDS[workload]), withFaults);
+      : draw(new Rng(seed, 'plan'), SHAPES[workload] ?? broad(KINDS[workload]), withFaults);
   // From streams of their own, so that the rest of the plan keeps its meaning: in some schedules the
   // clients list the cluster's members in orders of their own, and the server cancels a process's
   // watches once.
@@ -313,6 +354,7 @@ function draw(rng: Rng, shape: Shape, withFaults: boolean): Plan {
     // Past a page of the look-up (8), sometimes past a long queue (32).
     ...(kind === 'foreign' ? { nested: rng.chance(0.3) ? rng.between(33, 40) : rng.between(8, 12) } : {}),
     ...(kind === 'overwrite' ? { target: rng.chance(0.7) ? 0 : rng.between(1, 3) } : {}),
+    ...(kind === 'crowd' ? { nested: rng.between(33, 40) } : {}),
   });
   for (let p = 0; p < nProcs; p++) {
     const sessions: SessionPlan[] = [];
@@ -358,9 +400,8 @@ function draw(rng: Rng, shape: Shape, withFaults: boolean): Plan {
     faults.sort((a, b) => a.at - b.at || a.id - b.id);
     // The operator's deletes come within the faults' time too: gaps that add up to less than 5 s.
     if (shape.operator > 0 && rng.chance(shape.operator)) {
-      // A snipe watches for holdMs, from a moment after the start to before the faults end.
-      const edits = shape.snipe
-        ? [{ ...op('snipe', 1), gapMs: rng.between(0, 300), holdMs: rng.between(4000, 5500) }]
+      const edits = shape.edits
+        ? shape.edits(rng, (kind) => op(kind, 1))
         : Array.from({ length: rng.between(1, 2) }, () => ({
             ...op(rng.chance(0.5) ? 'clear' : 'overwrite', 1),
             holdMs: 0,
@@ -368,6 +409,13 @@ function draw(rng: Rng, shape: Shape, withFaults: boolean): Plan {
           }));
       procs.push({ name: OPERATOR, sessions: [{ ttl: 10, actors: [edits] }], observes: [] });
     }
+  }
+  if (shape.crowd) {
+    procs.push({
+      name: 'crowd',
+      sessions: [{ ttl: 10, actors: [[{ ...op('crowd', 1), gapMs: 0, holdMs: rng.between(4000, 5500) }]] }],
+      observes: [],
+    });
   }
   return { procs, faults, quietAt };
 }
@@ -647,6 +695,24 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
         );
         ctx.say(`op ${op.id} ${ctx.proc.name} foreign participant ${key} with ${nested.length} nested keys`);
         await sleep(op.holdMs);
+        await client.leaseRevoke(id).catch(() => {});
+        return;
+      }
+      case 'crowd': {
+        // Another client's keys of a nested name (`<name>/-/...`), on a lease of its own, from the
+        // start through the faults: every count of the lock's queue finds it long.
+        const client = session.client;
+        const { id } = await client.leaseGrant(10);
+        const keys = Array.from({ length: op.nested ?? 0 }, (_, i) => `${op.name}/-/${op.id}-${i}`);
+        const gone = keys.map((k) => compare.createRevision(k, '=', 0n));
+        const puts = keys.map((k) => kv.put(k, '', id));
+        ctx.say(`op ${op.id} ${ctx.proc.name} crowd of ${keys.length} nested keys`);
+        // Made again, every half second, once an operator's clear has taken them all (only then:
+        // never a key an operator moved off its lease).
+        for (const end = performance.now() + op.holdMs; performance.now() < end; ) {
+          await client.txn({ compare: gone, success: puts, failure: [] }, { idempotent: true }).catch(() => {});
+          await sleep(500);
+        }
         await client.leaseRevoke(id).catch(() => {});
         return;
       }
