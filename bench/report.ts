@@ -172,7 +172,7 @@ export function sections(r: Results): Section[] {
       if (s.incomplete) {
         const i = s.incomplete;
         const note = `${s.keysLeft} (${i.sessionsLost} sessions lost, ${i.failures} waiters failed)`;
-        return [num(s.waiters), `${num(i.queued)} queued in ${num(s.enqueueMs)}`, '-', '-', '-', '-', '-', '-', '-', note];
+        return [num(s.waiters), `${num(i.queued)} queued in ${num(s.enqueueMs)}`, '-', '-', '-', '-', '-', '-', '-', '-', note];
       }
       return [
         num(s.waiters),
@@ -181,6 +181,7 @@ export function sections(r: Results): Section[] {
         num(s.bufferBytesPerWaiter),
         s.waiters >= 1000 ? num(s.bytesPerSession) : '-', // too few sessions to rise above GC noise
         s.rpcsPerRelease.toFixed(2),
+        Number.isFinite(s.recheckTxnsPerSecond) ? `${s.recheckTxnsPerSecond.toFixed(1)} (${num(s.recheckReadsPerSecond)} reads)` : '-', // results from before the split: none
         s.watchEventsPerRelease.toFixed(2),
         ms(s.handover.p50),
         num(s.abortMs),
@@ -199,6 +200,7 @@ export function sections(r: Results): Section[] {
         '+ Buffer B/waiter',
         'B/session',
         'RPCs/release',
+        're-check Txns/s (reads/s)',
         'events/release',
         'handover p50 ms',
         'abort all ms',

@@ -5,6 +5,7 @@
 import { setMaxListeners } from 'node:events';
 import { Client, Mutex, Semaphore, Session, type LockHandle, type PermitHandle } from '../dist/index.js';
 import { prefixEnd } from '../dist/client/kv.js';
+import { queueOf } from '../dist/queue/state.js';
 import type { BenchContext } from './context.js';
 import { RpcCounter, pool, settledHeap, settledMemory, sleep, summarize, within, type Summary } from './stats.js';
 
@@ -59,8 +60,19 @@ export interface ScaleResult {
   /** Buffer memory outside the V8 heap per waiter (`arrayBuffers`: pool slabs pinned by kept Buffers). */
   bufferBytesPerWaiter: number;
   releases: number;
-  /** Unary RPCs from one holder's unlock() to the next holder's lock() resolving. */
+  /**
+   * Unary RPCs from one holder's unlock() to the next holder's lock() resolving, the safety net's
+   * re-checks apart (they are due by time, not by release: see `recheckTxnsPerSecond`).
+   */
   rpcsPerRelease: number;
+  /**
+   * The batched re-check's Txns (recheck.ts: each waiter's check every max(10 s, TTL), up to 128
+   * reads a Txn) per second from the first lock() to the last release: they grow with the waiters
+   * and the time they wait, not with the releases.
+   */
+  recheckTxnsPerSecond: number;
+  /** The reads those Txns carried, per second over the same window. */
+  recheckReadsPerSecond: number;
   /** Watch events delivered to this process per release. */
   watchEventsPerRelease: number;
   /** Watches created per release (a Mutex: none; a semaphore: the new head's watch on the prefix). */
@@ -79,6 +91,24 @@ export interface ScaleResult {
 }
 
 const WARM = 20;
+
+/**
+ * Counts the Txns of `client`'s batched re-check (bench-only: wraps the internal re-checker's `run`,
+ * one Txn per call, on this instance), which the release counts leave out.
+ */
+function countRechecks(client: Client): { txns: number; reads: number } {
+  const n = { txns: 0, reads: 0 };
+  // biome-ignore lint/suspicious/noExplicitAny: the bench counts the re-checker's Txns by wrapping an internal method
+  const rechecker = queueOf(client).rechecker as any;
+  const run = rechecker.run.bind(rechecker);
+  rechecker.run = async (batch: { check: { keys: unknown[] } }[]) => {
+    const live = batch.filter((e) => rechecker.entries.has(e)); // none: it returns without a Txn
+    if (live.length > 0) n.txns++;
+    for (const e of live) n.reads += e.check.keys.length;
+    return run(batch);
+  };
+  return n;
+}
 
 /** Queues and aborts a few waiters, so that the waiting path is compiled before heap is measured. */
 async function warmUp<H extends { fencingToken: bigint }>(subject: ScaleSubject<H>, sessions: Session[], name: string): Promise<void> {
@@ -111,6 +141,8 @@ function incomplete(
     bufferBytesPerWaiter: NaN,
     releases: 0,
     rpcsPerRelease: NaN,
+    recheckTxnsPerSecond: NaN,
+    recheckReadsPerSecond: NaN,
     watchEventsPerRelease: NaN,
     watchesPerRelease: NaN,
     rpcsPerReleaseByMethod: {},
@@ -162,6 +194,7 @@ export async function runQueueScale<H extends { fencingToken: bigint }>(
   const k = subject.holders;
   const client = new Client({ endpoints: ctx.endpoints, callTimeoutMs: 120_000 });
   const counter = new RpcCounter(client);
+  const rechecks = countRechecks(client);
   let sessions: Session[] = [];
   try {
     const heapBase = await settledHeap();
@@ -204,6 +237,8 @@ export async function runQueueScale<H extends { fencingToken: bigint }>(
     const queuedNow = (): number => counter.watchCreated - created0;
     const budgetMs = n >= 10_000 ? (ctx.quick ? 30_000 : 150_000) : ctx.quick ? 30_000 : 60_000;
     t = performance.now();
+    const firstLock = t;
+    const rechecks0 = { ...rechecks };
     let started = 0;
     while (started < n && failures.length === 0 && performance.now() - t < budgetMs) {
       if (started - queuedNow() >= ENQUEUE_WINDOW) {
@@ -255,6 +290,7 @@ export async function runQueueScale<H extends { fencingToken: bigint }>(
     let lastToken = held.reduce((a, h) => (h.fencingToken > a ? h.fencingToken : a), 0n);
     for (let r = 0; r < releases; r++) {
       const before = counter.snapshot();
+      const rechecksBefore = rechecks.txns;
       const created = counter.watchCreated;
       const next = new Promise<void>((resolve) => (wake = resolve));
       const t0 = performance.now();
@@ -282,12 +318,15 @@ export async function runQueueScale<H extends { fencingToken: bigint }>(
       // A second waiter let in by the same release would show here.
       if (acquired.length !== r + 1) violation(`release ${r}: ${acquired.length} acquired once quiet, expected ${r + 1}`);
       const after = counter.snapshot();
-      rpcs += after.unary - before.unary;
+      const recheckTxns = rechecks.txns - rechecksBefore;
+      rpcs += after.unary - before.unary - recheckTxns;
+      byMethod.set('Txn', (byMethod.get('Txn') ?? 0) - recheckTxns);
       events += after.watchEvents - before.watchEvents;
       watches += counter.watchCreated - created;
       for (const [m, c] of Object.entries(after.byMethod)) byMethod.set(m, (byMethod.get(m) ?? 0) + c - (before.byMethod[m] ?? 0));
     }
 
+    const recheckMs = performance.now() - firstLock;
     // Abort every waiter still queued; each removes its own key.
     t = performance.now();
     ac.abort();
@@ -313,6 +352,8 @@ export async function runQueueScale<H extends { fencingToken: bigint }>(
       bufferBytesPerWaiter: (memQueued.arrayBuffers - memBefore.arrayBuffers) / n,
       releases,
       rpcsPerRelease: rpcs / releases,
+      recheckTxnsPerSecond: ((rechecks.txns - rechecks0.txns) * 1000) / recheckMs,
+      recheckReadsPerSecond: ((rechecks.reads - rechecks0.reads) * 1000) / recheckMs,
       watchEventsPerRelease: events / releases,
       watchesPerRelease: watches / releases,
       rpcsPerReleaseByMethod: Object.fromEntries([...byMethod].filter(([, c]) => c > 0).map(([m, c]) => [m, c / releases])),
