@@ -1,5 +1,6 @@
 // etcd's gRPC methods as the transport takes them: the HTTP/2 path and the message codecs that
 // ts-proto generates in src/proto. Only the methods this library calls.
+import { BinaryWriter } from '@bufbuild/protobuf/wire';
 import * as pb from '../proto/etcd.js';
 import type { Method } from './transport/transport.js';
 import { decodeKeepAliveResponse, encodeKeepAliveRequest } from './lease-codec.js';
@@ -12,9 +13,31 @@ function method<Req, Res>(
 ): Method<Req, Res> {
   return {
     path: `/${service.fullName}/${name}`,
-    encode: (req) => request.encode(req).finish(),
+    encode: (req) => encodeWith(request, req),
     decode: (bytes) => response.decode(bytes),
   };
+}
+
+/**
+ * One writer for every request of the process: a writer per request would allocate its buffer anew,
+ * and again each time it grows (128, 256, ... bytes, each an ArrayBuffer outside the heap), which
+ * costs more than the encoding itself. Encoding is synchronous, so no two requests ever use it at
+ * once. A writer that grew past REUSED_WRITER_BYTES is dropped after use (a large Put must not keep
+ * its buffer for good).
+ */
+let writer = new BinaryWriter();
+const REUSED_WRITER_BYTES = 64 * 1024;
+
+/** `message` encoded with the shared writer, which is left empty whether or not encoding throws. */
+function encodeWith<T>(fns: pb.MessageFns<T>, message: T): Uint8Array {
+  let out: Uint8Array | undefined;
+  try {
+    out = fns.encode(message, writer).finish();
+  } finally {
+    // A message refused halfway (an int64 out of range) leaves its bytes in the writer: a new one.
+    if (out === undefined || out.length > REUSED_WRITER_BYTES) writer = new BinaryWriter();
+  }
+  return out;
 }
 
 const kv = pb.KVDefinition;
