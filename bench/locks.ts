@@ -25,14 +25,19 @@ export interface LocksSize {
   distinct: boolean;
   roundMs: number;
   rounds: number;
-  /** An unmeasured round of each (Txns, then locks) first: the processes' JIT is cold, Go's is not. */
+  /**
+   * An unmeasured round of each (Txns, then locks) first: the processes' JIT is cold, Go's is not. A
+   * process of the 20 runs about 45 cycles a second, and its code reaches TurboFan only after about a
+   * minute (30-47 % of its CPU went to compiling in the first 15 s of rounds after a 3 s warm-up); a
+   * service's processes run for hours, and bench/renew-cpu.ts waits 180 s for the same reason.
+   */
   warmupMs: number;
 }
 
 export const LOCKS_SIZE = (quick: boolean): LocksSize =>
   quick
     ? { phase: 'locks', processes: 2, sessionsPerProcess: 5, names: 20, distinct: false, roundMs: 1000, rounds: 1, warmupMs: 0 }
-    : { phase: 'locks', processes: 20, sessionsPerProcess: 50, names: 1000, distinct: false, roundMs: 5000, rounds: 2, warmupMs: 3000 };
+    : { phase: 'locks', processes: 20, sessionsPerProcess: 50, names: 1000, distinct: false, roundMs: 5000, rounds: 2, warmupMs: 60_000 };
 
 export const ONE_CLIENT_SIZE = (quick: boolean): LocksSize =>
   quick
