@@ -9,10 +9,10 @@ import type { OwnershipEndReason, OwnershipLostError } from '../errors.js';
 import type { Session } from '../session.js';
 import { type BatchCheck, type Due, MAX_CHECK_KEYS } from './recheck.js';
 import { isStopped, listenStop, offStop, stopReason } from '../stop.js';
-import { Kept, queueOf, sessionQueue } from './state.js';
+import { Kept, KeptWatches, queueOf, sessionQueue } from './state.js';
 
-/** Raised when our own key vanished (or changed lease) while we queued. */
-export type LostErrorFactory = (message: string, options: { reason: OwnershipEndReason; cause?: unknown }) => OwnershipLostError;
+/** Raised when our own `key` vanished (or changed lease) while we queued: one per primitive, no closure per call. */
+export type LostErrorFactory = (key: string, why: string, options: { reason: OwnershipEndReason; cause?: unknown }) => OwnershipLostError;
 
 /** What a blocker's watch watches: a key or a prefix, and which events (the watch's options as they are). */
 export interface WatchTarget {
@@ -205,7 +205,7 @@ export class Wait implements WatchSink, Due {
   private keptFor(b: Blocker): Kept | undefined {
     const key = b.watch.key;
     if (!this.session || !b.keep || typeof key !== 'string') return undefined;
-    const k = sessionQueue(this.session).kept.take(key);
+    const k = sessionQueue(this.session).kept?.take(key);
     if (!k || (b.asOf !== undefined && k.from <= b.asOf && k.through <= b.asOf)) return k;
     k.w.cancel();
     return undefined;
@@ -335,7 +335,7 @@ export class Wait implements WatchSink, Due {
       const k = new Kept(w, this.from, this.through);
       if (early) k.batches.push(...early);
       w.sink = k;
-      return sessionQueue(this.session).kept.keep(this.session, b.watch.key, k);
+      return (sessionQueue(this.session).kept ??= new KeptWatches()).keep(this.session, b.watch.key, k);
     }
     w.sink = IGNORED;
     w.cancel();
