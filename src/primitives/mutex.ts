@@ -97,7 +97,9 @@ class MutexRules implements QueueRules<LockHandle> {
     return oldestRule(this.session, participantScope(this.name), ticket, lost, { marks: true });
   }
 
-  lostError = lockLost;
+  lostError(...a: Parameters<LostErrorFactory>): ReturnType<LostErrorFactory> {
+    return lockLost(...a);
+  }
 
   hold(own: Ownership): LockHandle {
     return new HeldLock(own);

@@ -66,15 +66,14 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
     probe?.failed(err, options.signal, session.signal);
     return Promise.reject(err);
   }
-  const what: ReleaseWhat = { kind: q.kind, name: q.name };
-  const a = new Acquisition(session, q.rules, what, options.signal, probe);
+  const a = new Acquisition(session, q.rules, q.kind, q.name, options.signal, probe);
   const shared = q.share === true;
   // Our in-process turn first (at once, the common case), then the enqueue. The signal stops only a
   // wait before anything is sent: an abort landing after etcd applied the Txn would leave our key behind.
   const gates = sessionQueue(session).gates;
   const now = gates.tryEnter(q.ticket.key, shared);
   if (!now) holdersWatch(session, q.ticket.key);
-  const ticket = takeTicket(q, what, a, now ?? gates.enter(q.ticket.key, shared, session.signal, options.signal), options.signal);
+  const ticket = takeTicket(q, a, now ?? gates.enter(q.ticket.key, shared, session.signal, options.signal), options.signal);
   void a.run(ticket);
   return a.promise;
 }
@@ -82,7 +81,6 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
 /** Our in-process turn, then the enqueue; after AFTER_HOLDERS, both again once the holders left. */
 async function takeTicket<H>(
   q: QueueSpec<H>,
-  what: ReleaseWhat,
   a: Acquisition<H>,
   turn: Exit | Promise<Exit>,
   signal: AbortSignal | undefined,
@@ -90,7 +88,7 @@ async function takeTicket<H>(
   const { session, ticket: spec } = q;
   a.exit = await turn;
   for (;;) {
-    const t = await enqueueOrClean(session, spec, what, q.rules.lostError, a.probe?.ahead, signal);
+    const t = await enqueueOrClean(session, spec, a, q.rules.lostError, a.probe?.ahead, signal);
     if (t !== AFTER_HOLDERS) return t;
     a.exit.leave();
     a.exit = undefined;
@@ -101,8 +99,9 @@ async function takeTicket<H>(
 /**
  * One acquire call from its enqueue answer to its handle, as one object, the WaitOwner of its Wait:
  * while it waits (perhaps behind 10,000 others) no suspended async frame or promise chain of it lives.
+ * It is its own ReleaseWhat (kind and name), for its enqueue, its release and its Ownership.
  */
-class Acquisition<H> implements WaitOwner {
+class Acquisition<H> implements WaitOwner, ReleaseWhat {
   readonly promise: Promise<H>;
   private resolve!: (handle: H) => void;
   private reject!: (err: unknown) => void;
@@ -113,7 +112,8 @@ class Acquisition<H> implements WaitOwner {
   constructor(
     private readonly session: Session,
     private readonly rules: QueueRules<H>,
-    private readonly what: ReleaseWhat,
+    readonly kind: Kind,
+    readonly name: string,
     private readonly signal: AbortSignal | undefined,
     readonly probe: AcquireProbe | undefined,
   ) {
@@ -160,9 +160,10 @@ class Acquisition<H> implements WaitOwner {
       // Our turn was proven by an answer that may have waited out a freeze of this process: a
       // session whose deadline passed meanwhile (its timer not run yet) gets no handle.
       session.assertAlive();
-      const { what, probe, exit, rules } = this;
-      assertNotRetired(session, ticket, rules.lostError);
-      const own = new Ownership({ session, key: ticket.key, fencingToken: ticket.fencingToken, lost: rules.lostError, what, probe, exit });
+      const { probe, exit } = this;
+      const lost = this.rules.lostError;
+      assertNotRetired(session, ticket, lost);
+      const own = new Ownership({ session, key: ticket.key, fencingToken: ticket.fencingToken, lost, what: this, probe, exit });
       this.resolve(this.rules.hold(own, ticket));
     } catch (err) {
       this.fail(err);
@@ -179,7 +180,7 @@ class Acquisition<H> implements WaitOwner {
     }
     // Our key leaves with us unless another call of this process uses it. Its delete is registered at
     // once, so the next call of our turn waits for it (enqueue) and never joins it.
-    leaveTicket(session, this.ticket!, this.what).then(
+    leaveTicket(session, this.ticket!, this).then(
       () => this.reject(err),
       (e: unknown) => this.reject(e),
     );
