@@ -14,8 +14,7 @@ export interface Gate {
   holders: number;
   /** The holders hold exclusively (one call, plus any read lock it downgraded to). */
   exclusive: boolean;
-  /** Made when a turn first waits. */
-  queue?: Turn[];
+  queue?: Turn[]; // made when a turn first waits
 }
 
 interface Turn {

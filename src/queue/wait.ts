@@ -114,15 +114,14 @@ export class Wait implements WatchSink, Due {
   /** Waiting: events can end the wait. Before that they queue in `early`. */
   private waiting = false;
   private early: WatchBatch[] | undefined;
-  private endedEarly = false;
-  private endError: unknown;
+  private endedEarly: { err: unknown } | undefined;
   /** Registered with the client's re-checker (as a {@link Due}: no object of its own). */
   private rechecking = false;
   /** When the re-checker checks us next. */
   due = 0;
   private timer: NodeJS.Timeout | undefined;
-  /** The caller's signal aborted or the session was lost: stop at once, with its reason (see start). */
-  private readonly onStop = (): void => this.fail(this.stopReason());
+  /** The caller's signal aborted or the session was lost: stop at once, with its reason (see start). Bound: no closure per waiter. */
+  private readonly onStop = this.stop.bind(this);
 
   constructor(
     private readonly client: Client,
@@ -136,6 +135,10 @@ export class Wait implements WatchSink, Due {
     if (this.stopped()) return this.fail(this.stopReason());
     listenStop(this.signal, this.session?.signal, this.onStop);
     void this.next();
+  }
+
+  private stop(): void {
+    this.fail(this.stopReason());
   }
 
   private stopped(): boolean {
@@ -169,8 +172,7 @@ export class Wait implements WatchSink, Due {
   private async watch(b: Blocker, s: AbortSignal): Promise<boolean> {
     this.b = b;
     this.waiting = false;
-    this.endedEarly = false;
-    this.endError = undefined;
+    this.endedEarly = undefined;
     const t = b.watch;
     // The watch of this session's last wait on the same key, if it delivers every event after our
     // read: no create, no cancel, and what it delivered meanwhile is filtered in push() as any event.
@@ -224,7 +226,7 @@ export class Wait implements WatchSink, Due {
     const early = this.early;
     while (early && early.length > 0 && this.waiting) this.push(early.shift()!);
     if (this.early === early) this.early = undefined;
-    if (this.waiting && this.endedEarly) this.end(this.endError);
+    if (this.waiting && this.endedEarly) this.end(this.endedEarly.err);
   }
 
   /** Due: how often the safety net checks: max(10 s, TTL). */
@@ -293,8 +295,7 @@ export class Wait implements WatchSink, Due {
   end(err?: unknown): void {
     if (this.done) return;
     if (!this.waiting) {
-      this.endedEarly = true;
-      this.endError = err;
+      this.endedEarly = { err };
       return;
     }
     if (err === undefined || err instanceof CompactedError) this.moved();
