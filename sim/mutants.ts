@@ -260,9 +260,9 @@ export const MUTANTS: readonly Mutant[] = [
       {
         file: 'src/queue/ownership.ts',
         search:
-          'if (loss !== undefined) {\n      sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken, loss);\n      this.exit?.();\n    }',
+          'if (loss !== undefined) {\n      sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken, loss);\n      this.exit?.leave();\n    }',
         replace:
-          'if (loss !== undefined) sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken, loss);\n    this.exit?.();',
+          'if (loss !== undefined) sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken, loss);\n    this.exit?.leave();',
       },
     ],
   },

@@ -7,7 +7,7 @@ import { markLeaseGone, type Session } from '../session.js';
 import { BarrierKeyLostError, TooManyClientsError } from '../errors.js';
 import type { AcquireOptions } from '../queue/acquire.js';
 import { dropTicket } from '../queue/release.js';
-import { sessionQueue } from '../queue/state.js';
+import { LateKeys, sessionQueue } from '../queue/state.js';
 import { waitUntil, type TurnRule } from '../queue/wait.js';
 import { stopSignal } from '../stop.js';
 
@@ -219,7 +219,7 @@ export class DoubleBarrier {
         // live lease as a member nobody is: once dropped, it is swept. Before the catch's dropTicket.
         // Our names never repeat, so any re-creation is such a ghost.
         .finally(() => {
-          if (progress.ambiguous) sessionQueue(this.session).late.mayLandLate(key);
+          if (progress.ambiguous) (sessionQueue(this.session).late ??= new LateKeys()).mayLandLate(key);
         })
         .catch((err: unknown) => {
           if (err instanceof LeaseNotFoundError) {

@@ -45,10 +45,7 @@ export interface LeaderInfo {
  */
 export type LeaderEvent = { type: 'leader'; leader: LeaderInfo; revision: bigint } | { type: 'none'; revision: bigint };
 
-const leadershipLost =
-  (key: string): LostErrorFactory =>
-  (message, options) =>
-    new LeadershipLostError(message, key, options);
+const leadershipLost: LostErrorFactory = (key, message, options) => new LeadershipLostError(message, key, options);
 
 function leaderInfo(kv: KeyValue): LeaderInfo {
   return {
@@ -125,7 +122,7 @@ function campaignTerm(e: Election, value: Bytes, options: AcquireOptions): Promi
             { compare: ourKeyStands(session, ticket), success: [op.put(ticket.key, bytes, session.leaseId)], failure: [] },
             { idempotent: true, signal },
           );
-          if (!t.succeeded) await ticketLost(session, ticket, leadershipLost(ticket.key), signal ?? new AbortController().signal);
+          if (!t.succeeded) await ticketLost(session, ticket, leadershipLost, signal ?? new AbortController().signal);
         },
         hold: (own) => new Leadership(own, bytes),
       },

@@ -18,10 +18,7 @@ export interface LockOptions extends AcquireOptions {
   label?: string;
 }
 
-const lockLost =
-  (key: string): LostErrorFactory =>
-  (message, options) =>
-    new LockLostError(message, key, options);
+const lockLost: LostErrorFactory = (key, message, options) => new LockLostError(message, key, options);
 
 /**
  * A fair distributed lock: waiters are served in the order of their keys' CreateRevision, each
@@ -100,8 +97,8 @@ class MutexRules implements QueueRules<LockHandle> {
     return oldestRule(this.session, participantScope(this.name), ticket, lost, { marks: true });
   }
 
-  lostError(key: string): LostErrorFactory {
-    return lockLost(key);
+  lostError(...a: Parameters<LostErrorFactory>): ReturnType<LostErrorFactory> {
+    return lockLost(...a);
   }
 
   hold(own: Ownership): LockHandle {

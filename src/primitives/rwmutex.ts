@@ -11,10 +11,7 @@ import { oldestRule, type Scope } from '../queue/oldest.js';
 import type { LostErrorFactory } from '../queue/wait.js';
 import type { ReleaseResult } from '../queue/release.js';
 
-const rwLost =
-  (key: string): LostErrorFactory =>
-  (message, options) =>
-    new RWLockLostError(message, key, options);
+const rwLost: LostErrorFactory = (key, message, options) => new RWLockLostError(message, key, options);
 
 /**
  * A fair readers-writer lock in the key layout of Go's `recipe.RWMutex`: readers queue as
@@ -125,7 +122,7 @@ export class RWMutex {
       session,
       key,
       fencingToken: writer.fencingToken,
-      lost: rwLost(key),
+      lost: rwLost,
       what: { kind: 'read', name: this.name },
       exit: sessionQueue(session).gates.enterAlongside(key),
     });
@@ -156,7 +153,7 @@ export class RWMutex {
       throw err;
     }
     const reason = kv?.createRevision === read.fencingToken ? 'moved_off_lease' : 'key_deleted';
-    const err = rwLost(read.key)(`${read.key} was deleted or moved off our lease: the write lock a read would share is lost`, { reason });
+    const err = rwLost(read.key, `${read.key} was deleted or moved off our lease: the write lock a read would share is lost`, { reason });
     writer.ownerCompareFailed(err, reason);
     await handle.release();
     throw err;

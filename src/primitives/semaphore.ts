@@ -19,10 +19,7 @@ import type { WatchEvent } from '../client/watch.js';
  */
 export const MAX_PERMITS = 60;
 
-const permitLost =
-  (key: string): LostErrorFactory =>
-  (message, options) =>
-    new PermitLostError(message, key, options);
+const permitLost: LostErrorFactory = (key, message, options) => new PermitLostError(message, key, options);
 
 /**
  * A fair counting semaphore: at most `permits` sessions hold a permit at once, and permits go in

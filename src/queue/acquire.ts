@@ -43,7 +43,8 @@ export interface QueueSpec<H> {
 export interface QueueRules<H> {
   /** The primitive's rule for this ticket; `lost` makes the error for our key vanishing meanwhile. */
   rule(ticket: Ticket, lost: LostErrorFactory): TurnRule;
-  lostError(key: string): LostErrorFactory;
+  /** Called detached, as a {@link LostErrorFactory}. */
+  lostError: LostErrorFactory;
   /** After the ticket is taken and before waiting (election: give an existing key the new value). */
   prepare?(ticket: Ticket, signal: AbortSignal | undefined): Promise<void>;
   hold(own: Ownership, ticket: Ticket): H;
@@ -65,15 +66,14 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
     probe?.failed(err, options.signal, session.signal);
     return Promise.reject(err);
   }
-  const what: ReleaseWhat = { kind: q.kind, name: q.name };
-  const a = new Acquisition(session, q.rules, what, options.signal, probe);
+  const a = new Acquisition(session, q.rules, q.kind, q.name, options.signal, probe);
   const shared = q.share === true;
   // Our in-process turn first (at once, the common case), then the enqueue. The signal stops only a
   // wait before anything is sent: an abort landing after etcd applied the Txn would leave our key behind.
   const gates = sessionQueue(session).gates;
   const now = gates.tryEnter(q.ticket.key, shared);
   if (!now) holdersWatch(session, q.ticket.key);
-  const ticket = takeTicket(q, what, a, now ?? gates.enter(q.ticket.key, shared, session.signal, options.signal), options.signal);
+  const ticket = takeTicket(q, a, now ?? gates.enter(q.ticket.key, shared, session.signal, options.signal), options.signal);
   void a.run(ticket);
   return a.promise;
 }
@@ -81,18 +81,16 @@ export function acquire<H>(q: QueueSpec<H>, options: AcquireOptions = {}): Promi
 /** Our in-process turn, then the enqueue; after AFTER_HOLDERS, both again once the holders left. */
 async function takeTicket<H>(
   q: QueueSpec<H>,
-  what: ReleaseWhat,
   a: Acquisition<H>,
   turn: Exit | Promise<Exit>,
   signal: AbortSignal | undefined,
 ): Promise<Ticket> {
   const { session, ticket: spec } = q;
   a.exit = await turn;
-  const lost = q.rules.lostError(spec.key);
   for (;;) {
-    const t = await enqueueOrClean(session, spec, what, lost, a.probe?.ahead, signal);
+    const t = await enqueueOrClean(session, spec, a, q.rules.lostError, a.probe?.ahead, signal);
     if (t !== AFTER_HOLDERS) return t;
-    a.exit();
+    a.exit.leave();
     a.exit = undefined;
     a.exit = await sessionQueue(session).gates.enterAfterHolders(spec.key, session.signal, signal);
   }
@@ -101,20 +99,21 @@ async function takeTicket<H>(
 /**
  * One acquire call from its enqueue answer to its handle, as one object, the WaitOwner of its Wait:
  * while it waits (perhaps behind 10,000 others) no suspended async frame or promise chain of it lives.
+ * It is its own ReleaseWhat (kind and name), for its enqueue, its release and its Ownership.
  */
-class Acquisition<H> implements WaitOwner {
+class Acquisition<H> implements WaitOwner, ReleaseWhat {
   readonly promise: Promise<H>;
   private resolve!: (handle: H) => void;
   private reject!: (err: unknown) => void;
   private ticket: Ticket | undefined;
-  private lost: LostErrorFactory | undefined;
   /** Ends our in-process turn: when we give up, or (handed to the Ownership) when the holding ends. */
   exit: Exit | undefined;
 
   constructor(
     private readonly session: Session,
     private readonly rules: QueueRules<H>,
-    private readonly what: ReleaseWhat,
+    readonly kind: Kind,
+    readonly name: string,
     private readonly signal: AbortSignal | undefined,
     readonly probe: AcquireProbe | undefined,
   ) {
@@ -131,7 +130,7 @@ class Acquisition<H> implements WaitOwner {
     try {
       ticket = await enqueued;
     } catch (err) {
-      this.exit?.();
+      this.exit?.leave();
       try {
         this.probe?.failed(err, this.signal, session.signal);
       } catch {
@@ -142,12 +141,11 @@ class Acquisition<H> implements WaitOwner {
     this.ticket = ticket;
     let rule: TurnRule;
     try {
-      const lost = (this.lost = this.rules.lostError(ticket.key));
       this.signal?.throwIfAborted();
       this.probe?.enqueued(ticket.first);
       await this.rules.prepare?.(ticket, this.signal);
       if (ticket.first) return this.turn();
-      rule = this.rules.rule(ticket, lost);
+      rule = this.rules.rule(ticket, this.rules.lostError);
     } catch (err) {
       return this.fail(err);
     }
@@ -162,9 +160,10 @@ class Acquisition<H> implements WaitOwner {
       // Our turn was proven by an answer that may have waited out a freeze of this process: a
       // session whose deadline passed meanwhile (its timer not run yet) gets no handle.
       session.assertAlive();
-      assertNotRetired(session, ticket, this.lost!);
-      const { what, probe, exit } = this;
-      const own = new Ownership({ session, key: ticket.key, fencingToken: ticket.fencingToken, lost: this.lost!, what, probe, exit });
+      const { probe, exit } = this;
+      const lost = this.rules.lostError;
+      assertNotRetired(session, ticket, lost);
+      const own = new Ownership({ session, key: ticket.key, fencingToken: ticket.fencingToken, lost, what: this, probe, exit });
       this.resolve(this.rules.hold(own, ticket));
     } catch (err) {
       this.fail(err);
@@ -181,11 +180,11 @@ class Acquisition<H> implements WaitOwner {
     }
     // Our key leaves with us unless another call of this process uses it. Its delete is registered at
     // once, so the next call of our turn waits for it (enqueue) and never joins it.
-    leaveTicket(session, this.ticket!, this.what).then(
+    leaveTicket(session, this.ticket!, this).then(
       () => this.reject(err),
       (e: unknown) => this.reject(e),
     );
-    this.exit?.();
+    this.exit?.leave();
   }
 }
 
@@ -205,22 +204,22 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
       probe?.busy();
       return null;
     }
-    const t = await enqueueOrClean(session, q.ticket, what, q.rules.lostError(q.ticket.key), probe?.ahead);
+    const t = await enqueueOrClean(session, q.ticket, what, q.rules.lostError, probe?.ahead);
     if (t === AFTER_HOLDERS) {
       // A read whose siblings' key has a writer queued behind it: not free now.
-      exit();
+      exit.leave();
       probe?.busy();
       return null;
     }
     ticket = t;
   } catch (err) {
-    exit?.();
+    exit?.leave();
     probe?.failed(err, undefined, session.signal);
     throw err;
   }
   const r = q.rules;
   try {
-    const lost = r.lostError(ticket.key);
+    const lost = r.lostError;
     await r.prepare?.(ticket, undefined);
     if (ticket.first || !(await blockedNow(session.client, r.rule(ticket, lost)))) {
       session.assertAlive(); // as in Acquisition.turn: not a handle on a session past its deadline
@@ -230,13 +229,13 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   } catch (err) {
     probe?.failed(err, undefined, session.signal);
     const left = leaveTicket(session, ticket, what);
-    exit();
+    exit.leave();
     await left;
     throw err;
   }
   probe?.busy();
   const left = leaveTicket(session, ticket, what);
-  exit();
+  exit.leave();
   await left;
   return null;
 }
@@ -253,7 +252,7 @@ function assertNotRetired(session: Session, ticket: Ticket, lost: LostErrorFacto
   const loss = users.retiredFor(ticket.key, ticket.fencingToken) ?? (counted ? undefined : 'key_deleted');
   if (loss === undefined) return;
   const why = `${ticket.key} (token ${ticket.fencingToken}) was lost by the other calls of this process holding it; call again for a key of its own`;
-  throw lost(why, { reason: loss });
+  throw lost(ticket.key, why, { reason: loss });
 }
 
 /**

@@ -8,7 +8,7 @@ import { markLeaseGone, type Session } from '../session.js';
 import { settledOrStopped } from '../stop.js';
 import type { KeyUse } from './key-users.js';
 import { dropTicket, type ReleaseWhat } from './release.js';
-import { queueOf, sessionQueue } from './state.js';
+import { LateKeys, queueOf, sessionQueue } from './state.js';
 import type { LostErrorFactory } from './wait.js';
 
 /** Our place in a queue, as the enqueue answered it. */
@@ -94,7 +94,7 @@ async function enqueue(
   const state = queueOf(session.client);
   const q = state.of(session);
   const inside = (k: string): boolean => inRange(k, spec.count);
-  for (let ahead = q.deletes.ahead(key, inside); ahead.length > 0; ahead = q.deletes.ahead(key, inside)) {
+  for (let ahead = q.deletes?.ahead(key, inside) ?? []; ahead.length > 0; ahead = q.deletes!.ahead(key, inside)) {
     await settledOrStopped(Promise.all(ahead), signal, session.signal);
   }
   session.assertAlive();
@@ -177,7 +177,7 @@ async function enqueueTxn(
       })
       .finally(() => {
         // An attempt may still land after we release the key: sweep it then (sweepWhenGivenUp).
-        if (progress.ambiguous) sessionQueue(session).late.mayLandLate(key);
+        if (progress.ambiguous) (sessionQueue(session).late ??= new LateKeys()).mayLandLate(key);
       });
     const found = t.succeeded ? undefined : txnRange(t, 0).kvs[0];
     // Ours to take: on our lease, and not retired (its holding lost, or given up by runAsLeader while
@@ -185,7 +185,7 @@ async function enqueueTxn(
     if (!found || (found.lease === session.leaseId && use.retired !== found.createRevision)) return t;
     if (replaced >= MAX_REPLACED) {
       const why = `${key} keeps being written without this session's lease (lease ${found.lease.toString(16)}); stop whoever writes it`;
-      throw lost(why, { reason: 'moved_off_lease' });
+      throw lost(key, why, { reason: 'moved_off_lease' });
     }
     await session.client.txn(
       {

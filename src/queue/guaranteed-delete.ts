@@ -6,7 +6,7 @@ import { channels, type DeleteOutcome, type ReleaseDoneMessage, type ReleaseRetr
 import { telemetryOf } from '../metrics/telemetry.js';
 import { queuePrefix } from '../keys.js';
 import { finishBeforeClose, type Session } from '../session.js';
-import { sessionQueue } from './state.js';
+import { InFlightDeletes, sessionQueue } from './state.js';
 
 /** What a key is held for: for the metrics and the diagnostics channels. */
 export interface ReleaseWhat {
@@ -34,7 +34,7 @@ export function deleteUntilGone(session: Session, key: string, token: bigint | u
   const first = deleteOnce(session, key, token);
   const done = retryUntilGone(session, key, token, what, first);
   // An enqueue of this session on the key, or behind it, waits for this delete (InFlightDeletes).
-  sessionQueue(session).deletes.add(key, done);
+  (sessionQueue(session).deletes ??= new InFlightDeletes()).add(key, done);
   return { first, done };
 }
 
@@ -145,7 +145,7 @@ export function sweepWhenGivenUp(
   inUse: () => boolean,
   remove: (fencingToken: bigint) => Promise<void>,
 ): void {
-  if (sessionQueue(session).late.givenUp(key)) void sweep(session, key, inUse, remove);
+  if (sessionQueue(session).late?.givenUp(key)) void sweep(session, key, inUse, remove);
 }
 
 async function sweep(session: Session, key: string, inUse: () => boolean, remove: (fencingToken: bigint) => Promise<void>): Promise<void> {

@@ -1,3 +1,4 @@
+import { ByKey } from '../by-key.js';
 import type { LossReason } from '../errors.js';
 
 /**
@@ -19,22 +20,15 @@ export interface KeyUse {
 }
 
 /** The keys one session uses, by key. */
-export class KeyUsers {
-  private readonly byKey = new Map<string, KeyUse>();
-
-  of(key: string): KeyUse | undefined {
-    return this.byKey.get(key);
-  }
-
+export class KeyUsers extends ByKey<KeyUse> {
   /** Forgets `use` once nobody uses or enqueues it: the next acquire on its key creates, not joins. */
   settle(key: string, use: KeyUse): void {
-    if (use.users === 0 && use.pending === 0 && this.byKey.get(key) === use) this.byKey.delete(key);
+    if (use.users === 0 && use.pending === 0 && this.of(key) === use) this.remove(use);
   }
 
   /** An enqueue of `key` starts: until it answers, the key is in use (no sweeper takes it for a ghost). */
   begin(key: string): KeyUse {
-    let use = this.byKey.get(key);
-    if (!use) this.byKey.set(key, (use = { key, fencingToken: undefined, users: 0, pending: 0 }));
+    const use = this.of(key) ?? this.add({ key, fencingToken: undefined, users: 0, pending: 0 });
     use.pending++;
     return use;
   }

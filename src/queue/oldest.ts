@@ -296,7 +296,7 @@ export async function ticketLost(session: Session, ticket: Ticket, lost: LostErr
   session.assertAlive();
   const kv = (await session.client.range({ key: Buffer.from(ticket.key) }, { signal }).catch(() => undefined))?.kvs[0];
   const reason = kv !== undefined && kv.createRevision === ticket.fencingToken ? 'moved_off_lease' : 'key_deleted';
-  throw lost(`${ticket.key} was deleted or moved to another lease while waiting`, { reason });
+  throw lost(ticket.key, `${ticket.key} was deleted or moved to another lease while waiting`, { reason });
 }
 
 /** Written again since its creation, and still on the lease its name carries: a lock holder's mark. */

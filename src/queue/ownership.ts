@@ -8,7 +8,8 @@ import { type LossReason, type OwnershipLostError, SessionExpiredError } from '.
 import type { AcquireProbe, HoldObserver } from '../metrics/telemetry.js';
 import { RELEASED, releaseKey, type ReleaseResult, type ReleaseWhat } from './release.js';
 import type { Due } from './recheck.js';
-import { queueOf, sessionQueue } from './state.js';
+import { Holdings, queueOf, sessionQueue } from './state.js';
+import type { Exit } from './gate.js';
 import type { LostErrorFactory } from './wait.js';
 import { publishOwnershipLost } from '../diagnostics.js';
 
@@ -40,7 +41,7 @@ export interface OwnershipOptions {
   /** The acquire's probe, when an OpenTelemetry SDK records: it records this holding from now on. */
   probe?: AcquireProbe | undefined;
   /** Ends this call's in-process turn on the key (gate.ts): on release, or when the holding is lost. */
-  exit?: (() => void) | undefined;
+  exit?: Exit | undefined;
 }
 
 /**
@@ -74,19 +75,19 @@ export class Ownership {
   readonly key: string;
   /** The key's CreateRevision: strictly increasing across owners, so protected resources can fence. */
   readonly fencingToken: bigint;
-  private readonly makeLostError: LostErrorFactory;
+  private readonly lost: LostErrorFactory;
   private readonly what: ReleaseWhat;
-  private exit: (() => void) | undefined;
+  private exit: Exit | undefined;
 
   constructor(o: OwnershipOptions) {
     this.session = o.session;
     this.key = o.key;
     this.fencingToken = o.fencingToken;
-    this.makeLostError = o.lost;
+    this.lost = o.lost;
     this.what = o.what;
     this.exit = o.exit;
     const { session, key, fencingToken, probe } = o;
-    const holdings = sessionQueue<Ownership>(session).holdings;
+    const holdings = (sessionQueue<Ownership>(session).holdings ??= new Holdings());
     // A sibling already holding this incarnation: the same leadership, not another one.
     const observer = probe?.held(fencingToken, this.siblings(holdings.of(key)).length > 0);
     this.observer = observer;
@@ -168,7 +169,7 @@ export class Ownership {
     // Left in etcd while another call of this process uses it or an enqueue in flight takes it over.
     const d = releaseKey(this.session, this.key, this.fencingToken, this.what);
     // The next call of this process on the key may go: its enqueue waits for our delete (if any).
-    this.exit?.();
+    this.exit?.leave();
     if (lost !== undefined) {
       const settled = d ? d.done.then(() => {}) : Promise.resolve();
       return { state: 'lost', error: lost, settled };
@@ -192,7 +193,7 @@ export class Ownership {
   }
 
   private releasedError(): OwnershipLostError {
-    return this.makeLostError(`${this.key} (token ${this.fencingToken}) was released`, { reason: 'released' });
+    return this.lost(this.key, `${this.key} (token ${this.fencingToken}) was released`, { reason: 'released' });
   }
 
   /**
@@ -208,14 +209,14 @@ export class Ownership {
     // or revoked by runAsLeader, whose release follows once its task settled) the release ends the turn.
     if (loss !== undefined) {
       sessionQueue<Ownership>(this.session).users.retire(this.key, this.fencingToken, loss);
-      this.exit?.();
+      this.exit?.leave();
     }
     clearTimeout(this.watchTimer);
     this.session.signal.removeEventListener('abort', this.onSessionLost);
     this.watch?.cancel();
     this.watch = undefined;
     this.disarmNet();
-    const siblings = this.siblings(sessionQueue<Ownership>(this.session).holdings.remove(this.key, this));
+    const siblings = this.siblings(sessionQueue<Ownership>(this.session).holdings?.remove(this.key, this));
     // Released or revoked while a sibling still holds the key: a leadership counted here goes on there.
     if (loss === undefined && siblings[0]?.observer) this.observer?.handOver(siblings[0].observer);
     this.observer?.ended(loss);
@@ -352,7 +353,7 @@ export class Ownership {
     if (this.ended) return;
     // Released by us, its delete still retried when the session ended: the lease takes the key, no loss.
     if (this.left) return this.endReleased();
-    const err = this.makeLostError(`${this.key} (token ${this.fencingToken}) is no longer owned: ${WHY[loss]}`, { reason: loss, cause });
+    const err = this.lost(this.key, `${this.key} (token ${this.fencingToken}) is no longer owned: ${WHY[loss]}`, { reason: loss, cause });
     this.endLost(err, loss);
   }
 
@@ -373,7 +374,7 @@ export class Ownership {
 
 /** This process's holdings of `key` still held: what an RWMutex checks before a downgrade or upgrade. */
 export function liveHoldings(session: Session, key: string): Ownership[] {
-  const set = sessionQueue<Ownership>(session).holdings.of(key);
+  const set = sessionQueue<Ownership>(session).holdings?.of(key);
   return set ? [...set].filter((o) => o.holds) : [];
 }
 

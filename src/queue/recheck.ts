@@ -18,7 +18,7 @@ export interface BatchCheck {
 export interface Due {
   readonly check: BatchCheck;
   readonly intervalMs: number;
-  /** When the check is next due (performance.now()); set by the re-checker. */
+  /** When the check is next due (performance.now(), in whole ms: no number boxed per waiter); set by the re-checker. */
   due: number;
   /** Told once when a check finds the waiter no longer blocked (it is unregistered then). */
   stale(): void;
@@ -47,7 +47,7 @@ export class Rechecker {
   add(e: Due): void {
     const n = e.check.keys.length;
     if (n > MAX_CHECK_KEYS) throw new RangeError(`a batched check reads at most ${MAX_CHECK_KEYS} keys, got ${n}`);
-    e.due = performance.now() + e.intervalMs;
+    e.due = Math.ceil(performance.now() + e.intervalMs);
     this.entries.add(e);
     if (!this.timer) {
       // A failure here must not become an unhandled rejection: the checks stay due for the next tick.
@@ -127,7 +127,7 @@ export class Rechecker {
       } catch {
         blocked = false; // a check that fails sends its waiter back to its rule, which reports the error
       }
-      if (blocked) e.due = after + e.intervalMs;
+      if (blocked) e.due = Math.ceil(after + e.intervalMs);
       else {
         this.remove(e);
         e.stale();

@@ -8,20 +8,20 @@ import { Gates } from './gate.js';
 import { KeyUsers } from './key-users.js';
 import { Rechecker } from './recheck.js';
 
-/** What the engine keeps of one session (a map a waiter leaves empty is made on first use: 10,000 waiters hold none). */
+/** What the engine keeps of one session (what a waiter leaves empty is made on first use: 10,000 waiters hold none). */
 export class SessionQueue<H = unknown> {
   /** The calls of this process on each key, counted (see key-users.ts). */
   readonly users = new KeyUsers();
   /** Deletes still in flight or retried, which an enqueue waits for (see guaranteed-delete.ts). */
-  readonly deletes = new InFlightDeletes();
+  deletes?: InFlightDeletes;
   /** Keys whose create may land late, swept once given up (see guaranteed-delete.ts). */
-  readonly late = new LateKeys();
+  late?: LateKeys;
   /** In-process turns per key (see gate.ts). */
   readonly gates = new Gates();
   /** Live holdings per key (see ownership.ts). */
-  readonly holdings = new Holdings<H>();
+  holdings?: Holdings<H>;
   /** Watches kept after a wait for the next one on the same key (see wait.ts). */
-  readonly kept = new KeptWatches();
+  kept?: KeptWatches;
 }
 
 /** The queue engine's state on one client. */
@@ -91,26 +91,26 @@ export class QueueLengths {
 
 /** One session's live holdings by key (those of one incarnation end together on a loss: Ownership.end). */
 export class Holdings<T> {
-  private byKey: Map<string, Set<T>> | undefined;
+  private readonly byKey = new Map<string, Set<T>>();
 
   /** Adds `h` under `key`; returns the holdings of `key` (with `h`). */
   add(key: string, h: T): ReadonlySet<T> {
-    let set = this.byKey?.get(key);
-    if (!set) (this.byKey ??= new Map()).set(key, (set = new Set()));
+    let set = this.byKey.get(key);
+    if (!set) this.byKey.set(key, (set = new Set()));
     set.add(h);
     return set;
   }
 
   /** Removes `h`; returns the holdings of `key` left. */
   remove(key: string, h: T): ReadonlySet<T> | undefined {
-    const set = this.byKey?.get(key);
+    const set = this.byKey.get(key);
     set?.delete(h);
-    if (set?.size === 0) this.byKey!.delete(key);
+    if (set?.size === 0) this.byKey.delete(key);
     return set;
   }
 
   of(key: string): ReadonlySet<T> | undefined {
-    return this.byKey?.get(key);
+    return this.byKey.get(key);
   }
 }
 
@@ -135,13 +135,13 @@ export class Kept implements WatchSink {
 
 /** One session's watches kept after a wait, by key: at most 4, each for 5 s, for its next wait on it. */
 export class KeptWatches {
-  private byKey: Map<string, Kept> | undefined;
+  private readonly byKey = new Map<string, Kept>();
   private listening = false;
 
   take(id: string): Kept | undefined {
-    const k = this.byKey?.get(id);
+    const k = this.byKey.get(id);
     if (!k) return undefined;
-    this.byKey!.delete(id);
+    this.byKey.delete(id);
     clearTimeout(k.timer);
     return k.w.ended ? undefined : k;
   }
@@ -152,18 +152,17 @@ export class KeptWatches {
       this.listening = true;
       session.signal.addEventListener('abort', () => this.dropAll(), { once: true });
     }
-    const byKey = (this.byKey ??= new Map());
-    const old = byKey.get(id);
+    const old = this.byKey.get(id);
     if (old) drop(old);
-    byKey.delete(id);
-    if (byKey.size >= 4) this.take(byKey.keys().next().value!)?.w.cancel();
+    this.byKey.delete(id);
+    if (this.byKey.size >= 4) this.take(this.byKey.keys().next().value!)?.w.cancel();
     k.timer = setTimeout(() => this.take(id)?.w.cancel(), 5000).unref();
-    byKey.set(id, k);
+    this.byKey.set(id, k);
   }
 
   private dropAll(): void {
-    for (const k of this.byKey?.values() ?? []) drop(k);
-    this.byKey?.clear();
+    for (const k of this.byKey.values()) drop(k);
+    this.byKey.clear();
   }
 }
 
@@ -177,22 +176,21 @@ function drop(k: Kept): void {
  * would queue behind (see ahead), so that a failed delete never makes its own process wait behind it.
  */
 export class InFlightDeletes {
-  private byKey: Map<string, Promise<unknown>> | undefined;
+  private readonly byKey = new Map<string, Promise<unknown>>();
 
   /** Records `done` under `key` until it settles (after any earlier delete of the key: both are waited for). */
   add(key: string, done: Promise<unknown>): void {
-    const map = (this.byKey ??= new Map());
-    const prev = map.get(key);
+    const prev = this.byKey.get(key);
     const all = prev ? Promise.all([prev, done]) : done;
-    map.set(key, all);
+    this.byKey.set(key, all);
     void all.then(() => {
-      if (map.get(key) === all) map.delete(key);
+      if (this.byKey.get(key) === all) this.byKey.delete(key);
     });
   }
 
   /** The deletes on `key` or on a key `inside` the range an enqueue counts (those it could queue behind). Empty almost always. */
   ahead(key: string, inside: (key: string) => boolean): Promise<unknown>[] {
-    if (!this.byKey?.size) return [];
+    if (this.byKey.size === 0) return [];
     const out: Promise<unknown>[] = [];
     for (const [k, p] of this.byKey) if (k === key || inside(k)) out.push(p);
     return out;
@@ -201,16 +199,16 @@ export class InFlightDeletes {
 
 /** One session's keys whose create had an unknown outcome, and whether each is swept (sweepWhenGivenUp). */
 export class LateKeys {
-  private keys: Map<string, boolean> | undefined;
+  private readonly keys = new Map<string, boolean>();
 
   mayLandLate(key: string): void {
-    if (!this.keys?.has(key)) (this.keys ??= new Map()).set(key, false);
+    if (!this.keys.has(key)) this.keys.set(key, false);
   }
 
   /** `key` is given up: true (once) when it may land late and should be swept from now on. */
   givenUp(key: string): boolean {
-    if (this.keys?.get(key) !== false) return false;
-    this.keys!.set(key, true);
+    if (this.keys.get(key) !== false) return false;
+    this.keys.set(key, true);
     return true;
   }
 }

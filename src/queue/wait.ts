@@ -9,10 +9,10 @@ import type { OwnershipEndReason, OwnershipLostError } from '../errors.js';
 import type { Session } from '../session.js';
 import { type BatchCheck, type Due, MAX_CHECK_KEYS } from './recheck.js';
 import { isStopped, listenStop, offStop, stopReason } from '../stop.js';
-import { Kept, queueOf, sessionQueue } from './state.js';
+import { Kept, KeptWatches, queueOf, sessionQueue } from './state.js';
 
-/** Raised when our own key vanished (or changed lease) while we queued. */
-export type LostErrorFactory = (message: string, options: { reason: OwnershipEndReason; cause?: unknown }) => OwnershipLostError;
+/** Raised when our own `key` vanished (or changed lease) while we queued: one per primitive, no closure per call. */
+export type LostErrorFactory = (key: string, why: string, options: { reason: OwnershipEndReason; cause?: unknown }) => OwnershipLostError;
 
 /** What a blocker's watch watches: a key or a prefix, and which events (the watch's options as they are). */
 export interface WatchTarget {
@@ -114,15 +114,14 @@ export class Wait implements WatchSink, Due {
   /** Waiting: events can end the wait. Before that they queue in `early`. */
   private waiting = false;
   private early: WatchBatch[] | undefined;
-  private endedEarly = false;
-  private endError: unknown;
+  private endedEarly: { err: unknown } | undefined;
   /** Registered with the client's re-checker (as a {@link Due}: no object of its own). */
   private rechecking = false;
   /** When the re-checker checks us next. */
   due = 0;
   private timer: NodeJS.Timeout | undefined;
-  /** The caller's signal aborted or the session was lost: stop at once, with its reason (see start). */
-  private readonly onStop = (): void => this.fail(this.stopReason());
+  /** The caller's signal aborted or the session was lost: stop at once, with its reason (see start). Bound: no closure per waiter. */
+  private readonly onStop = this.stop.bind(this);
 
   constructor(
     private readonly client: Client,
@@ -136,6 +135,10 @@ export class Wait implements WatchSink, Due {
     if (this.stopped()) return this.fail(this.stopReason());
     listenStop(this.signal, this.session?.signal, this.onStop);
     void this.next();
+  }
+
+  private stop(): void {
+    this.fail(this.stopReason());
   }
 
   private stopped(): boolean {
@@ -169,8 +172,7 @@ export class Wait implements WatchSink, Due {
   private async watch(b: Blocker, s: AbortSignal): Promise<boolean> {
     this.b = b;
     this.waiting = false;
-    this.endedEarly = false;
-    this.endError = undefined;
+    this.endedEarly = undefined;
     const t = b.watch;
     // The watch of this session's last wait on the same key, if it delivers every event after our
     // read: no create, no cancel, and what it delivered meanwhile is filtered in push() as any event.
@@ -205,7 +207,7 @@ export class Wait implements WatchSink, Due {
   private keptFor(b: Blocker): Kept | undefined {
     const key = b.watch.key;
     if (!this.session || !b.keep || typeof key !== 'string') return undefined;
-    const k = sessionQueue(this.session).kept.take(key);
+    const k = sessionQueue(this.session).kept?.take(key);
     if (!k || (b.asOf !== undefined && k.from <= b.asOf && k.through <= b.asOf)) return k;
     k.w.cancel();
     return undefined;
@@ -224,7 +226,7 @@ export class Wait implements WatchSink, Due {
     const early = this.early;
     while (early && early.length > 0 && this.waiting) this.push(early.shift()!);
     if (this.early === early) this.early = undefined;
-    if (this.waiting && this.endedEarly) this.end(this.endError);
+    if (this.waiting && this.endedEarly) this.end(this.endedEarly.err);
   }
 
   /** Due: how often the safety net checks: max(10 s, TTL). */
@@ -293,8 +295,7 @@ export class Wait implements WatchSink, Due {
   end(err?: unknown): void {
     if (this.done) return;
     if (!this.waiting) {
-      this.endedEarly = true;
-      this.endError = err;
+      this.endedEarly = { err };
       return;
     }
     if (err === undefined || err instanceof CompactedError) this.moved();
@@ -335,7 +336,7 @@ export class Wait implements WatchSink, Due {
       const k = new Kept(w, this.from, this.through);
       if (early) k.batches.push(...early);
       w.sink = k;
-      return sessionQueue(this.session).kept.keep(this.session, b.watch.key, k);
+      return (sessionQueue(this.session).kept ??= new KeptWatches()).keep(this.session, b.watch.key, k);
     }
     w.sink = IGNORED;
     w.cancel();
