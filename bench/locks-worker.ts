@@ -47,7 +47,7 @@ const names = Number(values.names);
 // Twenty processes starting at once on a busy machine: give the first connection time.
 const client = new Client({ endpoints: values.endpoints!.split(','), dialTimeoutMs: 15_000 });
 const counter = new RpcCounter(client);
-const sessions = await Promise.all(Array.from({ length: Number(values.sessions) }, () => Session.create(client)));
+const sessions = await Promise.all(Array.from({ length: Number(values.sessions) }, () => Session.create(client, { ttl: 60 })));
 process.stdout.write('ready\n');
 
 /** Runs `mode` for `durationMs` on every session at once. */
