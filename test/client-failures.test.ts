@@ -158,15 +158,20 @@ describe('connection failures', () => {
 
   it('a signal aborted right after the call started still cancels it', async () => {
     const p = fresh('abort-early');
+    // On a ready connection the request is written in the call's own tick, so it may reach etcd
+    // although the call rejects: its outcome is unknown. It writes on a lease revoked at the end,
+    // which deletes the key if the put landed and refuses the put if it lands after.
+    const { id: lease } = await client.leaseGrant(60);
     const ac = new AbortController();
-    const call = client.put(`${p}k`, 'v', { signal: ac.signal });
+    const call = client.put(`${p}k`, 'v', { signal: ac.signal, lease });
     call.catch(() => {});
     const reason = new Error('changed my mind');
-    ac.abort(reason); // before the request went out (it waits for ready() and metadata())
+    ac.abort(reason);
     try {
       await assert.rejects(call, (e) => e === reason);
     } finally {
       await call.catch(() => {});
+      await client.leaseRevoke(lease);
       await cleanup(p);
     }
   });
