@@ -3,12 +3,13 @@
 // record of every key (checker/recipes.ts).
 //   barrier    hold the barrier `<name>/gate` (on the session's lease: it opens when its holder dies)
 //              and release it a little later; or, finding it held, wait() on it and report the
-//              holder's key it waited for.
+//              holder's key it waited for; or, finding its own hold (a release whose answer was
+//              lost), release that hold again.
 //   dbarrier   enter() the DoubleBarrier `<name>` of `count` members (every dbarrier worker), stay a
 //              little, leave().
 //   multilock  lockAll() two or three of the locks `<name>/m0`..`<name>/m3`, hold, unlock(); after a
 //              failed lockAll, report any of its keys still there once its release had time.
-import { Barrier, DoubleBarrier, lockAll, prefixEnd, type Client, type MultiLockHandle, type Session } from '../src/index.js';
+import { Barrier, compare, DoubleBarrier, lockAll, op, prefixEnd, type Client, type MultiLockHandle, type Session } from '../src/index.js';
 import { now, type Prng, type WorkerConfig, type WorkerEvent } from './common.js';
 
 /** What a recipe cycle needs from its worker. */
@@ -49,6 +50,12 @@ export function recipeCycles(ctx: RecipeContext): Record<'barrier' | 'dbarrier' 
     const gate = `${cfg.name}/gate`;
     const barrier = new Barrier(client, gate, { session: s });
     const before = (await readPrefix(client, `${cfg.name}/`)).kvs.find((k) => k.key === gate);
+    if (before?.lease === s.leaseId) {
+      // Our own hold, left by a release whose answer was lost (WriteOutcomeUnknownError): read the
+      // state and release again, that hold only, as the error says; waiting on it would wait forever.
+      await releaseHold(gate, before.create);
+      return;
+    }
     if (!before) {
       await barrier.hold();
       const mine = (await readPrefix(client, `${cfg.name}/`)).kvs.find((k) => k.key === gate);
@@ -69,6 +76,11 @@ export function recipeCycles(ctx: RecipeContext): Record<'barrier' | 'dbarrier' 
       waitedMs: Math.round(now() - started),
       at: now(),
     });
+  }
+
+  /** Deletes the gate only while it is the hold created at `create` (a later hold is someone else's). */
+  async function releaseHold(gate: string, create: bigint): Promise<void> {
+    await client.txn({ compare: [compare.createRevision(gate, '=', create)], success: [op.delete(gate)], failure: [] });
   }
 
   async function dbarrierCycle(): Promise<void> {

@@ -158,16 +158,20 @@ function uidOf(user: string): number | undefined {
 }
 
 /**
- * The uid owning the client end of a TCP connection to us from `port` on this machine, from the
- * kernel's socket table: who really made the request (apt's download worker, or apt as root).
+ * The uid owning the client end of the TCP connection from `port` to our `serverPort` on this
+ * machine, from the kernel's socket table: who really made the request (apt's download worker, or
+ * apt as root). Only an established socket with both ports counts: the table also lists closed
+ * connections in TIME_WAIT, under uid 0, and one of them may have used the same client port to
+ * reach another server.
  */
-function uidOfPeer(port: number): number | undefined {
-  const hex = port.toString(16).toUpperCase().padStart(4, '0');
+function uidOfPeer(port: number, serverPort: number): number | undefined {
+  const hex = (n: number) => `:${n.toString(16).toUpperCase().padStart(4, '0')}`;
   for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
     if (!existsSync(table)) continue;
     for (const line of readFileSync(table, 'utf8').split('\n').slice(1)) {
       const f = line.trim().split(/\s+/);
-      if (f[1]?.endsWith(`:${hex}`)) return Number(f[7]);
+      const established = f[3] === '01';
+      if (established && f[1]?.endsWith(hex(port)) && f[2]?.endsWith(hex(serverPort))) return Number(f[7]);
     }
   }
   return undefined;
@@ -216,7 +220,7 @@ async function plantedMirror(dir: string, marker: string) {
   );
   const requests: { path: string; uid: number | undefined }[] = [];
   const server = createHttpServer((req, res) => {
-    requests.push({ path: req.url ?? '', uid: uidOfPeer(req.socket.remotePort!) });
+    requests.push({ path: req.url ?? '', uid: uidOfPeer(req.socket.remotePort!, req.socket.localPort!) });
     const file = path.join(dir, path.normalize(decodeURIComponent(req.url ?? '/')));
     readFile(file).then(
       (body) => res.writeHead(200).end(body),
