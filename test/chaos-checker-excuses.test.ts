@@ -494,3 +494,44 @@ test('seed 20261205: on a fixed etcd the overlap stays a violation without the s
   // On 3.4.23 (the bug unfixed) the revision record alone suffices, as before.
   assert.deepEqual(overlapViolations(judgeFinding({ etcdVersion: '3.4.23', leaseGone: [] }).overlaps, 'x'), []);
 });
+
+// Seed 1710431638 on etcd 3.5.30 (CI's failures at seeds 3462639200 and 4190855989's rehearsal had the
+// same shape): m2, the Raft leader, paused 3,758 ms from 0.6 s of the phase; its stale lessor's first
+// 16 revokes timed out 7 s after its wake (11.33 s), and the next wave landed then: unfenced-0#1's
+// lease among them. unfenced-1#1 was granted 2013 at 11.414 s, unfenced-0#1 began releasing 1998
+// 1.9 ms later without having noticed, and 83 ms after the grant its session was told the lease was
+// gone with 2258.5 ms still before its deadline. Phase-clock ms; revisions illustrative.
+const wave = {
+  pause: { kind: 'member-pause', target: 'm2 (leader)', start: 600, end: 4358 } as FaultRecord,
+  timedOut: [{ member: 'm2', at: 11_330 }] as StaleRevoke[],
+  a: { ...iv('unfenced-0#1', 1998n, 11_400, 11_415.9), sessionFrom: 0, lease: '18b6f3785f2edfab', ttl: 3 } as HeldInterval,
+  b: { ...iv('unfenced-1#1', 2013n, 11_414, 11_453), witnessRev: 2015n } as HeldInterval,
+  key: { key: 'chaos/unfenced/18b6f3785f2edfab', create: 1998n, lease: '18b6f3785f2edfab', deleted: 2010n, how: 'lease-ended' } as KeyLife,
+  told: { worker: 'unfenced-0#1', lease: '18b6f3785f2edfab', leftMs: 2258.5, at: 11_497 } as LeaseGoneReport,
+};
+const judgeWave = (over: Partial<checker.LeaseEvidence> = {}, faults = [wave.pause]) =>
+  overlapViolations(
+    findOverlaps([wave.a, wave.b], faults, undefined, undefined, {
+      etcdVersion: '3.5.30',
+      keys: [wave.key],
+      leaseGone: [wave.told],
+      staleRevokes: wave.timedOut,
+      ...over,
+    }).overlaps,
+    'unfenced-overlap',
+  ).map((v) => v.check);
+
+test("seed 1710431638: a grant in the stale lessor's later wave (after its timed-out revokes) is etcd 15247 to the overlap check, as to the lease check", () => {
+  // The lease check attributed the report to that wave in the run; the overlap check now agrees.
+  assert.deepEqual(checkLeaseExpiries([wave.told], [wave.pause], wave.timedOut).byDeposedLeaderLate, 1);
+  assert.deepEqual(judgeWave(), []);
+  // Without the member's timed-out revokes, or with another member's, the grant is 7 s past the wake window.
+  assert.deepEqual(judgeWave({ staleRevokes: [] }), ['unfenced-overlap']);
+  assert.deepEqual(judgeWave({ staleRevokes: [{ member: 'm1', at: 11_330 }] }), ['unfenced-overlap']);
+  // A grant more than DEPOSED_LEADER_WINDOW_MS after the timed-out revokes.
+  assert.deepEqual(judgeWave({ staleRevokes: [{ member: 'm2', at: wave.b.from - DEPOSED_LEADER_WINDOW_MS - 1 }] }), ['unfenced-overlap']);
+  // Every other piece of etcd's word is still needed on a fixed etcd.
+  assert.deepEqual(judgeWave({ leaseGone: [] }), ['unfenced-overlap']);
+  assert.deepEqual(judgeWave({ keys: [{ ...wave.key, deleted: 2016n }] }), ['unfenced-overlap']);
+  assert.deepEqual(judgeWave({}, [{ ...wave.pause, target: 'm2' }]), ['unfenced-overlap']);
+});
