@@ -2,7 +2,7 @@
 import { type KeyLife, hasBug15247 } from '../revisions.js';
 import { FREEZES, WAKE_GRACE_MS, freezeExplains, minExcusingFreezeMs } from './freezes.js';
 import { type FaultRecord, type HeldInterval, operatorExplains } from './history.js';
-import { type LeaseGoneReport, type StaleRevoke, deposedLeaderRevoke, deposedRevokeWindow } from './leases.js';
+import { type LeaseGoneReport, type StaleRevoke, deposedLeaderRevoke, leaderWake } from './leases.js';
 
 /** The cause of an overlap that a deposed Raft leader's revoke of a live lease explains (see explain()). */
 export const DEPOSED_REVOKE_CAUSE = 'etcd 15247 (a deposed leader revoked a live lease)';
@@ -80,10 +80,8 @@ export interface LeaseEvidence {
  *    (`lease`) was gone while its deadline still lay ahead (a LeaseGoneReport with leftMs > 0), within
  *    DEPOSED_REVOKE_NOTICE_MS after `b` started, a report deposedLeaderRevoke() attributes to this
  *    same pause (as checkLeaseExpiries() does);
- * 2. `b` started when that pause's stale lessor's revocations land (deposedRevokeWindow()): at the
- *    wake of a pause of the member that was leader, or in a later wave, just after a revoke that
- *    member logged as timed out (with more than 16 leases); and that pause lasted at least
- *    staleLessorPauseMs(`a`'s TTL) (no TTL known: not attributed);
+ * 2. `b` started at the wake of a pause of the member that was leader (leaderWake()), and that pause
+ *    lasted at least staleLessorPauseMs(`a`'s TTL) (no TTL known: not attributed);
  * 3. `a`'s lease existed before the pause began (`sessionFrom`, else its own start `from`, before the
  *    pause's start): a lease granted while the leader was frozen is unknown to its stale lessor;
  * 4. `a` noticed the loss within DEPOSED_REVOKE_NOTICE_MS after `b` started;
@@ -105,7 +103,7 @@ export function deposedRevokeOf(a: HeldInterval, b: HeldInterval, faults: FaultR
 function deposedRevokeByClock(a: HeldInterval, b: HeldInterval, faults: FaultRecord[], leases?: LeaseEvidence): FaultRecord | undefined {
   if (a.lost ? !lostToRevoke(a.lostReason) : a.died || a.lease === undefined) return undefined;
   if (a.ttl === undefined || a.to - b.from > DEPOSED_REVOKE_NOTICE_MS) return undefined;
-  const pause = deposedRevokeWindow(b.from, faults, leases?.staleRevokes);
+  const pause = leaderWake(b.from, faults);
   if (!pause || pause.end - pause.start < staleLessorPauseMs(a.ttl)) return undefined;
   if ((a.sessionFrom ?? a.from) >= pause.start) return undefined;
   // Released before the loss reached it, or on an etcd said to be fixed: etcd's own word that its lease went at this wake.
@@ -155,9 +153,8 @@ function revokedBefore(a: HeldInterval, b: HeldInterval, keys: KeyLife[] | undef
  * had been renewing, `a`'s among them; its key goes, `b` is rightly granted, and `a` hears of the
  * deletion through its watch a little later. Attributed only on all of deposedRevokeOf()'s
  * conditions: `a` saw the loss as its key deleted or its lease gone (or released first, and etcd
- * then told its worker its lease was gone early, at that wake: `leases`), `b` started when the
- * revokes of a leader pause long enough for the stale lessor to find a renewed lease expired land
- * (its wake, or a later wave after that member's timed-out revokes), `a`'s lease is
+ * then told its worker its lease was gone early, at that wake: `leases`), `b` started at the wake of a
+ * leader pause long enough for the stale lessor to find a renewed lease expired, `a`'s lease is
  * older than that pause, and `a` noticed within DEPOSED_REVOKE_NOTICE_MS. A network fault (black
  * hole, partition, member down) never explains one: the session's deadline is there so that a
  * holder cut off from etcd learns of its loss before the server can expire its lease. When only

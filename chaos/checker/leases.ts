@@ -60,16 +60,7 @@ export interface StaleRevoke {
  * logged by that member, up to DEPOSED_BATCH_MS after its wake.
  */
 export function deposedLeaderRevoke(r: LeaseGoneReport, faults: FaultRecord[], staleRevokes: StaleRevoke[] = []): FaultRecord | undefined {
-  return deposedRevokeWindow(r.at, faults, staleRevokes);
-}
-
-/**
- * The leader pause whose stale lessor's revocations may land at `at`: at its wake (leaderWake()), or
- * in a later wave, within DEPOSED_LEADER_WINDOW_MS after a timed-out revoke that member logged up to
- * DEPOSED_BATCH_MS after its wake. Else undefined.
- */
-export function deposedRevokeWindow(at: number, faults: FaultRecord[], staleRevokes: StaleRevoke[] = []): FaultRecord | undefined {
-  const atWake = leaderWake(at, faults);
+  const atWake = leaderWake(r.at, faults);
   if (atWake) return atWake;
   return leaderPauses(faults).find((f) => {
     const member = f.target.split(' ')[0];
@@ -78,8 +69,8 @@ export function deposedRevokeWindow(at: number, faults: FaultRecord[], staleRevo
         e.member === member &&
         e.at >= f.end - WAKE_GRACE_MS &&
         e.at <= f.end + DEPOSED_BATCH_MS &&
-        at >= e.at - WAKE_GRACE_MS &&
-        at <= e.at + DEPOSED_LEADER_WINDOW_MS,
+        r.at >= e.at - WAKE_GRACE_MS &&
+        r.at <= e.at + DEPOSED_LEADER_WINDOW_MS,
     );
   });
 }
