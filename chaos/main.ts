@@ -97,7 +97,7 @@ if (hasBug15247(runEtcdVersion))
   );
 else
   say(
-    `  ${runEtcdVersion.trim()}: a woken deposed leader's revoke (etcd 15247's wake form) is excused only with etcd's revisions and the holder's own session told its lease was gone early`,
+    `  ${runEtcdVersion.trim()}: a deposed leader's revoke (etcd 15247: at its wake, or a later wave of its stale batch) is excused only with etcd's revisions and the holder's own session told its lease was gone early`,
   );
 const results: PhaseResult[] = [];
 let fatal: string | undefined;

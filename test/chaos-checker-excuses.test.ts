@@ -7,6 +7,7 @@ import {
   BEYOND_RECORD_CAUSE,
   checkElection,
   checkLeaseExpiries,
+  DEPOSED_BATCH_MS,
   DEPOSED_LEADER_WINDOW_MS,
   DEPOSED_REVOKE_CAUSE,
   DEPOSED_REVOKE_NOTICE_MS,
@@ -18,6 +19,7 @@ import {
   overlapViolations,
   rwConflict,
   verdict,
+  WAKE_GRACE_MS,
   type FaultRecord,
   type HeldInterval,
   type LeaseGoneReport,
@@ -493,4 +495,98 @@ test('seed 20261205: on a fixed etcd the overlap stays a violation without the s
   ]);
   // On 3.4.23 (the bug unfixed) the revision record alone suffices, as before.
   assert.deepEqual(overlapViolations(judgeFinding({ etcdVersion: '3.4.23', leaseGone: [] }).overlaps, 'x'), []);
+});
+
+// Seed 3462639200 on etcd 3.5.30 (--quick, TTL 3 s): m1, the Raft leader, frozen 4,452 ms (10.217 s
+// to 14.669 s); on waking it proposed revocations of the leases its stale lessor found expired, 16 at
+// a time: those went into its stale term and timed out 7 s later ("failed to revoke lease ... request
+// timed out" x 16 at 21.672 s), and each freed slot sent the next lease as a follower. The WAL shows
+// them at term 3, with m1's request ids: fenced-1's lease (index 2874) and unfenced-0's (2875); their
+// keys 2701 and 2720 went with them at revisions 2740 and 2741. unfenced-1 was granted 2733 at
+// 21.711 s and fenced-0 2731 at 21.708 s while unfenced-0 and fenced-1, which had not heard, released
+// 12.8 and 12.5 ms later; their sessions were told their leases were gone at 21.813 s and 21.882 s,
+// 1496.8 and 1535.6 ms before their own deadlines. Times are the run's (ms on the phase clock); the
+// witness revisions are illustrative (the logs do not give them; the judge found them after 2741).
+const wave = {
+  pause: { kind: 'member-pause', target: 'm1 (leader)', start: 10_217, end: 14_669 } as FaultRecord,
+  timedOut: [{ member: 'm1', at: 21_672 }] as StaleRevoke[],
+  unfenced: {
+    a: { ...iv('unfenced-0#1', 2720n, 21_683, 21_723.8), sessionFrom: 9_053, lease: '10f15a5fe18db54a', ttl: TTL },
+    b: { ...iv('unfenced-1#1', 2733n, 21_711, 21_738), witnessRev: 2745n },
+    key: {
+      key: 'chaos/unfenced/10f15a5fe18db54a',
+      create: 2720n,
+      lease: '10f15a5fe18db54a',
+      deleted: 2741n,
+      how: 'lease-ended',
+    } as KeyLife,
+    told: { worker: 'unfenced-0#1', lease: '10f15a5fe18db54a', leftMs: 1496.8, at: 21_813 } as LeaseGoneReport,
+  },
+  fenced: {
+    a: { ...iv('fenced-1#1', 2701n, 21_686, 21_720.5), sessionFrom: 9_113, lease: '21a7926df3080c50', ttl: TTL },
+    b: { ...iv('fenced-0#1', 2731n, 21_708, 21_845), witnessRev: 2744n },
+    key: { key: 'chaos/fenced/21a7926df3080c50', create: 2701n, lease: '21a7926df3080c50', deleted: 2740n, how: 'lease-ended' } as KeyLife,
+    told: { worker: 'fenced-1#1', lease: '21a7926df3080c50', leftMs: 1535.6, at: 21_882 } as LeaseGoneReport,
+  },
+};
+type WaveLock = (typeof wave)['unfenced'];
+const judgeWave = (lock: WaveLock, over: Partial<checker.LeaseEvidence> = {}, faults = [wave.pause], a = lock.a) =>
+  findOverlaps([a, lock.b], faults, undefined, undefined, {
+    etcdVersion: '3.5.30',
+    keys: [lock.key],
+    leaseGone: [lock.told],
+    staleRevokes: wave.timedOut,
+    ...over,
+  });
+
+test("seed 3462639200: a release after a deposed leader's later wave of revocations (7 s after its wake) took the lease is etcd 15247 on 3.5.30", () => {
+  for (const [lock, ms] of [
+    [wave.unfenced, 12.8],
+    [wave.fenced, 12.5],
+  ] as const) {
+    const judged = judgeWave(lock);
+    assert.deepEqual(
+      judged.overlaps.map((o) => [Math.round(o.ms * 10) / 10, o.cause]),
+      [[ms, DEPOSED_REVOKE_CAUSE]],
+      lock.a.worker,
+    );
+    assert.deepEqual(overlapViolations(judged.overlaps, 'unfenced-overlap'), []);
+    // The lease check attributes the same report to the same wave (the run: 3 early, 3 attributed, all late).
+    const leases = checkLeaseExpiries([lock.told], [wave.pause], wave.timedOut);
+    assert.deepEqual([leases.byDeposedLeader, leases.byDeposedLeaderLate, leases.violations.length], [1, 1, 0]);
+  }
+});
+
+test("seed 3462639200: the later wave needs the woken leader's own timed-out revoke just before the grant, and etcd's other words as at the wake", () => {
+  const unexplained = (why: string, over: Partial<checker.LeaseEvidence>, faults = [wave.pause], a = wave.unfenced.a): void => {
+    assert.deepEqual(
+      overlapViolations(judgeWave(wave.unfenced, over, faults, a).overlaps, 'unfenced-overlap').map((v) => v.check),
+      ['unfenced-overlap'],
+      why,
+    );
+  };
+  const { b } = wave.unfenced;
+  unexplained('no timed-out revoke logged', { staleRevokes: [] });
+  unexplained('a timed-out revoke of another member', { staleRevokes: [{ member: 'm0', at: 21_672 }] });
+  unexplained('the timed-out revoke more than DEPOSED_LEADER_WINDOW_MS before the grant', {
+    staleRevokes: [{ member: 'm1', at: b.from - DEPOSED_LEADER_WINDOW_MS - 1 }],
+  });
+  unexplained('the timed-out revoke well after the grant', { staleRevokes: [{ member: 'm1', at: b.from + 1000 }] });
+  // (the grant too comes before the wake's window: else the wake itself explains it)
+  unexplained('the timed-out revoke before the leader woke', {}, [{ ...wave.pause, start: 17_000, end: b.from + WAKE_GRACE_MS + 1 }]);
+  const longAgo = { ...wave.pause, start: 21_672 - DEPOSED_BATCH_MS - 5000, end: 21_672 - DEPOSED_BATCH_MS - 1 };
+  unexplained('the timed-out revoke more than DEPOSED_BATCH_MS after the wake', {}, [longAgo], {
+    ...wave.unfenced.a,
+    sessionFrom: longAgo.start - 100,
+  });
+  unexplained('no lease_gone report', { leaseGone: [] });
+  unexplained('the report came when the deadline had passed', { leaseGone: [{ ...wave.unfenced.told, leftMs: -5 }] });
+  unexplained('the key deleted, not removed with its lease', { keys: [{ ...wave.unfenced.key, how: 'deleted' }] });
+  unexplained('the key removed after the grant', { keys: [{ ...wave.unfenced.key, deleted: b.witnessRev! + 1n }] });
+  unexplained('a follower paused', {}, [{ ...wave.pause, target: 'm1' }]);
+  unexplained('a lease granted while the leader was frozen', {}, [wave.pause], { ...wave.unfenced.a, sessionFrom: 11_667 });
+  unexplained('released more than DEPOSED_REVOKE_NOTICE_MS after the grant', {}, [wave.pause], {
+    ...wave.unfenced.a,
+    to: b.from + DEPOSED_REVOKE_NOTICE_MS + 1,
+  });
 });

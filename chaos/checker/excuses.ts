@@ -2,7 +2,7 @@
 import { type KeyLife, hasBug15247 } from '../revisions.js';
 import { FREEZES, WAKE_GRACE_MS, freezeExplains, minExcusingFreezeMs } from './freezes.js';
 import { type FaultRecord, type HeldInterval, operatorExplains } from './history.js';
-import { type LeaseGoneReport, type StaleRevoke, deposedLeaderRevoke, leaderWake } from './leases.js';
+import { type LeaseGoneReport, type StaleRevoke, deposedLeaderRevoke } from './leases.js';
 
 /** The cause of an overlap that a deposed Raft leader's revoke of a live lease explains (see explain()). */
 export const DEPOSED_REVOKE_CAUSE = 'etcd 15247 (a deposed leader revoked a live lease)';
@@ -62,7 +62,8 @@ export interface LeaseEvidence {
   staleRevokes?: StaleRevoke[];
   /**
    * The etcd version of the run: on versions said to be fixed (hasBug15247() false) the excuse also
-   * needs the holder's own session told its lease was gone early at that wake (deposedRevokeOf() 5).
+   * needs the holder's own session told its lease was gone early by that pause's stale revocations
+   * (deposedRevokeOf() 5).
    */
   etcdVersion?: string;
   /** The observer's record of every key (observer.ts): etcd 15247 needs the earlier key gone with its lease. */
@@ -72,7 +73,8 @@ export interface LeaseEvidence {
 }
 
 /**
- * The Raft leader's pause whose wake revoked `a`'s live lease (etcd 15247), letting `b` in, if all of
+ * The Raft leader's pause whose stale lessor revoked `a`'s live lease (etcd 15247), at its wake or in a
+ * later wave of the same batch, letting `b` in, if all of
  * these hold (else undefined):
  * 1. `a` saw its hold lost (`lost`) for a reason a revoke causes: its key deleted, or its lease gone
  *    (lostToRevoke(), REVOKE_LOSS_REASONS), never its own deadline; or `a` released (not lost, not
@@ -80,15 +82,17 @@ export interface LeaseEvidence {
  *    (`lease`) was gone while its deadline still lay ahead (a LeaseGoneReport with leftMs > 0), within
  *    DEPOSED_REVOKE_NOTICE_MS after `b` started, a report deposedLeaderRevoke() attributes to this
  *    same pause (as checkLeaseExpiries() does);
- * 2. `b` started at the wake of a pause of the member that was leader (leaderWake()), and that pause
- *    lasted at least staleLessorPauseMs(`a`'s TTL) (no TTL known: not attributed);
+ * 2. `b` started when that pause's stale revocations land (deposedLeaderRevoke()): at the wake of a
+ *    pause of the member that was leader, or right after one of that member's timed-out revokes (a
+ *    later wave of its stale batch, `staleRevokes`), and that pause lasted at least
+ *    staleLessorPauseMs(`a`'s TTL) (no TTL known: not attributed);
  * 3. `a`'s lease existed before the pause began (`sessionFrom`, else its own start `from`, before the
  *    pause's start): a lease granted while the leader was frozen is unknown to its stale lessor;
  * 4. `a` noticed the loss within DEPOSED_REVOKE_NOTICE_MS after `b` started;
  * 5. the observer's record shows `a`'s key removed with its lease at or before `b`'s witness
  *    revision (revokedBefore()); and, on an etcd said to be fixed (hasBug15247() false: 3.4.28,
- *    3.5.11 and later), `a`'s own session was also told its lease was gone early at that same wake
- *    (leaseReportedGone()), as for a release in 1. The wake-time revoke still happens there
+ *    3.5.11 and later), `a`'s own session was also told its lease was gone early by that same pause's
+ *    revocations (leaseReportedGone()), as for a release in 1. The wake-time revoke still happens there
  *    (chaos/deposed-revoke.ts measured it on 3.5.30, 3.6.16 and 3.7.3: PR 16822's leadership check
  *    is skipped by a member that ticked within 3 heartbeats, true right after SIGCONT), and the lease
  *    check already attributes those early expiries to it on every version; without both pieces of
@@ -103,10 +107,10 @@ export function deposedRevokeOf(a: HeldInterval, b: HeldInterval, faults: FaultR
 function deposedRevokeByClock(a: HeldInterval, b: HeldInterval, faults: FaultRecord[], leases?: LeaseEvidence): FaultRecord | undefined {
   if (a.lost ? !lostToRevoke(a.lostReason) : a.died || a.lease === undefined) return undefined;
   if (a.ttl === undefined || a.to - b.from > DEPOSED_REVOKE_NOTICE_MS) return undefined;
-  const pause = leaderWake(b.from, faults);
+  const pause = deposedLeaderRevoke(b.from, faults, leases?.staleRevokes);
   if (!pause || pause.end - pause.start < staleLessorPauseMs(a.ttl)) return undefined;
   if ((a.sessionFrom ?? a.from) >= pause.start) return undefined;
-  // Released before the loss reached it, or on an etcd said to be fixed: etcd's own word that its lease went at this wake.
+  // Released before the loss reached it, or on an etcd said to be fixed: etcd's own word that this pause's revocations took its lease.
   if (a.lost && hasBug15247(leases?.etcdVersion)) return pause;
   return leaseReportedGone(a, b, pause, faults, leases) ? pause : undefined;
 }
@@ -126,7 +130,7 @@ function leaseReportedGone(a: HeldInterval, b: HeldInterval, pause: FaultRecord,
         r.leftMs > 0 &&
         r.at >= b.from &&
         r.at - b.from <= DEPOSED_REVOKE_NOTICE_MS &&
-        deposedLeaderRevoke(r, faults, leases?.staleRevokes) === pause,
+        deposedLeaderRevoke(r.at, faults, leases?.staleRevokes) === pause,
     )
   );
 }
@@ -153,8 +157,9 @@ function revokedBefore(a: HeldInterval, b: HeldInterval, keys: KeyLife[] | undef
  * had been renewing, `a`'s among them; its key goes, `b` is rightly granted, and `a` hears of the
  * deletion through its watch a little later. Attributed only on all of deposedRevokeOf()'s
  * conditions: `a` saw the loss as its key deleted or its lease gone (or released first, and etcd
- * then told its worker its lease was gone early, at that wake: `leases`), `b` started at the wake of a
- * leader pause long enough for the stale lessor to find a renewed lease expired, `a`'s lease is
+ * then told its worker its lease was gone early, by that pause's revocations: `leases`), `b` started
+ * at the wake of a leader pause long enough for the stale lessor to find a renewed lease expired, or
+ * right after one of that member's timed-out revokes (a later wave of its batch), `a`'s lease is
  * older than that pause, and `a` noticed within DEPOSED_REVOKE_NOTICE_MS. A network fault (black
  * hole, partition, member down) never explains one: the session's deadline is there so that a
  * holder cut off from etcd learns of its loss before the server can expire its lease. When only

@@ -55,12 +55,13 @@ export interface StaleRevoke {
  * with more than 16 leases, revocations also land one request timeout (7 s) or more after the wake,
  * each right after the member logs "failed to revoke lease ... request timed out".
  *
- * Attributed when the loss came within DEPOSED_LEADER_WINDOW_MS after the end of a `member-pause`
+ * The pause whose stale revocations may land at `at` (a session told its lease was gone, a holder
+ * let in by a revoked key): `at` within DEPOSED_LEADER_WINDOW_MS after the end of a `member-pause`
  * of the member that was leader, or within DEPOSED_LEADER_WINDOW_MS after such a timed-out revoke
  * logged by that member, up to DEPOSED_BATCH_MS after its wake.
  */
-export function deposedLeaderRevoke(r: LeaseGoneReport, faults: FaultRecord[], staleRevokes: StaleRevoke[] = []): FaultRecord | undefined {
-  const atWake = leaderWake(r.at, faults);
+export function deposedLeaderRevoke(at: number, faults: FaultRecord[], staleRevokes: StaleRevoke[] = []): FaultRecord | undefined {
+  const atWake = leaderWake(at, faults);
   if (atWake) return atWake;
   return leaderPauses(faults).find((f) => {
     const member = f.target.split(' ')[0];
@@ -69,8 +70,8 @@ export function deposedLeaderRevoke(r: LeaseGoneReport, faults: FaultRecord[], s
         e.member === member &&
         e.at >= f.end - WAKE_GRACE_MS &&
         e.at <= f.end + DEPOSED_BATCH_MS &&
-        r.at >= e.at - WAKE_GRACE_MS &&
-        r.at <= e.at + DEPOSED_LEADER_WINDOW_MS,
+        at >= e.at - WAKE_GRACE_MS &&
+        at <= e.at + DEPOSED_LEADER_WINDOW_MS,
     );
   });
 }
@@ -114,9 +115,9 @@ export function checkLeaseExpiries(
     )
       continue;
     early++;
-    if (deposedLeaderRevoke(r, faults, staleRevokes)) {
+    if (deposedLeaderRevoke(r.at, faults, staleRevokes)) {
       byDeposedLeader++;
-      if (!deposedLeaderRevoke(r, faults)) byDeposedLeaderLate++;
+      if (!deposedLeaderRevoke(r.at, faults)) byDeposedLeaderLate++;
       continue;
     }
     violations.push({
