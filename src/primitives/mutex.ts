@@ -88,6 +88,8 @@ export class Mutex {
 
 /** The Mutex's part of the queue engine, as methods: a waiter holds this one small object. */
 class MutexRules implements QueueRules<LockHandle> {
+  readonly lostError: LostErrorFactory = lockLost;
+
   constructor(
     private readonly session: Session,
     private readonly name: string,
@@ -95,10 +97,6 @@ class MutexRules implements QueueRules<LockHandle> {
 
   rule(ticket: Ticket, lost: LostErrorFactory): TurnRule {
     return oldestRule(this.session, participantScope(this.name), ticket, lost, { marks: true });
-  }
-
-  lostError(...a: Parameters<LostErrorFactory>): ReturnType<LostErrorFactory> {
-    return lockLost(...a);
   }
 
   hold(own: Ownership): LockHandle {
