@@ -171,8 +171,11 @@ describe('connection failures', () => {
       await assert.rejects(call, (e) => e === reason);
     } finally {
       await call.catch(() => {});
-      await client.leaseRevoke(lease);
-      await cleanup(p);
+      try {
+        await client.leaseRevoke(lease);
+      } finally {
+        await cleanup(p);
+      }
     }
   });
 
