@@ -70,20 +70,27 @@ export class Mutex {
     return tryAcquire(this.queue(options.label, options.share));
   }
 
-  /** The oldest of all holds: Go's Mutex, on `<name>/<lease hex>`. */
+  /** The oldest of all holds: Go's Mutex, on `<name>/<lease hex>`. Read-only: one serves each call with the same label and share. */
   private queue(label = '', share?: boolean): QueueSpec<LockHandle> {
+    const s = share === true;
+    const last = this.last;
+    if (last && last.label === label && last.spec.share === s) return last.spec;
     const { session, name } = this;
-    return {
+    const spec: QueueSpec<LockHandle> = {
       session,
       kind: 'lock',
       name,
-      share: share === true,
+      share: s,
       ticket: participantTicket(session, name, ownBuffer(label)),
       rules: (this.rules ??= new MutexRules(session, name)),
     };
+    this.last = { label, spec };
+    return spec;
   }
 
   private rules: MutexRules | undefined;
+  /** The last call's spec, for the next call with the same label and share. */
+  private last: { label: string; spec: QueueSpec<LockHandle> } | undefined;
 }
 
 /** The Mutex's part of the queue engine, as methods: a waiter holds this one small object. */

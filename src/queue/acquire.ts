@@ -3,7 +3,7 @@ import type { Kind } from '../metrics/names.js';
 import { type AcquireProbe, telemetryOf } from '../metrics/telemetry.js';
 import type { Session } from '../session.js';
 import { AFTER_HOLDERS, enqueueOrClean, type Ticket, type TicketSpec } from './enqueue.js';
-import type { Exit } from './gate.js';
+import { Exit } from './gate.js';
 import { liveHoldings, Ownership } from './ownership.js';
 import { leaveTicket, type ReleaseWhat } from './release.js';
 import { sessionQueue } from './state.js';
@@ -86,7 +86,7 @@ async function takeTicket<H>(
   signal: AbortSignal | undefined,
 ): Promise<Ticket> {
   const { session, ticket: spec } = q;
-  a.exit = await turn;
+  a.exit = turn instanceof Exit ? turn : await turn;
   for (;;) {
     const t = await enqueueOrClean(session, spec, a, q.rules.lostError, a.probe?.ahead, signal);
     if (t !== AFTER_HOLDERS) return t;
@@ -143,7 +143,7 @@ class Acquisition<H> implements WaitOwner, ReleaseWhat {
     try {
       this.signal?.throwIfAborted();
       this.probe?.enqueued(ticket.first);
-      await this.rules.prepare?.(ticket, this.signal);
+      if (this.rules.prepare) await this.rules.prepare(ticket, this.signal);
       if (ticket.first) return this.turn();
       rule = this.rules.rule(ticket, this.rules.lostError);
     } catch (err) {

@@ -156,8 +156,9 @@ async function enqueueTxn(
   const { key, value } = spec;
   for (let replaced = 0; ; replaced++) {
     const progress: CallProgress = { sent: false };
-    const t = await session.client
-      .txn(
+    let t: TxnResult;
+    try {
+      t = await session.client.txn(
         {
           compare: [compare.createRevision(key, '=', 0n)],
           success: [op.put(key, value, session.leaseId), ...reads, ...lookup],
@@ -167,18 +168,15 @@ async function enqueueTxn(
         // key. No signal: cancelled after etcd applied it, it would leave a key nobody knows to delete.
         { idempotent: true, coalesce: { scope: spec.count.key } },
         progress,
-      )
-      .catch((err: unknown) => {
-        if (err instanceof LeaseNotFoundError) {
-          markLeaseGone(session);
-          throw rethrown(session.signal.reason);
-        }
-        throw err;
-      })
-      .finally(() => {
-        // An attempt may still land after we release the key: sweep it then (sweepWhenGivenUp).
-        if (progress.ambiguous) (sessionQueue(session).late ??= new LateKeys()).mayLandLate(key);
-      });
+      );
+    } catch (err) {
+      if (!(err instanceof LeaseNotFoundError)) throw err;
+      markLeaseGone(session);
+      throw rethrown(session.signal.reason);
+    } finally {
+      // An attempt may still land after we release the key: sweep it then (sweepWhenGivenUp).
+      if (progress.ambiguous) (sessionQueue(session).late ??= new LateKeys()).mayLandLate(key);
+    }
     const found = t.succeeded ? undefined : txnRange(t, 0).kvs[0];
     // Ours to take: on our lease, and not retired (its holding lost, or given up by runAsLeader while
     // its task winds down), which a later call must never join.

@@ -29,6 +29,8 @@ const WHY: Record<LossReason, string> = {
  */
 const RECORDED_WATCH_AFTER_MS = 1000;
 
+const NONE: readonly Ownership[] = Object.freeze([]);
+
 /** What an {@link Ownership} is made of (see its fields). */
 export interface OwnershipOptions {
   session: Session;
@@ -212,7 +214,7 @@ export class Ownership {
       this.exit?.leave();
     }
     clearTimeout(this.watchTimer);
-    this.session.signal.removeEventListener('abort', this.onSessionLost);
+    if (this.observer || this.controller) this.session.signal.removeEventListener('abort', this.onSessionLost); // only these two listen
     this.watch?.cancel();
     this.watch = undefined;
     this.disarmNet();
@@ -225,9 +227,9 @@ export class Ownership {
     if (loss !== undefined) for (const s of siblings) s.lose(this.endReason(), loss);
   }
 
-  /** The other live holdings of this incarnation of our key in this process. */
-  private siblings(holders: ReadonlySet<Ownership> | undefined): Ownership[] {
-    if (!holders) return [];
+  /** The other live holdings of this incarnation of our key in this process (none: one empty array, NONE). */
+  private siblings(holders: ReadonlySet<Ownership> | undefined): readonly Ownership[] {
+    if (!holders || holders.size === 0) return NONE;
     return [...holders].filter((o) => o !== this && o.fencingToken === this.fencingToken && !o.ended);
   }
 
