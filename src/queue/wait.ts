@@ -133,7 +133,7 @@ export class Wait implements WatchSink, Due {
 
   start(): void {
     if (this.stopped()) return this.fail(this.stopReason());
-    listenStop(this.signal, this.session?.signal, this.onStop);
+    listenStop(this.signal, this.session, this.onStop);
     void this.next();
   }
 
@@ -345,7 +345,7 @@ export class Wait implements WatchSink, Due {
   private succeed(): void {
     if (this.done) return;
     this.done = true;
-    offStop(this.signal, this.session?.signal, this.onStop);
+    offStop(this.signal, this.session, this.onStop);
     this.owner.turn();
   }
 
@@ -354,7 +354,7 @@ export class Wait implements WatchSink, Due {
     this.done = true;
     this.stopWaiting(err);
     this.leaveWatch();
-    offStop(this.signal, this.session?.signal, this.onStop);
+    offStop(this.signal, this.session, this.onStop);
     this.owner.fail(err);
   }
 }
