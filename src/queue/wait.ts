@@ -108,8 +108,7 @@ export class Wait implements WatchSink, Due {
   private gen = 0;
   private b: Blocker | undefined;
   private w: Watch | undefined;
-  /** The watch delivers every event after this revision; `through`: the newest event revision taken from it. */
-  private from = 0n;
+  /** The newest event revision taken from the watch (which delivers every event after its createdAt). */
   private through = 0n;
   /** Waiting: events can end the wait. Before that they queue in `early`. */
   private waiting = false;
@@ -183,7 +182,7 @@ export class Wait implements WatchSink, Due {
     w.sink = this;
     this.w = w;
     try {
-      const from = (this.from = k ? k.from : await w.created);
+      const from = k ? k.w.createdAt! : await w.created;
       if (this.done) return true;
       // Re-checked now (unless the watch covers the read that found the blocker), and now and then
       // while waiting: a safety net should an event be missed (a queue must never wait on a ghost).
@@ -208,7 +207,7 @@ export class Wait implements WatchSink, Due {
     const key = b.watch.key;
     if (!this.session || !b.keep || typeof key !== 'string') return undefined;
     const k = sessionQueue(this.session).kept?.take(key);
-    if (!k || (b.asOf !== undefined && k.from <= b.asOf && k.through <= b.asOf)) return k;
+    if (!k || (b.asOf !== undefined && k.w.createdAt! <= b.asOf && k.through <= b.asOf)) return k;
     k.w.cancel();
     return undefined;
   }
@@ -333,7 +332,7 @@ export class Wait implements WatchSink, Due {
     this.early = undefined;
     if (!w) return;
     if (mayKeep && b?.keep && this.session && typeof b.watch.key === 'string' && !w.ended && !this.done && !this.stopped()) {
-      const k = new Kept(w, this.from, this.through);
+      const k = new Kept(w, this.through);
       if (early) k.batches.push(...early);
       w.sink = k;
       return (sessionQueue(this.session).kept ??= new KeptWatches()).keep(this.session, b.watch.key, k);
