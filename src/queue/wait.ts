@@ -114,9 +114,7 @@ export class Wait implements WatchSink, Due {
   private waiting = false;
   private early: WatchBatch[] | undefined;
   private endedEarly: { err: unknown } | undefined;
-  /** Registered with the client's re-checker (as a {@link Due}: no object of its own). */
-  private rechecking = false;
-  /** When the re-checker checks us next. */
+  /** When the client's re-checker checks us next (registered as a {@link Due} while waiting: no object of its own). */
   due = 0;
   private timer: NodeJS.Timeout | undefined;
   /** The caller's signal aborted or the session was lost: stop at once, with its reason (see start). Bound: no closure per waiter. */
@@ -217,10 +215,8 @@ export class Wait implements WatchSink, Due {
     const b = this.b!;
     this.waiting = true;
     const gen = ++this.gen;
-    if (b.check.keys.length <= MAX_CHECK_KEYS) {
-      queueOf(this.client).rechecker.add(this);
-      this.rechecking = true;
-    } else this.armTimer(gen);
+    if (b.check.keys.length <= MAX_CHECK_KEYS) queueOf(this.client).rechecker.add(this);
+    else this.armTimer(gen);
     // Left in `early` while replayed: a batch that moves the wait parks the watch with those not taken.
     const early = this.early;
     while (early && early.length > 0 && this.waiting) this.push(early.shift()!);
@@ -303,7 +299,6 @@ export class Wait implements WatchSink, Due {
 
   /** Due: the batched safety net found us no longer blocked (and unregistered us). */
   stale(): void {
-    this.rechecking = false;
     if (this.waiting) this.moved();
   }
 
@@ -315,10 +310,9 @@ export class Wait implements WatchSink, Due {
   }
 
   private stopWaiting(reason?: unknown): void {
+    if (this.waiting) queueOf(this.client).rechecker.remove(this); // unless it has a timer instead, or was told stale: harmless
     this.waiting = false;
     this.gen++;
-    if (this.rechecking) queueOf(this.client).rechecker.remove(this);
-    this.rechecking = false;
     clearTimeout(this.timer);
     this.timer = undefined;
     this.ac?.abort(reason); // a call in flight: its answer no longer matters
