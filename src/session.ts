@@ -75,6 +75,11 @@ export class Session implements AsyncDisposable {
   private closing?: Promise<void>;
   /** Work close() lets finish first: deletes still retried in the background. */
   private readonly finishing = new Set<Promise<unknown>>();
+  /**
+   * Told once when the session ends (see addEndListener): the first inline, a Set from the second.
+   * The first listener on `signal` would cost a session 112 B, and a waiter often has one of its own.
+   */
+  private endListeners: (() => void) | Set<() => void> | undefined;
 
   private constructor(
     readonly client: Client,
@@ -202,6 +207,26 @@ export class Session implements AsyncDisposable {
     this.client.finishBeforeClose(work);
   }
 
+  /**
+   * @internal Calls `listener` once when this session ends (lost or closed), right after `signal`
+   * aborted, unless removed first: as a listener on `signal` would be, for less memory. Nothing once
+   * it has ended (the caller checks `signal` first).
+   */
+  addEndListener(listener: () => void): void {
+    if (this.signal.aborted) return;
+    const l = this.endListeners;
+    if (l === undefined) this.endListeners = listener;
+    else if (l instanceof Set) l.add(listener);
+    else if (l !== listener) this.endListeners = new Set([l, listener]);
+  }
+
+  /** @internal Removes an {@link addEndListener} listener. */
+  removeEndListener(listener: () => void): void {
+    const l = this.endListeners;
+    if (l === listener) this.endListeners = undefined;
+    else if (l instanceof Set && l.delete(listener) && l.size === 0) this.endListeners = undefined;
+  }
+
   /** @internal A write or compare on this session's lease found the lease gone: the session ends. */
   leaseGone(): void {
     this.end('lease_gone');
@@ -312,8 +337,25 @@ export class Session implements AsyncDisposable {
     const err = new SessionExpiredError(reason, this.leaseId, cause === undefined ? undefined : { cause });
     telemetryOf(this.client).sessionEnded(this, reason);
     this.controller.abort(err);
+    this.tellEnded();
     if (reason === 'deadline' || reason === 'lease_gone') publishSessionLost(this.client.telemetry.logger, this.leaseId, reason, err);
     this.resolveDone(err);
+  }
+
+  /** Calls the end listeners, each once; one that throws is reported as an uncaught exception, as one on `signal` would be, and the others still run. */
+  private tellEnded(): void {
+    const l = this.endListeners;
+    this.endListeners = undefined;
+    if (l === undefined) return;
+    for (const f of typeof l === 'function' ? [l] : l) {
+      try {
+        f();
+      } catch (err) {
+        process.nextTick(() => {
+          throw err;
+        });
+      }
+    }
   }
 }
 

@@ -18,26 +18,39 @@ export function stopReason(signal: AbortSignal | undefined, session: AbortSignal
  */
 export function onStop(signal: AbortSignal | undefined, session: AbortSignal | undefined, stop: (reason: unknown) => void): () => void {
   const listener = (): void => {
-    offStop(signal, session, listener);
+    off();
     stop(stopReason(signal, session));
   };
-  listenStop(signal, session, listener);
-  return () => offStop(signal, session, listener);
+  const off = (): void => {
+    signal?.removeEventListener('abort', listener);
+    session?.removeEventListener('abort', listener);
+  };
+  signal?.addEventListener('abort', listener, { once: true });
+  session?.addEventListener('abort', listener, { once: true });
+  return off;
+}
+
+/** A session as a call that stops on its loss sees it: its signal, and listeners told when it ends (see Session.addEndListener). */
+export interface Ending {
+  readonly signal: AbortSignal;
+  addEndListener(listener: () => void): void;
+  removeEndListener(listener: () => void): void;
 }
 
 /**
  * {@link onStop} for an object that keeps `signal` and `session` itself (a wait, one of perhaps
- * 10,000): `listener` is called once on either abort, and removed from both by {@link offStop}.
+ * 10,000): `listener` is called once when `signal` aborts or `session` ends, and removed from both by
+ * {@link offStop}. It listens on the session as an end listener, not on its signal: less memory.
  */
-export function listenStop(signal: AbortSignal | undefined, session: AbortSignal | undefined, listener: () => void): void {
+export function listenStop(signal: AbortSignal | undefined, session: Ending | undefined, listener: () => void): void {
   signal?.addEventListener('abort', listener, { once: true });
-  session?.addEventListener('abort', listener, { once: true });
+  session?.addEndListener(listener);
 }
 
-/** Removes a {@link listenStop} listener from both signals. */
-export function offStop(signal: AbortSignal | undefined, session: AbortSignal | undefined, listener: () => void): void {
+/** Removes a {@link listenStop} listener from both. */
+export function offStop(signal: AbortSignal | undefined, session: Ending | undefined, listener: () => void): void {
   signal?.removeEventListener('abort', listener);
-  session?.removeEventListener('abort', listener);
+  session?.removeEndListener(listener);
 }
 
 /** Resolves once `p` settles (either way); rejects with the stop reason if the call stops first. */

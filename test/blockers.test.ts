@@ -29,7 +29,10 @@ const put = (over: Partial<KeyValue>): WatchEvent => ({ type: 'put', kv: kv(over
 const del = (): WatchEvent => ({ type: 'delete', kv: kv({ modRevision: 30n }) });
 
 function blocker(marks: boolean, marked = false): PredecessorBlocker {
-  return new PredecessorBlocker(session, ticket, { key: predKey.toString(), createRevision: 10n, asOf: 21n, leased: true, marked }, marks);
+  return new PredecessorBlocker(
+    { session, ticket, marks },
+    { key: predKey.toString(), createRevision: 10n, asOf: 21n, leased: true, marked },
+  );
 }
 
 describe('PredecessorBlocker', () => {

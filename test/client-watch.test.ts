@@ -5,7 +5,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, ClientClosedError, CompactedError, type WatchBatch } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { grpcStarted, etcdForFile } from './helpers.js';
+import { grpcStarted, etcdForFile, settledOrHang, track } from './helpers.js';
 
 const ROOT = 'test/client-watch/';
 let etcd: EtcdCluster;
@@ -217,6 +217,48 @@ describe('watch', () => {
       await c.close();
       await proxy.close();
       await cleanup(p);
+    }
+  });
+
+  it('a watch from "now" that delivered nothing yet resumes after a dropped stream from the revision it was created at', async () => {
+    const p = fresh('watch-resume-quiet');
+    const proxy = await startProxy(etcd.endpoints[0]!);
+    const c = new Client({ endpoints: proxy.endpoint });
+    try {
+      const w = c.watch(p, { prefix: true });
+      const createdAt = await w.created;
+      assert.equal(await w.created, createdAt, 'asked again once created: the same revision');
+      // Down for sure while h1 is written: the resumed watch must start right after its creation.
+      proxy.refuse(true);
+      proxy.cut();
+      const h1 = await client.put(`${p}1`, '');
+      proxy.refuse(false);
+      const h2 = await client.put(`${p}2`, '');
+      const it = w[Symbol.asyncIterator]();
+      const got: bigint[] = [];
+      while (got.length < 2) {
+        const r = await settledOrHang(track(it.next()), 'the events written while the stream was down');
+        assert.equal(r.done, false);
+        got.push(...r.value.events.map((e) => e.kv.modRevision));
+      }
+      assert.deepEqual(got, [h1.revision, h2.revision]);
+      assert.equal(await w.created, createdAt, 'created still answers the first creation, not the resumed one');
+      await it.return?.();
+    } finally {
+      await c.close();
+      await proxy.close();
+      await cleanup(p);
+    }
+  });
+
+  it('created, first asked once the watch was cancelled before etcd confirmed it, rejects', async () => {
+    const c = new Client({ endpoints: etcd.endpoints });
+    try {
+      const w = c.watch(fresh('watch-cancel-early'));
+      w.cancel();
+      await assert.rejects(settledOrHang(track(w.created), 'created settling'), /cancelled before it was created/);
+    } finally {
+      await c.close();
     }
   });
 

@@ -211,6 +211,36 @@ describe('Session end', () => {
     assertExpired(s.signal.reason, s, 'closed');
   });
 
+  it('end listeners are told once, right after the signal aborted; a removed one is not; one that throws is reported as uncaught and the rest still run', async () => {
+    const s = await Session.create(client, { ttl: 30 });
+    const told: string[] = [];
+    const boom = new Error('an end listener failed');
+    const a = (): void => void told.push(`a ${s.signal.aborted}`);
+    const b = (): void => {
+      told.push('b');
+      throw boom;
+    };
+    const c = (): void => void told.push('c');
+    const removed = (): void => void told.push('removed');
+    for (const l of [a, a, b, removed, c]) s.addEndListener(l);
+    s.removeEndListener(removed);
+    // The throw reaches the process as an uncaught exception (as one from a listener on the signal):
+    // caught here instead of by the test runner.
+    const runners = process.listeners('uncaughtException');
+    process.removeAllListeners('uncaughtException');
+    try {
+      const uncaught = new Promise((resolve) => process.once('uncaughtException', resolve));
+      await s.close();
+      assert.deepEqual(told, ['a true', 'b', 'c']);
+      assert.equal(await uncaught, boom);
+    } finally {
+      process.removeAllListeners('uncaughtException');
+      for (const l of runners) process.on('uncaughtException', l);
+    }
+    s.addEndListener(c);
+    assert.equal((s as unknown as { endListeners: unknown }).endListeners, undefined, 'an ended session keeps no listener');
+  });
+
   it('await using closes the session', async () => {
     let id: bigint;
     {

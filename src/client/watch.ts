@@ -76,18 +76,15 @@ function batchBytes(events: readonly WatchEvent[]): number {
  * event is lost or repeated; it ends with a CompactedError if that revision was compacted away.
  */
 export class Watch implements AsyncIterable<WatchBatch> {
-  /**
-   * Resolves with the store revision at which etcd confirmed the watch; events after it are
-   * delivered. Rejects if the watch cannot be created.
-   */
-  readonly created: Promise<bigint>;
+  /** @internal The store revision at which etcd first confirmed the watch (see `created`), once it has. */
+  createdAt: bigint | undefined;
+  /** `created` and how to settle it while pending (made when first asked), or once rejected; not kept once resolved: a waiter holds its watch for long. */
+  private creating: Creating | undefined;
   /** @internal */ id?: bigint;
-  /** @internal next revision to ask for when (re)creating; 0n means "from now". */
+  /** @internal next revision to ask for when (re)creating; 0n means "from now", or once created the one after createdAt (see owed). */
   nextRevision: bigint;
   /** @internal set once the watch must be re-created after its stream broke. */
   resuming = false;
-  private resolveCreated: (rev: bigint) => void = noop;
-  private rejectCreated: (err: unknown) => void = noop;
   /** @internal where batches go; a library-internal consumer may hand the watch on (a kept watch). */
   sink: WatchSink;
   private readonly onAbort?: () => void;
@@ -103,12 +100,6 @@ export class Watch implements AsyncIterable<WatchBatch> {
     sink?: WatchSink,
   ) {
     this.nextRevision = options.startRevision ?? 0n;
-    this.created = new Promise((resolve, reject) => {
-      this.resolveCreated = resolve;
-      this.rejectCreated = reject;
-    });
-    // A watch nobody awaits must not crash the process with an unhandled rejection.
-    this.created.catch(noop);
     this.sink = sink ?? this.queue();
     const signal = options.signal;
     if (signal) {
@@ -129,6 +120,15 @@ export class Watch implements AsyncIterable<WatchBatch> {
     return q;
   }
 
+  /**
+   * Resolves with the store revision at which etcd confirmed the watch; events after it are
+   * delivered. Rejects if the watch cannot be created.
+   */
+  get created(): Promise<bigint> {
+    if (this.createdAt !== undefined) return Promise.resolve(this.createdAt);
+    return (this.creating ??= new Creating()).promise;
+  }
+
   /** The watched key (the first key of the range for a prefix watch). */
   get key(): Buffer {
     return typeof this.k === 'string' ? Buffer.from(this.k) : this.k;
@@ -146,8 +146,9 @@ export class Watch implements AsyncIterable<WatchBatch> {
     // (etcd 18089, present in 3.4); one revision earlier turns that into a CompactedError. Not for
     // a start just above the newest revision we have seen (a read's revision + 1): etcd serves that
     // at once, while any start at or below its current revision waits for its 100 ms catch-up loop.
-    const past = this.resuming || this.nextRevision <= this.hub.seenRevision;
-    const start = past && this.nextRevision > 1n ? this.nextRevision - 1n : this.nextRevision;
+    const next = this.owed;
+    const past = this.resuming || next <= this.hub.seenRevision;
+    const start = past && next > 1n ? next - 1n : next;
     const filters: pb.WatchCreateRequest_FilterType[] = [];
     if (this.options.noPut) filters.push(pb.WatchCreateRequest_FilterType.NOPUT);
     if (this.options.noDelete) filters.push(pb.WatchCreateRequest_FilterType.NODELETE);
@@ -162,21 +163,27 @@ export class Watch implements AsyncIterable<WatchBatch> {
     };
   }
 
-  /** @internal */
-  onCreated(revision: bigint): void {
-    if (this.nextRevision === 0n) this.nextRevision = revision + 1n;
-    this.resolveCreated(revision);
-    this.settled(); // a waiter holds a watch for long: not its resolvers too
+  /** The next revision the sink is owed: a watch that delivered nothing yet (a waiter's) holds no bigint for it. */
+  private get owed(): bigint {
+    return this.nextRevision === 0n && this.createdAt !== undefined ? this.createdAt + 1n : this.nextRevision;
   }
 
-  private settled(): void {
-    this.resolveCreated = noop;
-    this.rejectCreated = noop;
+  /** @internal */
+  onCreated(revision: bigint): void {
+    if (this.createdAt !== undefined || this.stopped) return; // created again (resumed), or failed before
+    this.createdAt = revision;
+    this.creating?.resolve(revision);
+    this.creating = undefined;
+  }
+
+  /** `created` rejects with `err` (for a later ask too), unless it resolved before. */
+  private refuseCreated(err: unknown): void {
+    if (this.createdAt === undefined) (this.creating ??= new Creating()).reject(err);
   }
 
   /** @internal */
   deliver(revision: bigint, events: pb.Event[]): void {
-    const from = this.nextRevision;
+    const from = this.owed;
     const fresh = events[0]!.kv!.modRevision! >= from ? events : events.filter((e) => e.kv!.modRevision! >= from);
     if (fresh.length === 0) return;
     const ns = this.hub.namespace;
@@ -198,16 +205,14 @@ export class Watch implements AsyncIterable<WatchBatch> {
   /** @internal ends the watch with an error (compaction, permission). */
   fail(err: unknown): void {
     if (this.stopped) return;
-    this.rejectCreated(err);
-    this.settled();
+    this.refuseCreated(err);
     this.finish(err);
   }
 
   /** Stops the watch; pending iteration ends without error. Idempotent. */
   cancel(): void {
     if (this.stopped) return;
-    if (this.rejectCreated !== noop) this.rejectCreated(new EtcdError('watch cancelled before it was created'));
-    this.settled();
+    this.refuseCreated(new EtcdError('watch cancelled before it was created'));
     this.finish(undefined);
     this.hub.cancel(this);
   }
@@ -222,6 +227,21 @@ export class Watch implements AsyncIterable<WatchBatch> {
   [Symbol.asyncIterator](): AsyncIterator<WatchBatch> {
     if (!(this.sink instanceof QueuedIterator)) throw new TypeError('this watch delivers to a consumer of its own; it cannot be iterated');
     return this.sink;
+  }
+}
+
+/** A watch's `created` while it is pending, with what settles it. */
+class Creating {
+  readonly promise: Promise<bigint>;
+  resolve!: (revision: bigint) => void;
+  reject!: (err: unknown) => void;
+  constructor() {
+    this.promise = new Promise((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+    // A watch nobody awaits must not crash the process with an unhandled rejection.
+    this.promise.catch(noop);
   }
 }
 

@@ -76,11 +76,11 @@ class OldestRule implements TurnRule {
   private last: PredecessorBlocker | undefined;
 
   constructor(
-    private readonly session: Session,
+    readonly session: Session,
     private readonly scope: Scope,
-    private readonly ticket: Ticket,
+    readonly ticket: Ticket,
     private readonly lost: LostErrorFactory,
-    private readonly marks: boolean,
+    readonly marks: boolean,
   ) {}
 
   async blocker(signal: AbortSignal): Promise<Blocker | null> {
@@ -95,14 +95,14 @@ class OldestRule implements TurnRule {
     if (ticket.preceding) ticket.preceding = undefined; // read once: it pins the enqueue's whole response
     // In a short queue its watch is kept for this session's next wait: the key before ours repeats.
     const keep = queueOf(session.client).lengths.short(this.scope.prefix);
-    if (read) return (this.last = new PredecessorBlocker(session, ticket, read, this.marks, keep));
+    if (read) return (this.last = new PredecessorBlocker(this, read, keep));
     const { p, long } = await findPredecessor(session, this.scope, ticket, lost, signal, this.strays, this.marks);
     if (p === null) {
       // First by a full look-up behind a long queue: mark, so the waiter behind us skips that read.
       if (long) markHead(session, ticket);
       return null;
     }
-    return (this.last = new PredecessorBlocker(session, ticket, p, this.marks, keep));
+    return (this.last = new PredecessorBlocker(this, p, keep));
   }
 }
 
@@ -143,10 +143,9 @@ export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
   stray: string | undefined;
 
   constructor(
-    private readonly session: Session,
-    private readonly ticket: Ticket,
+    /** Whose blocker this is: its session, ticket and whether it marks. */
+    private readonly rule: Pick<OldestRule, 'session' | 'ticket' | 'marks'>,
     p: Predecessor,
-    private readonly marks: boolean,
     readonly keep = false,
   ) {
     this.key = p.key;
@@ -170,17 +169,17 @@ export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
    */
   changed(e: WatchEvent): boolean {
     if (e.type === 'delete') {
-      this.headGone = this.marks && this.marked;
+      this.headGone = this.rule.marks && this.marked;
       return true;
     }
     if (e.kv.lease === 0n || e.kv.createRevision !== this.createRevision) return true;
     // Its owner's mark: it holds now. Not a move onto another lease (someone else's write).
-    if (this.marks && onOwnLease(e.kv)) this.marked = true;
+    if (this.rule.marks && onOwnLease(e.kv)) this.marked = true;
     return false;
   }
 
   get keys(): readonly (string | Buffer)[] {
-    return [this.ticket.key, this.key];
+    return [this.rule.ticket.key, this.key];
   }
 
   /**
@@ -188,7 +187,7 @@ export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
    * one found by a keys-only read gets its lease checked (none: stray, skipped by the next look-up).
    */
   blocked([mine, p]: readonly (KeyValue | undefined)[]): boolean {
-    const { ticket, session } = this;
+    const { ticket, session } = this.rule;
     if (p && p.createRevision === this.createRevision && p.lease === 0n) this.stray = strayId(p);
     return (
       mine?.createRevision === ticket.fencingToken &&

@@ -119,9 +119,8 @@ export class Kept implements WatchSink {
   readonly batches: WatchBatch[] = [];
   timer: NodeJS.Timeout | undefined;
   constructor(
+    /** Every event after its createdAt reaches it. */
     readonly w: Watch,
-    /** Every event after this revision reaches the watch. */
-    readonly from: bigint,
     /** The newest event revision a wait took from it: a later wait may take it only with a read no older. */
     readonly through: bigint,
   ) {}

@@ -108,16 +108,13 @@ export class Wait implements WatchSink, Due {
   private gen = 0;
   private b: Blocker | undefined;
   private w: Watch | undefined;
-  /** The watch delivers every event after this revision; `through`: the newest event revision taken from it. */
-  private from = 0n;
+  /** The newest event revision taken from the watch (which delivers every event after its createdAt). */
   private through = 0n;
   /** Waiting: events can end the wait. Before that they queue in `early`. */
   private waiting = false;
   private early: WatchBatch[] | undefined;
   private endedEarly: { err: unknown } | undefined;
-  /** Registered with the client's re-checker (as a {@link Due}: no object of its own). */
-  private rechecking = false;
-  /** When the re-checker checks us next. */
+  /** When the client's re-checker checks us next (registered as a {@link Due} while waiting: no object of its own). */
   due = 0;
   private timer: NodeJS.Timeout | undefined;
   /** The caller's signal aborted or the session was lost: stop at once, with its reason (see start). Bound: no closure per waiter. */
@@ -133,7 +130,7 @@ export class Wait implements WatchSink, Due {
 
   start(): void {
     if (this.stopped()) return this.fail(this.stopReason());
-    listenStop(this.signal, this.session?.signal, this.onStop);
+    listenStop(this.signal, this.session, this.onStop);
     void this.next();
   }
 
@@ -183,7 +180,7 @@ export class Wait implements WatchSink, Due {
     w.sink = this;
     this.w = w;
     try {
-      const from = (this.from = k ? k.from : await w.created);
+      const from = k ? k.w.createdAt! : await w.created;
       if (this.done) return true;
       // Re-checked now (unless the watch covers the read that found the blocker), and now and then
       // while waiting: a safety net should an event be missed (a queue must never wait on a ghost).
@@ -208,7 +205,7 @@ export class Wait implements WatchSink, Due {
     const key = b.watch.key;
     if (!this.session || !b.keep || typeof key !== 'string') return undefined;
     const k = sessionQueue(this.session).kept?.take(key);
-    if (!k || (b.asOf !== undefined && k.from <= b.asOf && k.through <= b.asOf)) return k;
+    if (!k || (b.asOf !== undefined && k.w.createdAt! <= b.asOf && k.through <= b.asOf)) return k;
     k.w.cancel();
     return undefined;
   }
@@ -218,10 +215,8 @@ export class Wait implements WatchSink, Due {
     const b = this.b!;
     this.waiting = true;
     const gen = ++this.gen;
-    if (b.check.keys.length <= MAX_CHECK_KEYS) {
-      queueOf(this.client).rechecker.add(this);
-      this.rechecking = true;
-    } else this.armTimer(gen);
+    if (b.check.keys.length <= MAX_CHECK_KEYS) queueOf(this.client).rechecker.add(this);
+    else this.armTimer(gen);
     // Left in `early` while replayed: a batch that moves the wait parks the watch with those not taken.
     const early = this.early;
     while (early && early.length > 0 && this.waiting) this.push(early.shift()!);
@@ -304,7 +299,6 @@ export class Wait implements WatchSink, Due {
 
   /** Due: the batched safety net found us no longer blocked (and unregistered us). */
   stale(): void {
-    this.rechecking = false;
     if (this.waiting) this.moved();
   }
 
@@ -316,10 +310,9 @@ export class Wait implements WatchSink, Due {
   }
 
   private stopWaiting(reason?: unknown): void {
+    if (this.waiting) queueOf(this.client).rechecker.remove(this); // unless it has a timer instead, or was told stale: harmless
     this.waiting = false;
     this.gen++;
-    if (this.rechecking) queueOf(this.client).rechecker.remove(this);
-    this.rechecking = false;
     clearTimeout(this.timer);
     this.timer = undefined;
     this.ac?.abort(reason); // a call in flight: its answer no longer matters
@@ -333,7 +326,7 @@ export class Wait implements WatchSink, Due {
     this.early = undefined;
     if (!w) return;
     if (mayKeep && b?.keep && this.session && typeof b.watch.key === 'string' && !w.ended && !this.done && !this.stopped()) {
-      const k = new Kept(w, this.from, this.through);
+      const k = new Kept(w, this.through);
       if (early) k.batches.push(...early);
       w.sink = k;
       return (sessionQueue(this.session).kept ??= new KeptWatches()).keep(this.session, b.watch.key, k);
@@ -345,7 +338,7 @@ export class Wait implements WatchSink, Due {
   private succeed(): void {
     if (this.done) return;
     this.done = true;
-    offStop(this.signal, this.session?.signal, this.onStop);
+    offStop(this.signal, this.session, this.onStop);
     this.owner.turn();
   }
 
@@ -354,7 +347,7 @@ export class Wait implements WatchSink, Due {
     this.done = true;
     this.stopWaiting(err);
     this.leaveWatch();
-    offStop(this.signal, this.session?.signal, this.onStop);
+    offStop(this.signal, this.session, this.onStop);
     this.owner.fail(err);
   }
 }
