@@ -164,8 +164,11 @@ export class Coalescer {
         for (const c of calls) this.settle(c, err, progress);
         return;
       }
-      // etcd applied none of it. Too many operations: learn the limit and try again in smaller
-      // requests; anything else (a lease gone, a permission): each alone, for its own answer.
+      // This attempt applied none of it, but an earlier one whose answer was lost may still be
+      // applied (held by a slow member): each Txn, sent again, may land twice (an enqueue sweeps it).
+      if (progress.ambiguous) for (const c of calls) if (c.progress) c.progress.ambiguous = true;
+      // Too many operations: learn the limit and try again in smaller requests; anything else (a
+      // lease gone, a permission): each alone, for its own answer.
       if (etcdSays((err.cause as { details: string }).details, 'tooManyOps') && batch.cost > 2) {
         this.maxOps = Math.min(this.maxOps, batch.cost - 1);
         for (const c of calls) if (!c.settled) this.again(c);
