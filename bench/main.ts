@@ -4,7 +4,7 @@
 // under tsx every closure would also carry the `name` property esbuild's keepNames gives it.
 //
 //   node --import tsx bench/main.ts [--quick] [--members 1|3] [--contenders 8] [--etcd 3.4,3.7]
-//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions,locks,one-client,rtt,sessions-scale]
+//        [--only floor,uncontended,telemetry,contended,election,scale,semaphore,rwlock,semaphore-scale,sessions,locks,one-client,renewals,rtt,sessions-scale]
 //        [--rtt 10,1]
 //        [--json out.json]
 //        [--markdown out.md] [--charts docs] [--require-go]
@@ -37,6 +37,7 @@ import { runSemaphore } from './semaphore.js';
 import { runSessions } from './sessions.js';
 import { runSessionsScale } from './sessions-scale.js';
 import { runUncontended } from './uncontended.js';
+import { runRenewals } from './renewals.js';
 import { renderRtt, runRtt } from './rtt.js';
 import { rttSvg } from './rtt-chart.js';
 import { runTelemetry } from './telemetry.js';
@@ -54,6 +55,7 @@ const PHASES = [
   'sessions',
   'locks',
   'one-client',
+  'renewals',
   'rtt',
   'sessions-scale',
 ] as const;
@@ -126,10 +128,10 @@ async function main(): Promise<number> {
   };
   const load = loadavg();
   log(`load average ${load.map((v) => v.toFixed(2)).join(' ')}`);
-  // etcd's own Go package, for the contended, election, locks and sessions-scale phases.
+  // etcd's own Go package, for the contended, election, locks, one-client, renewals, sessions-scale and rtt phases.
   let go: string | undefined;
   let goSkipped: string | undefined;
-  if (['contended', 'election', 'locks', 'one-client', 'sessions-scale', 'rtt'].some((p) => opts.only.has(p as Phase))) {
+  if (['contended', 'election', 'locks', 'one-client', 'renewals', 'sessions-scale', 'rtt'].some((p) => opts.only.has(p as Phase))) {
     log('building interop/go (cached after the first time)');
     const g = await goBinary();
     if ('bin' in g) go = g.bin;
@@ -253,6 +255,7 @@ async function main(): Promise<number> {
     if (opts.only.has('locks')) await each('locks', async (ctx, r) => void (r.locks = await runLocks(ctx)));
     if (opts.only.has('one-client'))
       await each('one-client', async (ctx, r) => void (r.oneClient = await runLocks(ctx, ONE_CLIENT_SIZE(ctx.quick))));
+    if (opts.only.has('renewals')) await each('renewals', async (ctx, r) => void (r.renewals = await runRenewals(ctx)));
     // Real round-trip times (bench/rtt.ts): a delayed 3-member cluster of its own per version and RTT.
     if (opts.only.has('rtt'))
       await each('rtt', async (ctx, r) => void (r.rtt = await runRtt(ctx, opts.rtts, opts.versions[ctxs.indexOf(ctx)], go !== undefined)));

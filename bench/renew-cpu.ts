@@ -9,12 +9,17 @@
 //        [--prof DIR]   (each process under --cpu-prof; the window's self time by layer is printed)
 //        [--go]         (each round also measures etcd's Go package: `go-interop bench-sessions`, the
 //                        same sessions on one clientv3 client, one window after one second's warm-up)
+//        [--idle]       (the sessions made at once; the window starts a second after they all renewed,
+//                        so that it holds no renewal: CPU per second of sessions with nothing due)
+//        [--endpoints E] [--json FILE]   (an etcd already running; every window's figures to FILE)
+//
+// `npm run bench -- --only renewals` runs it on each version's etcd (bench/renewals.ts).
 //
 // --stagger MS creates the sessions evenly over MS (default: one renewal interval, so that their
 // renewals are spread as in a process that created them over time; 0: all at once).
 import { spawn } from 'node:child_process';
 import { subscribe } from 'node:diagnostics_channel';
-import { mkdir, readdir, readFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { loadavg } from 'node:os';
 import { type PerformanceEntry, PerformanceObserver, constants } from 'node:perf_hooks';
 import { join, resolve } from 'node:path';
@@ -25,7 +30,7 @@ import { analyze, printBreakdown } from './profile-analyze.js';
 import { goBinary } from './go.js';
 import { LineWorker } from './workers.js';
 
-interface Measured {
+export interface Measured {
   lib: string;
   sessions: number;
   renewals: number;
@@ -57,6 +62,8 @@ const { values: opts } = parseArgs({
     warmup: { type: 'string' },
     prof: { type: 'string' },
     go: { type: 'boolean', default: false },
+    idle: { type: 'boolean', default: false },
+    json: { type: 'string' },
   },
   strict: true,
 });
@@ -75,7 +82,7 @@ async function worker(): Promise<void> {
   const n = Number(opts.sessions);
   const ttl = Number(opts.ttl);
   const intervalMs = (ttl * 1000) / 3;
-  const stagger = opts.stagger === undefined ? intervalMs : Number(opts.stagger);
+  const stagger = opts.idle ? 0 : opts.stagger === undefined ? intervalMs : Number(opts.stagger);
   const client = new Client({ endpoints: opts.endpoints!.split(','), dialTimeoutMs: 15_000 });
   // Bench-only: count answered renewals by wrapping this instance's hub registration.
   let renewals = 0;
@@ -112,6 +119,19 @@ async function worker(): Promise<void> {
   // TurboFan still compiled seven of its functions inside a 30 s window (48 ms, half the window's
   // CPU), and one build measured 46-68 µs per renewal after two intervals, 17 µs after three minutes.
   await sleep(opts.warmup === undefined ? Math.max(180_000, 2 * intervalMs + 500) : Number(opts.warmup) * 1000);
+  if (opts.idle) {
+    // Sessions made at once renew together, in one or two of the renewal grid's slots (2 s apart at
+    // TTL 60): wait for a quiet spell longer than that (between two rounds), then for every session's
+    // next renewal, then a little more.
+    for (let last = -1; last !== renewals; ) {
+      last = renewals;
+      await sleep(Math.min(3000, intervalMs / 4));
+    }
+    const mark = renewals;
+    const until = performance.now() + 2 * intervalMs;
+    while (renewals - mark < n && performance.now() < until) await sleep(20);
+    await sleep(Math.min(1000, intervalMs / 8));
+  }
   late = 0;
   let gcs = 0;
   let majorGcs = 0;
@@ -170,8 +190,12 @@ async function main(): Promise<void> {
     go = b.bin;
     libs.push(GO);
   }
-  const cluster = await startEtcd({ members: 1 });
-  process.stdout.write(`etcd ${cluster.version}; ${opts.sessions} sessions, TTL ${opts.ttl}, window ${opts.seconds} s\n`);
+  const cluster = opts.endpoints
+    ? { endpoints: opts.endpoints.split(','), version: 'given', stop: async () => {} }
+    : await startEtcd({ members: 1 });
+  process.stdout.write(
+    `etcd ${cluster.version}; ${opts.sessions} sessions, TTL ${opts.ttl}, window ${opts.seconds} s${opts.idle ? ', idle' : ''}\n`,
+  );
   const results = new Map<string, Measured[]>(libs.map((l) => [l, []]));
   try {
     for (let round = 0; round < Number(opts.rounds); round++) {
@@ -199,6 +223,7 @@ async function main(): Promise<void> {
   } finally {
     await cluster.stop();
   }
+  if (opts.json) await writeFile(opts.json, `${JSON.stringify(Object.fromEntries(results))}\n`);
   for (const [lib, ms] of results) {
     // A window without renewals (idle sessions) is judged by its CPU per second instead.
     const idle = ms.every((m) => m.renewals === 0);
@@ -268,6 +293,7 @@ function runWorker(lib: string, endpoints: string, profDir?: string): Promise<Me
     opts.seconds,
     ...(opts.stagger !== undefined ? ['--stagger', opts.stagger] : []),
     ...(opts.warmup !== undefined ? ['--warmup', opts.warmup] : []),
+    ...(opts.idle ? ['--idle'] : []),
   ];
   return new Promise((ok, fail) => {
     const p = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });

@@ -4,6 +4,7 @@ import type { ElectionPhase, ElectionResult } from './election.js';
 import type { FloorResult } from './floor.js';
 import { locksChecks, locksGoals, type LocksResult } from './locks.js';
 import type { RWLockPhase } from './rwlock.js';
+import { renewalsChecks, renewalsGoals, type RenewalsResult } from './renewals.js';
 import type { ScaleResult } from './scale.js';
 import type { SemaphorePhase } from './semaphore.js';
 import type { SessionsResult } from './sessions.js';
@@ -52,6 +53,8 @@ export interface Results {
   locks?: LocksResult;
   /** Many independent locks from one process: one Client, a session and a name each. */
   oneClient?: LocksResult;
+  /** Lease renewals: CPU per renewal against Go's package, and idle sessions (bench/renewals.ts). */
+  renewals?: RenewalsResult;
   /** Thousands of sessions over several processes, and an outage of etcd. */
   sessionsScale?: SessionsScaleResult;
   /** Real round-trip times: the phases on a delayed 3-member cluster, per RTT (bench/rtt.ts). */
@@ -293,6 +296,7 @@ export function judgeGoals(r: Results): Goal[] {
   }
   if (r.locks) goals.push(...locksGoals(r.locks));
   if (r.oneClient) goals.push(...locksGoals(r.oneClient));
+  if (r.renewals) goals.push(...renewalsGoals(r.renewals));
   if (r.sessionsScale) goals.push(...sessionsScaleGoals(r.sessionsScale));
   goals.push(...judgeRtt(r.rtt));
   return goals;
@@ -398,6 +402,7 @@ export function collectChecks(r: Results): Check[] {
   }
   if (r.locks) checks.push(...locksChecks(r.locks));
   if (r.oneClient) checks.push(...locksChecks(r.oneClient));
+  if (r.renewals) checks.push(...renewalsChecks(r.renewals));
   if (r.sessionsScale) checks.push(...sessionsScaleChecks(r.sessionsScale));
   for (const e of r.errors) checks.push({ phase: e.phase, what: 'ran', ok: false, detail: e.message });
   checks.push(...rttChecks(r.rtt));

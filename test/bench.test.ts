@@ -108,6 +108,13 @@ interface BenchJson {
   sessions?: { sessions: number; lost: number; keepAliveStreamsOpened: number; hubLeases: number };
   locks?: LocksJson;
   oneClient?: LocksJson;
+  renewals?: {
+    sessions: number;
+    ttl: number;
+    ours: { renewals: number; lost: number; usPerRenewal: number };
+    go?: { renewals: number; lost: number; usPerRenewal: number };
+    idle: { renewals: number; lost: number; cpuMs: number; wallMs: number };
+  };
   sessionsScale?: {
     sessions: number;
     processes: number;
@@ -250,6 +257,16 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
     assert.equal(one.ours.violations, 0, 'one-client: one holder per name');
     assert.ok(one.go && one.go.cycles > 0 && one.go.violations === 0, "one-client: Go's package cycled, one holder per name");
     assert.equal(one.keysLeft, 0, 'one-client: no key left');
+    // renewals: 100 sessions at TTL 6, ours and Go's package renewed in their windows; the idle
+    // window was measured; no session lost
+    const rn = r.renewals;
+    assert.ok(rn, 'renewals measured');
+    assert.deepEqual([rn.sessions, rn.ttl], [100, 6]);
+    assert.ok(rn.ours.renewals > 0 && Number.isFinite(rn.ours.usPerRenewal), `ours renewed (${rn.ours.renewals})`);
+    assert.ok(rn.go && rn.go.renewals > 0 && Number.isFinite(rn.go.usPerRenewal), "Go's package renewed");
+    assert.ok(rn.idle.wallMs > 0 && rn.idle.cpuMs >= 0, 'the idle window was measured');
+    assert.deepEqual([rn.ours.lost, rn.go.lost, rn.idle.lost], [0, 0, 0]);
+    assert.ok(r.goals.some((g) => g.id === 'renewal-cpu-vs-go') && r.goals.some((g) => g.id === 'renewal-idle'), 'renewal goals judged');
     // sessions-scale: 2 x 50 sessions, one keepalive stream each; after etcd's kill and restart
     // every session learned both (none lost: the outage is shorter than any deadline)
     const ss = r.sessionsScale;
