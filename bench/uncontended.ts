@@ -93,10 +93,11 @@ export async function runUncontended(ctx: BenchContext): Promise<UncontendedResu
     // JIT warm-up. A Node client's CPU per call keeps falling for its first thousand or so calls
     // (bench/profile-unary.ts: a Put took 0.94 ms after 200 warm-up calls of each implementation and
     // 0.76 ms after 2,000); Go's is compiled ahead of time. A service that locks often runs warm.
-    const warm = ctx.quick ? { n: 20, ms: 200 } : { n: 1000, ms: 1500 };
-    for (const n of names) {
-      const t0 = performance.now();
-      for (let i = 0; i < warm.n && performance.now() - t0 < warm.ms; i++) await impls[n]();
+    // The warm-up takes turns in blocks as the measurement does, long enough that the first version
+    // measured in a run meets code as warm as the next one does.
+    const warmMs = ctx.quick ? 200 : 5000;
+    for (const t0 = performance.now(); performance.now() - t0 < warmMs; ) {
+      for (const n of names) for (let i = 0; i < BLOCK; i++) await impls[n]();
     }
     const samples: Record<Impl, number[]> = { ours: [], etcd3: [], put: [] };
     const spent: Record<Impl, number> = { ours: 0, etcd3: 0, put: 0 };
