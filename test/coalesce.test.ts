@@ -9,8 +9,9 @@ import { compare, op, prefixRange, type TxnResult } from '../src/client/kv.js';
 import { DeadlineExceededError, EtcdError } from '../src/client/errors.js';
 import type * as pb from '../src/proto/etcd.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { Status, type Transport, TransportError } from '../src/client/transport/transport.js';
+import { Status, TransportError } from '../src/client/transport/transport.js';
 import { etcdFile } from './helpers.js';
+import { holdThenRefuse } from './helpers/late-attempt.js';
 import { Sdk } from './metrics-sdk.js';
 
 let etcd: EtcdCluster;
@@ -306,34 +307,18 @@ describe('a shared request whose outcome is unknown, then refused as a whole', (
     // The member as a slow one and then a stricter one answer the shared request: its first attempt
     // gets no answer in time (held here, and sent for real later: it lands late), its second is
     // refused as a whole (a member with a lower --max-txn-ops). Every other request goes as it is.
-    const t = (c.conn as unknown as { peers: Transport[] }).peers[0]!;
-    const unary = t.unary.bind(t);
-    let late: (() => Promise<pb.TxnResponse>) | undefined;
-    let attempts = 0;
-    t.unary = ((method, request, headers, deadline, signal) => {
-      const r = request as pb.TxnRequest;
-      const shared =
-        method.path.endsWith('/Txn') &&
-        (r.compare ?? []).length === 0 &&
-        (r.success ?? []).length > 1 &&
-        r.success!.every((o) => o.requestTxn);
-      if (!shared || attempts >= 2) return unary(method, request, headers, deadline, signal);
-      attempts++;
-      if (attempts === 1) {
-        late = () => unary(method, request, headers, performance.now() + 10_000) as Promise<pb.TxnResponse>;
-        return Promise.reject(new TransportError(Status.DEADLINE_EXCEEDED, 'no answer within the deadline'));
-      }
-      return Promise.reject(
-        new TransportError(Status.INVALID_ARGUMENT, 'etcdserver: too many operations in txn request', { fromServer: true }),
-      );
-    }) as typeof t.unary;
+    const member = holdThenRefuse(
+      c,
+      (r) => (r.compare ?? []).length === 0 && (r.success ?? []).length > 1 && r.success!.every((o) => o.requestTxn),
+      () => new TransportError(Status.INVALID_ARGUMENT, 'etcdserver: too many operations in txn request', { fromServer: true }),
+    );
     try {
       // Three locks in one tick: the first goes at once, the two after it share a request.
       const held = await Promise.all(names.map((n) => new Mutex(s, n).lock()));
-      assert.equal(attempts, 2, 'the shared request: one attempt without an answer, one refused');
+      assert.equal(member.attempts, 2, 'the shared request: one attempt without an answer, one refused');
       await Promise.all(held.map((h) => h.unlock()));
       // The first attempt lands now: both of its enqueues create their keys again, on the live lease.
-      const landed = await late!();
+      const landed = await member.land();
       assert.deepEqual(
         (landed.responses ?? []).map((o) => o.responseTxn?.succeeded),
         [true, true],
@@ -342,7 +327,7 @@ describe('a shared request whose outcome is unknown, then refused as a whole', (
       // Nobody is blocked behind a ghost: the keys that landed late are swept.
       for (const n of names) await (await new Mutex(other, n).lock({ signal: AbortSignal.timeout(20_000) })).unlock();
     } finally {
-      t.unary = unary;
+      member.restore();
       await Promise.all([s.close(), other.close()]);
       await client.delete(p, { prefix: true });
     }

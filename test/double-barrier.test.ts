@@ -7,11 +7,21 @@
 // settled by then.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, DoubleBarrier, InvalidArgumentError, Session, SessionExpiredError, TooManyClientsError } from '../src/index.js';
+import {
+  Client,
+  DoubleBarrier,
+  InvalidArgumentError,
+  PermissionDeniedError,
+  Session,
+  SessionExpiredError,
+  TooManyClientsError,
+} from '../src/index.js';
+import { Status, TransportError } from '../src/client/transport/transport.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { EventLog, aborted, assertNoKeys, track, waitFor, closeAll } from './helpers.js';
 import { barrierFile } from './barrier-helpers.js';
 import { closeGoFleets } from './go-fleet.js';
+import { holdThenRefuse } from './helpers/late-attempt.js';
 
 const ROOT = 'test/double-barrier/';
 let etcd: EtcdCluster;
@@ -385,6 +395,45 @@ describe('DoubleBarrier', () => {
       await log.close();
       await closeAll([s, other]);
       await slow.close();
+    }
+    await assertNoKeys(client, name);
+  });
+
+  it('enter() refused after a create whose answer was lost: that create, landing later, is swept', T, async () => {
+    const name = `${fresh('late-refused')}db`;
+    await using c = new Client({ endpoints: etcd.endpoints });
+    const s = await Session.create(c, { ttl: 30 });
+    const [other] = await sessions(1);
+    const log = new EventLog(client, `${name}/`);
+    // Our key's first create gets no answer (held, sent for real later: it lands late); its retry is
+    // refused with an error that is not transient.
+    const member = holdThenRefuse(
+      c,
+      (r) => r.success?.[0]?.requestPut?.key?.toString().startsWith(`${name}/waiters/`) === true,
+      () => new TransportError(Status.PERMISSION_DENIED, 'etcdserver: permission denied', { fromServer: true }),
+    );
+    try {
+      await log.ready;
+      await assert.rejects(new DoubleBarrier(s, name, 1).enter(), PermissionDeniedError);
+      assert.equal(member.attempts, 2, 'one attempt without an answer, one refused');
+      // The held create lands: our key is created after enter() gave up, on our live lease.
+      const landed = await member.land();
+      assert.equal(landed.succeeded, true, 'the held attempt created the key');
+      const key = member.request!.success![0]!.requestPut!.key!.toString();
+      // (Hang guard only: the sweep deletes it as soon as it sees it.)
+      await waitFor(
+        () => log.events.find((e) => e.type === 'delete' && e.key === key && e.rev > landed.header!.revision!),
+        'the ghost key swept',
+        { limitMs: 10_000 },
+      );
+      // Nobody counts it: a barrier of one lets the next member in (the ghost would fill it).
+      const next = new DoubleBarrier(other!, name, 1);
+      await next.enter();
+      await next.leave();
+    } finally {
+      member.restore();
+      await log.close();
+      await closeAll([s, other]);
     }
     await assertNoKeys(client, name);
   });

@@ -3,10 +3,12 @@
 // Each test uses its own lock names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, LockLostError, Mutex, SessionExpiredError } from '../src/index.js';
+import { Client, LockLostError, Mutex, PermissionDeniedError, Session, SessionExpiredError } from '../src/index.js';
+import { Status, TransportError } from '../src/client/transport/transport.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { EventLog, aborted, assertNoKeys, killEtcdctls, etcdFile, closeAll, withSessions, assertOwnerCompareFences } from './helpers.js';
 import { withProxiedWaiter } from './mutex-helpers.js';
+import { holdThenRefuse } from './helpers/late-attempt.js';
 
 const ROOT = 'test/mutex-loss/';
 let etcd: EtcdCluster;
@@ -133,6 +135,36 @@ describe('Mutex: giving up and losing', () => {
       // for nobody and block every later waiter.
       assert.equal(left, undefined, 'the queued key was left behind');
     }));
+
+  it('lock() refused after an enqueue attempt whose answer was lost: that attempt, landing later, is swept', async () => {
+    const p = fresh('late-refused');
+    const name = `${p}lock`;
+    await using c = new Client({ endpoints: etcd.endpoints });
+    const s = await Session.create(c, { ttl: 30 });
+    const [other] = await sessions(1);
+    // The enqueue's first attempt gets no answer (held, sent for real later: it lands late); its retry
+    // is refused with an error that is not transient.
+    const member = holdThenRefuse(
+      c,
+      (r) => r.success?.[0]?.requestPut?.key?.toString().startsWith(`${name}/`) === true,
+      () => new TransportError(Status.PERMISSION_DENIED, 'etcdserver: permission denied', { fromServer: true }),
+    );
+    try {
+      await assert.rejects(new Mutex(s, name).lock(), PermissionDeniedError);
+      assert.equal(member.attempts, 2, 'one attempt without an answer, one refused');
+      // The held attempt lands: our key is created after lock() gave up, on the live lease.
+      assert.equal((await member.land()).succeeded, true, 'the held attempt created the key');
+      // Nobody is blocked behind it (a hang guard only: the sweep deletes it at once).
+      const next = await new Mutex(other!, name)
+        .lock({ signal: AbortSignal.timeout(20_000) })
+        .catch((err: unknown) => assert.fail(`blocked behind the key that landed late (${err})`));
+      await next.unlock();
+    } finally {
+      member.restore();
+      await closeAll([s, other]);
+    }
+    await assertNoKeys(client, p);
+  });
 
   it('an operator deleting the holder’s key aborts handle.signal with LockLostError', async () => {
     const p = fresh('key-deleted');

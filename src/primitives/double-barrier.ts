@@ -226,8 +226,9 @@ export class DoubleBarrier {
             markLeaseGone(this.session);
             throw this.session.signal.reason;
           }
-          // Its outcome unknown, the key may exist: a member nobody will remove would be counted.
-          if (isTransient(err)) void dropTicket(this.session, { key }, { kind: 'barrier', name: this.name });
+          // An outcome unknown (the last error's, or an earlier attempt's): the key may exist or still
+          // land, a member nobody will remove would be counted. Dropping it also arms the sweep.
+          if (isTransient(err) || progress.ambiguous) void dropTicket(this.session, { key }, { kind: 'barrier', name: this.name });
           throw err;
         });
       const late = progress.ambiguous === true;

@@ -204,6 +204,11 @@ export class LateKeys {
     if (!this.keys.has(key)) this.keys.set(key, false);
   }
 
+  /** An attempt to create `key` may still land and no sweep watches for it yet (not given up since). */
+  unswept(key: string): boolean {
+    return this.keys.get(key) === false;
+  }
+
   /** `key` is given up: true (once) when it may land late and should be swept from now on. */
   givenUp(key: string): boolean {
     if (this.keys.get(key) !== false) return false;
