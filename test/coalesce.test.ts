@@ -183,12 +183,13 @@ describe('coalescing', () => {
       }));
       sent.length = 0;
       await Promise.all(txns.map((t) => own(c, t.request, t.scope)));
-      // The first went out at once; the others in first fit, each batch checked pair by pair.
+      // The first trial's first went out at once; after it the client is busy and the first waits
+      // too. The others in first fit, each batch checked pair by pair.
       const widest = (ids: number[]): number =>
         Math.max(...ids.map((i) => Math.max(...Object.values(txns[i]!.request).map((l) => l.length))));
-      const expected: number[][] = [[0]];
+      const expected: number[][] = trial === 0 ? [[0]] : [];
       const batches: number[][] = [];
-      for (let i = 1; i < txns.length; i++) {
+      for (let i = trial === 0 ? 1 : 0; i < txns.length; i++) {
         const b = batches.find((b) => b.every((j) => mayShare(txns[i]!, txns[j]!)) && b.length + 1 + widest([i, ...b]) <= 128);
         if (b) b.push(i);
         else batches.push([i]);
@@ -200,6 +201,29 @@ describe('coalescing', () => {
         `trial ${trial} (SPANS_SEED=${seed})`,
       );
     }
+    await client.delete(p, { prefix: true });
+  });
+
+  it("while busy (its last check phase sent several calls) the tick's first waits for the check phase too; a lone call ends the spell", async () => {
+    const p = file.fresh('busy');
+    await using c = new Client({ endpoints: etcd.endpoints });
+    const sent = requestsOf(c);
+    /** Sends `n` Txns in one tick; returns how many requests left at once. */
+    const tick = async (n: number, tag: string): Promise<number> => {
+      const before = sent.length;
+      const calls = Array.from({ length: n }, (_, i) => own(c, putIfAbsent(`${p}${tag}${i}`), `${p}${tag}${i}/`));
+      const atOnce = sent.length - before;
+      await Promise.all(calls);
+      return atOnce;
+    };
+    assert.equal(await tick(3, 'a'), 1, 'idle: the first at once');
+    assert.equal(await tick(2, 'b'), 0, 'busy: the first waits');
+    assert.equal(await tick(1, 'c'), 0, 'still busy: a lone call waits once');
+    assert.equal(await tick(1, 'd'), 1, 'the spell is over: a lone call goes at once');
+    assert.deepEqual(
+      sent.map((r) => r.length),
+      [1, 2, 2, 1, 1],
+    );
     await client.delete(p, { prefix: true });
   });
 
@@ -310,7 +334,8 @@ describe('coalescing', () => {
       ['fulfilled', 'rejected', 'fulfilled'],
     );
     assert.equal((r2[1] as PromiseRejectedResult).reason.message, 'gave up late');
-    assert.equal(sent.at(-1)!.length, 2);
+    // The client is busy since the first part: the opener waited for the check phase and shared too.
+    assert.equal(sent.at(-1)!.length, 3);
     await client.delete(p, { prefix: true });
   });
 

@@ -15,10 +15,14 @@
 //   rest (its checkTxnRequest), so Txns + the longest nested list <= the limit; a lower limit is
 //   learned from etcd's refusal.
 // The tick's first call goes out at once (no added latency when alone); those that follow until the
-// event loop's check phase wait for it and go together. A request refused as a whole (etcd applied
-// none of it: a lease gone, a permission) is sent again Txn by Txn, which is safe since every one
-// is idempotent; any other failure is every Txn's, as it would have been alone. Deadlines and
-// signals stay per call: a call that gives up is answered at once, the others are not disturbed.
+// event loop's check phase wait for it and go together. While the client is busy (its last check
+// phase sent several calls) the first waits for the check phase too: sent alone, its answer would
+// come back alone and start another tick with a lone request, and so on. So the first call after a
+// busy spell waits for one check phase, which then finds it alone and ends the spell. A request
+// refused as a whole (etcd applied none of it: a lease gone, a permission) is sent again Txn by
+// Txn, which is safe since every one is idempotent; any other failure is every Txn's, as it would
+// have been alone. Deadlines and signals stay per call: a call that gives up is answered at once,
+// the others are not disturbed.
 import type * as pb from '../proto/etcd.js';
 import * as rpc from './methods.js';
 import type { CallOptions, CallProgress, Connection } from './connection.js';
@@ -95,8 +99,10 @@ export class Coalescer {
   maxOps = MAX_TXN_OPS;
   /** The calls after the tick's first, until the check phase sends them. */
   private waiting: Call[] = [];
-  /** A tick's window is open: its first call went out, the check phase will send the rest. */
+  /** A tick's window is open: its first call went out (or waits, when busy), the check phase will send the rest. */
   private open = false;
+  /** The last check phase sent several calls. */
+  private busy = false;
 
   constructor(
     private readonly conn: Connection,
@@ -109,9 +115,9 @@ export class Coalescer {
     if (!this.open) {
       this.open = true;
       setImmediate(this.flush);
-      return this.conn.unary(rpc.KV.txn, request, 'idempotent', options, progress);
+      if (!this.busy) return this.conn.unary(rpc.KV.txn, request, 'idempotent', options, progress);
     }
-    // Only a Txn that waits is analysed: the tick's first goes out as it is.
+    // Only a Txn that waits is analysed: an idle tick's first goes out as it is.
     const touched = touchedBy(request);
     if (touched === undefined) return this.conn.unary(rpc.KV.txn, request, 'idempotent', options, progress);
     options.signal?.throwIfAborted();
@@ -136,6 +142,7 @@ export class Coalescer {
   private readonly flush = (): void => {
     this.open = false;
     const calls = this.waiting;
+    this.busy = calls.length > 1;
     if (calls.length === 0) return;
     this.waiting = [];
     const batches: Batch[] = [];
