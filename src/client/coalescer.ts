@@ -15,10 +15,9 @@
 //   rest (its checkTxnRequest), so Txns + the longest nested list <= the limit; a lower limit is
 //   learned from etcd's refusal.
 // The tick's first call goes out at once (no added latency when alone); those that follow until the
-// event loop's check phase wait for it and go together. While the client is busy (its last check
-// phase sent several calls) the first waits for the check phase too: sent alone, its answer would
-// come back alone and start another tick with a lone request, and so on. So the first call after a
-// busy spell waits for one check phase, which then finds it alone and ends the spell. A request
+// event loop's check phase wait for it and go together. While a shared request is in flight (until
+// the check phase after its answer) the first waits for the check phase too: sent alone, its answer
+// would come back alone and start another tick with a lone request, and so on. A request
 // refused as a whole (etcd applied none of it: a lease gone, a permission) is sent again Txn by
 // Txn, which is safe since every one is idempotent; any other failure is every Txn's, as it would
 // have been alone. Deadlines and signals stay per call: a call that gives up is answered at once,
@@ -99,10 +98,10 @@ export class Coalescer {
   maxOps = MAX_TXN_OPS;
   /** The calls after the tick's first, until the check phase sends them. */
   private waiting: Call[] = [];
-  /** A tick's window is open: its first call went out (or waits, when busy), the check phase will send the rest. */
+  /** A tick's window is open: its first call went out (or waits, see shared), the check phase will send the rest. */
   private open = false;
-  /** The last check phase sent several calls. */
-  private busy = false;
+  /** Shared requests in flight, each until the check phase after its answer. */
+  private shared = 0;
 
   constructor(
     private readonly conn: Connection,
@@ -115,9 +114,9 @@ export class Coalescer {
     if (!this.open) {
       this.open = true;
       setImmediate(this.flush);
-      if (!this.busy) return this.conn.unary(rpc.KV.txn, request, 'idempotent', options, progress);
+      if (this.shared === 0) return this.conn.unary(rpc.KV.txn, request, 'idempotent', options, progress);
     }
-    // Only a Txn that waits is analysed: an idle tick's first goes out as it is.
+    // Only a Txn that waits is analysed: the first that goes out at once goes as it is.
     const touched = touchedBy(request);
     if (touched === undefined) return this.conn.unary(rpc.KV.txn, request, 'idempotent', options, progress);
     options.signal?.throwIfAborted();
@@ -142,7 +141,6 @@ export class Coalescer {
   private readonly flush = (): void => {
     this.open = false;
     const calls = this.waiting;
-    this.busy = calls.length > 1;
     if (calls.length === 0) return;
     this.waiting = [];
     const batches: Batch[] = [];
@@ -166,6 +164,22 @@ export class Coalescer {
     // A call due before the others gets its own timer; most share the default deadline and need none.
     for (const c of calls) if (c.deadline < deadline - 1) c.timer = setTimeout(() => this.expire(c), Math.max(0, c.deadline - now));
     if (this.telemetry?.metricsOn) this.telemetry.txnBatchSize.record(calls.length);
+    this.shared++;
+    try {
+      await this.sendShared(batch, deadline, now);
+    } finally {
+      // The calls its answer wakes make their Txns in this tick or the next: they go together.
+      setImmediate(this.answered);
+    }
+  }
+
+  private readonly answered = (): void => {
+    this.shared--;
+  };
+
+  /** One request of the batch's calls, each answered from its part of the answer. */
+  private async sendShared(batch: Batch, deadline: number, now: number): Promise<void> {
+    const calls = batch.calls;
     const progress: CallProgress = { sent: false };
     const outer: pb.TxnRequest = { compare: [], success: calls.map((c) => ({ requestTxn: c.request })), failure: [] };
     let r: pb.TxnResponse;
