@@ -209,12 +209,17 @@ describe('coalescing', () => {
     const p = file.fresh('busy');
     await using c = new Client({ endpoints: etcd.endpoints });
     const sent = requestsOf(c);
-    /** Sends `n` Txns in one tick; returns how many requests left at once. */
+    const all: Promise<unknown>[] = [];
+    /**
+     * Sends `n` Txns in one tick; returns how many requests left at once, once its last Txn is
+     * answered: in the tick its answer arrived (before that tick's check phase).
+     */
     const tick = async (n: number, tag: string): Promise<number> => {
       const before = sent.length;
       const calls = Array.from({ length: n }, (_, i) => own(c, putIfAbsent(`${p}${tag}${i}`), `${p}${tag}${i}/`));
+      all.push(...calls);
       const atOnce = sent.length - before;
-      await Promise.all(calls);
+      await calls.at(-1);
       return atOnce;
     };
     assert.equal(await tick(3, 'a'), 1, 'idle: the first at once');
@@ -223,6 +228,7 @@ describe('coalescing', () => {
     assert.equal(await tick(1, 'c'), 0, 'again: a lone call waits, and goes alone');
     // c went alone: no shared request in flight, and the check phase after b's answer long past.
     assert.equal(await tick(1, 'd'), 1, 'idle again: a lone call goes at once');
+    await Promise.all(all);
     assert.deepEqual(
       sent.map((r) => r.length),
       [1, 2, 2, 1, 1],
