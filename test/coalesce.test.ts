@@ -133,6 +133,109 @@ describe('coalescing', () => {
     await client.delete(p, { prefix: true });
   });
 
+  it('random Txns are grouped as a check of every pair of their keys and ranges would group them', async () => {
+    const p = file.fresh('spans');
+    await using c = new Client({ endpoints: etcd.endpoints });
+    const sent = requestsOf(c);
+    // Keys next to each other in etcd's order: a key, the key + "\0", one extending it, one past it.
+    const tails = ['', 'a', 'a\x00', 'a\x00\x00', 'aa', 'a\xff', 'a\xff\xff', 'b', 'b\x01', '\xff'];
+    const key = (t: string): Buffer => Buffer.concat([Buffer.from(p), Buffer.from(t, 'latin1')]);
+    const seed = Number(process.env.SPANS_SEED ?? Date.now() % 1_000_000);
+    const random = mulberry32(seed);
+    const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]!;
+    /** A key, or a range after it: to a later key, its prefix's end, or (not to write) without end. */
+    const spanOf = (write: boolean): { key: Buffer; rangeEnd?: Buffer } => {
+      const from = pick(tails);
+      const r = random();
+      if (r < 0.5) return { key: key(from) };
+      const later = tails.filter((t) => Buffer.from(t, 'latin1').compare(Buffer.from(from, 'latin1')) > 0);
+      if (r < 0.7 && later.length > 0) return { key: key(from), rangeEnd: key(pick(later)) };
+      if (r < 0.9 || write) return prefixRange(key(from));
+      return { key: key(from), rangeEnd: Buffer.from([0]) };
+    };
+    const opOf = (): pb.RequestOp => {
+      const r = random();
+      if (r < 0.4) return { requestRange: spanOf(false) };
+      if (r < 0.7) return op.put(key(pick(tails)), 'v');
+      return { requestDeleteRange: spanOf(true) };
+    };
+    /** At most one write per list: a Txn that etcd takes alone. */
+    const listOf = (n: number): pb.RequestOp[] => {
+      const ops: pb.RequestOp[] = [];
+      for (let i = 0; i < n; i++) {
+        const o = opOf();
+        if (!o.requestRange && ops.some((x) => !x.requestRange)) continue;
+        ops.push(o);
+      }
+      return ops;
+    };
+    for (let trial = 0; trial < 30; trial++) {
+      const txns = Array.from({ length: 25 }, () => ({
+        request: {
+          compare: Array.from({ length: Math.floor(random() * 3) }, () => ({
+            ...compare.createRevision(key(''), '>', 0n),
+            ...spanOf(false),
+          })),
+          success: listOf(Math.floor(random() * 4)),
+          failure: listOf(Math.floor(random() * 2)),
+        },
+        scope: pick([undefined, 's1/', 's2/', 's3/', 's4/']),
+      }));
+      // Idle: the last trial's shared request is answered, and the check phase after it has passed.
+      await new Promise((resolve) => setImmediate(resolve));
+      sent.length = 0;
+      await Promise.all(txns.map((t) => own(c, t.request, t.scope)));
+      // The first went out at once; the others in first fit, each batch checked pair by pair.
+      const widest = (ids: number[]): number =>
+        Math.max(...ids.map((i) => Math.max(...Object.values(txns[i]!.request).map((l) => l.length))));
+      const expected: number[][] = [[0]];
+      const batches: number[][] = [];
+      for (let i = 1; i < txns.length; i++) {
+        const b = batches.find((b) => b.every((j) => mayShare(txns[i]!, txns[j]!)) && b.length + 1 + widest([i, ...b]) <= 128);
+        if (b) b.push(i);
+        else batches.push([i]);
+      }
+      expected.push(...batches);
+      assert.deepEqual(
+        sent.map((r) => r.map((t) => txns.findIndex((x) => x.request === t))),
+        expected,
+        `trial ${trial} (SPANS_SEED=${seed})`,
+      );
+    }
+    await client.delete(p, { prefix: true });
+  });
+
+  it("while a shared request is in flight (until the check phase after its answer) the tick's first waits for the check phase too", async () => {
+    const p = file.fresh('busy');
+    await using c = new Client({ endpoints: etcd.endpoints });
+    const sent = requestsOf(c);
+    const all: Promise<unknown>[] = [];
+    /**
+     * Sends `n` Txns in one tick; returns how many requests left at once, once its last Txn is
+     * answered: in the tick its answer arrived (before that tick's check phase).
+     */
+    const tick = async (n: number, tag: string): Promise<number> => {
+      const before = sent.length;
+      const calls = Array.from({ length: n }, (_, i) => own(c, putIfAbsent(`${p}${tag}${i}`), `${p}${tag}${i}/`));
+      all.push(...calls);
+      const atOnce = sent.length - before;
+      await calls.at(-1);
+      return atOnce;
+    };
+    assert.equal(await tick(3, 'a'), 1, 'idle: the first at once');
+    // Made as the shared request's answer arrives, as the calls it woke make theirs.
+    assert.equal(await tick(2, 'b'), 0, 'a shared request answered in this tick: the first waits');
+    assert.equal(await tick(1, 'c'), 0, 'again: a lone call waits, and goes alone');
+    // c went alone: no shared request in flight, and the check phase after b's answer long past.
+    assert.equal(await tick(1, 'd'), 1, 'idle again: a lone call goes at once');
+    await Promise.all(all);
+    assert.deepEqual(
+      sent.map((r) => r.length),
+      [1, 2, 2, 1, 1],
+    );
+    await client.delete(p, { prefix: true });
+  });
+
   it('locks on one name from one client never share a request: distinct tokens, in FIFO order', async () => {
     const name = `${file.fresh('one-name')}lock`;
     const sessions = await file.sessions(8);
@@ -374,3 +477,51 @@ describe('a lowered --max-txn-ops', () => {
     }
   });
 });
+
+/** Whether two Txns may share a request: not of one scope, and neither writes what the other touches. */
+function mayShare(
+  a: { request: pb.TxnRequest; scope?: string | undefined },
+  b: { request: pb.TxnRequest; scope?: string | undefined },
+): boolean {
+  if (a.scope !== undefined && a.scope === b.scope) return false;
+  const x = touched(a.request);
+  const y = touched(b.request);
+  const meet = (s: Span[], t: Span[]): boolean => s.some((u) => t.some((v) => overlaps(u, v)));
+  return !meet(x.writes, [...y.writes, ...y.reads]) && !meet(y.writes, [...x.writes, ...x.reads]);
+}
+
+/** A key (`end` undefined) or etcd's range [key, end), end "\0" meaning every key from `key` on. */
+type Span = { key: Buffer; end?: Buffer };
+
+function touched(r: pb.TxnRequest): { reads: Span[]; writes: Span[] } {
+  const span = (s: { key?: Buffer; rangeEnd?: Buffer }): Span =>
+    s.rangeEnd && s.rangeEnd.length > 0 ? { key: s.key!, end: s.rangeEnd } : { key: s.key! };
+  const reads = (r.compare ?? []).map(span);
+  const writes: Span[] = [];
+  for (const o of [...(r.success ?? []), ...(r.failure ?? [])]) {
+    if (o.requestRange) reads.push(span(o.requestRange));
+    else if (o.requestPut) writes.push(span(o.requestPut));
+    else if (o.requestDeleteRange) writes.push(span(o.requestDeleteRange));
+  }
+  return { reads, writes };
+}
+
+function overlaps(a: Span, b: Span): boolean {
+  const below = (k: Buffer, end: Buffer): boolean => (end.length === 1 && end[0] === 0) || k.compare(end) < 0;
+  const holds = (s: Span, k: Buffer): boolean => (s.end === undefined ? s.key.equals(k) : k.compare(s.key) >= 0 && below(k, s.end));
+  if (a.end === undefined) return holds(b, a.key);
+  if (b.end === undefined) return holds(a, b.key);
+  return below(a.key, b.end) && below(b.key, a.end);
+}
+
+/** A small seeded PRNG: a failing trial runs again with the seed its message gives. */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}

@@ -15,10 +15,13 @@
 //   rest (its checkTxnRequest), so Txns + the longest nested list <= the limit; a lower limit is
 //   learned from etcd's refusal.
 // The tick's first call goes out at once (no added latency when alone); those that follow until the
-// event loop's check phase wait for it and go together. A request refused as a whole (etcd applied
-// none of it: a lease gone, a permission) is sent again Txn by Txn, which is safe since every one
-// is idempotent; any other failure is every Txn's, as it would have been alone. Deadlines and
-// signals stay per call: a call that gives up is answered at once, the others are not disturbed.
+// event loop's check phase wait for it and go together. While a shared request is in flight (until
+// the check phase after its answer) the first waits for the check phase too: sent alone, its answer
+// would come back alone and start another tick with a lone request, and so on. A request
+// refused as a whole (etcd applied none of it: a lease gone, a permission) is sent again Txn by
+// Txn, which is safe since every one is idempotent; any other failure is every Txn's, as it would
+// have been alone. Deadlines and signals stay per call: a call that gives up is answered at once,
+// the others are not disturbed.
 import type * as pb from '../proto/etcd.js';
 import * as rpc from './methods.js';
 import type { CallOptions, CallProgress, Connection } from './connection.js';
@@ -38,13 +41,18 @@ export interface Coalescible {
 }
 
 /**
- * A key (`to` undefined) or a range [from, to), `to` = "\0" meaning every key from `from` on
- * (etcd's rules), as latin1 strings: one char per byte, so that they compare as etcd orders keys.
+ * What an operation touches, as the range [from, to) of latin1 strings (one char per byte, so that
+ * they compare as etcd orders keys): a key k is [k, k + "\0"), which holds k alone; a range
+ * without end (etcd's end "\0") ends at NO_END. A range that ends at or before its start (it holds
+ * no key) counts as its first key.
  */
 interface Span {
   from: string;
-  to?: string;
+  to: string;
 }
+
+/** Above every key: a char above every byte. */
+const NO_END = '\u0100';
 
 /** What a Txn touches: the keys it compares or reads, and those it writes (both branches). */
 interface Touched {
@@ -90,8 +98,10 @@ export class Coalescer {
   maxOps = MAX_TXN_OPS;
   /** The calls after the tick's first, until the check phase sends them. */
   private waiting: Call[] = [];
-  /** A tick's window is open: its first call went out, the check phase will send the rest. */
+  /** A tick's window is open: its first call went out (or waits, see shared), the check phase will send the rest. */
   private open = false;
+  /** Shared requests in flight, each until the check phase after its answer. */
+  private shared = 0;
 
   constructor(
     private readonly conn: Connection,
@@ -104,9 +114,9 @@ export class Coalescer {
     if (!this.open) {
       this.open = true;
       setImmediate(this.flush);
-      return this.conn.unary(rpc.KV.txn, request, 'idempotent', options, progress);
+      if (this.shared === 0) return this.conn.unary(rpc.KV.txn, request, 'idempotent', options, progress);
     }
-    // Only a Txn that waits is analysed: the tick's first goes out as it is.
+    // Only a Txn that waits is analysed: the first that goes out at once goes as it is.
     const touched = touchedBy(request);
     if (touched === undefined) return this.conn.unary(rpc.KV.txn, request, 'idempotent', options, progress);
     options.signal?.throwIfAborted();
@@ -154,6 +164,22 @@ export class Coalescer {
     // A call due before the others gets its own timer; most share the default deadline and need none.
     for (const c of calls) if (c.deadline < deadline - 1) c.timer = setTimeout(() => this.expire(c), Math.max(0, c.deadline - now));
     if (this.telemetry?.metricsOn) this.telemetry.txnBatchSize.record(calls.length);
+    this.shared++;
+    try {
+      await this.sendShared(batch, deadline, now);
+    } finally {
+      // The calls its answer wakes make their Txns in this tick or the next: they go together.
+      setImmediate(this.answered);
+    }
+  }
+
+  private readonly answered = (): void => {
+    this.shared--;
+  };
+
+  /** One request of the batch's calls, each answered from its part of the answer. */
+  private async sendShared(batch: Batch, deadline: number, now: number): Promise<void> {
+    const calls = batch.calls;
     const progress: CallProgress = { sent: false };
     const outer: pb.TxnRequest = { compare: [], success: calls.map((c) => ({ requestTxn: c.request })), failure: [] };
     let r: pb.TxnResponse;
@@ -232,7 +258,7 @@ export class Coalescer {
   }
 }
 
-/** The calls of one request, and what they touch together: single keys in sets, ranges apart (few). */
+/** The calls of one request, and what they touch together. */
 class Batch {
   readonly calls: Call[] = [];
   private readonly scopes = new Set<string>();
@@ -263,24 +289,48 @@ class Batch {
   }
 }
 
-/** Keys and ranges, asked whether a span meets any of them. */
+/**
+ * Keys and ranges, asked whether a span meets any of them. Only their union matters, kept as
+ * disjoint spans sorted by start (so by end too): a span meets the union when the first of them
+ * ending after its start begins before its end. A binary search, however many Txns a request holds.
+ */
 class Touches {
-  private readonly keys = new Set<string>();
-  private readonly ranges: Span[] = [];
+  private readonly spans: Span[] = [];
 
   add(s: Span): void {
-    if (s.to === undefined) this.keys.add(s.from);
-    else this.ranges.push(s);
+    const spans = this.spans;
+    const i = this.firstEndingAfter(s.from);
+    let j = i;
+    while (j < spans.length && spans[j]!.from < s.to) j++;
+    if (i === j) {
+      // Apart from all (the common case): in its place, the ones after it moved up.
+      spans.push(s);
+      for (let k = spans.length - 1; k > i; k--) spans[k] = spans[k - 1]!;
+      spans[i] = s;
+      return;
+    }
+    // Those in [i, j) overlap s: one span covers them all.
+    const from = spans[i]!.from < s.from ? spans[i]!.from : s.from;
+    const to = spans[j - 1]!.to > s.to ? spans[j - 1]!.to : s.to;
+    spans.splice(i, j - i, { from, to });
   }
 
   meets(s: Span): boolean {
-    if (s.to === undefined) {
-      if (this.keys.has(s.from)) return true;
-    } else {
-      for (const k of this.keys) if (holds(s, k)) return true;
+    const i = this.firstEndingAfter(s.from);
+    return i < this.spans.length && this.spans[i]!.from < s.to;
+  }
+
+  /** The index of the first span whose end is above `k` (the length when none is). */
+  private firstEndingAfter(k: string): number {
+    const spans = this.spans;
+    let lo = 0;
+    let hi = spans.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (spans[mid]!.to > k) hi = mid;
+      else lo = mid + 1;
     }
-    for (const r of this.ranges) if (overlap(s, r)) return true;
-    return false;
+    return lo;
   }
 }
 
@@ -303,24 +353,10 @@ function touchedBy(r: pb.TxnRequest): Touched | undefined {
 
 function span(key: Buffer | undefined, rangeEnd: Buffer | undefined): Span {
   const from = key ? key.toString('latin1') : '';
-  return rangeEnd !== undefined && rangeEnd.length > 0 ? { from, to: rangeEnd.toString('latin1') } : { from };
-}
-
-function overlap(a: Span, b: Span): boolean {
-  if (a.to === undefined) return holds(b, a.from);
-  if (b.to === undefined) return holds(a, b.from);
-  return below(a.from, b.to) && below(b.from, a.to);
-}
-
-/** Whether span `s` holds key `k`. */
-function holds(s: Span, k: string): boolean {
-  if (s.to === undefined) return s.from === k;
-  return k >= s.from && below(k, s.to);
-}
-
-/** Whether `k` is below a range's end (the end "\0" is none). */
-function below(k: string, end: string): boolean {
-  return end === '\0' || k < end;
+  if (rangeEnd === undefined || rangeEnd.length === 0) return { from, to: `${from}\0` };
+  if (rangeEnd.length === 1 && rangeEnd[0] === 0) return { from, to: NO_END };
+  const to = rangeEnd.toString('latin1');
+  return { from, to: to > from ? to : `${from}\0` };
 }
 
 /**
