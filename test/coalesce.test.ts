@@ -13,6 +13,7 @@ import { Status, TransportError } from '../src/client/transport/transport.js';
 import { etcdFile } from './helpers.js';
 import { holdThenRefuse } from './helpers/late-attempt.js';
 import { Sdk } from './metrics-sdk.js';
+import { Probe } from './probe.js';
 
 let etcd: EtcdCluster;
 let client: Client;
@@ -83,6 +84,29 @@ describe('coalescing', () => {
     // The shared request's revision is every nested Txn's: one write, one revision.
     assert.equal(results[1]!.header.revision, results[2]!.header.revision);
     assert.ok(results[1]!.header.revision > 0n);
+  });
+
+  it("the tests' Probe sees every request the client sends, a shared one and those the coalescer sends alone too", async () => {
+    const p = file.fresh('probe');
+    await using c = new Client({ endpoints: etcd.endpoints });
+    const s = await Session.create(c, { ttl: 30 });
+    const probe = new Probe(c);
+    try {
+      probe.reset();
+      // Three lock() calls in one tick on names of their own: the first enqueue alone, the two after it shared.
+      const held = await Promise.all(['a', 'b', 'c'].map((n) => new Mutex(s, `${p}${n}`).lock()));
+      assert.deepEqual(
+        probe.sent.map((x) => [x.method, x.puts]),
+        [
+          ['Txn', 1],
+          ['Txn', 2],
+        ],
+        'two requests: one enqueue, then two in one request',
+      );
+      await Promise.all(held.map((h) => h.unlock()));
+    } finally {
+      await s.close();
+    }
   });
 
   it("an application's own client.txn() goes alone, even in a tick of the library's", async () => {

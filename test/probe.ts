@@ -1,5 +1,5 @@
 // The one spy on a Client (no mock: every call still goes to the real etcd). It records each unary
-// call where it leaves the client (Connection.unary: the method, and a Txn's ranges and puts), the
+// call where it leaves the client (Connection.call: the method, and a Txn's ranges and puts), the
 // calls not answered yet, and the watches the client creates, and tells when everything the
 // participants on it started has been answered: "every waiter is blocked on its watch again"
 // without sleeping, and what one acquisition or release costs.
@@ -24,19 +24,26 @@ export class Probe {
   private inflight = 0;
 
   constructor(readonly client: Client) {
-    const unary = client.conn.unary.bind(client.conn);
-    client.conn.unary = ((method, request, ...rest) => {
-      const ops = method.path.endsWith('/Txn')
-        ? [...((request as TxnRequest).success ?? []), ...((request as TxnRequest).failure ?? [])]
+    // Every request goes through Connection.call: a lone call by way of Connection.unary, the
+    // coalescer's shared requests and the Txns it sends alone directly. Each is recorded once, where
+    // it enters call; a shared request as one Txn with its Txns' operations.
+    const call = client.conn.call.bind(client.conn);
+    client.conn.call = ((method, request, ...rest) => {
+      const r = request as TxnRequest;
+      const txns = method.path.endsWith('/Txn')
+        ? r.success?.every((o) => o.requestTxn) && r.success.length > 0
+          ? r.success.map((o) => o.requestTxn!)
+          : [r]
         : [];
+      const ops = txns.flatMap((t) => [...(t.success ?? []), ...(t.failure ?? [])]);
       this.sent.push({
         method: method.path.slice(method.path.lastIndexOf('/') + 1),
         ranges: ops.filter((o) => o.requestRange).length,
         puts: ops.filter((o) => o.requestPut).length,
       });
       this.inflight++;
-      return unary(method, request, ...rest).finally(() => this.inflight--);
-    }) as typeof client.conn.unary;
+      return call(method, request, ...rest).finally(() => this.inflight--);
+    }) as typeof client.conn.call;
     const track = (w: Watch): Watch => {
       this.watches.push(w);
       w.created.then(
