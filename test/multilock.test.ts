@@ -265,19 +265,22 @@ describe('lockAll: no deadlock', T, () => {
       }
       // (Each worker records each shared lock once a round by construction: no count to assert here;
       // the tokens' order is asserted as they are granted, the counters above catch a lost update.)
-      // The events agree: every key created under the lock names was a granted holding, and each was deleted.
-      const granted = new Set([...tokens.values()].flat());
-      for (const token of granted) {
-        const put = log.events.find((e) => e.type === 'put' && e.createRevision === token);
-        assert.ok(put, `a put for token ${token}`);
-        await log.next((e) => e.type === 'delete' && e.key === put.key && e.rev > token);
+      // The events agree: every key created under the lock names was a granted holding, and each was
+      // deleted. A fencing token is per name: keys of two names may share one (the client may send
+      // two sessions' enqueues on different names in one request), so a holding is its name and token.
+      const nameOf = (key: string): string => key.slice(0, key.lastIndexOf('/'));
+      const granted = [...tokens].flatMap(([n, ts]) => ts.map((t) => ({ n, t })));
+      for (const { n, t } of granted) {
+        const put = log.events.find((e) => e.type === 'put' && e.createRevision === t && nameOf(e.key) === n);
+        assert.ok(put, `a put for ${n} at token ${t}`);
+        await log.next((e) => e.type === 'delete' && e.key === put.key && e.rev > t);
       }
       assert.deepEqual(
         log.events
           .filter((e) => e.type === 'put')
-          .map((e) => e.createRevision)
+          .map((e) => `${nameOf(e.key)} ${e.createRevision}`)
           .sort(),
-        [...granted].sort(),
+        granted.map(({ n, t }) => `${n} ${t}`).sort(),
         'no key was created that was not a granted holding',
       );
       await client.delete(`${p}count/`, { prefix: true });
