@@ -95,6 +95,34 @@ describe('Mutex: giving up and losing', () => {
     await assertNoKeys(client, p);
   });
 
+  it('a waiter whose application closes the client when the session ends still reports SessionExpiredError', async () => {
+    const p = fresh('waiter-client-closed-on-loss');
+    const name = `${p}lock`;
+    const [a] = await sessions(1);
+    // A common shutdown pattern: when the session is lost, the application closes its client. The
+    // waiter's watch then ends with ClientClosedError; what lock() reports is still the session's loss.
+    const own = new Client({ endpoints: etcd.endpoints });
+    const b = await Session.create(own, { ttl: 3 });
+    b.signal.addEventListener('abort', () => void own.close());
+    try {
+      const held = await new Mutex(a!, name).lock();
+      const base = await watchersNow();
+      const waiting = new Mutex(b, name).lock();
+      await blocked(base);
+      await client.leaseRevoke(b.leaseId);
+      await assert.rejects(waiting, (e: unknown) => {
+        assert.ok(e instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(e)}`);
+        assert.equal(e.reason, 'lease_gone');
+        return true;
+      });
+      await held.unlock();
+    } finally {
+      await closeAll([a!]);
+      await own.close();
+    }
+    await assertNoKeys(client, p);
+  });
+
   it('a waiter whose lease is revoked reports SessionExpiredError even when its turn comes before the session notices', async () => {
     const p = fresh('waiter-lease_gone-race');
     const name = `${p}lock`;

@@ -286,7 +286,11 @@ export class Wait implements WatchSink, Due {
     if (movedAt !== undefined) this.moved();
   }
 
-  /** WatchSink: the watch ended. Compacted or ended quietly: ask again; any other error ends the wait. */
+  /**
+   * WatchSink: the watch ended. Compacted or ended quietly: ask again; any other error ends the wait,
+   * with the stop reason if the call stopped meanwhile (an application that closes its client when
+   * the session ends makes the watch end before the session's end listeners reach us).
+   */
   end(err?: unknown): void {
     if (this.done) return;
     if (!this.waiting) {
@@ -294,7 +298,7 @@ export class Wait implements WatchSink, Due {
       return;
     }
     if (err === undefined || err instanceof CompactedError) this.moved();
-    else this.fail(err);
+    else this.fail(this.stopped() ? this.stopReason() : err);
   }
 
   /** Due: the batched safety net found us no longer blocked (and unregistered us). */
