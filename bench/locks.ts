@@ -12,7 +12,7 @@ import { Client } from '../dist/index.js';
 import type { BenchContext } from './context.js';
 import type { LocksWorkerResult } from './locks-worker.js';
 import { mergeSummaries } from './go.js';
-import { pool, type Summary } from './stats.js';
+import { fixed, pool, type Summary } from './stats.js';
 import { LineWorker, processCpuMs } from './workers.js';
 
 export interface LocksSize {
@@ -208,7 +208,6 @@ export function exclusionViolations(records: NonNullable<LocksWorkerResult['reco
 }
 
 const num = (v: number): string => (Number.isFinite(v) ? Math.round(v).toLocaleString('en-US') : '-');
-const fixed = (v: number | undefined, d = 2): string => (v !== undefined && Number.isFinite(v) ? v.toFixed(d) : '-');
 
 /**
  * The goal: lock cycles/s >= 80 % of what the floor's Txn rate allows at our requests per cycle

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BenchContext } from './context.js';
 import type { Measured } from './renew-cpu.js';
+import { fixed } from './stats.js';
 
 export interface RenewalsResult {
   sessions: number;
@@ -66,8 +67,6 @@ async function run(ctx: BenchContext, args: string[], dir: string, name: string)
   for (const [lib, windows] of Object.entries(byLib)) m.set(lib.startsWith('go') ? 'go' : 'ours', windows[0]!);
   return m;
 }
-
-const fixed = (v: number, d = 2): string => (Number.isFinite(v) ? v.toFixed(d) : '-');
 
 /** A window's CPU per wall-clock second, in ms. */
 export function idleMsPerSec(m: Measured): number {

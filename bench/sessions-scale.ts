@@ -9,7 +9,7 @@
 // (not the outage: a Go session learns of one only once its lease is gone).
 import type { BenchContext } from './context.js';
 import { serverStreams } from './sessions.js';
-import { pool, summarize, type Summary } from './stats.js';
+import { fixed, pool, summarize, type Summary } from './stats.js';
 import { LineWorker, processCpuMs } from './workers.js';
 import type { SessionsLearned, SessionsWindow } from './sessions-worker.js';
 
@@ -188,7 +188,6 @@ export async function runSessionsScale(ctx: BenchContext): Promise<SessionsScale
   }
 }
 
-const fixed = (v: number, d = 0): string => (Number.isFinite(v) ? v.toFixed(d) : '-');
 const n = (v: number): string => (Number.isFinite(v) ? Math.round(v).toLocaleString('en-US') : '-');
 
 export function sessionsScaleChecks(s: SessionsScaleResult): { phase: string; what: string; ok: boolean; detail: string }[] {
@@ -224,7 +223,7 @@ export function sessionsScaleSection(s: SessionsScaleResult): { title: string; h
   ];
   return {
     title:
-      `Sessions at scale: ${n(s.sessions)} sessions over ${s.processes} processes (TTL ${s.ttl} s, renewed every ${fixed(s.ttl / 3)} s); ` +
+      `Sessions at scale: ${n(s.sessions)} sessions over ${s.processes} processes (TTL ${s.ttl} s, renewed every ${fixed(s.ttl / 3, 0)} s); ` +
       'then etcd killed and, once every session knew, restarted',
     header: [
       'implementation',

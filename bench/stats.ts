@@ -236,6 +236,8 @@ export async function settledMemory(): Promise<{ heapUsed: number; arrayBuffers:
 // ---- formatting ----
 
 export const ms = (v: number): string => (Number.isFinite(v) ? (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2)) : '-');
+/** `v` with `digits` decimals, or '-' when it is missing or not finite. */
+export const fixed = (v: number | undefined, digits = 2): string => (v !== undefined && Number.isFinite(v) ? v.toFixed(digits) : '-');
 export const num = (v: number, digits = 0): string =>
   Number.isFinite(v) ? v.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }) : '-';
 
