@@ -461,6 +461,51 @@ describe('a shared request whose outcome is unknown, then refused as a whole', (
   });
 });
 
+describe('a shared answer above maxReceiveMessageBytes', () => {
+  it('etcd applied the request but its answer is refused here: each Txn is sent again alone and gets its own answer', async () => {
+    const p = file.fresh('answer-too-large');
+    // Two values that fit one answer each, not one answer together.
+    const big = 'x'.repeat(2000);
+    await client.put(`${p}big1`, big);
+    await client.put(`${p}big2`, big);
+    await using c = new Client({ endpoints: etcd.endpoints, maxReceiveMessageBytes: 3000 });
+    const sent = requestsOf(c);
+    const putAndRead = (key: string, read: string): pb.TxnRequest => ({
+      compare: [compare.createRevision(key, '=', 0n)],
+      success: [op.put(key, 'v'), op.get(read)],
+      failure: [op.get(read)],
+    });
+    try {
+      const results = await Promise.allSettled([
+        own(c, putIfAbsent(`${p}opener`)),
+        own(c, putAndRead(`${p}a`, `${p}big1`), `${p}a/`),
+        own(c, putAndRead(`${p}b`, `${p}big2`), `${p}b/`),
+      ]);
+      assert.deepEqual(
+        sent.map((r) => r.length),
+        [1, 2, 1, 1],
+        'the shared request, then each of its Txns alone',
+      );
+      assert.deepEqual(
+        results.map((r) => r.status),
+        ['fulfilled', 'fulfilled', 'fulfilled'],
+        String(results.map((r) => (r.status === 'rejected' ? r.reason : 'ok'))),
+      );
+      // The shared request created both keys: sent again alone, each finds its own and reads its value.
+      for (const [i, read] of [
+        [1, 'big1'],
+        [2, 'big2'],
+      ] as const) {
+        const t = (results[i] as PromiseFulfilledResult<TxnResult>).value;
+        assert.equal(t.succeeded, false, 'created by the shared request');
+        assert.equal(t.responses[0]?.responseRange?.kvs?.[0]?.key?.toString(), `${p}${read}`);
+      }
+    } finally {
+      await client.delete(p, { prefix: true });
+    }
+  });
+});
+
 describe('a lowered --max-txn-ops', () => {
   it('etcd counts the outer list plus the longest nested one; the client learns the limit from its refusal', {
     timeout: 60_000,

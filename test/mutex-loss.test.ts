@@ -4,7 +4,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, LockLostError, Mutex, PermissionDeniedError, Session, SessionExpiredError } from '../src/index.js';
-import { Status, TransportError } from '../src/client/transport/transport.js';
+import { Status, type Transport, TransportError } from '../src/client/transport/transport.js';
+import type * as pb from '../src/proto/etcd.js';
+import { sessionQueue } from '../src/queue/state.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { EventLog, aborted, assertNoKeys, killEtcdctls, etcdFile, closeAll, withSessions, assertOwnerCompareFences } from './helpers.js';
 import { withProxiedWaiter } from './mutex-helpers.js';
@@ -189,6 +191,63 @@ describe('Mutex: giving up and losing', () => {
       await next.unlock();
     } finally {
       member.restore();
+      await closeAll([s, other]);
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('a later lock() of the session refused after an attempt that landed while it ran: the key goes, though an earlier sweep watches it', async () => {
+    const p = fresh('late-refused-again');
+    const name = `${p}lock`;
+    await using c = new Client({ endpoints: etcd.endpoints });
+    const s = await Session.create(c, { ttl: 30 });
+    const [other] = await sessions(1);
+    const key = new Mutex(s, name).key;
+    // Each lock()'s first enqueue attempt is applied but its answer lost. The first lock() then holds
+    // (its retry finds the key); once released, a sweep watches the key for the rest of the session.
+    // The second lock()'s retry is refused (not transient) once that sweep has seen the first
+    // attempt's key, in use then, so the sweep leaves it.
+    const t = (c.conn as unknown as { peers: Transport[] }).peers[0]!;
+    const unary = t.unary.bind(t);
+    const users = sessionQueue(s).users;
+    const of = users.of.bind(users);
+    let round = 1;
+    let attempts = 0;
+    let sent = false;
+    let sweepSaw!: () => void;
+    const seen = new Promise<void>((resolve) => (sweepSaw = resolve));
+    users.of = (k: string) => {
+      if (k === key && sent) sweepSaw();
+      return of(k);
+    };
+    t.unary = (async (method, req, headers, deadline, signal) => {
+      if (!method.path.endsWith('/Txn') || (req as pb.TxnRequest).success?.[0]?.requestPut?.key?.toString() !== key)
+        return unary(method, req, headers, deadline, signal);
+      attempts++;
+      if (attempts === 1) {
+        sent = round === 2;
+        await unary(method, req, headers, deadline, signal);
+        throw new TransportError(Status.DEADLINE_EXCEEDED, 'no answer within the deadline');
+      }
+      if (round === 1) return unary(method, req, headers, deadline, signal);
+      await seen;
+      throw new TransportError(Status.PERMISSION_DENIED, 'etcdserver: permission denied', { fromServer: true });
+    }) as typeof t.unary;
+    try {
+      await (await new Mutex(s, name).lock()).unlock();
+      assert.equal(attempts, 2, 'the first lock(): one attempt without an answer, its retry');
+      round = 2;
+      attempts = 0;
+      await assert.rejects(new Mutex(s, name).lock(), PermissionDeniedError);
+      assert.equal(attempts, 2, 'the second lock(): one attempt without an answer, one refused');
+      // Nobody is blocked behind the key the second lock() created (a hang guard only).
+      const next = await new Mutex(other!, name)
+        .lock({ signal: AbortSignal.timeout(20_000) })
+        .catch((err: unknown) => assert.fail(`blocked behind the key the refused lock() left (${err})`));
+      await next.unlock();
+    } finally {
+      t.unary = unary;
+      users.of = of;
       await closeAll([s, other]);
     }
     await assertNoKeys(client, p);

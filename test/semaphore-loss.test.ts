@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
-import { type Client, PermitLostError, Semaphore, SessionExpiredError, type PermitHandle } from '../src/index.js';
+import { Client, PermitLostError, Semaphore, Session, SessionExpiredError, type PermitHandle } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { aborted, assertNoKeys, etcdFile, track, waitFor, type Tracked, closeAll, settleAll, settledOrHang, keysUnder } from './helpers.js';
 import { Probe } from './probe.js';
@@ -74,6 +74,28 @@ describe('Semaphore: giving up and losing', () => {
       for (const h of f.holders) h.assertHeld();
       await Promise.all(f.holders.map((h) => h.release()));
     }));
+
+  it('an enqueue whose answer is above maxReceiveMessageBytes fails without leaving its key, which etcd created', async () => {
+    const p = fresh('answer-too-large');
+    const name = `${p}sem`;
+    const [holder, next] = await sessions(2);
+    await using small = new Client({ endpoints: etcd.endpoints, maxReceiveMessageBytes: 3000 });
+    const s = await Session.create(small, { ttl: 30 });
+    try {
+      // A peer's label the enqueue reads back (its peek): its answer is too large for `small`.
+      const held = await new Semaphore(holder!, name, { permits: 2 }).acquire({ label: 'x'.repeat(4000) });
+      await assert.rejects(new Semaphore(s, name, { permits: 2 }).acquire(), /above the limit/);
+      // Our key, created by etcd, must not take the second permit for as long as our session lives.
+      const second = await new Semaphore(next!, name, { permits: 2 })
+        .acquire({ signal: AbortSignal.timeout(20_000) })
+        .catch((err: unknown) => assert.fail(`blocked behind the key the failed acquire left (${err})`));
+      await second.release();
+      await held.release();
+    } finally {
+      await closeAll([s, holder!, next!]);
+    }
+    await assertNoKeys(client, p);
+  });
 
   it('an already-aborted signal rejects before anything is written', async () => {
     const p = fresh('pre-aborted');

@@ -19,9 +19,10 @@
 // the check phase after its answer) the first waits for the check phase too: sent alone, its answer
 // would come back alone and start another tick with a lone request, and so on. A request
 // refused as a whole (etcd applied none of it: a lease gone, a permission) is sent again Txn by
-// Txn, which is safe since every one is idempotent; any other failure is every Txn's, as it would
-// have been alone. Deadlines and signals stay per call: a call that gives up is answered at once,
-// the others are not disturbed.
+// Txn, which is safe since every one is idempotent; so is one whose answer is refused here for its
+// size (etcd applied it; the answers together are larger than each alone). Any other failure is
+// every Txn's, as it would have been alone. Deadlines and signals stay per call: a call that gives
+// up is answered at once, the others are not disturbed.
 import type * as pb from '../proto/etcd.js';
 import * as rpc from './methods.js';
 import type { CallOptions, CallProgress, Connection } from './connection.js';
@@ -186,16 +187,19 @@ export class Coalescer {
     try {
       r = await this.conn.call(rpc.KV.txn, outer, 'idempotent', { timeoutMs: Math.max(1, deadline - now) }, progress);
     } catch (err) {
-      if (!refusedWhole(err)) {
+      const whole = refusedWhole(err);
+      if (!whole && !answerRefused(err)) {
         for (const c of calls) this.settle(c, err, progress);
         return;
       }
-      // This attempt applied none of it, but an earlier one whose answer was lost may still be
-      // applied (held by a slow member): each Txn, sent again, may land twice (an enqueue sweeps it).
+      // Refused as a whole, this attempt applied none of it, but an earlier one whose answer was lost
+      // may still be applied (held by a slow member): each Txn, sent again, may land twice (an enqueue
+      // sweeps it). Its answer refused here, it may have been applied: each Txn, sent again, answers
+      // from what it finds (an enqueue's key on our lease is ours).
       if (progress.ambiguous) for (const c of calls) if (c.progress) c.progress.ambiguous = true;
       // Too many operations: learn the limit and try again in smaller requests; anything else (a
       // lease gone, a permission): each alone, for its own answer.
-      if (etcdSays((err.cause as { details: string }).details, 'tooManyOps') && batch.cost > 2) {
+      if (whole && etcdSays((err.cause as { details: string }).details, 'tooManyOps') && batch.cost > 2) {
         this.maxOps = Math.min(this.maxOps, batch.cost - 1);
         for (const c of calls) if (!c.settled) this.again(c);
         return;
@@ -367,4 +371,14 @@ function refusedWhole(err: unknown): err is EtcdError {
   const cause = err instanceof EtcdError ? err.cause : undefined;
   if (!isTransportError(cause)) return false;
   return (cause.fromServer && !isEndpointFailure(cause)) || (cause.notSent && cause.status === Status.RESOURCE_EXHAUSTED);
+}
+
+/**
+ * Whether the request left and its answer was refused here for its size (above
+ * maxReceiveMessageBytes; or the server reset it, ENHANCE_YOUR_CALM): etcd may have applied it, and
+ * the answers of its Txns together are larger than each one's alone.
+ */
+function answerRefused(err: unknown): boolean {
+  const cause = err instanceof EtcdError ? err.cause : undefined;
+  return isTransportError(cause) && !cause.fromServer && !cause.notSent && cause.status === Status.RESOURCE_EXHAUSTED;
 }

@@ -366,14 +366,17 @@ export class Connection {
         }
         if (!isEndpointFailure(err) && !etcdSays(details, 'tooManyRequests')) {
           // Refused on our side after it was sent (an answer above our limits): the write may have landed.
-          if (policy === 'at-most-once' && !err.fromServer && !err.notSent) {
-            throw new WriteOutcomeUnknownError(
-              `${what}: the request may or may not have been applied (${details}); read the state before deciding to retry`,
-              {
-                cause: err,
-                grpcCode: err.status,
-              },
-            );
+          if (!err.fromServer && !err.notSent) {
+            if (progress) progress.ambiguous = true;
+            if (policy === 'at-most-once') {
+              throw new WriteOutcomeUnknownError(
+                `${what}: the request may or may not have been applied (${details}); read the state before deciding to retry`,
+                {
+                  cause: err,
+                  grpcCode: err.status,
+                },
+              );
+            }
           }
           throw fromTransportError(err, what);
         }
@@ -461,7 +464,10 @@ const NO_HEADERS: RequestHeaders = Object.freeze({});
 export interface CallProgress {
   /** An attempt was sent. */
   sent: boolean;
-  /** An attempt failed with its outcome unknown and the call went on: that attempt may still be applied, later. */
+  /**
+   * An attempt failed with its outcome unknown (the call went on, or failed with that attempt's
+   * error): it may have been applied, or may still be, later.
+   */
   ambiguous?: boolean;
 }
 

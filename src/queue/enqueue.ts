@@ -203,8 +203,9 @@ const MAX_REPLACED = 3;
  * Takes a ticket (see enqueue) as one more user of the key. If the enqueue fails and no other call of
  * this process uses the key, it is dropped: one a release left to this call, and one a lost answer may
  * have created, or an attempt whose answer was lost may still create whatever the call's last error
- * (nobody else knows to delete it; dropping it arms the sweep). `ahead`, when given, is told how many
- * counted keys were ahead of ours when the enqueue created it (not when it found our key in place).
+ * (nobody else knows to delete it; dropping it arms the sweep, and a sweep armed by an earlier call
+ * left it alone while this call used it). `ahead`, when given, is told how many counted keys were
+ * ahead of ours when the enqueue created it (not when it found our key in place).
  */
 export async function enqueueOrClean(
   session: Session,
@@ -225,7 +226,7 @@ export async function enqueueOrClean(
       users.abandon(key, use);
       if (use.users === 0 && use.pending === 0 && !session.signal.aborted) {
         if (use.fencingToken !== undefined) void dropTicket(session, { key, fencingToken: use.fencingToken }, what);
-        else if (isTransient(err) || sessionQueue(session).late?.unswept(key)) void dropTicket(session, { key }, what);
+        else if (isTransient(err) || sessionQueue(session).late?.mayLand(key)) void dropTicket(session, { key }, what);
       }
       throw err;
     }

@@ -204,9 +204,12 @@ export class LateKeys {
     if (!this.keys.has(key)) this.keys.set(key, false);
   }
 
-  /** An attempt to create `key` may still land and no sweep watches for it yet (not given up since). */
-  unswept(key: string): boolean {
-    return this.keys.get(key) === false;
+  /**
+   * An attempt to create `key` had an unknown outcome in this session: the key may be there unseen, or
+   * land yet. Swept or not: a sweep skips a key that lands while a call of this process uses it.
+   */
+  mayLand(key: string): boolean {
+    return this.keys.has(key);
   }
 
   /** `key` is given up: true (once) when it may land late and should be swept from now on. */
