@@ -234,6 +234,9 @@ export class Coalescer {
   /** Back to the waiting calls, for the next check phase (after etcd taught us a lower limit). */
   private again(c: Call): void {
     c.sent = false;
+    // Its next send arms a timer again if it needs one.
+    clearTimeout(c.timer);
+    c.timer = undefined;
     this.waiting.push(c);
     if (!this.open) {
       this.open = true;
