@@ -17,8 +17,10 @@ import {
   Semaphore,
   currentLeader,
   observeLeader,
+  op,
   type LeaderEvent,
 } from '../src/index.js';
+import { txnRange } from '../src/client/kv.js';
 import { startProxy } from '../src/testing/index.js';
 import { aborted, assertNoKeys, closeAll, etcdFile, track, type Tracked } from './helpers.js';
 
@@ -36,11 +38,16 @@ async function read(key: string) {
   return (await client.range({ key: Buffer.from(key) })).kvs[0];
 }
 
-/** The operator's edit: a plain put, no lease. */
+/**
+ * The operator's edit: a plain put, no lease, read back in the same Txn. A call of the holder's
+ * session waiting in the process replaces the edited key (a guarded delete, then a create) as soon
+ * as the holder hears of the edit: a read after the put may find it gone or replaced.
+ */
 async function plainPut(key: string, value = 'by hand'): Promise<void> {
-  await client.put(key, value);
-  const kv = await read(key);
+  const t = await client.txn({ compare: [], success: [op.put(key, value), op.get(key)], failure: [] });
+  const kv = txnRange(t, 1).kvs[0];
   assert.equal(kv?.lease, 0n, 'the edit left the key without a lease');
+  assert.ok(kv.createRevision < t.header.revision, 'the edit kept the key’s CreateRevision: an edit, not a new key');
 }
 
 describe('an operator puts a participant key without its lease', { timeout: 60_000 }, () => {
