@@ -204,10 +204,7 @@ export class LateKeys {
     if (!this.keys.has(key)) this.keys.set(key, false);
   }
 
-  /**
-   * An attempt to create `key` had an unknown outcome in this session: the key may be there unseen, or
-   * land yet. Swept or not: a sweep skips a key that lands while a call of this process uses it.
-   */
+  /** A create of `key` had an unknown outcome in this session: it may be there unseen or land yet (a sweep skips a key in use). */
   mayLand(key: string): boolean {
     return this.keys.has(key);
   }

@@ -287,9 +287,8 @@ export class Wait implements WatchSink, Due {
   }
 
   /**
-   * WatchSink: the watch ended. Compacted or ended quietly: ask again; any other error ends the wait,
-   * with the stop reason if the call stopped meanwhile (an application that closes its client when
-   * the session ends makes the watch end before the session's end listeners reach us).
+   * WatchSink: the watch ended. Compacted or ended quietly: ask again; any other error ends the wait, with the stop reason
+   * once stopped (an application closing its client as its session ends ends the watch before the session tells us).
    */
   end(err?: unknown): void {
     if (this.done) return;
