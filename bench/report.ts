@@ -61,6 +61,7 @@ export function sections(r: Results): Section[] {
         ['ours (Mutex.lock + unlock)', num(u.ours.cyclesPerSec), ...lat(u.ours.latency), u.ours.rpcsPerCycle?.toFixed(2) ?? '-'],
         ['etcd3 (Lock acquire + release)', num(u.etcd3.cyclesPerSec), ...lat(u.etcd3.latency), '3 + a keepalive stream'],
         ['sequential Put, interleaved (yardstick)', num(u.put.cyclesPerSec), ...lat(u.put.latency), '1'],
+        ...(u.txns ? [["our cycle's two Txns alone (the floor)", num(u.txns.cyclesPerSec), ...lat(u.txns.latency), '2']] : []),
         ...(u.go
           ? [
               [

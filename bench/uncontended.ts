@@ -3,9 +3,10 @@
 // hold even when the machine's background load drifts during the run. etcd's own Go package
 // (`go-interop bench-uncontended`: Mutex.Lock + Unlock on one session, interleaved with its own
 // sequential Put in blocks of the same size, timed inside the Go process) takes a turn after each
-// round of ours, so that ours ÷ Go is measured on the same etcd under the same load.
+// round of ours, so that ours ÷ Go is measured on the same etcd under the same load. The cycle's
+// two Txns sent alone (`txns`) are the floor of any engine on this client and transport.
 import { Etcd3 } from 'etcd3';
-import { Client, Mutex, Session } from '../dist/index.js';
+import { Client, compare, Mutex, op, prefixEnd, Session } from '../dist/index.js';
 import { etcd3Hosts, type BenchContext } from './context.js';
 import { goBinary, mergeSummaries, runGoBench } from './go.js';
 import { RpcCounter, summarize, type Summary } from './stats.js';
@@ -38,6 +39,12 @@ export interface UncontendedResult {
   etcd3: CycleResult;
   /** A sequential Put measured in the same interleaved blocks (the goal's yardstick). */
   put: CycleResult;
+  /**
+   * The two Txns of our cycle sent alone through Client.txn, in the same blocks: the enqueue's
+   * (create our key if absent, count the queue) and the release's guarded delete. What an engine
+   * that cost nothing would take on this client and transport.
+   */
+  txns?: CycleResult;
   /**
    * etcd's own Go package (go.etcd.io/etcd/client/v3/concurrency): Mutex.Lock + Unlock on one
    * session, one fresh process per round, timed inside it; latency p50/p99 are the n-weighted
@@ -77,6 +84,9 @@ export async function runUncontended(ctx: BenchContext): Promise<UncontendedResu
     const m = new Mutex(session, `${base}ours`);
     const e3name = `${base}etcd3`;
     const putKey = `${base}put`;
+    const txnsPrefix = Buffer.from(`${base}txns/`);
+    const txnsKey = Buffer.concat([txnsPrefix, Buffer.from(session.leaseId.toString(16))]);
+    const count = op.range({ key: txnsPrefix, rangeEnd: prefixEnd(txnsPrefix), countOnly: true });
     const impls = {
       ours: async () => {
         const h = await m.lock();
@@ -87,6 +97,21 @@ export async function runUncontended(ctx: BenchContext): Promise<UncontendedResu
         await lock.release();
       },
       put: () => client.put(putKey, 'v'),
+      txns: async () => {
+        const t = await client.txn(
+          {
+            compare: [compare.createRevision(txnsKey, '=', 0n)],
+            success: [op.put(txnsKey, '', session!.leaseId), count],
+            failure: [op.get(txnsKey), count],
+          },
+          { idempotent: true },
+        );
+        const token = t.succeeded ? t.header.revision : 0n;
+        await client.txn(
+          { compare: [compare.createRevision(txnsKey, '=', token)], success: [op.delete(txnsKey)], failure: [] },
+          { idempotent: true },
+        );
+      },
     };
     type Impl = keyof typeof impls;
     const names = Object.keys(impls) as Impl[];
@@ -99,9 +124,9 @@ export async function runUncontended(ctx: BenchContext): Promise<UncontendedResu
     for (const t0 = performance.now(); performance.now() - t0 < warmMs; ) {
       for (const n of names) for (let i = 0; i < BLOCK; i++) await impls[n]();
     }
-    const samples: Record<Impl, number[]> = { ours: [], etcd3: [], put: [] };
-    const spent: Record<Impl, number> = { ours: 0, etcd3: 0, put: 0 };
-    const cpu: Record<Impl, number> = { ours: 0, etcd3: 0, put: 0 };
+    const samples: Record<Impl, number[]> = { ours: [], etcd3: [], put: [], txns: [] };
+    const spent: Record<Impl, number> = { ours: 0, etcd3: 0, put: 0, txns: 0 };
+    const cpu: Record<Impl, number> = { ours: 0, etcd3: 0, put: 0, txns: 0 };
     const counter = new RpcCounter(client);
     let oursRpcs = 0;
     const goRounds: GoUncontendedRound[] = [];
@@ -150,13 +175,13 @@ export async function runUncontended(ctx: BenchContext): Promise<UncontendedResu
     const left = (await client.getPrefix(base)).kvs;
     if (left.length > 0)
       throw new Error(`uncontended: ${left.length} key(s) left under ${base}: ${left.map((kv) => kv.key.toString()).join(', ')}`);
-    const out: UncontendedResult = { ours, etcd3: result('etcd3'), put: result('put') };
+    const out: UncontendedResult = { ours, etcd3: result('etcd3'), put: result('put'), txns: result('txns') };
     if (goRounds.length > 0) {
       out.go = { ...mergeGo(goRounds.map((r) => r)), client: goRounds[0]!.client, rounds: goRounds.length };
       if (goRounds.every((r) => r.put)) out.goPut = mergeGo(goRounds.map((r) => r.put!));
       ctx.log(
         `uncontended: ours ${ours.cyclesPerSec.toFixed(0)} /s, Go ${out.go.cyclesPerSec.toFixed(0)} /s: ` +
-          `ours ÷ Go = ${(ours.cyclesPerSec / out.go.cyclesPerSec).toFixed(2)}x; ` +
+          `ours ÷ Go = ${(ours.cyclesPerSec / out.go.cyclesPerSec).toFixed(2)}x (its two Txns alone ${(out.txns!.cyclesPerSec / out.go.cyclesPerSec).toFixed(2)}x); ` +
           `Put p50 ours ${out.put.latency.p50.toFixed(2)} ms, Go ${out.goPut?.latency.p50.toFixed(2) ?? '-'} ms`,
       );
     }
