@@ -61,7 +61,7 @@ interface LocksJson {
 interface BenchJson {
   meta: { quick: boolean; etcd: string; go?: { client?: string; skipped?: string }; load?: { start: number[]; end?: number[] } };
   floor?: { put: { n: number }; get: { n: number }; watchNotify: { n: number } };
-  uncontended?: { ours: { cycles: number; rpcsPerCycle: number }; etcd3: { cycles: number } };
+  uncontended?: { ours: { cycles: number; rpcsPerCycle: number }; etcd3: { cycles: number }; txns?: { cycles: number } };
   contended?: {
     impl: string;
     client?: string;
@@ -155,6 +155,7 @@ test('npm run bench -- --quick: every phase runs with mutual exclusion held and 
     // uncontended: ours and etcd3 both cycled; ours is lock Txn + unlock Txn
     assert.ok(r.uncontended && r.uncontended.ours.cycles > 0 && r.uncontended.etcd3.cycles > 0, 'uncontended measured');
     assert.equal(r.uncontended.ours.rpcsPerCycle, 2, 'uncontended lock + unlock is two RPCs');
+    assert.ok((r.uncontended.txns?.cycles ?? 0) > 0, "the cycle's two Txns alone measured beside it");
     // contended: all four implementations (the Go package's real one too), mutual exclusion held in
     // each, nothing left behind
     assert.deepEqual(r.contended?.map((c) => c.impl).sort(), ['etcd3', 'go', 'ours', 'reference']);
