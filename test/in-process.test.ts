@@ -109,6 +109,28 @@ describe('two calls of one process on one session and name', T, () => {
     });
   });
 
+  it('a call waiting since before the first call held: the first holding, lost unnoticed, still gives up its turn', async () => {
+    const p = fresh('lost-later');
+    const name = `${p}lock`;
+    await withSessions(client, p, 2, async ([a, b]) => {
+      const theirs = await new Mutex(b!, name).lock();
+      const base = (await serverState(etcd.clientUrls[0]!)).watchers;
+      const waiting = track(new Mutex(a!, name).lock());
+      await waitersBlocked(etcd.clientUrls[0]!, base, 1, 'the first call waits behind the other session');
+      // Waits in the process while the first call only waits: no holding of it to watch yet.
+      const next = track(new Mutex(a!, name).lock());
+      await theirs.unlock();
+      const first = await waiting.promise;
+      await client.delete(first.key); // by hand; nobody looks at first.signal
+      const h = await settledOrHang(next, 'the call behind a holding lost after it began to wait');
+      assert.ok(h.fencingToken > first.fencingToken);
+      assert.equal(first.signal.aborted, true, 'the holding watched its key, and saw the loss');
+      await first.unlock(); // a dead handle: not the new key
+      h.assertHeld();
+      await h.unlock();
+    });
+  });
+
   it('Semaphore: one permit per session at a time; a second acquire() waits, then holds a new key', async () => {
     const p = fresh('sem');
     await withSessions(client, p, 1, async ([a]) => {
@@ -155,6 +177,32 @@ describe('two calls of one process on one session and name', T, () => {
       await w1.unlock();
       const h = await w2.promise;
       assert.ok(h.fencingToken > w1.fencingToken);
+      await h.unlock();
+    });
+  });
+
+  it('RWMutex: a read waiting for its siblings to leave (a writer queued behind them) is freed by their loss unnoticed', async () => {
+    const p = fresh('rw-lost');
+    const name = `${p}rw`;
+    await withSessions(client, p, 2, async ([a, b]) => {
+      const rw = new RWMutex(a!, name);
+      const first = await rw.rLock();
+      const base = (await serverState(etcd.clientUrls[0]!)).watchers;
+      const writer = track(new RWMutex(b!, name).lock());
+      await waitersBlocked(etcd.clientUrls[0]!, base, 1, "another session's writer waits behind the read");
+      // Asked for after the writer queued: it must not join the first read's key, so it waits until that one left.
+      const second = track(rw.rLock());
+      await quiet();
+      assert.equal(second.settled, false);
+      await client.delete(first.key); // by hand; nobody looks at first.signal
+      const w = await settledOrHang(writer, 'the writer behind the deleted read key');
+      await quiet();
+      assert.equal(second.settled, false, 'queued behind the writer now');
+      await w.unlock();
+      const h = await settledOrHang(second, 'the read behind a read holding lost while it waited');
+      assert.ok(h.fencingToken > w.fencingToken);
+      assert.equal(first.signal.aborted, true, 'the read holding watched its key, and saw the loss');
+      await first.unlock(); // a dead handle: not the new key
       await h.unlock();
     });
   });

@@ -92,7 +92,9 @@ async function takeTicket<H>(
     if (t !== AFTER_HOLDERS) return t;
     a.exit.leave();
     a.exit = undefined;
-    a.exit = await sessionQueue(session).gates.enterAfterHolders(spec.key, session.signal, signal);
+    const after = sessionQueue(session).gates.enterAfterHolders(spec.key, session.signal, signal);
+    holdersWatch(session, spec.key);
+    a.exit = await after;
   }
 }
 

@@ -64,6 +64,11 @@ export class Gates extends ByKey<Gate> {
     }
   }
 
+  /** Calls wait for a turn on `key`: its holdings watch it then, so that a loss nobody looks at frees the turn. */
+  waiting(key: string): boolean {
+    return (this.of(key)?.queue?.length ?? 0) > 0;
+  }
+
   /** Takes a turn now if the gate is free for it (nobody queued ahead either), else undefined. */
   tryEnter(key: string, shared: boolean): Exit | undefined {
     const g = this.gateOf(key);

@@ -89,7 +89,8 @@ export class Ownership {
     this.what = o.what;
     this.exit = o.exit;
     const { session, key, fencingToken, probe } = o;
-    const holdings = (sessionQueue<Ownership>(session).holdings ??= new Holdings());
+    const q = sessionQueue<Ownership>(session);
+    const holdings = (q.holdings ??= new Holdings());
     // A sibling already holding this incarnation: the same leadership, not another one.
     const observer = probe?.held(fencingToken, this.siblings(holdings.of(key)).length > 0);
     this.observer = observer;
@@ -101,6 +102,9 @@ export class Ownership {
       else session.signal.addEventListener('abort', this.onSessionLost, { once: true });
       if (!this.ended) this.watchTimer = setTimeout(() => this.watchNow(), RECORDED_WATCH_AFTER_MS).unref();
     }
+    // Another call of this process already waits for its turn on the key (it began while this one
+    // waited): watch, as for a call that begins to wait now, so that a loss frees its turn.
+    if (q.gates.waiting(key)) this.watchNow();
   }
 
   /**
