@@ -163,10 +163,7 @@ export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
     return this;
   }
 
-  /**
-   * Changed: deleted, moved off any lease (stray now), or a new incarnation of the same key (a delete
-   * we did not see). A put that keeps a lease and the CreateRevision (a proclaim) is none.
-   */
+  /** Changed: deleted, moved off any lease (stray now), or a new incarnation (a delete we did not see); not a proclaim's put. */
   changed(e: WatchEvent): boolean {
     if (e.type === 'delete') {
       this.headGone = this.rule.marks && this.marked;
@@ -182,10 +179,7 @@ export class PredecessorBlocker implements Blocker, WatchTarget, BatchCheck {
     return [this.rule.ticket.key, this.key];
   }
 
-  /**
-   * Our key is still ours, and our predecessor the same incarnation on some lease, read in full: where
-   * one found by a keys-only read gets its lease checked (none: stray, skipped by the next look-up).
-   */
+  /** Ours still ours, our predecessor the same incarnation on a lease, read in full (keys-only reads say lease 0; none: stray). */
   blocked([mine, p]: readonly (KeyValue | undefined)[]): boolean {
     const { ticket, session } = this.rule;
     if (p && p.createRevision === this.createRevision && p.lease === 0n) this.stray = strayId(p);

@@ -23,9 +23,8 @@ const WHY: Record<LossReason, string> = {
 };
 
 /**
- * A holding an OpenTelemetry SDK records watches its key once it has held this long, even if nobody
- * looks at `signal`: a short one is released before it would pay for a watch and a read (a fifth of
- * an uncontended lock cycle), while the loss of a long one is still recorded.
+ * A holding an OpenTelemetry SDK records watches its key once held this long, even if nobody looks at `signal`: a
+ * short one is released before it pays for a watch and a read (a fifth of a lock cycle); a long one's loss is recorded.
  */
 const RECORDED_WATCH_AFTER_MS = 1000;
 
@@ -102,8 +101,7 @@ export class Ownership {
       else session.signal.addEventListener('abort', this.onSessionLost, { once: true });
       if (!this.ended) this.watchTimer = setTimeout(() => this.watchNow(), RECORDED_WATCH_AFTER_MS).unref();
     }
-    // Another call of this process already waits for its turn on the key (it began while this one
-    // waited): watch, as for a call that begins to wait now, so that a loss frees its turn.
+    // A call of this process already waits for its turn on the key: watch, so that a loss frees it (holdersWatch).
     if (q.gates.waiting(key)) this.watchNow();
   }
 
@@ -153,11 +151,10 @@ export class Ownership {
   }
 
   /**
-   * Deletes the key if it is still ours and no other call of this process uses it (else it is left to
-   * them), then ends this ownership (the signal aborts: work still running under it runs unprotected).
-   * Idempotent: every call gets the same answer. Never rejects: a delete that fails is retried in the
-   * background, guarded on the fencing token, until the key is gone or the session ends; the result is
-   * then `pending`, and the signal aborts only once the key is gone.
+   * Deletes the key if it is still ours and no other call of this process uses it (else it is left to them), then ends
+   * this ownership (the signal aborts: work still running under it runs unprotected). Idempotent. Never rejects: a failed
+   * delete is retried in the background, guarded on the fencing token, until the key or the session is gone; the result
+   * is then `pending`, and the signal aborts only once the key is gone.
    */
   release(): Promise<ReleaseResult> {
     return (this.releasing ??= this.releaseOnce());
@@ -282,10 +279,9 @@ export class Ownership {
   }
 
   /**
-   * Watches our key from "now" (served at once, unlike a watch from a past revision, which waits for
-   * etcd's 100 ms catch-up loop) and, once the watch is confirmed, reads the key: a change before the
-   * watch is seen by that read. Puts are watched too: one by someone else can move our key to another
-   * lease (or none: a stray key waiters skip); proclaim's puts keep the lease and the CreateRevision.
+   * Watches our key from "now" (served at once; one from a past revision waits for etcd's 100 ms catch-up loop), then
+   * reads it: a change before the watch is seen by that read. Puts are watched too: one by someone else can move our key
+   * to another lease (or none: a stray key waiters skip); proclaim's puts keep the lease and the CreateRevision.
    */
   private async watchKey(): Promise<void> {
     const client = this.session.client;

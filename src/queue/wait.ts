@@ -25,18 +25,15 @@ export interface WatchTarget {
   readonly noDelete?: boolean;
 }
 
-/**
- * What stands between a waiter and its turn right now, as a primitive tells it: what to watch, which
- * events may end the wait, and how to tell it still blocks (the engine confirms it and re-checks).
- */
+/** What stands between a waiter and its turn now: what to watch, which events may end the wait, how to tell it still blocks. */
 export interface Blocker {
   readonly watch: WatchTarget;
   /** An event that may have ended the wait: the rule is asked again. */
   changed(e: WatchEvent): boolean;
   /**
-   * Are we still blocked by the same thing? The keys to read (in full) and what they must say; false
-   * sends the waiter back to the rule (which also tells a lost key). Read once the watch is up, and now
-   * and then while waiting, in one read-only Txn (batched when it reads at most MAX_CHECK_KEYS keys).
+   * Are we still blocked by the same thing? The keys to read (in full) and what they must say; false sends the waiter
+   * back to the rule (which also tells a lost key). Read once the watch is up, and now and then while waiting, in one
+   * read-only Txn (batched when it reads at most MAX_CHECK_KEYS keys).
    */
   readonly check: BatchCheck;
   /** The revision of the read that found this blocker, when one did: only later events can end the wait. */
@@ -48,9 +45,9 @@ export interface Blocker {
 }
 
 /**
- * A primitive's rule for "my turn" (the oldest; among the N oldest; no older writer), asked afresh
- * after every change. `blocker` resolves null only after confirming our key still stands on our lease
- * ("my turn now", not "was my turn once"); it throws the primitive's lost error when our key is gone.
+ * A primitive's rule for "my turn" (the oldest; among the N oldest; no older writer), asked afresh after every change.
+ * `blocker` resolves null only after confirming our key still stands on our lease ("my turn now", not "was my turn
+ * once"); it throws the primitive's lost error when our key is gone.
  */
 export interface TurnRule {
   blocker(signal: AbortSignal): Promise<Blocker | null>;
@@ -89,16 +86,14 @@ export function waitUntil(client: Client, rule: TurnRule, options: WaitUntilOpti
 }
 
 /**
- * One wait, as a small state machine rather than a suspended async loop: while it waits (one of
- * perhaps 10,000) a waiter is this object, its blocker and its watch, with no promise, timer or
- * AbortController of its own. Two modes:
+ * One wait, as a small state machine rather than a suspended async loop: while it waits (one of perhaps 10,000) a
+ * waiter is this object, its blocker and its watch, with no promise, timer or AbortController of its own. Two modes:
  * - active: asking the rule, watching the blocker and confirming it (its calls abort through `ac`);
  * - waiting: an event, the batched re-check or our own timer may end it (`moved`): active again.
  *
- * etcd serves a watch whose start revision is at or below its current revision only from a loop that
- * runs every 100 ms. So the blocker's watch starts from "now", and once etcd confirms it we check
- * again that it still blocks us: a change that slipped in before is seen then. Through an outage a
- * waiter keeps its place: reads are retried while the session lives.
+ * etcd serves a watch from a revision at or below its current one only from a loop that runs every 100 ms. So the
+ * blocker's watch starts from "now", and once etcd confirms it we check again that it still blocks us: a change that
+ * slipped in before is seen then. Through an outage a waiter keeps its place: reads are retried while the session lives.
  */
 export class Wait implements WatchSink, Due {
   private done = false;
