@@ -132,4 +132,11 @@ export const REGRESSIONS: readonly RegressionSeed[] = [
     found:
       'a shared waiter on an incarnation retired and then replaced by another call of the process was dropped from the count; when that call left, the retirement was forgotten and the waiter was granted the deleted incarnation on a late answer (token 2 after 3: two holders). A call whose turn comes on an incarnation the process no longer counts now fails',
   },
+  {
+    seed: 6403,
+    profile: '3.7',
+    workload: 'mixed',
+    found:
+      "lockAll's first lock, watched since another call of the process waited for it, was lost by a failed watch while lockAll waited for the second; its key stood, so the confirming read passed, and lockAll was granted after that other call had deleted the key to take its turn (grant without key). lockAll now also checks each lock is still held here",
+  },
 ];

@@ -72,8 +72,10 @@ export async function lockAll(session: Session, names: readonly string[], option
   const held: LockHandle[] = [];
   try {
     for (const m of mutexes) held.push(await m.lock(options));
-    // A lock taken first may have been lost while we waited for the later ones: confirm them all now.
+    // A lock taken first may have been lost while we waited for the later ones: confirm them all now,
+    // in etcd and here (a loss seen here, a failed watch, may leave the key for a call of ours to replace).
     if (held.length > 1) await confirmAll(session, held, options.signal);
+    for (const h of held) h.assertHeld();
   } catch (err) {
     throw await releaseAfter(err, held);
   }
