@@ -99,6 +99,14 @@ export const REGRESSIONS: readonly RegressionSeed[] = [
     leaves: ['dbar/a/ready'],
   },
   {
+    seed: 30471,
+    profile: '3.7',
+    workload: 'barrier',
+    found:
+      "by design, allowed: a round's last member's session was lost inside leave() (no leader for longer than its TTL), `ready` left after every session closed; the oracle counted only leases that expired on the server or were revoked by a fault",
+    leaves: ['dbar/a/ready'],
+  },
+  {
     seed: 253,
     profile: '3.7',
     workload: 'semaphore',

@@ -337,6 +337,12 @@ export class Oracle {
     this.rounds.set(name, { ready: rev, members: new Set(members), died });
   }
 
+  /** A DoubleBarrier member whose session was lost (SessionExpiredError) before it came out: its round lost a member. */
+  barrierMemberLost(name: string, key: string): void {
+    const round = this.rounds.get(name);
+    if (round?.members.has(key)) round.died = true;
+  }
+
   /**
    * A key left after every session closed that is the documented behaviour, not a violation
    * (docs/barriers.md): a DoubleBarrier's `<name>/ready` whose round lost a member with its lease
