@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Client, InvalidArgumentError, type LockHandle, Mutex, Session, UnavailableError } from '../src/index.js';
 import { startEtcd, startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, assertNoKeys, grpcHandled, track, waitFor, etcdForFile, closedPort, openSessions, closeAll } from './helpers.js';
+import { EventLog, assertNoKeys, grpcHandled, track, waitFor, within, etcdForFile, closedPort, openSessions, closeAll } from './helpers.js';
 
 const ROOT = 'test/bad-input-unreachable/';
 let etcd: EtcdCluster;
@@ -157,19 +157,6 @@ describe('a member that answers but has no leader', () => {
   });
 });
 
-/** `p`, or a failure naming `what` after `limitMs` (a hang guard, not a timing assertion). */
-async function within<T>(p: Promise<T>, limitMs: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      p,
-      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`gave up waiting for ${what}`)), limitMs))),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 describe('giving up while etcd cannot be reached', () => {
   /** A holder on the direct client, a waiter `b` behind a proxy, a third session `c`, and a log of the lock's keys. */
   async function outageSetup(scope: string) {
@@ -252,7 +239,7 @@ describe('giving up while etcd cannot be reached', () => {
       await wb.promise.catch(() => {});
       // Taken back in the background once etcd answers again: its key is deleted while the holder
       // still holds (so not by the queue moving on).
-      await within(t.log.deleted(mb.key), 20_000, "b's key to be taken back");
+      await within(t.log.deleted(mb.key), "b's key to be taken back", 20_000);
       assert.equal(await client.get(mb.key), undefined);
       assert.ok(await client.get(t.held.key), 'the holder still holds');
       await t.held.unlock();
@@ -283,7 +270,7 @@ describe('giving up while etcd cannot be reached', () => {
       if (!(err instanceof Error)) await (err as LockHandle).unlock();
       // No key queued: b's committed key is deleted (by its unlock, or taken back after the error)
       // while the holder still holds.
-      await within(t.log.deleted(mb.key), 20_000, "b's committed key to be deleted");
+      await within(t.log.deleted(mb.key), "b's committed key to be deleted", 20_000);
       assert.equal(await client.get(mb.key), undefined);
       assert.ok(await client.get(t.held.key), 'the holder still holds');
       await t.held.unlock();

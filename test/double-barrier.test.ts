@@ -18,7 +18,7 @@ import {
 } from '../src/index.js';
 import { Status, TransportError } from '../src/client/transport/transport.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, track, waitFor, closeAll } from './helpers.js';
+import { EventLog, aborted, assertNoKeys, track, waitFor, within, closeAll } from './helpers.js';
 import { barrierFile } from './barrier-helpers.js';
 import { closeGoFleets } from './go-fleet.js';
 import { holdThenRefuse } from './helpers/late-attempt.js';
@@ -372,15 +372,17 @@ describe('DoubleBarrier', () => {
       );
       // The held attempt lands: our key is back, on our live lease, and is swept.
       // (Hang guards only: the attempt lands HOLD_MS after it was sent, and the sweep follows at once.)
-      const back = await waitFor(
-        () => log.events.find((e) => e.type === 'put' && e.key === key && e.rev > left.rev),
+      const back = await within(
+        log.next((e) => e.type === 'put' && e.key === key && e.rev > left.rev),
         'the held create to land',
-        { limitMs: 10_000 },
+        10_000,
       );
       assert.equal(back.lease, s.leaseId, 're-created on our live lease');
-      await waitFor(() => log.events.find((e) => e.type === 'delete' && e.key === key && e.rev > back.rev), 'the ghost key swept', {
-        limitMs: 10_000,
-      });
+      await within(
+        log.next((e) => e.type === 'delete' && e.key === key && e.rev > back.rev),
+        'the ghost key swept',
+        10_000,
+      );
       // Nobody counts it: a barrier of two with one participant stays shut (the ghost would fill it),
       // until a second one comes.
       const next = new DoubleBarrier(other!, name, 2);
@@ -421,10 +423,10 @@ describe('DoubleBarrier', () => {
       assert.equal(landed.succeeded, true, 'the held attempt created the key');
       const key = member.request!.success![0]!.requestPut!.key!.toString();
       // (Hang guard only: the sweep deletes it as soon as it sees it.)
-      await waitFor(
-        () => log.events.find((e) => e.type === 'delete' && e.key === key && e.rev > landed.header!.revision!),
+      await within(
+        log.next((e) => e.type === 'delete' && e.key === key && e.rev > landed.header!.revision!),
         'the ghost key swept',
-        { limitMs: 10_000 },
+        10_000,
       );
       // Nobody counts it: a barrier of one lets the next member in (the ghost would fill it).
       const next = new DoubleBarrier(other!, name, 1);

@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { type Client, Election, Mutex, Session, op } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { etcdForFile, serverState } from './helpers.js';
+import { etcdForFile, serverState, waitersBlocked } from './helpers.js';
 
 const ROOT = 'test/keys-only/';
 let etcd: EtcdCluster;
@@ -18,27 +18,27 @@ const watchersNow = async (): Promise<number> => (await serverState(etcd.clientU
 
 /**
  * Settles with 'settled' once `p` settles, or with 'blocked' once one more waiter than at `base` is
- * blocked on a watch with nothing in flight: it decided to wait (how many calls it made first is
- * the library's business: a short queue's look-up rides on the enqueue).
+ * blocked on a watch with nothing in flight (waitersBlocked): it decided to wait (how many calls it
+ * made first is the library's business: a short queue's look-up rides on the enqueue).
  */
 async function settledOrBlocked(p: Promise<unknown>, base: number): Promise<'settled' | 'blocked'> {
-  let done = false;
-  const settled = p
-    .then(
-      () => 'settled' as const,
-      () => 'settled' as const,
-    )
-    .finally(() => (done = true));
-  const blocked = (async () => {
-    // As waitersBlocked: two quiet scrapes in a row; stops looking once `p` settled.
-    for (let quiet = 0; !done && quiet < 2; ) {
-      const s = await serverState(etcd.clientUrls[0]!);
-      quiet = s.watchers >= base + 1 && s.inFlight === 0 ? quiet + 1 : 0;
-      if (quiet < 2) await new Promise((r) => setTimeout(r, 10));
-    }
-    return 'blocked' as const;
-  })();
-  return Promise.race([settled, blocked]);
+  const stop = new AbortController();
+  const settled = p.then(
+    () => 'settled' as const,
+    () => 'settled' as const,
+  );
+  const blocked = waitersBlocked(etcd.clientUrls[0]!, base, 1, 'the waiter blocked on its watch', stop.signal).then(
+    () => 'blocked' as const,
+    (err: unknown) => {
+      if (stop.signal.aborted) return 'settled' as const; // stopped looking: `p` settled first
+      throw err;
+    },
+  );
+  try {
+    return await Promise.race([settled, blocked]);
+  } finally {
+    stop.abort();
+  }
 }
 
 describe('keys-only reads (etcd 3.7 answers them with lease = 0)', () => {

@@ -23,7 +23,7 @@ import {
 } from '../src/index.js';
 import { startEtcd, type EtcdCluster } from '../src/testing/index.js';
 import { Probe } from './probe.js';
-import { aborted, waitFor, assertCleanAndStop, killClis, runCli, settledOrHang, track, uniquePrefix } from './helpers.js';
+import { EventLog, aborted, within, assertCleanAndStop, killClis, runCli, settledOrHang, track, uniquePrefix } from './helpers.js';
 
 const ROOT = 'test/outage/';
 const TTL = 3;
@@ -288,7 +288,15 @@ describe('the CLI through an outage', () => {
       await cli.kill('SIGKILL');
       if (!etcd.members[0]!.running) await etcd.restart(0);
     }
-    // Nobody could revoke the lease while etcd was down: it expires a TTL after etcd is back.
-    await waitFor(async () => (await admin.getPrefix(`${name}/`)).kvs.length === 0, "the lost leader's lease expired");
+    // Nobody could revoke the lease while etcd was down: it expires a TTL after etcd is back, and
+    // the expiry deletes its key.
+    const log = new EventLog(admin, `${name}/`);
+    try {
+      await log.ready;
+      const left = (await admin.getPrefix(`${name}/`)).kvs.map((kv) => log.deleted(kv.key.toString()));
+      await within(Promise.all(left), "the lost leader's lease to expire (its key deleted)", 30_000);
+    } finally {
+      await log.close();
+    }
   });
 });

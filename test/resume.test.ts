@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, Election, Mutex, Session, type LeaderEvent } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { etcdForFile, serverState, waitersBlocked } from './helpers.js';
+import { etcdForFile, serverState, waitersBlocked, within } from './helpers.js';
 
 const ROOT = 'test/resume/';
 let etcd: EtcdCluster;
@@ -45,8 +45,13 @@ describe('a session resumed on an existing lease', () => {
     const w = await Session.create(client);
     const ac = new AbortController();
     const seen: LeaderEvent[] = [];
+    let sawDef!: () => void;
+    const defSeen = new Promise<void>((resolve) => (sawDef = resolve));
     const observer = (async () => {
-      for await (const ev of new Election(w, name).observe({ signal: ac.signal })) seen.push(ev);
+      for await (const ev of new Election(w, name).observe({ signal: ac.signal })) {
+        seen.push(ev);
+        if (ev.type === 'leader' && ev.leader.value === 'def') sawDef();
+      }
     })();
     let s1: Session | undefined;
     try {
@@ -64,9 +69,7 @@ describe('a session resumed on an existing lease', () => {
       assert.equal(kv?.value.toString(), 'def', 'etcd holds the new value, as the handle says');
       assert.equal(kv?.createRevision, old.token);
       assert.equal((await new Election(w, name).leader())?.value, 'def', 'leader() reports the new value');
-      while (!seen.some((e) => e.type === 'leader' && e.leader.value === 'def')) {
-        await new Promise((r) => setTimeout(r, 10));
-      }
+      await within(defSeen, "the observer's event for the new value", 10_000);
       assert.deepEqual(
         seen.map((e) => (e.type === 'leader' ? e.leader.value : 'none')),
         ['abc', 'def'],

@@ -8,7 +8,6 @@ import { execFile, spawnSync } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as delay } from 'node:timers/promises';
 import { inspect, promisify } from 'node:util';
 import {
   AuthenticationError,
@@ -22,7 +21,18 @@ import {
   type TlsOptions,
 } from '../src/index.js';
 import { etcdVersionAtLeast, startEtcd, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, assertCleanAndStop, assertNoKeys, assertNoLeases, grpcHandled, track, uniquePrefix, waitFor } from './helpers.js';
+import {
+  EventLog,
+  assertCleanAndStop,
+  assertNoKeys,
+  assertNoLeases,
+  grpcHandled,
+  serverState,
+  track,
+  uniquePrefix,
+  waitFor,
+  waitersBlocked,
+} from './helpers.js';
 
 /**
  * Whether etcd checks the auth token on every lease renewal (keepalive): from 3.4.42, 3.5.28, 3.6.9
@@ -280,6 +290,43 @@ const ROOT_PASSWORD = 'r00t-Pw-1b9e64';
 const ALICE_PASSWORD = 'al1ce-Pw-73c2d0';
 const TOKEN_TTL_S = 2;
 
+/**
+ * Resolves once every simple token that etcd issued before the call, and that nobody used since,
+ * has expired. etcd announces no expiry, and a token's use renews it, so this asks with probe
+ * tokens of its own (etcd's JSON gateway: Authenticate, then a Range), each used once, issued now:
+ * the first one refused as an invalid token has expired, and so has every token last used before
+ * it was issued. A batch covers more than the token TTL; another follows if all were still valid.
+ */
+async function tokensExpired(clientUrl: string, name: string, password: string): Promise<void> {
+  const post = (path: string, body: unknown, token?: string): Promise<Response> =>
+    fetch(`${clientUrl}${path}`, {
+      method: 'POST',
+      headers: token ? { authorization: token } : {},
+      body: JSON.stringify(body),
+    });
+  const issue = async (): Promise<string> => {
+    const res = await post('/v3/auth/authenticate', { name, password });
+    const { token } = (await res.json()) as { token?: string };
+    if (!token) throw new Error(`no token from etcd's gateway (HTTP ${res.status})`);
+    return token;
+  };
+  const intervalMs = 250;
+  const batch = Math.ceil(((TOKEN_TTL_S + 2) * 1000) / intervalMs);
+  const probes: string[] = [];
+  await waitFor(
+    async () => {
+      if (probes.length === 0) probes.push(...(await Promise.all(Array.from({ length: batch }, issue))));
+      const res = await post('/v3/kv/range', { key: Buffer.from('locks/').toString('base64') }, probes.shift());
+      const text = await res.text();
+      if (res.ok) return false;
+      if (/invalid auth token/.test(text)) return true;
+      throw new Error(`a probe token was refused for another reason: HTTP ${res.status} ${text}`);
+    },
+    'the auth tokens to expire',
+    { intervalMs, limitMs: 30_000 },
+  );
+}
+
 /** Everything an error shows: message, stack, and every cause, deeply. */
 function everythingShown(err: unknown): string {
   return `${String(err)}\n${inspect(err, { depth: 8, showHidden: true })}`;
@@ -456,6 +503,7 @@ describe('authentication and role-based access', () => {
     try {
       await log.ready;
       const first = await new Mutex(r1, name).lock();
+      const watchers = (await serverState(url)).watchers;
       // Queue in this order: root's second waiter, then alice's.
       const m2 = new Mutex(r2, name);
       const second = track(m2.lock());
@@ -463,9 +511,10 @@ describe('authentication and role-based access', () => {
       const m3 = new Mutex(s, name);
       const mine = track(m3.lock());
       await log.put(m3.key);
-      const authBefore = await grpcHandled(url, 'Authenticate');
-      // Both clients sit idle in their waits for longer than the token TTL, so their tokens expire.
-      await delay(TOKEN_TTL_S * 1000 * 2 + 1000);
+      // Both clients sit idle in their waits (nothing in flight) until their tokens have expired.
+      await waitersBlocked(url, watchers, 2, 'both waiters blocked on their watches');
+      await tokensExpired(url, 'root', ROOT_PASSWORD);
+      const authBefore = await grpcHandled(url, 'Authenticate'); // after the probes' own
       // The next holder's turn: its lookup and new watch go out with an expired token.
       await first.unlock();
       const h2 = await second.promise;

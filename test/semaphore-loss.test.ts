@@ -5,10 +5,23 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Client, PermitLostError, Semaphore, Session, SessionExpiredError, type PermitHandle } from '../src/index.js';
 import type { EtcdCluster } from '../src/testing/index.js';
-import { aborted, assertNoKeys, etcdFile, track, waitFor, type Tracked, closeAll, settleAll, settledOrHang, keysUnder } from './helpers.js';
+import {
+  aborted,
+  assertNoKeys,
+  etcdFile,
+  track,
+  waitFor,
+  type Tracked,
+  closeAll,
+  settleAll,
+  settledOrHang,
+  keysUnder,
+  within,
+} from './helpers.js';
 import { Probe } from './probe.js';
 
 const ROOT = 'test/semaphore-loss/';
@@ -290,9 +303,8 @@ describe('Semaphore: giving up and losing', () => {
     });
     const exited = once(child, 'exit');
     try {
-      let out = '';
-      child.stdout!.setEncoding('utf8').on('data', (d: string) => (out += d));
-      const childKey = await waitFor(() => (out.includes('\n') ? out.trim() : undefined), 'the child holds the permit');
+      const firstLine = once(createInterface({ input: child.stdout! }), 'line') as Promise<[string]>;
+      const [childKey] = await within(firstLine, 'the child holds the permit', 20_000);
       const childKv = await client.get(childKey);
       assert.ok(childKv && childKv.lease !== 0n);
       const waiting = track(new Semaphore(w!, name, { permits: 1 }).acquire());

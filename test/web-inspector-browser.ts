@@ -5,7 +5,6 @@
 import { before, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { setTimeout as delay } from 'node:timers/promises';
 import { chromium, type Browser, type Page } from 'playwright-core';
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
@@ -82,25 +81,34 @@ const HELPERS = `
 `;
 
 /**
- * Waits until `expr` (page-side, with HELPERS in scope) is truthy, checking every 100 ms; on failure
- * says what and shows the page. Checks run through page.evaluate (the DevTools protocol), which the
- * page's Content-Security-Policy does not apply to, while waitForFunction's polling would need eval.
+ * Waits until `expr` (page-side, with HELPERS in scope) is truthy: checked at once, then at each
+ * change of the page's DOM (a MutationObserver, in the page: the page renders every change it shows,
+ * and its bars and time cells redraw several times a second); on failure says what and shows the
+ * page. The wait runs through page.evaluate (the DevTools protocol), which the page's
+ * Content-Security-Policy does not apply to, while waitForFunction would need eval.
  */
 export async function until(page: Page, expr: string, what: string): Promise<void> {
-  const deadline = performance.now() + PAGE_WAIT_MS;
-  let last: unknown;
-  for (;;) {
-    try {
-      if (await evaluate(page, expr)) return;
-    } catch (err) {
-      last = err;
-    }
-    if (performance.now() > deadline) {
-      const body = await page.innerText('body').catch(() => '(page gone)');
-      throw new Error(`the page never showed ${what}${last ? ` (${(last as Error).message.split('\n')[0]})` : ''}\n--- page ---\n${body}`);
-    }
-    await delay(100);
-  }
+  const r = await page.evaluate<{ ok: boolean; last?: string }>(`(function () { ${HELPERS};
+    var last;
+    var holds = function () {
+      try { return !!(${expr}); } catch (err) { last = String((err && err.message) || err); return false; }
+    };
+    return new Promise(function (resolve) {
+      if (holds()) return resolve({ ok: true });
+      var timer;
+      var mo = new MutationObserver(function () {
+        if (!holds()) return;
+        mo.disconnect();
+        clearTimeout(timer);
+        resolve({ ok: true });
+      });
+      mo.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+      timer = setTimeout(function () { mo.disconnect(); resolve({ ok: holds(), last: last }); }, ${PAGE_WAIT_MS});
+    });
+  })()`);
+  if (r.ok) return;
+  const body = await page.innerText('body').catch(() => '(page gone)');
+  throw new Error(`the page never showed ${what}${r.last ? ` (${r.last.split('\n')[0]})` : ''}\n--- page ---\n${body}`);
 }
 
 export async function evaluate<T>(page: Page, expr: string): Promise<T> {

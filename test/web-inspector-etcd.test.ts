@@ -36,6 +36,8 @@ import { SCENE, inspectorFile } from './web-inspector-fixture.js';
 import { assertNoPageErrors, evaluate, needBrowser, open, until } from './web-inspector-browser.js';
 
 const ROOT = 'test/web-etcd/';
+/** The screenshot test writes the README's picture (docs/inspector.png). */
+const PICTURE = process.env.WEB_INSPECTOR_SCREENSHOT === '1';
 
 let client: Client;
 let endpoint: string;
@@ -237,7 +239,14 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
     const pending: Promise<unknown>[] = [];
     const later = (p: Promise<unknown>): void => void pending.push(p.catch(() => {}));
     try {
-      // Staged with pauses, so that the picture has a history to show (nothing is timed here).
+      // Staged step by step, each seen on the page before the next. When the README's picture is
+      // written, each step also lasts a while, so that its bars have a history to show (nothing
+      // waits on that time: it is the picture's content).
+      const step = async (expr: string, what: string, lastsMs: number): Promise<void> => {
+        await until(page, expr, what);
+        if (PICTURE) await delay(lastsMs);
+      };
+      const [L, J, C, E] = ['locks/deploy', 'jobs/encoders', 'config', 'election/scheduler'].map((n) => JSON.stringify(`${SCENE}${n}`));
       const lock = (i: number, label: string) => new Mutex(ss[i]!, `${SCENE}locks/deploy`).lock({ label });
       const queued = async (prefix: string, n: number) =>
         waitFor(async () => (await client.getPrefix(prefix)).kvs.length === n, `${n} keys under ${prefix}`);
@@ -245,7 +254,7 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       const first = await lock(0, 'ci-runner-3:4121');
       const second = lock(1, 'ci-runner-7:977');
       await queued(`${SCENE}locks/`, 2);
-      await delay(2500);
+      await step(`rows(${L}).length === 2 && rows(${E}).length === 1`, 'the lock with a holder and a waiter, and the leader', 2500);
       await first.unlock();
       await second;
       later(lock(2, 'laptop-ana:31337'));
@@ -259,16 +268,24 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       await rw(6).rLock();
       await rw(7).rLock();
       later(rw(8).lock());
-      await delay(1500);
+      await step(
+        `rows(${J}).length === 3 && rows(${C}).length === 3`,
+        'the semaphore and the readers-writer lock, each with a waiter',
+        1500,
+      );
       await e0.resign(); // nobody leads for a while
-      await delay(1500);
+      await step(`rows(${E}).length === 0`, 'nobody leading', 1500);
       const e1 = await new Election(ss[9]!, `${SCENE}election/scheduler`).campaign('instance-01');
       const e2 = new Election(ss[10]!, `${SCENE}election/scheduler`).campaign('instance-02');
       await queued(`${SCENE}election/`, 2);
-      await delay(1500);
+      await step(`rows(${E}).length === 2`, 'the leader and a candidate', 1500);
       await e1.resign(); // hands over at once
-      await e2;
-      await delay(1000);
+      const leader = await e2;
+      await step(
+        `rows(${E}).length === 1 && rows(${E})[0].role === 'holder' && rows(${E})[0].token === '${leader.fencingToken}'`,
+        'the new leader',
+        1000,
+      );
       await waitFor(async () => (await client.getPrefix(SCENE)).kvs.length === 10, 'every participant queued');
       await until(
         page,
@@ -295,10 +312,7 @@ describe('inspect --web in chromium', { timeout: 240_000 }, () => {
       assert.match(await evaluate<string>(page, `card(${JSON.stringify(`${SCENE}jobs/encoders`)}).innerText`), /semaphore · 2 permits/);
       const dir = mkdtempSync(path.join(tmpdir(), 'web-inspector-'));
       try {
-        const file =
-          process.env.WEB_INSPECTOR_SCREENSHOT === '1'
-            ? fileURLToPath(new URL('../docs/inspector.png', import.meta.url))
-            : path.join(dir, 'inspector.png');
+        const file = PICTURE ? fileURLToPath(new URL('../docs/inspector.png', import.meta.url)) : path.join(dir, 'inspector.png');
         await page.screenshot({ path: file, fullPage: false });
         assert.ok(statSync(file).size > 10_000, 'a screenshot with something in it');
       } finally {

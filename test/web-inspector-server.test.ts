@@ -9,7 +9,7 @@ import { once } from 'node:events';
 import { request, type IncomingMessage } from 'node:http';
 import { hostname, networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
-import { waitFor } from './helpers.js';
+import { waitFor, within } from './helpers.js';
 import { inspectorFile } from './web-inspector-fixture.js';
 
 const ROOT = 'test/web-server/';
@@ -86,7 +86,7 @@ describe('inspect --web without a browser', () => {
       assert.match(wide.url, /^http:\/\/0\.0\.0\.0:\d+\/$/);
       const port = new URL(wide.url).port;
       // The warning names the address bound (the port picked for :0), as the URL does.
-      await waitFor(() => new RegExp(`listening on 0\\.0\\.0\\.0:${port}, not only on loopback`).test(wide.proc.stderr()), 'the warning');
+      await within(wide.proc.next(new RegExp(`listening on 0\\.0\\.0\\.0:${port}, not only on loopback`), 'stderr'), 'the warning', 30_000);
       assert.doesNotMatch(wide.proc.stderr(), /0\.0\.0\.0:0\b/);
     } finally {
       assert.equal(await wide.proc.kill('SIGINT'), 0);

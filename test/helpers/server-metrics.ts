@@ -57,20 +57,26 @@ export async function serverState(clientUrl: string): Promise<{ watchers: number
  * `n` waiters blocked on their watch, with whatever they sent before (enqueue, look-up, check)
  * answered. How many calls a waiter makes first is the library's business (a short queue's look-up
  * rides on the enqueue, a watch kept from the last wait needs no check), so tests wait on this.
+ * `signal` stops the looking (the wait rejects with its reason), e.g. once the waiter settled instead.
  */
 export async function waitersBlocked(
   clientUrl: string,
   base: number,
   n: number,
   what = `${n} waiter(s) blocked on a watch`,
+  signal?: AbortSignal,
 ): Promise<void> {
   // Twice in a row: one scrape could fall between a watch being confirmed and the check it leads to.
   let quiet = 0;
-  await waitFor(async () => {
-    const s = await serverState(clientUrl);
-    quiet = s.watchers >= base + n && s.inFlight === 0 ? quiet + 1 : 0;
-    return quiet >= 2;
-  }, what);
+  await waitFor(
+    async () => {
+      const s = await serverState(clientUrl);
+      quiet = s.watchers >= base + n && s.inFlight === 0 ? quiet + 1 : 0;
+      return quiet >= 2;
+    },
+    what,
+    { signal },
+  );
 }
 
 /** How many calls of a unary gRPC method etcd has answered: `grpc_server_handled_total`. */

@@ -4,20 +4,22 @@ import { setTimeout as delay } from 'node:timers/promises';
 /**
  * Polls `predicate` until it returns a truthy value, which is returned. For etcd state that no event
  * announces. The `limitMs` is a hang guard that fails the test with `what`, not a timing assertion.
- * A predicate that throws fails the wait at once. The one `waitFor` of the test suite
+ * A predicate that throws fails the wait at once; so does `signal` aborting (with its reason), for a
+ * caller that stops looking once something else happened. The one `waitFor` of the test suite
  * (election-helpers.ts re-exports it).
  */
 export async function waitFor<T>(
   predicate: () => T | Promise<T>,
   what: string,
-  { intervalMs = 20, limitMs = 30_000 }: { intervalMs?: number; limitMs?: number } = {},
+  { intervalMs = 20, limitMs = 30_000, signal }: { intervalMs?: number; limitMs?: number; signal?: AbortSignal } = {},
 ): Promise<NonNullable<T>> {
   const start = performance.now();
   for (;;) {
+    signal?.throwIfAborted();
     const v = await predicate();
     if (v) return v as NonNullable<T>;
     if (performance.now() - start > limitMs) throw new Error(`waitFor: gave up waiting for ${what}`);
-    await delay(intervalMs);
+    await delay(intervalMs, undefined, { signal }).catch(() => signal?.throwIfAborted());
   }
 }
 
@@ -76,11 +78,28 @@ export function settleAll(ts: readonly Tracked<unknown>[]): Promise<unknown> {
 }
 
 /**
+ * `p`, or a failure naming `what` after `limitMs`: a hang guard that fails the test, not a timing
+ * assertion. Waits on the promise itself (no polling) and clears its timer either way.
+ */
+export async function within<T>(p: Promise<T>, what: string, limitMs: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`gave up waiting for ${what}`)), limitMs);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
  * Waits for a tracked call to settle. The limit is a hang guard (a failure, then the test's own
  * clean-up runs) set below a waiter's periodic re-check (every max(10 s, TTL); tests that rely on
  * it give the waiter a long TTL): only the event under test can end the wait in time.
  */
-export async function settledOrHang<T>(t: Tracked<T>, what: string, limitMs = 10_000): Promise<T> {
-  await waitFor(() => t.settled, what, { limitMs });
-  return t.promise;
+export function settledOrHang<T>(t: Tracked<T>, what: string, limitMs = 10_000): Promise<T> {
+  return within(t.promise, what, limitMs);
 }
