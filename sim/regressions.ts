@@ -114,6 +114,13 @@ export const REGRESSIONS: readonly RegressionSeed[] = [
       "the oracle counted a paused holder's permit (its lease expired meanwhile) against the running holders: a paused holder is judged when it wakes",
   },
   {
+    seed: 50767,
+    profile: '3.4',
+    workload: 'semaphore',
+    found:
+      "the oracle judged each of a paused process's permits alone when it woke: one still held (assertHeld passed) failed the run although its other permit's lease had expired meanwhile, so the grant made during the pause left the semaphore within its permits",
+  },
+  {
     seed: 6748,
     profile: '3.7',
     workload: 'mixed',

@@ -65,8 +65,11 @@ export class Oracle {
   readonly violations: Violation[] = [];
   private readonly open = new Set<Belief>();
   private readonly maxToken = new Map<string, { token: bigint; key: string }>();
-  /** Overlaps with a paused holder, judged when it wakes. */
-  private readonly pending: { older: Belief; newer: Belief; rule: string }[] = [];
+  /**
+   * Overlaps with a paused holder, judged when it wakes: `room` places for `newer`'s name, `taken` of
+   * them by running rivals at its grant. A paused rival still holding when it wakes is `held`.
+   */
+  private readonly pending: { older: Belief; newer: Belief; rule: string; room: number; taken: number; held?: boolean }[] = [];
   private nextId = 0;
   /** Each key's last change (time, cause and revision). */
   private readonly lastChange = new Map<string, { at: number; cause: string; type: string; rev: bigint }>();
@@ -144,6 +147,8 @@ export class Oracle {
   /** `proc` woke: each of its beliefs whose key is gone must know it (assertHeld throws). */
   woke(proc: Proc): void {
     this.wokeAt.set(proc, this.now());
+    // Every belief of the process is asked first: a paused process may hold several of one name's
+    // permits, and only those it still holds count against the grant made while it slept.
     for (const b of this.open) {
       if (b.proc !== proc) continue;
       let threw = false;
@@ -154,15 +159,23 @@ export class Oracle {
       }
       (b as { woke?: boolean }).woke = true;
       for (const p of this.pending.filter((x) => x.older === b)) {
-        this.pending.splice(this.pending.indexOf(p), 1);
-        if (!threw) {
-          this.fail(
-            p.rule,
-            `${b.kind} ${b.name}: ${b.proc.name} woke still holding ${b.key} (assertHeld passed) while ${p.newer.proc.name} held ${p.newer.key} since ${p.newer.from}`,
-          );
-        }
+        if (threw) this.pending.splice(this.pending.indexOf(p), 1);
+        else p.held = true;
       }
     }
+    for (const p of this.pending.filter((x) => x.older.proc === proc && x.held)) {
+      // Too many when the running rivals at the grant and the paused ones not known to have let go
+      // (held at waking, or still asleep) fill every place.
+      const others = this.pending.filter((x) => x.newer === p.newer);
+      if (p.taken + new Set(others.map((x) => x.older.key)).size >= p.room) {
+        const b = p.older;
+        this.fail(
+          p.rule,
+          `${b.kind} ${b.name}: ${b.proc.name} woke still holding ${b.key} (assertHeld passed) while ${p.newer.proc.name} held ${p.newer.key} since ${p.newer.from}`,
+        );
+      }
+    }
+    for (const p of this.pending.filter((x) => x.older.proc === proc && x.held)) this.pending.splice(this.pending.indexOf(p), 1);
   }
 
   /**
@@ -256,7 +269,8 @@ export class Oracle {
         `${b.kind} ${b.name}: ${b.proc.name} got ${b.key} (token ${b.token}) while ${o.proc.name} holds ${o.key} (token ${o.token}) since ${o.from}${typeof rule === 'number' ? ` (${runningKeys.size} of ${rule} permits held)` : ''}`,
       );
     } else if (keys.size >= room) {
-      for (const o of rivals) if (!running.includes(o)) this.pending.push({ older: o, newer: b, rule: over });
+      const taken = runningKeys.size;
+      for (const o of rivals) if (!running.includes(o)) this.pending.push({ older: o, newer: b, rule: over, room, taken });
     }
     this.open.add(b);
     this.last = b;
