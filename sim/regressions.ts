@@ -91,6 +91,14 @@ export const REGRESSIONS: readonly RegressionSeed[] = [
     leaves: ['dbar/a/ready'],
   },
   {
+    seed: 51800,
+    profile: '3.4',
+    workload: 'barrier',
+    found:
+      "by design, allowed: a round's last member gave up its leave() in an outage (its deletes could not land) and its session was then lost, with its key off its lease (an operator's put), so its revoke left the key and the next round counted it; `ready` left after every session closed. The oracle counted a lost session's member as died only when enter() or leave() failed with SessionExpiredError",
+    leaves: ['dbar/a/ready'],
+  },
+  {
     seed: 385,
     profile: '3.7',
     workload: 'mixed',

@@ -79,6 +79,8 @@ export class Oracle {
   private readonly incarnations = new Set<string>();
   /** The processes that crashed, by name. */
   private readonly crashedProcs = new Set<string>();
+  /** The leases of the sessions that were lost (ended by their client for want of renewals, or found gone). */
+  private readonly lostLeases = new Set<bigint>();
   /** When each process last woke from a pause. */
   private readonly wokeAt = new Map<Proc, number>();
   grants = 0;
@@ -347,7 +349,10 @@ export class Oracle {
     }
     // A member made by a process that crashed before (its key still stands: an operator's put took
     // it off the lease that would have expired) never comes out.
-    const died = members.some((k) => this.crashedProcs.has(this.creator(k) ?? ''));
+    // So does one made on a session lost before whose key an operator's put took off its lease (its
+    // revoke leaves the key; one still on the lease goes with it, as a member that left).
+    const stray = (k: string): boolean => this.store.get(k)?.lease === 0n && this.lostLeases.has(this.madeOn(k) ?? 0n);
+    const died = members.some((k) => this.crashedProcs.has(this.creator(k) ?? '') || stray(k));
     this.rounds.set(name, { ready: rev, members: new Set(members), died });
   }
 
@@ -355,6 +360,19 @@ export class Oracle {
   barrierMemberLost(name: string, key: string): void {
     const round = this.rounds.get(name);
     if (round?.members.has(key)) round.died = true;
+  }
+
+  /**
+   * A session was lost (SessionExpiredError `deadline` or `lease_gone`): a DoubleBarrier member made
+   * on it whose key still stands never comes out (docs/barriers.md: its round may keep `ready`), even
+   * if its enter() or leave() gave up before (its delete had not landed), or an operator's put took
+   * the key off the lease, so that its revoke does not take it.
+   */
+  sessionLost(lease: bigint): void {
+    this.lostLeases.add(lease);
+    for (const round of this.rounds.values()) {
+      if ([...round.members].some((k) => this.store.get(k) !== undefined && this.madeOn(k) === lease)) round.died = true;
+    }
   }
 
   /**
@@ -410,6 +428,11 @@ export class Oracle {
         this.store.get(k) !== undefined || (this.creator(k) !== undefined && this.creator(k) === proc.name && !this.leftBy(k, proc.name));
       if ([...round.members].some(inside)) round.died = true;
     }
+  }
+
+  /** The lease `k`'s current incarnation was created on. */
+  private madeOn(k: string): bigint | undefined {
+    return (this.history.get(k) ?? []).findLast((e) => e.createRevision === e.rev)?.lease;
   }
 
   /** Whether process `name` deleted `k` itself (a member that left). */
