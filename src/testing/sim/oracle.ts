@@ -65,8 +65,11 @@ export class Oracle {
   readonly violations: Violation[] = [];
   private readonly open = new Set<Belief>();
   private readonly maxToken = new Map<string, { token: bigint; key: string }>();
-  /** Overlaps with a paused holder, judged when it wakes. */
-  private readonly pending: { older: Belief; newer: Belief; rule: string }[] = [];
+  /**
+   * Overlaps with a paused holder, judged when it wakes: `room` places for `newer`'s name, `taken` of
+   * them by running rivals at its grant. A paused rival still holding when it wakes is `held`.
+   */
+  private readonly pending: { older: Belief; newer: Belief; rule: string; room: number; taken: number; held?: boolean }[] = [];
   private nextId = 0;
   /** Each key's last change (time, cause and revision). */
   private readonly lastChange = new Map<string, { at: number; cause: string; type: string; rev: bigint }>();
@@ -76,6 +79,8 @@ export class Oracle {
   private readonly incarnations = new Set<string>();
   /** The processes that crashed, by name. */
   private readonly crashedProcs = new Set<string>();
+  /** The leases of the sessions that were lost (ended by their client for want of renewals, or found gone). */
+  private readonly lostLeases = new Set<bigint>();
   /** When each process last woke from a pause. */
   private readonly wokeAt = new Map<Proc, number>();
   grants = 0;
@@ -144,6 +149,8 @@ export class Oracle {
   /** `proc` woke: each of its beliefs whose key is gone must know it (assertHeld throws). */
   woke(proc: Proc): void {
     this.wokeAt.set(proc, this.now());
+    // Every belief of the process is asked first: a paused process may hold several of one name's
+    // permits, and only those it still holds count against the grant made while it slept.
     for (const b of this.open) {
       if (b.proc !== proc) continue;
       let threw = false;
@@ -154,15 +161,23 @@ export class Oracle {
       }
       (b as { woke?: boolean }).woke = true;
       for (const p of this.pending.filter((x) => x.older === b)) {
-        this.pending.splice(this.pending.indexOf(p), 1);
-        if (!threw) {
-          this.fail(
-            p.rule,
-            `${b.kind} ${b.name}: ${b.proc.name} woke still holding ${b.key} (assertHeld passed) while ${p.newer.proc.name} held ${p.newer.key} since ${p.newer.from}`,
-          );
-        }
+        if (threw) this.pending.splice(this.pending.indexOf(p), 1);
+        else p.held = true;
       }
     }
+    for (const p of this.pending.filter((x) => x.older.proc === proc && x.held)) {
+      // Too many when the running rivals at the grant and the paused ones not known to have let go
+      // (held at waking, or still asleep) fill every place.
+      const others = this.pending.filter((x) => x.newer === p.newer);
+      if (p.taken + new Set(others.map((x) => x.older.key)).size >= p.room) {
+        const b = p.older;
+        this.fail(
+          p.rule,
+          `${b.kind} ${b.name}: ${b.proc.name} woke still holding ${b.key} (assertHeld passed) while ${p.newer.proc.name} held ${p.newer.key} since ${p.newer.from}`,
+        );
+      }
+    }
+    for (const p of this.pending.filter((x) => x.older.proc === proc && x.held)) this.pending.splice(this.pending.indexOf(p), 1);
   }
 
   /**
@@ -256,7 +271,8 @@ export class Oracle {
         `${b.kind} ${b.name}: ${b.proc.name} got ${b.key} (token ${b.token}) while ${o.proc.name} holds ${o.key} (token ${o.token}) since ${o.from}${typeof rule === 'number' ? ` (${runningKeys.size} of ${rule} permits held)` : ''}`,
       );
     } else if (keys.size >= room) {
-      for (const o of rivals) if (!running.includes(o)) this.pending.push({ older: o, newer: b, rule: over });
+      const taken = runningKeys.size;
+      for (const o of rivals) if (!running.includes(o)) this.pending.push({ older: o, newer: b, rule: over, room, taken });
     }
     this.open.add(b);
     this.last = b;
@@ -333,7 +349,10 @@ export class Oracle {
     }
     // A member made by a process that crashed before (its key still stands: an operator's put took
     // it off the lease that would have expired) never comes out.
-    const died = members.some((k) => this.crashedProcs.has(this.creator(k) ?? ''));
+    // So does one made on a session lost before whose key an operator's put took off its lease (its
+    // revoke leaves the key; one still on the lease goes with it, as a member that left).
+    const stray = (k: string): boolean => this.store.get(k)?.lease === 0n && this.lostLeases.has(this.madeOn(k) ?? 0n);
+    const died = members.some((k) => this.crashedProcs.has(this.creator(k) ?? '') || stray(k));
     this.rounds.set(name, { ready: rev, members: new Set(members), died });
   }
 
@@ -341,6 +360,19 @@ export class Oracle {
   barrierMemberLost(name: string, key: string): void {
     const round = this.rounds.get(name);
     if (round?.members.has(key)) round.died = true;
+  }
+
+  /**
+   * A session was lost (SessionExpiredError `deadline` or `lease_gone`): a DoubleBarrier member made
+   * on it whose key still stands never comes out (docs/barriers.md: its round may keep `ready`), even
+   * if its enter() or leave() gave up before (its delete had not landed), or an operator's put took
+   * the key off the lease, so that its revoke does not take it.
+   */
+  sessionLost(lease: bigint): void {
+    this.lostLeases.add(lease);
+    for (const round of this.rounds.values()) {
+      if ([...round.members].some((k) => this.store.get(k) !== undefined && this.madeOn(k) === lease)) round.died = true;
+    }
   }
 
   /**
@@ -396,6 +428,11 @@ export class Oracle {
         this.store.get(k) !== undefined || (this.creator(k) !== undefined && this.creator(k) === proc.name && !this.leftBy(k, proc.name));
       if ([...round.members].some(inside)) round.died = true;
     }
+  }
+
+  /** The lease `k`'s current incarnation was created on. */
+  private madeOn(k: string): bigint | undefined {
+    return (this.history.get(k) ?? []).findLast((e) => e.createRevision === e.rev)?.lease;
   }
 
   /** Whether process `name` deleted `k` itself (a member that left). */

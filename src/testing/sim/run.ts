@@ -99,7 +99,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
         void proc.start(() => observer(ctx, client, name, observing.signal, leaders)).catch(() => {});
       }
       for (const sp of pp.sessions) {
-        const holder = new SessionHolder(client, sp.ttl);
+        const holder = new SessionHolder(client, sp.ttl, (lease) => oracle.sessionLost(lease));
         for (const ops of sp.actors) {
           running.set(proc, (running.get(proc) ?? 0) + 1);
           const me = `${proc.name}/${ops[0]?.id ?? '-'}`;

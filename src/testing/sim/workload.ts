@@ -429,17 +429,29 @@ export class SessionHolder {
   constructor(
     private readonly client: Client,
     private readonly ttl: number,
+    /** Told the lease of each session that is lost (not closed). */
+    private readonly lost: (lease: bigint) => void = () => {},
   ) {}
 
   async get(): Promise<Session | undefined> {
     for (let attempt = 0; attempt < 50 && !this.closed; attempt++) {
-      const s = await (this.current ??= Session.create(this.client, { ttl: this.ttl }).catch(() => undefined));
+      const s = await (this.current ??= Session.create(this.client, { ttl: this.ttl }).then(
+        (s) => this.watchLoss(s),
+        () => undefined,
+      ));
       if (s && !s.signal.aborted) return s;
       this.current = undefined;
       if (s) void s.close().catch(() => {});
       await sleep(200);
     }
     return undefined;
+  }
+
+  private watchLoss(s: Session): Session {
+    void s.done.then((e) => {
+      if (e.reason === 'deadline' || e.reason === 'lease_gone') this.lost(s.leaseId);
+    });
+    return s;
   }
 
   async close(): Promise<void> {
