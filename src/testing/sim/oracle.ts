@@ -356,12 +356,6 @@ export class Oracle {
     this.rounds.set(name, { ready: rev, members: new Set(members), died });
   }
 
-  /** A DoubleBarrier member whose session was lost (SessionExpiredError) before it came out: its round lost a member. */
-  barrierMemberLost(name: string, key: string): void {
-    const round = this.rounds.get(name);
-    if (round?.members.has(key)) round.died = true;
-  }
-
   /**
    * A session was lost (SessionExpiredError `deadline` or `lease_gone`): a DoubleBarrier member made
    * on it whose key still stands never comes out (docs/barriers.md: its round may keep `ready`), even

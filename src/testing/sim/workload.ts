@@ -10,7 +10,6 @@ import { Mutex } from '../../primitives/mutex.js';
 import { RWMutex } from '../../primitives/rwmutex.js';
 import { Semaphore } from '../../primitives/semaphore.js';
 import { Session } from '../../session.js';
-import { SessionExpiredError } from '../../errors.js';
 import { type Belief, OPERATOR, type Oracle, type Rule } from './oracle.js';
 import { Rng } from './rng.js';
 import type { Proc } from './time.js';
@@ -768,23 +767,15 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
       }
       case 'double-barrier': {
         const b = new DoubleBarrier(session, op.name, BARRIER_COUNT);
-        let member: string | undefined;
+        await b.enter(wait);
+        d.clear();
+        ctx.say(`op ${op.id} ${ctx.proc.name} entered ${op.name}`);
+        await sleep(op.holdMs);
+        const out = deadline(op.abortMs);
         try {
-          await b.enter(wait);
-          member = b.key;
-          d.clear();
-          ctx.say(`op ${op.id} ${ctx.proc.name} entered ${op.name}`);
-          await sleep(op.holdMs);
-          const out = deadline(op.abortMs);
-          try {
-            await b.leave(out.signal ? { signal: out.signal } : {});
-          } finally {
-            out.clear();
-          }
-        } catch (err) {
-          // A member whose session is lost never comes out: its round may keep `ready` (docs/barriers.md).
-          if (err instanceof SessionExpiredError && member !== undefined) ctx.oracle.barrierMemberLost(op.name, member);
-          throw err;
+          await b.leave(out.signal ? { signal: out.signal } : {});
+        } finally {
+          out.clear();
         }
         ctx.say(`op ${op.id} ${ctx.proc.name} left ${op.name}`);
         return;
