@@ -8,7 +8,17 @@ import { Status, type Transport, TransportError } from '../src/client/transport/
 import type * as pb from '../src/proto/etcd.js';
 import { sessionQueue } from '../src/queue/state.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { EventLog, aborted, assertNoKeys, killEtcdctls, etcdFile, closeAll, withSessions, assertOwnerCompareFences } from './helpers.js';
+import {
+  EventLog,
+  aborted,
+  assertNoKeys,
+  killEtcdctls,
+  etcdFile,
+  closeAll,
+  withSessions,
+  assertOwnerCompareFences,
+  within,
+} from './helpers.js';
 import { withProxiedWaiter } from './mutex-helpers.js';
 import { holdThenRefuse } from './helpers/late-attempt.js';
 
@@ -230,7 +240,7 @@ describe('Mutex: giving up and losing', () => {
         throw new TransportError(Status.DEADLINE_EXCEEDED, 'no answer within the deadline');
       }
       if (round === 1) return unary(method, req, headers, deadline, signal);
-      await seen;
+      await within(seen, 'the sweep looked at the landed key while this call used it', 20_000);
       throw new TransportError(Status.PERMISSION_DENIED, 'etcdserver: permission denied', { fromServer: true });
     }) as typeof t.unary;
     try {

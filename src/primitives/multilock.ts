@@ -29,8 +29,9 @@ export interface MultiLockHandle extends AsyncDisposable {
   readonly fencingTokens: ReadonlyMap<string, bigint>;
   /**
    * Aborts as soon as any of the locks is lost (with that lock's LockLostError), or on `unlock()`.
-   * Created on first use, which starts watching every key: until then only the session's deadline
-   * is checked (by `assertHeld()`), as for a single LockHandle.
+   * Created on first use, which starts watching every key: until then a lock's loss is seen only
+   * where its LockHandle watches (another call of the process waits for it), else only the
+   * session's deadline is checked (by `assertHeld()`), as for a single LockHandle.
    */
   readonly signal: AbortSignal;
   /**

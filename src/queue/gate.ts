@@ -64,7 +64,7 @@ export class Gates extends ByKey<Gate> {
     }
   }
 
-  /** Calls wait for a turn on `key`: its holdings watch it then, so that a loss nobody looks at frees the turn. */
+  /** Calls wait for a turn on `key`. */
   waiting(key: string): boolean {
     return (this.of(key)?.queue?.length ?? 0) > 0;
   }

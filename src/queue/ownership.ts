@@ -107,7 +107,7 @@ export class Ownership {
 
   /**
    * Aborts as soon as ownership ends: session lost, the key deleted or replaced by anyone, or
-   * released by us. Created on first use, so code that never looks pays nothing.
+   * released by us. Created on first use (or when another call of the process waits for the key).
    */
   get signal(): AbortSignal {
     return this.watchNow();
