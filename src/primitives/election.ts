@@ -205,17 +205,20 @@ async function runObserver(client: Client, name: string, signal: AbortSignal, ou
     const w = client.watch(`${name}/`, { prefix: true, signal });
     try {
       await w.created;
-      const readRevision = await readAt();
+      // The revision of the last read: every change up to it is in what was reported. A read at an
+      // event's revision whose history was compacted meanwhile reads "now" instead: the events
+      // still queued up to then are older than what it reported, and must not be reported after it.
+      let through = await readAt();
       for await (const batch of w) {
         for (const e of batch.events) {
-          if (e.kv.modRevision <= readRevision) continue;
+          if (e.kv.modRevision <= through) continue;
           const cur = seen.last;
           if (cur && e.kv.key.equals(cur.key)) {
             const sameTerm = e.type === 'put' && e.kv.createRevision === cur.createRevision && e.kv.lease === cur.lease;
             if (sameTerm) emit(e.kv, e.kv.modRevision);
-            else await readAt(e.kv.modRevision);
+            else through = await readAt(e.kv.modRevision);
           } else if (!cur && e.type === 'put') {
-            await readAt(e.kv.modRevision);
+            through = await readAt(e.kv.modRevision);
           }
         }
       }
