@@ -3,8 +3,10 @@
 // promise or an abort signal.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { BasicTracerProvider } from '@opentelemetry/sdk-trace-base';
 import { InvalidArgumentError, LeadershipLostError, SessionExpiredError, currentLeader, runAsLeader } from '../src/index.js';
 import { aborted, ms, track, waitFor, candidate, electionFixture, recorded } from './election-helpers.js';
+import { within } from './helpers.js';
 
 const fixture = electionFixture();
 const { scoped } = fixture;
@@ -174,6 +176,37 @@ describe('runAsLeader', () => {
       assert.equal(ran, false);
       assert.equal(await admin.get(a.election.key), undefined);
       await hb2.resign();
+    }),
+  );
+
+  it('shutdown landing as the campaign is won, before the task starts: no task, resigned, returns', T, () =>
+    scoped('run-shutdown-won', async (s, name) => {
+      const admin = s.client();
+      const shutdown = new AbortController();
+      // A hook that runs as the campaign is won, before it resolves: the start of the term's span.
+      const tracerProvider = new BasicTracerProvider({
+        spanProcessors: [
+          {
+            onStart: (span) => {
+              if (span.name === 'election.lead') shutdown.abort(new Error('shutting down'));
+            },
+            onEnd: () => {},
+            forceFlush: async () => {},
+            shutdown: async () => {},
+          },
+        ],
+      });
+      const client = s.client({ tracerProvider });
+      const session = await s.session(client);
+      let ran = false;
+      const run = runAsLeader(session, name, { value: 'x', signal: shutdown.signal }, async (leader) => {
+        ran = true;
+        await aborted(leader.signal);
+        return 'ran';
+      });
+      assert.equal(await within(run, 'runAsLeader to return after its shutdown', 10_000), undefined);
+      assert.equal(ran, false, 'no task starts once shut down');
+      assert.equal(await currentLeader(admin, name), undefined, 'resigned');
     }),
   );
 

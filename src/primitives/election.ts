@@ -439,6 +439,12 @@ export async function runAsLeader<T>(
       }
       backoff.reset();
       attempt = 0;
+      // Shut down as the campaign was won, after its last look at the signal: no task starts (and no
+      // listener could hear an abort that already happened).
+      if (shutdown?.aborted) {
+        await leader.resign().catch(() => {});
+        return undefined;
+      }
       // Watch the term from its start, whether or not the task looks at leader.signal: whether the
       // term was lost (below) must not depend on what the task, or an installed SDK, touched.
       leader.watch();
