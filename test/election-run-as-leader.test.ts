@@ -4,7 +4,14 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { BasicTracerProvider } from '@opentelemetry/sdk-trace-base';
-import { InvalidArgumentError, LeadershipLostError, SessionExpiredError, currentLeader, runAsLeader } from '../src/index.js';
+import {
+  InvalidArgumentError,
+  LeadershipLostError,
+  SessionExpiredError,
+  UnavailableError,
+  currentLeader,
+  runAsLeader,
+} from '../src/index.js';
 import { aborted, ms, track, waitFor, candidate, electionFixture, recorded } from './election-helpers.js';
 import { within } from './helpers.js';
 
@@ -207,6 +214,30 @@ describe('runAsLeader', () => {
       assert.equal(await within(run, 'runAsLeader to return after its shutdown', 10_000), undefined);
       assert.equal(ran, false, 'no task starts once shut down');
       assert.equal(await currentLeader(admin, name), undefined, 'resigned');
+    }),
+  );
+
+  it('with a Session lost while a campaign Txn is in flight, which then fails: ends with SessionExpiredError', T, () =>
+    scoped('run-session-lost-in-flight', async (s, name) => {
+      const admin = s.client();
+      const client = s.client();
+      const session = await s.session(client, { ttl: 3 });
+      // The enqueue Txn goes unanswered until the session is lost, then fails as in an outage.
+      const txn = client.txn.bind(client);
+      let sent!: () => void;
+      const inFlight = new Promise<void>((r) => (sent = r));
+      client.txn = async () => {
+        sent();
+        await session.done;
+        throw new UnavailableError('no endpoint answered (test)');
+      };
+      s.defer(() => (client.txn = txn));
+      let ran = false;
+      const run = runAsLeader(session, name, { value: 'x' }, () => (ran = true));
+      await inFlight;
+      await admin.leaseRevoke(session.leaseId); // its next renewal finds the lease gone
+      await assert.rejects(run, (err) => err instanceof SessionExpiredError && err.reason === 'lease_gone');
+      assert.equal(ran, false);
     }),
   );
 

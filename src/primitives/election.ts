@@ -2,6 +2,7 @@
 import { Backoff, sleep } from '../client/backoff.js';
 import { AuthenticationError, ClientClosedError, EtcdError, PermissionDeniedError } from '../client/errors.js';
 import { SessionExpiredError } from '../errors.js';
+import { rethrown } from '../rethrow.js';
 import type { Client } from '../client/client.js';
 import { retryWhile } from '../client/backoff.js';
 import { CompactedError, InvalidArgumentError, isTransient } from '../client/errors.js';
@@ -422,7 +423,8 @@ export async function runAsLeader<T>(
       } catch (err) {
         if (shutdown?.aborted) return undefined;
         // With the caller's session, its loss ends the loop: only a Client lets us make another.
-        if (!owned && session?.signal.aborted) throw err;
+        // Its reason, not the error of a call in flight when it was lost (etcd unreachable, say).
+        if (!owned && session?.signal.aborted) throw rethrown(session.signal.reason);
         if (!campaignAgainAfter(err, owned)) throw err;
         const delayMs = backoff.next();
         attempt++;
