@@ -335,6 +335,52 @@ describe('runAsLeader', () => {
     }),
   );
 
+  it('an onLeaderChange that throws fails the call with its error, resigned: no key left leading', T, () =>
+    scoped('run-callback-throws', async (s, name) => {
+      const admin = s.client();
+      const { session, election } = await candidate(s, name);
+      const boom = new Error('boom');
+      let ran = false;
+      await assert.rejects(
+        runAsLeader(
+          session,
+          name,
+          {
+            value: 'x',
+            onLeaderChange: (leading) => {
+              if (leading) throw boom;
+            },
+          },
+          () => {
+            ran = true;
+          },
+        ),
+        (err) => err === boom,
+      );
+      assert.equal(ran, false, 'no task once the callback failed');
+      assert.equal(await currentLeader(admin, name), undefined, 'resigned');
+      // The process's turn on the key was given back: the same session campaigns again at once.
+      const h = await within(election.campaign('y'), 'a campaign of the same session', 10_000);
+      await h.resign();
+      // Thrown when told the term ended: the call fails with it, resigned all the same.
+      await assert.rejects(
+        runAsLeader(
+          session,
+          name,
+          {
+            value: 'x',
+            onLeaderChange: (leading) => {
+              if (!leading) throw boom;
+            },
+          },
+          () => 1,
+        ),
+        (err) => err === boom,
+      );
+      assert.equal(await currentLeader(admin, name), undefined, 'resigned after the callback threw');
+    }),
+  );
+
   it('rejects a bad name without running the task', T, () =>
     scoped('run-badname', async (s, name) => {
       const { session } = await candidate(s, name);

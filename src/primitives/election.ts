@@ -327,7 +327,7 @@ export interface RunAsLeaderOptions {
   once?: boolean;
   /** Lease TTL when given a Client (a new session per term after a loss). Default 30. */
   ttl?: number;
-  /** Told when this instance starts and stops leading. */
+  /** Told when this instance starts and stops leading. A throw counts as the task's error; the term still ends resigned. */
   onLeaderChange?: (leading: boolean, leader: LeaderHandle) => void;
   /**
    * A health check to feed, made by `leaderHealth({ graceMs })`: it turns unhealthy when a term's
@@ -465,9 +465,10 @@ export async function runAsLeader<T>(
         if (leader.signal.aborted) onEnded();
         else leader.signal.addEventListener('abort', onEnded, { once: true });
       }
-      options.onLeaderChange?.(true, leader);
       let result: { value: T } | { error: unknown };
       try {
+        // A callback that throws fails the term as the task would; the term still ends resigned.
+        options.onLeaderChange?.(true, leader);
         result = { value: await task(leader) };
       } catch (error) {
         result = { error };
@@ -477,7 +478,11 @@ export async function runAsLeader<T>(
           leader.signal.removeEventListener('abort', onEnded);
           health.stopped();
         }
+      }
+      try {
         options.onLeaderChange?.(false, leader);
+      } catch (error) {
+        if (!('error' in result)) result = { error };
       }
       const lostTerm = leader.ended && !shutdown?.aborted;
       // Stop leading only after the task settled, so no two tasks ever overlap by our doing.
