@@ -3,9 +3,19 @@
 // wait is on a watch event, a promise or an abort signal.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Election, LeadershipLostError, SessionExpiredError, currentLeader, compare, op, type LeaderHandle } from '../src/index.js';
+import {
+  ClientClosedError,
+  Election,
+  LeadershipLostError,
+  SessionExpiredError,
+  currentLeader,
+  compare,
+  op,
+  type LeaderHandle,
+} from '../src/index.js';
 import { startProxy } from '../src/testing/index.js';
 import { aborted, ms, storeRevision, track, waitFor, candidate, electionFixture, recorded } from './election-helpers.js';
+import { within } from './helpers.js';
 
 const fixture = electionFixture();
 const { scoped } = fixture;
@@ -193,6 +203,32 @@ describe('losing the campaign or the term', () => {
       assert.ok((await aborted(sigB)) instanceof LeadershipLostError);
       assert.throws(() => hb.assertLeader(), LeadershipLostError);
       await b.session.done;
+    }),
+  );
+
+  it('LeaderHandle.signal first read after its client closed, its session orphaned: aborts (watch_failed), no unhandled rejection', T, () =>
+    scoped('signal-client-closed', async (s, name) => {
+      const admin = s.client();
+      const a = await candidate(s, name);
+      const ha = await a.election.campaign('v');
+      // Handed over (orphan: no longer renewed here), then the client closed: the session is not
+      // told (its deadline timer alone ends it), so the holding tries to watch on a closed client.
+      a.session.orphan();
+      await a.client.close();
+      const unhandled: unknown[] = [];
+      const onUnhandled = (err: unknown): void => void unhandled.push(err);
+      process.on('unhandledRejection', onUnhandled);
+      try {
+        const reason = await within(aborted(ha.signal), 'the signal to abort', 5_000);
+        assert.ok(reason instanceof LeadershipLostError && reason.reason === 'watch_failed', String(reason));
+        assert.ok(reason.cause instanceof ClientClosedError, String(reason.cause));
+        assert.throws(() => ha.assertLeader(), LeadershipLostError);
+        await new Promise((r) => setImmediate(r)); // an unhandled rejection is reported after the microtasks
+        assert.deepEqual(unhandled.map(String), []);
+      } finally {
+        process.off('unhandledRejection', onUnhandled);
+        await admin.leaseRevoke(a.session.leaseId); // the orphaned lease (and our key) would live out its TTL
+      }
     }),
   );
 

@@ -207,6 +207,50 @@ describe('observe', () => {
     }),
   );
 
+  it('a read at a change whose history was compacted meanwhile reads now: nothing older is reported after it', T, () =>
+    scoped('observe-compacted-read', async (s, name) => {
+      const admin = s.client();
+      const via = s.client();
+      const { b, stop, events, ha } = await aLeadsObserved(s, name, via);
+      // The observer's reads at a change's revision wait until that revision is compacted away.
+      let compacted!: () => void;
+      const afterCompaction = new Promise<void>((r) => (compacted = r));
+      let asked!: () => void;
+      const readAtChange = new Promise<void>((r) => (asked = r));
+      const range = via.range.bind(via);
+      via.range = async (req, options) => {
+        if (req.revision !== undefined && req.revision > 0n) {
+          asked();
+          await afterCompaction;
+        }
+        return range(req, options);
+      };
+      const tb = track(b.election.campaign('b1'));
+      await awaitKey(admin, b.election.key);
+      await ha.resign(); // the observer reads who leads at this delete's revision: held
+      const hb = await tb.promise;
+      await hb.proclaim('b2');
+      await hb.proclaim('b3');
+      await readAtChange;
+      await admin.compact(await storeRevision(admin), { physical: true });
+      compacted();
+      const seen: string[] = [];
+      const revisions: bigint[] = [];
+      for (;;) {
+        const e = await next(events);
+        seen.push(leaderOf(e));
+        revisions.push(e.revision);
+        if (seen.length === 1) await hb.proclaim('b4');
+        if (seen.at(-1) === `${hb.key}=b4`) break;
+      }
+      assert.deepEqual(seen, [`${hb.key}=b3`, `${hb.key}=b4`], 'B read now, then its next value: none of its older values after');
+      assert.ok(revisions[0]! < revisions[1]!, `revisions go forward: ${revisions.join(', ')}`);
+      await hb.resign();
+      assert.equal((await next(events)).type, 'none');
+      stop.abort();
+    }),
+  );
+
   it('ends only when its signal aborts (or the consumer stops)', T, () =>
     scoped('observe-end', async (s, name) => {
       const client = s.client();

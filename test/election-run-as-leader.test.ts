@@ -3,8 +3,17 @@
 // promise or an abort signal.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { InvalidArgumentError, LeadershipLostError, SessionExpiredError, currentLeader, runAsLeader } from '../src/index.js';
+import { BasicTracerProvider } from '@opentelemetry/sdk-trace-base';
+import {
+  InvalidArgumentError,
+  LeadershipLostError,
+  SessionExpiredError,
+  UnavailableError,
+  currentLeader,
+  runAsLeader,
+} from '../src/index.js';
 import { aborted, ms, track, waitFor, candidate, electionFixture, recorded } from './election-helpers.js';
+import { within } from './helpers.js';
 
 const fixture = electionFixture();
 const { scoped } = fixture;
@@ -177,6 +186,61 @@ describe('runAsLeader', () => {
     }),
   );
 
+  it('shutdown landing as the campaign is won, before the task starts: no task, resigned, returns', T, () =>
+    scoped('run-shutdown-won', async (s, name) => {
+      const admin = s.client();
+      const shutdown = new AbortController();
+      // A hook that runs as the campaign is won, before it resolves: the start of the term's span.
+      const tracerProvider = new BasicTracerProvider({
+        spanProcessors: [
+          {
+            onStart: (span) => {
+              if (span.name === 'election.lead') shutdown.abort(new Error('shutting down'));
+            },
+            onEnd: () => {},
+            forceFlush: async () => {},
+            shutdown: async () => {},
+          },
+        ],
+      });
+      const client = s.client({ tracerProvider });
+      const session = await s.session(client);
+      let ran = false;
+      const run = runAsLeader(session, name, { value: 'x', signal: shutdown.signal }, async (leader) => {
+        ran = true;
+        await aborted(leader.signal);
+        return 'ran';
+      });
+      assert.equal(await within(run, 'runAsLeader to return after its shutdown', 10_000), undefined);
+      assert.equal(ran, false, 'no task starts once shut down');
+      assert.equal(await currentLeader(admin, name), undefined, 'resigned');
+    }),
+  );
+
+  it('with a Session lost while a campaign Txn is in flight, which then fails: ends with SessionExpiredError', T, () =>
+    scoped('run-session-lost-in-flight', async (s, name) => {
+      const admin = s.client();
+      const client = s.client();
+      const session = await s.session(client, { ttl: 3 });
+      // The enqueue Txn goes unanswered until the session is lost, then fails as in an outage.
+      const txn = client.txn.bind(client);
+      let sent!: () => void;
+      const inFlight = new Promise<void>((r) => (sent = r));
+      client.txn = async () => {
+        sent();
+        await session.done;
+        throw new UnavailableError('no endpoint answered (test)');
+      };
+      s.defer(() => (client.txn = txn));
+      let ran = false;
+      const run = runAsLeader(session, name, { value: 'x' }, () => (ran = true));
+      await inFlight;
+      await admin.leaseRevoke(session.leaseId); // its next renewal finds the lease gone
+      await assert.rejects(run, (err) => err instanceof SessionExpiredError && err.reason === 'lease_gone');
+      assert.equal(ran, false);
+    }),
+  );
+
   it('with a Client: its own session, closed at the end; a fresh session after the session is lost', T, () =>
     scoped('run-client', async (s, name) => {
       const admin = s.client();
@@ -268,6 +332,52 @@ describe('runAsLeader', () => {
       assert.deepEqual(seen, [true, false]);
       assert.equal(await currentLeader(admin, name), undefined);
       assert.deepEqual(await admin.leaseLeases(), []);
+    }),
+  );
+
+  it('an onLeaderChange that throws fails the call with its error, resigned: no key left leading', T, () =>
+    scoped('run-callback-throws', async (s, name) => {
+      const admin = s.client();
+      const { session, election } = await candidate(s, name);
+      const boom = new Error('boom');
+      let ran = false;
+      await assert.rejects(
+        runAsLeader(
+          session,
+          name,
+          {
+            value: 'x',
+            onLeaderChange: (leading) => {
+              if (leading) throw boom;
+            },
+          },
+          () => {
+            ran = true;
+          },
+        ),
+        (err) => err === boom,
+      );
+      assert.equal(ran, false, 'no task once the callback failed');
+      assert.equal(await currentLeader(admin, name), undefined, 'resigned');
+      // The process's turn on the key was given back: the same session campaigns again at once.
+      const h = await within(election.campaign('y'), 'a campaign of the same session', 10_000);
+      await h.resign();
+      // Thrown when told the term ended: the call fails with it, resigned all the same.
+      await assert.rejects(
+        runAsLeader(
+          session,
+          name,
+          {
+            value: 'x',
+            onLeaderChange: (leading) => {
+              if (!leading) throw boom;
+            },
+          },
+          () => 1,
+        ),
+        (err) => err === boom,
+      );
+      assert.equal(await currentLeader(admin, name), undefined, 'resigned after the callback threw');
     }),
   );
 

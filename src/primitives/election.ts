@@ -2,6 +2,7 @@
 import { Backoff, sleep } from '../client/backoff.js';
 import { AuthenticationError, ClientClosedError, EtcdError, PermissionDeniedError } from '../client/errors.js';
 import { SessionExpiredError } from '../errors.js';
+import { rethrown } from '../rethrow.js';
 import type { Client } from '../client/client.js';
 import { retryWhile } from '../client/backoff.js';
 import { CompactedError, InvalidArgumentError, isTransient } from '../client/errors.js';
@@ -205,17 +206,20 @@ async function runObserver(client: Client, name: string, signal: AbortSignal, ou
     const w = client.watch(`${name}/`, { prefix: true, signal });
     try {
       await w.created;
-      const readRevision = await readAt();
+      // The revision of the last read: every change up to it is in what was reported. A read at an
+      // event's revision whose history was compacted meanwhile reads "now" instead: the events
+      // still queued up to then are older than what it reported, and must not be reported after it.
+      let through = await readAt();
       for await (const batch of w) {
         for (const e of batch.events) {
-          if (e.kv.modRevision <= readRevision) continue;
+          if (e.kv.modRevision <= through) continue;
           const cur = seen.last;
           if (cur && e.kv.key.equals(cur.key)) {
             const sameTerm = e.type === 'put' && e.kv.createRevision === cur.createRevision && e.kv.lease === cur.lease;
             if (sameTerm) emit(e.kv, e.kv.modRevision);
-            else await readAt(e.kv.modRevision);
+            else through = await readAt(e.kv.modRevision);
           } else if (!cur && e.type === 'put') {
-            await readAt(e.kv.modRevision);
+            through = await readAt(e.kv.modRevision);
           }
         }
       }
@@ -323,7 +327,7 @@ export interface RunAsLeaderOptions {
   once?: boolean;
   /** Lease TTL when given a Client (a new session per term after a loss). Default 30. */
   ttl?: number;
-  /** Told when this instance starts and stops leading. */
+  /** Told when this instance starts and stops leading. A throw counts as the task's error; the term still ends resigned. */
   onLeaderChange?: (leading: boolean, leader: LeaderHandle) => void;
   /**
    * A health check to feed, made by `leaderHealth({ graceMs })`: it turns unhealthy when a term's
@@ -419,7 +423,8 @@ export async function runAsLeader<T>(
       } catch (err) {
         if (shutdown?.aborted) return undefined;
         // With the caller's session, its loss ends the loop: only a Client lets us make another.
-        if (!owned && session?.signal.aborted) throw err;
+        // Its reason, not the error of a call in flight when it was lost (etcd unreachable, say).
+        if (!owned && session?.signal.aborted) throw rethrown(session.signal.reason);
         if (!campaignAgainAfter(err, owned)) throw err;
         const delayMs = backoff.next();
         attempt++;
@@ -436,6 +441,12 @@ export async function runAsLeader<T>(
       }
       backoff.reset();
       attempt = 0;
+      // Shut down as the campaign was won, after its last look at the signal: no task starts (and no
+      // listener could hear an abort that already happened).
+      if (shutdown?.aborted) {
+        await leader.resign().catch(() => {});
+        return undefined;
+      }
       // Watch the term from its start, whether or not the task looks at leader.signal: whether the
       // term was lost (below) must not depend on what the task, or an installed SDK, touched.
       leader.watch();
@@ -454,9 +465,10 @@ export async function runAsLeader<T>(
         if (leader.signal.aborted) onEnded();
         else leader.signal.addEventListener('abort', onEnded, { once: true });
       }
-      options.onLeaderChange?.(true, leader);
       let result: { value: T } | { error: unknown };
       try {
+        // A callback that throws fails the term as the task would; the term still ends resigned.
+        options.onLeaderChange?.(true, leader);
         result = { value: await task(leader) };
       } catch (error) {
         result = { error };
@@ -466,7 +478,11 @@ export async function runAsLeader<T>(
           leader.signal.removeEventListener('abort', onEnded);
           health.stopped();
         }
+      }
+      try {
         options.onLeaderChange?.(false, leader);
+      } catch (error) {
+        if (!('error' in result)) result = { error };
       }
       const lostTerm = leader.ended && !shutdown?.aborted;
       // Stop leading only after the task settled, so no two tasks ever overlap by our doing.

@@ -261,7 +261,8 @@ export class Ownership {
   private startWatching(): void {
     if (this.session.signal.aborted) return this.onSessionLost();
     this.session.signal.addEventListener('abort', this.onSessionLost, { once: true });
-    void this.watchKey();
+    // A watch that cannot even be made (the client closed under a session it no longer renews) is a failed one.
+    this.watchKey().catch((err: unknown) => this.lose(err, 'watch_failed'));
   }
 
   /** Still the incarnation we own: same CreateRevision, on our lease. */
