@@ -3,7 +3,7 @@
 // Each test uses its own lock names and leaves nothing.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, LockLostError, Mutex, PermissionDeniedError, Session, SessionExpiredError } from '../src/index.js';
+import { Client, LockLostError, Mutex, PermissionDeniedError, Session, SessionExpiredError, UnavailableError } from '../src/index.js';
 import { Status, type Transport, TransportError } from '../src/client/transport/transport.js';
 import type * as pb from '../src/proto/etcd.js';
 import { sessionQueue } from '../src/queue/state.js';
@@ -130,6 +130,36 @@ describe('Mutex: giving up and losing', () => {
       await held.unlock();
     } finally {
       await closeAll([a!]);
+      await own.close();
+    }
+    await assertNoKeys(client, p);
+  });
+
+  it('a lock() whose session is lost while its enqueue is in flight, which then fails, reports SessionExpiredError', async () => {
+    const p = fresh('session-lost-enqueue-in-flight');
+    const own = new Client({ endpoints: etcd.endpoints });
+    const b = await Session.create(own, { ttl: 3 });
+    // The enqueue Txn goes unanswered until the session is lost, then fails as in an outage.
+    const txn = own.txn.bind(own);
+    let sent!: () => void;
+    const inFlight = new Promise<void>((r) => (sent = r));
+    own.txn = async () => {
+      sent();
+      await b.done;
+      throw new UnavailableError('no endpoint answered (test)');
+    };
+    try {
+      const locking = new Mutex(b, `${p}lock`).lock();
+      await within(inFlight, 'the enqueue sent', 20_000);
+      await client.leaseRevoke(b.leaseId); // its next renewal finds the lease gone
+      await assert.rejects(locking, (e: unknown) => {
+        assert.ok(e instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(e)}`);
+        assert.equal(e.reason, 'lease_gone');
+        return true;
+      });
+    } finally {
+      own.txn = txn;
+      await b.close();
       await own.close();
     }
     await assertNoKeys(client, p);

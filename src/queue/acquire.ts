@@ -2,6 +2,7 @@
 import type { Kind } from '../metrics/names.js';
 import { type AcquireProbe, telemetryOf } from '../metrics/telemetry.js';
 import type { Session } from '../session.js';
+import { rethrown } from '../rethrow.js';
 import { AFTER_HOLDERS, enqueueOrClean, type Ticket, type TicketSpec } from './enqueue.js';
 import { Exit } from './gate.js';
 import { liveHoldings, Ownership } from './ownership.js';
@@ -138,7 +139,8 @@ class Acquisition<H> implements WaitOwner, ReleaseWhat {
       } catch {
         // telemetry must not keep the caller waiting
       }
-      return this.reject(err);
+      // A session lost while the enqueue was in flight is what ended the call, not the call's own error.
+      return this.reject(session.signal.aborted ? rethrown(session.signal.reason) : err);
     }
     this.ticket = ticket;
     let rule: TurnRule;
