@@ -115,6 +115,21 @@ describe('runAsLeader', () => {
     }),
   );
 
+  it('once: true, a lost term whose task throws (as a task that checks its signal does) still yields undefined', T, () =>
+    scoped('run-once-throws', async (s, name) => {
+      const admin = s.client();
+      const { session } = await candidate(s, name);
+      const result = await runAsLeader(session, name, { value: 'me', once: true }, async (leader) => {
+        await admin.delete(leader.key);
+        await aborted(leader.signal);
+        leader.signal.throwIfAborted();
+        return 'unreachable';
+      });
+      assert.equal(result, undefined, 'a lost term yields no result, whatever the task did on its way out');
+      assert.equal(await currentLeader(admin, name), undefined);
+    }),
+  );
+
   it('shutdown signal: the task is aborted, then resigns, and the successor takes over at once', T, () =>
     scoped('run-shutdown', async (s, name) => {
       const { admin, rec } = await recorded(s, name);

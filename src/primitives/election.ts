@@ -497,8 +497,10 @@ export async function runAsLeader<T>(
         }
         continue;
       }
+      // The one term of `once` lost: no result, whatever the task did on its way out (as every lost term's).
+      if (lostTerm) return undefined;
       if ('error' in result) throw result.error;
-      return lostTerm ? undefined : result.value;
+      return result.value;
     }
   } finally {
     if (owned) await session?.close().catch(() => {});
