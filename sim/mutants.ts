@@ -188,6 +188,49 @@ export const MUTANTS: readonly Mutant[] = [
     ],
   },
   {
+    name: 'barrier-death-leaves-ready',
+    breaks:
+      "a DoubleBarrier's last member out leaves `ready` (in its leave()'s Txn and the closeIfLast after it) when a member of its round died (its lease gone, as read at the revision the barrier opened), as Go's recipe leaves it then; docs/barriers.md leaves it only when the round's last member cannot delete it",
+    edits: [
+      {
+        file: 'src/primitives/double-barrier.ts',
+        search: '  private busy = false;\n',
+        replace: '  private busy = false;\n  private sawDeath = false;\n',
+      },
+      {
+        file: 'src/primitives/double-barrier.ts',
+        search:
+          'if (entry.late) await dropKey(this.session, this.name, entry.key, entry.rev);\n      await this.closeIfLast().catch(() => {});',
+        replace:
+          'if (entry.late) await dropKey(this.session, this.name, entry.key, entry.rev);\n      if (!this.sawDeath) await this.closeIfLast().catch(() => {});',
+      },
+      {
+        file: 'src/primitives/double-barrier.ts',
+        search: '    const own = Buffer.from(entry.key);\n',
+        replace: '    const own = Buffer.from(entry.key);\n    this.sawDeath = false;\n',
+      },
+      {
+        file: 'src/primitives/double-barrier.ts',
+        search: 'const ours = mine ? [op.delete(entry.key)] : [];\n',
+        replace: [
+          'const ours = mine ? [op.delete(entry.key)] : [];',
+          '          const was = await client',
+          '            .range({ key: prefix, rangeEnd: prefixEnd(prefix), maxCreateRevision: entry.ready - 1n, revision: entry.ready })',
+          '            .catch(() => undefined);',
+          '          const leases = (was?.kvs ?? []).filter((kv) => !kv.key.equals(own) && kv.lease !== 0n).map((kv) => kv.lease);',
+          '          const ttls = await Promise.all(leases.map((l) => client.leaseTimeToLive(l).catch(() => undefined)));',
+          '          this.sawDeath = ttls.some((t) => t !== undefined && t.ttl < 0);',
+          '',
+        ].join('\n'),
+      },
+      {
+        file: 'src/primitives/double-barrier.ts',
+        search: 'success: [op.delete(this.readyKey), ...ours],',
+        replace: 'success: [...(this.sawDeath ? [] : [op.delete(this.readyKey)]), ...ours],',
+      },
+    ],
+  },
+  {
     name: 'enqueue-adopts-foreign-key',
     breaks: "issue 35, 2 and 3 (c7fec17): the enqueue adopts a key at our name that is not on our lease (an operator's plain put)",
     edits: [

@@ -62,57 +62,145 @@ test('the known-open defects are still met by their seeds (move them to the regr
   }
 });
 
-test("the oracle allows a DoubleBarrier's `ready` left behind only after its round lost a member with its lease", () => {
+test("the oracle allows a DoubleBarrier's `ready` left behind only when its round's last member to go died, or could not reach etcd as it came out", () => {
+  let now = 0;
   const oracle = new Oracle(
-    () => 0,
+    () => now,
     { get: () => undefined, keys: () => [] },
     () => {},
   );
   const waiter = (n: number) => `dbar/a/waiters/${n}`;
-  const gone = (k: string, rev: bigint, cause: string) => oracle.changed({ type: 'delete', k, rev, cause });
-  const ready = (rev: bigint) => ({ modRevision: rev, lease: 0n });
-  // A round whose members all left alive: a `ready` left is a violation (the last one out deletes it).
-  oracle.barrierOpened('dbar/a', 2, [waiter(1), waiter(2)], 10n);
-  gone(waiter(1), 11n, 'p1 Txn');
-  gone(waiter(2), 12n, 'p2 Txn');
-  assert.equal(oracle.leftByDesign('dbar/a/ready', ready(10n)), false);
+  let rev = 0n;
+  // A member made by `proc` on `lease`, at the next revision (and instant).
+  const made = (n: number, proc: string, lease: bigint) => {
+    rev++;
+    now += 10;
+    const kv = {
+      k: waiter(n),
+      key: Buffer.from(waiter(n)),
+      createRevision: rev,
+      modRevision: rev,
+      version: 1n,
+      value: Buffer.alloc(0),
+      lease,
+    };
+    oracle.changed({ type: 'put', k: waiter(n), rev, kv, cause: `${proc} Txn` });
+  };
+  const gone = (n: number, cause: string) => {
+    rev++;
+    now += 10;
+    oracle.changed({ type: 'delete', k: waiter(n), rev, cause });
+  };
+  // `ready` put, opening a round of `members`: its revision.
+  const open = (...members: number[]) => {
+    rev++;
+    now += 10;
+    const k = 'dbar/a/ready';
+    const kv = { k, key: Buffer.from(k), createRevision: rev, modRevision: rev, version: 1n, value: Buffer.alloc(0), lease: 0n };
+    oracle.changed({ type: 'put', k, rev, kv, cause: 'p1 Txn' });
+    oracle.barrierOpened('dbar/a', 2, members.map(waiter), rev);
+    return rev;
+  };
+  // A round of members `a` (p1, lease 1) and `b` (p2, lease 2): its `ready` revision.
+  const round = (a: number, b: number) => {
+    made(a, 'p1', 1n);
+    made(b, 'p2', 2n);
+    return open(a, b);
+  };
+  const left = (ready: bigint) => oracle.leftByDesign('dbar/a/ready', { modRevision: ready, lease: 0n });
+  const call = (proc: string, lease: bigint, n: number, from: number, ok: boolean) =>
+    oracle.barrierCall({ proc, lease, key: waiter(n), calledAt: from, from, at: now, outcome: ok ? 'left' : 'gave-up' });
+
+  // Both members left alive: a `ready` left is a violation (the last one out deletes it).
+  let r = round(1, 2);
+  gone(1, 'p1 Txn');
+  gone(2, 'p2 Txn');
+  assert.equal(left(r), false);
   // An operator's delete of a member's key is no death either.
-  oracle.barrierOpened('dbar/a', 2, [waiter(3), waiter(4)], 20n);
-  gone(waiter(3), 21n, 'fault operator-delete');
-  gone(waiter(4), 22n, 'p2 Txn');
-  assert.equal(oracle.leftByDesign('dbar/a/ready', ready(20n)), false);
-  // A member whose lease expired (its process crashed, its session lost) during the round: allowed.
-  oracle.barrierOpened('dbar/a', 2, [waiter(5), waiter(6)], 30n);
-  gone(waiter(5), 31n, 'p1 Txn');
-  gone(waiter(6), 32n, 'expiry');
-  assert.equal(oracle.leftByDesign('dbar/a/ready', ready(30n)), true);
+  r = round(3, 4);
+  gone(3, 'p2 Txn');
+  gone(4, 'fault operator-delete');
+  assert.equal(left(r), false);
+  // The last member to go went with its lease (expired, or revoked by a fault): allowed.
+  r = round(5, 6);
+  gone(5, 'p1 Txn');
+  gone(6, 'expiry');
+  assert.equal(left(r), true);
   // ... but only that round's `ready`, only a lease-less one, and no other key.
-  assert.equal(oracle.leftByDesign('dbar/a/ready', ready(40n)), false);
-  assert.equal(oracle.leftByDesign('dbar/a/ready', { modRevision: 30n, lease: 7n }), false);
-  assert.equal(oracle.leftByDesign('dbar/a/waiters/5', ready(30n)), false);
-  // A member's key revoked by a fault (a deposed leader's early revoke) is a lost session too; a
-  // death in an earlier round does not excuse the `ready` of a later one whose members all left.
-  oracle.barrierOpened('dbar/a', 2, [waiter(7), waiter(8)], 50n);
-  gone(waiter(7), 51n, 'fault early-revoke');
-  assert.equal(oracle.leftByDesign('dbar/a/ready', ready(50n)), true);
-  oracle.barrierOpened('dbar/a', 2, [waiter(8), waiter(9)], 60n);
-  gone(waiter(8), 61n, 'p2 Txn');
-  gone(waiter(9), 62n, 'p3 Txn');
-  assert.equal(oracle.leftByDesign('dbar/a/ready', ready(60n)), false);
-  // A process crashed while a member of the round was still in: allowed; after they all left: not.
-  const standing = new Set([waiter(11)]);
-  const withStore = new Oracle(
-    () => 0,
-    { get: (k) => (standing.has(k) ? { lease: 1n, createRevision: 1n } : undefined), keys: () => [...standing] },
-    () => {},
-  );
-  withStore.barrierOpened('dbar/a', 2, [waiter(11), waiter(12)], 70n);
-  withStore.crashed({} as never);
-  assert.equal(withStore.leftByDesign('dbar/a/ready', ready(70n)), true);
-  standing.clear();
-  withStore.barrierOpened('dbar/a', 2, [waiter(13), waiter(14)], 80n);
-  withStore.crashed({} as never);
-  assert.equal(withStore.leftByDesign('dbar/a/ready', ready(80n)), false);
+  assert.equal(left(r + 1n), false);
+  assert.equal(oracle.leftByDesign('dbar/a/ready', { modRevision: r, lease: 7n }), false);
+  assert.equal(oracle.leftByDesign(waiter(5), { modRevision: r, lease: 0n }), false);
+  r = round(7, 8);
+  gone(8, 'p2 Txn');
+  gone(7, 'fault early-revoke');
+  assert.equal(left(r), true);
+  // A member that went with its lease before the last one left alive: that one deletes `ready`.
+  r = round(9, 10);
+  gone(9, 'expiry');
+  gone(10, 'p2 Txn');
+  assert.equal(left(r), false);
+  // A member on a session lost by its deadline, its key taken by the revoke at its close: allowed when
+  // it went last; not when the other member, alive, left after it (the reviewer's case).
+  r = round(11, 12);
+  oracle.sessionLost(1n);
+  gone(12, 'p2 Txn');
+  gone(11, 'p1 LeaseRevoke');
+  assert.equal(left(r), true);
+  r = round(13, 14);
+  oracle.sessionLost(1n);
+  gone(13, 'p1 LeaseRevoke');
+  gone(14, 'p2 Txn');
+  assert.equal(left(r), false);
+  // Its own delete landed (its leave() gave up, etcd within reach): its closeIfLast deletes `ready`.
+  r = round(15, 16);
+  gone(16, 'p2 Txn');
+  gone(15, 'p1 Txn');
+  call('p1', 1n, 15, now - 5, false);
+  assert.equal(left(r), false);
+  // The last member's leave() gave up while a fault cut its process off from etcd: allowed; a cut
+  // of another process, or one before the give-up began, is no excuse.
+  r = round(17, 18);
+  gone(17, 'p1 Txn');
+  const gaveUp = now;
+  gone(18, 'p2 LeaseRevoke');
+  call('p2', 2n, 18, gaveUp, false);
+  assert.equal(left(r), false);
+  oracle.cutOff('p1', gaveUp, now);
+  oracle.cutOff('p2', 0, gaveUp - 1);
+  assert.equal(left(r), false);
+  oracle.cutOff('p2', gaveUp + 1, gaveUp + 2);
+  assert.equal(left(r), true);
+  // A process crashed before its member's call ended: allowed; after its leave() resolved, not.
+  r = round(19, 20);
+  gone(19, 'p1 Txn');
+  gone(20, 'fault operator-delete'); // p2 is still inside
+  oracle.crashed({ name: 'p2' } as never);
+  assert.equal(left(r), true);
+  r = round(21, 22);
+  gone(22, 'p2 Txn');
+  gone(21, 'p1 Txn');
+  call('p1', 1n, 21, now, true);
+  now += 10;
+  oracle.crashed({ name: 'p1' } as never);
+  assert.equal(left(r), false);
+  // A member of an earlier round, still leaving when a later one opened (Go's counting), came out
+  // last: its Txn deletes only its own round's `ready`, the closeIfLast after it this one's. Allowed
+  // only if a fault cut its process off from etcd after its key went.
+  made(23, 'p3', 3n);
+  made(24, 'p2', 2n);
+  open(23, 24);
+  gone(24, 'p2 Txn');
+  made(25, 'p2', 2n);
+  r = open(23, 25);
+  gone(25, 'p2 Txn');
+  gone(23, 'p3 Txn');
+  const out = now;
+  now += 10;
+  oracle.barrierCall({ proc: 'p3', lease: 3n, key: waiter(23), calledAt: out - 100, from: out - 100, at: now, outcome: 'left' });
+  oracle.cutOff('p3', out - 100, out - 1);
+  assert.equal(left(r), false);
+  oracle.cutOff('p3', out + 1, out + 2);
+  assert.equal(left(r), true);
 });
 
 const key = (s: string) => Buffer.from(s);

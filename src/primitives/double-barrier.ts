@@ -44,7 +44,10 @@ const GUARDED_MEMBERS = 32;
  *   Leave then waits for a round that may need that very member to enter: a deadlock.
  * - The last member out deletes `ready` only if it is still its own round's (guarded on its
  *   revision), and any member that finds its round empty removes it: Go leaves it behind for good
- *   when the oldest member dies in Leave.
+ *   when the oldest member dies in Leave. Here it stays only when the round's last member cannot
+ *   delete it: it dies (its process crashes, its session is lost), or it cannot reach etcd as it
+ *   comes out, giving up enter() or leave(), or leaving an earlier round (see closeIfLast). A later
+ *   round ignores it.
  * - A watch that ends early (compaction, failover) is re-established and the state read again; Go's
  *   WaitEvents returns as if the awaited event had happened.
  *
@@ -311,9 +314,10 @@ export class DoubleBarrier {
    * delete it (guarded on its revision), as the last one out of that round would have. That round
    * may be ours, whose last member gave up its leave() (aborted, failed), or a later one that opened
    * while we were still in: rounds overlap when an entrant comes before the previous round has left.
-   * Every member reads after its own delete, so the last of them sees the round empty. Best effort:
-   * an outage now, or a round whose members all died, leaves `ready` as Go's protocol does; a later
-   * round ignores it (waitOpen waits for a put after its own key).
+   * Every member reads after its own delete, so the last of them sees the round empty. Best effort,
+   * tried once: an outage now (these calls fail, or our own key's delete has not landed yet and is
+   * retried in the background or left to the lease), or a round whose members all died, leaves
+   * `ready` as Go's protocol does; a later round ignores it (waitOpen waits for a put after its own key).
    */
   private async closeIfLast(): Promise<void> {
     const client = this.session.client;

@@ -80,6 +80,8 @@ export class Cluster {
   private readonly trace: Trace;
   /** Called with each change of each revision (the oracle watches the store through this). */
   onChange?: (c: Change) => void;
+  /** Told when the cluster loses its leader (false) and when it elects one (true), for the oracle. */
+  onLeader?: (elected: boolean) => void;
   private stopped = false;
   private expiryPhase = 1;
   /** When the armed expiry turn is (0: none). */
@@ -363,6 +365,7 @@ export class Cluster {
   loseLeader(): void {
     if (!this.hasLeader()) return;
     this.trace.add(`leader ${this.members[this.leader]!.name} lost`);
+    this.onLeader?.(false);
     this.leader = -1;
     const since = this.now();
     for (const m of this.members) m.noLeaderSince = since;
@@ -391,6 +394,7 @@ export class Cluster {
     this.expiryAt = 0;
     this.armExpiry();
     this.trace.add(`leader ${m.name} elected (term ${this.term})`);
+    this.onLeader?.(true);
   }
 
   private cancelLeaderless(): void {

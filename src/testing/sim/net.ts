@@ -76,6 +76,8 @@ export class Network {
   readonly connections = new Set<Connection>();
   /** Processes whose next write is applied but its answer lost (unknown outcome), by name. */
   readonly loseNextAnswer = new Set<string>();
+  /** Told when an answer to `proc` is lost (its connection reset), for the oracle. */
+  onAnswerLost?: (proc: Proc) => void;
   /** Per-process extra latency on its streams' answers until a time (a stall). */
   private readonly stalls = new Map<string, number>();
   /** Per-process slow unary answers: until when, and up to how much longer each. */
@@ -344,6 +346,7 @@ class UnaryCall<Res> implements PendingCall {
     net.trace.add(`${proc.name} ${what} at ${member.name}: ${err ? err.details : 'ok'}`);
     if (net.loseNextAnswer.delete(proc.name) && isWrite(what)) {
       net.trace.add(`answer to ${proc.name} lost`);
+      net.onAnswerLost?.(proc);
       c.drop('the connection was lost (connection reset)');
       return;
     }

@@ -77,8 +77,8 @@ export class Oracle {
   private readonly history = new Map<string, Entry[]>();
   /** The incarnations granted so far: `<key> <token>`. */
   private readonly incarnations = new Set<string>();
-  /** The processes that crashed, by name. */
-  private readonly crashedProcs = new Set<string>();
+  /** The processes that crashed, by name: when. */
+  private readonly crashedAt = new Map<string, number>();
   /** The leases of the sessions that were lost (ended by their client for want of renewals, or found gone). */
   private readonly lostLeases = new Set<bigint>();
   /** When each process last woke from a pause. */
@@ -88,12 +88,18 @@ export class Oracle {
   staleWrites = 0;
   private readonly fence = new Map<string, bigint>();
   private readonly lastAccepted = new Map<string, bigint>();
+  /** Each DoubleBarrier's round, from its last `ready` put: the revision of that put, and the waiter keys it counted. */
+  private readonly rounds = new Map<string, { name: string; ready: bigint; members: readonly string[] }>();
+  /** How each DoubleBarrier call ended: entered, left, or gave up (enter() or leave() rejected). */
+  private readonly barrierCalls: BarrierCall[] = [];
   /**
-   * Each DoubleBarrier's round, from its last `ready` put: the revision of that put, the waiter keys
-   * it counted, and whether one of them went with its lease (its session lost), or a process crashed
-   * while one of them, or its own member, was still in.
+   * When a fault may have kept a process (every process: `proc` undefined) from etcd: cut off from
+   * the member it talks to (a partition, that member down, its connection reset), an answer lost,
+   * paused, no leader.
    */
-  private readonly rounds = new Map<string, { ready: bigint; members: Set<string>; died: boolean }>();
+  private readonly cuts: { proc?: string; from: number; to: number }[] = [];
+  /** Since when the cluster has had no leader (undefined: it has one). */
+  private leaderlessSince: number | undefined;
   /** The last grant (for checks made right after it). */
   last: Belief | undefined;
 
@@ -120,11 +126,6 @@ export class Oracle {
     const when = { rev: c.rev, at: this.now(), cause: c.cause };
     h.push(c.type === 'put' ? { ...when, lease: c.kv!.lease, createRevision: c.kv!.createRevision } : when);
     this.history.set(c.k, h);
-    const w = c.k.indexOf('/waiters/');
-    if (c.type === 'delete' && w > 0 && endsLease(c.cause)) {
-      const round = this.rounds.get(c.k.slice(0, w));
-      if (round?.members.has(c.k)) round.died = true;
-    }
     const p = c.prev;
     if (c.type === 'put' && p && p.lease === 0n && c.kv!.lease !== 0n && c.kv!.createRevision === p.createRevision && !isFault(c.cause)) {
       this.fail(
@@ -347,39 +348,137 @@ export class Oracle {
     if (members.length < count) {
       this.fail('barrier-opened-early', `double barrier ${name}: ready put with ${members.length} of ${count} members present`);
     }
-    // A member made by a process that crashed before (its key still stands: an operator's put took
-    // it off the lease that would have expired) never comes out.
-    // So does one made on a session lost before whose key an operator's put took off its lease (its
-    // revoke leaves the key; one still on the lease goes with it, as a member that left).
-    const stray = (k: string): boolean => this.store.get(k)?.lease === 0n && this.lostLeases.has(this.madeOn(k) ?? 0n);
-    const died = members.some((k) => this.crashedProcs.has(this.creator(k) ?? '') || stray(k));
-    this.rounds.set(name, { ready: rev, members: new Set(members), died });
+    this.rounds.set(name, { name, ready: rev, members });
+  }
+
+  /** A session was lost (SessionExpiredError `deadline` or `lease_gone`; not closed). */
+  sessionLost(lease: bigint): void {
+    this.lostLeases.add(lease);
   }
 
   /**
-   * A session was lost (SessionExpiredError `deadline` or `lease_gone`): a DoubleBarrier member made
-   * on it whose key still stands never comes out (docs/barriers.md: its round may keep `ready`), even
-   * if its enter() or leave() gave up before (its delete had not landed), or an operator's put took
-   * the key off the lease, so that its revoke does not take it.
+   * A DoubleBarrier call of `proc` on the session of `lease` ended: enter() resolved with member
+   * `key` (`entered`), leave() of member `key` resolved (`left`), or enter() (`key` undefined:
+   * whatever key it made on the lease since `calledAt`) or leave() rejected (`gave-up`). A call that gives up deletes its key and, if it was its round's last, `ready`;
+   * from `from` (the instant it began to give up: its signal or its session's aborted) to `at`.
    */
-  sessionLost(lease: bigint): void {
-    this.lostLeases.add(lease);
-    for (const round of this.rounds.values()) {
-      if ([...round.members].some((k) => this.store.get(k) !== undefined && this.madeOn(k) === lease)) round.died = true;
+  barrierCall(call: BarrierCall): void {
+    this.barrierCalls.push(call);
+  }
+
+  /** A fault may keep process `proc` (every process if undefined) from etcd from `from` to `to`. */
+  cutOff(proc: string | undefined, from: number, to: number): void {
+    this.cuts.push({ ...(proc !== undefined ? { proc } : {}), from, to });
+  }
+
+  /** The cluster lost its leader (false), or elected one (true): no process reaches etcd meanwhile. */
+  leader(elected: boolean): void {
+    if (!elected) this.leaderlessSince ??= this.now();
+    else if (this.leaderlessSince !== undefined) {
+      this.cutOff(undefined, this.leaderlessSince, this.now());
+      this.leaderlessSince = undefined;
     }
   }
 
   /**
    * A key left after every session closed that is the documented behaviour, not a violation
-   * (docs/barriers.md): a DoubleBarrier's `<name>/ready` whose round lost a member with its lease
-   * (its session lost) before it left, or during which a process crashed. Go's protocol leaves it too: the last one out
-   * deletes it, and none came out. Any other key left, `ready` of a round whose members all left
-   * alive included, is a violation.
+   * (docs/barriers.md): a DoubleBarrier's `<name>/ready`, no lease, whose round's last member to go
+   * could not delete it. Go's protocol leaves it too: the last one out deletes it, and none came out.
+   * Any other key left, the `ready` of a round whose last member left alive included, is a violation.
    */
   leftByDesign(k: string, kv: { modRevision: bigint; lease: bigint }): boolean {
-    if (!k.endsWith('/ready') || kv.lease !== 0n) return false;
+    return this.whyLeft(k, kv) !== undefined;
+  }
+
+  /** Why `k` is left by design (leftByDesign): how its round's last member died; undefined if it is not. */
+  whyLeft(k: string, kv: { modRevision: bigint; lease: bigint }): string | undefined {
+    if (!k.endsWith('/ready') || kv.lease !== 0n) return undefined;
     const round = this.rounds.get(k.slice(0, -'/ready'.length));
-    return round !== undefined && round.ready === kv.modRevision && round.died;
+    return round !== undefined && round.ready === kv.modRevision ? this.lastDeath(round) : undefined;
+  }
+
+  /**
+   * How the last member of `round` to go (the one whose counted key went last, or any that never
+   * went; several if one revision took them) died, as docs/barriers.md has it: every other member
+   * that was still in when it went must see the round empty and delete `ready` (its leave() as the
+   * last one out, its closeIfLast() after it left or gave up). A member died when:
+   * - its key went with its lease (expired, or revoked by a fault): its session was lost;
+   * - its process crashed before its call on the key ended (before its enter(), even: a key counted
+   *   that never comes out);
+   * - its session was lost, and its key went with that session's revoke (the session closed after
+   *   its loss, so no delete of its own landed) or never went (an operator's put took it off the
+   *   lease, so the revoke left it);
+   * - its call gave up (enter() or leave() rejected) while a fault kept its process from etcd, so
+   *   that its delete of `ready` (closeIfLast, best effort) could not land, or could not find the
+   *   round empty because its own key's delete had not landed yet (retried later, or left to its
+   *   lease);
+   * - it was a member of an earlier round still leaving when this one opened (Go's counting counts
+   *   it), and a fault kept its process from etcd after its key went: its leave()'s Txn deletes
+   *   only its own round's `ready`, and the closeIfLast() after it could not land.
+   * Undefined when none of them died.
+   */
+  private lastDeath(round: { name: string; ready: bigint; members: readonly string[] }): string | undefined {
+    const exits = round.members.map((k) => ({ k, made: this.madeAt(k, round.ready), exit: this.exit(k, round.ready) }));
+    const top = exits.some((e) => e.exit === undefined)
+      ? exits.filter((e) => e.exit === undefined)
+      : exits.filter((e) => e.exit!.rev === exits.reduce((m, x) => (x.exit!.rev > m ? x.exit!.rev : m), 0n));
+    for (const { k, made, exit } of top) {
+      const went = exit ? `went at revision ${exit.rev} (${exit.cause})` : 'never went';
+      if (exit !== undefined && endsLease(exit.cause)) return `${k} ${went}: its lease ended`;
+      if (made === undefined) continue;
+      const proc = made.cause.split(' ')[0]!;
+      // The calls that ended its membership: its leave(), or the enter() or leave() that gave up.
+      const calls = this.barrierCalls.filter((c) => c.outcome !== 'entered' && this.callOf(c, k, proc, made));
+      const crashed = this.crashedAt.get(proc);
+      if (crashed !== undefined && !calls.some((c) => c.at <= crashed))
+        return `${k} ${went}: ${proc} crashed at ${crashed} within its call`;
+      if (this.lostLeases.has(made.lease!) && (exit === undefined || exit.cause === `${proc} LeaseRevoke`)) {
+        return `${k} ${went}: its session (lease ${made.lease!.toString(16)}) was lost`;
+      }
+      // No leader until the end: cut off from then on.
+      const open: { proc?: string; from: number; to: number }[] =
+        this.leaderlessSince === undefined ? [] : [{ from: this.leaderlessSince, to: Number.POSITIVE_INFINITY }];
+      // Its closeIfLast() needed etcd: after it began to give up, or, a member of an earlier round
+      // that came out as the last of this one (its own Txn's guard on `ready` failed), after its key went.
+      const later = this.openedAfter(round.name, made.rev) !== round.ready;
+      for (const c of calls) {
+        const from = c.outcome === 'gave-up' ? c.from : later && exit !== undefined ? exit.at : undefined;
+        if (from === undefined) continue;
+        const cut = [...this.cuts, ...open].find((x) => (x.proc === undefined || x.proc === proc) && x.from <= c.at && x.to >= from);
+        if (cut) {
+          const what = c.outcome === 'gave-up' ? 'gave up' : `came out (a member of round ${this.openedAfter(round.name, made.rev)})`;
+          return `${k} ${went}: ${proc}'s call ${what} from ${from} to ${c.at}, cut off from etcd from ${cut.from} to ${cut.to}${cut.proc ? '' : ' (every process)'}`;
+        }
+      }
+    }
+    return undefined;
+  }
+
+  /** The revision of the first put of `<name>/ready` after revision `rev` (the round a member made then entered). */
+  private openedAfter(name: string, rev: bigint): bigint | undefined {
+    return (this.history.get(`${name}/ready`) ?? []).find((e) => e.rev > rev && e.createRevision !== undefined)?.rev;
+  }
+
+  /**
+   * Whether `call` of a DoubleBarrier was one of member `k`, which `proc` made at `made`: an enter()
+   * that gave up made whatever key of its session no enter() returned, within its time.
+   */
+  private callOf(call: BarrierCall, k: string, proc: string, made: Entry): boolean {
+    if (call.proc !== proc || call.lease !== made.lease) return false;
+    if (call.key !== undefined) return call.key === k;
+    return made.at >= call.calledAt && made.at <= call.at && !this.barrierCalls.some((c) => c.outcome === 'entered' && c.key === k);
+  }
+
+  /** The put that created the incarnation of `k` standing at revision `rev`. */
+  private madeAt(k: string, rev: bigint): Entry | undefined {
+    const c = this.at(k, rev)?.createRevision;
+    return c === undefined ? undefined : (this.history.get(k) ?? []).find((e) => e.rev === c && e.createRevision === c);
+  }
+
+  /** The change that ended the incarnation of `k` standing at revision `rev` (undefined: it still stands). */
+  private exit(k: string, rev: bigint): Entry | undefined {
+    const c = this.at(k, rev)?.createRevision;
+    return (this.history.get(k) ?? []).find((e) => e.rev > rev && (e.createRevision === undefined || e.createRevision !== c));
   }
 
   /** The holder stopped believing (its signal aborted, with the loss `reason` if lost, or it released). */
@@ -402,36 +501,11 @@ export class Oracle {
     this.trace(`end ${b.kind} ${b.name} ${b.key} of ${b.proc.name}`);
   }
 
-  /** The process that created `k`'s current incarnation (a client's write is caused `<process> <call>`). */
-  private creator(k: string): string | undefined {
-    const h = this.history.get(k) ?? [];
-    const made = h.findLast((e) => e.createRevision === e.rev);
-    return made?.cause.split(' ')[0];
-  }
-
   /** A process crashed: its beliefs end with it. */
   crashed(proc: Proc): void {
-    this.crashedProcs.add(proc.name);
+    this.crashedAt.set(proc.name, this.now());
     for (const b of [...this.open]) if (b.proc === proc) this.ended(b);
     for (const p of [...this.pending]) if (p.older.proc === proc) this.pending.splice(this.pending.indexOf(p), 1);
-    // A crash during a DoubleBarrier's round (a member of it still in) may take the member that would
-    // have come out last: its key may even go by a delete it had sent just before.
-    // Its own member too, when it had not left: an operator's delete may have taken the key first.
-    for (const round of this.rounds.values()) {
-      const inside = (k: string): boolean =>
-        this.store.get(k) !== undefined || (this.creator(k) !== undefined && this.creator(k) === proc.name && !this.leftBy(k, proc.name));
-      if ([...round.members].some(inside)) round.died = true;
-    }
-  }
-
-  /** The lease `k`'s current incarnation was created on. */
-  private madeOn(k: string): bigint | undefined {
-    return (this.history.get(k) ?? []).findLast((e) => e.createRevision === e.rev)?.lease;
-  }
-
-  /** Whether process `name` deleted `k` itself (a member that left). */
-  private leftBy(k: string, name: string): boolean {
-    return (this.history.get(k) ?? []).some((e) => e.createRevision === undefined && e.cause.startsWith(`${name} `));
   }
 
   /** Whether `k` existed at revision `rev` on `lease` with CreateRevision `token`. */
@@ -494,6 +568,23 @@ export class Oracle {
   get believing(): number {
     return this.open.size;
   }
+}
+
+/** A DoubleBarrier call that ended (see Oracle.barrierCall). */
+export interface BarrierCall {
+  readonly proc: string;
+  readonly lease: bigint;
+  /** The member's key (leave()); undefined for enter(), whose key the oracle finds on the lease. */
+  readonly key?: string;
+  readonly calledAt: number;
+  /** When it began to give up (its signal or its session's aborted), else when it was called. */
+  readonly from: number;
+  readonly at: number;
+  /**
+   * `entered`: enter() resolved with member `key`; `left`: leave() resolved, so the member deleted
+   * `ready` if it was the last one out; `gave-up`: enter() or leave() rejected.
+   */
+  readonly outcome: 'entered' | 'left' | 'gave-up';
 }
 
 /** A change of a key: its revision, when and by what, and (a put) its lease and CreateRevision. */

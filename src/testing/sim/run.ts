@@ -36,12 +36,15 @@ export interface RunResult {
   readonly grants: number;
   /** What each fault did, in order (`operator-put elect/a/…`, `fault 2 pause`, ...). */
   readonly faultLog: readonly string[];
-  /** Keys a client wrote that were left after every session closed by design (a DoubleBarrier's `ready` whose round lost a member). */
+  /** Keys a client wrote that were left after every session closed by design (a DoubleBarrier's `ready` whose round's last member died). */
   readonly leftByDesign: readonly string[];
 }
 
 /** How long after the faults stop, besides the operations' own holds and gaps, every actor must have finished (3 of the longest TTL, plus a call timeout). */
 const SETTLE_MS = 3 * 10_000 + 10_000;
+
+/** How long a reset connection keeps a process from etcd, at most (its client dials another member within dialTimeoutMs, 2 s). */
+const CUT_MS = 2000;
 
 /** Runs one schedule. */
 export async function runSchedule(options: RunOptions): Promise<RunResult> {
@@ -62,6 +65,11 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
       oracle.barrierOpened(name, BARRIER_COUNT, members, c.rev);
     }
   };
+  // What may keep a process from etcd, for the oracle's judgement of a DoubleBarrier member that
+  // gave up (its best-effort delete of `ready` needs etcd): no leader, a lost answer (its connection
+  // reset), and the faults below.
+  cluster.onLeader = (elected) => oracle.leader(elected);
+  world.net.onAnswerLost = (proc) => oracle.cutOff(proc.name, Math.round(time.now), Math.round(time.now) + CUT_MS);
   const leaders = (rev: bigint): { key: string; token: bigint } | null | 'compacted' => {
     if (rev < cluster.store.compacted || rev > cluster.store.rev) return 'compacted';
     const r = cluster.store.range({ key: Buffer.from('elect/a/'), rangeEnd: Buffer.from('elect/a0'), revision: rev });
@@ -137,14 +145,18 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     if (reason === 'stopped' && oracle.violations.length === 0) {
       // Everyone closes; then the crashed processes' leases expire; then nothing may be left.
       void Promise.allSettled(closers.map((c) => c())).then(() => Promise.allSettled(clientClosers.map((c) => c())));
-      // A key a fault wrote is the operator's; a DoubleBarrier's `ready` whose round lost a member
-      // with its lease is left by design (docs/barriers.md).
+      // A key a fault wrote is the operator's; a DoubleBarrier's `ready` whose round's last member
+      // could not delete it is left by design (docs/barriers.md, Oracle.leftByDesign).
       const ours = (): string[] =>
         cluster.store.keys().filter((k) => oracle.ownedByClients(k) && !oracle.leftByDesign(k, cluster.store.get(k)!));
       const clean = (): boolean => cluster.store.leases.size === 0 && ours().length === 0;
       reason = await time.run(clean, { steps: budget.steps, ms: time.now + 30_000 });
-      for (const k of cluster.store.keys())
-        if (oracle.ownedByClients(k) && oracle.leftByDesign(k, cluster.store.get(k)!)) leftByDesign.push(k);
+      for (const k of cluster.store.keys()) {
+        const why = oracle.ownedByClients(k) ? oracle.whyLeft(k, cluster.store.get(k)!) : undefined;
+        if (why === undefined) continue;
+        leftByDesign.push(k);
+        trace.add(`left by design: ${k}: ${why}`);
+      }
       if (reason !== 'stopped') {
         oracle.violations.push({
           rule: 'left-behind',
@@ -217,12 +229,17 @@ function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle,
         const m = cluster.members[f.member % cluster.members.length]!;
         trace.add(`fault ${f.id} ${f.kind}`);
         log.push(`fault ${f.id} ${f.kind}`);
+        const now = Math.round(world.time.now);
+        // Whether `p` talks to member `m` now: a fault of that link may keep it from etcd.
+        const on = (p: Proc): boolean => [...net.connections].some((c) => c.open && c.proc === p && c.member === m);
         switch (f.kind) {
           case 'partition':
+            if (on(proc)) oracle.cutOff(proc.name, now, now + f.ms);
             net.partition(proc, m, f.ms);
             break;
           case 'member-crash':
             cluster.crash(m);
+            for (const p of procs) if (on(p)) oracle.cutOff(p.name, now, now + CUT_MS);
             net.dropMember(m);
             setTimeout(() => cluster.restart(m), f.ms);
             break;
@@ -237,6 +254,7 @@ function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle,
             break;
           case 'pause':
             world.pause(proc);
+            oracle.cutOff(proc.name, now, now + f.ms);
             setTimeout(() => world.resume(proc), f.ms);
             break;
           case 'crash-proc':
@@ -276,6 +294,7 @@ function scheduleFaults(world: World, plan: Plan, procs: Proc[], oracle: Oracle,
             break;
           }
           case 'stream-break':
+            if (on(proc)) oracle.cutOff(proc.name, now, now + CUT_MS);
             net.breakOne(proc, m);
             break;
           case 'follower-lag':

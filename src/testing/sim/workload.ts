@@ -767,13 +767,28 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
       }
       case 'double-barrier': {
         const b = new DoubleBarrier(session, op.name, BARRIER_COUNT);
-        await b.enter(wait);
+        await barrierCall(
+          ctx,
+          session,
+          undefined,
+          d.signal,
+          () => b.enter(wait),
+          () => b.key,
+        );
         d.clear();
         ctx.say(`op ${op.id} ${ctx.proc.name} entered ${op.name}`);
         await sleep(op.holdMs);
         const out = deadline(op.abortMs);
         try {
-          await b.leave(out.signal ? { signal: out.signal } : {});
+          const key = b.key;
+          await barrierCall(
+            ctx,
+            session,
+            key,
+            out.signal,
+            () => b.leave(out.signal ? { signal: out.signal } : {}),
+            () => key,
+          );
         } finally {
           out.clear();
         }
@@ -783,6 +798,40 @@ async function operate(ctx: ActorContext, session: Session, op: Op): Promise<voi
     }
   } finally {
     d.clear();
+  }
+}
+
+/**
+ * Runs a DoubleBarrier call (enter() of a new member, or leave() of member `key`) and tells the
+ * oracle how it ended (`member`: the key it resolved with), with when it began to give up: `signal`
+ * or the session's aborted.
+ */
+async function barrierCall(
+  ctx: ActorContext,
+  session: Session,
+  key: string | undefined,
+  signal: AbortSignal | undefined,
+  call: () => Promise<void>,
+  member: () => string | undefined,
+): Promise<void> {
+  const now = (): number => Math.round(performance.now());
+  const calledAt = now();
+  let from: number | undefined;
+  const abort = (): void => void (from ??= now());
+  signal?.addEventListener('abort', abort, { once: true });
+  session.signal.addEventListener('abort', abort, { once: true });
+  const told = { proc: ctx.proc.name, lease: session.leaseId, ...(key !== undefined ? { key } : {}), calledAt };
+  try {
+    await call();
+    const k = member();
+    if (k !== undefined)
+      ctx.oracle.barrierCall({ ...told, key: k, from: calledAt, at: now(), outcome: key === undefined ? 'entered' : 'left' });
+  } catch (err) {
+    ctx.oracle.barrierCall({ ...told, from: from ?? calledAt, at: now(), outcome: 'gave-up' });
+    throw err;
+  } finally {
+    signal?.removeEventListener('abort', abort);
+    session.signal.removeEventListener('abort', abort);
   }
 }
 
