@@ -124,6 +124,14 @@ export const REGRESSIONS: readonly RegressionSeed[] = [
     leaves: ['dbar/a/ready'],
   },
   {
+    seed: 118902,
+    profile: '3.4',
+    workload: 'mixed',
+    found:
+      'by design, allowed: both members of a round gave up their leave() while the cluster had no leader (about 2 s), so neither closeIfLast could reach etcd; their keys went later, `ready` stayed. Found by a sweep of 20,000 mixed seeds on 3.4 (from 100001) under the oracle before, which excused only rounds with a dead member',
+    leaves: ['dbar/a/ready'],
+  },
+  {
     seed: 101592,
     profile: '3.7',
     workload: 'barrier',
