@@ -130,6 +130,25 @@ describe('Semaphore: permit counts', () => {
     });
   });
 
+  it('a stray key (an operator’s plain put over a holder’s key) is no participant: its value is no permit count to refuse', async () => {
+    const p = fresh('conflict-stray');
+    const name = `${p}sem`;
+    const [a, b, c] = await sessions(3);
+    try {
+      const edited = await new Semaphore(a!, name, { permits: 2 }).acquire();
+      await client.put(edited.key, 'operator'); // no lease: stray data, which every participant skips
+      await client.put(`${name}/1234abcd`, ''); // planted by hand, no lease, another value
+      const h = await new Semaphore(b!, name, { permits: 2 }).acquire();
+      const t = await new Semaphore(c!, name, { permits: 2 }).tryAcquire();
+      assert.ok(t, 'neither stray key takes a permit');
+      await Promise.all([h.release(), t.release(), edited.release()]); // its release deletes the edited key, guarded on its token
+      assert.deepEqual(await keysUnder(client, `${name}/`), [`${name}/1234abcd`]);
+    } finally {
+      await closeAll([a!, b!, c!]);
+      await client.delete(p, { prefix: true }); // the stray keys belong to no lease
+    }
+  });
+
   it('the same session asking with another count is refused while another participant is there', async () => {
     const p = fresh('conflict-same-session-peer');
     const name = `${p}sem`;

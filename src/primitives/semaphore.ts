@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../client/errors.js';
 import { op, prefixEnd, SortOrder, SortTarget, txnRange, type RangeRequest } from '../client/kv.js';
 import { PermitCountConflictError, PermitLostError } from '../errors.js';
-import { isParticipantKey, ownBuffer, participantKey, prefixOf, validateName } from '../keys.js';
+import { isParticipant, isParticipantKey, ownBuffer, participantKey, prefixOf, validateName } from '../keys.js';
 import type { Session } from '../session.js';
 import { acquire, tryAcquire, type AcquireOptions, type QueueSpec } from '../queue/acquire.js';
 import { HeldHandle, type OwnerHandle } from './handle.js';
@@ -98,9 +98,10 @@ export class Semaphore {
           // Our own key found in place (a sibling's, or one left on an adopted lease) must agree too.
           const ours = t.value.toString().split(' ', 1)[0]!;
           if (ours !== String(permits)) throw new PermitCountConflictError(name, permits, t.key, ours);
+          // Only participants: a stray key (no lease) is skipped, whatever an operator wrote in it.
           for (const kv of t.peeked) {
             const count = kv.value.toString().split(' ', 1)[0]!;
-            if (kv.key.toString() === t.key || !isParticipantKey(prefix, kv.key) || count === String(permits)) continue;
+            if (kv.key.toString() === t.key || !isParticipant(prefix, kv) || count === String(permits)) continue;
             throw new PermitCountConflictError(name, permits, kv.key.toString(), count);
           }
         },
