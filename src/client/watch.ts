@@ -379,6 +379,7 @@ export class WatchHub {
       this.opening = false;
     }
     this.flush();
+    this.maybeIdle();
   }
 
   private onResponse(s: BidiStream<pb.WatchRequest, pb.WatchResponse>, r: pb.WatchResponse): void {
@@ -393,6 +394,7 @@ export class WatchHub {
       this.backoff.reset();
       if (w.ended) {
         s.write({ cancelRequest: { watchId: id } });
+        this.maybeIdle();
         return;
       }
       w.id = id;
