@@ -124,6 +124,13 @@ export const REGRESSIONS: readonly RegressionSeed[] = [
     leaves: ['dbar/a/ready'],
   },
   {
+    seed: 99619,
+    profile: '3.7',
+    workload: 'mixed',
+    found:
+      "a watch cancelled while its create was in flight left its client's watch stream open for good (the hub's idle timer never armed); the run hid it until p2 crashed while closing its session, which kept every client from being closed (streams-left). Found by review46s's sweep of mixed seeds 82001-102000",
+  },
+  {
     seed: 118902,
     profile: '3.4',
     workload: 'mixed',

@@ -499,6 +499,11 @@ export class SimStream<Req, Res> extends EventEmitter implements BidiStream<Req,
 
   private readonly path: string;
 
+  /** The method's name: `Watch` or `LeaseKeepAlive`. */
+  get method(): string {
+    return this.path.slice(this.path.lastIndexOf('/') + 1);
+  }
+
   attach(c: Connection, hasLeader: boolean): void {
     this.conn = c;
     c.streams.add(this as SimStream<unknown, unknown>);

@@ -45,6 +45,8 @@ const SETTLE_MS = 3 * 10_000 + 10_000;
 
 /** How long a reset connection keeps a process from etcd, at most (its client dials another member within dialTimeoutMs, 2 s). */
 const CUT_MS = 2000;
+/** How long after its sessions closed a process's client may still hold a stream: its work winding down, then the watch hub's 1 s idle timer. */
+const IDLE_STREAM_MS = 30_000;
 
 /** Runs one schedule. */
 export async function runSchedule(options: RunOptions): Promise<RunResult> {
@@ -95,13 +97,34 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
   try {
     const procs = plan.procs.map((pp) => world.proc(pp.name));
     for (const p of procs) p.onWake = () => oracle.woke(p);
-    const closers: (() => Promise<void>)[] = [];
-    const clientClosers: (() => Promise<void>)[] = [];
+    // Each process closes its sessions, then its client. Per process: a process that crashes while
+    // closing never settles its own closes, and must not keep the others' clients open.
+    const closers: (() => Promise<unknown>)[] = [];
+    // A client whose sessions are closed and whose observers stopped needs no stream: each ends once
+    // idle (the watch hub's idle timer, the keepalive's), so an idle process can exit.
+    const idleStreams = async (proc: Proc): Promise<void> => {
+      const streams = () => [...world.net.connections].filter((c) => c.proc === proc).flatMap((c) => [...c.streams].map((s) => s.method));
+      // Work still winding down (a release retried, a stream's last answers) may use it a while.
+      for (let waited = 0; waited < IDLE_STREAM_MS && streams().length > 0; waited += 1000) await new Promise((r) => setTimeout(r, 1000));
+      const open = streams();
+      if (!proc.crashed && open.length > 0) {
+        oracle.violations.push({
+          rule: 'idle-streams',
+          at: Math.round(time.now),
+          detail: `${proc.name} still has ${open.join(', ')} stream(s) open ${IDLE_STREAM_MS} ms after its sessions closed and nothing else used its client`,
+        });
+      }
+    };
     const observing = new AbortController();
     plan.procs.forEach((pp, i) => {
       const proc = procs[i]!;
       const client = world.client(proc, { callTimeoutMs: 5000 }, pp.member);
-      clientClosers.push(() => (proc.crashed ? Promise.resolve() : proc.start(() => client.close())));
+      const sessionClosers: (() => Promise<void>)[] = [];
+      closers.push(() =>
+        Promise.allSettled(sessionClosers.map((c) => c()))
+          .then(() => (proc.crashed ? undefined : proc.start(() => idleStreams(proc))))
+          .then(() => (proc.crashed ? undefined : proc.start(() => client.close()))),
+      );
       for (const name of pp.observes) {
         const ctx: ActorContext = { proc, oracle, say: (l) => trace.add(l), doing: () => {} };
         void proc.start(() => observer(ctx, client, name, observing.signal, leaders)).catch(() => {});
@@ -124,7 +147,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
               running.set(proc, running.get(proc)! - 1);
             });
         }
-        closers.push(() => (proc.crashed ? Promise.resolve() : proc.start(() => holder.close())));
+        sessionClosers.push(() => (proc.crashed ? Promise.resolve() : proc.start(() => holder.close())));
       }
     });
     scheduleFaults(world, plan, procs, oracle, faultLog);
@@ -144,7 +167,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     observing.abort();
     if (reason === 'stopped' && oracle.violations.length === 0) {
       // Everyone closes; then the crashed processes' leases expire; then nothing may be left.
-      void Promise.allSettled(closers.map((c) => c())).then(() => Promise.allSettled(clientClosers.map((c) => c())));
+      for (const close of closers) void close().catch(() => {});
       // A key a fault wrote is the operator's; a DoubleBarrier's `ready` whose round's last member
       // could not delete it is left by design (docs/barriers.md, Oracle.leftByDesign).
       const ours = (): string[] =>
