@@ -320,6 +320,18 @@ export const MUTANTS: readonly Mutant[] = [
       },
     ],
   },
+  {
+    name: 'watch-idle-after-late-created',
+    breaks:
+      "91c60a0: a watch cancelled while its create was in flight leaves the client's watch stream open for good (the hub's idle timer not armed when the late created answer comes)",
+    edits: [
+      {
+        file: 'src/client/watch.ts',
+        search: 's.write({ cancelRequest: { watchId: id } });\n        this.maybeIdle();\n        return;',
+        replace: 's.write({ cancelRequest: { watchId: id } });\n        return;',
+      },
+    ],
+  },
 ];
 
 /** The repository this file belongs to. */
