@@ -222,7 +222,7 @@ export class DoubleBarrier {
         // live lease as a member nobody is: once dropped, it is swept. Before the catch's dropTicket.
         // Our names never repeat, so any re-creation is such a ghost.
         .finally(() => {
-          if (progress.ambiguous) (sessionQueue(this.session).late ??= new LateKeys()).mayLandLate(key);
+          if (progress.ambiguous) (sessionQueue(this.session).late ??= new LateKeys()).add(key);
         })
         .catch((err: unknown) => {
           if (err instanceof LeaseNotFoundError) {

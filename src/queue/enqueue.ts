@@ -175,7 +175,7 @@ async function enqueueTxn(
       throw rethrown(session.signal.reason);
     } finally {
       // An attempt may still land after we release the key: sweep it then (sweepWhenGivenUp).
-      if (progress.ambiguous) (sessionQueue(session).late ??= new LateKeys()).mayLandLate(key);
+      if (progress.ambiguous) (sessionQueue(session).late ??= new LateKeys()).add(key);
     }
     const found = t.succeeded ? undefined : txnRange(t, 0).kvs[0];
     // Ours to take: on our lease, and not retired (its holding lost, or given up by runAsLeader while
@@ -226,7 +226,7 @@ export async function enqueueOrClean(
       users.abandon(key, use);
       if (use.users === 0 && use.pending === 0 && !session.signal.aborted) {
         if (use.fencingToken !== undefined) void dropTicket(session, { key, fencingToken: use.fencingToken }, what);
-        else if (isTransient(err) || sessionQueue(session).late?.mayLand(key)) void dropTicket(session, { key }, what);
+        else if (isTransient(err) || sessionQueue(session).late?.has(key)) void dropTicket(session, { key }, what);
       }
       throw err;
     }

@@ -200,12 +200,13 @@ export class InFlightDeletes {
 export class LateKeys {
   private readonly keys = new Map<string, boolean>();
 
-  mayLandLate(key: string): void {
+  /** A create of `key` had an unknown outcome in this session: it may be there unseen or land yet (a sweep skips a key in use). */
+  add(key: string): void {
     if (!this.keys.has(key)) this.keys.set(key, false);
   }
 
-  /** A create of `key` had an unknown outcome in this session: it may be there unseen or land yet (a sweep skips a key in use). */
-  mayLand(key: string): boolean {
+  /** Whether a create of `key` had an unknown outcome in this session (add). */
+  has(key: string): boolean {
     return this.keys.has(key);
   }
 
