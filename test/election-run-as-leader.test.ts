@@ -130,6 +130,20 @@ describe('runAsLeader', () => {
     }),
   );
 
+  it('once: true with its Session lost during the term rejects with SessionExpiredError, as without once', T, () =>
+    scoped('run-once-session-lost', async (s, name) => {
+      const admin = s.client();
+      const { session } = await candidate(s, name);
+      const run = runAsLeader(session, name, { value: 'me', once: true }, async (leader) => {
+        await admin.leaseRevoke(session.leaseId);
+        await aborted(leader.signal);
+        await session.done; // the session has seen its loss too
+        return 'lost';
+      });
+      await assert.rejects(run, (e: unknown) => e instanceof SessionExpiredError && e.reason === 'lease_gone');
+    }),
+  );
+
   it('shutdown signal: the task is aborted, then resigns, and the successor takes over at once', T, () =>
     scoped('run-shutdown', async (s, name) => {
       const { admin, rec } = await recorded(s, name);

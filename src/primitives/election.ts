@@ -323,7 +323,11 @@ export interface RunAsLeaderOptions {
   value: Bytes;
   /** Shutdown: stops the task, then resigns so a successor takes over at once. */
   signal?: AbortSignal;
-  /** Run the task for one term only; do not campaign again after losing leadership. */
+  /**
+   * Run the task for one term only; do not campaign again after it ends early (then resolve undefined,
+   * whatever the task returned or threw on its way out; with a Session that was lost, reject with its
+   * SessionExpiredError as without `once`).
+   */
   once?: boolean;
   /** Lease TTL when given a Client (a new session per term after a loss). Default 30. */
   ttl?: number;
@@ -497,7 +501,9 @@ export async function runAsLeader<T>(
         }
         continue;
       }
-      // The one term of `once` lost: no result, whatever the task did on its way out (as every lost term's).
+      // With the caller's session lost, the loop ends with its error, as without `once`; any other end
+      // of the one term of `once`: no result, whatever the task did on its way out (as every such term's).
+      if (lostTerm && !owned) session.assertAlive();
       if (lostTerm) return undefined;
       if ('error' in result) throw result.error;
       return result.value;
