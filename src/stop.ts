@@ -1,9 +1,19 @@
 // The one way a call stops waiting: its caller's signal aborts, or its session is lost. When both
 // have, the caller's reason is the one given. Pure: nothing here knows etcd.
+import { rethrown } from './rethrow.js';
 
 /** Whether `signal` (the caller's) or `session` (the session's) has aborted. */
 export function isStopped(signal: AbortSignal | undefined, session: AbortSignal | undefined): boolean {
   return signal?.aborted === true || session?.aborted === true;
+}
+
+/**
+ * What a call that failed with `err` reports: the session's loss if the session was lost meanwhile
+ * (the loss ended the call, not the error of a request in flight then, such as etcd unreachable),
+ * unless the caller's signal aborted.
+ */
+export function failureOf(err: unknown, signal: AbortSignal | undefined, session: AbortSignal | undefined): unknown {
+  return session?.aborted && !signal?.aborted ? rethrown(session.reason) : err;
 }
 
 /** Why the call stops: the caller's reason if its signal aborted, else the session's. */

@@ -135,35 +135,36 @@ describe('Mutex: giving up and losing', () => {
     await assertNoKeys(client, p);
   });
 
-  it('a lock() whose session is lost while its enqueue is in flight, which then fails, reports SessionExpiredError', async () => {
-    const p = fresh('session-lost-enqueue-in-flight');
-    const own = new Client({ endpoints: etcd.endpoints });
-    const b = await Session.create(own, { ttl: 3 });
-    // The enqueue Txn goes unanswered until the session is lost, then fails as in an outage.
-    const txn = own.txn.bind(own);
-    let sent!: () => void;
-    const inFlight = new Promise<void>((r) => (sent = r));
-    own.txn = async () => {
-      sent();
-      await b.done;
-      throw new UnavailableError('no endpoint answered (test)');
-    };
-    try {
-      const locking = new Mutex(b, `${p}lock`).lock();
-      await within(inFlight, 'the enqueue sent', 20_000);
-      await client.leaseRevoke(b.leaseId); // its next renewal finds the lease gone
-      await assert.rejects(locking, (e: unknown) => {
-        assert.ok(e instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(e)}`);
-        assert.equal(e.reason, 'lease_gone');
-        return true;
-      });
-    } finally {
-      own.txn = txn;
-      await b.close();
-      await own.close();
-    }
-    await assertNoKeys(client, p);
-  });
+  for (const call of ['lock', 'tryLock'] as const)
+    it(`a ${call}() whose session is lost while its enqueue is in flight, which then fails, reports SessionExpiredError`, async () => {
+      const p = fresh(`session-lost-enqueue-in-flight-${call}`);
+      const own = new Client({ endpoints: etcd.endpoints });
+      const b = await Session.create(own, { ttl: 3 });
+      // The enqueue Txn goes unanswered until the session is lost, then fails as in an outage.
+      const txn = own.txn.bind(own);
+      let sent!: () => void;
+      const inFlight = new Promise<void>((r) => (sent = r));
+      own.txn = async () => {
+        sent();
+        await b.done;
+        throw new UnavailableError('no endpoint answered (test)');
+      };
+      try {
+        const locking = new Mutex(b, `${p}lock`)[call]();
+        await within(inFlight, 'the enqueue sent', 20_000);
+        await client.leaseRevoke(b.leaseId); // its next renewal finds the lease gone
+        await assert.rejects(locking, (e: unknown) => {
+          assert.ok(e instanceof SessionExpiredError, `expected SessionExpiredError, got ${String(e)}`);
+          assert.equal(e.reason, 'lease_gone');
+          return true;
+        });
+      } finally {
+        own.txn = txn;
+        await b.close();
+        await own.close();
+      }
+      await assertNoKeys(client, p);
+    });
 
   it('a waiter whose lease is revoked reports SessionExpiredError even when its turn comes before the session notices', async () => {
     const p = fresh('waiter-lease_gone-race');

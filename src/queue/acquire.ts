@@ -2,7 +2,7 @@
 import type { Kind } from '../metrics/names.js';
 import { type AcquireProbe, telemetryOf } from '../metrics/telemetry.js';
 import type { Session } from '../session.js';
-import { rethrown } from '../rethrow.js';
+import { failureOf } from '../stop.js';
 import { AFTER_HOLDERS, enqueueOrClean, type Ticket, type TicketSpec } from './enqueue.js';
 import { Exit } from './gate.js';
 import { liveHoldings, Ownership } from './ownership.js';
@@ -122,7 +122,7 @@ class Acquisition<H> implements WaitOwner, ReleaseWhat {
   ) {
     this.promise = new Promise<H>((resolve, reject) => {
       this.resolve = resolve;
-      this.reject = reject;
+      this.reject = (err) => reject(failureOf(err, signal, session.signal));
     });
   }
 
@@ -139,8 +139,7 @@ class Acquisition<H> implements WaitOwner, ReleaseWhat {
       } catch {
         // telemetry must not keep the caller waiting
       }
-      // A session lost while the enqueue was in flight is what ended the call, not the call's own error.
-      return this.reject(session.signal.aborted ? rethrown(session.signal.reason) : err);
+      return this.reject(err);
     }
     this.ticket = ticket;
     let rule: TurnRule;
@@ -219,7 +218,7 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
   } catch (err) {
     exit?.leave();
     probe?.failed(err, undefined, session.signal);
-    throw err;
+    throw failureOf(err, undefined, session.signal);
   }
   const r = q.rules;
   try {
@@ -235,7 +234,7 @@ export async function tryAcquire<H>(q: QueueSpec<H>): Promise<H | null> {
     const left = leaveTicket(session, ticket, what);
     exit.leave();
     await left;
-    throw err;
+    throw failureOf(err, undefined, session.signal);
   }
   probe?.busy();
   const left = leaveTicket(session, ticket, what);
