@@ -456,7 +456,7 @@ export class Oracle {
 
   /** The revision of the first put of `<name>/ready` after revision `rev` (the round a member made then entered). */
   private openedAfter(name: string, rev: bigint): bigint | undefined {
-    return (this.history.get(`${name}/ready`) ?? []).find((e) => e.rev > rev && e.createRevision !== undefined)?.rev;
+    return (this.history.get(`${name}/ready`) ?? []).find((e) => e.rev > rev && e.createRevision !== undefined && !isFault(e.cause))?.rev;
   }
 
   /**

@@ -827,7 +827,11 @@ async function barrierCall(
     if (k !== undefined)
       ctx.oracle.barrierCall({ ...told, key: k, from: calledAt, at: now(), outcome: key === undefined ? 'entered' : 'left' });
   } catch (err) {
-    ctx.oracle.barrierCall({ ...told, from: from ?? calledAt, at: now(), outcome: 'gave-up' });
+    // Failed on its own (not aborted): only its way out needed etcd, the first try of its key's delete
+    // and closeIfLast()'s three calls; a cut earlier in a long call excuses nothing.
+    const { callTimeoutMs, dialTimeoutMs } = session.client;
+    const tail = Math.max(calledAt, now() - (callTimeoutMs + 3 * dialTimeoutMs));
+    ctx.oracle.barrierCall({ ...told, from: from ?? tail, at: now(), outcome: 'gave-up' });
     throw err;
   } finally {
     signal?.removeEventListener('abort', abort);
