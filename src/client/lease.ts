@@ -147,11 +147,11 @@ export class KeepAliveHub {
     if (ks.size === 0) this.slots.delete(slot);
   }
 
-  /** One timer, for the earliest slot. */
+  /** One timer, for the earliest slot; one beyond the longest timer wakes at its end and re-arms (slotsDue). */
   private armSlots(at: number): void {
     clearTimeout(this.slotTimer);
     this.slotTimerAt = at;
-    this.slotTimer = setTimeout(() => this.slotsDue(), Math.max(0, at - performance.now()));
+    this.slotTimer = setTimeout(() => this.slotsDue(), Math.min(Math.max(0, at - performance.now()), 2 ** 31 - 1));
   }
 
   private slotsDue(): void {
