@@ -1,7 +1,10 @@
 // The etcd client's watches against a real single-member etcd: order, start revisions, filters,
 // ends, compaction, and resuming a dropped stream. Each test works under its own prefix and removes
 // what it wrote.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import assert from 'node:assert/strict';
 import { Client, ClientClosedError, CompactedError, type WatchBatch } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
@@ -261,6 +264,45 @@ describe('watch', () => {
       await c.close();
     }
   });
+
+  // The client is never closed: once its last watch is cancelled its idle stream ends, and the
+  // process exits on its own.
+  const cancelledEarly: Record<string, string> = {
+    'before its stream opened': `
+      client.watch(p + 'a').cancel();`,
+    'with its create request on the wire': `
+      const first = client.watch(p + 'a');
+      await first.created;
+      const second = client.watch(p + 'b');
+      second.cancel();
+      first.cancel();`,
+  };
+  for (const [when, cancel] of Object.entries(cancelledEarly)) {
+    it(`a watch cancelled ${when} leaves no stream that keeps an unclosed client's process alive`, { timeout: 60_000 }, async () => {
+      const p = fresh('watch-cancel-early-exit');
+      const index = fileURLToPath(new URL('../src/index.ts', import.meta.url));
+      const code = `
+        import { Client } from ${JSON.stringify(index)};
+        const [endpoint, p] = process.argv.slice(1);
+        const client = new Client({ endpoints: [endpoint] });${cancel}
+        console.log('cancelled');
+      `;
+      const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code, etcd.endpoints[0]!, p], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let out = '';
+      child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+      child.stderr.setEncoding('utf8').on('data', (d: string) => (out += d));
+      const exited = track(once(child, 'exit') as Promise<[number | null, string | null]>);
+      try {
+        const [exitCode] = await settledOrHang(exited, 'the child to exit once its watches were cancelled', 30_000);
+        assert.equal(exitCode, 0, out);
+        assert.equal(out, 'cancelled\n');
+      } finally {
+        if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      }
+    });
+  }
 
   it('resumes live events after a dropped stream', async () => {
     const p = fresh('watch-resume-live');

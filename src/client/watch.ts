@@ -379,6 +379,8 @@ export class WatchHub {
       this.opening = false;
     }
     this.flush();
+    // Every watch may have been cancelled while the stream opened.
+    this.maybeIdle();
   }
 
   private onResponse(s: BidiStream<pb.WatchRequest, pb.WatchResponse>, r: pb.WatchResponse): void {
@@ -393,6 +395,7 @@ export class WatchHub {
       this.backoff.reset();
       if (w.ended) {
         s.write({ cancelRequest: { watchId: id } });
+        this.maybeIdle();
         return;
       }
       w.id = id;
