@@ -414,7 +414,10 @@ export class WatchHub {
       this.maybeIdle();
       return;
     }
-    if (r.events && r.events.length > 0) w.deliver(revision, r.events);
+    if (!r.events || r.events.length === 0) return;
+    // A broken answer fails the stream, as an undecodable one does: the watch resumes on another.
+    if (r.events.some((e) => !e.kv)) return this.onBroken(s, new Error('etcd sent a watch event without its key-value'));
+    w.deliver(revision, r.events);
   }
 
   private onCreateRefused(w: Watch, r: pb.WatchResponse): void {
