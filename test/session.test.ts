@@ -12,7 +12,7 @@ import {
   type SessionEndReason,
 } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { aborted, assertNoKeys, assertNoLeases, grpcReceived, waitFor, etcdForFile } from './helpers.js';
+import { aborted, assertNoKeys, assertNoLeases, grpcReceived, waitFor, within, etcdForFile } from './helpers.js';
 
 const ROOT = 'test/session/';
 let etcd: EtcdCluster;
@@ -123,6 +123,29 @@ describe('Session.create', () => {
       await s.close();
     }
     assert.equal(await leaseExists(id), false, 'close() revokes an adopted lease too');
+  });
+
+  it('adopting a lease a session of the same client keeps alive is refused (the first would stop hearing its renewals)', async () => {
+    const a = await Session.create(client, { ttl: 3 });
+    try {
+      // A renewal of a first: once answered, its deadline is watched only when a renewal is late.
+      const base = await renewals();
+      await waitFor(async () => (await renewals()) >= base + 1, 'a renewal of the first session');
+      await assert.rejects(Session.create(client, { leaseId: a.leaseId }), InvalidArgumentError);
+      const later = await renewals();
+      await waitFor(async () => (await renewals()) >= later + 2, 'the first session still renewed');
+      assert.equal(a.signal.aborted, false);
+      await client.leaseRevoke(a.leaseId);
+      assertExpired(await within(aborted(a.signal), 'the first session to end', 20_000), a, 'lease_gone');
+      // Once a session has stopped renewing it (orphan), another session of the client may adopt the lease.
+      const c = await Session.create(client, { ttl: 3 });
+      c.orphan();
+      const d = await Session.create(client, { leaseId: c.leaseId });
+      await d.close();
+      assertExpired(await aborted(c.signal), c, 'deadline');
+    } finally {
+      await a.close();
+    }
   });
 
   it('adopting a lease that does not exist fails with LeaseNotFoundError', async () => {

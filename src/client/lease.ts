@@ -101,6 +101,11 @@ export class KeepAliveHub {
     this.unslot(k);
   }
 
+  /** Whether lease `id` is being kept alive here. */
+  has(id: bigint): boolean {
+    return this.leases.has(id);
+  }
+
   /** Number of leases being kept alive (all on one stream). */
   get size(): number {
     return this.leases.size;
