@@ -4,6 +4,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   Client,
+  ClientClosedError,
   InvalidArgumentError,
   LeaseNotFoundError,
   MAX_TTL,
@@ -202,6 +203,24 @@ describe('Session liveness', () => {
     );
     assert.equal(s.remainingMs(), 0);
     await s.close(); // nothing left to revoke; must not throw
+  });
+
+  it('client.close() while the grant answer is on its way: Session.create rejects with ClientClosedError, no session left renewing nothing', async () => {
+    const c = new Client({ endpoints: etcd.endpoints });
+    const grant = c.leaseGrant.bind(c);
+    let granted: bigint | undefined;
+    c.leaseGrant = (async (...args: Parameters<Client['leaseGrant']>) => {
+      const g = await grant(...args);
+      granted = g.id;
+      void c.close(); // after the answer arrived, before Session.create goes on
+      return g;
+    }) as Client['leaseGrant'];
+    try {
+      await assert.rejects(Session.create(c, { ttl: 30 }), ClientClosedError);
+    } finally {
+      await c.close();
+      if (granted !== undefined) await client.leaseRevoke(granted);
+    }
   });
 
   it('client.close() ends its sessions with reason client_closed, without revoking', async () => {
