@@ -2,7 +2,16 @@ import * as pb from '../proto/etcd.js';
 import * as rpc from './methods.js';
 import { closeStream, type BidiStream, type Connection } from './connection.js';
 import { Backoff } from './backoff.js';
-import { ClientClosedError, CompactedError, EtcdError, PermissionDeniedError, etcdSays, isTransportError, isStaleToken } from './errors.js';
+import {
+  ClientClosedError,
+  CompactedError,
+  EtcdError,
+  InvalidArgumentError,
+  PermissionDeniedError,
+  etcdSays,
+  isTransportError,
+  isStaleToken,
+} from './errors.js';
 import { prefixRange, toBuffer, type Bytes, type KeyValue } from './kv.js';
 import { QueuedIterator } from './queued-iterator.js';
 import { publishWatchReconnect } from '../diagnostics.js';
@@ -297,6 +306,9 @@ export class WatchHub {
   /** `sink`: deliver to it instead of the watch's own QueuedIterator (then the watch is not iterable). */
   watch(key: Bytes, options: WatchOptions = {}, sink?: WatchSink): Watch {
     if (this.closed) throw new ClientClosedError();
+    // etcd 3.4 (before 3.4.38) accepts one and never delivers an event; later ones call it compacted.
+    if (options.startRevision !== undefined && options.startRevision < 0n)
+      throw new InvalidArgumentError(`startRevision must be a revision (or 0n, or omitted, for "from now"), got ${options.startRevision}`);
     const r = options.prefix ? prefixRange(key) : { key: typeof key === 'string' ? key : toBuffer(key), rangeEnd: undefined };
     const w = new Watch(this, r.key, r.rangeEnd, options, sink);
     if (options.signal?.aborted) {
