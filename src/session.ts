@@ -3,7 +3,7 @@ import { setMaxListeners } from 'node:events';
 import { rethrown } from './rethrow.js';
 import { settledWithin } from './client/backoff.js';
 import type { Client } from './client/client.js';
-import { InvalidArgumentError, LeaseNotFoundError } from './client/errors.js';
+import { ClientClosedError, InvalidArgumentError, LeaseNotFoundError } from './client/errors.js';
 import { SessionExpiredError, type SessionEndReason } from './errors.js';
 import { publishLateRenewal, publishSessionLost } from './diagnostics.js';
 import { telemetryOf } from './metrics/telemetry.js';
@@ -14,7 +14,7 @@ export const MAX_TTL = 9_000_000_000;
 export interface SessionOptions {
   /** Lease TTL in seconds (whole number, 1 to 9e9). Default 30: long enough to ride out a leader election. */
   ttl?: number;
-  /** Adopt this existing lease instead of granting a new one. */
+  /** Adopt this existing lease instead of granting a new one (not one a session of the same client keeps alive: share that session). */
   leaseId?: bigint;
   /** Cancels creation (not the session once created). */
   signal?: AbortSignal;
@@ -123,6 +123,13 @@ export class Session implements AsyncDisposable {
     if (options.leaseId !== undefined) {
       const t = await client.leaseTimeToLive(options.leaseId, { signal });
       if (t.ttl <= 0) throw new LeaseNotFoundError(`lease ${options.leaseId.toString(16)} does not exist (expired or revoked)`);
+      // Closed while the answer was on its way: nothing would renew the lease or end the session.
+      if (client.closed) throw new ClientClosedError();
+      // One listener per lease on the client's keepalive stream: a second would leave the first deaf to its loss.
+      if (client.keepAlives.has(options.leaseId))
+        throw new InvalidArgumentError(
+          `lease ${options.leaseId.toString(16)} is kept alive by a session of this client already: share that session, or orphan() it first`,
+        );
       return new Session(client, options.leaseId, t.grantedTtl, sentAt + t.ttl * 1000, margin);
     }
     // We pick the id ourselves, so a grant whose answer was lost can be retried without leaking a lease.
@@ -136,6 +143,8 @@ export class Session implements AsyncDisposable {
       if (!client.closed) await client.leaseRevoke(id).catch(() => {});
       throw err;
     }
+    // As for an adopted lease; the lease is left to expire, as client.close() leaves every session's.
+    if (client.closed) throw new ClientClosedError();
     return new Session(client, granted.id, granted.ttl, sentAt + granted.ttl * 1000, margin);
   }
 

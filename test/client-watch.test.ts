@@ -3,7 +3,7 @@
 // what it wrote.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, ClientClosedError, CompactedError, type WatchBatch } from '../src/index.js';
+import { Client, ClientClosedError, CompactedError, InvalidArgumentError, type WatchBatch } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
 import { grpcStarted, etcdForFile, settledOrHang, track } from './helpers.js';
 
@@ -119,6 +119,12 @@ describe('watch', () => {
     ac.abort();
     assert.deepEqual(await done, []);
     assert.equal(w.ended, true);
+  });
+
+  it('a negative startRevision is refused (etcd 3.4 leaves such a watch silent, later ones call it compacted)', () => {
+    for (const startRevision of [-1n, -5n]) {
+      assert.throws(() => client.watch(fresh('watch-negative'), { startRevision }), InvalidArgumentError);
+    }
   });
 
   it('client.close() ends its watches with ClientClosedError', async () => {

@@ -8,6 +8,7 @@ import * as http2 from 'node:http2';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
 import * as rpc from '../src/client/methods.js';
+import * as pb from '../src/proto/etcd.js';
 import { Http2Transport, LAST_STREAM_ID, LIMITS } from '../src/client/transport/http2.js';
 import { Status, TransportError } from '../src/client/transport/transport.js';
 import { Client, ClientClosedError, InvalidArgumentError, WriteOutcomeUnknownError } from '../src/index.js';
@@ -491,6 +492,40 @@ describe('hostile servers: each bad answer is a clear error with the right statu
         assert.equal(server.streams(), 3);
       } finally {
         t.close();
+      }
+    });
+  });
+
+  it('a watch event without its key-value: the stream is dropped and the watch resumes, no crash', { timeout: 20_000 }, async () => {
+    // Every Watch stream confirms the watch, then sends a PUT event whose kv is missing.
+    const server = await grpcServer((stream) => {
+      stream.respond({ ':status': 200, 'content-type': 'application/grpc' });
+      stream.once('data', () => {
+        const created = pb.WatchResponse.encode({ header: { revision: 5n }, watchId: 1n, created: true }).finish();
+        const broken = pb.WatchResponse.encode({
+          header: { revision: 6n },
+          watchId: 1n,
+          events: [{ type: pb.Event_EventType.PUT }],
+        }).finish();
+        stream.write(Buffer.concat([grpcMessage(Buffer.from(created)), grpcMessage(Buffer.from(broken))]));
+      });
+    });
+    const uncaught: unknown[] = [];
+    const onUncaught = (err: unknown): void => void uncaught.push(err);
+    process.on('uncaughtException', onUncaught);
+    await withServer(server, async () => {
+      const c = new Client({ endpoints: `127.0.0.1:${server.port}` });
+      try {
+        const w = c.watch('k');
+        assert.equal(await w.created, 5n);
+        await waitFor(() => uncaught.length > 0 || server.streams() >= 2, 'the watch stream to be opened again');
+        assert.deepEqual(uncaught, []);
+        assert.equal(w.ended, false);
+        await c.close();
+        await assert.rejects(w[Symbol.asyncIterator]().next(), ClientClosedError);
+      } finally {
+        process.off('uncaughtException', onUncaught);
+        await c.close();
       }
     });
   });

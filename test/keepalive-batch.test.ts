@@ -4,7 +4,7 @@
 // LeaseKeepAlive stream (each write is one write on the connection) against the renewals they carry.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Client, Session } from '../src/index.js';
+import { Client, MAX_TTL, Session } from '../src/index.js';
 import { slotWidthMs } from '../src/client/lease.js';
 import type { EtcdCluster } from '../src/testing/index.js';
 import { closeAll, etcdForFile, waitFor } from './helpers.js';
@@ -104,6 +104,31 @@ describe('renewals due together', () => {
     } finally {
       globalThis.setTimeout = setTimeout0;
       await closeAll(sessions);
+    }
+  });
+
+  it('a renewal due beyond the longest timer (TTL MAX_TTL) arms no timer that overflows: the hub does not wake every millisecond', {
+    timeout: 60_000,
+  }, async () => {
+    await using c = new Client({ endpoints: etcd.endpoints });
+    // Node runs a timer asked for more than 2^31 - 1 ms after 1 ms (with a TimeoutOverflowWarning).
+    const overflowing: number[] = [];
+    const setTimeout0 = globalThis.setTimeout;
+    globalThis.setTimeout = ((...args: Parameters<typeof setTimeout0>) => {
+      const ms = args[1];
+      if (ms !== undefined && ms > 2 ** 31 - 1) overflowing.push(ms);
+      return setTimeout0(...args);
+    }) as typeof setTimeout0;
+    let s: Session | undefined;
+    try {
+      s = await Session.create(c, { ttl: MAX_TTL });
+      // A round trip: a slot timer that fired after 1 ms has found its slot still ahead and re-armed.
+      assert.equal((await c.leaseTimeToLive(s.leaseId)).grantedTtl, MAX_TTL);
+      assert.deepEqual(overflowing, [], 'timers asked for beyond 2^31 - 1 ms, which Node runs after 1 ms');
+      assert.equal(s.signal.aborted, false);
+    } finally {
+      globalThis.setTimeout = setTimeout0;
+      await s?.close();
     }
   });
 

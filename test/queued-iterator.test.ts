@@ -90,4 +90,20 @@ describe('QueuedIterator', () => {
     q.end(new Error('again'));
     assert.equal(closed, 1);
   });
+
+  it('pulls made before any value (Promise.all of next()) each get one, in order; end() settles every one left', async () => {
+    const q = new QueuedIterator<number>();
+    const [a, b, c, d] = [q.next(), q.next(), q.next(), q.next()];
+    q.push(1);
+    q.push(2);
+    assert.deepEqual(await Promise.all([a, b]), [
+      { value: 1, done: false },
+      { value: 2, done: false },
+    ]);
+    const err = new Error('ended');
+    q.end(err);
+    await assert.rejects(c, (e) => e === err);
+    assert.deepEqual(await d, { value: undefined, done: true });
+    assert.deepEqual(await q.next(), { value: undefined, done: true });
+  });
 });

@@ -4,6 +4,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   Client,
+  ClientClosedError,
   InvalidArgumentError,
   LeaseNotFoundError,
   MAX_TTL,
@@ -12,7 +13,7 @@ import {
   type SessionEndReason,
 } from '../src/index.js';
 import { startProxy, type EtcdCluster } from '../src/testing/index.js';
-import { aborted, assertNoKeys, assertNoLeases, grpcReceived, waitFor, etcdForFile } from './helpers.js';
+import { aborted, assertNoKeys, assertNoLeases, grpcReceived, waitFor, within, etcdForFile } from './helpers.js';
 
 const ROOT = 'test/session/';
 let etcd: EtcdCluster;
@@ -125,6 +126,29 @@ describe('Session.create', () => {
     assert.equal(await leaseExists(id), false, 'close() revokes an adopted lease too');
   });
 
+  it('adopting a lease a session of the same client keeps alive is refused (the first would stop hearing its renewals)', async () => {
+    const a = await Session.create(client, { ttl: 3 });
+    try {
+      // A renewal of a first: once answered, its deadline is watched only when a renewal is late.
+      const base = await renewals();
+      await waitFor(async () => (await renewals()) >= base + 1, 'a renewal of the first session');
+      await assert.rejects(Session.create(client, { leaseId: a.leaseId }), InvalidArgumentError);
+      const later = await renewals();
+      await waitFor(async () => (await renewals()) >= later + 2, 'the first session still renewed');
+      assert.equal(a.signal.aborted, false);
+      await client.leaseRevoke(a.leaseId);
+      assertExpired(await within(aborted(a.signal), 'the first session to end', 20_000), a, 'lease_gone');
+      // Once a session has stopped renewing it (orphan), another session of the client may adopt the lease.
+      const c = await Session.create(client, { ttl: 3 });
+      c.orphan();
+      const d = await Session.create(client, { leaseId: c.leaseId });
+      await d.close();
+      assertExpired(await aborted(c.signal), c, 'deadline');
+    } finally {
+      await a.close();
+    }
+  });
+
   it('adopting a lease that does not exist fails with LeaseNotFoundError', async () => {
     const { id } = await client.leaseGrant(30);
     await client.leaseRevoke(id);
@@ -179,6 +203,24 @@ describe('Session liveness', () => {
     );
     assert.equal(s.remainingMs(), 0);
     await s.close(); // nothing left to revoke; must not throw
+  });
+
+  it('client.close() while the grant answer is on its way: Session.create rejects with ClientClosedError, no session left renewing nothing', async () => {
+    const c = new Client({ endpoints: etcd.endpoints });
+    const grant = c.leaseGrant.bind(c);
+    let granted: bigint | undefined;
+    c.leaseGrant = (async (...args: Parameters<Client['leaseGrant']>) => {
+      const g = await grant(...args);
+      granted = g.id;
+      void c.close(); // after the answer arrived, before Session.create goes on
+      return g;
+    }) as Client['leaseGrant'];
+    try {
+      await assert.rejects(Session.create(c, { ttl: 30 }), ClientClosedError);
+    } finally {
+      await c.close();
+      if (granted !== undefined) await client.leaseRevoke(granted);
+    }
   });
 
   it('client.close() ends its sessions with reason client_closed, without revoking', async () => {

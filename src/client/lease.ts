@@ -101,6 +101,11 @@ export class KeepAliveHub {
     this.unslot(k);
   }
 
+  /** Whether lease `id` is being kept alive here. */
+  has(id: bigint): boolean {
+    return this.leases.has(id);
+  }
+
   /** Number of leases being kept alive (all on one stream). */
   get size(): number {
     return this.leases.size;
@@ -147,11 +152,11 @@ export class KeepAliveHub {
     if (ks.size === 0) this.slots.delete(slot);
   }
 
-  /** One timer, for the earliest slot. */
+  /** One timer, for the earliest slot; one beyond the longest timer wakes at its end and re-arms (slotsDue). */
   private armSlots(at: number): void {
     clearTimeout(this.slotTimer);
     this.slotTimerAt = at;
-    this.slotTimer = setTimeout(() => this.slotsDue(), Math.max(0, at - performance.now()));
+    this.slotTimer = setTimeout(() => this.slotsDue(), Math.min(Math.max(0, at - performance.now()), 2 ** 31 - 1));
   }
 
   private slotsDue(): void {

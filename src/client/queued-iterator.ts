@@ -7,7 +7,8 @@
  */
 export class QueuedIterator<T> implements AsyncIterableIterator<T> {
   private readonly queue: T[] = [];
-  private waiter?: { resolve: (r: IteratorResult<T>) => void; reject: (e: unknown) => void };
+  /** Pulls waiting for a value, oldest first (a consumer may pull again before the last pull settled). */
+  private waiters: { resolve: (r: IteratorResult<T>) => void; reject: (e: unknown) => void }[] = [];
   private done = false;
   private error: unknown;
   private closed = false;
@@ -37,11 +38,9 @@ export class QueuedIterator<T> implements AsyncIterableIterator<T> {
 
   push(value: T): void {
     if (this.done) return;
-    if (this.waiter) {
-      const w = this.waiter;
-      this.waiter = undefined;
-      w.resolve({ value, done: false });
-    } else {
+    const w = this.waiters.shift();
+    if (w) w.resolve({ value, done: false });
+    else {
       this.queue.push(value);
       if (this.weigh) this.queuedWeight += this.weigh(value);
     }
@@ -52,11 +51,14 @@ export class QueuedIterator<T> implements AsyncIterableIterator<T> {
     if (this.done) return;
     this.done = true;
     this.error = err;
-    if (this.waiter) {
-      const w = this.waiter;
-      this.waiter = undefined;
-      if (err !== undefined) w.reject(err);
-      else w.resolve({ value: undefined, done: true });
+    // The queue is empty while pulls wait: the first gets the error, if any, and the rest the end.
+    const ws = this.waiters;
+    this.waiters = [];
+    for (const w of ws) {
+      if (this.error !== undefined) {
+        this.error = undefined;
+        w.reject(err);
+      } else w.resolve({ value: undefined, done: true });
     }
     this.close();
   }
@@ -77,7 +79,7 @@ export class QueuedIterator<T> implements AsyncIterableIterator<T> {
       return Promise.resolve({ value: undefined, done: true });
     }
     return new Promise((resolve, reject) => {
-      this.waiter = { resolve, reject };
+      this.waiters.push({ resolve, reject });
     });
   }
 

@@ -2,7 +2,16 @@ import * as pb from '../proto/etcd.js';
 import * as rpc from './methods.js';
 import { closeStream, type BidiStream, type Connection } from './connection.js';
 import { Backoff } from './backoff.js';
-import { ClientClosedError, CompactedError, EtcdError, PermissionDeniedError, etcdSays, isTransportError, isStaleToken } from './errors.js';
+import {
+  ClientClosedError,
+  CompactedError,
+  EtcdError,
+  InvalidArgumentError,
+  PermissionDeniedError,
+  etcdSays,
+  isTransportError,
+  isStaleToken,
+} from './errors.js';
 import { prefixRange, toBuffer, type Bytes, type KeyValue } from './kv.js';
 import { QueuedIterator } from './queued-iterator.js';
 import { publishWatchReconnect } from '../diagnostics.js';
@@ -297,6 +306,9 @@ export class WatchHub {
   /** `sink`: deliver to it instead of the watch's own QueuedIterator (then the watch is not iterable). */
   watch(key: Bytes, options: WatchOptions = {}, sink?: WatchSink): Watch {
     if (this.closed) throw new ClientClosedError();
+    // etcd 3.4 (before 3.4.38) accepts one and never delivers an event; later ones call it compacted.
+    if (options.startRevision !== undefined && options.startRevision < 0n)
+      throw new InvalidArgumentError(`startRevision must be a revision (or 0n, or omitted, for "from now"), got ${options.startRevision}`);
     const r = options.prefix ? prefixRange(key) : { key: typeof key === 'string' ? key : toBuffer(key), rangeEnd: undefined };
     const w = new Watch(this, r.key, r.rangeEnd, options, sink);
     if (options.signal?.aborted) {
@@ -379,6 +391,7 @@ export class WatchHub {
       this.opening = false;
     }
     this.flush();
+    // Every watch may have been cancelled while the stream opened.
     this.maybeIdle();
   }
 
@@ -413,7 +426,10 @@ export class WatchHub {
       this.maybeIdle();
       return;
     }
-    if (r.events && r.events.length > 0) w.deliver(revision, r.events);
+    if (!r.events || r.events.length === 0) return;
+    // A broken answer fails the stream, as an undecodable one does: the watch resumes on another.
+    if (r.events.some((e) => !e.kv)) return this.onBroken(s, new Error('etcd sent a watch event without its key-value'));
+    w.deliver(revision, r.events);
   }
 
   private onCreateRefused(w: Watch, r: pb.WatchResponse): void {
