@@ -190,7 +190,7 @@ export const MUTANTS: readonly Mutant[] = [
   {
     name: 'barrier-death-leaves-ready',
     breaks:
-      "a DoubleBarrier's last member out leaves `ready` (in its leave()'s Txn and the closeIfLast after it) when a member of its round died (its lease gone, as read at the revision the barrier opened), as Go's recipe leaves it then; docs/barriers.md leaves it only when the round's last member cannot delete it",
+      "a DoubleBarrier's last member out leaves `ready` (in its leave()'s Txn and the closeIfLast after it) when another member of its round died (its lease gone now, counted at the revision the barrier opened); Go's recipe leaves it only when the oldest member dies, docs/barriers.md only when the round's last member cannot delete it",
     edits: [
       {
         file: 'src/primitives/double-barrier.ts',

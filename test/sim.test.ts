@@ -140,7 +140,7 @@ test("the oracle allows a DoubleBarrier's `ready` left behind only when its roun
   gone(10, 'p2 Txn');
   assert.equal(left(r), false);
   // A member on a session lost by its deadline, its key taken by the revoke at its close: allowed when
-  // it went last; not when the other member, alive, left after it (the reviewer's case).
+  // it went last; not when the other member, alive, left after it.
   r = round(11, 12);
   oracle.sessionLost(1n);
   gone(12, 'p2 Txn');
