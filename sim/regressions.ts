@@ -132,6 +132,13 @@ export const REGRESSIONS: readonly RegressionSeed[] = [
       "a watch cancelled while its create was in flight left its client's watch stream open for good (the hub's idle timer never armed); the run hid it until p2 crashed while closing its session, which kept every client from being closed (streams-left). Found by review46s's sweep of mixed seeds 82001-102000",
   },
   {
+    seed: 90915,
+    profile: '3.7',
+    workload: 'mixed',
+    found:
+      "the harness stopped every observer with one abort, made while the simulator still counted the last process to run (p3) as running: p1's observer watch, cancelled by it, armed its client's idle timer as p3's, which died with p3's crash, and p1's idle watch stream stayed (idle-streams). Each process's observers now stop as that process",
+  },
+  {
     seed: 118902,
     profile: '3.4',
     workload: 'mixed',

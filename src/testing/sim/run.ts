@@ -115,7 +115,9 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
         });
       }
     };
-    const observing = new AbortController();
+    // Observers stop, each as its own process: what their aborts start (a watch's cancel, its idle
+    // timer) is that process's, not whoever ran last.
+    const stopObserving: (() => void)[] = [];
     plan.procs.forEach((pp, i) => {
       const proc = procs[i]!;
       const client = world.client(proc, { callTimeoutMs: 5000 }, pp.member);
@@ -127,6 +129,8 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
       );
       for (const name of pp.observes) {
         const ctx: ActorContext = { proc, oracle, say: (l) => trace.add(l), doing: () => {} };
+        const observing = new AbortController();
+        stopObserving.push(() => proc.run(() => observing.abort()));
         void proc.start(() => observer(ctx, client, name, observing.signal, leaders)).catch(() => {});
       }
       for (const sp of pp.sessions) {
@@ -164,7 +168,7 @@ export async function runSchedule(options: RunOptions): Promise<RunResult> {
     const learnCheck = setInterval(() => oracle.checkLearned(), 1000);
     reason = await time.run(() => actorsDone() || oracle.violations.length > 0, budget);
     clearInterval(learnCheck);
-    observing.abort();
+    for (const stop of stopObserving) stop();
     if (reason === 'stopped' && oracle.violations.length === 0) {
       // Everyone closes; then the crashed processes' leases expire; then nothing may be left.
       for (const close of closers) void close().catch(() => {});
