@@ -122,7 +122,7 @@ class Acquisition<H> implements WaitOwner, ReleaseWhat {
   ) {
     this.promise = new Promise<H>((resolve, reject) => {
       this.resolve = resolve;
-      this.reject = (err) => reject(failureOf(err, signal, session.signal));
+      this.reject = reject;
     });
   }
 
@@ -139,7 +139,7 @@ class Acquisition<H> implements WaitOwner, ReleaseWhat {
       } catch {
         // telemetry must not keep the caller waiting
       }
-      return this.reject(err);
+      return this.reject(failureOf(err, this.signal, session.signal));
     }
     this.ticket = ticket;
     let rule: TurnRule;
@@ -184,8 +184,8 @@ class Acquisition<H> implements WaitOwner, ReleaseWhat {
     // Our key leaves with us unless another call of this process uses it. Its delete is registered at
     // once, so the next call of our turn waits for it (enqueue) and never joins it.
     leaveTicket(session, this.ticket!, this).then(
-      () => this.reject(err),
-      (e: unknown) => this.reject(e),
+      () => this.reject(failureOf(err, this.signal, session.signal)),
+      (e: unknown) => this.reject(failureOf(e, this.signal, session.signal)),
     );
     this.exit?.leave();
   }
