@@ -306,7 +306,7 @@ export class WatchHub {
   /** `sink`: deliver to it instead of the watch's own QueuedIterator (then the watch is not iterable). */
   watch(key: Bytes, options: WatchOptions = {}, sink?: WatchSink): Watch {
     if (this.closed) throw new ClientClosedError();
-    // etcd 3.4 (before 3.4.38) accepts one and never delivers an event; later ones call it compacted.
+    // etcd 3.4.23 accepts one and never delivers an event; 3.7.3 calls it compacted.
     if (options.startRevision !== undefined && options.startRevision < 0n)
       throw new InvalidArgumentError(`startRevision must be a revision (or 0n, or omitted, for "from now"), got ${options.startRevision}`);
     const r = options.prefix ? prefixRange(key) : { key: typeof key === 'string' ? key : toBuffer(key), rangeEnd: undefined };
